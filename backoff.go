@@ -1,0 +1,263 @@
+package retry
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"time"
+)
+
+// Backoff chooses the delay before the next attempt. Delay(n) is the wait after attempt n failed
+// (n >= 1; smaller n count as 1). It must be a pure function of n: attempts span processes, so all state
+// lives in the message (see [Envelope]), never in the Backoff.
+type Backoff interface {
+	Delay(attempt int) time.Duration
+}
+
+// DelayBounds is implemented by backoffs that know their floor and cap. The processor uses the cap to
+// bound a handler-chosen [RetryAfter] delay; without it, [DefaultCap] applies.
+type DelayBounds interface {
+	Bounds() (floor, ceiling time.Duration)
+}
+
+// Defaults shared by the backoffs.
+const (
+	// DefaultBase is the base delay of [Fibonacci] and [Exponential] when Base is zero.
+	DefaultBase = 10 * time.Second
+	// DefaultCap is the largest delay when Cap is zero: 7 days, the longest duplicate-detection window
+	// Service Bus allows, so a retry copy is always inside the window.
+	DefaultCap = 7 * 24 * time.Hour
+)
+
+var errNegative = errors.New("must not be negative")
+
+// Fibonacci grows delays as Base × F(n), where F(1)=F(2)=1, F(3)=2, ..., clamped to [Floor, Cap].
+// It grows more gently than doubling, which suits outages measured in minutes to hours.
+//
+// The zero value is the package default: Base 10 s, Floor 10 s, Cap 7 days, giving
+// 10, 10, 20, 30, 50, 80, 130, 210, 340, 550 s for attempts 1..10. It is safe for concurrent use.
+type Fibonacci struct {
+	// Base multiplies the Fibonacci number. Zero means [DefaultBase].
+	Base time.Duration
+	// Floor is the smallest delay returned. Zero means Base.
+	Floor time.Duration
+	// Cap is the largest delay returned. Zero means [DefaultCap].
+	Cap time.Duration
+}
+
+// Bounds returns the effective floor and cap.
+func (f Fibonacci) Bounds() (floor, ceiling time.Duration) {
+	base, floor, ceiling := resolve(f.Base, f.Floor, f.Cap)
+	_ = base
+	return floor, ceiling
+}
+
+// Delay returns Base × F(attempt) clamped to [Floor, Cap]. It never overflows: the loop stops as soon
+// as the product would pass the cap, which happens long before F(n) overflows int64 (near F(93)).
+func (f Fibonacci) Delay(attempt int) time.Duration {
+	base, floor, ceiling := resolve(f.Base, f.Floor, f.Cap)
+	if attempt < 1 {
+		attempt = 1
+	}
+	limit := ceiling / base // largest Fibonacci number that still fits under the cap
+	prev, cur := int64(0), int64(1)
+	for i := 1; i < attempt; i++ {
+		// prev+cur > limit, written so that the sum itself can never overflow.
+		if prev > int64(limit)-cur {
+			return clamp(ceiling, floor, ceiling)
+		}
+		prev, cur = cur, prev+cur
+	}
+	return clamp(base*time.Duration(cur), floor, ceiling)
+}
+
+// Validate reports negative fields or a floor above the cap.
+func (f Fibonacci) Validate() error { return validateBounds(f.Base, f.Floor, f.Cap) }
+
+// Exponential grows delays as Base × Factor^(n-1), clamped to [Floor, Cap]. The zero value uses
+// Base 10 s, Factor 2, Floor = Base and Cap 7 days. It is safe for concurrent use.
+type Exponential struct {
+	// Base is the first delay. Zero means [DefaultBase].
+	Base time.Duration
+	// Factor multiplies the delay after each attempt. Zero means 2; values below 1 are invalid.
+	Factor float64
+	// Floor is the smallest delay returned. Zero means Base.
+	Floor time.Duration
+	// Cap is the largest delay returned. Zero means [DefaultCap].
+	Cap time.Duration
+}
+
+// Bounds returns the effective floor and cap.
+func (e Exponential) Bounds() (floor, ceiling time.Duration) {
+	_, floor, ceiling = resolve(e.Base, e.Floor, e.Cap)
+	return floor, ceiling
+}
+
+// Delay returns Base × Factor^(attempt-1) clamped to [Floor, Cap], computed in floating point so that
+// no attempt number overflows.
+func (e Exponential) Delay(attempt int) time.Duration {
+	base, floor, ceiling := resolve(e.Base, e.Floor, e.Cap)
+	factor := e.Factor
+	if factor == 0 || factor < 1 || math.IsNaN(factor) {
+		factor = 2
+	}
+	if attempt < 1 {
+		attempt = 1
+	}
+	d := float64(base) * math.Pow(factor, float64(attempt-1))
+	if math.IsInf(d, 0) || math.IsNaN(d) || d >= float64(ceiling) {
+		return clamp(ceiling, floor, ceiling)
+	}
+	return clamp(time.Duration(d), floor, ceiling)
+}
+
+// Validate reports negative fields, a factor below 1, or a floor above the cap.
+func (e Exponential) Validate() error {
+	if e.Factor != 0 && (e.Factor < 1 || math.IsNaN(e.Factor) || math.IsInf(e.Factor, 0)) {
+		return errors.New("Factor must be at least 1")
+	}
+	return validateBounds(e.Base, e.Floor, e.Cap)
+}
+
+// Constant waits the same Interval after every attempt. The zero value waits [DefaultBase].
+type Constant struct {
+	// Interval is the delay after every attempt. Zero means [DefaultBase].
+	Interval time.Duration
+}
+
+// Delay returns Interval.
+func (c Constant) Delay(int) time.Duration {
+	if c.Interval <= 0 {
+		return DefaultBase
+	}
+	return c.Interval
+}
+
+// Bounds returns Interval as both floor and cap.
+func (c Constant) Bounds() (floor, ceiling time.Duration) {
+	d := c.Delay(1)
+	return d, d
+}
+
+// Validate reports a negative interval.
+func (c Constant) Validate() error {
+	if c.Interval < 0 {
+		return errors.New("Interval " + errNegative.Error())
+	}
+	return nil
+}
+
+// Jitter spreads the delays of another Backoff by up to ±Fraction, so that messages that failed
+// together do not all come back in the same instant. The result stays within the inner backoff's
+// bounds when it has them ([DelayBounds]).
+type Jitter struct {
+	// Backoff is the backoff whose delays are spread. Nil means Fibonacci{}.
+	Backoff Backoff
+	// Fraction is the largest relative change, in (0, 1]. Zero means 0.2.
+	Fraction float64
+	// Rand returns a number in [0, 1). Nil means math/rand/v2's Float64. Inject one for
+	// deterministic tests; it must be safe for concurrent use if the Consumer runs handlers
+	// concurrently.
+	Rand func() float64
+}
+
+// Delay returns the inner delay scaled by a random factor in [1-Fraction, 1+Fraction).
+func (j Jitter) Delay(attempt int) time.Duration {
+	inner := j.inner()
+	d := inner.Delay(attempt)
+	frac := j.Fraction
+	if frac <= 0 || frac > 1 || math.IsNaN(frac) {
+		frac = 0.2
+	}
+	r := rand.Float64
+	if j.Rand != nil {
+		r = j.Rand
+	}
+	x := r()
+	if x < 0 || x >= 1 || math.IsNaN(x) {
+		x = 0.5
+	}
+	scaled := float64(d) * (1 - frac + 2*frac*x)
+	out := time.Duration(scaled)
+	if scaled >= float64(math.MaxInt64) {
+		out = math.MaxInt64
+	}
+	if b, ok := inner.(DelayBounds); ok {
+		floor, ceiling := b.Bounds()
+		out = clamp(out, floor, ceiling)
+	}
+	return out
+}
+
+// Bounds returns the inner backoff's bounds, or zero and [DefaultCap] when it has none.
+func (j Jitter) Bounds() (floor, ceiling time.Duration) {
+	if b, ok := j.inner().(DelayBounds); ok {
+		return b.Bounds()
+	}
+	return 0, DefaultCap
+}
+
+// Validate checks Fraction and the inner backoff.
+func (j Jitter) Validate() error {
+	if j.Fraction < 0 || j.Fraction > 1 || math.IsNaN(j.Fraction) {
+		return errors.New("Fraction must be in [0, 1]")
+	}
+	if v, ok := j.inner().(interface{ Validate() error }); ok {
+		return v.Validate()
+	}
+	return nil
+}
+
+func (j Jitter) inner() Backoff {
+	if j.Backoff == nil {
+		return Fibonacci{}
+	}
+	return j.Backoff
+}
+
+// resolve applies the documented defaults. Negative values (rejected by Validate) fall back to the
+// defaults too, so Delay never misbehaves on an unvalidated value.
+func resolve(base, floor, ceiling time.Duration) (time.Duration, time.Duration, time.Duration) {
+	if base <= 0 {
+		base = DefaultBase
+	}
+	if floor <= 0 {
+		floor = base
+	}
+	if ceiling <= 0 {
+		ceiling = DefaultCap
+	}
+	if floor > ceiling {
+		floor = ceiling
+	}
+	return base, floor, ceiling
+}
+
+func validateBounds(base, floor, ceiling time.Duration) error {
+	switch {
+	case base < 0:
+		return errors.New("Base " + errNegative.Error())
+	case floor < 0:
+		return errors.New("Floor " + errNegative.Error())
+	case ceiling < 0:
+		return errors.New("Cap " + errNegative.Error())
+	}
+	_, f, c := resolve(base, floor, 0)
+	if ceiling > 0 {
+		c = ceiling
+	}
+	if floor > 0 && f > c {
+		return errors.New("Floor must not exceed Cap")
+	}
+	return nil
+}
+
+func clamp(d, lo, hi time.Duration) time.Duration {
+	if d < lo {
+		d = lo
+	}
+	if d > hi {
+		d = hi
+	}
+	return d
+}

@@ -1,0 +1,290 @@
+package retry
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Application property names of the retry envelope. They are written on every retry copy and read back
+// on delivery; a first delivery carries none of them.
+const (
+	// PropAttempt is the attempt number of the delivery that carries it (an int64; 2 on the first copy).
+	PropAttempt = "sbretry-attempt"
+	// PropCorrelationID ties all attempts of one message together, seeded on the first failure from the
+	// message's CorrelationID, else from its idempotency key.
+	PropCorrelationID = "sbretry-correlation-id"
+	// PropOriginalMessageID is the MessageID of the first delivery.
+	PropOriginalMessageID = "sbretry-original-message-id"
+	// PropKey is the idempotency key from which retry MessageIDs are derived.
+	PropKey = "sbretry-key"
+	// PropFirstEnqueuedTime is when the original message was first enqueued (an AMQP timestamp).
+	PropFirstEnqueuedTime = "sbretry-first-enqueued-time"
+	// PropLastError is the (truncated) error text of the attempt that scheduled this copy.
+	PropLastError = "sbretry-last-error"
+)
+
+// Limits applied when decoding envelopes written by other producers.
+const (
+	// MaxMessageIDLength is the Service Bus limit on MessageId.
+	MaxMessageIDLength = 128
+	// maxEnvelopeString bounds the identifier properties; longer values are rejected as hostile.
+	maxEnvelopeString = 1024
+	// maxLastErrorProperty bounds the last-error property we accept on input.
+	maxLastErrorProperty = 32 * 1024
+)
+
+// Envelope is the retry state a message carries in its application properties. Attempts run in
+// different processes (and after restarts), so this, not memory, is the source of truth.
+type Envelope struct {
+	// Attempt is the 1-based number of the current delivery's attempt.
+	Attempt int
+	// CorrelationID is shared by all attempts of one message. [DecodeEnvelope] leaves it empty on a first
+	// delivery; the processor seeds it (and Key) before calling the handler.
+	CorrelationID string
+	// OriginalMessageID is the MessageID of the first delivery.
+	OriginalMessageID string
+	// Key is the idempotency key from which retry MessageIDs are derived.
+	Key string
+	// FirstEnqueuedTime is when the first delivery was enqueued (zero if unknown).
+	FirstEnqueuedTime time.Time
+	// LastError is the error text of the previous attempt, empty on a first delivery.
+	LastError string
+}
+
+// IsRetry reports whether the delivery is a retry copy rather than the original message.
+func (e Envelope) IsRetry() bool { return e.Attempt > 1 }
+
+// EnvelopeError describes an invalid retry property. It wraps [ErrInvalidEnvelope].
+type EnvelopeError struct {
+	Property string
+	Reason   string
+}
+
+func (e *EnvelopeError) Error() string {
+	return fmt.Sprintf("retry: invalid retry properties: %s: %s", e.Property, e.Reason)
+}
+
+// Unwrap returns [ErrInvalidEnvelope].
+func (e *EnvelopeError) Unwrap() error { return ErrInvalidEnvelope }
+
+// DecodeEnvelope reads the retry envelope of msg. A message without retry properties is attempt 1 whose
+// original id is its own MessageID and whose first enqueue time is its EnqueuedTime. Properties of the
+// wrong type, out of range (attempt < 1 or beyond 32 bits) or too long return an *[EnvelopeError]; the
+// processor dead-letters such messages without calling the handler, because guessing could loop forever.
+func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
+	if msg == nil {
+		return Envelope{}, ErrNilMessage
+	}
+	env := Envelope{Attempt: 1, OriginalMessageID: msg.MessageID}
+	if msg.EnqueuedTime != nil {
+		env.FirstEnqueuedTime = *msg.EnqueuedTime
+	}
+	props := msg.ApplicationProperties
+	if v, ok := props[PropAttempt]; ok {
+		n, err := attemptValue(v)
+		if err != nil {
+			return Envelope{}, err
+		}
+		env.Attempt = n
+	}
+	for _, f := range []struct {
+		name  string
+		dst   *string
+		limit int
+	}{
+		{PropCorrelationID, &env.CorrelationID, maxEnvelopeString},
+		{PropOriginalMessageID, &env.OriginalMessageID, maxEnvelopeString},
+		{PropKey, &env.Key, maxEnvelopeString},
+		{PropLastError, &env.LastError, maxLastErrorProperty},
+	} {
+		v, ok := props[f.name]
+		if !ok {
+			continue
+		}
+		s, isString := v.(string)
+		switch {
+		case !isString:
+			return Envelope{}, &EnvelopeError{Property: f.name, Reason: fmt.Sprintf("want a string, got %T", v)}
+		case len(s) > f.limit:
+			return Envelope{}, &EnvelopeError{Property: f.name, Reason: fmt.Sprintf("%d bytes exceed the limit of %d", len(s), f.limit)}
+		}
+		*f.dst = s
+	}
+	if v, ok := props[PropFirstEnqueuedTime]; ok {
+		t, isTime := v.(time.Time)
+		if !isTime {
+			return Envelope{}, &EnvelopeError{Property: PropFirstEnqueuedTime, Reason: fmt.Sprintf("want a timestamp, got %T", v)}
+		}
+		env.FirstEnqueuedTime = t
+	}
+	return env, nil
+}
+
+// attemptValue accepts any AMQP integer type in [1, MaxInt32].
+func attemptValue(v any) (int, error) {
+	var n int64
+	switch x := v.(type) {
+	case int64:
+		n = x
+	case int32:
+		n = int64(x)
+	case int:
+		n = int64(x)
+	case int16:
+		n = int64(x)
+	case int8:
+		n = int64(x)
+	case uint8:
+		n = int64(x)
+	case uint16:
+		n = int64(x)
+	case uint32:
+		n = int64(x)
+	case uint64:
+		if x > math.MaxInt32 {
+			return 0, &EnvelopeError{Property: PropAttempt, Reason: "out of range"}
+		}
+		n = int64(x)
+	default:
+		return 0, &EnvelopeError{Property: PropAttempt, Reason: fmt.Sprintf("want an integer, got %T", v)}
+	}
+	if n < 1 || n > math.MaxInt32 {
+		return 0, &EnvelopeError{Property: PropAttempt, Reason: fmt.Sprintf("%d is out of range [1, %d]", n, math.MaxInt32)}
+	}
+	return int(n), nil
+}
+
+type envelopeKey struct{}
+
+// withEnvelope returns ctx carrying env for the handler.
+func withEnvelope(ctx context.Context, env Envelope) context.Context {
+	return context.WithValue(ctx, envelopeKey{}, env)
+}
+
+// EnvelopeFromContext returns the envelope of the message whose handler received ctx.
+func EnvelopeFromContext(ctx context.Context) (Envelope, bool) {
+	env, ok := ctx.Value(envelopeKey{}).(Envelope)
+	return env, ok
+}
+
+// RetryMessageID returns the deterministic MessageID of the copy for attempt n: "{key}-attempt-{n}".
+// Keys that would make it longer than [MaxMessageIDLength] are replaced by "sha256-" and the hex SHA-256
+// of the key, so the id stays deterministic and within the broker's limit.
+func RetryMessageID(key string, attempt int) string {
+	suffix := "-attempt-" + strconv.Itoa(attempt)
+	if len(key)+len(suffix) > MaxMessageIDLength {
+		sum := sha256.Sum256([]byte(key))
+		key = "sha256-" + hex.EncodeToString(sum[:])
+	}
+	return key + suffix
+}
+
+// retryCopy builds the message scheduled for attempt next. Every property is preserved and the
+// application properties are deep-copied, so neither message can alter the other.
+func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastError string) *azservicebus.Message {
+	props := make(map[string]any, len(msg.ApplicationProperties)+6)
+	for k, v := range msg.ApplicationProperties {
+		props[k] = cloneValue(v)
+	}
+	props[PropAttempt] = int64(next)
+	props[PropCorrelationID] = env.CorrelationID
+	props[PropOriginalMessageID] = env.OriginalMessageID
+	props[PropKey] = env.Key
+	props[PropLastError] = lastError
+	if !env.FirstEnqueuedTime.IsZero() {
+		props[PropFirstEnqueuedTime] = env.FirstEnqueuedTime.UTC()
+	}
+	id := RetryMessageID(env.Key, next)
+	var body []byte
+	if msg.Body != nil {
+		body = append(make([]byte, 0, len(msg.Body)), msg.Body...)
+	}
+	return &azservicebus.Message{
+		ApplicationProperties: props,
+		Body:                  body,
+		ContentType:           cloneString(msg.ContentType),
+		CorrelationID:         cloneString(msg.CorrelationID),
+		MessageID:             &id,
+		PartitionKey:          cloneString(msg.PartitionKey),
+		ReplyTo:               cloneString(msg.ReplyTo),
+		ReplyToSessionID:      cloneString(msg.ReplyToSessionID),
+		SessionID:             cloneString(msg.SessionID),
+		Subject:               cloneString(msg.Subject),
+		TimeToLive:            cloneDuration(msg.TimeToLive),
+		To:                    cloneString(msg.To),
+	}
+}
+
+// estimatedSize approximates the encoded size of m: body, property keys and values, and the system
+// properties, plus a fixed allowance for framing. It errs on the large side.
+func estimatedSize(m *azservicebus.Message) int {
+	const overhead = 512
+	n := overhead + len(m.Body)
+	for _, s := range []*string{m.ContentType, m.CorrelationID, m.MessageID, m.PartitionKey, m.ReplyTo, m.ReplyToSessionID, m.SessionID, m.Subject, m.To} {
+		if s != nil {
+			n += len(*s) + 5
+		}
+	}
+	for k, v := range m.ApplicationProperties {
+		n += len(k) + 5 + valueSize(v)
+	}
+	return n
+}
+
+func valueSize(v any) int {
+	switch x := v.(type) {
+	case string:
+		return len(x) + 5
+	case []byte:
+		return len(x) + 5
+	default:
+		return 9
+	}
+}
+
+func cloneValue(v any) any {
+	if b, ok := v.([]byte); ok {
+		return append([]byte(nil), b...)
+	}
+	return v
+}
+
+func cloneString(s *string) *string {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	return &c
+}
+
+func cloneDuration(d *time.Duration) *time.Duration {
+	if d == nil {
+		return nil
+	}
+	c := *d
+	return &c
+}
+
+// truncate cuts s to at most limit bytes without splitting a UTF-8 sequence, marking the cut.
+func truncate(s string, limit int) string {
+	if len(s) <= limit {
+		return s
+	}
+	const mark = "…"
+	cut := limit - len(mark)
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return s[:cut] + mark
+}

@@ -1,0 +1,110 @@
+package retry
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Sentinel errors. Compare with [errors.Is].
+var (
+	// ErrInvalidOptions is wrapped by every error that [NewConsumer] and [NewProcessor] return for
+	// invalid [Options].
+	ErrInvalidOptions = errors.New("retry: invalid options")
+	// ErrInvalidEnvelope is wrapped by [DecodeEnvelope] when a message carries retry properties of the
+	// wrong type or out of range. Such a message is dead-lettered without calling the handler.
+	ErrInvalidEnvelope = errors.New("retry: invalid retry properties")
+	// ErrLockLost is the cause of a handler context cancelled because the message lock was lost; the
+	// broker redelivers the message, so nothing is republished or settled.
+	ErrLockLost = errors.New("retry: message lock lost")
+	// ErrAlreadyRunning is returned by [Consumer.Run] when it is called while another Run is active.
+	ErrAlreadyRunning = errors.New("retry: consumer already running")
+	// ErrHandlerPanic wraps a panic recovered from a handler; the delivery counts as a failed attempt.
+	ErrHandlerPanic = errors.New("retry: handler panicked")
+	// ErrNilMessage is returned by [Processor.Process] for a nil message.
+	ErrNilMessage = errors.New("retry: nil message")
+)
+
+// permanentError marks an error as not worth retrying.
+type permanentError struct{ err error }
+
+func (e *permanentError) Error() string {
+	if e.err == nil {
+		return "retry: permanent failure"
+	}
+	return e.err.Error()
+}
+func (e *permanentError) Unwrap() error { return e.err }
+
+// Permanent marks err so that the message is dead-lettered at once instead of retried. Permanent(nil)
+// returns nil, so `return retry.Permanent(err)` is safe on success paths too. The marker only steers the
+// processor; the dead-letter description carries err's own text.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanentError{err: err}
+}
+
+// IsPermanent reports whether err (or any error it wraps) was marked with [Permanent].
+func IsPermanent(err error) bool {
+	var p *permanentError
+	return errors.As(err, &p)
+}
+
+// RetryAfterError asks for the next attempt after Delay instead of the backoff's delay, e.g. from an
+// HTTP 429 Retry-After header. The delay is still bounded by the backoff's cap (see [DelayBounds]).
+type RetryAfterError struct {
+	Delay time.Duration
+	Err   error
+}
+
+func (e *RetryAfterError) Error() string {
+	if e.Err == nil {
+		return fmt.Sprintf("retry: retry after %s", e.Delay)
+	}
+	return e.Err.Error()
+}
+
+// Unwrap returns the wrapped error.
+func (e *RetryAfterError) Unwrap() error { return e.Err }
+
+// RetryAfter returns an error that schedules the next attempt after d. A negative d counts as zero. Unlike
+// [Permanent], RetryAfter(d, nil) is not nil: asking for a later retry is itself a failure.
+func RetryAfter(d time.Duration, err error) error {
+	if d < 0 {
+		d = 0
+	}
+	return &RetryAfterError{Delay: d, Err: err}
+}
+
+// sdkCode returns the azservicebus error code carried by err, if any.
+func sdkCode(err error) (azservicebus.Code, bool) {
+	var sbErr *azservicebus.Error
+	if errors.As(err, &sbErr) {
+		return sbErr.Code, true
+	}
+	return "", false
+}
+
+// brokerWillRedeliver reports whether a settle failure means the lock is gone, so the broker
+// redelivers the message on its own.
+func brokerWillRedeliver(err error) bool {
+	code, ok := sdkCode(err)
+	return ok && (code == azservicebus.CodeLockLost || code == azservicebus.CodeConnectionLost || code == azservicebus.CodeClosed)
+}
+
+// OptionError reports an invalid option field. It wraps [ErrInvalidOptions].
+type OptionError struct {
+	Field  string
+	Reason string
+}
+
+func (e *OptionError) Error() string {
+	return fmt.Sprintf("retry: invalid options: %s: %s", e.Field, e.Reason)
+}
+
+// Unwrap returns [ErrInvalidOptions].
+func (e *OptionError) Unwrap() error { return ErrInvalidOptions }

@@ -1,0 +1,291 @@
+package retry
+
+import (
+	"log/slog"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Clock is the source of time for everything the package schedules. The standard library is enough to
+// implement it; github.com/benbjohnson/clock's clock.New() and *clock.Mock satisfy it as they are, so
+// tests can drive retries, lock renewal and reconnects without real waiting.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+// realClock reads the time package directly, so it also works inside testing/synctest bubbles.
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// Defaults for [Options]. Each applies when its field is zero.
+const (
+	DefaultMaxAttempts      = 29
+	DefaultMaxConcurrency   = 1
+	DefaultSettleTimeout    = 30 * time.Second
+	DefaultWatchdogInterval = 60 * time.Second
+	DefaultShutdownGrace    = 30 * time.Second
+	// DefaultMaxMessageSize is the Standard tier limit (256 KiB). Set Options.MaxMessageSize for Premium.
+	DefaultMaxMessageSize = 256 * 1024
+	// DefaultDescriptionLimit bounds the dead-letter description and the last-error property.
+	DefaultDescriptionLimit = 1024
+)
+
+// DefaultReconnectDelays are the waits before the reconnect tries that follow a receive failure. When
+// all fail, a watchdog retries every Options.WatchdogInterval until one succeeds.
+var DefaultReconnectDelays = []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}
+
+// DeadLetterReasons are the DeadLetterReason texts the processor writes. They are our own, never a
+// broker reason such as MaxDeliveryCountExceeded, so operators can tell the two apart. Empty fields use
+// the defaults shown.
+type DeadLetterReasons struct {
+	// MaxAttempts: the last attempt failed. Default "RetryMaxAttemptsExceeded".
+	MaxAttempts string
+	// Permanent: the handler returned [Permanent]. Default "RetryPermanentFailure".
+	Permanent string
+	// BudgetExhausted: the next attempt would fall after Options.RetryBudget. Default "RetryBudgetExhausted".
+	BudgetExhausted string
+	// InvalidEnvelope: the message carries malformed retry properties. Default "RetryInvalidProperties".
+	InvalidEnvelope string
+	// MessageTooLarge: the retry copy would exceed Options.MaxMessageSize. Default "RetryMessageTooLarge".
+	MessageTooLarge string
+	// UnsupportedBody: the body is an AMQP value or sequence, which a retry copy cannot carry.
+	// Default "RetryUnsupportedBody".
+	UnsupportedBody string
+}
+
+func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
+	set := func(s *string, def string) {
+		if *s == "" {
+			*s = def
+		}
+	}
+	set(&r.MaxAttempts, "RetryMaxAttemptsExceeded")
+	set(&r.Permanent, "RetryPermanentFailure")
+	set(&r.BudgetExhausted, "RetryBudgetExhausted")
+	set(&r.InvalidEnvelope, "RetryInvalidProperties")
+	set(&r.MessageTooLarge, "RetryMessageTooLarge")
+	set(&r.UnsupportedBody, "RetryUnsupportedBody")
+	return r
+}
+
+// Hooks observe the consumer. Each takes a params struct so fields can be added later without breaking
+// callers. Hooks run synchronously on the goroutine that did the work: keep them fast and non-blocking.
+// A nil hook is skipped.
+type Hooks struct {
+	// OnProcessed runs once per delivery after it is settled (or deliberately left unsettled).
+	OnProcessed func(ProcessedParams)
+	// OnStateChange runs when the consumer's [State] changes.
+	OnStateChange func(StateChangeParams)
+}
+
+// ProcessedParams describes one processed delivery.
+type ProcessedParams struct {
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	Result   Result
+}
+
+// StateChangeParams describes a consumer state transition.
+type StateChangeParams struct {
+	From, To State
+	// Err is the failure that caused the change, if any.
+	Err error
+}
+
+// Options configures [NewConsumer] and [NewProcessor]. A nil *Options means all defaults. The zero value
+// of every field means its documented default; negative durations and counts are invalid.
+type Options struct {
+	// MaxAttempts is the number of handler attempts before the message is dead-lettered: the message fails
+	// for good after attempt MaxAttempts. Zero means [DefaultMaxAttempts] (29).
+	MaxAttempts int
+	// Backoff chooses the delay after each failed attempt. Nil means Fibonacci{} (10 s floor, 7 day cap).
+	Backoff Backoff
+	// RetryBudget bounds the total time from the first enqueue to the next attempt; a retry that would be
+	// due later is dead-lettered instead. Zero means no budget (MaxAttempts alone decides).
+	RetryBudget time.Duration
+	// MaxConcurrency is the most handlers running at once. Zero means [DefaultMaxConcurrency] (1).
+	MaxConcurrency int
+	// ReceiveBatchSize is the most messages asked for in one receive call; it is also bounded by the free
+	// handler slots, so the consumer never holds locks on messages it cannot start. Zero means MaxConcurrency.
+	ReceiveBatchSize int
+	// SettleTimeout bounds every complete, dead-letter, renew and republish call. The SDK's own settle path
+	// can take about 50 s after a connection drop. Zero means [DefaultSettleTimeout] (30 s).
+	SettleTimeout time.Duration
+	// LockRenewInterval is how often a running handler's lock is renewed. Zero means half of the lock's
+	// remaining time, re-computed after each renewal (at least one second).
+	LockRenewInterval time.Duration
+	// DisableLockRenewal turns lock renewal off; a handler that outlives the lock then loses the message to
+	// redelivery.
+	DisableLockRenewal bool
+	// IdempotencyKey returns the key that names a message across its attempts; retry copies get the
+	// MessageId "{key}-attempt-{n}". Nil means the original MessageID. The key is computed once, on the
+	// first failure, and carried in the envelope after that.
+	IdempotencyKey func(*azservicebus.ReceivedMessage) string
+	// Logger receives structured logs. Nil means slog.Default(). Message bodies are never logged.
+	Logger *slog.Logger
+	// Hooks observe outcomes and state changes.
+	Hooks Hooks
+	// ReconnectDelays are the waits before each reconnect try after a receive failure. Nil means
+	// [DefaultReconnectDelays] (5 s, 10 s, 15 s); an empty non-nil slice goes straight to the watchdog.
+	ReconnectDelays []time.Duration
+	// WatchdogInterval is the period of the watchdog that takes over when every reconnect try failed.
+	// Zero means [DefaultWatchdogInterval] (60 s).
+	WatchdogInterval time.Duration
+	// ShutdownGrace is how long in-flight handlers keep a live context after Run's context ends; then
+	// their contexts are cancelled. Zero means [DefaultShutdownGrace] (30 s).
+	ShutdownGrace time.Duration
+	// DeadLetterReasons overrides the reason texts.
+	DeadLetterReasons DeadLetterReasons
+	// DescriptionLimit bounds the dead-letter description and the last-error property, in bytes.
+	// Zero means [DefaultDescriptionLimit] (1024).
+	DescriptionLimit int
+	// MaxMessageSize is the largest retry copy, in bytes (body plus properties, estimated). A larger copy
+	// is dead-lettered rather than failing to republish forever. Zero means [DefaultMaxMessageSize].
+	MaxMessageSize int
+	// Clock is the time source. Nil means the real clock.
+	Clock Clock
+}
+
+// config is Options with every default applied; it is built once and shared read-only.
+type config struct {
+	maxAttempts       int
+	backoff           Backoff
+	retryBudget       time.Duration
+	maxConcurrency    int
+	batchSize         int
+	settleTimeout     time.Duration
+	lockRenewInterval time.Duration
+	lockRenewal       bool
+	key               func(*azservicebus.ReceivedMessage) string
+	logger            *slog.Logger
+	hooks             Hooks
+	reconnectDelays   []time.Duration
+	watchdogInterval  time.Duration
+	shutdownGrace     time.Duration
+	reasons           DeadLetterReasons
+	descriptionLimit  int
+	maxMessageSize    int
+	clock             Clock
+	maxDelay          time.Duration
+}
+
+// validate reports the first invalid field.
+func (o *Options) validate() error {
+	if o == nil {
+		return nil
+	}
+	negInt := func(field string, v int) error {
+		if v < 0 {
+			return &OptionError{Field: field, Reason: "must not be negative"}
+		}
+		return nil
+	}
+	negDur := func(field string, v time.Duration) error {
+		if v < 0 {
+			return &OptionError{Field: field, Reason: "must not be negative"}
+		}
+		return nil
+	}
+	for _, err := range []error{
+		negInt("MaxAttempts", o.MaxAttempts),
+		negInt("MaxConcurrency", o.MaxConcurrency),
+		negInt("ReceiveBatchSize", o.ReceiveBatchSize),
+		negInt("DescriptionLimit", o.DescriptionLimit),
+		negInt("MaxMessageSize", o.MaxMessageSize),
+		negDur("RetryBudget", o.RetryBudget),
+		negDur("SettleTimeout", o.SettleTimeout),
+		negDur("LockRenewInterval", o.LockRenewInterval),
+		negDur("WatchdogInterval", o.WatchdogInterval),
+		negDur("ShutdownGrace", o.ShutdownGrace),
+	} {
+		if err != nil {
+			return err
+		}
+	}
+	for i, d := range o.ReconnectDelays {
+		if d < 0 {
+			return &OptionError{Field: "ReconnectDelays", Reason: "delay " + strconv.Itoa(i) + " must not be negative"}
+		}
+	}
+	if o.MaxAttempts > math.MaxInt32 {
+		return &OptionError{Field: "MaxAttempts", Reason: "must fit in 32 bits"}
+	}
+	if v, ok := o.Backoff.(interface{ Validate() error }); ok {
+		if err := v.Validate(); err != nil {
+			return &OptionError{Field: "Backoff", Reason: err.Error()}
+		}
+	}
+	return nil
+}
+
+// resolve validates o and applies the defaults.
+func (o *Options) resolve() (*config, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	var opts Options
+	if o != nil {
+		opts = *o
+	}
+	c := &config{
+		maxAttempts:       orInt(opts.MaxAttempts, DefaultMaxAttempts),
+		backoff:           opts.Backoff,
+		retryBudget:       opts.RetryBudget,
+		maxConcurrency:    orInt(opts.MaxConcurrency, DefaultMaxConcurrency),
+		settleTimeout:     orDur(opts.SettleTimeout, DefaultSettleTimeout),
+		lockRenewInterval: opts.LockRenewInterval,
+		lockRenewal:       !opts.DisableLockRenewal,
+		key:               opts.IdempotencyKey,
+		logger:            opts.Logger,
+		hooks:             opts.Hooks,
+		reconnectDelays:   opts.ReconnectDelays,
+		watchdogInterval:  orDur(opts.WatchdogInterval, DefaultWatchdogInterval),
+		shutdownGrace:     orDur(opts.ShutdownGrace, DefaultShutdownGrace),
+		reasons:           opts.DeadLetterReasons.withDefaults(),
+		descriptionLimit:  orInt(opts.DescriptionLimit, DefaultDescriptionLimit),
+		maxMessageSize:    orInt(opts.MaxMessageSize, DefaultMaxMessageSize),
+		clock:             opts.Clock,
+	}
+	c.batchSize = orInt(opts.ReceiveBatchSize, c.maxConcurrency)
+	if c.backoff == nil {
+		c.backoff = Fibonacci{}
+	}
+	c.maxDelay = DefaultCap
+	if b, ok := c.backoff.(DelayBounds); ok {
+		_, c.maxDelay = b.Bounds()
+	}
+	if c.key == nil {
+		c.key = func(m *azservicebus.ReceivedMessage) string { return m.MessageID }
+	}
+	if c.logger == nil {
+		c.logger = slog.Default()
+	}
+	if c.reconnectDelays == nil {
+		c.reconnectDelays = DefaultReconnectDelays
+	}
+	c.reconnectDelays = append([]time.Duration(nil), c.reconnectDelays...)
+	if c.clock == nil {
+		c.clock = realClock{}
+	}
+	return c, nil
+}
+
+func orInt(v, def int) int {
+	if v == 0 {
+		return def
+	}
+	return v
+}
+
+func orDur(v, def time.Duration) time.Duration {
+	if v == 0 {
+		return def
+	}
+	return v
+}

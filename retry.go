@@ -1,0 +1,67 @@
+// Package retry adds delayed retries with backoff to Azure Service Bus consumers.
+//
+// Service Bus on its own can only redeliver a failed message at once (abandon) until the entity's
+// MaxDeliveryCount is spent, and then dead-letters it. During a downstream outage every attempt burns
+// within seconds. This package instead republishes a copy of a failed message with a scheduled enqueue
+// time chosen by a [Backoff] (Fibonacci by default), carries the retry state in the copy's application
+// properties (see [Envelope]), and only then completes the original. Nothing is ever abandoned, and a
+// message is never completed before its successor is safely scheduled: if the republish fails, the
+// original stays locked and the broker redelivers it.
+//
+// The per-message engine is [Processor]; [Consumer] wraps it in a receive loop with bounded concurrency,
+// lock renewal, and a reconnect-then-watchdog recovery loop that rebuilds the client from scratch.
+// All time flows through a [Clock], so handlers can be unit-tested with a fake clock and the in-memory
+// broker of package retrytest.
+//
+// # Crash contract
+//
+// For every failed delivery the order is: schedule the copy, then complete the original. If the process
+// dies (or the lock is lost) between the two, the broker redelivers the original and the handler runs
+// again; the second republish uses the same deterministic MessageId ("{key}-attempt-{n}"), so a queue with
+// duplicate detection enabled drops it. Delivery is therefore at-least-once, and with duplicate detection
+// on (window at least as long as the longest retry delay) a retry is scheduled at most once per attempt.
+package retry
+
+import (
+	"context"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Handler processes one message. Returning nil completes the message. Returning an error schedules a
+// retry (or dead-letters the message once attempts are spent); wrap the error with [Permanent] to
+// dead-letter at once, or with [RetryAfter] to choose the delay yourself.
+//
+// The context carries the message's [Envelope] (see [EnvelopeFromContext]) and is cancelled when the
+// message lock is lost or the consumer shuts down; a handler that ignores it delays shutdown.
+type Handler func(ctx context.Context, msg *azservicebus.ReceivedMessage) error
+
+// Settler is the part of a receiver that settles messages. [Processor.Process] needs nothing else, so a
+// team with its own receive loop can pass its *azservicebus.Receiver.
+type Settler interface {
+	CompleteMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
+	DeadLetterMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, options *azservicebus.DeadLetterOptions) error
+	RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, options *azservicebus.RenewMessageLockOptions) error
+}
+
+// Receiver lists the methods of *azservicebus.Receiver that [Consumer] calls.
+type Receiver interface {
+	Settler
+	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	Close(ctx context.Context) error
+}
+
+// Sender lists the methods of *azservicebus.Sender used to republish retries. ScheduleMessages is used
+// (rather than SendMessage with a ScheduledEnqueueTime) because it returns the sequence number of the
+// scheduled copy, which makes a pending retry observable and cancellable.
+type Sender interface {
+	ScheduleMessages(ctx context.Context, messages []*azservicebus.Message, scheduledEnqueueTime time.Time, options *azservicebus.ScheduleMessagesOptions) ([]int64, error)
+	Close(ctx context.Context) error
+}
+
+// Compile-time proof that the SDK's types satisfy the interfaces above.
+var (
+	_ Receiver = (*azservicebus.Receiver)(nil)
+	_ Sender   = (*azservicebus.Sender)(nil)
+)

@@ -1,0 +1,109 @@
+package retrytest
+
+import (
+	"context"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry"
+)
+
+// connection is one client's view of the broker. Once closed, its operations fail with
+// azservicebus.CodeClosed, like a closed SDK client.
+type connection struct {
+	b      *Broker
+	closed chan struct{}
+	done   bool
+}
+
+func (c *connection) checkLocked() error {
+	if c.done {
+		return &azservicebus.Error{Code: azservicebus.CodeClosed}
+	}
+	return nil
+}
+
+func (c *connection) close(context.Context) error {
+	c.b.mu.Lock()
+	defer c.b.mu.Unlock()
+	if !c.done {
+		c.done = true
+		close(c.closed)
+	}
+	return nil
+}
+
+func (b *Broker) newConnection() *connection {
+	return &connection{b: b, closed: make(chan struct{})}
+}
+
+// Receiver returns a receiver on the broker, for tests that drive a [retry.Processor] themselves.
+func (b *Broker) Receiver() retry.Receiver { return &receiver{conn: b.newConnection()} }
+
+// Sender returns a sender on the broker: what it schedules lands in the same queue.
+func (b *Broker) Sender() retry.Sender { return &sender{conn: b.newConnection()} }
+
+// Connector returns a [retry.Connector] that builds a fresh receiver and sender on every call (failing
+// while [OpConnect] faults are set). Closing the connection closes both.
+func (b *Broker) Connector() retry.Connector {
+	return func(ctx context.Context) (*retry.Connection, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if err := b.takeFaultLocked(OpConnect); err != nil {
+			b.mu.Unlock()
+			return nil, err
+		}
+		b.connects++
+		b.notifyLocked()
+		b.mu.Unlock()
+		conn := b.newConnection()
+		return &retry.Connection{Receiver: &receiver{conn: conn}, Sender: &sender{conn: conn}, Close: conn.close}, nil
+	}
+}
+
+// Connects returns how many connections the Connector has built.
+func (b *Broker) Connects() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.connects
+}
+
+type receiver struct{ conn *connection }
+
+func (r *receiver) ReceiveMessages(ctx context.Context, maxMessages int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	return r.conn.b.receive(ctx, r.conn, maxMessages)
+}
+
+func (r *receiver) CompleteMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.conn.b.complete(r.conn, msg)
+}
+
+func (r *receiver) DeadLetterMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, opts *azservicebus.DeadLetterOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.conn.b.deadLetter(r.conn, msg, opts)
+}
+
+func (r *receiver) RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return r.conn.b.renew(r.conn, msg)
+}
+
+func (r *receiver) Close(ctx context.Context) error { return r.conn.close(ctx) }
+
+type sender struct{ conn *connection }
+
+func (s *sender) ScheduleMessages(ctx context.Context, msgs []*azservicebus.Message, at time.Time, _ *azservicebus.ScheduleMessagesOptions) ([]int64, error) {
+	return s.conn.b.schedule(ctx, s.conn, msgs, at)
+}
+
+func (s *sender) Close(ctx context.Context) error { return s.conn.close(ctx) }

@@ -1,0 +1,91 @@
+package retrytest
+
+import (
+	"errors"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Op names a broker operation that a fault can target.
+type Op int
+
+const (
+	// OpConnect is a Connector call.
+	OpConnect Op = iota + 1
+	// OpReceive is a ReceiveMessages call.
+	OpReceive
+	// OpSchedule is a ScheduleMessages call (the republish of a retry).
+	OpSchedule
+	// OpComplete is a CompleteMessage call.
+	OpComplete
+	// OpDeadLetter is a DeadLetterMessage call.
+	OpDeadLetter
+	// OpRenew is a RenewMessageLock call.
+	OpRenew
+)
+
+func (o Op) String() string {
+	switch o {
+	case OpConnect:
+		return "connect"
+	case OpReceive:
+		return "receive"
+	case OpSchedule:
+		return "schedule"
+	case OpComplete:
+		return "complete"
+	case OpDeadLetter:
+		return "dead-letter"
+	case OpRenew:
+		return "renew"
+	}
+	return "unknown"
+}
+
+// ErrInjected is the default error of an injected fault.
+var ErrInjected = errors.New("retrytest: injected fault")
+
+// ErrConnectionLost is an SDK error with azservicebus.CodeConnectionLost, handy as a fault.
+var ErrConnectionLost error = &azservicebus.Error{Code: azservicebus.CodeConnectionLost}
+
+type fault struct {
+	remaining int
+	err       error
+}
+
+// Fail makes the next n calls of op fail with err (nil means [ErrInjected]). n <= 0 clears the fault.
+// A failed settle leaves the message locked, as a real failed call would.
+func (b *Broker) Fail(op Op, n int, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if n <= 0 {
+		delete(b.faults, op)
+		return
+	}
+	if err == nil {
+		err = ErrInjected
+	}
+	b.faults[op] = &fault{remaining: n, err: err}
+}
+
+// FailNextConnects makes the next n Connector calls fail with err.
+func (b *Broker) FailNextConnects(n int, err error) { b.Fail(OpConnect, n, err) }
+
+// FailNextSends makes the next n ScheduleMessages calls fail with err.
+func (b *Broker) FailNextSends(n int, err error) { b.Fail(OpSchedule, n, err) }
+
+// FailNextCompletes makes the next n CompleteMessage calls fail with err.
+func (b *Broker) FailNextCompletes(n int, err error) { b.Fail(OpComplete, n, err) }
+
+// takeFaultLocked consumes one pending fault of op, if any.
+func (b *Broker) takeFaultLocked(op Op) error {
+	f, ok := b.faults[op]
+	if !ok {
+		return nil
+	}
+	f.remaining--
+	if f.remaining <= 0 {
+		delete(b.faults, op)
+	}
+	return f.err
+}

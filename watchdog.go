@@ -1,0 +1,82 @@
+package retry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// reconnect builds a fresh connection, waiting before each try according to how many consecutive
+// failures (receive or connect) came before it: none waits nothing (the first connect), the next ones
+// wait ReconnectDelays in turn (5 s, 10 s, 15 s by default), and once those are spent a single watchdog
+// takes over, trying every WatchdogInterval until a try succeeds. The watchdog is this same loop, so a
+// failure while it runs cannot start a second one. The failure count is reset by the receive loop only
+// when a receive on the new connection succeeds, because the SDK connects lazily: a connector call can
+// succeed against a namespace that is still down. It returns nil when ctx ends.
+func (c *Consumer) reconnect(ctx context.Context, failures *int) *Connection {
+	for {
+		wait := c.reconnectWait(*failures)
+		if wait > 0 {
+			select {
+			case <-c.cfg.clock.After(wait):
+			case <-ctx.Done():
+				return nil
+			}
+		} else if ctx.Err() != nil {
+			return nil
+		}
+		conn, err := c.dial(ctx)
+		if err == nil {
+			c.update(func(h *Health) { h.Connects++ })
+			return conn
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		*failures++
+		c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+		c.cfg.logger.Warn("connect failed", errAttr(err), slog.Int("failures", *failures),
+			slog.Duration("next_try_in", c.reconnectWait(*failures)))
+	}
+}
+
+// reconnectWait returns the wait before the next connect after n consecutive failures, and moves the
+// consumer into the matching state.
+func (c *Consumer) reconnectWait(n int) time.Duration {
+	delays := c.cfg.reconnectDelays
+	switch {
+	case n == 0:
+		return 0
+	case n <= len(delays):
+		c.setState(StateReconnecting, nil)
+		return delays[n-1]
+	default:
+		c.setState(StateWatchdog, nil)
+		return c.cfg.watchdogInterval
+	}
+}
+
+// dial calls the connector, bounded by the settle timeout, and checks what it returned.
+func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.settleTimeout)
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			conn, err = nil, fmt.Errorf("retry: connector panicked: %v", r)
+		}
+	}()
+	conn, err = c.connect(cctx)
+	if err != nil {
+		return nil, redact.Wrap(err)
+	}
+	if conn == nil || conn.Receiver == nil || conn.Sender == nil {
+		if conn != nil && conn.Close != nil {
+			_ = conn.Close(cctx)
+		}
+		return nil, errNilConnection
+	}
+	return conn, nil
+}
