@@ -166,6 +166,7 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 				return nil
 			}
 			live = &liveConnection{conn: conn, processor: newProcessor(conn.Sender, c.handler, c.cfg)}
+			c.setState(StateRunning, nil)
 		}
 		// Take one free slot (waiting if needed), then any others free now, and ask for that many.
 		select {
@@ -198,10 +199,7 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 			live = nil
 			continue
 		}
-		if failures > 0 || c.Health().State != StateRunning {
-			failures = 0
-			c.setState(StateRunning, nil)
-		}
+		failures = 0 // a receive worked: the next failure starts the reconnect schedule over
 		for i, msg := range msgs {
 			if i >= slots {
 				// A receiver returned more than asked for: still never exceed MaxConcurrency.

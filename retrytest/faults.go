@@ -54,10 +54,12 @@ type fault struct {
 }
 
 // Fail makes the next n calls of op fail with err (nil means [ErrInjected]). n <= 0 clears the fault.
+// A receive call already blocked waiting for messages fails at once.
 // A failed settle leaves the message locked, as a real failed call would.
 func (b *Broker) Fail(op Op, n int, err error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	defer b.notifyLocked() // wake blocked receivers so that a receive fault applies at once
 	if n <= 0 {
 		delete(b.faults, op)
 		return

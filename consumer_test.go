@@ -1,0 +1,407 @@
+package retry_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// runConsumer starts c.Run in the bubble and returns a stop function that cancels it and waits.
+func runConsumer(t *testing.T, c *retry.Consumer) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+func sendN(b *retrytest.Broker, n int) {
+	for i := range n {
+		b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("m-%d", i)), Body: []byte("x")})
+	}
+}
+
+func TestConsumerConcurrencyBound(t *testing.T) {
+	for _, limit := range []int{1, 3, 8} {
+		t.Run(fmt.Sprintf("max %d", limit), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				const total = 40
+				var running, peak atomic.Int32
+				var mu sync.Mutex
+				seen := map[string]int{}
+				b := retrytest.NewBroker(nil, nil)
+				sendN(b, total)
+				c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
+					n := running.Add(1)
+					for {
+						p := peak.Load()
+						if n <= p || peak.CompareAndSwap(p, n) {
+							break
+						}
+					}
+					<-time.After(time.Second)
+					running.Add(-1)
+					return nil
+				}, &retry.Options{MaxConcurrency: limit, ReceiveBatchSize: 5, Logger: discardLogger(),
+					Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+						mu.Lock()
+						seen[p.Message.MessageID]++
+						mu.Unlock()
+					}}})
+				require.NoError(t, err)
+				stop := runConsumer(t, c)
+				require.NoError(t, b.WaitUntil(t.Context(), func() bool { return len(b.Completed()) == total }))
+				require.NoError(t, stop())
+				assert.Equal(t, int32(limit), peak.Load(), "never more than MaxConcurrency, and uses all of it")
+				assert.Len(t, seen, total)
+				for id, n := range seen {
+					assert.Equal(t, 1, n, id)
+				}
+				h := c.Health()
+				assert.Equal(t, uint64(total), h.Completed)
+				assert.Equal(t, retry.StateStopped, h.State)
+				assert.Equal(t, 0, h.InFlight)
+			})
+		})
+	}
+}
+
+func TestConsumerRetriesThenDeadLetters(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
+		b.Send(&azservicebus.Message{MessageID: strPtr("poison"), Body: []byte("x")})
+		var attempts []time.Duration
+		start := time.Now()
+		c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
+			attempts = append(attempts, time.Since(start))
+			return errBoom
+		}, &retry.Options{MaxAttempts: 4, Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		require.NoError(t, b.WaitUntil(t.Context(), func() bool { return len(b.DeadLettered()) == 1 }))
+		require.NoError(t, stop())
+		// Attempts at 0, +10 s, +10 s, +20 s (Fibonacci{}).
+		assert.Equal(t, []time.Duration{0, 10 * time.Second, 20 * time.Second, 40 * time.Second}, attempts)
+		h := c.Health()
+		assert.Equal(t, uint64(3), h.RetriesScheduled)
+		assert.Equal(t, uint64(1), h.DeadLettered)
+	})
+}
+
+// event is one connector or receive call, with the bubble time it happened at.
+type event struct {
+	what string
+	at   time.Duration
+}
+
+// recorder wraps a broker's connector to log connects and receives in order.
+type recorder struct {
+	mu     sync.Mutex
+	start  time.Time
+	events []event
+}
+
+func (r *recorder) add(what string) {
+	r.mu.Lock()
+	r.events = append(r.events, event{what, time.Since(r.start)})
+	r.mu.Unlock()
+}
+
+func (r *recorder) snapshot() []event {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]event(nil), r.events...)
+}
+
+func (r *recorder) connector(b *retrytest.Broker) retry.Connector {
+	inner := b.Connector()
+	return func(ctx context.Context) (*retry.Connection, error) {
+		conn, err := inner(ctx)
+		if err != nil {
+			r.add("connect-failed")
+			return nil, err
+		}
+		r.add("connect")
+		conn.Receiver = &recordingReceiver{Receiver: conn.Receiver, r: r}
+		return conn, nil
+	}
+}
+
+type recordingReceiver struct {
+	retry.Receiver
+	r *recorder
+}
+
+func (rr *recordingReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	msgs, err := rr.Receiver.ReceiveMessages(ctx, n, o)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		rr.r.add("receive-failed")
+	case err == nil:
+		rr.r.add("receive")
+	}
+	return msgs, err
+}
+
+func TestReconnectThenWatchdog(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		rec := &recorder{start: time.Now()}
+		var states []retry.State
+		var smu sync.Mutex
+		c, err := retry.NewConsumer(rec.connector(b), okHandler, &retry.Options{Logger: discardLogger(),
+			Hooks: retry.Hooks{OnStateChange: func(p retry.StateChangeParams) {
+				smu.Lock()
+				states = append(states, p.To)
+				smu.Unlock()
+			}}})
+		require.NoError(t, err)
+
+		stop := runConsumer(t, c)
+		synctest.Wait() // connected and waiting for messages
+		assert.Equal(t, retry.StateRunning, c.Health().State)
+		// The receive fails; then 5 connects fail: 3 reconnect tries and 2 watchdog ticks.
+		b.FailNextConnects(5, errors.New("namespace unreachable"))
+		b.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost)
+		<-time.After(150*time.Second + time.Millisecond)
+		synctest.Wait()
+		assert.Equal(t, retry.StateWatchdog, c.Health().State)
+		b.Send(&azservicebus.Message{MessageID: strPtr("after"), Body: []byte("x")})
+		<-time.After(60 * time.Second)
+		synctest.Wait()
+		require.Len(t, b.Completed(), 1)
+		assert.Equal(t, retry.StateRunning, c.Health().State)
+
+		want := []event{
+			{"connect", 0},
+			{"receive-failed", 0},
+			{"connect-failed", 5 * time.Second},
+			{"connect-failed", 15 * time.Second},
+			{"connect-failed", 30 * time.Second},
+			{"connect-failed", 90 * time.Second}, // the watchdog: every 60 s
+			{"connect-failed", 150 * time.Second},
+			{"connect", 210 * time.Second},
+			{"receive", 210 * time.Second}, // the connector ran before receiving resumed
+		}
+		assert.Equal(t, want, rec.snapshot())
+		require.NoError(t, stop())
+		h := c.Health()
+		assert.Equal(t, uint64(5), h.ConnectFailures)
+		assert.Equal(t, uint64(1), h.ReceiveFailures)
+		assert.Equal(t, uint64(2), h.Connects)
+		assert.Contains(t, h.LastError, "namespace unreachable")
+		smu.Lock()
+		assert.Equal(t, []retry.State{retry.StateConnecting, retry.StateRunning, retry.StateReconnecting, retry.StateWatchdog, retry.StateRunning, retry.StateStopped}, states)
+		smu.Unlock()
+	})
+}
+
+func TestWatchdogIsSingleAndResetsAfterSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		rec := &recorder{start: time.Now()}
+		c, err := retry.NewConsumer(rec.connector(b), okHandler, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		// Receive fails; 3 reconnect tries fail; the watchdog's first try connects but the receive
+		// fails again: that second failure must not start a second watchdog nor restart the 5 s tries.
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		b.FailNextConnects(3, nil)
+		b.Fail(retrytest.OpReceive, 2, retrytest.ErrConnectionLost)
+		<-time.After(300 * time.Second)
+		synctest.Wait()
+		want := []event{
+			{"connect", 0},
+			{"receive-failed", 0},
+			{"connect-failed", 5 * time.Second},
+			{"connect-failed", 15 * time.Second},
+			{"connect-failed", 30 * time.Second},
+			{"connect", 90 * time.Second},
+			{"receive-failed", 90 * time.Second},
+			{"connect", 150 * time.Second}, // one watchdog tick later, not 5 s later
+		}
+		got := rec.snapshot()
+		assert.Equal(t, want, got, "no further connects once receiving works")
+
+		// After a success the schedule starts over at 5 s.
+		b.Send(&azservicebus.Message{MessageID: strPtr("wake"), Body: []byte("x")})
+		synctest.Wait()
+		b.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost)
+		<-time.After(5 * time.Second)
+		synctest.Wait()
+		got = rec.snapshot()
+		assert.Equal(t, []event{{"receive", 300 * time.Second}, {"receive-failed", 300 * time.Second}, {"connect", 305 * time.Second}}, got[len(want):])
+		require.NoError(t, stop())
+	})
+}
+
+func TestCancelDuringWatchdogStopsPromptly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		b.FailNextConnects(1000, nil)
+		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		<-time.After(100 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, retry.StateWatchdog, c.Health().State)
+		before := time.Now()
+		require.NoError(t, stop())
+		assert.Zero(t, time.Since(before), "no waiting for the next watchdog tick")
+		assert.Equal(t, retry.StateStopped, c.Health().State)
+	})
+}
+
+func TestBrokenConnectionIsClosedNotReused(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		var conns []*closeTracker
+		inner := b.Connector()
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := inner(ctx)
+			if err != nil {
+				return nil, err
+			}
+			tr := &closeTracker{inner: conn.Close}
+			conn.Close = tr.close
+			conns = append(conns, tr)
+			return conn, nil
+		}
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		b.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost)
+		<-time.After(6 * time.Second)
+		synctest.Wait()
+		require.Len(t, conns, 2, "a fresh connection after the failure")
+		assert.True(t, conns[0].closed.Load(), "the broken one is closed")
+		assert.False(t, conns[1].closed.Load())
+		require.NoError(t, stop())
+		assert.True(t, conns[1].closed.Load(), "Run closes the live one when it returns")
+	})
+}
+
+type closeTracker struct {
+	inner  func(context.Context) error
+	closed atomic.Bool
+}
+
+func (c *closeTracker) close(ctx context.Context) error {
+	c.closed.Store(true)
+	return c.inner(ctx)
+}
+
+func TestShutdownDrainsInFlightHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, 2)
+		started := make(chan struct{}, 2)
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			started <- struct{}{}
+			if m.MessageID == "m-0" {
+				<-time.After(3 * time.Second) // finishes inside the grace period, ignoring ctx
+				return nil
+			}
+			<-ctx.Done() // waits for cancellation after the grace period
+			return ctx.Err()
+		}, &retry.Options{MaxConcurrency: 2, ShutdownGrace: 10 * time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		<-started
+		<-started
+		before := time.Now()
+		require.NoError(t, stop())
+		assert.Equal(t, 10*time.Second, time.Since(before), "Run waited for the grace period, no longer")
+		require.Len(t, b.Completed(), 1, "the handler that succeeded was completed")
+		assert.Equal(t, "m-0", b.Completed()[0].MessageID)
+		assert.Empty(t, b.Scheduled(), "the cancelled handler's failure is not retried")
+		assert.Empty(t, b.DeadLettered())
+		assert.Equal(t, 1, b.Stats().Locked, "left locked for the broker to redeliver")
+		assert.Equal(t, uint64(1), c.Health().LeftForRedelivery)
+	})
+}
+
+func TestRunTwiceAndRunAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		assert.ErrorIs(t, c.Run(t.Context()), retry.ErrAlreadyRunning)
+		require.NoError(t, stop())
+		stop = runConsumer(t, c)
+		synctest.Wait()
+		assert.Equal(t, retry.StateRunning, c.Health().State)
+		require.NoError(t, stop())
+	})
+}
+
+func TestConnectErrorsAreRedacted(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var buf lockedWriter
+		buf.w = new(bytes.Buffer)
+		calls := 0
+		connect := func(context.Context) (*retry.Connection, error) {
+			calls++
+			return nil, errors.New("bad connection string Endpoint=sb://x/;SharedAccessKeyName=k;SharedAccessKey=hunter2")
+		}
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: slog.New(slog.NewTextHandler(&buf, nil))})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		require.NoError(t, stop())
+		assert.Equal(t, 1, calls)
+		assert.NotContains(t, c.Health().LastError, "hunter2")
+		assert.Contains(t, c.Health().LastError, "REDACTED")
+		assert.NotContains(t, buf.w.String(), "hunter2")
+	})
+}
+
+func TestNewConsumerRejectsBadInput(t *testing.T) {
+	b := retrytest.NewBroker(nil, nil)
+	cases := []struct {
+		name    string
+		connect retry.Connector
+		handler retry.Handler
+		opts    *retry.Options
+	}{
+		{"nil connector", nil, okHandler, nil},
+		{"nil handler", b.Connector(), nil, nil},
+		{"negative concurrency", b.Connector(), okHandler, &retry.Options{MaxConcurrency: -1}},
+		{"negative attempts", b.Connector(), okHandler, &retry.Options{MaxAttempts: -1}},
+		{"negative settle timeout", b.Connector(), okHandler, &retry.Options{SettleTimeout: -time.Second}},
+		{"negative reconnect delay", b.Connector(), okHandler, &retry.Options{ReconnectDelays: []time.Duration{time.Second, -1}}},
+		{"negative watchdog", b.Connector(), okHandler, &retry.Options{WatchdogInterval: -1}},
+		{"negative budget", b.Connector(), okHandler, &retry.Options{RetryBudget: -1}},
+		{"bad backoff", b.Connector(), okHandler, &retry.Options{Backoff: retry.Exponential{Factor: 0.1}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			c, err := retry.NewConsumer(tc.connect, tc.handler, tc.opts)
+			assert.Nil(t, c)
+			assert.ErrorIs(t, err, retry.ErrInvalidOptions)
+		})
+	}
+	c, err := retry.NewConsumer(b.Connector(), okHandler, nil)
+	require.NoError(t, err)
+	assert.Equal(t, retry.StateIdle, c.Health().State)
+}
