@@ -42,4 +42,3 @@ func cloneMessage(m *azservicebus.Message) *azservicebus.Message {
 func sortBySeq(es []*entry) {
 	sort.SliceStable(es, func(i, j int) bool { return es[i].seq < es[j].seq })
 }
-
