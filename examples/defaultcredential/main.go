@@ -1,0 +1,66 @@
+// Command defaultcredential consumes a queue with delayed retries, authenticating with Microsoft Entra
+// ID through azidentity's DefaultAzureCredential (environment, workload identity, managed identity or
+// Azure CLI). It needs a real namespace:
+//
+//	SERVICEBUS_NAMESPACE=myns.servicebus.windows.net SERVICEBUS_QUEUE=orders go run ./examples/defaultcredential
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azidentity"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry"
+)
+
+func main() {
+	namespace, queue := os.Getenv("SERVICEBUS_NAMESPACE"), os.Getenv("SERVICEBUS_QUEUE")
+	if namespace == "" || queue == "" {
+		fmt.Fprintln(os.Stderr, "set SERVICEBUS_NAMESPACE and SERVICEBUS_QUEUE")
+		os.Exit(2)
+	}
+	cred, err := azidentity.NewDefaultAzureCredential(nil)
+	if err != nil {
+		slog.Error("no credential", "error", err)
+		os.Exit(1)
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		// Honour a downstream's Retry-After instead of the backoff schedule.
+		return retry.RetryAfter(30*time.Second, fmt.Errorf("downstream throttled message %s", msg.MessageID))
+	}
+	consumer, err := retry.NewConsumer(retry.QueueCredential(namespace, cred, queue, nil), handler, &retry.Options{
+		MaxConcurrency: 16,
+		Backoff:        retry.Jitter{Backoff: retry.Exponential{Base: 5 * time.Second, Cap: time.Hour}},
+	})
+	if err != nil {
+		slog.Error("invalid options", "error", err)
+		os.Exit(1)
+	}
+
+	// A readiness probe backed by Consumer.Health.
+	go func() {
+		http.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if h := consumer.Health(); !h.Ready() {
+				http.Error(w, h.State.String()+": "+h.LastError, http.StatusServiceUnavailable)
+				return
+			}
+			fmt.Fprintln(w, "ok")
+		})
+		_ = http.ListenAndServe("127.0.0.1:8080", nil)
+	}()
+	if err := consumer.Run(ctx); err != nil {
+		slog.Error("consumer stopped", "error", err)
+		os.Exit(1)
+	}
+}

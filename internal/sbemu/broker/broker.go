@@ -1,0 +1,172 @@
+package broker
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+
+	"github.com/benbjohnson/clock"
+)
+
+// DeadLetterSuffix is appended to a queue name to address its dead-letter
+// sub-queue, as the SDK does ("<queue>/$DeadLetterQueue"). Lookups ignore case.
+const DeadLetterSuffix = "/$DeadLetterQueue"
+
+// Broker holds a fixed set of queues configured at [New]. It is safe for
+// concurrent use: one mutex guards every queue, so moves between a queue and
+// its dead-letter queue are atomic and lock ownership can be released across
+// queues in one step. The zero value is not usable; call [New].
+type Broker struct {
+	mu     sync.Mutex
+	clock  clock.Clock
+	queues map[string]*Queue // by lower-case name, main queues only
+	names  []string          // configured spelling, in configuration order
+	closed bool
+	done   chan struct{} // closed by Close to wake blocked receivers
+}
+
+// New validates the queue configurations and returns a broker serving them.
+// Names must be non-empty, unique ignoring case and free of '/'; durations and
+// sizes must not be negative (see [QueueConfig]). Errors wrap
+// [ErrInvalidConfig]. Every queue gets a dead-letter queue automatically.
+func New(opts Options, queues ...QueueConfig) (*Broker, error) {
+	b := &Broker{
+		clock:  opts.Clock,
+		queues: make(map[string]*Queue, len(queues)),
+		done:   make(chan struct{}),
+	}
+	if b.clock == nil {
+		b.clock = clock.New()
+	}
+	for _, cfg := range queues {
+		if err := cfg.validate(); err != nil {
+			return nil, err
+		}
+		key := strings.ToLower(cfg.Name)
+		if _, dup := b.queues[key]; dup {
+			return nil, fmt.Errorf("%w: duplicate queue name %q", ErrInvalidConfig, cfg.Name)
+		}
+		q := newQueue(b, cfg.Name, cfg.withDefaults())
+		dlqCfg := QueueConfig{
+			Name:         cfg.Name + DeadLetterSuffix,
+			LockDuration: q.cfg.LockDuration,
+			// Service Bus never dead-letters out of a dead-letter queue and
+			// does not observe TTL there: no delivery limit, no expiry.
+			MaxDeliveryCount: 0,
+			MaxMessageSize:   q.cfg.MaxMessageSize,
+		}
+		q.dlq = newQueue(b, dlqCfg.Name, dlqCfg)
+		q.dlq.parent = q
+		b.queues[key] = q
+		b.names = append(b.names, cfg.Name)
+	}
+	return b, nil
+}
+
+// Queue returns the queue with the given name, ignoring case, or its
+// dead-letter queue when the name ends in "/$DeadLetterQueue" (any case). The
+// bool is false for unknown names; callers needing an error use
+// [ErrUnknownQueue].
+func (b *Broker) Queue(name string) (*Queue, bool) {
+	key := strings.ToLower(name)
+	dlqSuffix := strings.ToLower(DeadLetterSuffix)
+	if base, ok := strings.CutSuffix(key, dlqSuffix); ok {
+		q, found := b.queues[base]
+		if !found {
+			return nil, false
+		}
+		return q.dlq, true
+	}
+	q, ok := b.queues[key]
+	return q, ok
+}
+
+// Queues returns the configured queue names (dead-letter queues excluded) in
+// configuration order, so the server can list entities deterministically.
+func (b *Broker) Queues() []string {
+	return append([]string(nil), b.names...)
+}
+
+// allQueues returns every queue including dead-letter queues in a stable
+// order; b.mu must be held or the set must be immutable (it is after New).
+func (b *Broker) allQueues() []*Queue {
+	out := make([]*Queue, 0, 2*len(b.names))
+	for _, n := range b.names {
+		q := b.queues[strings.ToLower(n)]
+		out = append(out, q, q.dlq)
+	}
+	return out
+}
+
+// ReleaseOwner returns every message locked by owner, in every queue, as a
+// dropped connection does on Service Bus: the delivery counts (so the
+// delivery count seen next time is one higher) and a message that reached
+// MaxDeliveryCount is dead-lettered with reason "MaxDeliveryCountExceeded".
+// The server calls it when a connection closes; owner is whatever id it
+// passed to [Queue.Receive].
+func (b *Broker) ReleaseOwner(owner uint64) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	now := b.clock.Now()
+	for _, q := range b.allQueues() {
+		q.advance(now)
+		for _, e := range q.lockedEntries() {
+			if e.owner == owner {
+				q.returnLocked(e, true, now)
+			}
+		}
+	}
+	b.armAll()
+}
+
+// ExpireAllLocks is a fault-injection hook: every outstanding lock in every
+// queue expires now, exactly as if its LockedUntil had passed. Later
+// settlements of those deliveries fail with [ErrLockLost].
+func (b *Broker) ExpireAllLocks() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	now := b.clock.Now()
+	for _, q := range b.allQueues() {
+		q.advance(now)
+		for _, e := range q.lockedEntries() {
+			q.returnLocked(e, true, now)
+		}
+	}
+	b.armAll()
+}
+
+// Close stops every timer and makes blocked [Queue.Receive] calls return
+// [ErrClosed]; later mutating calls return [ErrClosed] too, while inspection
+// methods keep working on the final state. Close is idempotent.
+func (b *Broker) Close() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return
+	}
+	b.closed = true
+	close(b.done)
+	for _, q := range b.allQueues() {
+		q.stopTimer()
+	}
+}
+
+// armAll re-arms the wake-up timer of every queue; b.mu must be held.
+func (b *Broker) armAll() {
+	now := b.clock.Now()
+	for _, q := range b.allQueues() {
+		q.armTimer(now)
+	}
+}
+
+// sortBySeq sorts entries by sequence number for deterministic iteration.
+func sortBySeq(es []*entry) {
+	sort.Slice(es, func(i, j int) bool { return es[i].seq < es[j].seq })
+}

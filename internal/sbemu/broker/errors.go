@@ -1,0 +1,38 @@
+package broker
+
+import "errors"
+
+// Sentinel errors returned by the broker. The AMQP server maps each of them to
+// the Service Bus error condition the SDK expects, so they are compared with
+// [errors.Is] and never by message text.
+var (
+	// ErrLockLost reports a settlement or renewal for a lock token that is
+	// unknown, expired or already settled. The server answers it with
+	// com.microsoft:message-lock-lost, which the SDK surfaces as CodeLockLost.
+	ErrLockLost = errors.New("broker: message lock lost")
+
+	// ErrNotFound reports a scheduled sequence number that does not exist
+	// (never scheduled, already activated or already cancelled).
+	ErrNotFound = errors.New("broker: message not found")
+
+	// ErrMessageTooLarge reports a message whose encoded size exceeds the
+	// queue's [QueueConfig.MaxMessageSize].
+	ErrMessageTooLarge = errors.New("broker: message too large")
+
+	// ErrClosed reports a call on a broker after [Broker.Close]; blocked
+	// receivers return it when the broker closes.
+	ErrClosed = errors.New("broker: closed")
+
+	// ErrUnknownQueue is returned by lookups of queue names that were not
+	// configured. [Broker.Queue] reports absence with a bool instead; this
+	// error is for callers (the server) that need an error value.
+	ErrUnknownQueue = errors.New("broker: unknown queue")
+
+	// ErrInvalidConfig wraps every configuration error returned by [New].
+	ErrInvalidConfig = errors.New("broker: invalid configuration")
+
+	// ErrNotSupported reports an operation Service Bus forbids on the entity:
+	// sending or scheduling directly to a dead-letter queue, or dead-lettering
+	// a message received from a dead-letter queue.
+	ErrNotSupported = errors.New("broker: operation not supported on this entity")
+)

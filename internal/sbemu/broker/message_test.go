@@ -1,0 +1,82 @@
+package broker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func fullMessage() *amqp.Message {
+	s := func(v string) *string { return &v }
+	now := time.Unix(100, 0)
+	gs := uint32(3)
+	return &amqp.Message{
+		Format:              1,
+		DeliveryTag:         []byte{1},
+		Header:              &amqp.MessageHeader{Durable: true, TTL: time.Second, DeliveryCount: 2},
+		DeliveryAnnotations: amqp.Annotations{"da": []byte{2}},
+		Annotations:         amqp.Annotations{"a": map[string]any{"nested": []byte{3}}},
+		Properties: &amqp.MessageProperties{
+			MessageID: []byte{4}, CorrelationID: "c", UserID: []byte{5}, To: s("to"), Subject: s("subj"),
+			ReplyTo: s("rt"), ContentType: s("ct"), ContentEncoding: s("ce"), AbsoluteExpiryTime: &now,
+			CreationTime: &now, GroupID: s("g"), GroupSequence: &gs, ReplyToGroupID: s("rg"),
+		},
+		ApplicationProperties: map[string]any{"p": []any{[]byte{6}, map[any]any{"k": []byte{7}}}},
+		Data:                  [][]byte{{8}, {9}},
+		Value:                 map[amqp.Symbol]any{"v": []byte{10}},
+		Sequence:              [][]any{{[]byte{11}}},
+		Footer:                amqp.Annotations{"f": [][]byte{{12}}},
+	}
+}
+
+// mutate changes every mutable part of m in place.
+func mutate(m *amqp.Message) {
+	m.DeliveryTag[0] = 99
+	m.Header.DeliveryCount = 99
+	m.DeliveryAnnotations["da"].([]byte)[0] = 99
+	m.Annotations["a"].(map[string]any)["nested"].([]byte)[0] = 99
+	m.Annotations["new"] = 1
+	m.Properties.MessageID.([]byte)[0] = 99
+	m.Properties.UserID[0] = 99
+	*m.Properties.To = "x"
+	*m.Properties.GroupSequence = 99
+	m.ApplicationProperties["p"].([]any)[0].([]byte)[0] = 99
+	m.ApplicationProperties["p"].([]any)[1].(map[any]any)["k"].([]byte)[0] = 99
+	m.Data[0][0] = 99
+	m.Value.(map[amqp.Symbol]any)["v"].([]byte)[0] = 99
+	m.Sequence[0][0].([]byte)[0] = 99
+	m.Footer["f"].([][]byte)[0][0] = 99
+}
+
+func TestCopyMessageIsDeep(t *testing.T) {
+	orig := fullMessage()
+	c := CopyMessage(orig)
+	require.Equal(t, fullMessage(), c)
+	mutate(c)
+	assert.Equal(t, fullMessage(), orig, "mutating the copy left the original alone")
+	assert.Nil(t, CopyMessage(nil))
+	assert.Equal(t, &amqp.Message{}, CopyMessage(&amqp.Message{}))
+}
+
+func TestDeliveryMutationDoesNotCorruptStore(t *testing.T) {
+	q, _ := newTestQueue(t, QueueConfig{})
+	sent := fullMessage()
+	sent.Header.DeliveryCount = 0
+	mustSend(t, q, sent)
+	mutate(sent) // the sender reuses its message
+	d := mustReceive(t, q, PeekLock)
+	want := fullMessage()
+	assert.Equal(t, want.Data, d.Message.Data)
+	assert.Equal(t, want.ApplicationProperties, d.Message.ApplicationProperties)
+
+	mutate(d.Message)
+	require.NoError(t, q.Release(d.LockToken))
+	again := mustReceive(t, q, PeekLock)
+	assert.Equal(t, want.Data, again.Message.Data)
+	assert.Equal(t, want.Properties, again.Message.Properties)
+	assert.Equal(t, want.Annotations["a"], again.Message.Annotations["a"])
+	assert.NotContains(t, again.Message.Annotations, "new")
+}

@@ -1,0 +1,170 @@
+package broker
+
+import (
+	"container/heap"
+	"context"
+	"time"
+
+	"github.com/Azure/go-amqp"
+	"github.com/google/uuid"
+)
+
+// Mode is the receive mode of a link, chosen by the client.
+type Mode int
+
+const (
+	// PeekLock delivers a message under a lock; it stays in the queue until
+	// completed, and comes back if abandoned, released or the lock expires.
+	PeekLock Mode = iota
+	// ReceiveAndDelete removes the message as it is delivered; there is no
+	// lock and nothing to settle.
+	ReceiveAndDelete
+)
+
+// String names the mode for logs and test output.
+func (m Mode) String() string {
+	switch m {
+	case PeekLock:
+		return "PeekLock"
+	case ReceiveAndDelete:
+		return "ReceiveAndDelete"
+	}
+	return "Mode(?)"
+}
+
+// Delivery is one message handed to a receiver (or to a peek). Message is the
+// caller's own copy, ready to marshal: Header.DeliveryCount is the number of
+// earlier deliveries (the SDK adds one), and the annotations carry
+// x-opt-sequence-number (int64), x-opt-enqueued-time (time.Time), in
+// peek-lock x-opt-locked-until (time.Time), and on dead-letter queues
+// x-opt-deadletter-source (string) and x-opt-enqueue-sequence-number (int64).
+type Delivery struct {
+	// Message is a deep copy the caller may mutate freely.
+	Message *amqp.Message
+	// LockToken identifies the lock for settlement and renewal: random
+	// UUID v4 bytes in RFC 4122 order (the server converts to the .NET GUID
+	// order the SDK uses for delivery tags). Zero in ReceiveAndDelete mode
+	// and for peeked messages.
+	LockToken [16]byte
+	// LockedUntil is when the lock expires; zero without a lock.
+	LockedUntil time.Time
+	// SequenceNumber is the message's sequence number in this queue.
+	SequenceNumber int64
+}
+
+// Receive returns the next message in sequence order, blocking until one is
+// available (including a scheduled message falling due or a lock expiring as
+// the clock advances), ctx is done (ctx.Err() is returned) or the broker is
+// closed ([ErrClosed]). A ctx already done returns its error without taking
+// a message, so a cancelled caller never loses one.
+//
+// In [PeekLock] mode the message is locked for LockDuration on behalf of
+// owner, an id the server chooses per connection so [Broker.ReleaseOwner]
+// can return the locks of a dropped connection. Each peek-lock delivery
+// counts towards MaxDeliveryCount.
+func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery, error) {
+	b := q.b
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		b.mu.Lock()
+		if b.closed {
+			b.mu.Unlock()
+			return nil, ErrClosed
+		}
+		now := b.clock.Now()
+		q.advance(now)
+		if d := q.take(mode, owner, now); d != nil {
+			q.armTimer(now)
+			b.mu.Unlock()
+			return d, nil
+		}
+		q.armTimer(now)
+		q.waiters++
+		wake := q.notify
+		b.mu.Unlock()
+
+		select {
+		case <-wake:
+		case <-ctx.Done():
+		case <-b.done:
+		}
+		b.mu.Lock()
+		q.waiters--
+		b.mu.Unlock()
+	}
+}
+
+// TryReceive is the non-blocking [Queue.Receive]: it returns false at once
+// when no message is available or the broker is closed. The server uses it to
+// serve link credit without parking a goroutine.
+func (q *Queue) TryReceive(mode Mode, owner uint64) (*Delivery, bool) {
+	b := q.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, false
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	defer q.armTimer(now)
+	d := q.take(mode, owner, now)
+	return d, d != nil
+}
+
+// take removes the first available message and delivers it; nil if none.
+// b.mu must be held and q advanced to now.
+func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
+	if len(q.available) == 0 {
+		return nil
+	}
+	e := q.available[0]
+	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e)}
+	if mode == ReceiveAndDelete {
+		q.removeEntry(e)
+		return d
+	}
+	q.removeAvailable(e)
+	e.deliveryCount++
+	e.state = stateLocked
+	e.owner = owner
+	e.lockToken = newLockToken()
+	for _, taken := q.locks[e.lockToken]; taken; _, taken = q.locks[e.lockToken] {
+		e.lockToken = newLockToken()
+	}
+	e.lockedUntil = now.Add(q.cfg.LockDuration)
+	q.locks[e.lockToken] = e
+	q.timeline.setDeadline(e, e.lockedUntil)
+
+	d.LockToken = e.lockToken
+	d.LockedUntil = e.lockedUntil
+	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
+	return d
+}
+
+// removeAvailable takes e out of the receivable set without forgetting it.
+func (q *Queue) removeAvailable(e *entry) {
+	if e.availIndex >= 0 {
+		heap.Remove(&q.available, e.availIndex)
+	}
+	q.timeline.setDeadline(e, time.Time{})
+}
+
+// deliveryMessage builds the copy handed out for e, with the header delivery
+// count and the system annotations the SDK reads.
+func (q *Queue) deliveryMessage(e *entry) *amqp.Message {
+	m := CopyMessage(e.msg)
+	if m.Header == nil {
+		m.Header = &amqp.MessageHeader{}
+	}
+	m.Header.DeliveryCount = e.deliveryCount
+	setAnnotation(m, AnnotationSequenceNumber, e.seq)
+	setAnnotation(m, AnnotationEnqueuedTime, e.enqueuedAt)
+	return m
+}
+
+// newLockToken returns random UUID v4 bytes.
+func newLockToken() [16]byte {
+	return [16]byte(uuid.New())
+}

@@ -1,0 +1,134 @@
+package broker
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// locked runs op on the entry locked under token after bringing q up to
+// date, or returns [ErrLockLost] when the token is unknown, expired or
+// already settled. It is the shared frame of every settlement.
+func (q *Queue) locked(token [16]byte, op func(e *entry, now time.Time) error) error {
+	b := q.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	defer q.armTimer(now)
+	e, ok := q.locks[token]
+	if !ok {
+		return ErrLockLost
+	}
+	return op(e, now)
+}
+
+// Complete removes a peek-locked message for good (AMQP accepted). It fails
+// with [ErrLockLost] if the lock is unknown, expired or already settled, as
+// Service Bus answers message-lock-lost.
+func (q *Queue) Complete(token [16]byte) error {
+	return q.locked(token, func(e *entry, _ time.Time) error {
+		q.removeEntry(e)
+		return nil
+	})
+}
+
+// Abandon returns a peek-locked message to its place in the queue (AMQP
+// modified). The delivery already counted when the lock was taken; a message
+// that used up MaxDeliveryCount goes to the dead-letter queue with reason
+// "MaxDeliveryCountExceeded".
+//
+// properties are the modified outcome's message-annotations, which carry the
+// SDK's PropertiesToModify; like Service Bus, the broker merges them into the
+// message's application properties (keys that are strings or symbols; other
+// keys are ignored), so the next delivery sees them.
+func (q *Queue) Abandon(token [16]byte, properties map[any]any) error {
+	return q.locked(token, func(e *entry, now time.Time) error {
+		mergeApplicationProperties(e.msg, properties)
+		q.returnLocked(e, true, now)
+		return nil
+	})
+}
+
+// Release returns a peek-locked message the client never processed (AMQP
+// released, sent by the SDK for messages that arrived after a receive call
+// returned) without counting the delivery.
+func (q *Queue) Release(token [16]byte) error {
+	return q.locked(token, func(e *entry, now time.Time) error {
+		q.returnLocked(e, false, now)
+		return nil
+	})
+}
+
+// DeadLetter moves a peek-locked message to the dead-letter queue (AMQP
+// rejected with condition com.microsoft:dead-letter). props (the rest of the
+// error info map) are merged into the application properties; reason and
+// description, when non-empty, become DeadLetterReason and
+// DeadLetterErrorDescription. On a dead-letter queue it fails with
+// [ErrNotSupported] and the lock stays held, because Service Bus cannot
+// dead-letter out of a dead-letter queue.
+func (q *Queue) DeadLetter(token [16]byte, reason, description string, props map[string]any) error {
+	return q.locked(token, func(e *entry, now time.Time) error {
+		if q.parent != nil {
+			return fmt.Errorf("%w: dead-letter from %s", ErrNotSupported, q.name)
+		}
+		q.deadLetter(e, reason, description, props, now)
+		return nil
+	})
+}
+
+// RenewLock extends each lock by LockDuration from now and returns the new
+// expiry times in argument order. It is all-or-nothing: if any token is
+// unknown or expired it returns [ErrLockLost] and renews none, matching the
+// management operation's single status code.
+func (q *Queue) RenewLock(tokens ...[16]byte) ([]time.Time, error) {
+	b := q.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return nil, ErrClosed
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	defer q.armTimer(now)
+	es := make([]*entry, len(tokens))
+	for i, t := range tokens {
+		e, ok := q.locks[t]
+		if !ok {
+			return nil, ErrLockLost
+		}
+		es[i] = e
+	}
+	until := now.Add(q.cfg.LockDuration)
+	out := make([]time.Time, len(es))
+	for i, e := range es {
+		e.lockedUntil = until
+		q.timeline.setDeadline(e, until)
+		out[i] = until
+	}
+	return out, nil
+}
+
+// mergeApplicationProperties copies string-keyed (or symbol-keyed) entries of
+// props into m's application properties.
+func mergeApplicationProperties(m *amqp.Message, props map[any]any) {
+	for k, v := range props {
+		var key string
+		switch k := k.(type) {
+		case string:
+			key = k
+		case amqp.Symbol:
+			key = string(k)
+		default:
+			continue
+		}
+		if m.ApplicationProperties == nil {
+			m.ApplicationProperties = make(map[string]any, len(props))
+		}
+		m.ApplicationProperties[key] = copyValue(v)
+	}
+}

@@ -1,0 +1,452 @@
+package wire
+
+import (
+	"encoding/binary"
+	"fmt"
+	"math"
+	"time"
+)
+
+// arrayCtor is the single constructor shared by every element of an AMQP
+// array: a format code, or a descriptor plus the constructor of the described
+// values.
+type arrayCtor struct {
+	code       byte
+	descriptor any        // when code == codeDescribed
+	inner      *arrayCtor // when code == codeDescribed
+}
+
+// asArray returns the elements of every array representation AppendValue
+// accepts, with the format code to use when there are no elements to infer it
+// from.
+func asArray(v any) (elems []any, emptyCode byte, ok bool) {
+	switch x := v.(type) {
+	case Array:
+		return x, codeNull, true
+	case []bool:
+		return toAnys(x), codeBool, true
+	case []int8:
+		return toAnys(x), codeByte, true
+	case []int16:
+		return toAnys(x), codeShort, true
+	case []int32:
+		return toAnys(x), codeInt, true
+	case []int64:
+		return toAnys(x), codeLong, true
+	case []int:
+		return toAnys(x), codeLong, true
+	case []uint16:
+		return toAnys(x), codeUshort, true
+	case []uint32:
+		return toAnys(x), codeUint, true
+	case []uint64:
+		return toAnys(x), codeUlong, true
+	case []float32:
+		return toAnys(x), codeFloat, true
+	case []float64:
+		return toAnys(x), codeDouble, true
+	case []Char:
+		return toAnys(x), codeChar, true
+	case []time.Time:
+		return toAnys(x), codeTimestamp, true
+	case []UUID:
+		return toAnys(x), codeUUID, true
+	case []string:
+		return toAnys(x), codeStr8, true
+	case []Symbol:
+		return toAnys(x), codeSym8, true
+	case [][]byte:
+		return toAnys(x), codeVbin8, true
+	}
+	return nil, 0, false
+}
+
+func toAnys[T any](s []T) []any {
+	out := make([]any, len(s))
+	for i, e := range s {
+		out[i] = e
+	}
+	return out
+}
+
+// elementCode returns the narrowest constructor that can carry v inside an
+// array. Unlike a standalone value it never picks a zero-width form (uint0,
+// true, list0, ...), because all elements share the constructor. Compound
+// elements always use their 32-bit form. Described values return
+// codeDescribed.
+func elementCode(v any) (byte, error) {
+	if isNilPointer(v) {
+		return codeNull, nil
+	}
+	switch x := v.(type) {
+	case nil:
+		return codeNull, nil
+	case bool, Role:
+		return codeBool, nil
+	case uint8:
+		return codeUbyte, nil
+	case uint16:
+		return codeUshort, nil
+	case uint32:
+		if x <= math.MaxUint8 {
+			return codeSmallUint, nil
+		}
+		return codeUint, nil
+	case uint64, uint:
+		if asUint64(x) <= math.MaxUint8 {
+			return codeSmallUlong, nil
+		}
+		return codeUlong, nil
+	case int8:
+		return codeByte, nil
+	case int16:
+		return codeShort, nil
+	case int32:
+		if x >= math.MinInt8 && x <= math.MaxInt8 {
+			return codeSmallInt, nil
+		}
+		return codeInt, nil
+	case int64, int:
+		if n := asInt64(x); n >= math.MinInt8 && n <= math.MaxInt8 {
+			return codeSmallLong, nil
+		}
+		return codeLong, nil
+	case float32:
+		return codeFloat, nil
+	case float64:
+		return codeDouble, nil
+	case Decimal32:
+		return codeDecimal32, nil
+	case Decimal64:
+		return codeDecimal64, nil
+	case Decimal128:
+		return codeDecimal128, nil
+	case Char:
+		return codeChar, nil
+	case time.Time:
+		return codeTimestamp, nil
+	case UUID:
+		return codeUUID, nil
+	case []byte:
+		if len(x) <= math.MaxUint8 {
+			return codeVbin8, nil
+		}
+		return codeVbin32, nil
+	case string:
+		if len(x) <= math.MaxUint8 {
+			return codeStr8, nil
+		}
+		return codeStr32, nil
+	case Symbol:
+		if len(x) <= math.MaxUint8 {
+			return codeSym8, nil
+		}
+		return codeSym32, nil
+	case []any:
+		return codeList32, nil
+	case Described, *Described, composite:
+		return codeDescribed, nil
+	}
+	if _, ok := asEntries(v); ok {
+		return codeMap32, nil
+	}
+	if _, _, ok := asArray(v); ok {
+		return codeArray32, nil
+	}
+	return 0, fmt.Errorf("wire: cannot encode Go type %T as an AMQP value", v)
+}
+
+// widen maps a narrow constructor to the wide one of the same AMQP type, so
+// that, say, an array of int64 where one element needs eight bytes uses long
+// for all of them.
+func widen(code byte) byte {
+	switch code {
+	case codeSmallUint:
+		return codeUint
+	case codeSmallUlong:
+		return codeUlong
+	case codeSmallInt:
+		return codeInt
+	case codeSmallLong:
+		return codeLong
+	case codeVbin8:
+		return codeVbin32
+	case codeStr8:
+		return codeStr32
+	case codeSym8:
+		return codeSym32
+	}
+	return code
+}
+
+// describedParts splits every described representation into its descriptor
+// and value.
+func describedParts(v any) (descriptor, value any) {
+	switch x := v.(type) {
+	case Described:
+		return x.Descriptor, x.Value
+	case *Described:
+		return x.Descriptor, x.Value
+	case composite:
+		return x.descriptor(), trimFields(x.fields())
+	}
+	return nil, nil
+}
+
+// inferArrayCtor finds the one constructor that fits every element, or fails
+// when the elements are of different AMQP types.
+func inferArrayCtor(elems []any, depth int) (arrayCtor, error) {
+	if depth > maxDepth {
+		return arrayCtor{}, fmt.Errorf("wire: value nested deeper than %d levels", maxDepth)
+	}
+	var ctor arrayCtor
+	for i, e := range elems {
+		code, err := elementCode(e)
+		if err != nil {
+			return arrayCtor{}, err
+		}
+		if i == 0 {
+			ctor.code = code
+			if code == codeDescribed {
+				ctor.descriptor, _ = describedParts(e)
+				if err := checkDescriptor(ctor.descriptor); err != nil {
+					return arrayCtor{}, err
+				}
+			}
+			continue
+		}
+		switch {
+		case code == codeDescribed && ctor.code == codeDescribed:
+			if d, _ := describedParts(e); !Equal(d, ctor.descriptor) {
+				return arrayCtor{}, fmt.Errorf("wire: array elements have different descriptors %v and %v", ctor.descriptor, d)
+			}
+		case code == ctor.code:
+		case widen(code) == widen(ctor.code):
+			ctor.code = widen(code)
+		default:
+			return arrayCtor{}, fmt.Errorf("wire: array element %d is %T, which does not match the first element (%#x)", i, e, ctor.code)
+		}
+	}
+	if ctor.code == codeDescribed {
+		values := make([]any, len(elems))
+		for i, e := range elems {
+			_, values[i] = describedParts(e)
+		}
+		inner, err := inferArrayCtor(values, depth+1)
+		if err != nil {
+			return arrayCtor{}, err
+		}
+		ctor.inner = &inner
+	}
+	return ctor, nil
+}
+
+func appendCtor(dst []byte, c arrayCtor, depth int) ([]byte, error) {
+	if c.code != codeDescribed {
+		return append(dst, c.code), nil
+	}
+	dst, err := appendValue(append(dst, codeDescribed), c.descriptor, depth+1)
+	if err != nil {
+		return dst, err
+	}
+	return appendCtor(dst, *c.inner, depth+1)
+}
+
+// appendArray writes an array, in the array8 form when it fits.
+func appendArray(dst []byte, elems []any, emptyCode byte, depth int) ([]byte, error) {
+	ctor := arrayCtor{code: emptyCode}
+	if len(elems) > 0 {
+		var err error
+		if ctor, err = inferArrayCtor(elems, depth+1); err != nil {
+			return dst, err
+		}
+	}
+	dst, start := startCompound(dst)
+	dst, err := appendArrayContents(dst, ctor, elems, depth)
+	if err != nil {
+		return dst[:start], err
+	}
+	return finishCompound(dst, start, codeArray8, codeArray32, len(elems))
+}
+
+func appendArrayContents(dst []byte, ctor arrayCtor, elems []any, depth int) ([]byte, error) {
+	dst, err := appendCtor(dst, ctor, depth)
+	if err != nil {
+		return dst, err
+	}
+	for _, e := range elems {
+		if dst, err = appendElement(dst, ctor, e, depth+1); err != nil {
+			return dst, err
+		}
+	}
+	return dst, nil
+}
+
+func appendElement(dst []byte, ctor arrayCtor, v any, depth int) ([]byte, error) {
+	if ctor.code == codeDescribed {
+		_, value := describedParts(v)
+		return appendElement(dst, *ctor.inner, value, depth+1)
+	}
+	return appendBody(dst, ctor.code, v, depth)
+}
+
+func asUint64(v any) uint64 {
+	switch x := v.(type) {
+	case uint64:
+		return x
+	case uint:
+		return uint64(x)
+	case uint32:
+		return uint64(x)
+	}
+	return 0
+}
+
+func asInt64(v any) int64 {
+	switch x := v.(type) {
+	case int64:
+		return x
+	case int:
+		return int64(x)
+	case int32:
+		return int64(x)
+	}
+	return 0
+}
+
+// appendBody writes the data that follows format code for v, which the caller
+// has checked is of the matching Go type (elementCode or AppendValue chose the
+// code from v).
+func appendBody(dst []byte, code byte, v any, depth int) ([]byte, error) {
+	if depth > maxDepth {
+		return dst, fmt.Errorf("wire: value nested deeper than %d levels", maxDepth)
+	}
+	be := binary.BigEndian
+	switch code {
+	case codeNull:
+		return dst, nil
+	case codeBool:
+		b, _ := v.(bool)
+		if r, ok := v.(Role); ok {
+			b = bool(r)
+		}
+		if b {
+			return append(dst, 1), nil
+		}
+		return append(dst, 0), nil
+	case codeUbyte:
+		return append(dst, v.(uint8)), nil
+	case codeByte:
+		return append(dst, byte(v.(int8))), nil
+	case codeUshort:
+		return be.AppendUint16(dst, v.(uint16)), nil
+	case codeShort:
+		return be.AppendUint16(dst, uint16(v.(int16))), nil
+	case codeSmallUint, codeSmallUlong:
+		return append(dst, byte(asUint64(v))), nil
+	case codeSmallInt, codeSmallLong:
+		return append(dst, byte(asInt64(v))), nil
+	case codeUint:
+		return be.AppendUint32(dst, uint32(asUint64(v))), nil
+	case codeUlong:
+		return be.AppendUint64(dst, asUint64(v)), nil
+	case codeInt:
+		return be.AppendUint32(dst, uint32(asInt64(v))), nil
+	case codeLong:
+		return be.AppendUint64(dst, uint64(asInt64(v))), nil
+	case codeFloat:
+		return be.AppendUint32(dst, math.Float32bits(v.(float32))), nil
+	case codeDouble:
+		return be.AppendUint64(dst, math.Float64bits(v.(float64))), nil
+	case codeChar:
+		return be.AppendUint32(dst, uint32(v.(Char))), nil
+	case codeTimestamp:
+		return be.AppendUint64(dst, uint64(v.(time.Time).UnixMilli())), nil
+	case codeDecimal32:
+		d := v.(Decimal32)
+		return append(dst, d[:]...), nil
+	case codeDecimal64:
+		d := v.(Decimal64)
+		return append(dst, d[:]...), nil
+	case codeDecimal128:
+		d := v.(Decimal128)
+		return append(dst, d[:]...), nil
+	case codeUUID:
+		u := v.(UUID)
+		return append(dst, u[:]...), nil
+	case codeVbin8, codeStr8, codeSym8:
+		b := variableBytes(v)
+		return append(append(dst, byte(len(b))), b...), nil
+	case codeVbin32, codeStr32, codeSym32:
+		b := variableBytes(v)
+		return append(be.AppendUint32(dst, uint32(len(b))), b...), nil
+	case codeList32:
+		items := v.([]any)
+		dst, start := appendSizeCount(dst, len(items))
+		var err error
+		for _, it := range items {
+			if dst, err = appendValue(dst, it, depth+1); err != nil {
+				return dst, err
+			}
+		}
+		return patchSize(dst, start)
+	case codeMap32:
+		entries, _ := asEntries(v)
+		dst, start := appendSizeCount(dst, 2*len(entries))
+		var err error
+		for _, e := range entries {
+			if dst, err = appendValue(dst, e.Key, depth+1); err != nil {
+				return dst, err
+			}
+			if dst, err = appendValue(dst, e.Value, depth+1); err != nil {
+				return dst, err
+			}
+		}
+		return patchSize(dst, start)
+	case codeArray32:
+		elems, emptyCode, _ := asArray(v)
+		ctor := arrayCtor{code: emptyCode}
+		if len(elems) > 0 {
+			var err error
+			if ctor, err = inferArrayCtor(elems, depth+1); err != nil {
+				return dst, err
+			}
+		}
+		dst, start := appendSizeCount(dst, len(elems))
+		dst, err := appendArrayContents(dst, ctor, elems, depth)
+		if err != nil {
+			return dst, err
+		}
+		return patchSize(dst, start)
+	}
+	return dst, fmt.Errorf("wire: no encoder for format code %#x", code)
+}
+
+func variableBytes(v any) []byte {
+	switch x := v.(type) {
+	case []byte:
+		return x
+	case string:
+		return []byte(x)
+	case Symbol:
+		return []byte(x)
+	}
+	return nil
+}
+
+// appendSizeCount reserves the 32-bit size and writes the 32-bit count of a
+// compound body inside an array; patchSize fills the size in afterwards.
+func appendSizeCount(dst []byte, count int) ([]byte, int) {
+	start := len(dst)
+	dst = append(dst, 0, 0, 0, 0)
+	return binary.BigEndian.AppendUint32(dst, uint32(count)), start
+}
+
+func patchSize(dst []byte, start int) ([]byte, error) {
+	size := len(dst) - start - 4
+	if uint64(size) > math.MaxUint32 {
+		return dst, fmt.Errorf("wire: compound value of %d bytes is too large", size)
+	}
+	binary.BigEndian.PutUint32(dst[start:], uint32(size))
+	return dst, nil
+}

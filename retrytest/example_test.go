@@ -1,0 +1,65 @@
+package retrytest_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/benbjohnson/clock"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// A flaky handler is retried three times on the Fibonacci schedule and then dead-lettered, all on a
+// mock clock: the test takes no real time.
+func Example() {
+	mock := clock.NewMock()
+	broker := retrytest.NewBroker(mock, nil)
+	receiver := broker.Receiver()
+
+	flaky := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		return errors.New("payment service unavailable")
+	}
+	proc, err := retry.NewProcessor(broker.Sender(), flaky, &retry.Options{
+		MaxAttempts: 4,
+		Clock:       mock,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err)
+	}
+
+	id := "order-1"
+	broker.Send(&azservicebus.Message{MessageID: &id, Body: []byte(`{"amount":42}`)})
+	start := mock.Now()
+	for {
+		msgs, err := receiver.ReceiveMessages(context.Background(), 1, nil)
+		if err != nil {
+			panic(err)
+		}
+		res := proc.Process(context.Background(), receiver, msgs[0])
+		fmt.Printf("t=%-4s attempt %d: %s\n", mock.Now().Sub(start), res.Attempt, res.Outcome)
+		if res.Outcome != retry.OutcomeRetryScheduled {
+			break
+		}
+		mock.Add(res.Delay) // jump to the retry's scheduled time
+	}
+	for _, s := range broker.Scheduled() {
+		fmt.Printf("scheduled %s for t=%s\n", s.MessageID, s.At.Sub(start))
+	}
+	dl := broker.DeadLettered()[0]
+	fmt.Printf("dead-lettered %s: %s (%s)\n", dl.Message.MessageID, dl.Reason, dl.Description)
+
+	// Output:
+	// t=0s   attempt 1: retry-scheduled
+	// t=10s  attempt 2: retry-scheduled
+	// t=20s  attempt 3: retry-scheduled
+	// t=40s  attempt 4: dead-lettered
+	// scheduled order-1-attempt-2 for t=10s
+	// scheduled order-1-attempt-3 for t=20s
+	// scheduled order-1-attempt-4 for t=40s
+	// dead-lettered order-1-attempt-4: RetryMaxAttemptsExceeded (payment service unavailable)
+}
