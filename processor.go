@@ -48,8 +48,8 @@ type Result struct {
 	Outcome Outcome
 	// Attempt is the attempt number of the processed delivery.
 	Attempt int
-	// HandlerErr is the handler's error (nil on success). It is never a [Permanent] marker's internals
-	// alone: the original error is returned.
+	// HandlerErr is the error the handler returned (nil on success), still wrapped by [Permanent] or
+	// [RetryAfter] if it was; errors.Is and errors.As see through both.
 	HandlerErr error
 	// Delay, ScheduledFor and SequenceNumber describe the scheduled retry (OutcomeRetryScheduled).
 	Delay          time.Duration
@@ -242,7 +242,8 @@ func (p *Processor) fail(ctx context.Context, settler Settler, msg *azservicebus
 	}
 
 	next := env.Attempt + 1
-	copyMsg := retryCopy(msg, env, next, truncate(redact.String(herr.Error()), cfg.descriptionLimit))
+	errText := truncate(redact.String(herr.Error()), cfg.descriptionLimit)
+	copyMsg := retryCopy(msg, env, next, errText)
 	if estimatedSize(copyMsg) > cfg.maxMessageSize {
 		p.deadLetter(ctx, settler, msg, env, res, cfg.reasons.MessageTooLarge, herr)
 		return
@@ -256,7 +257,7 @@ func (p *Processor) fail(ctx context.Context, settler Settler, msg *azservicebus
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
 		p.log(ctx, slog.LevelError, "republishing the retry failed; the original stays for redelivery", msg, env,
-			slog.Int("next_attempt", next), errAttr(err), slog.String("handler_error", redact.String(herr.Error())))
+			slog.Int("next_attempt", next), errAttr(err), slog.String("handler_error", errText))
 		return
 	}
 	if len(seqs) > 0 {
@@ -264,7 +265,7 @@ func (p *Processor) fail(ctx context.Context, settler Settler, msg *azservicebus
 	}
 	p.log(ctx, slog.LevelInfo, "retry scheduled", msg, env,
 		slog.Int("next_attempt", next), slog.Duration("delay", delay), slog.Time("scheduled_for", at),
-		slog.String("retry_message_id", res.RetryMessageID), slog.String("handler_error", redact.String(herr.Error())))
+		slog.String("retry_message_id", res.RetryMessageID), slog.String("handler_error", errText))
 
 	cctx, cancel := p.settleContext(ctx)
 	err = settler.CompleteMessage(cctx, msg, nil)

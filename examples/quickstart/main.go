@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"os"
 	"sync"
@@ -34,7 +35,7 @@ func main() {
 // succeeds.
 var failuresBeforeSuccess = map[string]int{"order-1": 0, "order-2": 1, "order-3": 3, "poison": -1}
 
-func run(ctx context.Context, out *os.File) error {
+func run(ctx context.Context, out io.Writer) error {
 	broker := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
 	for _, id := range []string{"order-1", "order-2", "order-3", "poison"} {
 		broker.Send(&azservicebus.Message{MessageID: &id, Body: []byte(`{"order":"` + id + `"}`)})
