@@ -200,6 +200,7 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 			continue
 		}
 		failures = 0 // a receive worked: the next failure starts the reconnect schedule over
+		current := live // the goroutines keep this connection even after live moves on
 		for i, msg := range msgs {
 			if i >= slots {
 				// A receiver returned more than asked for: still never exceed MaxConcurrency.
@@ -207,12 +208,12 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 			}
 			c.update(func(h *Health) { h.Received++; h.InFlight++ })
 			workers.Add(1)
-			live.inFlight.Add(1)
+			current.inFlight.Add(1)
 			go func() {
 				defer workers.Done()
-				defer live.inFlight.Done()
+				defer current.inFlight.Done()
 				defer func() { <-sem }()
-				res := live.processor.Process(handlerCtx, live.conn.Receiver, msg)
+				res := current.processor.Process(handlerCtx, current.conn.Receiver, msg)
 				c.count(res)
 			}()
 		}

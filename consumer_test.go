@@ -405,3 +405,42 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, retry.StateIdle, c.Health().State)
 }
+
+func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		var conns []*closeTracker
+		inner := b.Connector()
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := inner(ctx)
+			if err != nil {
+				return nil, err
+			}
+			tr := &closeTracker{inner: conn.Close}
+			conn.Close = tr.close
+			conns = append(conns, tr)
+			return conn, nil
+		}
+		started := make(chan struct{})
+		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
+			close(started)
+			<-time.After(10 * time.Second)
+			return nil
+		}, &retry.Options{MaxConcurrency: 2, Logger: discardLogger()})
+		require.NoError(t, err)
+		b.Send(&azservicebus.Message{MessageID: strPtr("slow"), Body: []byte("x")})
+		stop := runConsumer(t, c)
+		<-started
+		synctest.Wait()
+		b.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost) // the connection breaks mid-flight
+		<-time.After(6 * time.Second)
+		synctest.Wait()
+		require.Len(t, conns, 2, "reconnected while the handler still runs")
+		assert.False(t, conns[0].closed.Load(), "the old connection stays open for its in-flight handler")
+		<-time.After(5 * time.Second)
+		synctest.Wait()
+		require.Len(t, b.Completed(), 1, "settled on the connection it was received on")
+		assert.True(t, conns[0].closed.Load(), "closed once its handler finished")
+		require.NoError(t, stop())
+	})
+}
