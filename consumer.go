@@ -199,7 +199,7 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 			live = nil
 			continue
 		}
-		failures = 0 // a receive worked: the next failure starts the reconnect schedule over
+		failures = 0    // a receive worked: the next failure starts the reconnect schedule over
 		current := live // the goroutines keep this connection even after live moves on
 		for i, msg := range msgs {
 			if i >= slots {

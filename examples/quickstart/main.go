@@ -1,9 +1,12 @@
-// Command quickstart shows retry.Consumer at work: flaky messages are retried on a fast Fibonacci
-// schedule until they succeed, and a poison message is dead-lettered after its last attempt.
+// Command quickstart shows retry.Consumer at work through the real azservicebus SDK: flaky messages are
+// retried on a fast Fibonacci schedule until they succeed, and a poison message is dead-lettered after
+// its last attempt and read back from the dead-letter queue.
 //
 //	go run ./examples/quickstart
 //
-// It needs no Azure: the queue is the in-memory broker of package retrytest.
+// With no settings it starts the in-process Service Bus emulator on a loopback port, so it needs no
+// Azure and no Docker. With SERVICEBUS_CONNECTION_STRING and SERVICEBUS_QUEUE set it uses that
+// namespace and queue instead (the queue should be empty and have duplicate detection on).
 package main
 
 import (
@@ -13,32 +16,58 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
-	"github.com/sbretry/retry/retrytest"
+	"github.com/sbretry/retry/internal/sbemu"
+	"github.com/sbretry/retry/internal/sbemu/broker"
 )
 
 func main() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := run(ctx, os.Stdout); err != nil {
+	connStr, queue := os.Getenv("SERVICEBUS_CONNECTION_STRING"), os.Getenv("SERVICEBUS_QUEUE")
+	if connStr == "" || queue == "" {
+		em, err := startEmulator()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "quickstart:", err)
+			os.Exit(1)
+		}
+		defer em.Close()
+		connStr, queue = em.ConnectionString(), "quickstart"
+		fmt.Printf("using the in-process emulator at %s\n", em.Addr())
+	} else {
+		fmt.Printf("using queue %q of the namespace in SERVICEBUS_CONNECTION_STRING\n", queue)
+	}
+	if err := run(ctx, os.Stdout, connStr, queue); err != nil {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
 }
 
-// failuresBeforeSuccess says how often each message fails before its handler succeeds; "poison" never
-// succeeds.
+// startEmulator serves one queue, with duplicate detection on as recommended for retries.
+func startEmulator() (*sbemu.Emulator, error) {
+	return sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{
+		Name: "quickstart", DuplicateDetectionWindow: 10 * time.Minute,
+	}}})
+}
+
+// failuresBeforeSuccess says how often each message fails before its handler succeeds; -1 never does.
 var failuresBeforeSuccess = map[string]int{"order-1": 0, "order-2": 1, "order-3": 3, "poison": -1}
 
-func run(ctx context.Context, out io.Writer) error {
-	broker := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
-	for _, id := range []string{"order-1", "order-2", "order-3", "poison"} {
-		broker.Send(&azservicebus.Message{MessageID: &id, Body: []byte(`{"order":"` + id + `"}`)})
+var sendOrder = []string{"order-1", "order-2", "order-3", "poison"}
+
+const maxAttempts = 5
+
+func run(ctx context.Context, out io.Writer, connStr, queue string) error {
+	// A run prefix keeps the ids unique, so reruns against a live queue with duplicate detection work.
+	prefix := fmt.Sprintf("qs%d-", time.Now().UnixMilli()%1_000_000)
+	if err := sendBatch(ctx, connStr, queue, prefix); err != nil {
+		return err
 	}
 
 	var mu sync.Mutex
@@ -47,41 +76,40 @@ func run(ctx context.Context, out io.Writer) error {
 	start := time.Now()
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
 		env, _ := retry.EnvelopeFromContext(ctx)
-		want := failuresBeforeSuccess[env.Key]
-		if want >= 0 && env.Attempt > want {
+		fails, ok := failuresBeforeSuccess[strings.TrimPrefix(env.Key, prefix)]
+		if !ok {
+			return retry.Permanent(fmt.Errorf("unexpected message %q", msg.MessageID))
+		}
+		if fails >= 0 && env.Attempt > fails {
 			return nil
 		}
 		return errors.New("payment service unavailable")
 	}
-	backoff := retry.Fibonacci{Base: 50 * time.Millisecond, Cap: 2 * time.Second}
-	opts := &retry.Options{
-		MaxAttempts:    5,
-		Backoff:        backoff,
+	fmt.Fprintf(out, "%8s  %-8s %-8s %-20s %s\n", "time", "message", "attempt", "outcome", "next try in")
+	consumer, err := retry.NewConsumer(retry.QueueConnectionString(connStr, queue, nil), handler, &retry.Options{
+		MaxAttempts:    maxAttempts,
+		Backoff:        retry.Fibonacci{Base: 100 * time.Millisecond, Cap: 2 * time.Second},
 		MaxConcurrency: 4,
 		Logger:         slog.New(slog.DiscardHandler),
 		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
 			mu.Lock()
 			defer mu.Unlock()
-			line := fmt.Sprintf("%7.3fs  %-8s attempt %d  %s", time.Since(start).Seconds(), p.Envelope.Key, p.Result.Attempt, p.Result.Outcome)
-			switch p.Result.Outcome {
-			case retry.OutcomeRetryScheduled:
-				line += fmt.Sprintf(" in %s (%v)", p.Result.Delay, p.Result.HandlerErr)
-			case retry.OutcomeDeadLettered:
-				line += " (" + p.Result.DeadLetterReason + ")"
+			next := ""
+			if p.Result.Outcome == retry.OutcomeRetryScheduled {
+				next = p.Result.Delay.String()
 			}
-			fmt.Fprintln(out, line)
+			fmt.Fprintf(out, "%7.3fs  %-8s %-8d %-20s %s\n", time.Since(start).Seconds(),
+				strings.TrimPrefix(p.Envelope.Key, prefix), p.Result.Attempt, p.Result.Outcome, next)
 			if p.Result.Outcome == retry.OutcomeCompleted || p.Result.Outcome == retry.OutcomeDeadLettered {
 				if finished++; finished == len(failuresBeforeSuccess) {
 					close(allDone)
 				}
 			}
 		}},
-	}
-	consumer, err := retry.NewConsumer(broker.Connector(), handler, opts)
+	})
 	if err != nil {
 		return err
 	}
-
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() { done <- consumer.Run(runCtx) }()
@@ -96,11 +124,70 @@ func run(ctx context.Context, out io.Writer) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("not finished in time: %w", ctx.Err())
 	}
+
 	h := consumer.Health()
 	fmt.Fprintf(out, "\nsummary: %d deliveries, %d completed, %d retries scheduled, %d dead-lettered\n",
 		h.Received, h.Completed, h.RetriesScheduled, h.DeadLettered)
-	for _, dl := range broker.DeadLettered() {
-		fmt.Fprintf(out, "dead-letter queue: %s reason=%s description=%q\n", dl.Message.MessageID, dl.Reason, dl.Description)
+	return printDeadLetters(ctx, out, connStr, queue, prefix)
+}
+
+// sendBatch sends the sample messages with the SDK, as a producer would.
+func sendBatch(ctx context.Context, connStr, queue, prefix string) error {
+	client, err := azservicebus.NewClientFromConnectionString(connStr, nil)
+	if err != nil {
+		return err
+	}
+	defer client.Close(context.WithoutCancel(ctx))
+	sender, err := client.NewSender(queue, nil)
+	if err != nil {
+		return err
+	}
+	batch, err := sender.NewMessageBatch(ctx, nil)
+	if err != nil {
+		return err
+	}
+	for _, name := range sendOrder {
+		id := prefix + name
+		if err := batch.AddMessage(&azservicebus.Message{MessageID: &id, Body: []byte(`{"order":"` + name + `"}`)}, nil); err != nil {
+			return err
+		}
+	}
+	return sender.SendMessageBatch(ctx, batch, nil)
+}
+
+// printDeadLetters reads this run's messages back from the dead-letter queue with the SDK.
+func printDeadLetters(ctx context.Context, out io.Writer, connStr, queue, prefix string) error {
+	client, err := azservicebus.NewClientFromConnectionString(connStr, nil)
+	if err != nil {
+		return err
+	}
+	defer client.Close(context.WithoutCancel(ctx))
+	dlq, err := client.NewReceiverForQueue(queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	if err != nil {
+		return err
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	msgs, err := dlq.ReceiveMessages(rctx, 10, nil)
+	if err != nil {
+		return fmt.Errorf("reading the dead-letter queue: %w", err)
+	}
+	for _, m := range msgs {
+		if !strings.HasPrefix(m.MessageID, prefix) {
+			continue // not ours; leave it
+		}
+		fmt.Fprintf(out, "dead-letter queue: %s reason=%s description=%q\n",
+			strings.TrimPrefix(m.MessageID, prefix), deref(m.DeadLetterReason), deref(m.DeadLetterErrorDescription))
+		if err := dlq.CompleteMessage(ctx, m, nil); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
 }

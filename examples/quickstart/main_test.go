@@ -14,16 +14,21 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestQuickstart runs the quickstart as `go run` would and checks what it promises: flaky messages
-// retried until they succeed, the poison message dead-lettered, a summary.
+// TestQuickstart runs the quickstart against the in-process emulator, as `go run` does, and checks what
+// it promises: flaky messages retried until they succeed, the poison message dead-lettered and read back
+// from the dead-letter queue, a summary.
 func TestQuickstart(t *testing.T) {
+	em, err := startEmulator()
+	require.NoError(t, err)
+	defer func() { require.NoError(t, em.Close()) }()
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	require.NoError(t, run(ctx, &out))
+	require.NoError(t, run(ctx, &out, em.ConnectionString(), "quickstart"))
 	text := out.String()
-	assert.Contains(t, text, "order-3  attempt 4  completed")
-	assert.Contains(t, text, "poison   attempt 5  dead-lettered (RetryMaxAttemptsExceeded)")
+	t.Log("\n" + text)
+	assert.Regexp(t, `order-3\s+4\s+completed`, text)
+	assert.Regexp(t, `poison\s+5\s+dead-lettered`, text)
 	assert.Contains(t, text, "summary: 12 deliveries, 3 completed, 8 retries scheduled, 1 dead-lettered")
-	assert.Equal(t, 1, strings.Count(text, "dead-letter queue: poison-attempt-5"))
+	assert.Equal(t, 1, strings.Count(text, `dead-letter queue: poison-attempt-5 reason=RetryMaxAttemptsExceeded description="payment service unavailable"`))
 }

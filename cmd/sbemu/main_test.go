@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bufio"
+	"context"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestRunServesQueuesUntilCancelled(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-queue", "orders", "-queue", "payments", "-lock-duration", "10s"}, pw, io.Discard)
+		_ = pw.Close()
+	}()
+
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	cs := strings.TrimSpace(line)
+	require.True(t, strings.HasPrefix(cs, "Endpoint=sb://127.0.0.1:"), cs)
+	assert.Contains(t, cs, "UseDevelopmentEmulator=true")
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+
+	client, err := azservicebus.NewClientFromConnectionString(cs, nil)
+	require.NoError(t, err)
+	opCtx, opCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer opCancel()
+	for _, q := range []string{"orders", "payments"} {
+		sender, err := client.NewSender(q, nil)
+		require.NoError(t, err)
+		require.NoError(t, sender.SendMessage(opCtx, &azservicebus.Message{Body: []byte(q)}, nil))
+		receiver, err := client.NewReceiverForQueue(q, nil)
+		require.NoError(t, err)
+		msgs, err := receiver.ReceiveMessages(opCtx, 1, nil)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+		assert.Equal(t, q, string(msgs[0].Body))
+		require.NoError(t, receiver.CompleteMessage(opCtx, msgs[0], nil))
+		require.NoError(t, sender.Close(opCtx))
+		require.NoError(t, receiver.Close(opCtx))
+	}
+	require.NoError(t, client.Close(opCtx))
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	tests := []struct {
+		name string
+		args []string
+	}{
+		{"unknown flag", []string{"-nope"}},
+		{"stray argument", []string{"extra"}},
+		{"empty queue", []string{"-queue", ""}},
+		{"negative lock", []string{"-addr", "127.0.0.1:0", "-lock-duration", "-1s"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := run(context.Background(), tc.args, io.Discard, io.Discard)
+			require.Error(t, err)
+		})
+	}
+}

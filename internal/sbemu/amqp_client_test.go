@@ -1,0 +1,73 @@
+package sbemu
+
+import (
+	"errors"
+	"testing"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// dialAMQP connects a plain go-amqp client (SASL PLAIN) to em, for the
+// protocol features the Service Bus SDK does not use directly.
+func dialAMQP(t *testing.T, em *Emulator) *amqp.Session {
+	t.Helper()
+	conn, err := amqp.Dial(ctxT(t), "amqp://"+em.Addr().String(), &amqp.ConnOptions{SASLType: amqp.SASLTypePlain("user", "pass")})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	session, err := conn.NewSession(ctxT(t), nil)
+	require.NoError(t, err)
+	return session
+}
+
+func TestAMQPDrainWithEmptyQueueEndsAtOnce(t *testing.T) {
+	em := startEmulator(t, Config{})
+	session := dialAMQP(t, em)
+	receiver, err := session.NewReceiver(ctxT(t), "queue", &amqp.ReceiverOptions{
+		Credit:         -1,
+		SettlementMode: amqp.ReceiverSettleModeSecond.Ptr(),
+	})
+	require.NoError(t, err)
+	require.NoError(t, receiver.IssueCredit(5))
+	// Returns only when the emulator answers with a drain flow.
+	require.NoError(t, receiver.DrainCredit(ctxT(t), nil))
+}
+
+func TestAMQPReleaseReturnsMessageUncounted(t *testing.T) {
+	em := startEmulator(t, Config{})
+	session := dialAMQP(t, em)
+	sender, err := session.NewSender(ctxT(t), "queue", nil)
+	require.NoError(t, err)
+	require.NoError(t, sender.Send(ctxT(t), amqp.NewMessage([]byte("back")), nil))
+
+	receiver, err := session.NewReceiver(ctxT(t), "queue", &amqp.ReceiverOptions{
+		Credit:         1,
+		SettlementMode: amqp.ReceiverSettleModeSecond.Ptr(),
+	})
+	require.NoError(t, err)
+	msg, err := receiver.Receive(ctxT(t), nil)
+	require.NoError(t, err)
+	assert.Len(t, msg.DeliveryTag, 16)
+	assert.Equal(t, uint32(0), msg.Header.DeliveryCount)
+	require.NoError(t, receiver.ReleaseMessage(ctxT(t), msg))
+
+	again, err := receiver.Receive(ctxT(t), nil)
+	require.NoError(t, err)
+	assert.Equal(t, uint32(0), again.Header.DeliveryCount, "a released delivery does not count")
+	require.NoError(t, receiver.AcceptMessage(ctxT(t), again))
+}
+
+func TestSDKUnsupportedManagementOperationFailsFast(t *testing.T) {
+	em := startEmulator(t, Config{})
+	client := newClient(t, em)
+	receiver := newReceiver(t, client, "queue", nil)
+	_, err := receiver.ReceiveDeferredMessages(ctxT(t), []int64{1}, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "501")
+	var sbErr *azservicebus.Error
+	if errors.As(err, &sbErr) {
+		assert.NotEqual(t, azservicebus.CodeLockLost, sbErr.Code)
+	}
+}

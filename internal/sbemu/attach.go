@@ -1,0 +1,229 @@
+package sbemu
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/internal/sbemu/wire"
+)
+
+// Node addresses with special meaning.
+const (
+	cbsNode          = "$cbs"
+	managementSuffix = "/$management"
+)
+
+// linkKind says what a link carries and in which direction.
+type linkKind int
+
+const (
+	// kindQueueIn: the client sends messages to a queue.
+	kindQueueIn linkKind = iota
+	// kindQueueOut: the client receives messages from a queue (or its DLQ).
+	kindQueueOut
+	// kindRequestIn: the client sends requests to "$cbs" or "<entity>/$management".
+	kindRequestIn
+	// kindReplyOut: the client receives replies from "$cbs" or "<entity>/$management".
+	kindReplyOut
+)
+
+func (k linkKind) String() string {
+	switch k {
+	case kindQueueIn:
+		return "queue-in"
+	case kindQueueOut:
+		return "queue-out"
+	case kindRequestIn:
+		return "request-in"
+	case kindReplyOut:
+		return "reply-out"
+	}
+	return fmt.Sprintf("linkKind(%d)", int(k))
+}
+
+// entityPath reduces a terminus address to an entity path: the SDK sends
+// plain paths ("orders", "orders/$management"), other clients sometimes
+// send full URLs ("amqp://host/orders").
+func entityPath(addr string) string {
+	if i := strings.Index(addr, "://"); i >= 0 {
+		rest := addr[i+3:]
+		if j := strings.IndexByte(rest, '/'); j >= 0 {
+			addr = rest[j+1:]
+		} else {
+			addr = ""
+		}
+	}
+	return strings.TrimPrefix(addr, "/")
+}
+
+// handleAttach answers a client's attach: it resolves the address to a
+// queue or a request/response node, echoes the requested settle modes and
+// starts the link. Unknown entities are refused the AMQP way: an attach
+// reply with a nil terminus followed by a detach carrying amqp:not-found.
+func (s *session) handleAttach(a *wire.Attach) {
+	clientSends := a.Role == wire.RoleSender
+	var addr string
+	if clientSends {
+		addr = targetAddr(a.Target)
+	} else {
+		addr = sourceAddr(a.Source)
+	}
+	path := entityPath(addr)
+
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	if _, dup := s.links[a.Handle]; dup || a.Handle > handleMax {
+		s.mu.Unlock()
+		// A session error: the handle cannot be answered on without
+		// confusing the link that owns it.
+		s.c.endSession(s, condHandleInUse, fmt.Sprintf("sbemu: handle %d is in use or above handle-max %d", a.Handle, handleMax))
+		return
+	}
+	out := s.allocateHandleLocked()
+	s.mu.Unlock()
+
+	l := newLink(s, a, out, path)
+	cond, desc := l.resolve(clientSends)
+	if cond != "" {
+		s.log.Info("sbemu: refusing attach", "address", path, "condition", cond)
+		s.refuseAttach(a, out, cond, desc)
+		return
+	}
+
+	reply := &wire.Attach{
+		Name:          a.Name,
+		Handle:        out,
+		Role:          !a.Role,
+		SndSettleMode: a.SndSettleMode,
+		RcvSettleMode: a.RcvSettleMode,
+		Source:        a.Source,
+		Target:        a.Target,
+	}
+	if reply.Source == nil {
+		reply.Source = &wire.Source{}
+	}
+	if reply.Target == nil {
+		reply.Target = &wire.Target{}
+	}
+	if clientSends {
+		if l.queue != nil {
+			max := uint64(l.maxSize)
+			reply.MaxMessageSize = &max
+		}
+	} else {
+		zero := uint32(0)
+		reply.InitialDeliveryCount = &zero
+	}
+
+	s.mu.Lock()
+	if s.ended {
+		s.mu.Unlock()
+		return
+	}
+	s.links[a.Handle] = l
+	s.sendLocked(reply)
+	if clientSends {
+		l.grantCreditLocked()
+	}
+	s.mu.Unlock()
+	l.log.Debug("sbemu: link attached", "kind", l.kind.String())
+
+	if !clientSends {
+		l.startDelivering()
+	}
+}
+
+// refuseAttach answers an attach that cannot be served and releases the
+// output handle out again.
+func (s *session) refuseAttach(a *wire.Attach, out uint32, cond wire.Symbol, desc string) {
+	reply := &wire.Attach{
+		Name:          a.Name,
+		Handle:        out,
+		Role:          !a.Role,
+		SndSettleMode: a.SndSettleMode,
+		RcvSettleMode: a.RcvSettleMode,
+	}
+	// The terminus the client asked us to play stays nil: that is how AMQP
+	// says "not attached, a detach with the reason follows".
+	if a.Role == wire.RoleSender {
+		reply.Source = a.Source
+	} else {
+		reply.Target = a.Target
+		zero := uint32(0)
+		reply.InitialDeliveryCount = &zero
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.sendLocked(reply)
+	s.sendLocked(&wire.Detach{Handle: out, Closed: true, Error: &wire.Error{Condition: cond, Description: desc}})
+	delete(s.handles, out)
+}
+
+// resolve binds the link to its queue or node. It returns a non-empty
+// condition when the attach must be refused.
+func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
+	b := l.s.c.em.broker
+	lower := strings.ToLower(l.path)
+	switch {
+	case lower == cbsNode:
+		l.node = cbsNode
+	case strings.HasSuffix(lower, managementSuffix):
+		entity := l.path[:len(l.path)-len(managementSuffix)]
+		q, ok := b.Queue(entity)
+		if !ok {
+			return condNotFound, fmt.Sprintf("sbemu: the messaging entity %q could not be found", entity)
+		}
+		l.node = managementSuffix
+		l.queue = q
+	default:
+		q, ok := b.Queue(l.path)
+		if !ok {
+			return condNotFound, fmt.Sprintf("sbemu: the messaging entity %q could not be found", l.path)
+		}
+		l.queue = q
+	}
+	if l.queue != nil {
+		l.maxSize = l.configuredMaxMessageSize()
+	}
+	if l.node != cbsNode && !l.s.c.authorizedFor(l.path) {
+		return condUnauthorized, fmt.Sprintf("sbemu: no valid token for %q on this connection", l.path)
+	}
+	switch {
+	case l.node != "" && clientSends:
+		l.kind = kindRequestIn
+	case l.node != "":
+		l.kind = kindReplyOut
+		l.replyAddr = targetAddr(l.attach.Target)
+		l.replies = newReplyOutbox()
+	case clientSends:
+		l.kind = kindQueueIn
+	default:
+		l.kind = kindQueueOut
+	}
+	return "", ""
+}
+
+// configuredMaxMessageSize is the queue's configured limit, or the broker
+// default.
+func (l *link) configuredMaxMessageSize() int {
+	for _, qc := range l.s.c.em.cfg.Queues {
+		if strings.EqualFold(qc.Name, l.queueBaseName()) && qc.MaxMessageSize > 0 {
+			return qc.MaxMessageSize
+		}
+	}
+	return broker.DefaultMaxMessageSize
+}
+
+// queueBaseName is the configured queue name behind the link's queue,
+// without a dead-letter suffix.
+func (l *link) queueBaseName() string {
+	name := l.queue.Name()
+	if i := strings.Index(strings.ToLower(name), strings.ToLower(broker.DeadLetterSuffix)); i >= 0 {
+		name = name[:i]
+	}
+	return name
+}

@@ -1,0 +1,89 @@
+package sbemu
+
+import (
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"fmt"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// signSAS builds a token the way the SDK's sas package does.
+func signSAS(audience, keyName, key string, expiry time.Time) string {
+	sr := strings.ToLower(url.QueryEscape(audience))
+	se := fmt.Sprint(expiry.Unix())
+	mac := hmac.New(sha256.New, []byte(key))
+	mac.Write([]byte(sr + "\n" + se))
+	sig := url.QueryEscape(base64.StdEncoding.EncodeToString(mac.Sum(nil)))
+	return fmt.Sprintf("SharedAccessSignature sr=%s&sig=%s&se=%s&skn=%s", sr, sig, se, keyName)
+}
+
+func TestVerifySAS(t *testing.T) {
+	now := time.Unix(1_700_000_000, 0)
+	const aud = "amqp://127.0.0.1:5672/orders"
+	tests := []struct {
+		name    string
+		token   string
+		wantErr string
+	}{
+		{"valid", signSAS(aud, "root", "secret", now.Add(time.Hour)), ""},
+		{"wrong key", signSAS(aud, "root", "other", now.Add(time.Hour)), "does not match"},
+		{"wrong key name", signSAS(aud, "someone", "secret", now.Add(time.Hour)), "unknown key name"},
+		{"expired", signSAS(aud, "root", "secret", now.Add(-time.Second)), "expired"},
+		{"other audience", signSAS("amqp://127.0.0.1:5672/other", "root", "secret", now.Add(time.Hour)), "different audience"},
+		{"not a SAS", "Bearer abc", "not a SharedAccessSignature"},
+		{"missing fields", "SharedAccessSignature sr=x&se=1", "lacks"},
+		{"malformed field", "SharedAccessSignature sr", "malformed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := verifySAS(tc.token, "root", "secret", aud, now)
+			if tc.wantErr == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), tc.wantErr)
+			assert.NotContains(t, err.Error(), "secret", "errors never echo the key")
+			assert.True(t, strings.HasPrefix(err.Error(), "sbemu: "))
+		})
+	}
+}
+
+func TestSDKStrictAuthAcceptsTheRightKey(t *testing.T) {
+	em := startEmulator(t, Config{StrictAuth: true, KeyName: "app", Key: "correct-horse"})
+	client := newClient(t, em)
+	sendText(t, newSender(t, client, "queue"), "authorized")
+	receiver := newReceiver(t, client, "queue", nil)
+	require.NoError(t, receiver.CompleteMessage(ctxT(t), receiveOne(t, receiver), nil))
+}
+
+func TestSDKStrictAuthRejectsWrongKey(t *testing.T) {
+	em := startEmulator(t, Config{StrictAuth: true, KeyName: "app", Key: "correct-horse"})
+	cs := strings.Replace(em.ConnectionString(), "SharedAccessKey=correct-horse", "SharedAccessKey=battery-staple", 1)
+	require.NotEqual(t, em.ConnectionString(), cs)
+	client := newClientFromConnectionString(t, cs)
+
+	err := newSender(t, client, "queue").SendMessage(ctxT(t), &azservicebus.Message{Body: []byte("x")}, nil)
+	requireCode(t, err, azservicebus.CodeUnauthorizedAccess)
+
+	_, err = newReceiver(t, client, "queue", nil).ReceiveMessages(ctxT(t), 1, nil)
+	requireCode(t, err, azservicebus.CodeUnauthorizedAccess)
+
+	q, _ := em.Broker().Queue("queue")
+	assert.Zero(t, q.Stats().Active, "nothing was stored")
+}
+
+func TestSDKLaxAuthAcceptsAnyKey(t *testing.T) {
+	em := startEmulator(t, Config{KeyName: "app", Key: "correct-horse"})
+	cs := strings.Replace(em.ConnectionString(), "SharedAccessKey=correct-horse", "SharedAccessKey=anything", 1)
+	client := newClientFromConnectionString(t, cs)
+	sendText(t, newSender(t, client, "queue"), "fine")
+}

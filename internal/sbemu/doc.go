@@ -1,0 +1,66 @@
+// Package sbemu is an in-process Azure Service Bus emulator that the
+// unmodified azservicebus SDK talks to over loopback TCP.
+//
+// It speaks just enough AMQP 1.0 (SASL ANONYMOUS/PLAIN, connection, session
+// and link flow control, multi-frame transfers, heartbeats) plus the Service
+// Bus conventions layered on top of it: claims-based security on the "$cbs"
+// node, the "<entity>/$management" request/response node (schedule, cancel,
+// renew-lock, peek, update-disposition) and the lock-token/annotation rules
+// for peek-lock deliveries. Queue semantics (locks, delivery counts,
+// dead-lettering, scheduling, duplicate detection, TTL) live in the broker
+// subpackage; this package adapts them to the wire.
+//
+// Start an emulator, hand its [Emulator.ConnectionString] to
+// azservicebus.NewClientFromConnectionString, and [Emulator.Close] it when the
+// test ends:
+//
+//	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "orders"}}})
+//	if err != nil { ... }
+//	defer em.Close()
+//	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), nil)
+//
+// Fault hooks ([Emulator.DropConnections], [Emulator.Hang],
+// [Emulator.RejectNextSends], [Emulator.RejectNextSettlements],
+// [Emulator.ExpireLocks], [Emulator.DetachLinks]) let tests exercise the
+// failure paths a real namespace produces only occasionally.
+//
+// # Protocol behaviour
+//
+// Flow control never stalls a client: the session incoming window (5000
+// transfers) is re-advertised whenever half of it is used, and a client
+// sender's link credit (1000) is topped up at half use. Towards the client
+// the emulator honours the client's session window and link credit; a drain
+// request sends what is available at once and then spends the remaining
+// credit. Frames larger than the client's max-frame-size are split into
+// multi-frame transfers, and multi-frame transfers from the client are
+// reassembled. Empty frames are sent at half the client's idle timeout.
+//
+// Every queue delivery carries delivery-id, message-format 0 and, as its
+// delivery tag, the broker lock token in .NET GUID byte order, which is how
+// the SDK derives ReceivedMessage.LockToken. Settlements map to the broker
+// as Service Bus does: accepted completes, modified abandons (its annotations
+// become application properties), rejected with com.microsoft:dead-letter
+// dead-letters (reason and description from the error info), released
+// returns the message without counting the delivery. Each is answered with a
+// settled disposition, or rejected{com.microsoft:message-lock-lost} when the
+// lock is gone, which the SDK reports as CodeLockLost. Receive-and-delete
+// links get pre-settled transfers; the message is removed once its transfer
+// is queued for the socket.
+//
+// Locks belong to the connection that received the message: when a
+// connection ends, cleanly or not, its locks go back to their queues with the
+// delivery counted (and messages that used up MaxDeliveryCount are
+// dead-lettered). Detaching a link keeps its locks; the SDK settles such
+// messages by lock token through the management node.
+//
+// Unknown entities are refused at attach time with amqp:not-found, unknown
+// management operations with status 501, and with [Config.StrictAuth] a
+// put-token that is not a valid signature for the configured key gets 401.
+//
+// # Limits
+//
+// The emulator keeps everything in memory and serves queues only: no
+// topics or subscriptions, no message sessions, no deferral, no
+// transactions, no TLS or websockets. It is meant for tests and local
+// development.
+package sbemu

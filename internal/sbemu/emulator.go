@@ -1,0 +1,251 @@
+package sbemu
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/sbretry/retry/internal/sbemu/broker"
+)
+
+// Defaults used by [Start] when the matching [Config] field is zero.
+const (
+	// DefaultAddr is the listen address used when [Config.Addr] is empty: a
+	// free loopback port chosen by the kernel.
+	DefaultAddr = "127.0.0.1:0"
+	// DefaultKeyName is the shared access key name put into
+	// [Emulator.ConnectionString] when [Config.KeyName] is empty. It matches
+	// the name of the root key of a real namespace.
+	DefaultKeyName = "RootManageSharedAccessKey"
+	// DefaultKey is the development key put into [Emulator.ConnectionString]
+	// when [Config.Key] is empty. It is the value Microsoft's own emulator
+	// documents, so it is not a secret.
+	DefaultKey = "SAS_KEY_VALUE"
+	// DefaultQueueName is the queue created when [Config.Queues] is empty.
+	DefaultQueueName = "queue"
+	// DefaultIdleTimeout is used when [Config.IdleTimeout] is zero.
+	DefaultIdleTimeout = time.Minute
+)
+
+// Config configures an [Emulator]. The zero value is usable: it listens on a
+// free loopback port with a single queue named [DefaultQueueName].
+type Config struct {
+	// Addr is the TCP address to listen on. Empty means [DefaultAddr].
+	Addr string
+
+	// Queues are the entities the emulator serves. Names are matched
+	// case-insensitively; every queue also has its dead-letter sub-queue
+	// "<name>/$DeadLetterQueue". Empty means one queue named
+	// [DefaultQueueName] with the broker's default settings.
+	Queues []broker.QueueConfig
+
+	// KeyName and Key are the shared access key put into
+	// [Emulator.ConnectionString]. Empty means [DefaultKeyName] and
+	// [DefaultKey]. They are only checked when StrictAuth is set.
+	KeyName, Key string
+
+	// StrictAuth makes the "$cbs" node verify every put-token request: the
+	// token must be a SharedAccessSignature signed with Key for KeyName and
+	// not yet expired, or the request is answered 401 and links to entities
+	// without a valid token are refused. False accepts any token, as
+	// Microsoft's emulator does.
+	StrictAuth bool
+
+	// Clock drives the broker (lock expiry, scheduling, TTL, duplicate
+	// detection) and token expiry checks. Nil means the real clock. Network
+	// timing (heartbeats, idle timeout) always uses real time.
+	Clock clock.Clock
+
+	// Logger receives connection events at Info and every frame at Debug.
+	// Secrets (keys, signatures, tokens) are never logged. Nil discards logs.
+	Logger *slog.Logger
+
+	// IdleTimeout is how long a connection may stay silent before the
+	// emulator closes it; half of it is advertised to clients in the open
+	// frame so they send heartbeats in time. Zero means
+	// [DefaultIdleTimeout]; negative disables the check.
+	IdleTimeout time.Duration
+}
+
+// withDefaults returns a copy of c with every zero field replaced by its
+// documented default.
+func (c Config) withDefaults() Config {
+	if c.Addr == "" {
+		c.Addr = DefaultAddr
+	}
+	if len(c.Queues) == 0 {
+		c.Queues = []broker.QueueConfig{{Name: DefaultQueueName}}
+	}
+	if c.KeyName == "" {
+		c.KeyName = DefaultKeyName
+	}
+	if c.Key == "" {
+		c.Key = DefaultKey
+	}
+	if c.Clock == nil {
+		c.Clock = clock.New()
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.IdleTimeout == 0 {
+		c.IdleTimeout = DefaultIdleTimeout
+	}
+	if c.IdleTimeout < 0 {
+		c.IdleTimeout = 0
+	}
+	return c
+}
+
+// Emulator is a running Service Bus emulator. Create it with [Start] and stop
+// it with [Emulator.Close]. All methods are safe for concurrent use.
+type Emulator struct {
+	cfg    Config
+	log    *slog.Logger
+	broker *broker.Broker
+	ln     net.Listener
+	faults faults
+
+	mu         sync.Mutex
+	conns      map[*conn]struct{}
+	nextConnID uint64
+	closed     bool
+
+	done      chan struct{} // closed by Close
+	closeOnce sync.Once
+	wg        sync.WaitGroup // accept loop and every connection
+}
+
+// Start creates the broker, starts listening on cfg.Addr and serves
+// connections in the background. The emulator is accepting connections when
+// Start returns; call [Emulator.Close] to stop it.
+func Start(cfg Config) (*Emulator, error) {
+	cfg = cfg.withDefaults()
+	b, err := broker.New(broker.Options{Clock: cfg.Clock}, cfg.Queues...)
+	if err != nil {
+		return nil, fmt.Errorf("sbemu: creating broker: %w", err)
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		b.Close()
+		return nil, fmt.Errorf("sbemu: listening on %s: %w", cfg.Addr, err)
+	}
+	e := &Emulator{
+		cfg:    cfg,
+		log:    cfg.Logger,
+		broker: b,
+		ln:     ln,
+		conns:  make(map[*conn]struct{}),
+		done:   make(chan struct{}),
+	}
+	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "strictAuth", cfg.StrictAuth)
+	e.wg.Add(1)
+	go e.acceptLoop()
+	return e, nil
+}
+
+// Addr is the address the emulator listens on, with the port resolved.
+func (e *Emulator) Addr() net.Addr { return e.ln.Addr() }
+
+// ConnectionString is the connection string an azservicebus client uses to
+// reach this emulator. It contains the configured key, so do not log it.
+func (e *Emulator) ConnectionString() string {
+	return fmt.Sprintf("Endpoint=sb://%s;SharedAccessKeyName=%s;SharedAccessKey=%s;UseDevelopmentEmulator=true",
+		e.ln.Addr().String(), e.cfg.KeyName, e.cfg.Key)
+}
+
+// Broker is the in-memory broker behind the emulator, for inspecting queue,
+// dead-letter and scheduled contents in tests.
+func (e *Emulator) Broker() *broker.Broker { return e.broker }
+
+// Close stops listening, closes every connection and waits until every
+// goroutine the emulator started has returned. Messages still in the broker
+// are discarded. Close is idempotent; later calls return nil.
+func (e *Emulator) Close() error {
+	var err error
+	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed = true
+		conns := e.snapshotConnsLocked()
+		e.mu.Unlock()
+		close(e.done)
+		e.faults.endHang()
+		if cerr := e.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
+			err = fmt.Errorf("sbemu: closing listener: %w", cerr)
+		}
+		for _, c := range conns {
+			c.abort()
+		}
+		e.wg.Wait()
+		e.broker.Close()
+		e.log.Info("sbemu: closed")
+	})
+	return err
+}
+
+// acceptLoop accepts connections until the listener is closed.
+func (e *Emulator) acceptLoop() {
+	defer e.wg.Done()
+	for {
+		nc, err := e.ln.Accept()
+		if err != nil {
+			select {
+			case <-e.done:
+				return
+			default:
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			e.log.Warn("sbemu: accept failed", "err", err)
+			continue
+		}
+		if e.faults.refusing() {
+			_ = nc.Close()
+			continue
+		}
+		e.mu.Lock()
+		if e.closed {
+			e.mu.Unlock()
+			_ = nc.Close()
+			return
+		}
+		e.nextConnID++
+		c := newConn(e, e.nextConnID, nc)
+		e.conns[c] = struct{}{}
+		e.wg.Add(1)
+		e.mu.Unlock()
+		go func() {
+			defer e.wg.Done()
+			c.serve()
+			e.mu.Lock()
+			delete(e.conns, c)
+			e.mu.Unlock()
+		}()
+	}
+}
+
+// snapshotConnsLocked copies the live connections; e.mu must be held.
+func (e *Emulator) snapshotConnsLocked() []*conn {
+	out := make([]*conn, 0, len(e.conns))
+	for c := range e.conns {
+		out = append(out, c)
+	}
+	return out
+}
+
+// snapshotConns copies the live connections.
+func (e *Emulator) snapshotConns() []*conn {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.snapshotConnsLocked()
+}

@@ -1,0 +1,87 @@
+package sbemu
+
+import (
+	"strings"
+
+	"github.com/Azure/go-amqp"
+)
+
+// RPC reply application properties read by the SDK (internal/rpc.go): the
+// status code must be an AMQP int (int32).
+const (
+	statusCodeKey        = "status-code"
+	statusDescriptionKey = "status-description"
+)
+
+// rpcReply builds a request/response reply; the caller sets the
+// correlation id.
+func rpcReply(code int32, desc string, value any) *amqp.Message {
+	return &amqp.Message{
+		Properties: &amqp.MessageProperties{},
+		ApplicationProperties: map[string]any{
+			statusCodeKey:        code,
+			statusDescriptionKey: desc,
+		},
+		Value: value,
+	}
+}
+
+// handleRequest processes one request sent to "$cbs" or
+// "<entity>/$management" and queues the reply on the client's reply link.
+// The reply's correlation-id is the request's message-id, which is how the
+// SDK matches replies to calls.
+func (l *link) handleRequest(payload []byte) {
+	var req amqp.Message
+	if err := req.UnmarshalBinary(payload); err != nil {
+		l.log.Info("sbemu: undecodable request", "err", err)
+		return
+	}
+	var resp *amqp.Message
+	if l.node == cbsNode {
+		resp = l.s.c.handlePutToken(&req)
+	} else {
+		resp = l.handleManagement(&req)
+	}
+	var replyTo string
+	if req.Properties != nil {
+		resp.Properties.CorrelationID = req.Properties.MessageID
+		if req.Properties.ReplyTo != nil {
+			replyTo = *req.Properties.ReplyTo
+		}
+	}
+	out := l.s.c.findReplyLink(replyTo, l)
+	if out == nil {
+		l.log.Info("sbemu: no reply link for request", "replyTo", replyTo)
+		return
+	}
+	encoded, err := resp.MarshalBinary()
+	if err != nil {
+		l.log.Error("sbemu: encoding reply", "err", err)
+		return
+	}
+	out.replies.push(encoded)
+}
+
+// findReplyLink finds the link a reply must go to: the connection's reply
+// link whose target address is the request's reply-to, or else the reply
+// link for the same node in the request's session.
+func (c *conn) findReplyLink(replyTo string, req *link) *link {
+	var fallback *link
+	for _, s := range c.allSessions() {
+		s.mu.Lock()
+		for _, l := range s.links {
+			if l.kind != kindReplyOut || l.replies == nil {
+				continue
+			}
+			if replyTo != "" && l.replyAddr == replyTo {
+				s.mu.Unlock()
+				return l
+			}
+			if s == req.s && strings.EqualFold(l.path, req.path) {
+				fallback = l
+			}
+		}
+		s.mu.Unlock()
+	}
+	return fallback
+}
