@@ -12,6 +12,11 @@ import (
 	"github.com/sbretry/retry/internal/sbemu/broker"
 )
 
+// startBenchEmulator starts an emulator with the "orders" queue at its defaults.
+func startBenchEmulator() (*sbemu.Emulator, error) {
+	return sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "orders"}}})
+}
+
 // newEnv starts an emulator with one queue configured by q and stops it at cleanup.
 func newEnv(t *testing.T, q queueSettings) *env {
 	t.Helper()

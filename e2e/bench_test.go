@@ -1,0 +1,128 @@
+//go:build !live
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry"
+)
+
+// BenchmarkConsume drains b.N messages from the emulator through the real SDK, side by side: a
+// hand-written loop (receive a batch, complete each message from its own goroutine, at most 16 at once)
+// against retry.Consumer with MaxConcurrency 16 on the success path. The difference is what the library
+// costs per message on top of the SDK.
+//
+//	go test -run='^$' -bench=BenchmarkConsume -benchtime=5000x -count=3 ./e2e/
+func BenchmarkConsume(b *testing.B) {
+	const concurrency = 16
+	b.Run("baseline=handwritten-loop", func(b *testing.B) {
+		e, client := benchEnv(b)
+		r, err := client.NewReceiverForQueue(e.queue, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sem := make(chan struct{}, concurrency)
+		var wg sync.WaitGroup
+		var done atomic.Int64
+		b.ResetTimer()
+		ctx := context.Background()
+		for done.Load() < int64(b.N) {
+			msgs, err := r.ReceiveMessages(ctx, concurrency, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, m := range msgs {
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					if err := r.CompleteMessage(ctx, m, nil); err == nil {
+						done.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("retry.Consumer", func(b *testing.B) {
+		e, _ := benchEnv(b)
+		var done atomic.Int64
+		all := make(chan struct{})
+		c, err := retry.NewConsumer(e.connector(), func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &retry.Options{
+			MaxConcurrency: concurrency,
+			Logger:         slog.New(slog.DiscardHandler),
+			Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+				if p.Result.Outcome == retry.OutcomeCompleted && done.Add(1) == int64(b.N) {
+					close(all)
+				}
+			}},
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		stopped := make(chan error, 1)
+		b.ResetTimer()
+		go func() { stopped <- c.Run(ctx) }()
+		select {
+		case <-all:
+		case <-time.After(5 * time.Minute):
+			b.Fatal("timed out")
+		}
+		b.StopTimer()
+		cancel()
+		if err := <-stopped; err != nil {
+			b.Fatal(err)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+}
+
+// benchEnv starts an emulator holding b.N messages and returns it with a client.
+func benchEnv(b *testing.B) (*env, *azservicebus.Client) {
+	b.Helper()
+	em, err := startBenchEmulator()
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = em.Close() })
+	e := &env{connStr: em.ConnectionString(), queue: "orders", em: em}
+	client, err := azservicebus.NewClientFromConnectionString(e.connStr, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = client.Close(context.Background()) })
+	s, err := client.NewSender(e.queue, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx := context.Background()
+	for i := 0; i < b.N; {
+		batch, err := s.NewMessageBatch(ctx, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		for ; i < b.N; i++ {
+			id := fmt.Sprintf("bench-%d", i)
+			if err := batch.AddMessage(&azservicebus.Message{MessageID: &id, Body: make([]byte, 256)}, nil); err != nil {
+				break // batch full: send it and start another
+			}
+		}
+		if err := s.SendMessageBatch(ctx, batch, nil); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return e, client
+}
