@@ -260,12 +260,15 @@ func (c *Consumer) count(res Result) {
 	})
 }
 
+// update applies f to the health snapshot under the consumer's lock.
 func (c *Consumer) update(f func(*Health)) {
 	c.mu.Lock()
 	f(&c.health)
 	c.mu.Unlock()
 }
 
+// recordFailure counts a failure with f and keeps its redacted text for Health.LastError, so that a
+// readiness probe can say why the consumer is not ready without leaking a key.
 func (c *Consumer) recordFailure(f func(*Health), err error) {
 	now := c.cfg.clock.Now()
 	c.update(func(h *Health) {

@@ -162,6 +162,7 @@ func attemptValue(v any) (int, error) {
 	return int(n), nil
 }
 
+// envelopeKey is the context key of the handler's Envelope; unexported so no other package collides.
 type envelopeKey struct{}
 
 // withEnvelope returns ctx carrying env for the handler.
@@ -239,6 +240,8 @@ func estimatedSize(m *azservicebus.Message) int {
 	return n
 }
 
+// valueSize estimates the encoded size of an application property value: strings and binaries by
+// length, everything else (numbers, timestamps, UUIDs) as the largest fixed-width AMQP encoding.
 func valueSize(v any) int {
 	switch x := v.(type) {
 	case string:
@@ -250,6 +253,7 @@ func valueSize(v any) int {
 	}
 }
 
+// cloneValue copies the one mutable property type the SDK produces, []byte; the others are values.
 func cloneValue(v any) any {
 	if b, ok := v.([]byte); ok {
 		return append([]byte(nil), b...)

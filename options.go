@@ -59,6 +59,7 @@ type DeadLetterReasons struct {
 	UnsupportedBody string
 }
 
+// withDefaults fills every empty reason with its documented default.
 func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 	set := func(s *string, def string) {
 		if *s == "" {

@@ -93,6 +93,8 @@ func NewProcessor(sender Sender, handler Handler, opts *Options) (*Processor, er
 	return newProcessor(sender, handler, cfg), nil
 }
 
+// newProcessor builds a Processor on an already validated config; the Consumer calls it once per
+// connection, because each connection has its own Sender.
 func newProcessor(sender Sender, handler Handler, cfg *config) *Processor {
 	return &Processor{sender: sender, handler: handler, cfg: cfg}
 }
@@ -319,6 +321,9 @@ func (p *Processor) deadLetter(ctx context.Context, settler Settler, msg *azserv
 	p.log(ctx, slog.LevelWarn, "message dead-lettered", msg, env, slog.String("reason", reason), slog.String("description", desc))
 }
 
+// settleContext bounds one broker call by the settle timeout. It is detached from ctx so that a
+// successful handler is still completed during shutdown; the timeout matters because the SDK's settle
+// path can retry for about 50 s after a connection drop.
 func (p *Processor) settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.WithoutCancel(ctx), p.cfg.settleTimeout)
 }
@@ -361,6 +366,8 @@ func hasNonDataBody(msg *azservicebus.ReceivedMessage) bool {
 	return raw != nil && (raw.Body.Value != nil || len(raw.Body.Sequence) > 0)
 }
 
+// finish reports res to the OnProcessed hook and returns it, so every path through Process is
+// observed exactly once.
 func (p *Processor) finish(msg *azservicebus.ReceivedMessage, env Envelope, res Result) Result {
 	if hook := p.cfg.hooks.OnProcessed; hook != nil {
 		hook(ProcessedParams{Message: msg, Envelope: env, Result: res})

@@ -113,6 +113,8 @@ func NewBroker(clk retry.Clock, opts *BrokerOptions) *Broker {
 	}
 }
 
+// realClock reads the time package directly, so that a broker created inside a testing/synctest
+// bubble runs on the bubble's fake time.
 type realClock struct{}
 
 func (realClock) Now() time.Time                         { return time.Now() }
@@ -252,6 +254,9 @@ func (b *Broker) receive(ctx context.Context, conn *connection, max int) ([]*azs
 	}
 }
 
+// max1ns keeps a timer positive: a due event whose wait rounds to zero must still wake the receiver
+// (benbjohnson's mock never fires a timer that is registered at or before its current time until the
+// next Add).
 func max1ns(d time.Duration) time.Duration {
 	if d <= 0 {
 		return time.Nanosecond
@@ -278,6 +283,8 @@ func (b *Broker) settleLocked(op Op, conn *connection, msg *azservicebus.Receive
 	return e, nil
 }
 
+// complete settles msg as done, like a CompleteMessage that reached the broker. A failure leaves the
+// lock in place, as a real failed call does, so the test can see the message come back when it expires.
 func (b *Broker) complete(conn *connection, msg *azservicebus.ReceivedMessage) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -291,6 +298,7 @@ func (b *Broker) complete(conn *connection, msg *azservicebus.ReceivedMessage) e
 	return nil
 }
 
+// deadLetter moves msg to the dead-letter list with the reason and description from opts.
 func (b *Broker) deadLetter(conn *connection, msg *azservicebus.ReceivedMessage, opts *azservicebus.DeadLetterOptions) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -311,6 +319,8 @@ func (b *Broker) deadLetter(conn *connection, msg *azservicebus.ReceivedMessage,
 	return nil
 }
 
+// renew extends the lock by a full lock duration from now and, like the SDK, writes the new expiry into
+// msg.LockedUntil, which the processor reads to plan its next renewal.
 func (b *Broker) renew(conn *connection, msg *azservicebus.ReceivedMessage) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -325,6 +335,9 @@ func (b *Broker) renew(conn *connection, msg *azservicebus.ReceivedMessage) erro
 	return nil
 }
 
+// schedule stores copies of msgs due at at and records each call for [Broker.Scheduled]. A duplicate
+// (with DuplicateDetection on) is recorded with Duplicate set and reported as a success, as Service
+// Bus does, which is what makes the processor's deterministic MessageIDs safe.
 func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservicebus.Message, at time.Time) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
@@ -390,6 +403,8 @@ func (b *Broker) receivedLocked(e *entry, withLock bool) *azservicebus.ReceivedM
 	return rm
 }
 
+// notifyLocked wakes everyone waiting on the current change channel (blocked receivers, WaitUntil)
+// by closing it and installing a fresh one. b.mu must be held.
 func (b *Broker) notifyLocked() {
 	close(b.changed)
 	b.changed = make(chan struct{})
@@ -464,6 +479,8 @@ func (b *Broker) ExpireLocks() {
 	b.notifyLocked()
 }
 
+// tokenFor derives a unique, never-zero lock token from a counter, so that tokens are deterministic
+// across test runs.
 func tokenFor(n uint64) [16]byte {
 	var t [16]byte
 	for i := 0; i < 8; i++ {
@@ -473,10 +490,13 @@ func tokenFor(n uint64) [16]byte {
 	return t
 }
 
+// lockLostError is the SDK error a settle on an expired or unknown lock returns; the processor
+// classifies it by its Code, as it does with the real SDK.
 func lockLostError() error {
 	return &azservicebus.Error{Code: azservicebus.CodeLockLost}
 }
 
+// attemptOf reads the retry attempt a scheduled copy carries, for [ScheduledMessage.Attempt].
 func attemptOf(m *azservicebus.Message) int {
 	if v, ok := m.ApplicationProperties[retry.PropAttempt].(int64); ok {
 		return int(v)

@@ -39,6 +39,7 @@ func cloneMessage(m *azservicebus.Message) *azservicebus.Message {
 	return &c
 }
 
+// sortBySeq restores FIFO order after expired locks and due scheduled messages were appended.
 func sortBySeq(es []*entry) {
 	sort.SliceStable(es, func(i, j int) bool { return es[i].seq < es[j].seq })
 }

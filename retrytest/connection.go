@@ -17,6 +17,8 @@ type connection struct {
 	done   bool
 }
 
+// checkLocked fails every call on a closed connection with CodeClosed, the code the SDK returns for a
+// closed client; the consumer treats it as "the broker will redeliver". b.mu must be held.
 func (c *connection) checkLocked() error {
 	if c.done {
 		return &azservicebus.Error{Code: azservicebus.CodeClosed}
@@ -24,6 +26,7 @@ func (c *connection) checkLocked() error {
 	return nil
 }
 
+// close marks the connection closed and wakes its blocked receives. It is idempotent.
 func (c *connection) close(context.Context) error {
 	c.b.mu.Lock()
 	defer c.b.mu.Unlock()
@@ -34,6 +37,7 @@ func (c *connection) close(context.Context) error {
 	return nil
 }
 
+// newConnection returns an open connection on b; receivers and senders built on it share its state.
 func (b *Broker) newConnection() *connection {
 	return &connection{b: b, closed: make(chan struct{})}
 }
@@ -71,6 +75,7 @@ func (b *Broker) Connects() int {
 	return b.connects
 }
 
+// receiver implements [retry.Receiver] on a connection.
 type receiver struct{ conn *connection }
 
 func (r *receiver) ReceiveMessages(ctx context.Context, maxMessages int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
@@ -100,6 +105,7 @@ func (r *receiver) RenewMessageLock(ctx context.Context, msg *azservicebus.Recei
 
 func (r *receiver) Close(ctx context.Context) error { return r.conn.close(ctx) }
 
+// sender implements [retry.Sender] on a connection; what it schedules lands in the same broker.
 type sender struct{ conn *connection }
 
 func (s *sender) ScheduleMessages(ctx context.Context, msgs []*azservicebus.Message, at time.Time, _ *azservicebus.ScheduleMessagesOptions) ([]int64, error) {

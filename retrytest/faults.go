@@ -48,6 +48,7 @@ var ErrInjected = errors.New("retrytest: injected fault")
 // ErrConnectionLost is an SDK error with azservicebus.CodeConnectionLost, handy as a fault.
 var ErrConnectionLost error = &azservicebus.Error{Code: azservicebus.CodeConnectionLost}
 
+// fault is a pending injected failure: the next remaining calls of its Op return err.
 type fault struct {
 	remaining int
 	err       error
