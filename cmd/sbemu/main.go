@@ -26,6 +26,8 @@ import (
 	"github.com/sbretry/retry/internal/sbemu/broker"
 )
 
+// main exits with status 2 on a usage or start-up error; stop is called
+// explicitly there because os.Exit skips deferred calls.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -42,6 +44,7 @@ func main() {
 // queueNames collects repeated -queue flags.
 type queueNames []string
 
+// String and Set implement [flag.Value], so -queue may be repeated.
 func (q *queueNames) String() string { return strings.Join(*q, ",") }
 
 func (q *queueNames) Set(v string) error {
@@ -55,6 +58,8 @@ func (q *queueNames) Set(v string) error {
 // run parses args, starts the emulator, prints its connection string to
 // stdout and serves until ctx is done. Logs go to stderr.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	// ContinueOnError so run returns flag errors (and flag.ErrHelp for
+	// -h) to main instead of exiting, which keeps run testable.
 	fs := flag.NewFlagSet("sbemu", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	var (
@@ -102,11 +107,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
+	// The connection string goes to stdout alone on its line so scripts
+	// can capture it; everything else is logged to stderr.
 	if _, err := fmt.Fprintln(stdout, em.ConnectionString()); err != nil {
 		_ = em.Close()
 		return fmt.Errorf("sbemu: writing connection string: %w", err)
 	}
 	<-ctx.Done()
+	// Close waits for every connection to drain; bound it so a stuck
+	// client cannot keep the process alive after a signal. The buffer lets
+	// the goroutine finish even if the timeout wins.
 	done := make(chan error, 1)
 	go func() { done <- em.Close() }()
 	select {

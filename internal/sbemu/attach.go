@@ -10,6 +10,9 @@ import (
 
 // Node addresses with special meaning.
 const (
+	// cbsNode is matched case-insensitively and is connection-wide;
+	// managementSuffix follows an entity path and addresses that entity's
+	// request/response node.
 	cbsNode          = "$cbs"
 	managementSuffix = "/$management"
 )
@@ -28,6 +31,7 @@ const (
 	kindReplyOut
 )
 
+// String names the kind for logs.
 func (k linkKind) String() string {
 	switch k {
 	case kindQueueIn:
@@ -62,6 +66,8 @@ func entityPath(addr string) string {
 // starts the link. Unknown entities are refused the AMQP way: an attach
 // reply with a nil terminus followed by a detach carrying amqp:not-found.
 func (s *session) handleAttach(a *wire.Attach) {
+	// The entity is named by the terminus the emulator plays: the target
+	// when the client sends, the source when it receives.
 	clientSends := a.Role == wire.RoleSender
 	var addr string
 	if clientSends {
@@ -83,6 +89,8 @@ func (s *session) handleAttach(a *wire.Attach) {
 		s.c.endSession(s, condHandleInUse, fmt.Sprintf("sbemu: handle %d is in use or above handle-max %d", a.Handle, handleMax))
 		return
 	}
+	// The handle is reserved before resolve runs outside the lock, so a
+	// concurrent attach cannot take it; refuseAttach gives it back.
 	out := s.allocateHandleLocked()
 	s.mu.Unlock()
 
@@ -94,6 +102,9 @@ func (s *session) handleAttach(a *wire.Attach) {
 		return
 	}
 
+	// The SDK checks that the reply echoes the settle modes it asked for
+	// and fails the link otherwise; source and target must be non-nil for
+	// the same reason.
 	reply := &wire.Attach{
 		Name:          a.Name,
 		Handle:        out,
@@ -111,15 +122,21 @@ func (s *session) handleAttach(a *wire.Attach) {
 	}
 	if clientSends {
 		if l.queue != nil {
+			// Announcing max-message-size lets the SDK refuse an oversized message
+			// before sending it.
 			max := uint64(l.maxSize)
 			reply.MaxMessageSize = &max
 		}
 	} else {
+		// Section 2.7.3: the sending end must announce its initial
+		// delivery count; the emulator's sender side always starts at 0.
 		zero := uint32(0)
 		reply.InitialDeliveryCount = &zero
 	}
 
 	s.mu.Lock()
+	// The session can end while resolve ran unlocked; registering the link
+	// then would leak its handle and goroutine.
 	if s.ended {
 		s.mu.Unlock()
 		return
@@ -127,12 +144,16 @@ func (s *session) handleAttach(a *wire.Attach) {
 	s.links[a.Handle] = l
 	s.sendLocked(reply)
 	if clientSends {
+		// A client sender can send nothing until it has credit, so credit goes
+		// out right behind the attach reply, under the same lock.
 		l.grantCreditLocked()
 	}
 	s.mu.Unlock()
 	l.log.Debug("sbemu: link attached", "kind", l.kind.String())
 
 	if !clientSends {
+		// Started only after registration, so the delivery goroutine's first
+		// activeLocked check sees the link.
 		l.startDelivering()
 	}
 }
@@ -189,6 +210,8 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 	if l.queue != nil {
 		l.maxSize = l.configuredMaxMessageSize()
 	}
+	// $cbs is exempt because it is where the token is presented in the first
+	// place.
 	if l.node != cbsNode && !l.s.c.authorizedFor(l.path) {
 		return condUnauthorized, fmt.Sprintf("sbemu: no valid token for %q on this connection", l.path)
 	}
@@ -197,6 +220,9 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 		l.kind = kindRequestIn
 	case l.node != "":
 		l.kind = kindReplyOut
+		// The SDK gives each reply link a unique target address (for $cbs
+		// it looks like "$cbs$$cbs-reply-to-<uuid>") and names it in every
+		// request's reply-to, so findReplyLink matches on it.
 		l.replyAddr = targetAddr(l.attach.Target)
 		l.replies = newReplyOutbox()
 	case clientSends:
@@ -209,6 +235,8 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 
 // configuredMaxMessageSize is the queue's configured limit, or the broker
 // default.
+// The dead-letter queue of a queue shares its limit, which is why the
+// lookup goes through queueBaseName.
 func (l *link) configuredMaxMessageSize() int {
 	for _, qc := range l.s.c.em.cfg.Queues {
 		if strings.EqualFold(qc.Name, l.queueBaseName()) && qc.MaxMessageSize > 0 {

@@ -46,6 +46,8 @@ func verifySAS(token, keyName, key, audience string, now time.Time) error {
 	if err != nil {
 		return errors.New("sbemu: SharedAccessSignature expiry is not a number")
 	}
+	// now comes from Config.Clock, so tests with a mock clock can expire
+	// tokens deterministically.
 	if !now.Before(time.Unix(expiry, 0)) {
 		return errors.New("sbemu: SharedAccessSignature has expired")
 	}
@@ -59,9 +61,13 @@ func verifySAS(token, keyName, key, audience string, now time.Time) error {
 	if err != nil {
 		return errors.New("sbemu: SharedAccessSignature signature is not URL-encoded")
 	}
+	// The string to sign uses sr as sent (still URL-escaped), which is what
+	// the SDK's token provider signs.
 	mac := hmac.New(sha256.New, []byte(key))
 	mac.Write([]byte(sr + "\n" + se))
 	want := base64.StdEncoding.EncodeToString(mac.Sum(nil))
+	// Constant-time comparison so response timing reveals nothing about the
+	// expected signature.
 	if !hmac.Equal([]byte(got), []byte(want)) {
 		return errors.New("sbemu: SharedAccessSignature signature does not match the key")
 	}

@@ -21,6 +21,8 @@ func (c *conn) handlePutToken(req *amqp.Message) *amqp.Message {
 	if op != cbsOperationPutToken {
 		return rpcReply(501, "sbemu: unsupported $cbs operation "+quote(op), nil)
 	}
+	// The SDK sends "name" as "amqp://host:port/<entity>"; entityPath keeps
+	// only the entity so it matches link addresses.
 	audience, _ := req.ApplicationProperties["name"].(string)
 	path := entityPath(audience)
 	if c.em.cfg.StrictAuth {
@@ -37,6 +39,7 @@ func (c *conn) handlePutToken(req *amqp.Message) *amqp.Message {
 	}
 	c.authorize(path)
 	c.log.Debug("sbemu: put-token accepted", "audience", audience)
+	// The SDK's CBS client treats any 2xx status as success.
 	return rpcReply(202, "Accepted", nil)
 }
 

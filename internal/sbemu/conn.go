@@ -22,10 +22,17 @@ const (
 	// transfers.
 	maxFrameSize = 64 * 1024
 	// minFrameSize is the smallest max-frame-size AMQP allows a peer to ask for.
+	// A client asking for less is raised to it rather than refused, so a
+	// quirky client still gets a working connection.
 	minFrameSize = 512
 	// channelMax is the highest session channel number the emulator accepts.
+	// It is advertised in the open reply; the SDK opens a fresh session per
+	// CBS put-token and per link set, so channels are reused but never run
+	// out in practice.
 	channelMax = 4095
 	// handshakeTimeout bounds the protocol-header, SASL and open exchange.
+	// A client that connects and then says nothing would otherwise hold a
+	// goroutine until the idle timeout, which only applies after open.
 	handshakeTimeout = 30 * time.Second
 )
 
@@ -34,6 +41,8 @@ const (
 // sends to the client owns one delivery goroutine. All of them stop when
 // done is closed and are awaited before serve returns.
 type conn struct {
+	// Fields above mu are set before the reader starts (or during the
+	// handshake, before any other goroutine exists) and are read-only after.
 	em  *Emulator
 	id  uint64 // broker lock owner for everything received on this connection
 	nc  net.Conn
@@ -41,6 +50,9 @@ type conn struct {
 	log *slog.Logger
 	dbg bool // frame logging enabled
 
+	// out is the writer goroutine's queue; writerDone is closed when writeLoop
+	// returns; teardown waits for it (at most two seconds) before closing
+	// the socket so a final close frame can still go out.
 	out        *outbound
 	writerDone chan struct{}
 
@@ -49,6 +61,11 @@ type conn struct {
 	heartbeat    time.Duration // how often to send empty frames
 	containerID  string        // client's container id, for logs
 
+	// Lifecycle: done means "stop producing frames", kill means "the socket
+	// is gone, stop waiting on it" (it also ends a hang early); ctx is the
+	// parent of every link context, so canceling it unblocks every delivery
+	// goroutine's broker receive. wg counts the delivery goroutines only; the
+	// writer is tracked by writerDone.
 	ctx    context.Context // canceled when the connection ends
 	cancel context.CancelFunc
 	done   chan struct{} // closed when serve starts tearing down
@@ -57,6 +74,9 @@ type conn struct {
 	kOnce  sync.Once     // guards kill
 	wg     sync.WaitGroup
 
+	// mu guards the maps below and failErr, the first write error the
+	// writer saw (later errors are its consequences and are not recorded).
+	// Code holding mu never takes a session's mutex.
 	mu         sync.Mutex
 	sessions   map[uint16]*session // by channel (the emulator reuses the client's number)
 	authorized map[string]bool     // lower-case entity paths with an accepted token (strict mode)
@@ -65,6 +85,8 @@ type conn struct {
 }
 
 func newConn(e *Emulator, id uint64, nc net.Conn) *conn {
+	// The 64 KiB read buffer holds one maximum-size frame, so ReadFrame can
+	// usually fill a frame with a single read from the socket.
 	ctx, cancel := context.WithCancel(context.Background())
 	log := e.log.With("conn", id, "remote", nc.RemoteAddr().String())
 	return &conn{
@@ -89,6 +111,8 @@ func newConn(e *Emulator, id uint64, nc net.Conn) *conn {
 // serve runs the connection to completion: handshake, frame loop, teardown.
 func (c *conn) serve() {
 	c.log.Info("sbemu: connection accepted")
+	// teardown must know whether the writer exists: before it started there
+	// is nobody to close writerDone, and waiting for it would hang forever.
 	writerStarted := false
 	defer func() { c.teardown(writerStarted) }()
 
@@ -106,6 +130,8 @@ func (c *conn) serve() {
 
 // abort closes the socket at once, without a close frame, as a crashed broker
 // or a network failure would. serve notices and tears the connection down.
+// Safe to call from any goroutine and more than once: closing the socket
+// makes the reader's blocked Read fail, which is how serve notices.
 func (c *conn) abort() {
 	c.kOnce.Do(func() { close(c.kill) })
 	_ = c.nc.Close()
@@ -123,6 +149,10 @@ func (c *conn) fail(err error) {
 
 // teardown stops every goroutine of the connection and hands its locked
 // messages back to the broker.
+// It runs on the reader goroutine after the read loop has returned, so no
+// client frame can start new work meanwhile. ReleaseOwner runs only after
+// c.wg.Wait, when no delivery goroutine can still take or release a
+// message under this connection's owner id.
 func (c *conn) teardown(writerStarted bool) {
 	c.once.Do(func() { close(c.done) })
 	c.cancel()
@@ -137,6 +167,7 @@ func (c *conn) teardown(writerStarted bool) {
 	}
 	_ = c.nc.Close()
 	if writerStarted {
+		// With the socket closed, a writer stuck in a write returns at once.
 		<-c.writerDone
 	}
 	c.mu.Lock()
@@ -167,6 +198,8 @@ func (c *conn) handshake() error {
 	if !c.em.faults.waitHang(c.kill) {
 		return errConnKilled
 	}
+	// The hang check above also stalls new handshakes, as a broker that has
+	// stopped responding would.
 	if proto == wire.ProtoSASL {
 		if err := c.negotiateSASL(); err != nil {
 			return err
@@ -175,6 +208,8 @@ func (c *conn) handshake() error {
 			return fmt.Errorf("reading protocol header after SASL: %w", err)
 		}
 	}
+	// AMQP 1.0 section 2.2: a server that does not support the requested
+	// protocol answers with the header it does support and closes the socket.
 	if proto != wire.ProtoAMQP {
 		_ = wire.WriteProtocolHeader(c.nc, wire.ProtoAMQP)
 		return fmt.Errorf("unsupported protocol id %d", proto)
@@ -202,6 +237,9 @@ func (c *conn) handshake() error {
 	if c.peerMaxFrame < minFrameSize {
 		c.peerMaxFrame = minFrameSize
 	}
+	// AMQP 1.0 section 2.4.5: the peer closes the connection if it hears
+	// nothing for its idle-timeout; sending an empty frame at half of it
+	// leaves room for scheduling and network delay.
 	if open.IdleTimeout > 0 {
 		c.heartbeat = time.Duration(open.IdleTimeout) * time.Millisecond / 2
 	}
@@ -237,6 +275,8 @@ func (c *conn) readLoop() error {
 	idle := c.em.cfg.IdleTimeout
 	for {
 		if idle > 0 {
+			// The deadline is re-armed per frame, heartbeats included, so only a
+			// client that sends nothing at all for idle is disconnected.
 			_ = c.nc.SetReadDeadline(time.Now().Add(idle))
 		}
 		f, err := wire.ReadFrame(c.br, maxFrameSize)
@@ -247,6 +287,8 @@ func (c *conn) readLoop() error {
 			return errConnKilled
 		}
 		c.logFrame("rx", f)
+		// A frame read during a hang was held by waitHang above and is handled
+		// now, as if it had been delayed in the network.
 		if f.Type != wire.FrameAMQP {
 			c.closeWithError(condFramingError, "unexpected SASL frame after open")
 			return errors.New("sbemu: SASL frame after open")
@@ -268,6 +310,8 @@ func (c *conn) dispatch(f wire.Frame) (stop bool, err error) {
 		return false, nil // heartbeat
 	case *wire.Begin:
 		return false, c.handleBegin(f.Channel, body)
+	// AMQP 1.0 section 2.4.3: answer a close with a close, then stop reading;
+	// the writer flushes the reply during teardown.
 	case *wire.Close:
 		if body.Error != nil {
 			c.log.Info("sbemu: client closed connection with error", "condition", body.Error.Condition, "description", body.Error.Description)
@@ -309,6 +353,8 @@ func (c *conn) dispatch(f wire.Frame) (stop bool, err error) {
 
 // handleBegin creates a session on the client's channel and answers it.
 func (c *conn) handleBegin(ch uint16, b *wire.Begin) error {
+	// A begin with remote-channel set answers a begin we sent; the emulator
+	// only ever responds to client-initiated sessions.
 	if b.RemoteChannel != nil {
 		c.closeWithError(condIllegalState, "begin with remote-channel: the emulator never begins sessions")
 		return errors.New("sbemu: unsolicited begin reply")
@@ -327,6 +373,8 @@ func (c *conn) handleBegin(ch uint16, b *wire.Begin) error {
 	c.sessions[ch] = s
 	c.mu.Unlock()
 
+	// The reply goes out under s.mu so a flow or transfer for the session
+	// cannot be queued before the begin that announces it.
 	remote := ch
 	s.mu.Lock()
 	s.sendLocked(&wire.Begin{
@@ -357,6 +405,8 @@ func (c *conn) endSession(s *session, cond wire.Symbol, desc string) {
 	s.log.Info("sbemu: ending session", "condition", cond, "description", desc)
 	c.mu.Lock()
 	delete(c.sessions, s.channel)
+	// Frames the client sent before it saw our end must not be mistaken for
+	// frames on an unknown channel (which would close the connection).
 	c.ending[s.channel] = true
 	c.mu.Unlock()
 	s.shutdown()
@@ -397,6 +447,9 @@ func (c *conn) allSessions() []*session {
 }
 
 // send encodes a frame for channel ch and queues it for the writer.
+// Encoding happens on the caller's goroutine, so the writer only copies
+// bytes; the caller's locks (a session's mu) therefore also fix the order
+// in which frames reach the socket.
 func (c *conn) send(ch uint16, body any) {
 	f := wire.Frame{Type: wire.FrameAMQP, Channel: ch, Body: body}
 	buf, err := wire.AppendFrame(nil, f)
@@ -450,6 +503,8 @@ func frameName(v any) string {
 	return strings.TrimPrefix(fmt.Sprintf("%T", v), "*wire.")
 }
 
+// optU32 renders an optional uint32 field for logs: nil stays nil rather
+// than becoming a misleading 0.
 func optU32(p *uint32) any {
 	if p == nil {
 		return nil
@@ -457,6 +512,7 @@ func optU32(p *uint32) any {
 	return *p
 }
 
+// errText renders an AMQP error for a log attribute; "" when absent.
 func errText(e *wire.Error) string {
 	if e == nil {
 		return ""
@@ -464,6 +520,8 @@ func errText(e *wire.Error) string {
 	return string(e.Condition) + ": " + e.Description
 }
 
+// sourceAddr and targetAddr return a terminus address, "" for a nil
+// terminus, which a refused attach reply legitimately has.
 func sourceAddr(s *wire.Source) string {
 	if s == nil {
 		return ""
@@ -484,5 +542,6 @@ var errConnKilled = errors.New("sbemu: connection aborted")
 // isClosedErr reports errors that just mean "the other side went away".
 func isClosedErr(err error) bool {
 	return errors.Is(err, io.EOF) || errors.Is(err, net.ErrClosed) || errors.Is(err, errConnKilled) ||
+		// io.ErrUnexpectedEOF: the client vanished in the middle of a frame.
 		errors.Is(err, io.ErrUnexpectedEOF)
 }

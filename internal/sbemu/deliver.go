@@ -12,6 +12,8 @@ import (
 
 // outgoing is one message ready to be transferred to a client.
 type outgoing struct {
+	// payload is the encoded message, already marshalled so its size is
+	// known before any frame is sent; tag is the delivery tag.
 	payload []byte
 	tag     []byte
 	// lock is set for queue deliveries: the broker lock behind the message.
@@ -40,6 +42,9 @@ func (l *link) startDelivering() {
 	default:
 		return
 	}
+	// The goroutine is counted in the connection's wait group, so teardown
+	// waits for it (and for the putBack of its pending message) before the
+	// broker releases the connection's locks.
 	c := l.s.c
 	c.wg.Add(1)
 	go func() {
@@ -53,6 +58,8 @@ func (l *link) startDelivering() {
 // the client's window. On drain it sends what is available right now and
 // then spends the remaining credit by advancing the delivery count.
 func (l *link) deliverLoop(src deliverySource) {
+	// pending is a message taken from the source but not yet transferred;
+	// whatever path ends the loop, the deferred putBack returns it.
 	var pending *outgoing
 	defer func() {
 		if pending != nil {
@@ -87,6 +94,8 @@ func (l *link) deliverLoop(src deliverySource) {
 			continue
 		}
 		if pending == nil {
+			// recvCancel is published under l.mu so handleFlow can interrupt this
+			// receive when credit is withdrawn or a drain arrives.
 			rctx, cancel := context.WithCancel(l.ctx)
 			l.recvCancel = cancel
 			l.mu.Unlock()
@@ -157,6 +166,9 @@ func (l *link) drainNow(src deliverySource, pending *outgoing) (*outgoing, bool)
 	}
 	l.s.mu.Lock()
 	l.mu.Lock()
+	// Section 2.6.7: a drain consumes all remaining credit by advancing the
+	// delivery count; the flow below with drain=true tells the client the
+	// drain is complete, which is what the SDK waits for.
 	l.txDeliveryCount += l.txCredit
 	l.txCredit = 0
 	l.drain = false
@@ -172,6 +184,8 @@ func (l *link) drainNow(src deliverySource, pending *outgoing) (*outgoing, bool)
 // emulator completes the lock itself once the transfer is queued, so a
 // message is never lost between the broker and the socket.
 func (l *link) sendOne(o *outgoing) error {
+	// For peek-lock the delivery is tracked before its first frame is queued
+	// (see transmit), so a disposition can never race ahead of the record.
 	settled := l.preSettled()
 	var track *sentDelivery
 	if o.lock != nil && !settled {
@@ -179,6 +193,8 @@ func (l *link) sendOne(o *outgoing) error {
 	}
 	if err := l.s.transmit(l.ctx, l, o.payload, o.tag, settled, track); err != nil {
 		if o.lock != nil {
+			// The message never reached the socket queue: release it without
+			// counting the delivery, since the client never saw it.
 			_ = l.queue.Release(o.lock.LockToken)
 		}
 		return err
@@ -201,6 +217,8 @@ type queueSource struct {
 	owner uint64
 }
 
+// next blocks in the broker until a message is due; ctx is canceled by
+// link teardown or by handleFlow when credit is withdrawn.
 func (s *queueSource) next(ctx context.Context) (*outgoing, error) {
 	d, err := s.q.Receive(ctx, broker.PeekLock, s.owner)
 	if err != nil {
@@ -209,6 +227,8 @@ func (s *queueSource) next(ctx context.Context) (*outgoing, error) {
 	return s.wrap(d), nil
 }
 
+// tryNext serves drain: a message that fails to encode was dead-lettered
+// by wrap and counts as "nothing available".
 func (s *queueSource) tryNext() (*outgoing, bool) {
 	d, ok := s.q.TryReceive(broker.PeekLock, s.owner)
 	if !ok {
@@ -218,6 +238,9 @@ func (s *queueSource) tryNext() (*outgoing, bool) {
 	return o, o != nil
 }
 
+// putBack releases the lock uncounted (AMQP released semantics): the
+// message was never transferred, so it must not move closer to
+// MaxDeliveryCount.
 func (s *queueSource) putBack(o *outgoing) {
 	if o.lock != nil {
 		_ = s.q.Release(o.lock.LockToken)
@@ -257,12 +280,17 @@ func lockTokenToDeliveryTag(token [16]byte) []byte {
 // replyOutbox queues encoded replies for a request/response node's reply
 // link. Pushing never blocks the reader.
 type replyOutbox struct {
+	// mu guards the fields below. items is FIFO so replies go out in
+	// request order; tag numbers replies so each has a distinct delivery
+	// tag (8 bytes, big-endian counter).
 	mu     sync.Mutex
 	items  []*outgoing
 	notify chan struct{}
 	tag    uint64
 }
 
+// newReplyOutbox creates an empty outbox; notify has capacity 1 so push
+// never blocks and repeated pushes coalesce into one wakeup.
 func newReplyOutbox() *replyOutbox {
 	return &replyOutbox{notify: make(chan struct{}, 1)}
 }
@@ -281,6 +309,7 @@ func (r *replyOutbox) push(payload []byte) {
 	}
 }
 
+// tryNext pops the oldest reply without blocking.
 func (r *replyOutbox) tryNext() (*outgoing, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -292,6 +321,8 @@ func (r *replyOutbox) tryNext() (*outgoing, bool) {
 	return o, true
 }
 
+// next blocks until a reply is queued or ctx is done; it re-checks the
+// items after every wakeup because notify only says "maybe non-empty".
 func (r *replyOutbox) next(ctx context.Context) (*outgoing, error) {
 	for {
 		if o, ok := r.tryNext(); ok {
@@ -308,6 +339,8 @@ func (r *replyOutbox) next(ctx context.Context) (*outgoing, error) {
 // putBack requeues a reply at the front.
 func (r *replyOutbox) putBack(o *outgoing) {
 	r.mu.Lock()
+	// At the front, so a reply held back by missing credit keeps its place
+	// ahead of later replies.
 	r.items = append([]*outgoing{o}, r.items...)
 	r.mu.Unlock()
 }

@@ -24,6 +24,9 @@ func (s *session) handleDisposition(d *wire.Disposition) {
 		// settles first, so there is nothing to confirm.
 		return
 	}
+	// A disposition covers the range first..last (section 2.7.6); an absent
+	// last means just first. The loop ends on id == last rather than id <=
+	// last so a range that wraps around 2^32 still works.
 	last := d.First
 	if d.Last != nil {
 		last = *d.Last
@@ -31,6 +34,9 @@ func (s *session) handleDisposition(d *wire.Disposition) {
 	for id := d.First; ; id++ {
 		s.mu.Lock()
 		sd := s.unsettled[id]
+		// The record is removed before the broker is called, so a disposition
+		// sent twice for the same id is answered as unknown (lock lost) the
+		// second time instead of being applied twice.
 		delete(s.unsettled, id)
 		active := sd != nil && sd.link.activeLocked()
 		s.mu.Unlock()
@@ -48,6 +54,9 @@ func (s *session) handleDisposition(d *wire.Disposition) {
 			}
 		default:
 			reply := s.settle(sd, d.State)
+			// A client that settled on its own side expects no answer; the
+			// SDK receives in rcv-settle-mode second and so always waits
+			// for this one.
 			if !d.Settled {
 				s.mu.Lock()
 				if sd.link.activeLocked() {
@@ -76,6 +85,8 @@ func (s *session) settle(sd *sentDelivery, state wire.DeliveryState) wire.Delive
 		err = q.Complete(token)
 		reply = &wire.Accepted{}
 	case *wire.Modified:
+		// The SDK's Defer sends modified{undeliverable-here=true}; deferral is
+		// not emulated, so refusing it is better than silently abandoning.
 		if st.UndeliverableHere {
 			return &wire.Rejected{Error: &wire.Error{Condition: condNotImplemented, Description: "sbemu: deferral is not supported"}}
 		}
@@ -85,6 +96,8 @@ func (s *session) settle(sd *sentDelivery, state wire.DeliveryState) wire.Delive
 		reason, desc, props := deadLetterInfo(st.Error)
 		err = q.DeadLetter(token, reason, desc, props)
 		reply = &wire.Rejected{}
+	// A disposition without state is treated as released, the conservative
+	// outcome: the message comes back without its delivery being counted.
 	case *wire.Released, nil:
 		err = q.Release(token)
 		reply = &wire.Released{}
@@ -134,6 +147,8 @@ func deadLetterInfo(e *wire.Error) (reason, desc string, props map[string]any) {
 		if !ok {
 			continue
 		}
+		// fromWire turns wire types into go-amqp types, so the broker stores the
+		// values with the types the SDK expects when it reads them back.
 		v := fromWire(ent.Value)
 		switch key {
 		case broker.PropertyDeadLetterReason:

@@ -57,6 +57,40 @@
 // management operations with status 501, and with [Config.StrictAuth] a
 // put-token that is not a valid signature for the configured key gets 401.
 //
+// # Serving a connection
+//
+// [Start] runs one accept goroutine; every accepted socket gets one goroutine
+// running the connection's reader. The reader does the handshake (protocol
+// header, optional SASL, open) with direct socket writes, then starts the
+// connection's writer goroutine and dispatches every later frame inline:
+// begin/end, attach/detach, flow, dispositions, client transfers (stored in
+// the broker before the next frame is read) and $cbs/$management requests.
+// Sessions have no goroutine of their own; a session's mutex orders its
+// frames so transfer ids and flow state on the wire always agree with what
+// was sent. Every link on which the emulator sends (a queue receiver or a
+// reply link) has one delivery goroutine, which blocks in the broker only
+// while the client has granted credit; withdrawing credit or asking for a
+// drain cancels that blocked receive. Every goroutine sends its frames by
+// encoding them and pushing the bytes onto an unbounded queue owned by the
+// writer goroutine, so the reader never blocks on a slow client and the two
+// peers can never deadlock writing to each other.
+//
+// Credit and windows are replenished by the side that consumes them: the
+// reader counts each client transfer against the session incoming window
+// and each completed delivery against the client sender's link credit, and
+// re-advertises the full amount with a flow frame when half is used. The
+// client's own flow frames update the outgoing window and credit the
+// delivery goroutines wait on (they are woken through channels, never by
+// polling).
+//
+// When a connection ends (close frame, I/O error, idle timeout,
+// [Emulator.DropConnections] or [Emulator.Close]) its context is canceled,
+// which ends every link context derived from it; the writer gets two
+// seconds to flush a final close frame; every session is shut down; the
+// delivery goroutines are awaited, releasing any message they had taken but
+// not yet sent (uncounted); and finally the broker returns every lock the
+// connection still owned, counting the delivery, exactly as Service Bus does
+// for a dropped receiver.
 // # Limits
 //
 // The emulator keeps everything in memory and serves queues only: no

@@ -105,12 +105,15 @@ func (c Config) withDefaults() Config {
 // Emulator is a running Service Bus emulator. Create it with [Start] and stop
 // it with [Emulator.Close]. All methods are safe for concurrent use.
 type Emulator struct {
+	// cfg has every default applied and is never modified after Start.
 	cfg    Config
 	log    *slog.Logger
 	broker *broker.Broker
 	ln     net.Listener
 	faults faults
 
+	// mu guards the live connections, the id counter (ids start at 1 and
+	// are never reused, so an id is a safe broker lock owner) and closed.
 	mu         sync.Mutex
 	conns      map[*conn]struct{}
 	nextConnID uint64
@@ -174,6 +177,8 @@ func (e *Emulator) Close() error {
 		conns := e.snapshotConnsLocked()
 		e.mu.Unlock()
 		close(e.done)
+		// A hang would otherwise keep connection goroutines blocked in waitHang
+		// and make wg.Wait below wait for the hang's full duration.
 		e.faults.endHang()
 		if cerr := e.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
 			err = fmt.Errorf("sbemu: closing listener: %w", cerr)
@@ -182,6 +187,7 @@ func (e *Emulator) Close() error {
 			c.abort()
 		}
 		e.wg.Wait()
+		// Last, after every connection has released its locks to the broker.
 		e.broker.Close()
 		e.log.Info("sbemu: closed")
 	})
@@ -200,6 +206,9 @@ func (e *Emulator) acceptLoop() {
 			default:
 			}
 			var ne net.Error
+			// Timeouts are retried silently and other errors (such as running
+			// out of file descriptors) logged and retried: only Close ends
+			// the loop.
 			if errors.As(err, &ne) && ne.Timeout() {
 				continue
 			}
@@ -209,11 +218,15 @@ func (e *Emulator) acceptLoop() {
 			e.log.Warn("sbemu: accept failed", "err", err)
 			continue
 		}
+		// Closed before any byte is read: the client sees a reset or EOF on its
+		// protocol header, as with an unreachable namespace.
 		if e.faults.refusing() {
 			_ = nc.Close()
 			continue
 		}
 		e.mu.Lock()
+		// Close may have run between Accept and here; the connection must not
+		// be registered after Close took its snapshot.
 		if e.closed {
 			e.mu.Unlock()
 			_ = nc.Close()

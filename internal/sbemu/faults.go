@@ -11,6 +11,9 @@ import (
 // faults holds the state of the fault-injection hooks. The zero value is
 // ready to use: no hang, no pending rejections.
 type faults struct {
+	// mu guards every field. A rejection count is consumed one per message
+	// or settlement (takeSendRejection, takeSettleRejection), together with
+	// the condition to reject with.
 	mu            sync.Mutex
 	hangOver      chan struct{} // non-nil while hung; closed when the hang ends
 	hangTimer     *time.Timer
@@ -37,6 +40,8 @@ func (f *faults) waitHang(stop ...<-chan struct{}) bool {
 	if over == nil {
 		return true
 	}
+	// A select needs a fixed number of cases; callers pass at most two stop
+	// channels, so the cases are spelled out instead of using reflect.
 	switch len(stop) {
 	case 0:
 		<-over
@@ -134,6 +139,8 @@ func (e *Emulator) Hang(d time.Duration) {
 	if f.hangOver == nil {
 		f.hangOver = make(chan struct{})
 	}
+	// Real time on purpose: a hang models the network, which the mock clock
+	// in Config.Clock does not drive.
 	f.hangTimer = time.AfterFunc(d, f.endHang)
 	f.mu.Unlock()
 	e.log.Info("sbemu: fault: hanging", "duration", d)

@@ -11,6 +11,8 @@ import (
 
 // linkCredit is the credit the emulator grants a client sender, topped up
 // whenever half of it has been used.
+// 1000 matches the credit the SDK itself grants on its management links;
+// it bounds how many messages one client sender can have in flight.
 const linkCredit = 1000
 
 // maxAssembledMessage bounds a multi-frame message being reassembled, so a
@@ -23,6 +25,8 @@ const maxAssembledMessage = 16 << 20
 // kind: *In links receive transfers on the reader goroutine; *Out links
 // send through their own delivery goroutine.
 type link struct {
+	// The fields up to cancel are set in handleAttach before the link is
+	// registered in the session and are read-only afterwards.
 	s         *session
 	attach    *wire.Attach // the client's attach, for its termini and modes
 	name      string
@@ -37,11 +41,16 @@ type link struct {
 	replyAddr string        // kindReplyOut: the client's reply-to address
 	maxSize   int           // queue links: largest message accepted, in bytes
 
+	// ctx is derived from the connection's context and canceled by stop or
+	// forceDetach; it ends the delivery goroutine and any transfer waiting
+	// for session window.
 	ctx    context.Context
 	cancel context.CancelFunc
 
 	// Receiving side (kindQueueIn, kindRequestIn); reader goroutine only,
 	// except credit which the session reads under s.mu.
+	// rxDeliveryCount and rxCredit follow section 2.6.7: the emulator is the
+	// receiver, the count starts at the client's initial-delivery-count.
 	rxDeliveryCount uint32
 	rxCredit        uint32
 	rxBusy          bool   // a multi-frame delivery is being assembled
@@ -51,6 +60,10 @@ type link struct {
 	rxBuf           []byte
 
 	// Sending side (kindQueueOut, kindReplyOut).
+	// mu guards the fields below; it is the innermost lock (taken under s.mu,
+	// never the other way round). txDeliveryCount and txCredit are the
+	// sender-side delivery-count and link-credit of section 2.6.7; drain is
+	// the client's last drain flag.
 	mu              sync.Mutex
 	txDeliveryCount uint32
 	txCredit        uint32
@@ -63,6 +76,8 @@ type link struct {
 }
 
 func newLink(s *session, a *wire.Attach, out uint32, path string) *link {
+	// wake has capacity 1 so signal never blocks the reader and several
+	// signals before the goroutine runs collapse into one wakeup.
 	ctx, cancel := context.WithCancel(s.c.ctx)
 	l := &link{
 		s:         s,
@@ -95,6 +110,8 @@ const sndSettled uint8 = 1
 
 // grantCreditLocked (re)issues full credit to a client sender; s.mu must
 // be held.
+// Credit is absolute in AMQP (delivery-count plus credit is the limit),
+// so re-issuing the full amount both replenishes and resynchronises.
 func (l *link) grantCreditLocked() {
 	l.rxCredit = linkCredit
 	l.flowLocked(l.rxDeliveryCount, l.rxCredit, false)
@@ -107,6 +124,8 @@ func (l *link) grantCreditLocked() {
 // react. An echo request is answered with the link's state.
 func (l *link) handleFlow(f *wire.Flow) {
 	switch l.kind {
+	// On links where the client sends, the client's flow only reports its
+	// own state; credit is ours to give, so only echo needs an answer.
 	case kindQueueIn, kindRequestIn:
 		if f.Echo {
 			l.s.mu.Lock()
@@ -122,11 +141,16 @@ func (l *link) handleFlow(f *wire.Flow) {
 		if f.DeliveryCount != nil {
 			dc = *f.DeliveryCount
 		}
+		// Deliveries we sent that the client had not seen when it wrote this
+		// flow are subtracted, so credit is never overspent (section 2.6.7).
 		l.txCredit = windowFrom(*f.LinkCredit, dc, l.txDeliveryCount)
 	}
 	l.drain = f.Drain
 	var cancel context.CancelFunc
 	if l.txCredit == 0 || l.drain {
+		// A delivery goroutine blocked in the broker has no credit to spend the
+		// message on (zero credit) or must answer the drain now; canceling its
+		// receive makes it return to the credit check without taking a message.
 		cancel = l.recvCancel
 	}
 	echo := f.Echo
@@ -169,6 +193,8 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 		// again on its new link: a duplicate. Drop it; the retry delivers.
 		return
 	}
+	// The first frame of a delivery carries its id, settled flag and
+	// format (section 2.7.5); continuation frames only add payload.
 	if !l.rxBusy {
 		if t.DeliveryID == nil {
 			l.forceDetach(condNotAllowed, "sbemu: first transfer of a delivery without delivery-id")
@@ -186,12 +212,16 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 	if t.Settled != nil && *t.Settled {
 		l.rxSettled = true
 	}
+	// An aborted delivery (section 2.7.5) is discarded but still used up a
+	// delivery count and a credit.
 	if t.Aborted {
 		l.rxBusy = false
 		l.rxBuf = nil
 		l.countDelivery()
 		return
 	}
+	// The limit is checked while assembling, so an oversized multi-frame
+	// message is refused before it is fully buffered.
 	if len(l.rxBuf)+len(t.Payload) > max(maxAssembledMessage, 2*l.maxSize) {
 		l.rxBusy = false
 		l.rxBuf = nil
@@ -219,6 +249,9 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 		l.handleRequest(payload)
 		state = &wire.Accepted{}
 	}
+	// Unsettled client transfers get a settled disposition back: the SDK
+	// sends in snd-settle-mode mixed with rcv-settle-mode first, so its
+	// SendMessage returns once this outcome arrives.
 	if !settled {
 		l.s.mu.Lock()
 		if l.activeLocked() {
@@ -234,6 +267,8 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 func (l *link) countDelivery() {
 	l.s.mu.Lock()
 	defer l.s.mu.Unlock()
+	// rxCredit never goes below zero even if a client oversends; the
+	// top-up below then restores the full amount.
 	l.rxDeliveryCount++
 	if l.rxCredit > 0 {
 		l.rxCredit--
@@ -250,6 +285,8 @@ func (l *link) stop() (detachSent bool) {
 	l.stopped = true
 	detachSent = l.detachSent
 	l.mu.Unlock()
+	// Canceling the context ends the delivery goroutine; removing the
+	// link from its session is the caller's job.
 	l.cancel()
 	return detachSent
 }
@@ -269,6 +306,8 @@ func (l *link) forceDetach(cond wire.Symbol, desc string) {
 	}
 	l.detachSent = true
 	l.mu.Unlock()
+	// The detach goes out under s.mu so no later transfer of this link can
+	// be queued behind it: transmit checks activeLocked under the same lock.
 	l.s.sendLocked(&wire.Detach{Handle: l.outHandle, Closed: true, Error: &wire.Error{Condition: cond, Description: desc}})
 	l.s.mu.Unlock()
 	l.cancel()
@@ -277,6 +316,8 @@ func (l *link) forceDetach(cond wire.Symbol, desc string) {
 
 // activeLocked reports whether frames may still be sent for the link: it is
 // registered and neither side has detached it. s.mu must be held.
+// The registration check catches a link object that lost its handle to a
+// newer link with the same client handle after a detach.
 func (l *link) activeLocked() bool {
 	if l.s.ended || l.s.links[l.inHandle] != l {
 		return false

@@ -76,6 +76,8 @@ func scheduleMessages(q *broker.Queue, body map[string]any) *amqp.Message {
 		if err := m.UnmarshalBinary(encoded); err != nil {
 			return rpcReply(statusBadRequest, "sbemu: undecodable scheduled message: "+err.Error(), nil)
 		}
+		// A missing or zero time makes the broker enqueue at once, which is
+		// what Service Bus does for a time that is not in the future.
 		at, _ := m.Annotations[annotationScheduleTime].(time.Time)
 		seq, err := q.Schedule(&m, len(encoded), at)
 		if err != nil {
@@ -88,6 +90,8 @@ func scheduleMessages(q *broker.Queue, body map[string]any) *amqp.Message {
 
 // cancelScheduled implements com.microsoft:cancel-scheduled-message.
 func cancelScheduled(q *broker.Queue, body map[string]any) *amqp.Message {
+	// go-amqp decodes an AMQP array of long as []int64; the SDK always sends
+	// that shape, so anything else is a malformed request.
 	seqs, ok := body["sequence-numbers"].([]int64)
 	if !ok {
 		return rpcReply(statusBadRequest, "sbemu: cancel-scheduled-message needs \"sequence-numbers\" as an array of long", nil)
@@ -126,6 +130,8 @@ func (l *link) peekMessages(q *broker.Queue, body map[string]any) *amqp.Message 
 	}
 	out := make([]any, 0, len(peeked))
 	for _, d := range peeked {
+		// As in queueSource.wrap: the SDK only fills some fields of a received
+		// message when it has a properties section.
 		if d.Message.Properties == nil {
 			d.Message.Properties = &amqp.MessageProperties{}
 		}
@@ -147,6 +153,8 @@ func updateDisposition(q *broker.Queue, body map[string]any) *amqp.Message {
 	if !ok || len(tokens) == 0 {
 		return rpcReply(statusBadRequest, "sbemu: update-disposition needs \"lock-tokens\"", nil)
 	}
+	// The tokens are settled one by one and the first failure is reported;
+	// earlier tokens stay settled.
 	props, _ := body["properties-to-modify"].(map[string]any)
 	for _, token := range tokens {
 		var err error
@@ -204,6 +212,7 @@ func lockTokens(v any) ([][16]byte, bool) {
 			out[i] = [16]byte(u)
 		}
 		return out, true
+	// A list of uuid, from clients that send a list instead of an array.
 	case []any:
 		out := make([][16]byte, 0, len(v))
 		for _, e := range v {
@@ -235,6 +244,8 @@ func asInt64(v any) (int64, bool) {
 		return int64(v), true
 	case uint8:
 		return int64(v), true
+	// May wrap for values above MaxInt64; counts and sequence numbers the
+	// SDK sends are far below that.
 	case uint64:
 		return int64(v), true
 	case int:

@@ -16,6 +16,7 @@ const (
 // rpcReply builds a request/response reply; the caller sets the
 // correlation id.
 func rpcReply(code int32, desc string, value any) *amqp.Message {
+	// Properties is non-nil so handleRequest can set the correlation id.
 	return &amqp.Message{
 		Properties: &amqp.MessageProperties{},
 		ApplicationProperties: map[string]any{
@@ -33,6 +34,8 @@ func rpcReply(code int32, desc string, value any) *amqp.Message {
 func (l *link) handleRequest(payload []byte) {
 	var req amqp.Message
 	if err := req.UnmarshalBinary(payload); err != nil {
+		// Without a decodable message-id no reply could be correlated, so the
+		// request is dropped and the SDK's own timeout reports it.
 		l.log.Info("sbemu: undecodable request", "err", err)
 		return
 	}
@@ -49,6 +52,8 @@ func (l *link) handleRequest(payload []byte) {
 			replyTo = *req.Properties.ReplyTo
 		}
 	}
+	// The reply link may live in another session of the connection: the
+	// match is on reply-to, not on the request's session.
 	out := l.s.c.findReplyLink(replyTo, l)
 	if out == nil {
 		l.log.Info("sbemu: no reply link for request", "replyTo", replyTo)
@@ -59,6 +64,8 @@ func (l *link) handleRequest(payload []byte) {
 		l.log.Error("sbemu: encoding reply", "err", err)
 		return
 	}
+	// push never blocks: the reader must not wait for the client to grant
+	// credit on the reply link, or the client's flow could never be read.
 	out.replies.push(encoded)
 }
 

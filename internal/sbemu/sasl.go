@@ -40,6 +40,8 @@ func (c *conn) negotiateSASL() error {
 	if !ok || f.Type != wire.FrameSASL {
 		return fmt.Errorf("expected sasl-init, got %T", f.Body)
 	}
+	// The PLAIN initial response (user and password) is deliberately never
+	// parsed or logged.
 	if init.Mechanism != saslAnonymous && init.Mechanism != saslPlain {
 		_ = c.writeSASL(&wire.SASLOutcome{Code: saslAuth})
 		return fmt.Errorf("unsupported SASL mechanism %q", init.Mechanism)

@@ -26,6 +26,8 @@ func (l *link) acceptTransfer(payload []byte, format uint32) wire.DeliveryState 
 	if cond, ok := l.s.c.em.faults.takeSendRejection(); ok {
 		return rejectedState(wire.Symbol(cond), "sbemu: send rejected by fault injection")
 	}
+	// The whole batch counts against the queue limit, as on Service Bus,
+	// where a batch travels as one transfer of at most max-message-size.
 	if limit := l.maxSize; len(payload) > limit {
 		return rejectedState(condMessageSizeExceded, fmt.Sprintf("sbemu: batch of %d bytes exceeds the limit of %d bytes", len(payload), limit))
 	}
@@ -40,6 +42,8 @@ func (l *link) acceptTransfer(payload []byte, format uint32) wire.DeliveryState 
 			return rejectedState(condDecodeError, fmt.Sprintf("sbemu: undecodable message %d of batch: %v", i, err))
 		}
 	}
+	// Each inner message is sized by its own encoding, so the broker's
+	// per-message limit and duplicate detection apply message by message.
 	for i, m := range msgs {
 		if _, _, err := l.queue.Send(m, len(envelope.Data[i])); err != nil {
 			return sendErrorState(err)
@@ -63,6 +67,8 @@ func (l *link) acceptMessage(payload []byte) wire.DeliveryState {
 	if err := m.UnmarshalBinary(payload); err != nil {
 		return rejectedState(condDecodeError, "sbemu: undecodable message: "+err.Error())
 	}
+	// A scheduled enqueue time in the annotations is honoured by the broker;
+	// the sender never learns the sequence number (the SDK does not ask).
 	seq, dup, err := l.queue.Send(&m, len(payload))
 	if err != nil {
 		return sendErrorState(err)

@@ -16,8 +16,13 @@ const (
 	// sessionWindow is the incoming window the emulator advertises. It is
 	// re-advertised whenever half of it has been used, so a client can send
 	// any number of transfers without stalling.
+	// 5000 keeps flow frames rare (one per 2500 transfers) while staying far
+	// below the 2^31 limit of serial-number arithmetic on transfer ids.
 	sessionWindow = 5000
 	// handleMax is the highest link handle the emulator accepts per session.
+	// The SDK uses a handful of handles per session, so the value only
+	// matters for clients that misbehave: a larger handle ends the session
+	// with amqp:session:handle-in-use (see handleAttach).
 	handleMax = 4095
 )
 
@@ -37,6 +42,8 @@ type session struct {
 	channel uint16
 	log     *slog.Logger
 
+	// Lock order: s.mu before link.mu (see forceDetach and drainNow); c.mu is
+	// never taken while s.mu is held.
 	mu sync.Mutex
 
 	// Incoming direction (client to emulator).
@@ -44,12 +51,19 @@ type session struct {
 	incomingUsed   uint32 // transfers received since the window was last advertised
 
 	// Outgoing direction (emulator to client).
+	// nextOutgoingID is the transfer id of the next transfer frame we send
+	// (AMQP 1.0 section 2.5.6); remoteIncomingWindow is how many more transfer
+	// frames the client will accept, recomputed from every client flow and
+	// decremented per frame (not per message) in transmit. nextDeliveryID
+	// numbers messages and is independent of transfer ids, which count frames.
 	nextOutgoingID       uint32
 	remoteIncomingWindow uint32
 	windowGrew           chan struct{} // closed and replaced when the client opens its window
 	nextDeliveryID       uint32
 	unsettled            map[uint32]*sentDelivery // peek-lock deliveries awaiting the client's disposition
 
+	// Client handles key links because every frame from the client names the
+	// client's handle; our own handles are only written, never looked up.
 	links   map[uint32]*link // by the client's handle
 	handles map[uint32]bool  // the emulator's handles in use
 	ended   bool
@@ -58,12 +72,18 @@ type session struct {
 // sentDelivery remembers which lock a delivery id refers to, so the client's
 // disposition can be applied to the right broker message.
 type sentDelivery struct {
+	// link identifies the sending link so its deliveries can be forgotten on
+	// detach; queue and token address the broker lock (the token in RFC 4122
+	// order, not the .NET order used on the wire).
 	link  *link
 	queue *broker.Queue
 	token [16]byte
 }
 
 func newSession(c *conn, ch uint16, b *wire.Begin) *session {
+	// Our incoming side starts at the client's next-outgoing-id and our
+	// outgoing window at the client's incoming-window, as section 2.5.5
+	// prescribes for the begin exchange; our own transfer ids start at 0.
 	return &session{
 		c:                    c,
 		channel:              ch,
@@ -85,6 +105,8 @@ func (s *session) sendLocked(body any) {
 
 // send queues a non-transfer frame that carries no session state
 // (attach, detach, disposition).
+// Use sendLocked instead when the frame must be ordered with state
+// changed under the same critical section.
 func (s *session) send(body any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -100,6 +122,8 @@ func (s *session) flowLocked(f *wire.Flow) {
 	f.IncomingWindow = sessionWindow
 	f.NextOutgoingID = s.nextOutgoingID
 	f.OutgoingWindow = sessionWindow
+	// After this flow the client may send sessionWindow more transfers, so
+	// the count towards the next re-advertisement restarts.
 	s.incomingUsed = 0
 	s.sendLocked(f)
 }
@@ -124,6 +148,8 @@ func windowFrom(window, peerCount, ourCount uint32) uint32 {
 // allocateHandleLocked returns the lowest free output handle; s.mu must be
 // held.
 func (s *session) allocateHandleLocked() uint32 {
+	// Termination: handleMax bounds the client's handles and each link takes
+	// one of ours, so a free handle exists below handleMax+1.
 	for h := uint32(0); ; h++ {
 		if !s.handles[h] {
 			s.handles[h] = true
@@ -144,12 +170,16 @@ func (s *session) handleFlow(f *wire.Flow) {
 		base = *f.NextIncomingID
 	}
 	s.remoteIncomingWindow = windowFrom(f.IncomingWindow, base, s.nextOutgoingID)
+	// Wake every delivery goroutine blocked in waitWindowLocked, even when
+	// the window did not grow: each re-checks its own condition.
 	close(s.windowGrew)
 	s.windowGrew = make(chan struct{})
 	var l *link
 	if f.Handle != nil {
 		l = s.links[*f.Handle]
 	} else if f.Echo {
+		// A session-only flow with echo asks for our session state (section
+		// 2.7.4); a link flow's echo is answered by the link with its own state.
 		s.flowLocked(&wire.Flow{})
 	}
 	s.mu.Unlock()
@@ -167,9 +197,14 @@ func (s *session) handleFlow(f *wire.Flow) {
 // it to its link.
 func (s *session) handleTransfer(t *wire.Transfer) {
 	s.mu.Lock()
+	// Every transfer frame counts, also continuation frames of a multi-frame
+	// delivery and frames for unknown handles, because the client counted
+	// them against our window too.
 	s.nextIncomingID++
 	s.incomingUsed++
 	l := s.links[t.Handle]
+	// Re-advertising at half use keeps a fast sender from ever reaching a
+	// zero window: without it the SDK stalls after sessionWindow transfers.
 	if s.incomingUsed >= sessionWindow/2 {
 		s.flowLocked(&wire.Flow{})
 	}
@@ -199,6 +234,8 @@ func (s *session) handleDetach(d *wire.Detach) {
 	if d.Error != nil {
 		l.log.Info("sbemu: client detached link with error", "condition", d.Error.Condition, "description", d.Error.Description)
 	}
+	// If the emulator detached first (forceDetach), the client's detach is
+	// the reply and needs no answer; otherwise the client expects one.
 	alreadySent := l.stop()
 	if !alreadySent {
 		s.send(&wire.Detach{Handle: l.outHandle, Closed: true})
@@ -230,6 +267,10 @@ func (s *session) shutdown() {
 	for _, l := range s.links {
 		links = append(links, l)
 	}
+	// Dropping the links and unsettled deliveries makes every activeLocked
+	// check fail from now on, so no further frame is queued for this
+	// session; the locks stay in the broker until the connection ends or
+	// they expire.
 	s.links = map[uint32]*link{}
 	s.unsettled = map[uint32]*sentDelivery{}
 	close(s.windowGrew)
@@ -245,13 +286,19 @@ func (s *session) shutdown() {
 // recorded under the new delivery id before the first frame is queued, so
 // the client's disposition always finds it.
 func (s *session) transmit(ctx context.Context, l *link, payload, tag []byte, settled bool, track *sentDelivery) error {
+	// peerMaxFrame is at least minFrameSize (512), so maxChunk is positive.
 	maxChunk := int(s.c.peerMaxFrame) - transferOverhead
 	first := true
+	// The loop runs at least once so an empty payload still produces one
+	// transfer. Each frame waits for window separately: a large message can
+	// span a window re-advertisement by the client.
 	for first || len(payload) > 0 {
 		if err := s.waitWindowLocked(ctx); err != nil {
 			return err
 		}
 		// s.mu is held from here.
+		// Checked per frame: once either side has detached the link, a frame for
+		// its handle would be a protocol error on the client.
 		if !l.activeLocked() {
 			s.mu.Unlock()
 			return errLinkDetached
@@ -269,6 +316,9 @@ func (s *session) transmit(ctx context.Context, l *link, payload, tag []byte, se
 		if first {
 			id := s.nextDeliveryID
 			s.nextDeliveryID++
+			// Delivery-id, message-format and delivery-tag go only on the first
+			// frame of a delivery (section 2.7.5); go-amqp cannot route a first frame
+			// that lacks them. Format 0 is a plain AMQP message.
 			format := uint32(0)
 			t.DeliveryID = &id
 			t.DeliveryTag = tag
@@ -283,6 +333,9 @@ func (s *session) transmit(ctx context.Context, l *link, payload, tag []byte, se
 		s.sendLocked(t)
 		s.nextOutgoingID++
 		s.remoteIncomingWindow--
+		// Releasing s.mu between frames lets disposition and flow handling
+		// (and other links of the session) interleave with a long
+		// multi-frame send.
 		s.mu.Unlock()
 		first = false
 	}
@@ -306,6 +359,8 @@ func (s *session) waitWindowLocked(ctx context.Context) error {
 		if s.remoteIncomingWindow > 0 {
 			return nil
 		}
+		// The channel is read under s.mu, so a flow arriving after the unlock
+		// closes exactly this channel and the wakeup cannot be missed.
 		grew := s.windowGrew
 		s.mu.Unlock()
 		select {

@@ -22,6 +22,9 @@ func fromWire(v any) any {
 		if v == nil {
 			return nil
 		}
+		// go-amqp encodes map[string]any as a map with string keys, which is
+		// what application properties must be; only maps with other keys fall
+		// back to map[any]any.
 		allStrings := true
 		for _, e := range v.Entries {
 			if _, ok := e.Key.(string); !ok {

@@ -21,11 +21,16 @@ const writeTimeout = 30 * time.Second
 // other. Memory stays bounded in practice because every producer is itself
 // bounded by link credit and session windows.
 type outbound struct {
+	// mu guards frames: complete encoded frames in the order they were
+	// pushed. The writer sends them in that order, so the order in which
+	// callers push is the order on the wire.
 	mu     sync.Mutex
 	frames [][]byte
 	notify chan struct{} // capacity 1: "frames is not empty"
 }
 
+// newOutbound returns an empty queue whose notify channel has room for
+// one pending wakeup, so push never blocks.
 func newOutbound() *outbound {
 	return &outbound{notify: make(chan struct{}, 1)}
 }
@@ -42,6 +47,8 @@ func (o *outbound) push(frame []byte) {
 }
 
 // take removes and returns every queued frame.
+// Taking everything at once lets the writer flush many small frames
+// (dispositions, flows) with one system call.
 func (o *outbound) take() [][]byte {
 	o.mu.Lock()
 	defer o.mu.Unlock()
@@ -57,6 +64,8 @@ func (o *outbound) take() [][]byte {
 // out on a graceful shutdown.
 func (c *conn) writeLoop() {
 	defer close(c.writerDone)
+	// The buffer matches maxFrameSize so a full frame usually goes out in one
+	// write.
 	bw := bufio.NewWriterSize(c.nc, 64*1024)
 
 	var tick <-chan time.Time
@@ -66,6 +75,8 @@ func (c *conn) writeLoop() {
 		tick = t.C
 	}
 
+	// flush reports false after a write error; c.fail has then recorded it
+	// and closed the socket, which ends the reader and so the connection.
 	flush := func(frames [][]byte) bool {
 		if len(frames) == 0 {
 			return true
@@ -88,11 +99,16 @@ func (c *conn) writeLoop() {
 		select {
 		case <-c.out.notify:
 		case <-tick:
+			// Heartbeats go through the queue, so they never interleave with a
+			// frame being written and are delayed by a hang like everything else.
 			c.out.push(heartbeatFrame)
 		case <-c.done:
 			flush(c.out.take())
 			return
 		}
+		// During a hang frames accumulate in the queue and go out together when
+		// it ends; a client whose idle timeout passes meanwhile drops the
+		// connection, as it would during a real network partition.
 		if !c.em.faults.waitHang(c.done, c.kill) {
 			flush(c.out.take())
 			return

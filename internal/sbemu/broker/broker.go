@@ -18,6 +18,8 @@ const DeadLetterSuffix = "/$DeadLetterQueue"
 // its dead-letter queue are atomic and lock ownership can be released across
 // queues in one step. The zero value is not usable; call [New].
 type Broker struct {
+	// mu guards every field below and all state of every queue; queue
+	// methods take it through their b pointer.
 	mu     sync.Mutex
 	clock  clock.Clock
 	queues map[string]*Queue // by lower-case name, main queues only
@@ -56,6 +58,8 @@ func New(opts Options, queues ...QueueConfig) (*Broker, error) {
 			MaxDeliveryCount: 0,
 			MaxMessageSize:   q.cfg.MaxMessageSize,
 		}
+		// The dead-letter queue is not in b.queues: it is reached only through
+		// its parent, so lookups and allQueues find each exactly once.
 		q.dlq = newQueue(b, dlqCfg.Name, dlqCfg)
 		q.dlq.parent = q
 		b.queues[key] = q

@@ -17,11 +17,15 @@ type duplicateDetector struct {
 	order  []dedupKey // acceptance order, for pruning oldest first
 }
 
+// dedupRecord is what lookup returns for a duplicate: the sequence
+// number the original got, and when it was accepted.
 type dedupRecord struct {
 	seq int64
 	at  time.Time
 }
 
+// dedupKey is one entry of the pruning order; at tells a stale entry
+// (the id was accepted again later) from the current one.
 type dedupKey struct {
 	id string
 	at time.Time
@@ -67,6 +71,7 @@ func (d *duplicateDetector) record(id string, seq int64, now time.Time) {
 func (d *duplicateDetector) prune(now time.Time) {
 	for len(d.order) > 0 && !now.Before(d.order[0].at.Add(d.window)) {
 		k := d.order[0]
+		// Clear the slot so the backing array does not keep the string alive.
 		d.order[0] = dedupKey{}
 		d.order = d.order[1:]
 		if r, ok := d.seen[k.id]; ok && r.at.Equal(k.at) {

@@ -24,6 +24,8 @@ const (
 // entry is one stored message plus the bookkeeping the broker needs. Entries
 // never leave the package; callers get copies in [Delivery] values.
 type entry struct {
+	// size is the encoded size reported by the sender, in bytes; it is
+	// carried over to the dead-letter copy.
 	msg  *amqp.Message // owned copy; never handed out
 	size int
 
@@ -32,6 +34,8 @@ type entry struct {
 	scheduledAt time.Time // activation time while scheduled
 	expiresAt   time.Time // zero: never expires
 
+	// owner is the connection id passed to Receive, used by ReleaseOwner;
+	// lockToken is zero unless the entry is locked.
 	deliveryCount uint32 // number of peek-lock deliveries so far
 	state         entryState
 	lockToken     [16]byte

@@ -91,6 +91,7 @@ func CopyMessage(m *amqp.Message) *amqp.Message {
 	return c
 }
 
+// copyBytes keeps nil as nil, so an absent field stays absent.
 func copyBytes(b []byte) []byte {
 	if b == nil {
 		return nil
@@ -98,6 +99,7 @@ func copyBytes(b []byte) []byte {
 	return append(make([]byte, 0, len(b)), b...)
 }
 
+// copyPtr copies the value behind an optional field.
 func copyPtr[T any](p *T) *T {
 	if p == nil {
 		return nil
@@ -106,6 +108,7 @@ func copyPtr[T any](p *T) *T {
 	return &v
 }
 
+// copyAnnotations deep-copies an annotation map, nil staying nil.
 func copyAnnotations(a amqp.Annotations) amqp.Annotations {
 	if a == nil {
 		return nil

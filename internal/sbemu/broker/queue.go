@@ -22,6 +22,9 @@ type Queue struct {
 	dlq    *Queue // the dead-letter sub-queue; nil on a dead-letter queue
 	parent *Queue // the main queue; nil on a main queue
 
+	// State below is guarded by b.mu. An entry is in exactly one of
+	// available (stateAvailable), locks (stateLocked) or neither
+	// (stateScheduled), and in timeline whenever it has a deadline.
 	lastSeq   int64
 	entries   map[int64]*entry    // every stored message by current sequence number
 	locks     map[[16]byte]*entry // peek-locked messages by lock token
@@ -34,6 +37,8 @@ type Queue struct {
 	waiters int
 	notify  chan struct{}
 
+	// Only the main queue's timer matters for both: armTimer arms the
+	// dead-letter queue's timer from the same call.
 	timer    *clock.Timer
 	timerAt  time.Time
 	timerGen uint64 // identifies the armed timer so a stale callback cannot disarm a newer one
@@ -120,6 +125,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	return e.seq, false, nil
 }
 
+// nextSeq hands out the next sequence number; b.mu must be held.
 func (q *Queue) nextSeq() int64 {
 	q.lastSeq++
 	return q.lastSeq
@@ -147,6 +153,8 @@ func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 	q.makeAvailable(e)
 }
 
+// expired reports whether e's time-to-live has passed; the expiry
+// instant itself counts as expired.
 func (q *Queue) expired(e *entry, now time.Time) bool {
 	return !e.expiresAt.IsZero() && !now.Before(e.expiresAt)
 }
@@ -185,6 +193,7 @@ func (q *Queue) removeEntry(e *entry) {
 func (q *Queue) returnLocked(e *entry, counted bool, now time.Time) {
 	delete(q.locks, e.lockToken)
 	q.timeline.setDeadline(e, time.Time{})
+	// Receive counted the delivery up front; a release undoes that.
 	if !counted && e.deliveryCount > 0 {
 		e.deliveryCount--
 	}
@@ -309,6 +318,8 @@ func (q *Queue) armOwnTimer(now time.Time) {
 	q.stopTimer()
 	d := next.Sub(now)
 	if d <= 0 {
+		// A deadline already past still needs the callback to run, so the
+		// timer fires as soon as possible.
 		d = time.Nanosecond
 	}
 	q.timerAt = next
@@ -317,6 +328,7 @@ func (q *Queue) armOwnTimer(now time.Time) {
 	q.timer = q.b.clock.AfterFunc(d, func() { q.onTimer(gen) })
 }
 
+// stopTimer cancels the armed timer, if any; b.mu must be held.
 func (q *Queue) stopTimer() {
 	if q.timer != nil {
 		q.timer.Stop()

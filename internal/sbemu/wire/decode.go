@@ -41,10 +41,14 @@ func DecodeValue(src []byte) (v any, rest []byte, err error) {
 }
 
 // decoder carries the per-call allocation budget.
+// A fresh decoder per DecodeValue call means the budget limits one
+// frame's worth of input, not the lifetime of a connection.
 type decoder struct {
 	zeroWidthBudget int
 }
 
+// errTruncated reports input that ends before a value does; the counts
+// help tell a truncated frame from a corrupt length field.
 func errTruncated(what string, need, have int) error {
 	return fmt.Errorf("wire: truncated %s: need %d bytes, have %d", what, need, have)
 }
@@ -65,6 +69,8 @@ func (d *decoder) value(b []byte, depth int) (any, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
+	// Described values nest (a descriptor may itself be described in the
+	// type system), so each level counts towards maxDepth.
 	val, m, err := d.value(b[1+n:], depth+1)
 	if err != nil {
 		return nil, 0, err
@@ -93,6 +99,8 @@ func describe(desc, val any) (any, error) {
 	case uint64:
 		_, known = descriptorNames[x]
 		code = x
+	// Symbolic descriptors such as "amqp:open:list" are legal alternatives
+	// to the numeric codes (part 1 section 1.5), so both are looked up.
 	case Symbol:
 		code, known = descriptorCodes[x]
 	}
@@ -201,6 +209,9 @@ func fixedValue(code byte, b []byte) any {
 	return nil // unreachable: fixedWidth knows exactly these codes
 }
 
+// variableValue converts the data of a binary, string or symbol value.
+// Binary is copied because b aliases the frame buffer, which callers
+// may reuse; strings and symbols are copied by the conversion itself.
 func variableValue(code byte, b []byte) any {
 	switch code {
 	case codeVbin8, codeVbin32:
@@ -226,6 +237,8 @@ func (d *decoder) compound(code byte, b []byte, width, depth int) (any, int, err
 	if size > uint64(len(b)-width) {
 		return nil, 0, errTruncated("compound value", int(min(size, math.MaxInt32)), len(b)-width)
 	}
+	// The size field counts the count field too, so a size smaller than
+	// the count's width is malformed rather than merely truncated.
 	if size < uint64(width) {
 		return nil, 0, fmt.Errorf("wire: compound size %d cannot hold its %d-byte count", size, width)
 	}
@@ -261,6 +274,7 @@ func (d *decoder) compound(code byte, b []byte, width, depth int) (any, int, err
 	return v, consumed, nil
 }
 
+// list decodes count elements, each with its own constructor.
 func (d *decoder) list(b []byte, count uint64, depth int) (any, int, error) {
 	// Every element has a constructor, so it takes at least one byte.
 	if count > uint64(len(b)) {
@@ -279,6 +293,9 @@ func (d *decoder) list(b []byte, count uint64, depth int) (any, int, error) {
 	return items, off, nil
 }
 
+// mapBody decodes a map body; count is the number of keys plus values
+// (part 1 section 1.6.23), so it must be even. Entries keep wire order
+// and duplicate keys, which a Go map would lose.
 func (d *decoder) mapBody(b []byte, count uint64, depth int) (any, int, error) {
 	if count%2 != 0 {
 		return nil, 0, fmt.Errorf("wire: map has an odd element count %d", count)
@@ -330,6 +347,8 @@ func (d *decoder) arrayCtor(b []byte, depth int) (arrayCtor, int, error) {
 	return arrayCtor{code: codeDescribed, descriptor: desc, inner: &inner}, 1 + n + m, nil
 }
 
+// isVariableOrCompound reports the format codes with a length prefix,
+// the ones fixedWidth does not know.
 func isVariableOrCompound(code byte) bool {
 	switch code {
 	case codeVbin8, codeStr8, codeSym8, codeVbin32, codeStr32, codeSym32,
@@ -352,12 +371,16 @@ func elementWidth(c arrayCtor) int {
 	return 1
 }
 
+// array decodes an array body: one constructor shared by all count
+// elements, then the elements' data without constructors.
 func (d *decoder) array(b []byte, count uint64, depth int) (any, int, error) {
 	ctor, off, err := d.arrayCtor(b, depth+1)
 	if err != nil {
 		return nil, 0, err
 	}
 	rest := uint64(len(b) - off)
+	// Zero-width elements cost no input, so only the per-call budget stops
+	// a few bytes from requesting millions of them.
 	if w := uint64(elementWidth(ctor)); w == 0 {
 		if count > uint64(d.zeroWidthBudget) {
 			return nil, 0, fmt.Errorf("wire: too many zero-width array elements (%d)", count)

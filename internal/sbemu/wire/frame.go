@@ -29,6 +29,8 @@ func ReadProtocolHeader(r io.Reader) (protoID uint8, err error) {
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return 0, fmt.Errorf("wire: reading protocol header: %w", err)
 	}
+	// Bytes 5..7 are major, minor and revision; only 1.0.0 exists for AMQP
+	// 1.0, and AMQP 0-9-1 clients send a different layout that fails here.
 	if !bytes.Equal(h[:4], []byte("AMQP")) || h[5] != 1 || h[6] != 0 || h[7] != 0 {
 		return 0, fmt.Errorf("wire: unsupported protocol header % x", h[:])
 	}
@@ -90,6 +92,8 @@ func ReadFrame(r io.Reader, maxFrameSize uint32) (Frame, error) {
 	if _, err := io.ReadFull(r, h[:]); err != nil {
 		return Frame{}, fmt.Errorf("wire: reading frame header: %w", err)
 	}
+	// Header layout (section 2.3.1): 4-byte size including the header,
+	// 1-byte data offset in 4-byte words, 1-byte type, 2-byte channel.
 	size := binary.BigEndian.Uint32(h[0:4])
 	doff := uint32(h[4]) * 4
 	f := Frame{Type: h[5], Channel: binary.BigEndian.Uint16(h[6:8])}
@@ -105,11 +109,15 @@ func ReadFrame(r io.Reader, maxFrameSize uint32) (Frame, error) {
 	case f.Type != FrameAMQP && f.Type != FrameSASL:
 		return Frame{}, fmt.Errorf("wire: unknown frame type %d", f.Type)
 	}
+	// The size was checked against maxFrameSize above, so a hostile header
+	// cannot make this allocation large.
 	rest := make([]byte, size-frameHeaderLen)
 	if _, err := io.ReadFull(r, rest); err != nil {
 		return Frame{}, fmt.Errorf("wire: reading frame body: %w", err)
 	}
 	body := rest[doff-frameHeaderLen:] // skip the extended header, unused by AMQP 1.0
+	// An empty body is a heartbeat (section 2.4.5) and carries no
+	// performative at all.
 	if len(body) == 0 {
 		return f, nil
 	}
@@ -120,6 +128,8 @@ func ReadFrame(r io.Reader, maxFrameSize uint32) (Frame, error) {
 	if !isFrameBody(f.Type, v) {
 		return Frame{}, fmt.Errorf("wire: %T is not a performative of frame type %d", v, f.Type)
 	}
+	// Only a transfer is followed by payload bytes: the message section
+	// bytes, which stay undecoded here.
 	if t, ok := v.(*Transfer); ok {
 		t.Payload = payload
 	} else if len(payload) > 0 {
@@ -151,8 +161,11 @@ func AppendFrame(dst []byte, f Frame) ([]byte, error) {
 		return dst, fmt.Errorf("wire: unknown frame type %d", f.Type)
 	}
 	start := len(dst)
+	// The size is a placeholder, patched once the body length is known; the
+	// data offset 2 (words) means no extended header.
 	dst = append(dst, 0, 0, 0, 0, frameHeaderLen/4, f.Type, 0, 0)
 	binary.BigEndian.PutUint16(dst[start+6:], f.Channel)
+	// A nil body, also a typed nil pointer, produces an empty heartbeat frame.
 	if f.Body != nil && !isNilPointer(f.Body) {
 		if !isFrameBody(f.Type, f.Body) {
 			return dst[:start], fmt.Errorf("wire: %T is not a performative of frame type %d", f.Body, f.Type)
