@@ -69,8 +69,8 @@ func (h Health) Ready() bool { return h.State == StateRunning }
 
 // Consumer receives messages, runs the handler through a [Processor] with at most MaxConcurrency
 // handlers at once, and recovers from connection loss by rebuilding the connection from scratch.
-// Create it with [NewConsumer]. Its methods are safe for concurrent use; Run may be called again after
-// it returns.
+// Create it with [NewConsumer]; the zero value is not usable. Its methods are safe for concurrent use;
+// Run may be called again after it returns.
 type Consumer struct {
 	connect Connector
 	handler Handler

@@ -70,7 +70,7 @@ type Result struct {
 // Processor runs the handler for one message and settles it: complete on success, schedule a retry copy
 // then complete on failure, dead-letter when attempts are spent. It holds no per-message state and is
 // safe for concurrent use; [Consumer] is the receive loop around it. Use it directly when you own the
-// receive loop.
+// receive loop. Create it with [NewProcessor]; the zero value is not usable.
 type Processor struct {
 	sender  Sender
 	handler Handler

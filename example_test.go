@@ -1,0 +1,112 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/benbjohnson/clock"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// The default schedule: Fibonacci multiples of 10 s, capped at 7 days.
+func ExampleFibonacci() {
+	var b retry.Fibonacci
+	var delays []string
+	for attempt := 1; attempt <= 10; attempt++ {
+		delays = append(delays, b.Delay(attempt).String())
+	}
+	fmt.Println(strings.Join(delays, " "))
+	fmt.Println(b.Delay(29))
+	// Output:
+	// 10s 10s 20s 30s 50s 1m20s 2m10s 3m30s 5m40s 9m10s
+	// 168h0m0s
+}
+
+// Exponential doubling from one second, capped at one minute.
+func ExampleExponential() {
+	b := retry.Exponential{Base: time.Second, Cap: time.Minute}
+	var delays []string
+	for attempt := 1; attempt <= 8; attempt++ {
+		delays = append(delays, b.Delay(attempt).String())
+	}
+	fmt.Println(strings.Join(delays, " "))
+	// Output:
+	// 1s 2s 4s 8s 16s 32s 1m0s 1m0s
+}
+
+// Jitter with an injected random source is deterministic, which keeps tests stable.
+func ExampleJitter() {
+	b := retry.Jitter{Backoff: retry.Fibonacci{}, Fraction: 0.5, Rand: func() float64 { return 0.25 }}
+	fmt.Println(b.Delay(5)) // 50 s × (1 - 0.5 + 2×0.5×0.25)
+	fmt.Println(b.Delay(1)) // 10 s × 0.75, raised back to the Fibonacci floor
+	// Output:
+	// 37.5s
+	// 10s
+}
+
+// The MessageID of each retry copy is derived from the idempotency key and the attempt, so a
+// republish after a crash is recognised by the broker's duplicate detection.
+func ExampleRetryMessageID() {
+	fmt.Println(retry.RetryMessageID("order-42", 2))
+	fmt.Println(retry.RetryMessageID("order-42", 3))
+	// Output:
+	// order-42-attempt-2
+	// order-42-attempt-3
+}
+
+// Permanent dead-letters at once; RetryAfter picks the delay (bounded by the backoff's cap).
+func ExampleRetryAfter() {
+	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		if len(msg.Body) == 0 {
+			return retry.Permanent(errors.New("empty order"))
+		}
+		// e.g. a downstream answered 429 with Retry-After: 120
+		return retry.RetryAfter(2*time.Minute, errors.New("throttled"))
+	}
+	mock := clock.NewMock()
+	broker := retrytest.NewBroker(mock, nil)
+	proc, _ := retry.NewProcessor(broker.Sender(), handler, &retry.Options{Clock: mock, Logger: slog.New(slog.DiscardHandler)})
+	recv := broker.Receiver()
+	for _, body := range []string{"", `{"sku":"x"}`} {
+		broker.Send(&azservicebus.Message{Body: []byte(body)})
+		msgs, _ := recv.ReceiveMessages(context.Background(), 1, nil)
+		res := proc.Process(context.Background(), recv, msgs[0])
+		fmt.Println(res.Outcome, res.Delay, res.DeadLetterReason)
+	}
+	// Output:
+	// dead-lettered 0s RetryPermanentFailure
+	// retry-scheduled 2m0s
+}
+
+// A handler reads the retry state from its context, e.g. to log it or to give up early on old messages.
+func ExampleEnvelopeFromContext() {
+	mock := clock.NewMock()
+	broker := retrytest.NewBroker(mock, nil)
+	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		env, _ := retry.EnvelopeFromContext(ctx)
+		fmt.Printf("attempt %d of %s (retry: %t), last error %q\n", env.Attempt, env.OriginalMessageID, env.IsRetry(), env.LastError)
+		if env.Attempt == 1 {
+			return errors.New("inventory service timed out")
+		}
+		return nil
+	}
+	proc, _ := retry.NewProcessor(broker.Sender(), handler, &retry.Options{Clock: mock, Logger: slog.New(slog.DiscardHandler)})
+	recv := broker.Receiver()
+	id := "order-7"
+	broker.Send(&azservicebus.Message{MessageID: &id, Body: []byte("{}")})
+	for range 2 {
+		msgs, _ := recv.ReceiveMessages(context.Background(), 1, nil)
+		res := proc.Process(context.Background(), recv, msgs[0])
+		mock.Add(res.Delay)
+	}
+	// Output:
+	// attempt 1 of order-7 (retry: false), last error ""
+	// attempt 2 of order-7 (retry: true), last error "inventory service timed out"
+}
