@@ -429,3 +429,33 @@ func TestOutageRecoveredByReconnectLoop(t *testing.T) {
 	t.Logf("outage: %d connects, %d connect failures, %d receive failures", h.Connects, h.ConnectFailures, h.ReceiveFailures)
 }
 func strPtr(s string) *string { return &s }
+
+// TestLargeMessages: a message close to the broker's size limit is retried through the real SDK, and
+// one whose retry copy (body plus retry properties) could exceed it is dead-lettered with our reason
+// instead of failing to republish forever.
+func TestLargeMessages(t *testing.T) {
+	e := newEnv(t, queueSettings{})
+	out := newOutcomes()
+	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt == 1 {
+			return errBoom
+		}
+		return nil
+	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
+	big := message("big-1")
+	big.Body = make([]byte, 200*1024)
+	tooBig := message("too-big-1")
+	tooBig.Body = make([]byte, retry.DefaultMaxMessageSize-300)
+	e.send(t, big, tooBig)
+	out.waitFor(t, "both settled", func(ps []retry.ProcessedParams) bool {
+		return count(ps, "big-1", retry.OutcomeCompleted) == 1 && count(ps, "too-big-1", retry.OutcomeDeadLettered) == 1
+	})
+	for _, p := range out.snapshot() {
+		if p.Envelope.Key == "too-big-1" {
+			assert.Equal(t, "RetryMessageTooLarge", p.Result.DeadLetterReason)
+		}
+		if p.Envelope.Key == "big-1" && p.Result.Attempt == 2 {
+			assert.Len(t, p.Message.Body, 200*1024, "the copy kept the whole body")
+		}
+	}
+}
