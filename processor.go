@@ -143,18 +143,20 @@ func (p *Processor) runHandler(ctx context.Context, settler Settler, msg *azserv
 	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, env))
 	defer cancel(nil)
 
-	done := make(chan struct{})
+	// stop ends the renewal as soon as the handler returns, aborting a renew call in flight, so that a
+	// hanging broker cannot hold up the settle that follows.
+	stop, stopRenewal := context.WithCancel(hctx)
 	renewDone := make(chan struct{})
 	if p.cfg.lockRenewal {
 		go func() {
 			defer close(renewDone)
-			p.renewLock(hctx, cancel, settler, msg, env, done)
+			p.renewLock(stop, cancel, settler, msg, env)
 		}()
 	} else {
 		close(renewDone)
 	}
 	err = p.callHandler(hctx, msg)
-	close(done)
+	stopRenewal()
 	<-renewDone
 	return err, errors.Is(context.Cause(hctx), ErrLockLost)
 }
@@ -170,32 +172,34 @@ func (p *Processor) callHandler(ctx context.Context, msg *azservicebus.ReceivedM
 	return p.handler(ctx, msg)
 }
 
-// renewLock keeps msg's lock alive until done closes. On a lost lock it cancels the handler context
-// with [ErrLockLost].
-func (p *Processor) renewLock(ctx context.Context, cancel context.CancelCauseFunc, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, done <-chan struct{}) {
+// renewLock keeps msg's lock alive until stop ends. On a lost lock it cancels the handler context with
+// [ErrLockLost]. It is the only writer of msg.LockedUntil (the SDK updates it on renewal) while the
+// handler runs.
+func (p *Processor) renewLock(stop context.Context, cancel context.CancelCauseFunc, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope) {
 	clk := p.cfg.clock
 	for {
 		wait := p.renewWait(msg)
 		select {
-		case <-done:
-			return
-		case <-ctx.Done():
+		case <-stop.Done():
 			return
 		case <-clk.After(wait):
 		}
-		rctx, rcancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.settleTimeout)
+		rctx, rcancel := context.WithTimeout(stop, p.cfg.settleTimeout)
 		err := settler.RenewMessageLock(rctx, msg, nil)
 		rcancel()
 		if err == nil {
 			continue
 		}
+		if stop.Err() != nil {
+			return // the handler finished while the renewal was in flight
+		}
 		expired := msg.LockedUntil != nil && !clk.Now().Before(*msg.LockedUntil)
 		if code, ok := sdkCode(err); (ok && code == azservicebus.CodeLockLost) || expired {
-			p.log(ctx, slog.LevelWarn, "lock renewal failed: lock lost", msg, env, errAttr(err))
+			p.log(stop, slog.LevelWarn, "lock renewal failed: lock lost", msg, env, errAttr(err))
 			cancel(ErrLockLost)
 			return
 		}
-		p.log(ctx, slog.LevelWarn, "lock renewal failed; will try again", msg, env, errAttr(err))
+		p.log(stop, slog.LevelWarn, "lock renewal failed; will try again", msg, env, errAttr(err))
 	}
 }
 

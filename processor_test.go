@@ -229,3 +229,29 @@ func TestNewProcessorRejectsBadInput(t *testing.T) {
 	_, err = retry.NewProcessor(nopSender{}, nil, nil)
 	assert.ErrorIs(t, err, retry.ErrInvalidOptions)
 }
+
+func TestHangingRenewalDoesNotDelaySettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The handler takes 40 s; the renewal at 30 s hangs (a broker that stopped answering). When the
+		// handler returns, the hanging renewal is abandoned at once and the message is completed.
+		b := retrytest.NewBroker(nil, nil)
+		recv := &hangingRenewal{Receiver: b.Receiver()}
+		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
+			<-time.After(40 * time.Second)
+			return nil
+		}, &retry.Options{Logger: discardLogger(), SettleTimeout: time.Hour})
+		require.NoError(t, err)
+		b.Send(sampleMessage())
+		start := time.Now()
+		res := p.Process(t.Context(), recv, receiveNow(t, recv))
+		assert.Equal(t, retry.OutcomeCompleted, res.Outcome)
+		assert.Equal(t, 40*time.Second, time.Since(start))
+	})
+}
+
+type hangingRenewal struct{ retry.Receiver }
+
+func (hangingRenewal) RenewMessageLock(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
