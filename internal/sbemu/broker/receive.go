@@ -12,6 +12,10 @@ import (
 // Mode is the receive mode of a link, chosen by the client.
 type Mode int
 
+// The AMQP server takes every message in PeekLock, even for receive-and-delete
+// links, and completes the lock once the transfer is queued, so a message is
+// never lost between the broker and the socket; ReceiveAndDelete serves direct
+// callers such as tests.
 const (
 	// PeekLock delivers a message under a lock; it stays in the queue until
 	// completed, and comes back if abandoned, released or the lock expires.
@@ -64,6 +68,8 @@ type Delivery struct {
 // counts towards MaxDeliveryCount.
 func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery, error) {
 	b := q.b
+	// Each pass starts from scratch: a wake-up only says something changed, and
+	// another receiver may already have taken the message.
 	for {
 		if err := ctx.Err(); err != nil {
 			return nil, err
@@ -80,16 +86,23 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 			b.mu.Unlock()
 			return d, nil
 		}
+		// Arm before sleeping, so a scheduled message falling due or a lock
+		// expiring wakes this receiver even if no other call arrives.
 		q.armTimer(now)
 		q.waiters++
+		// notify is read under b.mu and makeAvailable closes it before replacing
+		// it, so a message that arrives after Unlock still wakes this receiver.
 		wake := q.notify
 		b.mu.Unlock()
 
+		// b.done is closed by Close; the next pass then returns ErrClosed.
 		select {
 		case <-wake:
 		case <-ctx.Done():
 		case <-b.done:
 		}
+		// waiters only changes under b.mu, so makeAvailable closes and replaces
+		// notify only while someone is actually waiting.
 		b.mu.Lock()
 		q.waiters--
 		b.mu.Unlock()
@@ -108,6 +121,7 @@ func (q *Queue) TryReceive(mode Mode, owner uint64) (*Delivery, bool) {
 	}
 	now := b.clock.Now()
 	q.advance(now)
+	// Deferred: take adds a lock deadline, so the timer is armed afterwards.
 	defer q.armTimer(now)
 	d := q.take(mode, owner, now)
 	return d, d != nil
@@ -121,15 +135,22 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 	}
 	e := q.available[0]
 	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e)}
+	// Without a lock there is nothing to settle or return, so the entry goes at
+	// once: at-most-once delivery, the trade-off of this mode on Service Bus.
 	if mode == ReceiveAndDelete {
 		q.removeEntry(e)
 		return d
 	}
 	q.removeAvailable(e)
+	// The delivery counts when the lock is taken, not when it is settled, so a
+	// consumer that crashes still moves the message towards MaxDeliveryCount;
+	// Release takes the count back.
 	e.deliveryCount++
 	e.state = stateLocked
 	e.owner = owner
 	e.lockToken = newLockToken()
+	// A v4 collision is practically impossible, but a duplicate key would
+	// silently orphan the other lock, so draw again until the token is unique.
 	for _, taken := q.locks[e.lockToken]; taken; _, taken = q.locks[e.lockToken] {
 		e.lockToken = newLockToken()
 	}
@@ -139,6 +160,8 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 
 	d.LockToken = e.lockToken
 	d.LockedUntil = e.lockedUntil
+	// The SDK type-asserts x-opt-locked-until to time.Time for LockedUntil;
+	// any other type would panic it.
 	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
 	return d
 }
@@ -158,6 +181,8 @@ func (q *Queue) deliveryMessage(e *entry) *amqp.Message {
 	if m.Header == nil {
 		m.Header = &amqp.MessageHeader{}
 	}
+	// take calls this before counting the current delivery, so the header holds
+	// earlier deliveries only; the SDK adds one for ReceivedMessage.DeliveryCount.
 	m.Header.DeliveryCount = e.deliveryCount
 	setAnnotation(m, AnnotationSequenceNumber, e.seq)
 	setAnnotation(m, AnnotationEnqueuedTime, e.enqueuedAt)

@@ -18,7 +18,12 @@ func (q *Queue) locked(token [16]byte, op func(e *entry, now time.Time) error) e
 		return ErrClosed
 	}
 	now := b.clock.Now()
+	// Advancing first removes locks whose time has passed, so a late settlement
+	// fails with ErrLockLost even before the timer fires (or, with a mock clock,
+	// when it never does).
 	q.advance(now)
+	// op may drop a deadline (the settled lock) or add one (the expiry of a
+	// message returned to the queue), so the timer is re-armed afterwards.
 	defer q.armTimer(now)
 	e, ok := q.locks[token]
 	if !ok {
@@ -48,6 +53,8 @@ func (q *Queue) Complete(token [16]byte) error {
 // keys are ignored), so the next delivery sees them.
 func (q *Queue) Abandon(token [16]byte, properties map[any]any) error {
 	return q.locked(token, func(e *entry, now time.Time) error {
+		// Merge before returning the message: if returnLocked dead-letters it for
+		// MaxDeliveryCount, the dead-letter copy carries the modified properties.
 		mergeApplicationProperties(e.msg, properties)
 		q.returnLocked(e, true, now)
 		return nil
@@ -73,6 +80,8 @@ func (q *Queue) Release(token [16]byte) error {
 // dead-letter out of a dead-letter queue.
 func (q *Queue) DeadLetter(token [16]byte, reason, description string, props map[string]any) error {
 	return q.locked(token, func(e *entry, now time.Time) error {
+		// Checked inside op so that an unknown or expired token still reports
+		// ErrLockLost first, as it would on any other queue.
 		if q.parent != nil {
 			return fmt.Errorf("%w: dead-letter from %s", ErrNotSupported, q.name)
 		}
@@ -103,6 +112,9 @@ func (q *Queue) RenewLock(tokens ...[16]byte) ([]time.Time, error) {
 		}
 		es[i] = e
 	}
+	// An expired lock cannot be revived here: advance above already returned its
+	// message to the queue and dropped the token. Renewal leaves deliveryCount
+	// alone, because Service Bus counts deliveries, not renewals.
 	until := now.Add(q.cfg.LockDuration)
 	out := make([]time.Time, len(es))
 	for i, e := range es {
@@ -115,6 +127,11 @@ func (q *Queue) RenewLock(tokens ...[16]byte) ([]time.Time, error) {
 
 // mergeApplicationProperties copies string-keyed (or symbol-keyed) entries of
 // props into m's application properties.
+//
+// application-properties may only have string keys (part 3 section 3.2.5),
+// while the modified outcome's annotations may arrive with symbol keys; keys
+// of other types cannot be represented and are skipped. Values are copied so
+// the stored message shares nothing with the caller's map.
 func mergeApplicationProperties(m *amqp.Message, props map[any]any) {
 	for k, v := range props {
 		var key string

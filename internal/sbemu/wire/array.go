@@ -19,6 +19,12 @@ type arrayCtor struct {
 // asArray returns the elements of every array representation AppendValue
 // accepts, with the format code to use when there are no elements to infer it
 // from.
+//
+// An empty array still carries an element constructor (part 1 section 1.6.24),
+// so emptyCode matters: an [Array] has no element type and falls back to null,
+// while a typed slice keeps its type, which is how an empty long[] reaches the
+// SDK as an array of long. For variable-width types the 8-bit code is enough,
+// since there are no element bodies to size.
 func asArray(v any) (elems []any, emptyCode byte, ok bool) {
 	switch x := v.(type) {
 	case Array:
@@ -33,6 +39,8 @@ func asArray(v any) (elems []any, emptyCode byte, ok bool) {
 		return toAnys(x), codeInt, true
 	case []int64:
 		return toAnys(x), codeLong, true
+	// Go's int may be 64 bits wide, and long holds either width, so long is
+	// the only AMQP type that fits every []int.
 	case []int:
 		return toAnys(x), codeLong, true
 	case []uint16:
@@ -61,6 +69,8 @@ func asArray(v any) (elems []any, emptyCode byte, ok bool) {
 	return nil, 0, false
 }
 
+// toAnys boxes a typed slice so typed slices and [Array] share one encoding
+// path; the copy is the price of inferring a single constructor generically.
 func toAnys[T any](s []T) []any {
 	out := make([]any, len(s))
 	for i, e := range s {
@@ -74,6 +84,10 @@ func toAnys[T any](s []T) []any {
 // true, list0, ...), because all elements share the constructor. Compound
 // elements always use their 32-bit form. Described values return
 // codeDescribed.
+//
+// The zero-width forms are excluded because they hold the value in the
+// constructor itself (true and false are different codes), so one shared
+// constructor could not stand for two different elements.
 func elementCode(v any) (byte, error) {
 	if isNilPointer(v) {
 		return codeNull, nil
@@ -142,11 +156,16 @@ func elementCode(v any) (byte, error) {
 			return codeSym8, nil
 		}
 		return codeSym32, nil
+	// A list element's size is not known until it is encoded, and every element
+	// shares the constructor, so only the 32-bit form is safe for all of them.
 	case []any:
 		return codeList32, nil
 	case Described, *Described, composite:
 		return codeDescribed, nil
 	}
+	// Maps and typed slices come after the switch because they span several Go
+	// types each (map[string]any, []int64, ...), which asEntries and asArray
+	// already enumerate.
 	if _, ok := asEntries(v); ok {
 		return codeMap32, nil
 	}
@@ -159,6 +178,9 @@ func elementCode(v any) (byte, error) {
 // widen maps a narrow constructor to the wide one of the same AMQP type, so
 // that, say, an array of int64 where one element needs eight bytes uses long
 // for all of them.
+//
+// Each pair is one AMQP type with two encodings (part 1 section 1.6 lists both
+// under the same type), so widening never changes what the receiver decodes.
 func widen(code byte) byte {
 	switch code {
 	case codeSmallUint:
@@ -181,6 +203,8 @@ func widen(code byte) byte {
 
 // describedParts splits every described representation into its descriptor
 // and value.
+// Arrays need the two apart: the descriptor goes once into the shared
+// constructor and only the values follow, one per element.
 func describedParts(v any) (descriptor, value any) {
 	switch x := v.(type) {
 	case Described:
@@ -215,6 +239,9 @@ func inferArrayCtor(elems []any, depth int) (arrayCtor, error) {
 			}
 			continue
 		}
+		// Every later element must match the first: the same constructor, the same
+		// type in another width (the array then widens), or for described elements
+		// an equal descriptor, because the constructor is written once up front.
 		switch {
 		case code == codeDescribed && ctor.code == codeDescribed:
 			if d, _ := describedParts(e); !Equal(d, ctor.descriptor) {
@@ -227,6 +254,8 @@ func inferArrayCtor(elems []any, depth int) (arrayCtor, error) {
 			return arrayCtor{}, fmt.Errorf("wire: array element %d is %T, which does not match the first element (%#x)", i, e, ctor.code)
 		}
 	}
+	// The described values need a shared constructor of their own, found by the
+	// same rules one level down; they may be described again, hence depth+1.
 	if ctor.code == codeDescribed {
 		values := make([]any, len(elems))
 		for i, e := range elems {
@@ -241,6 +270,9 @@ func inferArrayCtor(elems []any, depth int) (arrayCtor, error) {
 	return ctor, nil
 }
 
+// appendCtor writes the shared element constructor. A described constructor
+// is 0x00, the descriptor value and then another constructor (part 1 section
+// 1.2), so it recurses until it reaches a plain format code.
 func appendCtor(dst []byte, c arrayCtor, depth int) ([]byte, error) {
 	if c.code != codeDescribed {
 		return append(dst, c.code), nil
@@ -253,6 +285,8 @@ func appendCtor(dst []byte, c arrayCtor, depth int) ([]byte, error) {
 }
 
 // appendArray writes an array, in the array8 form when it fits.
+// Unlike lists there is no zero-length form (AMQP has no array0), so even an
+// empty array carries size, count and constructor.
 func appendArray(dst []byte, elems []any, emptyCode byte, depth int) ([]byte, error) {
 	ctor := arrayCtor{code: emptyCode}
 	if len(elems) > 0 {
@@ -269,6 +303,9 @@ func appendArray(dst []byte, elems []any, emptyCode byte, depth int) ([]byte, er
 	return finishCompound(dst, start, codeArray8, codeArray32, len(elems))
 }
 
+// appendArrayContents writes the constructor once and then each element's data
+// without a constructor of its own, which is what makes an array smaller than a
+// list of the same values.
 func appendArrayContents(dst []byte, ctor arrayCtor, elems []any, depth int) ([]byte, error) {
 	dst, err := appendCtor(dst, ctor, depth)
 	if err != nil {
@@ -282,6 +319,8 @@ func appendArrayContents(dst []byte, ctor arrayCtor, elems []any, depth int) ([]
 	return dst, nil
 }
 
+// appendElement writes one element's data. For described elements it drops the
+// descriptor, which the constructor already carries, and writes the value.
 func appendElement(dst []byte, ctor arrayCtor, v any, depth int) ([]byte, error) {
 	if ctor.code == codeDescribed {
 		_, value := describedParts(v)
@@ -290,6 +329,9 @@ func appendElement(dst []byte, ctor arrayCtor, v any, depth int) ([]byte, error)
 	return appendBody(dst, ctor.code, v, depth)
 }
 
+// asUint64 widens the unsigned Go types that share the uint and ulong codes.
+// Callers chose the code from v's type, so the zero fallback is never used for
+// valid input; it only keeps the function total.
 func asUint64(v any) uint64 {
 	switch x := v.(type) {
 	case uint64:
@@ -302,6 +344,7 @@ func asUint64(v any) uint64 {
 	return 0
 }
 
+// asInt64 is asUint64 for the signed types behind the int and long codes.
 func asInt64(v any) int64 {
 	switch x := v.(type) {
 	case int64:
@@ -325,6 +368,8 @@ func appendBody(dst []byte, code byte, v any, depth int) ([]byte, error) {
 	switch code {
 	case codeNull:
 		return dst, nil
+	// A Role is a boolean on the wire (part 2 section 2.8.1), so it shares this
+	// case; inside an array only the one-byte 0x56 form can be used.
 	case codeBool:
 		b, _ := v.(bool)
 		if r, ok := v.(Role); ok {
@@ -360,8 +405,11 @@ func appendBody(dst []byte, code byte, v any, depth int) ([]byte, error) {
 		return be.AppendUint64(dst, math.Float64bits(v.(float64))), nil
 	case codeChar:
 		return be.AppendUint32(dst, uint32(v.(Char))), nil
+	// AMQP timestamps are milliseconds since the Unix epoch (part 1 section
+	// 1.6.17); finer precision is dropped here, as AppendValue documents.
 	case codeTimestamp:
 		return be.AppendUint64(dst, uint64(v.(time.Time).UnixMilli())), nil
+	// Decimals are kept as their raw wire bytes, so they are copied unchanged.
 	case codeDecimal32:
 		d := v.(Decimal32)
 		return append(dst, d[:]...), nil
@@ -380,6 +428,8 @@ func appendBody(dst []byte, code byte, v any, depth int) ([]byte, error) {
 	case codeVbin32, codeStr32, codeSym32:
 		b := variableBytes(v)
 		return append(be.AppendUint32(dst, uint32(len(b))), b...), nil
+	// Compound elements always use the 32-bit form (see elementCode), so the size
+	// is reserved at four bytes and patched once the contents are written.
 	case codeList32:
 		items := v.([]any)
 		dst, start := appendSizeCount(dst, len(items))
@@ -403,6 +453,8 @@ func appendBody(dst []byte, code byte, v any, depth int) ([]byte, error) {
 			}
 		}
 		return patchSize(dst, start)
+	// A nested array writes its own constructor after size and count, like a
+	// top-level one; only its leading 0xf0 is shared with its siblings.
 	case codeArray32:
 		elems, emptyCode, _ := asArray(v)
 		ctor := arrayCtor{code: emptyCode}
@@ -422,6 +474,9 @@ func appendBody(dst []byte, code byte, v any, depth int) ([]byte, error) {
 	return dst, fmt.Errorf("wire: no encoder for format code %#x", code)
 }
 
+// variableBytes returns the bytes of a binary, string or symbol. Go strings are
+// already UTF-8, the encoding part 1 requires for str8 and str32, so no
+// conversion is needed.
 func variableBytes(v any) []byte {
 	switch x := v.(type) {
 	case []byte:
@@ -442,6 +497,9 @@ func appendSizeCount(dst []byte, count int) ([]byte, int) {
 	return binary.BigEndian.AppendUint32(dst, uint32(count)), start
 }
 
+// patchSize fills in the size reserved by appendSizeCount. The size covers
+// everything after the size field, count included, and it fails rather than
+// wrap when that no longer fits 32 bits.
 func patchSize(dst []byte, start int) ([]byte, error) {
 	size := len(dst) - start - 4
 	if uint64(size) > math.MaxUint32 {

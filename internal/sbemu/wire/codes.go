@@ -2,6 +2,12 @@ package wire
 
 // Format codes of the AMQP 1.0 type system (part 1, section 1.6). The names
 // follow the encoding names of the specification.
+//
+// The high nibble of a code names its subcategory (part 1 section 1.2): 0x4 to
+// 0x9 are fixed widths of 0, 1, 2, 4, 8 and 16 bytes, 0xa and 0xb variable
+// widths with a 1- or 4-byte length, 0xc and 0xd compound, 0xe and 0xf arrays.
+// The decoder still lists codes rather than trusting the nibble, so an unknown
+// code is rejected instead of skipped.
 const (
 	codeDescribed  byte = 0x00
 	codeNull       byte = 0x40
@@ -122,6 +128,8 @@ var descriptorNames = map[uint64]Symbol{
 }
 
 // descriptorCodes is the inverse of descriptorNames.
+// It is built once at package init so a symbolic descriptor costs one map
+// lookup, and it cannot drift from descriptorNames.
 var descriptorCodes = func() map[Symbol]uint64 {
 	m := make(map[Symbol]uint64, len(descriptorNames))
 	for code, name := range descriptorNames {

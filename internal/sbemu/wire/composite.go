@@ -40,6 +40,8 @@ func decodeComposite(code uint64, v any) (any, error) {
 		out = decodeError(r)
 	case descReceived:
 		out = decodeReceived(r)
+	// accepted and released have no fields (part 3 sections 3.4.2 and 3.4.4),
+	// so there is nothing to read.
 	case descAccepted:
 		out = &Accepted{}
 	case descRejected:
@@ -65,6 +67,9 @@ func decodeComposite(code uint64, v any) (any, error) {
 	default:
 		return nil, fmt.Errorf("wire: no decoder for descriptor %#x", code) // unreachable: callers check descriptorNames
 	}
+	// A field of the wrong type fails the whole composite: falling back to the
+	// default could, say, attach a link with a settle mode the peer never asked
+	// for, which is worse than refusing the frame.
 	if r.err != nil {
 		return nil, r.err
 	}
@@ -73,6 +78,8 @@ func decodeComposite(code uint64, v any) (any, error) {
 
 // fieldReader walks the fields of a composite list in order, remembering the
 // first type mismatch so that decoders read as a flat list of assignments.
+// next counts every field taken, absent ones included, so an error names the
+// field's position in the specification's list.
 type fieldReader struct {
 	name   string
 	fields []any
@@ -91,6 +98,8 @@ func (r *fieldReader) take() any {
 	return r.fields[i]
 }
 
+// mismatch keeps only the first error: decoders go on reading after one, and
+// the first is the one that explains the rest.
 func (r *fieldReader) mismatch(got any, want string) {
 	if r.err == nil {
 		r.err = fmt.Errorf("wire: %s field %d: got %T, want %s", r.name, r.next-1, got, want)
@@ -100,6 +109,8 @@ func (r *fieldReader) mismatch(got any, want string) {
 // readField stores the next field in dst when it is present and of type T, and
 // reports whether it was present. A null field leaves dst unchanged, so callers
 // pre-set defaults.
+// Null and an omitted trailing field mean the same (part 1 section 1.4), so
+// both take this path.
 func readField[T any](r *fieldReader, dst *T) bool {
 	v := r.take()
 	if v == nil {
@@ -115,6 +126,8 @@ func readField[T any](r *fieldReader, dst *T) bool {
 }
 
 // readOptional stores a pointer to the next field in dst when it is present.
+// It is for fields whose absence differs from their zero value, such as
+// remote-channel or delivery-id, where 0 is a valid number.
 func readOptional[T any](r *fieldReader, dst **T) {
 	var t T
 	if readField(r, &t) {
@@ -124,6 +137,8 @@ func readOptional[T any](r *fieldReader, dst **T) {
 
 // readSymbols reads a field of "multiple" symbols, which a peer may send as a
 // single symbol or as an array of symbols.
+// A field declared multiple may carry one value instead of an array, so both
+// forms must decode, even though go-amqp itself always sends an array.
 func readSymbols(r *fieldReader, dst *[]Symbol) {
 	switch v := r.take().(type) {
 	case nil:
@@ -169,6 +184,8 @@ func readRole(r *fieldReader, dst *Role) {
 
 // optZero returns nil (absent) for the zero value of a field whose default is
 // the zero value, so it is trimmed or sent as null.
+// Leaving such a field out changes nothing for the peer and lets trimFields
+// shorten the list.
 func optZero[T comparable](v T) any {
 	var zero T
 	if v == zero {
@@ -195,6 +212,8 @@ func optPtr[T any](p *T) any {
 
 // optRef returns p as a value for a composite or map field, or an untyped nil
 // so that a missing one is trimmed.
+// A typed nil pointer stored in []any is not == nil, so trimFields would keep
+// it and send an explicit null; returning untyped nil lets it be trimmed.
 func optRef[T any](p *T) any {
 	if p == nil {
 		return nil
@@ -211,6 +230,8 @@ func optSymbols(s []Symbol) any {
 }
 
 // optState returns a delivery state, or an untyped nil when there is none.
+// A nil *Accepted inside the DeliveryState interface is not == nil, hence the
+// extra isNilPointer check.
 func optState(s DeliveryState) any {
 	if s == nil || isNilPointer(s) {
 		return nil

@@ -129,6 +129,8 @@ func (d *decoder) body(code byte, b []byte, depth int) (any, int, error) {
 			return nil, 0, errTruncated("variable-width value", n, len(b)-1)
 		}
 		return variableValue(code, b[1:1+n]), 1 + n, nil
+	// The length stays uint64 through the check, so a length near 4 GiB cannot
+	// overflow int on a 32-bit platform before it is compared with the input.
 	case codeVbin32, codeStr32, codeSym32:
 		if len(b) < 4 {
 			return nil, 0, errTruncated("length", 4, len(b))
@@ -171,10 +173,13 @@ func fixedValue(code byte, b []byte) any {
 		return uint32(b[0])
 	case codeSmallUlong:
 		return uint64(b[0])
+	// smallint and smalllong are signed bytes, so 0xff must sign-extend to -1.
 	case codeSmallInt:
 		return int32(int8(b[0]))
 	case codeSmallLong:
 		return int64(int8(b[0]))
+	// The specification defines only 0x00 and 0x01; any other byte reads as true
+	// rather than failing the frame.
 	case codeBool:
 		return b[0] != 0
 	case codeUshort:
@@ -197,6 +202,7 @@ func fixedValue(code byte, b []byte) any {
 		return int64(be.Uint64(b))
 	case codeDouble:
 		return math.Float64frombits(be.Uint64(b))
+	// UTC so that decoded times print the same whatever the host's time zone.
 	case codeTimestamp:
 		return time.UnixMilli(int64(be.Uint64(b))).UTC()
 	case codeDecimal64:

@@ -13,6 +13,8 @@ import (
 
 // maxDepth bounds how deeply values may nest, on encode (to stop cyclic maps)
 // and on decode (to stop a hostile peer from exhausting the stack).
+// Real traffic nests only a few levels (a map inside a described list inside a
+// frame), so 64 rejects nothing legitimate while keeping recursion shallow.
 const maxDepth = 64
 
 // composite is implemented by the struct types that travel as a described
@@ -55,6 +57,8 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 	if depth > maxDepth {
 		return dst, fmt.Errorf("wire: value nested deeper than %d levels", maxDepth)
 	}
+	// A typed nil pointer (say an absent *Map) is not == nil inside an interface
+	// and would miss case nil below, yet it must still encode as null.
 	if isNilPointer(v) {
 		return append(dst, codeNull), nil
 	}
@@ -69,6 +73,8 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		return append(dst, codeUbyte, x), nil
 	case uint16:
 		return binary.BigEndian.AppendUint16(append(dst, codeUshort), x), nil
+	// uint0 and smalluint are the short encodings part 1 section 1.6.5 gives
+	// uint; always taking the narrowest keeps the output deterministic.
 	case uint32:
 		switch {
 		case x == 0:
@@ -100,6 +106,8 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		return appendVariable(dst, codeStr8, codeStr32, []byte(x)), nil
 	case Symbol:
 		return appendVariable(dst, codeSym8, codeSym32, []byte(x)), nil
+	// Types with a single encoding share appendBody with array elements, so their
+	// byte layout is defined in one place.
 	case float32, float64, Decimal32, Decimal64, Decimal128, Char, time.Time, UUID:
 		code, _ := elementCode(x)
 		return appendBody(append(dst, code), code, x, depth)
@@ -109,6 +117,8 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		return appendMap(dst, x.Entries, depth)
 	case *Map:
 		return appendMap(dst, x.Entries, depth)
+	// Go maps have no order, so asEntries sorts their keys; otherwise the same
+	// value could encode differently from one call to the next.
 	case map[string]any, map[Symbol]any:
 		entries, _ := asEntries(x)
 		return appendMap(dst, entries, depth)
@@ -116,9 +126,13 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 		return appendDescribed(dst, x.Descriptor, x.Value, depth)
 	case *Described:
 		return appendDescribed(dst, x.Descriptor, x.Value, depth)
+	// Composites travel as described lists (part 1 section 1.4); trailing absent
+	// fields are dropped, which may leave list0.
 	case composite:
 		return appendDescribed(dst, x.descriptor(), trimFields(x.fields()), depth)
 	}
+	// Typed slices become arrays. []byte and []any are slices too but were taken
+	// above as binary and list, which is why this check comes after the switch.
 	if elems, emptyCode, ok := asArray(v); ok {
 		return appendArray(dst, elems, emptyCode, depth)
 	}
@@ -126,11 +140,16 @@ func appendValue(dst []byte, v any, depth int) ([]byte, error) {
 }
 
 // isNilPointer reports whether v is a typed nil pointer, which encodes as null.
+// It needs reflect because an interface holding a nil *T compares unequal to
+// nil, and the pointer types involved are too many to list.
 func isNilPointer(v any) bool {
 	rv := reflect.ValueOf(v)
 	return rv.Kind() == reflect.Pointer && rv.IsNil()
 }
 
+// appendBool uses the zero-width true and false codes (0x41, 0x42), which
+// part 1 section 1.6.2 offers alongside the one-byte 0x56 form; only array
+// elements need the latter.
 func appendBool(dst []byte, b bool) []byte {
 	if b {
 		return append(dst, codeTrue)
@@ -138,6 +157,9 @@ func appendBool(dst []byte, b bool) []byte {
 	return append(dst, codeFalse)
 }
 
+// appendUlong picks ulong0, smallulong or ulong. Every receiver must accept all
+// three, and the short forms keep descriptor codes such as 0x10 (open) at two
+// bytes instead of nine.
 func appendUlong(dst []byte, x uint64) []byte {
 	switch {
 	case x == 0:
@@ -148,6 +170,8 @@ func appendUlong(dst []byte, x uint64) []byte {
 	return binary.BigEndian.AppendUint64(append(dst, codeUlong), x)
 }
 
+// appendLong uses smalllong when x fits a signed byte; long has no zero-width
+// form, unlike ulong.
 func appendLong(dst []byte, x int64) []byte {
 	if x >= math.MinInt8 && x <= math.MaxInt8 {
 		return append(dst, codeSmallLong, byte(x))
@@ -167,6 +191,8 @@ func appendVariable(dst []byte, code8, code32 byte, b []byte) []byte {
 
 // trimFields drops the trailing absent fields of a composite, as the
 // specification allows, so an empty composite becomes list0.
+// Part 1 section 1.4 lets a sender omit trailing null fields of a composite,
+// and receivers must read the omitted ones as null, so this is always safe.
 func trimFields(f []any) []any {
 	for len(f) > 0 && f[len(f)-1] == nil {
 		f = f[:len(f)-1]
@@ -174,6 +200,8 @@ func trimFields(f []any) []any {
 	return f
 }
 
+// appendDescribed writes 0x00, the descriptor and the value. Both count as a
+// nesting level, as they do in the decoder, so whatever encodes also decodes.
 func appendDescribed(dst []byte, descriptor, value any, depth int) ([]byte, error) {
 	if err := checkDescriptor(descriptor); err != nil {
 		return dst, err
@@ -200,10 +228,16 @@ func checkDescriptor(d any) error {
 // the contents turn out to be small.
 const compoundHeader = 9
 
+// startCompound reserves the header in its 32-bit shape because the size is
+// unknown until the contents are written; it returns where the header starts.
 func startCompound(dst []byte) ([]byte, int) {
 	return append(dst, make([]byte, compoundHeader)...), len(dst)
 }
 
+// finishCompound writes the final header. The size field counts the count field
+// as well (part 1 section 1.2), hence payload+1 for the 8-bit form and
+// payload+4 for the 32-bit one. Choosing the 8-bit form moves the contents six
+// bytes to the left; that copy is cheaper than encoding everything twice.
 func finishCompound(dst []byte, start int, code8, code32 byte, count int) ([]byte, error) {
 	payload := len(dst) - start - compoundHeader
 	if payload+1 <= math.MaxUint8 && count <= math.MaxUint8 {
@@ -222,6 +256,8 @@ func finishCompound(dst []byte, start int, code8, code32 byte, count int) ([]byt
 	return dst, nil
 }
 
+// appendList writes list0 for an empty list, which is also the form an empty
+// composite (such as accepted) takes after trimFields.
 func appendList(dst []byte, items []any, depth int) ([]byte, error) {
 	if len(items) == 0 {
 		return append(dst, codeList0), nil
@@ -236,6 +272,9 @@ func appendList(dst []byte, items []any, depth int) ([]byte, error) {
 	return finishCompound(dst, start, codeList8, codeList32, len(items))
 }
 
+// appendMap writes entries in the given order. A map's count is keys plus
+// values (part 1 section 1.6.23), hence 2*len(entries); there is no map0, so
+// an empty map still takes three bytes.
 func appendMap(dst []byte, entries []MapEntry, depth int) ([]byte, error) {
 	dst, start := startCompound(dst)
 	var err error

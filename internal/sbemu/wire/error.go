@@ -62,6 +62,8 @@ func (e *Error) Error() string {
 
 func (Error) descriptor() uint64 { return descError }
 
+// condition is the only mandatory field; description and info are trimmed
+// when empty, which keeps a bare lock-lost rejection short.
 func (e Error) fields() []any {
 	return []any{e.Condition, optZero(e.Description), optRef(e.Info)}
 }

@@ -68,6 +68,7 @@ func (Open) descriptor() uint64 { return descOpen }
 
 func (o Open) fields() []any {
 	return []any{
+		// container-id is mandatory, so it is sent even when empty.
 		o.ContainerID,
 		optZero(o.Hostname),
 		optDefault(o.MaxFrameSize, math.MaxUint32),
@@ -82,6 +83,8 @@ func (o Open) fields() []any {
 }
 
 func decodeOpen(r *fieldReader) *Open {
+	// The defaults of part 2 section 2.7.1: an absent max-frame-size or
+	// channel-max means the largest value of its type, not zero.
 	o := &Open{MaxFrameSize: math.MaxUint32, ChannelMax: math.MaxUint16}
 	readField(r, &o.ContainerID)
 	readField(r, &o.Hostname)
@@ -124,6 +127,8 @@ func (Begin) descriptor() uint64 { return descBegin }
 func (b Begin) fields() []any {
 	return []any{
 		optPtr(b.RemoteChannel),
+		// next-outgoing-id, incoming-window and outgoing-window are mandatory and
+		// go out even when zero; a zero incoming-window stops the peer sending.
 		b.NextOutgoingID,
 		b.IncomingWindow,
 		b.OutgoingWindow,
@@ -135,6 +140,7 @@ func (b Begin) fields() []any {
 }
 
 func decodeBegin(r *fieldReader) *Begin {
+	// handle-max defaults to the largest uint32 (part 2 section 2.7.2).
 	b := &Begin{HandleMax: math.MaxUint32}
 	readOptional(r, &b.RemoteChannel)
 	readField(r, &b.NextOutgoingID)
@@ -189,6 +195,8 @@ func (Attach) descriptor() uint64 { return descAttach }
 
 func (a Attach) fields() []any {
 	return []any{
+		// name, handle and role are mandatory. The settle modes stay pointers so a
+		// reply can echo exactly what the client sent, present or absent.
 		a.Name,
 		a.Handle,
 		a.Role,
@@ -213,6 +221,8 @@ func decodeAttach(r *fieldReader) *Attach {
 	readRole(r, &a.Role)
 	readOptional(r, &a.SndSettleMode)
 	readOptional(r, &a.RcvSettleMode)
+	// DecodeValue already turned the terminus lists into *Source and *Target,
+	// so they read like any other typed field.
 	readField(r, &a.Source)
 	readField(r, &a.Target)
 	readField(r, &a.Unsettled)
@@ -259,6 +269,8 @@ func (Flow) descriptor() uint64 { return descFlow }
 func (f Flow) fields() []any {
 	return []any{
 		optPtr(f.NextIncomingID),
+		// incoming-window, next-outgoing-id and outgoing-window are mandatory; the
+		// link fields are pointers because a session-only flow leaves them out.
 		f.IncomingWindow,
 		f.NextOutgoingID,
 		f.OutgoingWindow,
@@ -326,6 +338,9 @@ type Transfer struct {
 func (Transfer) descriptor() uint64 { return descTransfer }
 
 func (t Transfer) fields() []any {
+	// A nil []byte inside an interface is not nil and would encode as an empty
+	// binary; an untyped nil leaves an absent tag out, while an empty non-nil tag
+	// is still sent.
 	var tag any
 	if t.DeliveryTag != nil {
 		tag = t.DeliveryTag
@@ -354,6 +369,8 @@ func decodeTransfer(r *fieldReader) *Transfer {
 	readOptional(r, &t.Settled)
 	readField(r, &t.More)
 	readOptional(r, &t.RcvSettleMode)
+	// Unknown delivery states decode to *Described, which implements
+	// DeliveryState, so only a non-described value fails here.
 	readField(r, &t.State)
 	readField(r, &t.Resume)
 	readField(r, &t.Aborted)
@@ -383,6 +400,7 @@ func (Disposition) descriptor() uint64 { return descDisposition }
 
 func (d Disposition) fields() []any {
 	return []any{
+		// role and first are mandatory (part 2 section 2.7.6).
 		d.Role,
 		d.First,
 		optPtr(d.Last),
@@ -417,6 +435,8 @@ type Detach struct {
 func (Detach) descriptor() uint64 { return descDetach }
 
 func (d Detach) fields() []any {
+	// handle is mandatory and closed defaults to false, so a plain detach (the
+	// link may be re-attached) encodes as a one-element list.
 	return []any{d.Handle, optZero(d.Closed), optRef(d.Error)}
 }
 
@@ -452,6 +472,7 @@ type Close struct {
 
 func (Close) descriptor() uint64 { return descClose }
 
+// A clean close (no error) encodes as a bare described list0.
 func (c Close) fields() []any { return []any{optRef(c.Error)} }
 
 func decodeClose(r *fieldReader) *Close {

@@ -25,6 +25,8 @@ type SASLMechanisms struct {
 func (SASLMechanisms) descriptor() uint64 { return descSASLMechanisms }
 
 func (m SASLMechanisms) fields() []any {
+	// sasl-server-mechanisms is mandatory (part 5 section 5.3.3.1), so a nil list
+	// goes out as an empty array instead of being trimmed away.
 	mechs := m.Mechanisms
 	if mechs == nil {
 		mechs = []Symbol{}
@@ -51,6 +53,9 @@ type SASLInit struct {
 func (SASLInit) descriptor() uint64 { return descSASLInit }
 
 func (i SASLInit) fields() []any {
+	// A nil []byte inside an interface would encode as an empty binary; the
+	// untyped nil keeps an absent initial-response absent, since SASL (RFC 4422)
+	// tells an empty initial response apart from none.
 	var resp any
 	if i.InitialResponse != nil {
 		resp = i.InitialResponse
@@ -113,6 +118,8 @@ type SASLOutcome struct {
 func (SASLOutcome) descriptor() uint64 { return descSASLOutcome }
 
 func (o SASLOutcome) fields() []any {
+	// code is mandatory; additional-data follows the same nil rule as the
+	// initial-response of [SASLInit].
 	var data any
 	if o.AdditionalData != nil {
 		data = o.AdditionalData

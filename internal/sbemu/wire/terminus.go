@@ -60,6 +60,8 @@ func decodeSource(r *fieldReader) *Source {
 	readField(r, &s.DynamicNodeProperties)
 	readField(r, &s.DistributionMode)
 	readField(r, &s.Filter)
+	// default-outcome is typed * (any outcome) in part 3 section 3.5.3, so it is
+	// kept as decoded instead of being forced into one Go type.
 	s.DefaultOutcome = r.take()
 	readSymbols(r, &s.Outcomes)
 	readSymbols(r, &s.Capabilities)
