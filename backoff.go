@@ -59,6 +59,8 @@ func (f Fibonacci) Delay(attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}
+	// Work in multiples of base: F(n) > ceiling/base means base×F(n) > ceiling, so the cap is reached
+	// without ever forming the product, which could overflow.
 	limit := ceiling / base // largest Fibonacci number that still fits under the cap
 	prev, cur := int64(0), int64(1)
 	for i := 1; i < attempt; i++ {
@@ -104,6 +106,7 @@ func (e Exponential) Delay(attempt int) time.Duration {
 	if attempt < 1 {
 		attempt = 1
 	}
+	// Floating point saturates to +Inf instead of wrapping, so huge attempts simply reach the cap.
 	d := float64(base) * math.Pow(factor, float64(attempt-1))
 	if math.IsInf(d, 0) || math.IsNaN(d) || d >= float64(ceiling) {
 		return clamp(ceiling, floor, ceiling)

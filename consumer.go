@@ -124,6 +124,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	sem := make(chan struct{}, c.cfg.maxConcurrency)
 	conn := c.loop(ctx, handlerCtx, &workers, sem)
 
+	// Shutdown: receiving has stopped. Handlers still running get the grace period with a live context;
+	// a timer goroutine cancels them when it ends, unless they drain first. Only then is the connection
+	// closed, so that their settles can still go through it.
 	graceDone := make(chan struct{})
 	drained := make(chan struct{})
 	go func() {
@@ -185,6 +188,7 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 			}
 		}
 		msgs, err := live.conn.Receiver.ReceiveMessages(ctx, slots, nil)
+		// Give back the slots the receive did not fill; the filled ones are released by their handlers.
 		for i := len(msgs); i < slots; i++ {
 			<-sem
 		}

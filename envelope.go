@@ -118,6 +118,8 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		}
 		*f.dst = s
 	}
+	// An absent first-enqueued time keeps the delivery's own EnqueuedTime: the retry budget then counts
+	// from this delivery, which is the best information a first delivery has.
 	if v, ok := props[PropFirstEnqueuedTime]; ok {
 		t, isTime := v.(time.Time)
 		if !isTime {
@@ -128,7 +130,9 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 	return env, nil
 }
 
-// attemptValue accepts any AMQP integer type in [1, MaxInt32].
+// attemptValue accepts any AMQP integer type in [1, MaxInt32]. We write an int64, but producers in other
+// languages (or tools that copy messages) may re-encode the property as int or short, and the SDK hands
+// each AMQP integer type back as its own Go type; refusing them would dead-letter honest messages.
 func attemptValue(v any) (int, error) {
 	var n int64
 	switch x := v.(type) {

@@ -90,7 +90,10 @@ func sdkCode(err error) (azservicebus.Code, bool) {
 }
 
 // brokerWillRedeliver reports whether a settle failure means the lock is gone, so the broker
-// redelivers the message on its own.
+// redelivers the message on its own. CodeClosed counts too: a closed client can no longer settle, and
+// the broker redelivers the message when its lock expires (or earlier, when the link goes away). Such
+// failures are logged at warn rather than error, because
+// nothing is lost and no one needs to act.
 func brokerWillRedeliver(err error) bool {
 	code, ok := sdkCode(err)
 	return ok && (code == azservicebus.CodeLockLost || code == azservicebus.CodeConnectionLost || code == azservicebus.CodeClosed)

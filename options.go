@@ -214,6 +214,8 @@ func (o *Options) validate() error {
 			return &OptionError{Field: "ReconnectDelays", Reason: "delay " + strconv.Itoa(i) + " must not be negative"}
 		}
 	}
+	// Attempts travel as AMQP longs but are decoded into [1, MaxInt32] (see DecodeEnvelope); a larger
+	// limit could never be reached and would hide a typo.
 	if o.MaxAttempts > math.MaxInt32 {
 		return &OptionError{Field: "MaxAttempts", Reason: "must fit in 32 bits"}
 	}
@@ -257,6 +259,8 @@ func (o *Options) resolve() (*config, error) {
 	if c.backoff == nil {
 		c.backoff = Fibonacci{}
 	}
+	// RetryAfter delays are capped by the backoff's own cap, so a handler cannot schedule past the
+	// duplicate-detection window the user sized for that cap.
 	c.maxDelay = DefaultCap
 	if b, ok := c.backoff.(DelayBounds); ok {
 		_, c.maxDelay = b.Bounds()
@@ -270,6 +274,8 @@ func (o *Options) resolve() (*config, error) {
 	if c.reconnectDelays == nil {
 		c.reconnectDelays = DefaultReconnectDelays
 	}
+	// Copy the slice: the caller may reuse or change its Options after the constructor returns, and the
+	// consumer reads the delays from another goroutine.
 	c.reconnectDelays = append([]time.Duration(nil), c.reconnectDelays...)
 	if c.clock == nil {
 		c.clock = realClock{}

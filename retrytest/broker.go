@@ -175,6 +175,8 @@ func (b *Broker) tickLocked() {
 			continue
 		}
 		delete(b.locked, token)
+		// Like Service Bus, a message whose lock expired MaxDeliveryCount times goes to the dead-letter
+		// queue with the broker's own reason, which the retry package never uses.
 		if int(e.deliveryCount) >= b.opts.MaxDeliveryCount {
 			b.deadLettered = append(b.deadLettered, DeadLetteredMessage{
 				Message: b.receivedLocked(e, false), Reason: "MaxDeliveryCountExceeded",
@@ -237,6 +239,10 @@ func (b *Broker) receive(ctx context.Context, conn *connection, max int) ([]*azs
 			b.mu.Unlock()
 			return out, nil
 		}
+		// Nothing available: sleep until the broker changes (a send, a fault, a settle), the next
+		// scheduled message or lock expiry is due on the clock, the connection closes, or ctx ends. The
+		// timer is taken before the lock is released, so a mock clock advanced right after cannot
+		// slip past it.
 		var timer <-chan time.Time
 		if next, ok := b.nextEventLocked(); ok {
 			timer = b.clock.After(max1ns(next.Sub(b.clock.Now())))
