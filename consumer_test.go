@@ -272,18 +272,7 @@ func TestCancelDuringWatchdogStopsPromptly(t *testing.T) {
 func TestBrokenConnectionIsClosedNotReused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := retrytest.NewBroker(nil, nil)
-		var conns []*closeTracker
-		inner := b.Connector()
-		connect := func(ctx context.Context) (*retry.Connection, error) {
-			conn, err := inner(ctx)
-			if err != nil {
-				return nil, err
-			}
-			tr := &closeTracker{inner: conn.Close}
-			conn.Close = tr.close
-			conns = append(conns, tr)
-			return conn, nil
-		}
+		connect, conns := trackingConnector(b)
 		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: discardLogger()})
 		require.NoError(t, err)
 		stop := runConsumer(t, c)
@@ -291,12 +280,29 @@ func TestBrokenConnectionIsClosedNotReused(t *testing.T) {
 		b.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost)
 		<-time.After(6 * time.Second)
 		synctest.Wait()
-		require.Len(t, conns, 2, "a fresh connection after the failure")
-		assert.True(t, conns[0].closed.Load(), "the broken one is closed")
-		assert.False(t, conns[1].closed.Load())
+		require.Len(t, *conns, 2, "a fresh connection after the failure")
+		assert.True(t, (*conns)[0].closed.Load(), "the broken one is closed")
+		assert.False(t, (*conns)[1].closed.Load())
 		require.NoError(t, stop())
-		assert.True(t, conns[1].closed.Load(), "Run closes the live one when it returns")
+		assert.True(t, (*conns)[1].closed.Load(), "Run closes the live one when it returns")
 	})
+}
+
+// trackingConnector wraps b's connector so the test can see every connection it built and whether
+// each was closed. The slice is only touched by the consumer's loop and, after synctest.Wait, the test.
+func trackingConnector(b *retrytest.Broker) (retry.Connector, *[]*closeTracker) {
+	var conns []*closeTracker
+	inner := b.Connector()
+	return func(ctx context.Context) (*retry.Connection, error) {
+		conn, err := inner(ctx)
+		if err != nil {
+			return nil, err
+		}
+		tr := &closeTracker{inner: conn.Close}
+		conn.Close = tr.close
+		conns = append(conns, tr)
+		return conn, nil
+	}, &conns
 }
 
 type closeTracker struct {
@@ -409,18 +415,7 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := retrytest.NewBroker(nil, nil)
-		var conns []*closeTracker
-		inner := b.Connector()
-		connect := func(ctx context.Context) (*retry.Connection, error) {
-			conn, err := inner(ctx)
-			if err != nil {
-				return nil, err
-			}
-			tr := &closeTracker{inner: conn.Close}
-			conn.Close = tr.close
-			conns = append(conns, tr)
-			return conn, nil
-		}
+		connect, conns := trackingConnector(b)
 		started := make(chan struct{})
 		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
 			close(started)
@@ -435,12 +430,12 @@ func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {
 		b.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost) // the connection breaks mid-flight
 		<-time.After(6 * time.Second)
 		synctest.Wait()
-		require.Len(t, conns, 2, "reconnected while the handler still runs")
-		assert.False(t, conns[0].closed.Load(), "the old connection stays open for its in-flight handler")
+		require.Len(t, *conns, 2, "reconnected while the handler still runs")
+		assert.False(t, (*conns)[0].closed.Load(), "the old connection stays open for its in-flight handler")
 		<-time.After(5 * time.Second)
 		synctest.Wait()
 		require.Len(t, b.Completed(), 1, "settled on the connection it was received on")
-		assert.True(t, conns[0].closed.Load(), "closed once its handler finished")
+		assert.True(t, (*conns)[0].closed.Load(), "closed once its handler finished")
 		require.NoError(t, stop())
 	})
 }

@@ -110,27 +110,20 @@ func (b *Broker) allQueues() []*Queue {
 // The server calls it when a connection closes; owner is whatever id it
 // passed to [Queue.Receive].
 func (b *Broker) ReleaseOwner(owner uint64) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	now := b.clock.Now()
-	for _, q := range b.allQueues() {
-		q.advance(now)
-		for _, e := range q.lockedEntries() {
-			if e.owner == owner {
-				q.returnLocked(e, true, now)
-			}
-		}
-	}
-	b.armAll()
+	b.returnLocksWhere(func(e *entry) bool { return e.owner == owner })
 }
 
 // ExpireAllLocks is a fault-injection hook: every outstanding lock in every
 // queue expires now, exactly as if its LockedUntil had passed. Later
 // settlements of those deliveries fail with [ErrLockLost].
 func (b *Broker) ExpireAllLocks() {
+	b.returnLocksWhere(func(*entry) bool { return true })
+}
+
+// returnLocksWhere returns every locked message that match selects to its queue, counting the
+// delivery, as a lost lock does on Service Bus; it then re-arms the timers, since the next event may
+// have changed.
+func (b *Broker) returnLocksWhere(match func(*entry) bool) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if b.closed {
@@ -140,7 +133,9 @@ func (b *Broker) ExpireAllLocks() {
 	for _, q := range b.allQueues() {
 		q.advance(now)
 		for _, e := range q.lockedEntries() {
-			q.returnLocked(e, true, now)
+			if match(e) {
+				q.returnLocked(e, true, now)
+			}
 		}
 	}
 	b.armAll()
