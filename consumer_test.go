@@ -83,6 +83,20 @@ func TestConsumerConcurrencyBound(t *testing.T) {
 	}
 }
 
+func TestHugeConcurrencyReceivesWithinTheSDKLimit(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, 3)
+		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{MaxConcurrency: 6000, Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		require.NoError(t, stop())
+		assert.Len(t, b.Completed(), 3)
+		assert.Zero(t, c.Health().ReceiveFailures, "a batch above 5000 would be refused on every call")
+	})
+}
+
 func TestConsumerRetriesThenDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
@@ -399,6 +413,7 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 		{"negative watchdog", b.Connector(), okHandler, &retry.Options{WatchdogInterval: -1}},
 		{"negative budget", b.Connector(), okHandler, &retry.Options{RetryBudget: -1}},
 		{"bad backoff", b.Connector(), okHandler, &retry.Options{Backoff: retry.Exponential{Factor: 0.1}}},
+		{"batch above the SDK limit", b.Connector(), okHandler, &retry.Options{ReceiveBatchSize: retry.MaxReceiveBatchSize + 1}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -410,6 +425,8 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 	c, err := retry.NewConsumer(b.Connector(), okHandler, nil)
 	require.NoError(t, err)
 	assert.Equal(t, retry.StateIdle, c.Health().State)
+	_, err = retry.NewConsumer(b.Connector(), okHandler, &retry.Options{MaxConcurrency: 20000})
+	assert.NoError(t, err, "a large MaxConcurrency is fine: receives are capped at the SDK limit")
 }
 
 func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {

@@ -286,11 +286,11 @@ func truncate(s string, limit int) string {
 	if len(s) <= limit {
 		return s
 	}
-	const mark = "…"
-	cut := limit - len(mark)
-	if cut < 0 {
-		cut = 0
+	mark := "…"
+	if limit < len(mark) {
+		mark = "" // no room for the mark: a plain cut keeps the bound
 	}
+	cut := max(limit-len(mark), 0)
 	for cut > 0 && !utf8.RuneStart(s[cut]) {
 		cut--
 	}

@@ -2,10 +2,12 @@ package retry_test
 
 import (
 	"context"
+	"errors"
 	"math"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
@@ -195,3 +197,20 @@ func (s *recordingSender) ScheduleMessages(_ context.Context, msgs []*azserviceb
 }
 
 func (s *recordingSender) Close(context.Context) error { return nil }
+
+func TestDescriptionLimitBounds(t *testing.T) {
+	for _, limit := range []int{1, 2, 3, 4, 10} {
+		f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error {
+			return retry.Permanent(errors.New("ééééééééééééé"))
+		}, &retry.Options{DescriptionLimit: limit})
+		f.broker.Send(sampleMessage())
+		f.process()
+		d := f.broker.DeadLettered()[0].Description
+		assert.LessOrEqual(t, len(d), limit, "limit %d: %q", limit, d)
+		assert.True(t, utf8.ValidString(d))
+	}
+	_, err := retry.NewProcessor(nopSender{}, okHandler, &retry.Options{DescriptionLimit: retry.MaxDescriptionLimit + 1})
+	assert.ErrorIs(t, err, retry.ErrInvalidOptions)
+	_, err = retry.NewProcessor(nopSender{}, okHandler, &retry.Options{DescriptionLimit: retry.MaxDescriptionLimit})
+	assert.NoError(t, err)
+}

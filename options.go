@@ -34,6 +34,11 @@ const (
 	DefaultMaxMessageSize = 256 * 1024
 	// DefaultDescriptionLimit bounds the dead-letter description and the last-error property.
 	DefaultDescriptionLimit = 1024
+	// MaxDescriptionLimit is the largest DescriptionLimit: Service Bus caps a single property at 32 KiB,
+	// and DecodeEnvelope rejects a longer last-error property.
+	MaxDescriptionLimit = 32 * 1024
+	// MaxReceiveBatchSize is the most messages one azservicebus ReceiveMessages call may ask for.
+	MaxReceiveBatchSize = 5000
 )
 
 // DefaultReconnectDelays are the waits before the reconnect tries that follow a receive failure. When
@@ -54,8 +59,8 @@ type DeadLetterReasons struct {
 	InvalidEnvelope string
 	// MessageTooLarge: the retry copy would exceed Options.MaxMessageSize. Default "RetryMessageTooLarge".
 	MessageTooLarge string
-	// UnsupportedBody: the body is an AMQP value or sequence, which a retry copy cannot carry.
-	// Default "RetryUnsupportedBody".
+	// UnsupportedBody: the body is an AMQP value, an AMQP sequence or several data sections, which a
+	// retry copy cannot carry. Default "RetryUnsupportedBody".
 	UnsupportedBody string
 }
 
@@ -113,7 +118,8 @@ type Options struct {
 	// MaxConcurrency is the most handlers running at once. Zero means [DefaultMaxConcurrency] (1).
 	MaxConcurrency int
 	// ReceiveBatchSize is the most messages asked for in one receive call; it is also bounded by the free
-	// handler slots, so the consumer never holds locks on messages it cannot start. Zero means MaxConcurrency.
+	// handler slots, so the consumer never holds locks on messages it cannot start. Zero means
+	// MaxConcurrency (at most [MaxReceiveBatchSize]); larger values are invalid.
 	ReceiveBatchSize int
 	// SettleTimeout bounds every complete, dead-letter, renew and republish call. The SDK's own settle path
 	// can take about 50 s after a connection drop. Zero means [DefaultSettleTimeout] (30 s).
@@ -144,7 +150,7 @@ type Options struct {
 	// DeadLetterReasons overrides the reason texts.
 	DeadLetterReasons DeadLetterReasons
 	// DescriptionLimit bounds the dead-letter description and the last-error property, in bytes.
-	// Zero means [DefaultDescriptionLimit] (1024).
+	// Zero means [DefaultDescriptionLimit] (1024); at most [MaxDescriptionLimit].
 	DescriptionLimit int
 	// MaxMessageSize is the largest retry copy, in bytes (body plus properties, estimated). A larger copy
 	// is dead-lettered rather than failing to republish forever. Zero means [DefaultMaxMessageSize].
@@ -216,6 +222,12 @@ func (o *Options) validate() error {
 	}
 	// Attempts travel as AMQP longs but are decoded into [1, MaxInt32] (see DecodeEnvelope); a larger
 	// limit could never be reached and would hide a typo.
+	if o.DescriptionLimit > MaxDescriptionLimit {
+		return &OptionError{Field: "DescriptionLimit", Reason: "must not exceed " + strconv.Itoa(MaxDescriptionLimit) + " bytes (the Service Bus property limit)"}
+	}
+	if o.ReceiveBatchSize > MaxReceiveBatchSize {
+		return &OptionError{Field: "ReceiveBatchSize", Reason: "must not exceed " + strconv.Itoa(MaxReceiveBatchSize) + " (the SDK's limit per receive call)"}
+	}
 	if o.MaxAttempts > math.MaxInt32 {
 		return &OptionError{Field: "MaxAttempts", Reason: "must fit in 32 bits"}
 	}
@@ -255,7 +267,9 @@ func (o *Options) resolve() (*config, error) {
 		maxMessageSize:    orInt(opts.MaxMessageSize, DefaultMaxMessageSize),
 		clock:             opts.Clock,
 	}
-	c.batchSize = orInt(opts.ReceiveBatchSize, c.maxConcurrency)
+	// The default batch follows MaxConcurrency, which may legitimately exceed what one receive call can
+	// ask for; the consumer then simply receives in several calls.
+	c.batchSize = min(orInt(opts.ReceiveBatchSize, c.maxConcurrency), MaxReceiveBatchSize)
 	if c.backoff == nil {
 		c.backoff = Fibonacci{}
 	}

@@ -363,11 +363,13 @@ func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) string {
 	return fmt.Sprintf("lock-%x", msg.LockToken)
 }
 
-// hasNonDataBody reports a body the SDK exposes only through RawAMQPMessage (an AMQP value or
-// sequence), which an azservicebus.Message copy cannot carry.
+// hasNonDataBody reports a body the SDK exposes only through RawAMQPMessage, which an
+// azservicebus.Message copy cannot carry byte for byte: an AMQP value, an AMQP sequence, or more than
+// one data section (the SDK fills ReceivedMessage.Body only for exactly one; with several, Body is nil
+// and a copy would silently lose the content).
 func hasNonDataBody(msg *azservicebus.ReceivedMessage) bool {
 	raw := msg.RawAMQPMessage
-	return raw != nil && (raw.Body.Value != nil || len(raw.Body.Sequence) > 0)
+	return raw != nil && (raw.Body.Value != nil || len(raw.Body.Sequence) > 0 || len(raw.Body.Data) > 1)
 }
 
 // finish reports res to the OnProcessed hook and returns it, so every path through Process is

@@ -255,3 +255,16 @@ func (hangingRenewal) RenewMessageLock(ctx context.Context, _ *azservicebus.Rece
 	<-ctx.Done()
 	return ctx.Err()
 }
+
+func TestMultipleDataSectionsDeadLetterInsteadOfLosingTheBody(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+	f.broker.Send(sampleMessage())
+	msg := f.receiveOne()
+	// What the SDK hands over for a body of two data sections: Body is nil, the data is only in the raw message.
+	msg.Body = nil
+	msg.RawAMQPMessage = &azservicebus.AMQPAnnotatedMessage{Body: azservicebus.AMQPAnnotatedMessageBody{Data: [][]byte{[]byte(`{"amount":`), []byte(`42}`)}}}
+	res := f.proc.Process(context.Background(), f.recv, msg)
+	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
+	assert.Equal(t, "RetryUnsupportedBody", res.DeadLetterReason)
+	assert.Empty(t, f.broker.Scheduled(), "no copy with an empty body")
+}

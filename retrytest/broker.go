@@ -12,6 +12,9 @@ import (
 	"github.com/sbretry/retry"
 )
 
+// maxReceive is the SDK's limit on maxMessages per ReceiveMessages call.
+const maxReceive = 5000
+
 // Default settings of a [Broker].
 const (
 	DefaultLockDuration     = time.Minute
@@ -208,8 +211,9 @@ func (b *Broker) nextEventLocked() (time.Time, bool) {
 
 // receive blocks until at least one message is available, then locks up to max of them.
 func (b *Broker) receive(ctx context.Context, conn *connection, max int) ([]*azservicebus.ReceivedMessage, error) {
-	if max < 1 {
-		return nil, errors.New("retrytest: maxMessages must be at least 1")
+	// The same bounds as the SDK's ReceiveMessages, so a consumer that asks for too much fails here too.
+	if max < 1 || max > maxReceive {
+		return nil, fmt.Errorf("retrytest: maxMessages must be in [1, %d], got %d", maxReceive, max)
 	}
 	for {
 		b.mu.Lock()
