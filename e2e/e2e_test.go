@@ -459,3 +459,33 @@ func TestLargeMessages(t *testing.T) {
 		}
 	}
 }
+
+// TestMultiSectionBodyDeadLettered: a body of several AMQP data sections (which other SDKs can send) is
+// not in ReceivedMessage.Body, so a retry copy would lose it; it is dead-lettered intact instead.
+func TestMultiSectionBodyDeadLettered(t *testing.T) {
+	e := newEnv(t, queueSettings{})
+	out := newOutcomes()
+	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
+		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
+	s, err := e.client(t).NewSender(e.queue, nil)
+	require.NoError(t, err)
+	id := "multi-1"
+	require.NoError(t, s.SendAMQPAnnotatedMessage(t.Context(), &azservicebus.AMQPAnnotatedMessage{
+		Body:       azservicebus.AMQPAnnotatedMessageBody{Data: [][]byte{[]byte(`{"amount":`), []byte(`42}`)}},
+		Properties: &azservicebus.AMQPAnnotatedMessageProperties{MessageID: id},
+	}, nil))
+	out.waitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool { return len(ps) == 1 })
+	p := out.snapshot()[0]
+	assert.Equal(t, retry.OutcomeDeadLettered, p.Result.Outcome)
+	assert.Equal(t, "RetryUnsupportedBody", p.Result.DeadLetterReason)
+
+	dlq, err := e.client(t).NewReceiverForQueue(e.queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	msgs, err := dlq.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, [][]byte{[]byte(`{"amount":`), []byte(`42}`)}, msgs[0].RawAMQPMessage.Body.Data, "the body survives intact")
+	require.NoError(t, dlq.CompleteMessage(ctx, msgs[0], nil))
+}
