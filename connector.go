@@ -20,6 +20,12 @@ type Connection struct {
 	Sender Sender
 	// Close releases the client behind Receiver and Sender. Nil means closing Receiver and Sender.
 	Close func(ctx context.Context) error
+	// Check, if set, proves that the connection works before the consumer counts it as connected. The
+	// SDK connects lazily, so building a client succeeds even while the namespace is unreachable;
+	// without a check the consumer would report itself running until its first receive failed. A
+	// failing Check counts as a failed connect: the connection is closed and the reconnect schedule
+	// goes on. It runs bounded by the settle timeout.
+	Check func(ctx context.Context) error
 }
 
 // close releases c, bounded by ctx.
@@ -92,5 +98,14 @@ func queueConnection(ctx context.Context, client *azservicebus.Client, queue str
 		_ = client.Close(ctx)
 		return nil, redact.Wrap(fmt.Errorf("retry: creating sender for %q: %w", queue, err))
 	}
-	return &Connection{Receiver: receiver, Sender: sender, Close: client.Close}, nil
+	return &Connection{Receiver: receiver, Sender: sender, Close: client.Close, Check: peekCheck(receiver)}, nil
+}
+
+// peekCheck peeks at one message: it opens the connection, authenticates and confirms that the queue
+// exists, without locking or changing anything (an empty queue answers with no messages).
+func peekCheck(receiver *azservicebus.Receiver) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		_, err := receiver.PeekMessages(ctx, 1, nil)
+		return err
+	}
 }

@@ -160,11 +160,12 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 	var (
 		live     *liveConnection
 		failures int
+		cause    error // the failure that broke the last connection, for the state hook
 	)
 	c.setState(StateConnecting, nil)
 	for {
 		if live == nil {
-			conn := c.reconnect(ctx, &failures)
+			conn := c.reconnect(ctx, &failures, cause)
 			if conn == nil {
 				return nil
 			}
@@ -197,6 +198,7 @@ func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup
 				return live
 			}
 			failures++
+			cause = redact.Wrap(err)
 			c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
 			c.cfg.logger.Warn("receive failed; rebuilding the connection", errAttr(err), slog.Int("failures", failures))
 			c.retire(ctx, workers, live)

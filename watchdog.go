@@ -16,9 +16,9 @@ import (
 // failure while it runs cannot start a second one. The failure count is reset by the receive loop only
 // when a receive on the new connection succeeds, because the SDK connects lazily: a connector call can
 // succeed against a namespace that is still down. It returns nil when ctx ends.
-func (c *Consumer) reconnect(ctx context.Context, failures *int) *Connection {
+func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error) *Connection {
 	for {
-		wait := c.reconnectWait(*failures)
+		wait := c.reconnectWait(*failures, cause)
 		if wait > 0 {
 			select {
 			case <-c.cfg.clock.After(wait):
@@ -37,24 +37,25 @@ func (c *Consumer) reconnect(ctx context.Context, failures *int) *Connection {
 			return nil
 		}
 		*failures++
+		cause = err
 		c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
 		c.cfg.logger.Warn("connect failed", errAttr(err), slog.Int("failures", *failures),
-			slog.Duration("next_try_in", c.reconnectWait(*failures)))
+			slog.Duration("next_try_in", c.reconnectWait(*failures, cause)))
 	}
 }
 
 // reconnectWait returns the wait before the next connect after n consecutive failures, and moves the
-// consumer into the matching state.
-func (c *Consumer) reconnectWait(n int) time.Duration {
+// consumer into the matching state, reporting cause (the latest failure) to the state hook.
+func (c *Consumer) reconnectWait(n int, cause error) time.Duration {
 	delays := c.cfg.reconnectDelays
 	switch {
 	case n == 0:
 		return 0
 	case n <= len(delays):
-		c.setState(StateReconnecting, nil)
+		c.setState(StateReconnecting, cause)
 		return delays[n-1]
 	default:
-		c.setState(StateWatchdog, nil)
+		c.setState(StateWatchdog, cause)
 		return c.cfg.watchdogInterval
 	}
 }
@@ -77,6 +78,12 @@ func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 			_ = conn.Close(cctx)
 		}
 		return nil, errNilConnection
+	}
+	if conn.Check != nil {
+		if err := conn.Check(cctx); err != nil {
+			_ = conn.close(cctx)
+			return nil, redact.Wrap(fmt.Errorf("retry: connection check failed: %w", err))
+		}
 	}
 	return conn, nil
 }

@@ -416,6 +416,17 @@ func TestOutageRecoveredByReconnectLoop(t *testing.T) {
 	require.Eventually(t, func() bool { return c.Health().State == retry.StateWatchdog }, testTimeout, 10*time.Millisecond,
 		"the reconnect tries fail while the broker is away, then the watchdog takes over")
 
+	// While the broker is away the consumer must not call itself ready, even right after a watchdog
+	// tick builds a new client (the SDK connects lazily; the connection check catches it).
+	notReady := time.NewTimer(1200 * time.Millisecond) // covers two watchdog ticks
+	for sampling := true; sampling; {
+		select {
+		case <-notReady.C:
+			sampling = false
+		case <-time.After(5 * time.Millisecond):
+			require.False(t, c.Health().Ready(), "ready during the outage: %+v", c.Health())
+		}
+	}
 	e.em.RefuseConnections(0) // the broker is back
 	e.send(t, message("after"))
 	out.waitFor(t, "message after the outage", func(ps []retry.ProcessedParams) bool { return count(ps, "after", retry.OutcomeCompleted) == 1 })
