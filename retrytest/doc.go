@@ -7,6 +7,12 @@
 // connects, receives, sends, completes, dead-letters or renewals fail. Inspection helpers report what was
 // scheduled (when, for which attempt, with which MessageID), completed and dead-lettered.
 //
+// Differences from Service Bus worth knowing: a scheduled message keeps the sequence number that
+// ScheduleMessages returned when it becomes receivable (Service Bus assigns a new one), time-to-live is
+// not enforced, duplicate detection (when on) has no window, and there are no sessions, deferral or
+// topics. For tests against the real protocol, the repository's e2e suite runs the SDK against an
+// in-process emulator.
+//
 // Drive time with any [retry.Clock]: github.com/benbjohnson/clock's *clock.Mock for step-by-step tests
 // of a [retry.Processor], or the real clock inside a testing/synctest bubble for tests of a running
 // [retry.Consumer].
