@@ -228,24 +228,35 @@ func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastEr
 	}
 }
 
-// estimatedSize approximates the encoded size of m: body, property keys and values, and the system
-// properties, plus a fixed allowance for framing. It errs on the large side.
-func estimatedSize(m *azservicebus.Message) int {
-	const overhead = 512
-	n := overhead + len(m.Body)
+// Service Bus limits on message headers (the quotas page): one property may take 32 KiB, and all
+// properties, system and application, 64 KiB together. A retry copy over them is refused by the broker
+// on every redelivery, so the processor dead-letters it instead.
+const (
+	maxPropertySize = 32 * 1024
+	maxHeaderSize   = 64 * 1024
+)
+
+// fitsLimits reports whether the retry copy m fits the Service Bus limits: its estimated encoded size
+// within maxMessageSize, each application property within 32 KiB and the headers within 64 KiB. The
+// estimates err on the large side (a fixed allowance for framing, the widest encoding for numbers).
+func fitsLimits(m *azservicebus.Message, maxMessageSize int) bool {
+	const framing = 512
+	header := 0
 	for _, s := range []*string{m.ContentType, m.CorrelationID, m.MessageID, m.PartitionKey, m.ReplyTo, m.ReplyToSessionID, m.SessionID, m.Subject, m.To} {
 		if s != nil {
-			n += len(*s) + 5
+			header += len(*s) + 5
 		}
 	}
 	for k, v := range m.ApplicationProperties {
-		n += len(k) + 5 + valueSize(v)
+		size := len(k) + 5 + valueSize(v)
+		if size > maxPropertySize {
+			return false
+		}
+		header += size
 	}
-	return n
+	return header <= maxHeaderSize && framing+header+len(m.Body) <= maxMessageSize
 }
 
-// valueSize estimates the encoded size of an application property value: strings and binaries by
-// length, everything else (numbers, timestamps, UUIDs) as the largest fixed-width AMQP encoding.
 func valueSize(v any) int {
 	switch x := v.(type) {
 	case string:

@@ -34,9 +34,9 @@ const (
 	DefaultMaxMessageSize = 256 * 1024
 	// DefaultDescriptionLimit bounds the dead-letter description and the last-error property.
 	DefaultDescriptionLimit = 1024
-	// MaxDescriptionLimit is the largest DescriptionLimit: Service Bus caps a single property at 32 KiB,
-	// and DecodeEnvelope rejects a longer last-error property.
-	MaxDescriptionLimit = 32 * 1024
+	// MaxDescriptionLimit is the largest DescriptionLimit. Service Bus caps one property at 32 KiB and
+	// all headers at 64 KiB; half the per-property cap leaves room for the message's own properties.
+	MaxDescriptionLimit = 16 * 1024
 	// MaxReceiveBatchSize is the most messages one azservicebus ReceiveMessages call may ask for.
 	MaxReceiveBatchSize = 5000
 )
@@ -152,8 +152,9 @@ type Options struct {
 	// DescriptionLimit bounds the dead-letter description and the last-error property, in bytes.
 	// Zero means [DefaultDescriptionLimit] (1024); at most [MaxDescriptionLimit].
 	DescriptionLimit int
-	// MaxMessageSize is the largest retry copy, in bytes (body plus properties, estimated). A larger copy
-	// is dead-lettered rather than failing to republish forever. Zero means [DefaultMaxMessageSize].
+	// MaxMessageSize is the largest retry copy, in bytes (body plus properties, estimated). A larger copy,
+	// or one whose properties exceed the Service Bus header limits (32 KiB each, 64 KiB together), is
+	// dead-lettered rather than failing to republish forever. Zero means [DefaultMaxMessageSize].
 	MaxMessageSize int
 	// Clock is the time source. Nil means the real clock.
 	Clock Clock

@@ -250,7 +250,7 @@ func (p *Processor) fail(ctx context.Context, settler Settler, msg *azservicebus
 	next := env.Attempt + 1
 	errText := truncate(redact.String(herr.Error()), cfg.descriptionLimit)
 	copyMsg := retryCopy(msg, env, next, errText)
-	if estimatedSize(copyMsg) > cfg.maxMessageSize {
+	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
 		p.deadLetter(ctx, settler, msg, env, res, cfg.reasons.MessageTooLarge, herr)
 		return
 	}

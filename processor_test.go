@@ -268,3 +268,27 @@ func TestMultipleDataSectionsDeadLetterInsteadOfLosingTheBody(t *testing.T) {
 	assert.Equal(t, "RetryUnsupportedBody", res.DeadLetterReason)
 	assert.Empty(t, f.broker.Scheduled(), "no copy with an empty body")
 }
+
+func TestCopyOverHeaderLimitsDeadLetters(t *testing.T) {
+	cases := []struct {
+		name  string
+		props map[string]any
+	}{
+		{"one property near 32 KiB", map[string]any{"big": strings.Repeat("x", 32*1024-10)}},
+		{"properties over 64 KiB together", map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024), "c": strings.Repeat("x", 5*1024)}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+			f.broker.Send(&azservicebus.Message{MessageID: strPtr("hdr"), Body: []byte("x"), ApplicationProperties: tc.props})
+			res := f.process()
+			assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
+			assert.Equal(t, "RetryMessageTooLarge", res.DeadLetterReason)
+			assert.Empty(t, f.broker.Scheduled())
+		})
+	}
+	// Just inside the limits, the copy is scheduled.
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+	f.broker.Send(&azservicebus.Message{MessageID: strPtr("ok"), Body: []byte("x"), ApplicationProperties: map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024)}})
+	assert.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome)
+}

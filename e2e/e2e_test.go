@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -45,6 +46,9 @@ type env struct {
 type queueSettings struct {
 	lockDuration     time.Duration
 	maxDeliveryCount int
+	// keepLocksOnDisconnect makes the emulator keep a dropped connection's locks until they expire
+	// (renewals keep working), the other behaviour reported for the real service.
+	keepLocksOnDisconnect bool
 }
 
 // fastRetries makes the SDK give up quickly, so recovery is the consumer's job and tests stay short.
@@ -194,6 +198,7 @@ func startConsumer(t *testing.T, e *env, handler retry.Handler, opts *retry.Opti
 }
 
 func TestSuccessCompletes(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{})
 	out := newOutcomes()
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return nil },
@@ -206,6 +211,7 @@ func TestSuccessCompletes(t *testing.T) {
 }
 
 func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{})
 	out := newOutcomes()
 	type delivery struct {
@@ -260,6 +266,7 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 }
 
 func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{})
 	out := newOutcomes()
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
@@ -288,6 +295,7 @@ func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
 }
 
 func TestInvalidRetryPropertiesDeadLettered(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{})
 	out := newOutcomes()
 	called := make(chan struct{}, 1)
@@ -304,6 +312,7 @@ func TestInvalidRetryPropertiesDeadLettered(t *testing.T) {
 }
 
 func TestDuplicateRepublishAbsorbed(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{lockDuration: 2 * time.Second})
 	if e.em == nil {
 		t.Skip("needs fault injection")
@@ -338,6 +347,7 @@ func TestDuplicateRepublishAbsorbed(t *testing.T) {
 }
 
 func TestDroppedConnectionRecoveredWithoutLoss(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{lockDuration: 2 * time.Second})
 	if e.em == nil {
 		t.Skip("needs fault injection")
@@ -391,6 +401,7 @@ func TestDroppedConnectionRecoveredWithoutLoss(t *testing.T) {
 // TestOutageRecoveredByReconnectLoop takes the broker away long enough for the SDK's own recovery to
 // give up, so the consumer's reconnect tries and then its watchdog must bring it back.
 func TestOutageRecoveredByReconnectLoop(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{lockDuration: 2 * time.Second})
 	if e.em == nil {
 		t.Skip("needs fault injection")
@@ -445,18 +456,22 @@ func strPtr(s string) *string { return &s }
 // one whose retry copy (body plus retry properties) could exceed it is dead-lettered with our reason
 // instead of failing to republish forever.
 func TestLargeMessages(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{})
 	out := newOutcomes()
+	longErr := errors.New(strings.Repeat("downstream unavailable; ", 60))
 	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt == 1 {
-			return errBoom
+			return longErr
 		}
 		return nil
 	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
 	big := message("big-1")
 	big.Body = make([]byte, 200*1024)
+	// Sendable as it is (with a margin for the system properties a real namespace counts), but its copy
+	// adds the envelope and this long error, which takes it past the limit.
 	tooBig := message("too-big-1")
-	tooBig.Body = make([]byte, retry.DefaultMaxMessageSize-300)
+	tooBig.Body = make([]byte, retry.DefaultMaxMessageSize-1500)
 	e.send(t, big, tooBig)
 	out.waitFor(t, "both settled", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "big-1", retry.OutcomeCompleted) == 1 && count(ps, "too-big-1", retry.OutcomeDeadLettered) == 1
@@ -474,6 +489,7 @@ func TestLargeMessages(t *testing.T) {
 // TestMultiSectionBodyDeadLettered: a body of several AMQP data sections (which other SDKs can send) is
 // not in ReceivedMessage.Body, so a retry copy would lose it; it is dead-lettered intact instead.
 func TestMultiSectionBodyDeadLettered(t *testing.T) {
+	parallel(t)
 	e := newEnv(t, queueSettings{})
 	out := newOutcomes()
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
@@ -499,4 +515,86 @@ func TestMultiSectionBodyDeadLettered(t *testing.T) {
 	require.Len(t, msgs, 1)
 	assert.Equal(t, [][]byte{[]byte(`{"amount":`), []byte(`42}`)}, msgs[0].RawAMQPMessage.Body.Data, "the body survives intact")
 	require.NoError(t, dlq.CompleteMessage(ctx, msgs[0], nil))
+}
+
+// TestRepublishFailureLeavesOriginalForRedelivery: when scheduling the copy fails (the management
+// operation is refused), the original is not completed; it comes back when its lock expires and the
+// next attempt goes ahead. Nothing is lost, and the attempt is not counted twice.
+func TestRepublishFailureLeavesOriginalForRedelivery(t *testing.T) {
+	parallel(t)
+	e := newEnv(t, queueSettings{lockDuration: time.Second})
+	if e.em == nil {
+		t.Skip("needs fault injection")
+	}
+	out := newOutcomes()
+	var mu sync.Mutex
+	var deliveries []uint32
+	startConsumer(t, e, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		env, _ := retry.EnvelopeFromContext(ctx)
+		if env.Attempt == 1 {
+			mu.Lock()
+			deliveries = append(deliveries, m.DeliveryCount)
+			mu.Unlock()
+			return errBoom
+		}
+		return nil
+	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
+	e.em.RejectNextManagement(100, "com.microsoft:schedule-message", 503)
+	e.send(t, message("rp-1"))
+	out.waitFor(t, "a failed republish", func(ps []retry.ProcessedParams) bool {
+		return count(ps, "rp-1", retry.OutcomeLeftForRedelivery) == 1
+	})
+	q, _ := e.em.Broker().Queue(e.queue)
+	assert.Equal(t, 1, q.Stats().Locked+q.Stats().Active, "the original is still there")
+	e.em.RejectNextManagement(0, "", 0) // the management node recovers
+	out.waitFor(t, "attempt 2 completed", func(ps []retry.ProcessedParams) bool {
+		return count(ps, "rp-1", retry.OutcomeCompleted) == 1
+	})
+	ps := out.snapshot()
+	assert.ErrorContains(t, ps[0].Result.SettleErr, "503")
+	assert.Equal(t, 1, count(ps, "rp-1", retry.OutcomeRetryScheduled))
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []uint32{1, 2}, deliveries, "attempt 1 ran again on the broker's redelivery")
+	require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
+}
+
+// TestLocksThatSurviveADisconnect covers the other reported behaviour of the real service: locks
+// outlive a dropped connection and renewals keep working. The handler then runs to its end; whether
+// its complete goes through or the message comes back after the lock expires, it is handled at least
+// once and nothing is lost.
+func TestLocksThatSurviveADisconnect(t *testing.T) {
+	parallel(t)
+	e := newEnv(t, queueSettings{lockDuration: 2 * time.Second, keepLocksOnDisconnect: true})
+	if e.em == nil {
+		t.Skip("needs fault injection")
+	}
+	out := newOutcomes()
+	started := make(chan struct{}, 10)
+	var mu sync.Mutex
+	handled := 0
+	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		started <- struct{}{}
+		select { // longer than the lock: renewal must keep it
+		case <-time.After(3 * time.Second):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		handled++
+		mu.Unlock()
+		return nil
+	}, &retry.Options{SettleTimeout: 2 * time.Second, Hooks: retry.Hooks{OnProcessed: out.hook}})
+	e.send(t, message("keep-1"))
+	<-started
+	e.em.DropConnections()
+	require.Eventually(t, func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return handled >= 1 && e.settled(t)
+	}, testTimeout, 10*time.Millisecond)
+	for _, p := range out.snapshot() {
+		assert.NotErrorIs(t, p.Result.SettleErr, retry.ErrLockLost, "renewal kept the lock: the handler was not cancelled")
+	}
+	t.Logf("outcomes: %v", summarize(out.snapshot()))
 }

@@ -20,7 +20,7 @@ func startBenchEmulator() (*sbemu.Emulator, error) {
 // newEnv starts an emulator with one queue configured by q and stops it at cleanup.
 func newEnv(t *testing.T, q queueSettings) *env {
 	t.Helper()
-	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{
+	em, err := sbemu.Start(sbemu.Config{KeepLocksOnDisconnect: q.keepLocksOnDisconnect, Queues: []broker.QueueConfig{{
 		Name:                     "orders",
 		LockDuration:             q.lockDuration,
 		MaxDeliveryCount:         q.maxDeliveryCount,
@@ -47,3 +47,6 @@ func (e *env) settled(t *testing.T) bool {
 	st := q.Stats()
 	return st.Active == 0 && st.Locked == 0 && st.Scheduled == 0
 }
+
+// parallel runs the test in parallel with the others: each has its own emulator.
+func parallel(t *testing.T) { t.Parallel() }

@@ -181,7 +181,9 @@ func (c *conn) teardown(writerStarted bool) {
 		s.shutdown()
 	}
 	c.wg.Wait()
-	c.em.broker.ReleaseOwner(c.id)
+	if !c.em.cfg.KeepLocksOnDisconnect {
+		c.em.broker.ReleaseOwner(c.id)
+	}
 	c.log.Info("sbemu: connection closed")
 }
 

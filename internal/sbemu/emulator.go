@@ -65,6 +65,13 @@ type Config struct {
 	// Secrets (keys, signatures, tokens) are never logged. Nil discards logs.
 	Logger *slog.Logger
 
+	// KeepLocksOnDisconnect keeps the locks of a connection that drops until they expire, instead of
+	// returning its messages to the queue at once. Reports on the real service differ (the docs say
+	// locks go with the connection; SDK maintainers observed renewals succeeding after a reconnect), so
+	// tests can cover both: with it set, renew-lock on the management link keeps working for the
+	// dropped connection's messages, and they are redelivered only when their locks expire.
+	KeepLocksOnDisconnect bool
+
 	// IdleTimeout is how long a connection may stay silent before the
 	// emulator closes it; half of it is advertised to clients in the open
 	// frame so they send heartbeats in time. Zero means

@@ -22,6 +22,20 @@ type faults struct {
 	rejectSettles int
 	settleCond    string
 	refuseUntil   time.Time // new connections are closed at once until then
+	rejectMgmt    int       // pending management rejections
+	mgmtOp        string    // operation they apply to; empty means any
+	mgmtStatus    int
+}
+
+// takeManagementRejection consumes one pending rejection for operation op, returning its status.
+func (f *faults) takeManagementRejection(op string) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.rejectMgmt == 0 || (f.mgmtOp != "" && f.mgmtOp != op) {
+		return 0, false
+	}
+	f.rejectMgmt--
+	return f.mgmtStatus, true
 }
 
 // refusing reports whether new connections are being refused now.
@@ -121,6 +135,17 @@ func (e *Emulator) RefuseConnections(d time.Duration) {
 	f.refuseUntil = time.Now().Add(d)
 	f.mu.Unlock()
 	e.log.Info("sbemu: fault: refusing connections", "duration", d)
+}
+
+// RejectNextManagement makes the next n management requests for operation (for example
+// "com.microsoft:schedule-message"; empty means any) fail with the given status code, such as 500 or
+// 503, without doing anything. The SDK retries some statuses itself, so n counts attempts, not calls.
+// n <= 0 cancels pending rejections.
+func (e *Emulator) RejectNextManagement(n int, operation string, status int) {
+	f := &e.faults
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.rejectMgmt, f.mgmtOp, f.mgmtStatus = max(n, 0), operation, status
 }
 
 // Hang makes the emulator stop reading and writing on every connection,

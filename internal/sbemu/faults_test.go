@@ -9,6 +9,8 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/internal/sbemu/broker"
 )
 
 func TestSDKDropConnectionsRecoversWithoutLoss(t *testing.T) {
@@ -257,4 +259,51 @@ func TestSDKRefuseConnectionsFailsCallsUntilOver(t *testing.T) {
 	msgs, err = newReceiver(t, fresh, "queue", nil).ReceiveMessages(ctxT(t), 1, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "after", string(msgs[0].Body))
+}
+
+func TestSDKRejectNextManagementFailsSchedule(t *testing.T) {
+	em := startEmulator(t, Config{})
+	client := newClient(t, em)
+	sender := newSender(t, client, "queue")
+	// More rejections than the client's retries, so the call fails.
+	em.RejectNextManagement(100, "com.microsoft:schedule-message", 503)
+	_, err := sender.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("x")}}, time.Now().Add(time.Minute), nil)
+	require.Error(t, err)
+	q, _ := em.Broker().Queue("queue")
+	assert.Zero(t, q.Stats().Scheduled, "nothing was scheduled")
+	// Other operations are not affected, and cancelling the rejections makes scheduling work again.
+	_, err = newReceiver(t, client, "queue", nil).PeekMessages(ctxT(t), 1, nil)
+	require.NoError(t, err)
+	em.RejectNextManagement(0, "", 0)
+	seqs, err := sender.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("x")}}, time.Now().Add(time.Minute), nil)
+	require.NoError(t, err)
+	assert.Len(t, seqs, 1)
+}
+
+func TestSDKKeepLocksOnDisconnect(t *testing.T) {
+	em := startEmulator(t, Config{KeepLocksOnDisconnect: true, Queues: []broker.QueueConfig{{Name: "queue", LockDuration: 2 * time.Second}}})
+	client := newClient(t, em)
+	receiver := newReceiver(t, client, "queue", nil)
+	sendText(t, newSender(t, client, "queue"), "held")
+	msgs, err := receiver.ReceiveMessages(ctxT(t), 1, nil)
+	require.NoError(t, err)
+	held := msgs[0]
+
+	em.DropConnections()
+	// The lock survives the drop: renewing it through the recovered management link works, and the
+	// message is not handed to anyone else meanwhile.
+	require.NoError(t, receiver.RenewMessageLock(ctxT(t), held, nil))
+	q, _ := em.Broker().Queue("queue")
+	assert.Equal(t, 1, q.Stats().Locked)
+	assert.Zero(t, q.Stats().Active)
+
+	// Once it expires, the message comes back with the delivery counted.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	again, err := receiver.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	assert.Equal(t, "held", string(again[0].Body))
+	assert.Equal(t, uint32(2), again[0].DeliveryCount)
+	require.NoError(t, receiver.CompleteMessage(ctxT(t), again[0], nil))
 }

@@ -39,6 +39,9 @@ func (l *link) handleManagement(req *amqp.Message) *amqp.Message {
 	op, _ := req.ApplicationProperties["operation"].(string)
 	body, _ := req.Value.(map[string]any)
 	q := l.queue
+	if status, ok := l.s.c.em.faults.takeManagementRejection(op); ok {
+		return rpcReply(int32(status), "sbemu: injected management failure", nil)
+	}
 	switch op {
 	case opScheduleMessage:
 		return scheduleMessages(q, body)
@@ -196,6 +199,8 @@ func brokerErrorReply(err error) *amqp.Message {
 		return rpcReply(statusNotFound, "sbemu: "+err.Error(), nil)
 	case errors.Is(err, broker.ErrMessageTooLarge):
 		return rpcReply(statusEntityTooLarge, "sbemu: "+err.Error(), nil)
+	case errors.Is(err, broker.ErrPropertiesTooLarge):
+		return rpcReply(statusBadRequest, "sbemu: "+err.Error(), nil)
 	case errors.Is(err, broker.ErrNotSupported):
 		return rpcReply(statusBadRequest, "sbemu: "+err.Error(), nil)
 	default:

@@ -125,3 +125,17 @@ func TestSDKUnknownQueueIsNotFound(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "amqp:not-found")
 }
+
+func TestSDKPropertiesTooLarge(t *testing.T) {
+	em := startEmulator(t, Config{})
+	client := newClient(t, em)
+	sender := newSender(t, client, "queue")
+	big := map[string]any{"p": strings.Repeat("x", broker.MaxPropertySize)}
+	err := sender.SendMessage(ctxT(t), &azservicebus.Message{Body: []byte("x"), ApplicationProperties: big}, nil)
+	require.Error(t, err, "a property over 32 KiB is refused, as Service Bus refuses it")
+	_, err = sender.ScheduleMessages(ctxT(t), []*azservicebus.Message{{Body: []byte("x"), ApplicationProperties: big}}, time.Now().Add(time.Minute), nil)
+	require.Error(t, err)
+	q, _ := em.Broker().Queue("queue")
+	st := q.Stats()
+	assert.Zero(t, st.Active+st.Scheduled)
+}

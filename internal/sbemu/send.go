@@ -84,6 +84,10 @@ func sendErrorState(err error) wire.DeliveryState {
 	switch {
 	case errors.Is(err, broker.ErrMessageTooLarge):
 		return rejectedState(condMessageSizeExceded, "sbemu: "+err.Error())
+	case errors.Is(err, broker.ErrPropertiesTooLarge):
+		// Service Bus refuses these with a SerializationException; amqp:decode-error is the closest
+		// standard condition, and the SDK surfaces it as a non-retriable error.
+		return rejectedState(condDecodeError, "sbemu: "+err.Error())
 	case errors.Is(err, broker.ErrNotSupported):
 		return rejectedState(condNotAllowed, "sbemu: "+err.Error())
 	default:

@@ -19,6 +19,11 @@ var (
 	// queue's [QueueConfig.MaxMessageSize].
 	ErrMessageTooLarge = errors.New("broker: message too large")
 
+	// ErrPropertiesTooLarge reports a message whose application properties exceed the Service Bus
+	// limits: 32 KiB for one property, 64 KiB for all of them ([MaxPropertySize], [MaxPropertiesSize]).
+	// The real service answers such a send with a SerializationException.
+	ErrPropertiesTooLarge = errors.New("broker: message properties too large")
+
 	// ErrClosed reports a call on a broker after [Broker.Close]; blocked
 	// receivers return it when the broker closes.
 	ErrClosed = errors.New("broker: closed")

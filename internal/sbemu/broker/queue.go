@@ -98,6 +98,9 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	if size > q.cfg.MaxMessageSize {
 		return 0, false, fmt.Errorf("%w: %d bytes exceeds %d", ErrMessageTooLarge, size, q.cfg.MaxMessageSize)
 	}
+	if err := checkProperties(m.ApplicationProperties); err != nil {
+		return 0, false, err
+	}
 	now := b.clock.Now()
 	q.advance(now)
 	defer q.armTimer(now)
