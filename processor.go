@@ -143,18 +143,17 @@ func (p *Processor) runHandler(ctx context.Context, settler Settler, msg *azserv
 	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, env))
 	defer cancel(nil)
 
+	if !p.cfg.lockRenewal {
+		return p.callHandler(hctx, msg), false
+	}
 	// stop ends the renewal as soon as the handler returns, aborting a renew call in flight, so that a
 	// hanging broker cannot hold up the settle that follows.
 	stop, stopRenewal := context.WithCancel(hctx)
 	renewDone := make(chan struct{})
-	if p.cfg.lockRenewal {
-		go func() {
-			defer close(renewDone)
-			p.renewLock(stop, cancel, settler, msg, env)
-		}()
-	} else {
-		close(renewDone)
-	}
+	go func() {
+		defer close(renewDone)
+		p.renewLock(stop, cancel, settler, msg, env)
+	}()
 	err = p.callHandler(hctx, msg)
 	stopRenewal()
 	<-renewDone
