@@ -18,7 +18,8 @@ import (
 
 // BenchmarkConsume drains b.N messages from the emulator through the real SDK, side by side: a
 // hand-written loop (receive a batch, complete each message from its own goroutine, at most 16 at once)
-// against retry.Consumer with MaxConcurrency 16 on the success path. The difference is what the library
+// against retry.Consumer with MaxConcurrency 16 on the success path, with and without lock renewal. The
+// difference is what the library
 // costs per message on top of the SDK.
 //
 //	go test -run='^$' -bench=BenchmarkConsume -benchtime=5000x -count=3 ./e2e/
@@ -56,38 +57,45 @@ func BenchmarkConsume(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
-	b.Run("retry.Consumer", func(b *testing.B) {
-		e, _ := benchEnv(b)
-		var done atomic.Int64
-		all := make(chan struct{})
-		c, err := retry.NewConsumer(e.connector(), func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &retry.Options{
-			MaxConcurrency: concurrency,
-			Logger:         slog.New(slog.DiscardHandler),
-			Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
-				if p.Result.Outcome == retry.OutcomeCompleted && done.Add(1) == int64(b.N) {
-					close(all)
-				}
-			}},
+	for _, renew := range []bool{true, false} {
+		name := "retry.Consumer"
+		if !renew {
+			name += "/no-lock-renewal"
+		}
+		b.Run(name, func(b *testing.B) {
+			e, _ := benchEnv(b)
+			var done atomic.Int64
+			all := make(chan struct{})
+			c, err := retry.NewConsumer(e.connector(), func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &retry.Options{
+				MaxConcurrency:     concurrency,
+				DisableLockRenewal: !renew,
+				Logger:             slog.New(slog.DiscardHandler),
+				Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+					if p.Result.Outcome == retry.OutcomeCompleted && done.Add(1) == int64(b.N) {
+						close(all)
+					}
+				}},
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			stopped := make(chan error, 1)
+			b.ResetTimer()
+			go func() { stopped <- c.Run(ctx) }()
+			select {
+			case <-all:
+			case <-time.After(5 * time.Minute):
+				b.Fatal("timed out")
+			}
+			b.StopTimer()
+			cancel()
+			if err := <-stopped; err != nil {
+				b.Fatal(err)
+			}
+			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		})
-		if err != nil {
-			b.Fatal(err)
-		}
-		ctx, cancel := context.WithCancel(context.Background())
-		stopped := make(chan error, 1)
-		b.ResetTimer()
-		go func() { stopped <- c.Run(ctx) }()
-		select {
-		case <-all:
-		case <-time.After(5 * time.Minute):
-			b.Fatal("timed out")
-		}
-		b.StopTimer()
-		cancel()
-		if err := <-stopped; err != nil {
-			b.Fatal(err)
-		}
-		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
-	})
+	}
 }
 
 // benchEnv starts an emulator holding b.N messages and returns it with a client.
