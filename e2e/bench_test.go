@@ -19,10 +19,9 @@ import (
 // BenchmarkConsume drains b.N messages from the emulator through the real SDK, side by side: a
 // hand-written loop (receive a batch, complete each message from its own goroutine, at most 16 at once)
 // against retry.Consumer with MaxConcurrency 16 on the success path, with and without lock renewal. The
-// difference is what the library
-// costs per message on top of the SDK.
+// difference is what the library costs per message on top of the SDK.
 //
-//	go test -run='^$' -bench=BenchmarkConsume -benchtime=5000x -count=3 ./e2e/
+//	go test -run='^$' -bench=BenchmarkConsume -benchtime=5000x -count=5 ./e2e/
 func BenchmarkConsume(b *testing.B) {
 	const concurrency = 16
 	b.Run("baseline=handwritten-loop", func(b *testing.B) {
