@@ -103,6 +103,21 @@ func (e *env) drain(t *testing.T) {
 	}
 }
 
+// receiveDeadLetter takes the one message in the dead-letter queue with the SDK, completing it so a
+// live queue is left clean.
+func (e *env) receiveDeadLetter(t *testing.T) *azservicebus.ReceivedMessage {
+	t.Helper()
+	dlq, err := e.client(t).NewReceiverForQueue(e.queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	msgs, err := dlq.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.NoError(t, dlq.CompleteMessage(ctx, msgs[0], nil))
+	return msgs[0]
+}
+
 func message(id string) *azservicebus.Message {
 	return &azservicebus.Message{MessageID: &id, Body: []byte(`{"id":"` + id + `"}`)}
 }
@@ -277,21 +292,13 @@ func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
 	})
 	assert.Equal(t, 2, count(out.snapshot(), "poison-1", retry.OutcomeRetryScheduled))
 
-	dlq, err := e.client(t).NewReceiverForQueue(e.queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
-	msgs, err := dlq.ReceiveMessages(ctx, 1, nil)
-	require.NoError(t, err)
-	require.Len(t, msgs, 1)
-	m := msgs[0]
+	m := e.receiveDeadLetter(t)
 	assert.Equal(t, "poison-1-attempt-3", m.MessageID)
 	require.NotNil(t, m.DeadLetterReason)
 	assert.Equal(t, "RetryMaxAttemptsExceeded", *m.DeadLetterReason)
 	require.NotNil(t, m.DeadLetterErrorDescription)
 	assert.Equal(t, errBoom.Error(), *m.DeadLetterErrorDescription)
 	assert.Equal(t, int64(3), m.ApplicationProperties[retry.PropAttempt])
-	require.NoError(t, dlq.CompleteMessage(ctx, m, nil))
 }
 
 func TestInvalidRetryPropertiesDeadLettered(t *testing.T) {
@@ -506,15 +513,8 @@ func TestMultiSectionBodyDeadLettered(t *testing.T) {
 	assert.Equal(t, retry.OutcomeDeadLettered, p.Result.Outcome)
 	assert.Equal(t, "RetryUnsupportedBody", p.Result.DeadLetterReason)
 
-	dlq, err := e.client(t).NewReceiverForQueue(e.queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
-	defer cancel()
-	msgs, err := dlq.ReceiveMessages(ctx, 1, nil)
-	require.NoError(t, err)
-	require.Len(t, msgs, 1)
-	assert.Equal(t, [][]byte{[]byte(`{"amount":`), []byte(`42}`)}, msgs[0].RawAMQPMessage.Body.Data, "the body survives intact")
-	require.NoError(t, dlq.CompleteMessage(ctx, msgs[0], nil))
+	m := e.receiveDeadLetter(t)
+	assert.Equal(t, [][]byte{[]byte(`{"amount":`), []byte(`42}`)}, m.RawAMQPMessage.Body.Data, "the body survives intact")
 }
 
 // TestRepublishFailureLeavesOriginalForRedelivery: when scheduling the copy fails (the management
