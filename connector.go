@@ -2,8 +2,14 @@ package retry
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
+	"net/url"
+	"strings"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -12,20 +18,28 @@ import (
 )
 
 // Connection is one live client: the receiver the consumer reads from and the sender its retry copies go
-// to. They are kept apart so that a topic subscription (receive from the subscription, republish to the
-// topic) fits the same shape.
+// to. They are kept apart so that a topic subscription (receive from the subscription, republish
+// elsewhere) and split rights (a listen-only key for receiving, another for sending) fit the same shape.
 type Connection struct {
 	Receiver Receiver
 	// Sender is the republish target.
 	Sender Sender
+	// EntityPath is the entity Receiver reads from (a queue, or "topic/Subscriptions/sub"); it names
+	// retry chains (see Options.EntityPath, which it overrides when set).
+	EntityPath string
 	// Close releases the client behind Receiver and Sender. Nil means closing Receiver and Sender.
 	Close func(ctx context.Context) error
 	// Check, if set, proves that the connection works before the consumer counts it as connected. The
 	// SDK connects lazily, so building a client succeeds even while the namespace is unreachable;
 	// without a check the consumer would report itself running until its first receive failed. A
 	// failing Check counts as a failed connect: the connection is closed and the reconnect schedule
-	// goes on. It runs bounded by the settle timeout.
+	// goes on. It runs bounded by the settle timeout. The built-in connectors' check also proves the
+	// right to send to the republish target, so a listen-only key is refused before a message is touched.
 	Check func(ctx context.Context) error
+	// Ping, if set, is a cheap liveness probe (the built-in connectors peek at one message). The
+	// consumer calls it when the connection has been quiet for a few seconds or the SDK reported a
+	// dropped link, so that an outage shows in Health within seconds. Nil means Check.
+	Ping func(ctx context.Context) error
 }
 
 // close releases c, bounded by ctx.
@@ -36,7 +50,7 @@ func (c *Connection) close(ctx context.Context) error {
 	return errors.Join(c.Receiver.Close(ctx), c.Sender.Close(ctx))
 }
 
-// Connector builds a fresh Connection. The consumer calls it at start and after every receive failure;
+// Connector builds a fresh Connection. The consumer calls it at start and after the connection broke;
 // a broken connection is closed and never reused, because the SDK's recovery cannot always heal a client
 // whose connection was lost.
 type Connector func(ctx context.Context) (*Connection, error)
@@ -47,42 +61,119 @@ type ConnectOptions struct {
 	Client *azservicebus.ClientOptions
 	// Receiver is passed to NewReceiverForQueue. ReceiveMode is always PeekLock: retries need it.
 	Receiver *azservicebus.ReceiverOptions
+	// SendConnectionString, for [QueueConnectionString], is a separate connection string for the
+	// republish target, for namespaces where listen and send rights are split between two keys. Empty
+	// means the receiving connection string, which then needs both rights.
+	SendConnectionString string
+	// SendCredential, for [QueueCredential], is a separate credential for the republish target. Nil
+	// means the receiving credential.
+	SendCredential azcore.TokenCredential
 }
 
-// QueueConnectionString returns a Connector for queue using a connection string. Errors never contain
-// the shared access key.
-func QueueConnectionString(connectionString, queue string, opts *ConnectOptions) Connector {
+// QueueConnectionString returns a Connector for queue using a connection string. A malformed
+// connection string or an empty queue name is an error here, not a reconnect loop later. Errors never
+// contain the shared access key.
+func QueueConnectionString(connectionString, queue string, opts *ConnectOptions) (Connector, error) {
+	if queue == "" {
+		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
+	}
+	var clientOpts *azservicebus.ClientOptions
+	sendString := ""
+	if opts != nil {
+		clientOpts = opts.Client
+		sendString = opts.SendConnectionString
+	}
+	strs := []string{connectionString}
+	if sendString != "" {
+		strs = append(strs, sendString)
+	}
+	for _, s := range strs {
+		if err := validateConnectionString(s); err != nil {
+			return nil, err
+		}
+	}
+	host := connectionStringHost(connectionString)
 	return func(ctx context.Context) (*Connection, error) {
-		var clientOpts *azservicebus.ClientOptions
-		if opts != nil {
-			clientOpts = opts.Client
+		if err := resolveHost(ctx, host); err != nil {
+			return nil, err
 		}
 		client, err := azservicebus.NewClientFromConnectionString(connectionString, clientOpts)
 		if err != nil {
 			return nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))
 		}
-		return queueConnection(ctx, client, queue, opts)
+		sendClient := client
+		if sendString != "" {
+			if sendClient, err = azservicebus.NewClientFromConnectionString(sendString, clientOpts); err != nil {
+				_ = client.Close(ctx)
+				return nil, redact.Wrap(fmt.Errorf("retry: creating the republish client: %w", err))
+			}
+		}
+		return queueConnection(ctx, client, sendClient, queue, opts)
+	}, nil
+}
+
+// validateConnectionString parses s the way the SDK does, without connecting.
+func validateConnectionString(s string) error {
+	client, err := azservicebus.NewClientFromConnectionString(s, nil)
+	if err != nil {
+		return redact.Wrap(fmt.Errorf("%w: connection string: %w", ErrInvalidOptions, err))
 	}
+	_ = client.Close(context.Background())
+	return nil
 }
 
 // QueueCredential returns a Connector for queue in namespace (e.g. "myns.servicebus.windows.net") using
 // an Entra ID credential such as azidentity's DefaultAzureCredential.
-func QueueCredential(namespace string, credential azcore.TokenCredential, queue string, opts *ConnectOptions) Connector {
+func QueueCredential(namespace string, credential azcore.TokenCredential, queue string, opts *ConnectOptions) (Connector, error) {
+	switch {
+	case namespace == "":
+		return nil, &OptionError{Field: "namespace", Reason: "must not be empty"}
+	case credential == nil:
+		return nil, &OptionError{Field: "credential", Reason: "must not be nil"}
+	case queue == "":
+		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
+	}
+	var clientOpts *azservicebus.ClientOptions
+	sendCred := credential
+	if opts != nil {
+		clientOpts = opts.Client
+		if opts.SendCredential != nil {
+			sendCred = opts.SendCredential
+		}
+	}
+	host := namespace
+	if u, err := url.Parse(namespace); err == nil && u.Host != "" {
+		host = u.Host
+	}
 	return func(ctx context.Context) (*Connection, error) {
-		var clientOpts *azservicebus.ClientOptions
-		if opts != nil {
-			clientOpts = opts.Client
+		if err := resolveHost(ctx, host); err != nil {
+			return nil, err
 		}
 		client, err := azservicebus.NewClient(namespace, credential, clientOpts)
 		if err != nil {
 			return nil, fmt.Errorf("retry: creating client: %w", err)
 		}
-		return queueConnection(ctx, client, queue, opts)
-	}
+		sendClient := client
+		if sendCred != credential {
+			if sendClient, err = azservicebus.NewClient(namespace, sendCred, clientOpts); err != nil {
+				_ = client.Close(ctx)
+				return nil, fmt.Errorf("retry: creating the republish client: %w", err)
+			}
+		}
+		return queueConnection(ctx, client, sendClient, queue, opts)
+	}, nil
 }
 
-// queueConnection opens the receiver and sender of queue on client; on failure it closes client.
-func queueConnection(ctx context.Context, client *azservicebus.Client, queue string, opts *ConnectOptions) (*Connection, error) {
+// queueConnection opens the receiver of queue on client and its sender on sendClient (often the same
+// client); on failure it closes both.
+func queueConnection(ctx context.Context, client, sendClient *azservicebus.Client, queue string, opts *ConnectOptions) (*Connection, error) {
+	closeAll := func(ctx context.Context) error {
+		err := client.Close(ctx)
+		if sendClient != client {
+			err = errors.Join(err, sendClient.Close(ctx))
+		}
+		return err
+	}
 	recvOpts := azservicebus.ReceiverOptions{}
 	if opts != nil && opts.Receiver != nil {
 		recvOpts = *opts.Receiver
@@ -90,22 +181,108 @@ func queueConnection(ctx context.Context, client *azservicebus.Client, queue str
 	recvOpts.ReceiveMode = azservicebus.ReceiveModePeekLock
 	receiver, err := client.NewReceiverForQueue(queue, &recvOpts)
 	if err != nil {
-		_ = client.Close(ctx)
+		_ = closeAll(ctx)
 		return nil, redact.Wrap(fmt.Errorf("retry: creating receiver for %q: %w", queue, err))
 	}
-	sender, err := client.NewSender(queue, nil)
+	sender, err := sendClient.NewSender(queue, nil)
 	if err != nil {
-		_ = client.Close(ctx)
+		_ = closeAll(ctx)
 		return nil, redact.Wrap(fmt.Errorf("retry: creating sender for %q: %w", queue, err))
 	}
-	return &Connection{Receiver: receiver, Sender: sender, Close: client.Close, Check: peekCheck(receiver)}, nil
+	ping := peekCheck(receiver)
+	return &Connection{
+		Receiver:   receiver,
+		Sender:     sender,
+		EntityPath: queue,
+		Close:      closeAll,
+		Check: func(ctx context.Context) error {
+			if err := ping(ctx); err != nil {
+				return err
+			}
+			return sendCheck(ctx, sender)
+		},
+		Ping: ping,
+	}, nil
 }
 
 // peekCheck peeks at one message: it opens the connection, authenticates and confirms that the queue
-// exists, without locking or changing anything (an empty queue answers with no messages).
+// exists and can be read, without locking or changing anything (an empty queue answers with no
+// messages).
 func peekCheck(receiver *azservicebus.Receiver) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
 		_, err := receiver.PeekMessages(ctx, 1, nil)
 		return err
 	}
+}
+
+// PropProbe marks the message the connection check schedules to prove the right to send. The check
+// cancels it at once; if the cancel is lost, the processor completes the probe without calling the
+// handler when it comes due. Its value is [ProbeValue].
+const (
+	PropProbe  = "sbretry-probe"
+	ProbeValue = "send-rights-check"
+)
+
+// probeDelay is how far ahead the probe is scheduled: far enough that it never activates before its
+// cancellation, which follows at once.
+const probeDelay = time.Hour
+
+// sendCheck proves the right to send to the republish target without leaving a message behind: it
+// schedules a marked probe an hour ahead and cancels it by its sequence number. A listen-only key fails
+// here with CodeUnauthorizedAccess, before any message is received.
+func sendCheck(ctx context.Context, sender *azservicebus.Sender) error {
+	var id [12]byte
+	_, _ = rand.Read(id[:])
+	mid := "sbretry-probe-" + hex.EncodeToString(id[:])
+	ttl := time.Minute
+	probe := &azservicebus.Message{
+		MessageID:             &mid,
+		TimeToLive:            &ttl,
+		ApplicationProperties: map[string]any{PropProbe: ProbeValue},
+	}
+	seqs, err := sender.ScheduleMessages(ctx, []*azservicebus.Message{probe}, time.Now().Add(probeDelay), nil)
+	if err != nil {
+		return fmt.Errorf("retry: checking the right to send to the republish target: %w", err)
+	}
+	if err := sender.CancelScheduledMessages(ctx, seqs, nil); err != nil {
+		return fmt.Errorf("retry: cancelling the send-rights probe: %w", err)
+	}
+	return nil
+}
+
+// isProbe reports a send-rights probe whose cancellation was lost.
+func isProbe(msg *azservicebus.ReceivedMessage) bool {
+	v, ok := msg.ApplicationProperties[PropProbe].(string)
+	return ok && v == ProbeValue
+}
+
+// connectionStringHost returns the host of a connection string's Endpoint ("" if none).
+func connectionStringHost(s string) string {
+	for _, part := range strings.Split(s, ";") {
+		k, v, ok := strings.Cut(part, "=")
+		if !ok || !strings.EqualFold(strings.TrimSpace(k), "Endpoint") {
+			continue
+		}
+		if u, err := url.Parse(strings.TrimSpace(v)); err == nil {
+			return u.Hostname()
+		}
+	}
+	return ""
+}
+
+// dnsTimeout bounds the name lookup that precedes each connect.
+const dnsTimeout = 10 * time.Second
+
+// resolveHost looks host up before the SDK does: the SDK retries a failed lookup until its context
+// ends, so a misspelled namespace would surface as "context deadline exceeded" instead of its cause.
+func resolveHost(ctx context.Context, host string) error {
+	if host == "" || net.ParseIP(host) != nil {
+		return nil
+	}
+	lctx, cancel := context.WithTimeout(ctx, dnsTimeout)
+	defer cancel()
+	if _, err := net.DefaultResolver.LookupHost(lctx, host); err != nil {
+		return fmt.Errorf("retry: resolving the namespace %q: %w", host, err)
+	}
+	return nil
 }

@@ -3,10 +3,13 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry/internal/redact"
 )
@@ -21,7 +24,8 @@ const (
 	StateConnecting
 	// StateRunning: receiving and processing messages.
 	StateRunning
-	// StateReconnecting: a receive failed; the reconnect tries (5 s, 10 s, 15 s by default) are running.
+	// StateReconnecting: the connection broke (a receive failed, or a health probe after a dropped link or
+	// an idle period failed); the reconnect tries (5 s, 10 s, 15 s by default) are running.
 	StateReconnecting
 	// StateWatchdog: every reconnect try failed; the watchdog retries every WatchdogInterval.
 	StateWatchdog
@@ -52,7 +56,8 @@ type Health struct {
 	State State
 	// Since is when the consumer entered State.
 	Since time.Time
-	// LastError is the latest connect or receive failure (redacted), empty if none.
+	// LastError is the latest connect, probe, receive or republish failure (redacted), empty if none. It
+	// says why the consumer is not ready.
 	LastError string
 	// LastErrorTime is when LastError happened.
 	LastErrorTime time.Time
@@ -60,21 +65,41 @@ type Health struct {
 	InFlight int
 	// Counters since the consumer was created.
 	Received, Completed, RetriesScheduled, DeadLettered, LeftForRedelivery, PossibleDuplicates uint64
-	// Connects counts successful connector calls; ConnectFailures and ReceiveFailures count failures.
-	Connects, ConnectFailures, ReceiveFailures uint64
+	// Connects counts successful connector calls; ConnectFailures and ReceiveFailures count failures
+	// (ReceiveFailures includes link and connection errors the SDK recovered from on its own, and failed
+	// health probes). SendFailures counts failed republishes of retry copies.
+	Connects, ConnectFailures, ReceiveFailures, SendFailures uint64
 }
 
 // Ready reports whether the consumer is connected and receiving.
 func (h Health) Ready() bool { return h.State == StateRunning }
 
+// Health probing of a connection that is not delivering. The SDK hides link and connection errors
+// from ReceiveMessages (it returns no messages and no error, and recovers on the next call), and a
+// receive against a hung broker simply blocks; so a consumer that only looked at receive errors would
+// report itself ready through a whole outage. Instead, a receive that returns nothing before
+// idleProbeInterval, or after it, is followed by a probe of the connection (Connection.Ping, else
+// Check), bounded by probeTimeout: with the defaults a dead namespace is noticed within about 10 s.
+const (
+	idleProbeInterval = 5 * time.Second
+	probeTimeout      = 5 * time.Second
+)
+
+// errIdle is the cause of a receive ended by the idle window.
+var errIdle = errors.New("retry: no message within the idle window")
+
+// errFlapping breaks a connection whose links keep failing although each probe succeeds.
+var errFlapping = errors.New("retry: the connection dropped twice without delivering a message")
+
 // Consumer receives messages, runs the handler through a [Processor] with at most MaxConcurrency
 // handlers at once, and recovers from connection loss by rebuilding the connection from scratch.
-// Create it with [NewConsumer]; the zero value is not usable. Its methods are safe for concurrent use;
-// Run may be called again after it returns.
+// Create it with [NewConsumer]; the zero value's Run returns [ErrNotConfigured]. Its methods are safe for
+// concurrent use; Run may be called again after it returns.
 type Consumer struct {
 	connect Connector
 	handler Handler
 	cfg     *config
+	proc    *Processor
 	running atomic.Bool
 
 	mu     sync.Mutex
@@ -95,146 +120,309 @@ func NewConsumer(connect Connector, handler Handler, opts *Options) (*Consumer, 
 		return nil, err
 	}
 	c := &Consumer{connect: connect, handler: handler, cfg: cfg}
+	c.proc = newProcessor(nil, handler, cfg)
 	c.health.Since = cfg.clock.Now()
 	return c, nil
 }
 
 // Health returns a snapshot of the consumer's state and counters.
 func (c *Consumer) Health() Health {
+	if c == nil {
+		return Health{}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.health
 }
 
 // Run receives and processes messages until ctx ends. It then stops receiving, gives in-flight handlers
-// ShutdownGrace to finish (after which their contexts are cancelled), waits for every goroutine it
-// started, closes the connection and returns nil. It returns [ErrAlreadyRunning] if another Run is
-// active. Connection failures never end Run: they are retried (see [State]).
+// ShutdownGrace to finish (after which their contexts are cancelled) and one SettleTimeout more to
+// return and settle, closes the connection and returns nil. If handlers are still running then, Run
+// closes the connection anyway, settles nothing more, and returns a [*ShutdownError] saying how many;
+// those goroutines end whenever their handlers return.
+//
+// Run returns [ErrAlreadyRunning] if another Run is active. Connection failures do not end Run: they
+// are retried (see [State]); only a first connect that finds the entity missing or the credential
+// unauthorized returns an error wrapping [ErrEntityNotFound] or [ErrUnauthorized], unless
+// Options.RetryStartupErrors is set.
 func (c *Consumer) Run(ctx context.Context) error {
+	if c == nil || c.cfg == nil || c.connect == nil {
+		return ErrNotConfigured
+	}
 	if !c.running.CompareAndSwap(false, true) {
 		return ErrAlreadyRunning
 	}
 	defer c.running.Store(false)
 
-	// Handlers outlive ctx by the shutdown grace, so they get a context of their own.
+	// Handlers outlive ctx by the shutdown grace, so they get a context of their own; settles outlive
+	// the handlers' cancellation by one settle timeout, and end when Run gives up.
 	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelHandlers()
+	settleBase, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer abandon(nil)
 
-	var workers sync.WaitGroup
-	sem := make(chan struct{}, c.cfg.maxConcurrency)
-	conn := c.loop(ctx, handlerCtx, &workers, sem)
+	r := &run{
+		c:          c,
+		handlerCtx: handlerCtx,
+		settleBase: settleBase,
+		slots:      make(chan struct{}, c.cfg.maxConcurrency),
+		settling:   make(chan struct{}, c.cfg.maxConcurrency),
+	}
+	loopErr := r.loop(ctx)
 
-	// Shutdown: receiving has stopped. Handlers still running get the grace period with a live context;
-	// a timer goroutine cancels them when it ends, unless they drain first. Only then is the connection
-	// closed, so that their settles can still go through it.
-	graceDone := make(chan struct{})
+	// Shutdown: receiving has stopped. Handlers still running get the grace period with a live context,
+	// then one settle timeout after their cancellation. Only then are the connections closed, so that
+	// their settles can still go through them.
 	drained := make(chan struct{})
 	go func() {
-		defer close(graceDone)
-		select {
-		case <-c.cfg.clock.After(c.cfg.shutdownGrace):
-			c.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers")
-			cancelHandlers()
-		case <-drained:
-		}
+		r.workers.Wait()
+		close(drained)
 	}()
-	workers.Wait()
-	close(drained)
-	<-graceDone
-	if conn != nil {
-		c.closeConnection(ctx, conn.conn)
+	clk := c.cfg.clock
+	select {
+	case <-drained:
+	case <-clk.After(c.cfg.shutdownGrace):
+		c.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers")
+		cancelHandlers()
+		select {
+		case <-drained:
+		case <-clk.After(c.cfg.settleTimeout):
+		}
 	}
-	c.setState(StateStopped, nil)
-	return nil
+	var err error
+	select {
+	case <-drained:
+	default:
+		n := int(r.busy.Load())
+		err = &ShutdownError{Running: n}
+		c.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
+		abandon(ErrShutdownTimeout)
+	}
+	r.closeAll(ctx)
+	c.setState(StateStopped, loopErr)
+	return errors.Join(loopErr, err)
 }
 
-// liveConnection is a Connection with its processor and the handlers still using it.
+// run is the state of one Run call.
+type run struct {
+	c          *Consumer
+	handlerCtx context.Context
+	settleBase context.Context
+	slots      chan struct{} // one per running handler
+	settling   chan struct{} // one per message whose handler returned and whose settle is in flight
+	workers    sync.WaitGroup
+	busy       atomic.Int64 // message goroutines not yet finished
+
+	mu    sync.Mutex
+	conns []*liveConnection // every connection not yet closed
+}
+
+// liveConnection is a Connection with the handlers still using it.
 type liveConnection struct {
-	conn      *Connection
-	processor *Processor
-	inFlight  sync.WaitGroup
+	conn     *Connection
+	inFlight sync.WaitGroup
+	once     sync.Once
 }
 
-// loop is the receive loop. It returns the connection in use when ctx ends (nil if none).
-func (c *Consumer) loop(ctx, handlerCtx context.Context, workers *sync.WaitGroup, sem chan struct{}) *liveConnection {
+// loop is the receive loop. It returns when ctx ends (nil) or when the first connect fails in a way
+// that retrying cannot fix.
+func (r *run) loop(ctx context.Context) error {
+	c := r.c
 	var (
-		live     *liveConnection
-		failures int
-		cause    error // the failure that broke the last connection, for the state hook
+		live      *liveConnection
+		failures  int   // consecutive failures; reset only when a connection has shown that it works
+		flaps     int   // link errors swallowed by the SDK on the current connection since it last worked
+		cause     error // the failure that broke the last connection, for the state hook
+		connected bool  // whether any connect of this Run succeeded
 	)
 	c.setState(StateConnecting, nil)
 	for {
 		if live == nil {
-			conn := c.reconnect(ctx, &failures, cause)
+			conn, err := c.reconnect(ctx, &failures, cause, !connected)
+			if err != nil {
+				return err
+			}
 			if conn == nil {
 				return nil
 			}
-			live = &liveConnection{conn: conn, processor: newProcessor(conn.Sender, c.handler, c.cfg)}
+			connected = true
+			live = &liveConnection{conn: conn}
+			r.mu.Lock()
+			r.conns = append(r.conns, live)
+			r.mu.Unlock()
+			flaps = 0
 			c.setState(StateRunning, nil)
 		}
 		// Take one free slot (waiting if needed), then any others free now, and ask for that many.
 		select {
-		case sem <- struct{}{}:
+		case r.slots <- struct{}{}:
 		case <-ctx.Done():
-			return live
+			return nil
 		}
-		slots := 1
+		n := 1
 	fill:
-		for slots < c.cfg.batchSize {
+		for n < c.cfg.batchSize {
 			select {
-			case sem <- struct{}{}:
-				slots++
+			case r.slots <- struct{}{}:
+				n++
 			default:
 				break fill
 			}
 		}
-		msgs, err := live.conn.Receiver.ReceiveMessages(ctx, slots, nil)
+		msgs, err, idle := r.receive(ctx, live, n)
 		// Give back the slots the receive did not fill; the filled ones are released by their handlers.
-		for i := len(msgs); i < slots; i++ {
-			<-sem
+		for i := len(msgs); i < n; i++ {
+			<-r.slots
 		}
-		if err != nil {
-			if ctx.Err() != nil {
-				return live
-			}
-			failures++
-			cause = redact.Wrap(err)
-			c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
-			c.cfg.logger.Warn("receive failed; rebuilding the connection", errAttr(err), slog.Int("failures", failures))
-			c.retire(ctx, workers, live)
-			live = nil
+		if len(msgs) > 0 {
+			failures, flaps = 0, 0
+			r.dispatch(live, msgs, n)
 			continue
 		}
-		failures = 0    // a receive worked: the next failure starts the reconnect schedule over
-		current := live // the goroutines keep this connection even after live moves on
-		for i, msg := range msgs {
-			if i >= slots {
-				// A receiver returned more than asked for: still never exceed MaxConcurrency.
-				sem <- struct{}{}
-			}
-			c.update(func(h *Health) { h.Received++; h.InFlight++ })
-			workers.Add(1)
-			current.inFlight.Add(1)
-			go func() {
-				defer workers.Done()
-				defer current.inFlight.Done()
-				defer func() { <-sem }()
-				res := current.processor.Process(handlerCtx, current.conn.Receiver, msg)
-				c.count(res)
-			}()
+		if ctx.Err() != nil {
+			return nil
 		}
+		var broken error
+		switch {
+		case idle:
+			if broken = r.probe(ctx, live); broken == nil {
+				failures, flaps = 0, 0 // a quiet but healthy connection
+			}
+		case err == nil:
+			// The SDK hit a link or connection error and will recover on the next call. Probe at once:
+			// after a single drop the SDK has usually recovered and messages flow again right away; a
+			// connection that keeps dropping, or a namespace that is gone, is rebuilt on the schedule.
+			flaps++
+			c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, errors.New("retry: the receive link or connection was lost"))
+			if broken = r.probe(ctx, live); broken == nil && flaps > 1 {
+				broken = errFlapping
+			}
+		default:
+			broken = err
+		}
+		if broken == nil {
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		failures++
+		cause = redact.Wrap(broken)
+		c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, broken)
+		c.cfg.logger.Warn("connection broken; rebuilding it", errAttr(broken), slog.Int("failures", failures))
+		r.retire(ctx, live)
+		live = nil
+	}
+}
+
+// receive asks for up to n messages. It ends the call after the idle window, so that a quiet
+// connection gets probed; idle reports that this is why it returned nothing.
+func (r *run) receive(ctx context.Context, live *liveConnection, n int) (msgs []*azservicebus.ReceivedMessage, err error, idle bool) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := r.c.cfg.clock.After(idleProbeInterval)
+	go func() {
+		select {
+		case <-timer:
+			cancel(errIdle)
+		case <-rctx.Done():
+		}
+	}()
+	msgs, err = live.conn.Receiver.ReceiveMessages(rctx, n, nil)
+	idle = len(msgs) == 0 && ctx.Err() == nil && errors.Is(context.Cause(rctx), errIdle)
+	return msgs, err, idle
+}
+
+// probe checks that the connection still works, bounded by probeTimeout.
+func (r *run) probe(ctx context.Context, live *liveConnection) error {
+	ping := live.conn.Ping
+	if ping == nil {
+		ping = live.conn.Check
+	}
+	if ping == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := ping(pctx); err != nil {
+		return fmt.Errorf("retry: connection health probe failed: %w", err)
+	}
+	return nil
+}
+
+// dispatch starts one goroutine per received message. Each holds a handler slot while its handler
+// runs and a settling slot while its settle is in flight, so that a settle stuck on a dead lock (the
+// SDK retries those for tens of seconds) never keeps new messages from being received and handled.
+func (r *run) dispatch(live *liveConnection, msgs []*azservicebus.ReceivedMessage, asked int) {
+	c := r.c
+	for i, msg := range msgs {
+		if i >= asked {
+			// A receiver returned more than asked for: still never exceed MaxConcurrency.
+			r.slots <- struct{}{}
+		}
+		c.update(func(h *Health) { h.Received++; h.InFlight++ })
+		r.workers.Add(1)
+		r.busy.Add(1)
+		live.inFlight.Add(1)
+		go func() {
+			defer r.workers.Done()
+			defer r.busy.Add(-1)
+			defer live.inFlight.Done()
+			holding := true
+			handlerDone := func() {
+				r.settling <- struct{}{}
+				<-r.slots
+				holding = false
+			}
+			entity := live.conn.EntityPath
+			if entity == "" {
+				entity = c.cfg.entityPath
+			}
+			res := c.proc.process(r.handlerCtx, r.settleBase, live.conn.Receiver, live.conn.Sender, entity, msg, handlerDone)
+			if holding {
+				<-r.slots
+			} else {
+				<-r.settling
+			}
+			c.count(res)
+		}()
 	}
 }
 
 // retire closes a broken connection once the handlers still using it have finished, in a goroutine
 // that Run waits for.
-func (c *Consumer) retire(ctx context.Context, workers *sync.WaitGroup, live *liveConnection) {
-	workers.Add(1)
+func (r *run) retire(ctx context.Context, live *liveConnection) {
+	r.workers.Add(1)
 	go func() {
-		defer workers.Done()
+		defer r.workers.Done()
 		live.inFlight.Wait()
-		c.closeConnection(ctx, live.conn)
+		r.close(ctx, live)
 	}()
+}
+
+// close closes live once.
+func (r *run) close(ctx context.Context, live *liveConnection) {
+	live.once.Do(func() {
+		r.c.closeConnection(ctx, live.conn)
+		r.mu.Lock()
+		for i, l := range r.conns {
+			if l == live {
+				r.conns = append(r.conns[:i], r.conns[i+1:]...)
+				break
+			}
+		}
+		r.mu.Unlock()
+	})
+}
+
+// closeAll closes every connection not closed yet.
+func (r *run) closeAll(ctx context.Context) {
+	r.mu.Lock()
+	conns := append([]*liveConnection(nil), r.conns...)
+	r.mu.Unlock()
+	for _, l := range conns {
+		r.close(ctx, l)
+	}
 }
 
 // closeConnection closes conn, bounded by the settle timeout even after ctx ended.
@@ -264,6 +452,11 @@ func (c *Consumer) count(res Result) {
 			h.PossibleDuplicates++
 		}
 	})
+	if res.Outcome == OutcomeLeftForRedelivery && res.SettleErr != nil && res.RetryMessageID != "" && !res.PossibleDuplicate &&
+		!errors.Is(res.SettleErr, ErrLockLost) && !errors.Is(res.SettleErr, context.Canceled) {
+		// The republish itself failed: an operator must see why (a missing Send right, a quota).
+		c.recordFailure(func(h *Health) { h.SendFailures++ }, res.SettleErr)
+	}
 }
 
 // update applies f to the health snapshot under the consumer's lock.

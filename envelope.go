@@ -23,12 +23,34 @@ const (
 	PropCorrelationID = "sbretry-correlation-id"
 	// PropOriginalMessageID is the MessageID of the first delivery.
 	PropOriginalMessageID = "sbretry-original-message-id"
-	// PropKey is the idempotency key from which retry MessageIDs are derived.
+	// PropKey is the idempotency key: a name for the message that handlers can use to make their effects
+	// idempotent. Since v0.2 it no longer decides the retry MessageID (see [Envelope.RetryMessageID]).
 	PropKey = "sbretry-key"
 	// PropFirstEnqueuedTime is when the original message was first enqueued (an AMQP timestamp).
 	PropFirstEnqueuedTime = "sbretry-first-enqueued-time"
-	// PropLastError is the (truncated) error text of the attempt that scheduled this copy.
+	// PropLastError is the (truncated) error text of the attempt that scheduled this copy, and on a dead
+	// letter the error of the final attempt.
 	PropLastError = "sbretry-last-error"
+	// PropSource is the entity path (a queue, or "topic/Subscriptions/sub") on which the retry chain
+	// started. With PropFirstSequenceNumber it names the chain.
+	PropSource = "sbretry-source"
+	// PropFirstSequenceNumber is the broker sequence number of the delivery that started the chain (an
+	// int64; -1 if that delivery had none).
+	PropFirstSequenceNumber = "sbretry-first-sequence-number"
+	// PropExpiresAt is the absolute expiry of the first delivery (its enqueue time plus its TimeToLive,
+	// an AMQP timestamp). Absent means the message never expires. Copies get only the remaining lifetime.
+	PropExpiresAt = "sbretry-expires-at"
+)
+
+// Properties written on a dead-lettered message, so that an operator can see what happened without
+// decoding anything else. PropLastError carries the final error.
+const (
+	// PropDeadLetterAttempt is the attempt whose failure dead-lettered the message (an int64).
+	PropDeadLetterAttempt = "sbretry-dead-letter-attempt"
+	// PropDeadLetterTime is when the processor dead-lettered the message (an AMQP timestamp).
+	PropDeadLetterTime = "sbretry-dead-letter-time"
+	// PropDeadLetterReason repeats the DeadLetterReason, for tools that only show application properties.
+	PropDeadLetterReason = "sbretry-dead-letter-reason"
 )
 
 // Limits applied when decoding envelopes written by other producers.
@@ -51,12 +73,50 @@ type Envelope struct {
 	CorrelationID string
 	// OriginalMessageID is the MessageID of the first delivery.
 	OriginalMessageID string
-	// Key is the idempotency key from which retry MessageIDs are derived.
+	// Key is the idempotency key (Options.IdempotencyKey, by default the original MessageID).
 	Key string
 	// FirstEnqueuedTime is when the first delivery was enqueued (zero if unknown).
 	FirstEnqueuedTime time.Time
 	// LastError is the error text of the previous attempt, empty on a first delivery.
 	LastError string
+	// Source is the entity path on which the chain started. [DecodeEnvelope] leaves it empty on a first
+	// delivery (and on a copy written before v0.2); the processor fills it with its own entity.
+	Source string
+	// FirstSequenceNumber is the sequence number of the delivery that started the chain, -1 if unknown.
+	// For a copy written before v0.2, which does not carry it, the chain is re-based on that copy's own
+	// delivery: its sequence number is as stable across redeliveries as the first one's.
+	FirstSequenceNumber int64
+	// ExpiresAt is the absolute expiry of the message as its producer set it (zero means never).
+	ExpiresAt time.Time
+}
+
+// retryIDPrefix starts every retry MessageID; with the hash that follows it, a producer's own id
+// cannot collide with a retry id by accident.
+const retryIDPrefix = "sbretry-"
+
+// RetryMessageID returns the MessageID of the copy for attempt n of this envelope's chain:
+// "sbretry-" + 40 hex digits + "-" + n. The hex digits are the first 160 bits of the SHA-256 of the
+// chain's identity: its Source, its FirstSequenceNumber and its OriginalMessageID. Sequence numbers are
+// unique per entity, so two chains never share an id, whatever their idempotency keys or MessageIDs;
+// every redelivery of one attempt computes the same id, so duplicate detection absorbs the copy a crash
+// between scheduling and completing would publish twice. The id is at most 59 characters.
+func (e Envelope) RetryMessageID(attempt int) string {
+	h := sha256.New()
+	// Length-prefixed fields, so that no two different identities hash the same input.
+	for _, f := range []string{e.Source, strconv.FormatInt(e.FirstSequenceNumber, 10), e.OriginalMessageID} {
+		h.Write([]byte(strconv.Itoa(len(f))))
+		h.Write([]byte{':'})
+		h.Write([]byte(f))
+	}
+	var sum [sha256.Size]byte
+	h.Sum(sum[:0])
+	return retryIDPrefix + hex.EncodeToString(sum[:20]) + "-" + strconv.Itoa(attempt)
+}
+
+// ChainID names the retry chain: the hash part of [Envelope.RetryMessageID], shared by every copy.
+func (e Envelope) ChainID() string {
+	id := e.RetryMessageID(0)
+	return id[len(retryIDPrefix) : len(id)-2]
 }
 
 // IsRetry reports whether the delivery is a retry copy rather than the original message.
@@ -83,11 +143,15 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 	if msg == nil {
 		return Envelope{}, ErrNilMessage
 	}
-	env := Envelope{Attempt: 1, OriginalMessageID: msg.MessageID}
+	env := Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 	if msg.EnqueuedTime != nil {
 		env.FirstEnqueuedTime = *msg.EnqueuedTime
 	}
 	props := msg.ApplicationProperties
+	if len(props) == 0 {
+		env.ExpiresAt = deliveryExpiry(msg)
+		return env, nil // a first delivery: nothing else to read
+	}
 	if v, ok := props[PropAttempt]; ok {
 		n, err := attemptValue(v)
 		if err != nil {
@@ -104,6 +168,7 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		{PropOriginalMessageID, &env.OriginalMessageID, maxEnvelopeString},
 		{PropKey, &env.Key, maxEnvelopeString},
 		{PropLastError, &env.LastError, maxLastErrorProperty},
+		{PropSource, &env.Source, maxEnvelopeString},
 	} {
 		v, ok := props[f.name]
 		if !ok {
@@ -127,7 +192,34 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		}
 		env.FirstEnqueuedTime = t
 	}
+	if v, ok := props[PropFirstSequenceNumber]; ok {
+		n, isLong := v.(int64)
+		if !isLong || n < -1 {
+			return Envelope{}, &EnvelopeError{Property: PropFirstSequenceNumber, Reason: fmt.Sprintf("want an int64 of at least -1, got %T %v", v, v)}
+		}
+		env.FirstSequenceNumber = n
+	}
+	// The expiry travels in the envelope once a chain has started; a first delivery (or a copy written
+	// before v0.2) has only its own TimeToLive.
+	env.ExpiresAt = deliveryExpiry(msg)
+	if v, ok := props[PropExpiresAt]; ok {
+		t, isTime := v.(time.Time)
+		if !isTime {
+			return Envelope{}, &EnvelopeError{Property: PropExpiresAt, Reason: fmt.Sprintf("want a timestamp, got %T", v)}
+		}
+		env.ExpiresAt = t
+	}
 	return env, nil
+}
+
+// deliveryExpiry is when this delivery expires by its own TimeToLive, counted from its enqueue time as
+// Service Bus counts it (for a scheduled message, from its scheduled enqueue time). Zero means never: no
+// TimeToLive, or a zero one (the SDK reports the AMQP header's ttl, which is 0 when unset).
+func deliveryExpiry(msg *azservicebus.ReceivedMessage) time.Time {
+	if msg.TimeToLive == nil || *msg.TimeToLive <= 0 || msg.EnqueuedTime == nil {
+		return time.Time{}
+	}
+	return msg.EnqueuedTime.Add(*msg.TimeToLive)
 }
 
 // attemptValue accepts any AMQP integer type in [1, MaxInt32]. We write an int64, but producers in other
@@ -180,22 +272,10 @@ func EnvelopeFromContext(ctx context.Context) (Envelope, bool) {
 	return env, ok
 }
 
-// RetryMessageID returns the deterministic MessageID of the copy for attempt n: "{key}-attempt-{n}".
-// Keys that would make it longer than [MaxMessageIDLength] are replaced by "sha256-" and the hex SHA-256
-// of the key, so the id stays deterministic and within the broker's limit.
-func RetryMessageID(key string, attempt int) string {
-	suffix := "-attempt-" + strconv.Itoa(attempt)
-	if len(key)+len(suffix) > MaxMessageIDLength {
-		sum := sha256.Sum256([]byte(key))
-		key = "sha256-" + hex.EncodeToString(sum[:])
-	}
-	return key + suffix
-}
-
 // retryCopy builds the message scheduled for attempt next. Every property is preserved and the
 // application properties are deep-copied, so neither message can alter the other.
-func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastError string) *azservicebus.Message {
-	props := make(map[string]any, len(msg.ApplicationProperties)+6)
+func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastError string, ttl *time.Duration) *azservicebus.Message {
+	props := make(map[string]any, len(msg.ApplicationProperties)+9)
 	for k, v := range msg.ApplicationProperties {
 		props[k] = cloneValue(v)
 	}
@@ -207,7 +287,14 @@ func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastEr
 	if !env.FirstEnqueuedTime.IsZero() {
 		props[PropFirstEnqueuedTime] = env.FirstEnqueuedTime.UTC()
 	}
-	id := RetryMessageID(env.Key, next)
+	props[PropSource] = env.Source
+	props[PropFirstSequenceNumber] = env.FirstSequenceNumber
+	if !env.ExpiresAt.IsZero() {
+		props[PropExpiresAt] = env.ExpiresAt.UTC()
+	} else {
+		delete(props, PropExpiresAt)
+	}
+	id := env.RetryMessageID(next)
 	var body []byte
 	if msg.Body != nil {
 		body = append(make([]byte, 0, len(msg.Body)), msg.Body...)
@@ -223,7 +310,7 @@ func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastEr
 		ReplyToSessionID:      cloneString(msg.ReplyToSessionID),
 		SessionID:             cloneString(msg.SessionID),
 		Subject:               cloneString(msg.Subject),
-		TimeToLive:            cloneDuration(msg.TimeToLive),
+		TimeToLive:            ttl,
 		To:                    cloneString(msg.To),
 	}
 }
@@ -281,14 +368,6 @@ func cloneString(s *string) *string {
 		return nil
 	}
 	c := *s
-	return &c
-}
-
-func cloneDuration(d *time.Duration) *time.Duration {
-	if d == nil {
-		return nil
-	}
-	c := *d
 	return &c
 }
 

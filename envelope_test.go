@@ -20,7 +20,7 @@ func TestDecodeEnvelopeFirstDelivery(t *testing.T) {
 	enq := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 	env, err := retry.DecodeEnvelope(&azservicebus.ReceivedMessage{MessageID: "m-1", EnqueuedTime: &enq})
 	require.NoError(t, err)
-	assert.Equal(t, retry.Envelope{Attempt: 1, OriginalMessageID: "m-1", FirstEnqueuedTime: enq}, env)
+	assert.Equal(t, retry.Envelope{Attempt: 1, OriginalMessageID: "m-1", FirstEnqueuedTime: enq, FirstSequenceNumber: -1}, env)
 	assert.False(t, env.IsRetry())
 	_, err = retry.DecodeEnvelope(nil)
 	assert.ErrorIs(t, err, retry.ErrNilMessage)
@@ -86,18 +86,27 @@ func TestHugeValidAttemptDeadLettersInsteadOfLooping(t *testing.T) {
 	assert.Equal(t, "RetryMaxAttemptsExceeded", res.DeadLetterReason)
 }
 
-func TestRetryMessageID(t *testing.T) {
-	assert.Equal(t, "abc-attempt-2", retry.RetryMessageID("abc", 2))
-	long := strings.Repeat("x", 200)
-	id := retry.RetryMessageID(long, 7)
-	assert.LessOrEqual(t, len(id), retry.MaxMessageIDLength)
-	assert.True(t, strings.HasPrefix(id, "sha256-"))
-	assert.True(t, strings.HasSuffix(id, "-attempt-7"))
-	assert.Equal(t, id, retry.RetryMessageID(long, 7), "deterministic")
-	assert.NotEqual(t, id, retry.RetryMessageID(long+"y", 7))
-	edge := strings.Repeat("e", retry.MaxMessageIDLength-len("-attempt-10"))
-	assert.Equal(t, edge+"-attempt-10", retry.RetryMessageID(edge, 10), "exactly at the limit is kept")
-	assert.LessOrEqual(t, len(retry.RetryMessageID(long, math.MaxInt32)), retry.MaxMessageIDLength)
+func TestRetryMessageIDScheme(t *testing.T) {
+	base := retry.Envelope{Source: "orders", FirstSequenceNumber: 42, OriginalMessageID: "order-7"}
+	id := base.RetryMessageID(2)
+	assert.Regexp(t, `^sbretry-[0-9a-f]{40}-2$`, id)
+	assert.Equal(t, id, base.RetryMessageID(2), "deterministic across redeliveries of one attempt")
+	assert.NotEqual(t, id, base.RetryMessageID(3), "one id per attempt")
+	assert.Equal(t, base.ChainID(), id[len("sbretry-"):len(id)-2])
+	for name, other := range map[string]retry.Envelope{
+		"another sequence number":     {Source: "orders", FirstSequenceNumber: 43, OriginalMessageID: "order-7"},
+		"another entity":              {Source: "orders2", FirstSequenceNumber: 42, OriginalMessageID: "order-7"},
+		"another subscription":        {Source: "t/Subscriptions/b", FirstSequenceNumber: 42, OriginalMessageID: "order-7"},
+		"fields shifted across seams": {Source: "orders4", FirstSequenceNumber: 2, OriginalMessageID: "order-7"},
+	} {
+		assert.NotEqual(t, id, other.RetryMessageID(2), name)
+	}
+	// The key no longer decides the id: two chains with the same key differ.
+	k1 := retry.Envelope{Key: "order-1", Source: "orders", FirstSequenceNumber: 1}
+	k2 := retry.Envelope{Key: "order-1", Source: "orders", FirstSequenceNumber: 2}
+	assert.NotEqual(t, k1.RetryMessageID(2), k2.RetryMessageID(2))
+	huge := retry.Envelope{Source: strings.Repeat("s", 1024), FirstSequenceNumber: math.MaxInt64, OriginalMessageID: strings.Repeat("m", 1024)}
+	assert.LessOrEqual(t, len(huge.RetryMessageID(math.MaxInt32)), retry.MaxMessageIDLength)
 }
 
 func TestLongIdempotencyKeyStaysDecodable(t *testing.T) {

@@ -25,6 +25,19 @@ var (
 	ErrHandlerPanic = errors.New("retry: handler panicked")
 	// ErrNilMessage is returned by [Processor.Process] for a nil message.
 	ErrNilMessage = errors.New("retry: nil message")
+	// ErrNotConfigured is returned by the methods of a zero-value [Consumer] or [Processor]; use
+	// [NewConsumer] and [NewProcessor].
+	ErrNotConfigured = errors.New("retry: not configured; use NewConsumer or NewProcessor")
+	// ErrShutdownTimeout is wrapped by the error [Consumer.Run] returns when handlers were still running
+	// after ShutdownGrace plus one SettleTimeout (see [ShutdownError]).
+	ErrShutdownTimeout = errors.New("retry: shutdown timed out")
+	// ErrEntityNotFound is wrapped by the error [Consumer.Run] returns when the first connect finds that
+	// the queue or subscription does not exist (unless Options.RetryStartupErrors is set).
+	ErrEntityNotFound = errors.New("retry: entity not found")
+	// ErrUnauthorized is wrapped by the error [Consumer.Run] returns when the first connect is refused
+	// for lack of rights, including the right to send to the republish target (unless
+	// Options.RetryStartupErrors is set).
+	ErrUnauthorized = errors.New("retry: unauthorized")
 )
 
 // permanentError marks an error as not worth retrying.
@@ -98,6 +111,21 @@ func brokerWillRedeliver(err error) bool {
 	code, ok := sdkCode(err)
 	return ok && (code == azservicebus.CodeLockLost || code == azservicebus.CodeConnectionLost || code == azservicebus.CodeClosed)
 }
+
+// ShutdownError is returned by [Consumer.Run] when handlers ignored their cancelled context past the
+// shutdown bound. Run closed the connection anyway, so nothing they do afterwards is settled; their
+// messages are redelivered when the locks run out. It wraps [ErrShutdownTimeout].
+type ShutdownError struct {
+	// Running is how many handlers were still running.
+	Running int
+}
+
+func (e *ShutdownError) Error() string {
+	return fmt.Sprintf("retry: shutdown timed out with %d handler(s) still running; their messages will be redelivered", e.Running)
+}
+
+// Unwrap returns [ErrShutdownTimeout].
+func (e *ShutdownError) Unwrap() error { return ErrShutdownTimeout }
 
 // OptionError reports an invalid option field. It wraps [ErrInvalidOptions].
 type OptionError struct {

@@ -51,14 +51,16 @@ func ExampleJitter() {
 	// 10s
 }
 
-// The MessageID of each retry copy is derived from the idempotency key and the attempt, so a
-// republish after a crash is recognised by the broker's duplicate detection.
-func ExampleRetryMessageID() {
-	fmt.Println(retry.RetryMessageID("order-42", 2))
-	fmt.Println(retry.RetryMessageID("order-42", 3))
+// The MessageID of each retry copy is derived from the chain (the entity and the sequence number of
+// the first delivery) and the attempt: unique per chain, and the same for every redelivery of one
+// attempt, so a republish after a crash is recognised by the broker's duplicate detection.
+func ExampleEnvelope_RetryMessageID() {
+	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 1234, OriginalMessageID: "order-42"}
+	fmt.Println(env.RetryMessageID(2))
+	fmt.Println(env.RetryMessageID(3))
 	// Output:
-	// order-42-attempt-2
-	// order-42-attempt-3
+	// sbretry-10bcdea60168c7d6df67af1c6fb0dfd9b1f9d78d-2
+	// sbretry-10bcdea60168c7d6df67af1c6fb0dfd9b1f9d78d-3
 }
 
 // Permanent dead-letters at once; RetryAfter picks the delay (bounded by the backoff's cap).

@@ -41,9 +41,12 @@ const (
 	MaxReceiveBatchSize = 5000
 )
 
-// DefaultReconnectDelays are the waits before the reconnect tries that follow a receive failure. When
-// all fail, a watchdog retries every Options.WatchdogInterval until one succeeds.
-var DefaultReconnectDelays = []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}
+// DefaultReconnectDelays returns the waits before the reconnect tries that follow a broken connection
+// (5 s, 10 s, 15 s). When all fail, a watchdog retries every Options.WatchdogInterval until one
+// succeeds. It returns a new slice on every call, so no caller can change another's defaults.
+func DefaultReconnectDelays() []time.Duration {
+	return []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}
+}
 
 // DeadLetterReasons are the DeadLetterReason texts the processor writes. They are our own, never a
 // broker reason such as MaxDeliveryCountExceeded, so operators can tell the two apart. Empty fields use
@@ -62,6 +65,9 @@ type DeadLetterReasons struct {
 	// UnsupportedBody: the body is an AMQP value, an AMQP sequence or several data sections, which a
 	// retry copy cannot carry. Default "RetryUnsupportedBody".
 	UnsupportedBody string
+	// Expired: the next attempt would be due after the message's expiry (its producer's TimeToLive).
+	// Default "RetryMessageExpired".
+	Expired string
 }
 
 // withDefaults fills every empty reason with its documented default.
@@ -77,6 +83,7 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 	set(&r.InvalidEnvelope, "RetryInvalidProperties")
 	set(&r.MessageTooLarge, "RetryMessageTooLarge")
 	set(&r.UnsupportedBody, "RetryUnsupportedBody")
+	set(&r.Expired, "RetryMessageExpired")
 	return r
 }
 
@@ -124,28 +131,53 @@ type Options struct {
 	// SettleTimeout bounds every complete, dead-letter, renew and republish call. The SDK's own settle path
 	// can take about 50 s after a connection drop. Zero means [DefaultSettleTimeout] (30 s).
 	SettleTimeout time.Duration
-	// LockRenewInterval is how often a running handler's lock is renewed. Zero means half of the lock's
-	// remaining time, re-computed after each renewal (at least one second).
+	// LockDuration is the lock duration of the entity (queue or subscription), as configured on it.
+	// Renewal is timed from it on the local clock, so it works even when this machine's clock disagrees
+	// with the broker's. Zero means inferring it from each message's LockedUntil at receive, which
+	// assumes the two clocks agree within a small fraction of the lock; set it when they may not.
+	LockDuration time.Duration
+	// LockRenewInterval is how often a message's lock is renewed, from receive until it is settled. Zero
+	// means half the lock duration.
 	LockRenewInterval time.Duration
 	// DisableLockRenewal turns lock renewal off; a handler that outlives the lock then loses the message to
 	// redelivery.
 	DisableLockRenewal bool
-	// IdempotencyKey returns the key that names a message across its attempts; retry copies get the
-	// MessageId "{key}-attempt-{n}". Nil means the original MessageID. The key is computed once, on the
-	// first failure, and carried in the envelope after that.
+	// EntityPath is the queue, or "topic/Subscriptions/subscription", the messages are received from. It
+	// is the first half of a retry chain's identity (see [Envelope.RetryMessageID]), so two processors
+	// whose copies meet in one entity must use different paths. [Consumer] takes it from the
+	// [Connection] when the connector sets it. Empty is valid for a queue whose copies go back to itself.
+	EntityPath string
+	// IdempotencyKey returns a name for the message that handlers can use to make their effects
+	// idempotent; it is carried in the envelope ([Envelope.Key]). Nil means the original MessageID. It no
+	// longer decides the retry MessageID. The key is computed on the first delivery and carried after.
 	IdempotencyKey func(*azservicebus.ReceivedMessage) string
+	// IgnoreExpiry makes every retry copy carry the original TimeToLive again, as versions before v0.2 did:
+	// each attempt then extends the producer's deadline. By default a copy gets only what is left of the
+	// first delivery's lifetime, and a retry due after the expiry is dead-lettered with reason
+	// DeadLetterReasons.Expired. A message without a TimeToLive never expires either way.
+	IgnoreExpiry bool
+	// ErrorText renders a handler error for what goes onto the broker: the last-error property of the next
+	// copy and the dead-letter description. Nil means err.Error(). The result is still redacted and
+	// truncated to DescriptionLimit. Logs always use err.Error(), redacted.
+	ErrorText func(error) string
+	// RetryStartupErrors keeps a consumer retrying when its first connect finds the entity missing or the
+	// credential unauthorized, for namespaces whose entities are created after the consumer starts. By
+	// default Run returns such an error at once, since retrying cannot fix a typo or a missing role.
+	RetryStartupErrors bool
 	// Logger receives structured logs. Nil means slog.Default(). Message bodies are never logged.
 	Logger *slog.Logger
 	// Hooks observe outcomes and state changes.
 	Hooks Hooks
-	// ReconnectDelays are the waits before each reconnect try after a receive failure. Nil means
+	// ReconnectDelays are the waits before each reconnect try after the connection broke. Nil means
 	// [DefaultReconnectDelays] (5 s, 10 s, 15 s); an empty non-nil slice goes straight to the watchdog.
 	ReconnectDelays []time.Duration
 	// WatchdogInterval is the period of the watchdog that takes over when every reconnect try failed.
 	// Zero means [DefaultWatchdogInterval] (60 s).
 	WatchdogInterval time.Duration
 	// ShutdownGrace is how long in-flight handlers keep a live context after Run's context ends; then
-	// their contexts are cancelled. Zero means [DefaultShutdownGrace] (30 s).
+	// their contexts are cancelled. Run waits one SettleTimeout more for them; if some still run, it
+	// closes the connection, settles nothing more and returns an error wrapping [ErrShutdownTimeout].
+	// Zero means [DefaultShutdownGrace] (30 s).
 	ShutdownGrace time.Duration
 	// DeadLetterReasons overrides the reason texts.
 	DeadLetterReasons DeadLetterReasons
@@ -168,8 +200,13 @@ type config struct {
 	maxConcurrency    int
 	batchSize         int
 	settleTimeout     time.Duration
+	lockDuration      time.Duration
 	lockRenewInterval time.Duration
 	lockRenewal       bool
+	entityPath        string
+	ignoreExpiry      bool
+	errorText         func(error) string
+	retryStartup      bool
 	key               func(*azservicebus.ReceivedMessage) string
 	logger            *slog.Logger
 	hooks             Hooks
@@ -209,6 +246,7 @@ func (o *Options) validate() error {
 		negDur("RetryBudget", o.RetryBudget),
 		negDur("SettleTimeout", o.SettleTimeout),
 		negDur("LockRenewInterval", o.LockRenewInterval),
+		negDur("LockDuration", o.LockDuration),
 		negDur("WatchdogInterval", o.WatchdogInterval),
 		negDur("ShutdownGrace", o.ShutdownGrace),
 	} {
@@ -255,8 +293,13 @@ func (o *Options) resolve() (*config, error) {
 		retryBudget:       opts.RetryBudget,
 		maxConcurrency:    orInt(opts.MaxConcurrency, DefaultMaxConcurrency),
 		settleTimeout:     orDur(opts.SettleTimeout, DefaultSettleTimeout),
+		lockDuration:      opts.LockDuration,
 		lockRenewInterval: opts.LockRenewInterval,
 		lockRenewal:       !opts.DisableLockRenewal,
+		entityPath:        opts.EntityPath,
+		ignoreExpiry:      opts.IgnoreExpiry,
+		errorText:         opts.ErrorText,
+		retryStartup:      opts.RetryStartupErrors,
 		key:               opts.IdempotencyKey,
 		logger:            opts.Logger,
 		hooks:             opts.Hooks,
@@ -274,8 +317,8 @@ func (o *Options) resolve() (*config, error) {
 	if c.backoff == nil {
 		c.backoff = Fibonacci{}
 	}
-	// RetryAfter delays are capped by the backoff's own cap, so a handler cannot schedule past the
-	// duplicate-detection window the user sized for that cap.
+	// Every delay (RetryAfter ones, and those of a custom Backoff without bounds) is capped by the
+	// backoff's own cap, or DefaultCap, so nothing schedules past the window the user sized for it.
 	c.maxDelay = DefaultCap
 	if b, ok := c.backoff.(DelayBounds); ok {
 		_, c.maxDelay = b.Bounds()
@@ -287,7 +330,7 @@ func (o *Options) resolve() (*config, error) {
 		c.logger = slog.Default()
 	}
 	if c.reconnectDelays == nil {
-		c.reconnectDelays = DefaultReconnectDelays
+		c.reconnectDelays = DefaultReconnectDelays()
 	}
 	// Copy the slice: the caller may reuse or change its Options after the constructor returns, and the
 	// consumer reads the delays from another goroutine.

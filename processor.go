@@ -62,23 +62,32 @@ type Result struct {
 	// SettleErr is the republish, complete or dead-letter failure, if any.
 	SettleErr error
 	// PossibleDuplicate is true when the retry copy was scheduled but completing the original failed:
-	// the broker will redeliver the original, and the next republish reuses the same MessageID, which
-	// duplicate detection absorbs.
+	// the broker will redeliver the original. A redelivery that reaches this process completes it without
+	// running the handler again (see Inherited); one that reaches another process runs the handler, and its
+	// republish reuses the same MessageID, which duplicate detection absorbs.
 	PossibleDuplicate bool
+	// Inherited is true when the handler did not run because an earlier delivery of the same message, in
+	// this process, had already decided the outcome but could not settle it (its lock died with a
+	// connection, or its settle call failed): this delivery applied that outcome with its own lock.
+	Inherited bool
 }
 
 // Processor runs the handler for one message and settles it: complete on success, schedule a retry copy
-// then complete on failure, dead-letter when attempts are spent. It holds no per-message state and is
-// safe for concurrent use; [Consumer] is the receive loop around it. Use it directly when you own the
-// receive loop. Create it with [NewProcessor]; the zero value is not usable.
+// then complete on failure, dead-letter when attempts are spent. It is safe for concurrent use; it
+// remembers which messages it is handling, so that a redelivery of a message still in its hands never
+// runs a second handler (see [Result.Inherited]). [Consumer] is the receive loop around it. Use it
+// directly when you own the receive loop. Create it with [NewProcessor]; the zero value is not usable.
 type Processor struct {
 	sender  Sender
 	handler Handler
 	cfg     *config
+	entity  string
+	flights flights
 }
 
 // NewProcessor returns a Processor that republishes retries through sender (the entity the retry copies
-// go to: the queue itself, or for a subscription, its topic). nil opts means defaults.
+// go to: normally the queue itself). Set Options.EntityPath to the entity the messages are received
+// from; it names retry chains. nil opts means defaults.
 func NewProcessor(sender Sender, handler Handler, opts *Options) (*Processor, error) {
 	if sender == nil {
 		return nil, &OptionError{Field: "sender", Reason: "must not be nil"}
@@ -93,71 +102,156 @@ func NewProcessor(sender Sender, handler Handler, opts *Options) (*Processor, er
 	return newProcessor(sender, handler, cfg), nil
 }
 
-// newProcessor builds a Processor on an already validated config; the Consumer calls it once per
-// connection, because each connection has its own Sender.
+// newProcessor builds a Processor on an already validated config. The Consumer keeps one for its whole
+// life and passes each connection's sender per call, so that its memory of in-flight messages spans
+// reconnects.
 func newProcessor(sender Sender, handler Handler, cfg *config) *Processor {
-	return &Processor{sender: sender, handler: handler, cfg: cfg}
+	return &Processor{sender: sender, handler: handler, cfg: cfg, entity: cfg.entityPath}
 }
 
 // Process handles msg, received in peek-lock mode through settler. It calls the handler with a context
-// that carries the [Envelope] and is cancelled when ctx ends or the lock is lost; while the handler runs,
-// the lock is renewed. Settle calls use a context detached from ctx and bounded by the settle timeout, so
-// a successful handler's message is completed even during shutdown. A handler that fails after ctx ended
-// is not settled: the broker redelivers the message.
+// that carries the [Envelope] and is cancelled when ctx ends or the lock is lost. The lock is renewed
+// from the start until the message is settled, independently of ctx: a loop that cancels ctx to shut
+// down still has its in-flight messages settled. Settle calls are bounded by the settle timeout and by
+// the lock's remaining time. A handler that fails after ctx ended is not settled: the broker redelivers
+// the message.
 func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservicebus.ReceivedMessage) Result {
+	if p == nil || p.cfg == nil {
+		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNotConfigured}
+	}
+	return p.process(ctx, context.WithoutCancel(ctx), settler, p.sender, p.entity, msg, nil)
+}
+
+// process is Process with the consumer's extras: settleBase is the context every settle, renewal and
+// republish derives from (the consumer cancels it when it gives up on a shutdown, so that nothing is
+// settled after Run returned), sender is the current connection's, and handlerDone, if set, is called
+// once the handler has returned (or was skipped), before the message is settled, so the consumer can
+// start another handler while this settle is still in flight.
+func (p *Processor) process(ctx, settleBase context.Context, settler Settler, sender Sender, entity string, msg *azservicebus.ReceivedMessage, handlerDone func()) (res Result) {
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			if handlerDone != nil {
+				handlerDone()
+			}
+		}
+	}
+	defer release()
 	if msg == nil {
 		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNilMessage}
 	}
+	clk := p.cfg.clock
+	now := clk.Now()
+	if isProbe(msg) {
+		// A connection check's probe whose cancellation was lost: not a user's message.
+		release()
+		cctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+		err := settler.CompleteMessage(cctx, msg, nil)
+		cancel()
+		res = Result{Outcome: OutcomeCompleted, Attempt: 1, SettleErr: err}
+		if err != nil {
+			res.Outcome = OutcomeLeftForRedelivery
+		}
+		return res
+	}
 	env, envErr := DecodeEnvelope(msg)
 	if envErr != nil {
-		res := Result{Attempt: env.Attempt}
-		env = Envelope{Attempt: 0, OriginalMessageID: msg.MessageID}
-		p.deadLetter(ctx, settler, msg, env, &res, p.cfg.reasons.InvalidEnvelope, envErr)
+		release()
+		lk := p.keepLock(settleBase, settler, msg, &env, now)
+		defer lk.stop()
+		res = Result{Attempt: env.Attempt}
+		env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+		d := p.deadLetterDecision(env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
+		p.settleDeadLetter(settleBase, lk, settler, msg, d, &res)
 		return p.finish(msg, env, res)
 	}
-	res := Result{Attempt: env.Attempt}
-	env = p.seed(msg, env)
+	env = seed(msg, env, entity, p.idempotencyKey)
+	res.Attempt = env.Attempt
+	lk := p.keepLock(settleBase, settler, msg, &env, now)
+	defer lk.stop()
 
-	handlerErr, lockLost := p.runHandler(ctx, settler, msg, env)
+	// One handling per message at a time: a redelivery of a message still in flight here takes over.
+	var f *flight
+	if msg.SequenceNumber != nil {
+		var prior *flight
+		f, prior = p.flights.enter(flightKey{entity: entity, seq: *msg.SequenceNumber}, lk, now)
+		unsettled := false
+		defer func() { p.flights.leave(f, unsettled, clk.Now(), p.rememberFor(lk)) }()
+		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery }()
+		if prior != nil {
+			prior.supersede()
+			select {
+			case <-prior.done:
+			case <-lk.ctx.Done():
+				return p.finish(msg, env, p.leftForRedelivery(msg, env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
+			case <-ctx.Done():
+				return p.finish(msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
+			}
+			if d := prior.decision(); d != nil {
+				release()
+				f.setDecision(d)
+				res = Result{Attempt: d.env.Attempt, HandlerErr: d.handlerErr, Inherited: true}
+				p.log(ctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", msg, d.env)
+				p.apply(settleBase, lk, f, settler, sender, msg, d, &res)
+				return p.finish(msg, d.env, res)
+			}
+		}
+	}
+
+	handlerErr, lockLost := p.runHandler(ctx, lk, msg, env)
+	release()
 	res.HandlerErr = handlerErr
+	var d *decision
 	switch {
 	case lockLost:
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = ErrLockLost
+		if handlerErr == nil {
+			// The work is done; only the complete is impossible. Remember it, so the redelivery here
+			// completes without running the handler again.
+			d = &decision{kind: decideComplete, env: env}
+		}
 		p.log(ctx, slog.LevelWarn, "message lock lost while the handler ran; the broker will redeliver it", msg, env)
 	case handlerErr == nil:
-		p.complete(ctx, settler, msg, env, &res)
+		d = &decision{kind: decideComplete, env: env}
 	case ctx.Err() != nil:
 		// Shutdown cancelled the handler; leave the message for redelivery rather than count an attempt.
 		res.Outcome = OutcomeLeftForRedelivery
 		p.log(ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, env, errAttr(handlerErr))
 	default:
-		p.fail(ctx, settler, msg, env, &res)
+		d = p.decideFailure(msg, env, handlerErr, clk.Now())
+	}
+	if f != nil && d != nil {
+		f.setDecision(d)
+	}
+	if d != nil && !lockLost {
+		p.apply(settleBase, lk, f, settler, sender, msg, d, &res)
 	}
 	return p.finish(msg, env, res)
 }
 
-// runHandler runs the handler with lock renewal. It reports the handler's error and whether the lock
-// was lost (in which case the error is meaningless and nothing may be settled).
-func (p *Processor) runHandler(ctx context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope) (err error, lockLost bool) {
+// rememberFor is how long an unsettled outcome is kept for its redelivery: long enough for the lock
+// to run out and the message to come back.
+func (p *Processor) rememberFor(lk *lockKeeper) time.Duration {
+	return max(minRememberOutcome, 2*lk.duration+2*p.cfg.settleTimeout)
+}
+
+// leftForRedelivery is the result of a delivery deliberately not settled.
+func (p *Processor) leftForRedelivery(msg *azservicebus.ReceivedMessage, env Envelope, err error, text string) Result {
+	p.log(context.Background(), slog.LevelInfo, text, msg, env, errAttr(err))
+	return Result{Outcome: OutcomeLeftForRedelivery, Attempt: env.Attempt, SettleErr: err}
+}
+
+// runHandler runs the handler. It reports the handler's error and whether the lock was lost while it
+// ran (in which case nothing may be settled with this delivery's lock).
+func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, msg *azservicebus.ReceivedMessage, env Envelope) (err error, lockLost bool) {
 	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, env))
 	defer cancel(nil)
-
-	if !p.cfg.lockRenewal {
-		return p.callHandler(hctx, msg), false
-	}
-	// stop ends the renewal as soon as the handler returns, aborting a renew call in flight, so that a
-	// hanging broker cannot hold up the settle that follows.
-	stop, stopRenewal := context.WithCancel(hctx)
-	renewDone := make(chan struct{})
-	go func() {
-		defer close(renewDone)
-		p.renewLock(stop, cancel, settler, msg, env)
-	}()
+	stop := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
+	defer stop()
 	err = p.callHandler(hctx, msg)
-	stopRenewal()
-	<-renewDone
-	return err, errors.Is(context.Cause(hctx), ErrLockLost)
+	return err, lk.ctx.Err() != nil && errors.Is(context.Cause(lk.ctx), ErrLockLost)
 }
 
 // callHandler calls the handler, turning a panic into an error so that one bad message cannot crash the
@@ -171,171 +265,224 @@ func (p *Processor) callHandler(ctx context.Context, msg *azservicebus.ReceivedM
 	return p.handler(ctx, msg)
 }
 
-// renewLock keeps msg's lock alive until stop ends. On a lost lock it cancels the handler context with
-// [ErrLockLost]. It is the only writer of msg.LockedUntil (the SDK updates it on renewal) while the
-// handler runs.
-func (p *Processor) renewLock(stop context.Context, cancel context.CancelCauseFunc, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope) {
-	clk := p.cfg.clock
-	for {
-		wait := p.renewWait(msg)
-		select {
-		case <-stop.Done():
-			return
-		case <-clk.After(wait):
-		}
-		rctx, rcancel := context.WithTimeout(stop, p.cfg.settleTimeout)
-		err := settler.RenewMessageLock(rctx, msg, nil)
-		rcancel()
-		if err == nil {
-			continue
-		}
-		if stop.Err() != nil {
-			return // the handler finished while the renewal was in flight
-		}
-		expired := msg.LockedUntil != nil && !clk.Now().Before(*msg.LockedUntil)
-		if code, ok := sdkCode(err); (ok && code == azservicebus.CodeLockLost) || expired {
-			p.log(stop, slog.LevelWarn, "lock renewal failed: lock lost", msg, env, errAttr(err))
-			cancel(ErrLockLost)
-			return
-		}
-		p.log(stop, slog.LevelWarn, "lock renewal failed; will try again", msg, env, errAttr(err))
-	}
-}
-
-// renewWait is the time until the next renewal: the configured interval, or half of the lock's
-// remaining time (at least a second).
-func (p *Processor) renewWait(msg *azservicebus.ReceivedMessage) time.Duration {
-	if p.cfg.lockRenewInterval > 0 {
-		return p.cfg.lockRenewInterval
-	}
-	wait := 30 * time.Second
-	if msg.LockedUntil != nil {
-		wait = msg.LockedUntil.Sub(p.cfg.clock.Now()) / 2
-	}
-	if wait < time.Second {
-		wait = time.Second
-	}
-	return wait
-}
-
-// fail decides between retry and dead-letter after a failed attempt.
-func (p *Processor) fail(ctx context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
+// decideFailure decides between retry and dead-letter after a failed attempt.
+func (p *Processor) decideFailure(msg *azservicebus.ReceivedMessage, env Envelope, herr error, now time.Time) *decision {
 	cfg := p.cfg
-	herr := res.HandlerErr
 	switch {
 	case IsPermanent(herr):
-		p.deadLetter(ctx, settler, msg, env, res, cfg.reasons.Permanent, herr)
-		return
+		return p.deadLetterDecision(env, msg, cfg.reasons.Permanent, herr, now, true)
 	case env.Attempt >= cfg.maxAttempts:
-		p.deadLetter(ctx, settler, msg, env, res, cfg.reasons.MaxAttempts, herr)
-		return
+		return p.deadLetterDecision(env, msg, cfg.reasons.MaxAttempts, herr, now, true)
 	case hasNonDataBody(msg):
-		p.deadLetter(ctx, settler, msg, env, res, cfg.reasons.UnsupportedBody, herr)
-		return
+		return p.deadLetterDecision(env, msg, cfg.reasons.UnsupportedBody, herr, now, true)
 	}
 
-	delay := cfg.backoff.Delay(env.Attempt)
-	var ra *RetryAfterError
-	if errors.As(herr, &ra) {
-		delay = min(ra.Delay, cfg.maxDelay)
-	}
-	now := cfg.clock.Now()
+	delay := p.delay(env.Attempt, herr)
 	at := now.Add(delay)
 	if cfg.retryBudget > 0 && !env.FirstEnqueuedTime.IsZero() && at.After(env.FirstEnqueuedTime.Add(cfg.retryBudget)) {
-		p.deadLetter(ctx, settler, msg, env, res, cfg.reasons.BudgetExhausted, herr)
-		return
+		return p.deadLetterDecision(env, msg, cfg.reasons.BudgetExhausted, herr, now, true)
+	}
+	// Service Bus counts a TimeToLive from the (scheduled) enqueue time, so a copy that carried the
+	// original TTL would silently extend the producer's deadline by every delay. The copy gets what is
+	// left of the producer's lifetime instead, and a retry that would be due after it is refused.
+	var ttl *time.Duration
+	switch {
+	case cfg.ignoreExpiry:
+		if msg.TimeToLive != nil && *msg.TimeToLive > 0 {
+			t := *msg.TimeToLive
+			ttl = &t
+		}
+	case !env.ExpiresAt.IsZero():
+		if !at.Before(env.ExpiresAt) {
+			return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true)
+		}
+		left := env.ExpiresAt.Sub(at)
+		ttl = &left
 	}
 
 	next := env.Attempt + 1
-	errText := truncate(redact.String(herr.Error()), cfg.descriptionLimit)
-	copyMsg := retryCopy(msg, env, next, errText)
+	errText := p.errorText(herr)
+	copyMsg := retryCopy(msg, env, next, errText, ttl)
 	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
-		p.deadLetter(ctx, settler, msg, env, res, cfg.reasons.MessageTooLarge, herr)
-		return
+		return p.deadLetterDecision(env, msg, cfg.reasons.MessageTooLarge, herr, now, false)
 	}
-	res.Delay, res.ScheduledFor, res.RetryMessageID = delay, at, *copyMsg.MessageID
+	return &decision{kind: decideRetry, env: env, handlerErr: herr, copyMsg: copyMsg, nextTry: next, delay: delay, at: at, errText: errText}
+}
 
-	sctx, cancel := p.settleContext(ctx)
-	seqs, err := p.sender.ScheduleMessages(sctx, []*azservicebus.Message{copyMsg}, at, nil)
-	cancel()
-	if err != nil {
-		res.Outcome = OutcomeLeftForRedelivery
-		res.SettleErr = err
-		p.log(ctx, slog.LevelError, "republishing the retry failed; the original stays for redelivery", msg, env,
-			slog.Int("next_attempt", next), errAttr(err), slog.String("handler_error", errText))
-		return
+// delay is the wait before the attempt after attempt n: the backoff's, or the handler's RetryAfter,
+// always within [0, the backoff's cap]. A custom Backoff's delays are bounded the same way, so that a
+// bug in it cannot schedule in the past or beyond the duplicate-detection window sized for the cap.
+func (p *Processor) delay(n int, herr error) time.Duration {
+	d := p.cfg.backoff.Delay(n)
+	var ra *RetryAfterError
+	if errors.As(herr, &ra) {
+		d = ra.Delay
 	}
-	if len(seqs) > 0 {
-		res.SequenceNumber = seqs[0]
-	}
-	p.log(ctx, slog.LevelInfo, "retry scheduled", msg, env,
-		slog.Int("next_attempt", next), slog.Duration("delay", delay), slog.Time("scheduled_for", at),
-		slog.String("retry_message_id", res.RetryMessageID), slog.String("handler_error", errText))
+	return min(max(d, 0), p.cfg.maxDelay)
+}
 
-	cctx, cancel := p.settleContext(ctx)
-	err = settler.CompleteMessage(cctx, msg, nil)
-	cancel()
+// errorText renders a handler error for the broker (the last-error property and the dead-letter
+// description): through Options.ErrorText if set, always redacted and truncated.
+func (p *Processor) errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	text := ""
+	if r := p.cfg.errorText; r != nil {
+		text = r(err)
+	} else {
+		text = err.Error()
+	}
+	return truncate(redact.String(text), p.cfg.descriptionLimit)
+}
+
+// deadLetterDecision builds a dead-letter decision with our reason. The dead letter carries the final
+// attempt, the time, the reason and (unless the message is already at the header limits) the last
+// error as application properties, so that an operator sees what happened without decoding anything.
+func (p *Processor) deadLetterDecision(env Envelope, msg *azservicebus.ReceivedMessage, reason string, cause error, now time.Time, withError bool) *decision {
+	desc := p.errorText(cause)
+	props := map[string]any{
+		PropDeadLetterAttempt: int64(env.Attempt),
+		PropDeadLetterTime:    now.UTC(),
+		PropDeadLetterReason:  reason,
+	}
+	if withError {
+		props[PropLastError] = desc
+		if env.Source != "" {
+			props[PropSource] = env.Source
+		}
+		if _, ok := msg.ApplicationProperties[PropFirstSequenceNumber]; !ok {
+			props[PropFirstSequenceNumber] = env.FirstSequenceNumber
+		}
+	}
+	return &decision{kind: decideDeadLetter, env: env, handlerErr: cause, reason: reason, desc: desc, props: props}
+}
+
+// apply carries out d with this delivery's lock.
+func (p *Processor) apply(settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
+	switch d.kind {
+	case decideComplete:
+		p.settleComplete(lk, settler, msg, d.env, res)
+	case decideRetry:
+		p.settleRetry(settleBase, lk, f, settler, sender, msg, d, res)
+	case decideDeadLetter:
+		p.settleDeadLetter(settleBase, lk, settler, msg, d, res)
+	}
+}
+
+// errLockGone is returned for a settle call not made because the lock had already run out or a
+// redelivery superseded it: the call could only fail.
+var errLockGone = fmt.Errorf("%w: not settling with an expired lock", ErrLockLost)
+
+// lockBound runs one settle call that needs the lock, unless the lock is already gone.
+func (p *Processor) lockBound(lk *lockKeeper, call func(ctx context.Context) error) error {
+	if !lk.alive() {
+		return errLockGone
+	}
+	ctx, cancel := lk.settleContext(p.cfg.settleTimeout)
+	defer cancel()
+	err := call(ctx)
+	if err != nil && lk.ctx.Err() != nil && errors.Is(context.Cause(lk.ctx), ErrLockLost) {
+		return fmt.Errorf("%w: %w", ErrLockLost, err)
+	}
+	return err
+}
+
+// settleRetry schedules the copy (unless an earlier delivery already did), then completes the original.
+func (p *Processor) settleRetry(settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
+	env := d.env
+	res.Delay, res.ScheduledFor, res.RetryMessageID = d.delay, d.at, *d.copyMsg.MessageID
+	if !d.scheduled {
+		if !lk.alive() {
+			// A redelivery will run the attempt again; scheduling now could only make a second successor.
+			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, errLockGone
+			return
+		}
+		if settleBase.Err() != nil {
+			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, context.Cause(settleBase)
+			return
+		}
+		// Not lock-bound: once started, the schedule's outcome must be known, so it is bounded only by
+		// the settle timeout.
+		sctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+		seqs, err := sender.ScheduleMessages(sctx, []*azservicebus.Message{d.copyMsg}, d.at, nil)
+		cancel()
+		if err != nil {
+			res.Outcome = OutcomeLeftForRedelivery
+			res.SettleErr = err
+			if f != nil {
+				f.setDecision(nil) // the attempt must run again
+			}
+			p.log(settleBase, slog.LevelError, "republishing the retry failed; the original stays for redelivery", msg, env,
+				slog.Int("next_attempt", d.nextTry), errAttr(err), slog.String("handler_error", d.errText))
+			return
+		}
+		var seq int64
+		if len(seqs) > 0 {
+			seq = seqs[0]
+		}
+		if f != nil {
+			f.markScheduled(d, seq)
+		} else {
+			d.scheduled, d.seq = true, seq
+		}
+		p.log(settleBase, slog.LevelInfo, "retry scheduled", msg, env,
+			slog.Int("next_attempt", d.nextTry), slog.Duration("delay", d.delay), slog.Time("scheduled_for", d.at),
+			slog.String("retry_message_id", res.RetryMessageID), slog.Int64("retry_sequence_number", seq), slog.String("handler_error", d.errText))
+	}
+	res.SequenceNumber = d.seq
+	err := p.lockBound(lk, func(ctx context.Context) error { return settler.CompleteMessage(ctx, msg, nil) })
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
 		res.PossibleDuplicate = true
-		p.log(ctx, slog.LevelWarn, "retry scheduled but completing the original failed; duplicate detection absorbs the re-republish", msg, env, errAttr(err))
+		p.log(settleBase, slog.LevelWarn, "retry scheduled but completing the original failed; its redelivery will be completed without running the handler", msg, env, errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeRetryScheduled
 }
 
-// complete settles a successful delivery.
-func (p *Processor) complete(ctx context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
-	cctx, cancel := p.settleContext(ctx)
-	err := settler.CompleteMessage(cctx, msg, nil)
-	cancel()
+// settleComplete completes a successful delivery.
+func (p *Processor) settleComplete(lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
+	err := p.lockBound(lk, func(ctx context.Context) error { return settler.CompleteMessage(ctx, msg, nil) })
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
 		level := slog.LevelError
-		if brokerWillRedeliver(err) {
+		if brokerWillRedeliver(err) || errors.Is(err, ErrLockLost) {
 			level = slog.LevelWarn
 		}
-		p.log(ctx, level, "completing the message failed; the broker will redeliver it", msg, env, errAttr(err))
+		p.log(context.Background(), level, "completing the message failed; the broker will redeliver it", msg, env, errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeCompleted
-	p.log(ctx, slog.LevelDebug, "message completed", msg, env)
+	p.log(context.Background(), slog.LevelDebug, "message completed", msg, env)
 }
 
-// deadLetter dead-letters msg with reason; on failure the message stays for redelivery.
-func (p *Processor) deadLetter(ctx context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result, reason string, cause error) {
-	desc := ""
-	if cause != nil {
-		desc = truncate(redact.String(cause.Error()), p.cfg.descriptionLimit)
-	}
-	res.DeadLetterReason = reason
-	dctx, cancel := p.settleContext(ctx)
-	err := settler.DeadLetterMessage(dctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc})
-	cancel()
+// settleDeadLetter dead-letters msg with d's reason; on failure the message stays for redelivery.
+func (p *Processor) settleDeadLetter(settleBase context.Context, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
+	res.DeadLetterReason = d.reason
+	reason, desc := d.reason, d.desc
+	err := p.lockBound(lk, func(ctx context.Context) error {
+		return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: d.props})
+	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
-		p.log(ctx, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, env, slog.String("reason", reason), errAttr(err))
+		p.log(settleBase, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, d.env, slog.String("reason", reason), errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeDeadLettered
-	p.log(ctx, slog.LevelWarn, "message dead-lettered", msg, env, slog.String("reason", reason), slog.String("description", desc))
+	p.log(settleBase, slog.LevelWarn, "message dead-lettered", msg, d.env, slog.String("reason", reason), slog.String("description", desc))
 }
 
-// settleContext bounds one broker call by the settle timeout. It is detached from ctx so that a
-// successful handler is still completed during shutdown; the timeout matters because the SDK's settle
-// path can retry for about 50 s after a connection drop.
-func (p *Processor) settleContext(ctx context.Context) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(context.WithoutCancel(ctx), p.cfg.settleTimeout)
-}
-
-// seed fills the key and correlation id of a first delivery: the correlation id comes from the
-// message's CorrelationID, else from the idempotency key. Retry copies carry both already.
-func (p *Processor) seed(msg *azservicebus.ReceivedMessage, env Envelope) Envelope {
+// seed fills what a first delivery's envelope lacks: the key, the correlation id (the message's
+// CorrelationID, else the key) and the chain's identity (this processor's entity and the delivery's
+// sequence number). A copy written before v0.2 has no chain identity either; its chain is re-based on
+// its own delivery, whose sequence number is as stable across redeliveries.
+func seed(msg *azservicebus.ReceivedMessage, env Envelope, entity string, key func(*azservicebus.ReceivedMessage) string) Envelope {
 	if env.Key == "" {
-		env.Key = p.idempotencyKey(msg)
+		env.Key = key(msg)
 		if len(env.Key) > maxEnvelopeString {
 			sum := sha256.Sum256([]byte(env.Key))
 			env.Key = "sha256-" + hex.EncodeToString(sum[:])
@@ -346,6 +493,12 @@ func (p *Processor) seed(msg *azservicebus.ReceivedMessage, env Envelope) Envelo
 		if msg.CorrelationID != nil && *msg.CorrelationID != "" && len(*msg.CorrelationID) <= maxEnvelopeString {
 			env.CorrelationID = *msg.CorrelationID
 		}
+	}
+	if env.Source == "" {
+		env.Source = entity
+	}
+	if env.FirstSequenceNumber < 0 && msg.SequenceNumber != nil {
+		env.FirstSequenceNumber = *msg.SequenceNumber
 	}
 	return env
 }
@@ -390,6 +543,9 @@ func (p *Processor) log(ctx context.Context, level slog.Level, text string, msg 
 		slog.String("message_id", msg.MessageID),
 		slog.String("correlation_id", env.CorrelationID),
 		slog.Int("attempt", env.Attempt),
+	}
+	if msg.SequenceNumber != nil {
+		base = append(base, slog.Int64("sequence_number", *msg.SequenceNumber))
 	}
 	lg.LogAttrs(ctx, level, text, append(base, attrs...)...)
 }

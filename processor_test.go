@@ -175,7 +175,9 @@ func TestNilBodyAndNilMessage(t *testing.T) {
 	res := f.process()
 	require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
 	assert.Nil(t, f.broker.Scheduled()[0].Message.Body)
-	assert.Equal(t, "seq-1-attempt-2", f.broker.Scheduled()[0].MessageID, "no MessageID: the sequence number keys it")
+	copyMsg := f.broker.Scheduled()[0].Message
+	assert.Equal(t, "seq-1", copyMsg.ApplicationProperties[retry.PropKey], "no MessageID: the sequence number keys it")
+	assert.Equal(t, retry.Envelope{Source: "orders", FirstSequenceNumber: 1}.RetryMessageID(2), *copyMsg.MessageID)
 
 	res = f.proc.Process(context.Background(), f.recv, nil)
 	assert.Equal(t, retry.OutcomeLeftForRedelivery, res.Outcome)

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -56,6 +57,9 @@ func newFixture(t *testing.T, handler retry.Handler, opts *retry.Options) *fixtu
 		opts = &retry.Options{}
 	}
 	opts.Clock = f.clock
+	if opts.EntityPath == "" {
+		opts.EntityPath = "orders"
+	}
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.NewJSONHandler(&lockedWriter{w: f.logs}, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	}
@@ -93,6 +97,12 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 }
 
 func strPtr(s string) *string { return &s }
+
+// chainOf is the envelope identity of sampleMessage's chain in the fixture: entity "orders", first
+// delivery with sequence number seq.
+func chainOf(seq int64) retry.Envelope {
+	return retry.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: "order-42"}
+}
 
 func sampleMessage() *azservicebus.Message {
 	ttl := time.Hour
@@ -132,7 +142,7 @@ func TestProcessFailureSchedulesExactCopy(t *testing.T) {
 	require.Len(t, sched, 1, "exactly one copy")
 	s := sched[0]
 	assert.Equal(t, start.Add(10*time.Second), s.At, "now + Fibonacci{}.Delay(1)")
-	assert.Equal(t, "order-42-attempt-2", s.MessageID)
+	assert.Equal(t, chainOf(1).RetryMessageID(2), s.MessageID)
 	assert.Equal(t, 2, s.Attempt)
 	m := s.Message
 	assert.Equal(t, []byte{0x00, 0xff, 'h', 'i', 0x00}, m.Body, "body byte-identical")
@@ -143,7 +153,10 @@ func TestProcessFailureSchedulesExactCopy(t *testing.T) {
 	assert.Equal(t, "replies", *m.ReplyTo)
 	assert.Equal(t, "session-1", *m.SessionID)
 	assert.Equal(t, "session-1", *m.PartitionKey)
-	assert.Equal(t, time.Hour, *m.TimeToLive)
+	assert.Equal(t, time.Hour-10*time.Second, *m.TimeToLive, "what is left of the producer's TimeToLive when the copy is due")
+	assert.Equal(t, start.Add(time.Hour), m.ApplicationProperties[retry.PropExpiresAt])
+	assert.Equal(t, "orders", m.ApplicationProperties[retry.PropSource])
+	assert.Equal(t, int64(1), m.ApplicationProperties[retry.PropFirstSequenceNumber])
 	assert.Equal(t, "acme", m.ApplicationProperties["tenant"])
 	assert.Equal(t, int64(3), m.ApplicationProperties["n"])
 	assert.Equal(t, []byte{1, 2, 3}, m.ApplicationProperties["raw"])
@@ -223,17 +236,19 @@ func TestAttemptsFollowScheduleThenDeadLetter(t *testing.T) {
 	require.Len(t, dl, 1)
 	assert.Equal(t, "RetryMaxAttemptsExceeded", dl[0].Reason)
 	assert.Equal(t, errBoom.Error(), dl[0].Description)
-	assert.Equal(t, "order-42-attempt-5", dl[0].Message.MessageID)
+	assert.Equal(t, chainOf(1).RetryMessageID(5), dl[0].Message.MessageID)
 	ids := []string{}
 	for _, s := range f.broker.Scheduled() {
 		ids = append(ids, s.MessageID)
 	}
-	assert.Equal(t, []string{"order-42-attempt-2", "order-42-attempt-3", "order-42-attempt-4", "order-42-attempt-5"}, ids)
+	c := chainOf(1)
+	assert.Equal(t, []string{c.RetryMessageID(2), c.RetryMessageID(3), c.RetryMessageID(4), c.RetryMessageID(5)}, ids)
 }
 
 func TestDefaultMaxAttemptsIs29(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	msg := sampleMessage()
+	msg.TimeToLive = nil // the 7-day waits would outlive it
 	msg.ApplicationProperties[retry.PropAttempt] = int64(28)
 	f.broker.Send(msg)
 	assert.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome, "attempt 28 still retries")
@@ -275,7 +290,9 @@ func TestRetryAfterUsesDelayBoundedByCap(t *testing.T) {
 			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error {
 				return retry.RetryAfter(tc.delay, errBoom)
 			}, &retry.Options{Backoff: retry.Fibonacci{Cap: time.Hour}})
-			f.broker.Send(sampleMessage())
+			msg := sampleMessage()
+			msg.TimeToLive = nil // a 1-hour delay would reach its expiry
+			f.broker.Send(msg)
 			now := f.clock.Now()
 			res := f.process()
 			require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
@@ -333,17 +350,41 @@ func mustProcessor(t *testing.T, f *fixture, opts *retry.Options) *retry.Process
 }
 
 func TestCompleteFailureAfterRepublishIsPossibleDuplicate(t *testing.T) {
-	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+	var calls atomic.Int32
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { calls.Add(1); return errBoom }, nil)
 	f.broker.Send(sampleMessage())
 	f.broker.FailNextCompletes(1, &azservicebus.Error{Code: azservicebus.CodeLockLost})
 	res := f.process()
 	assert.Equal(t, retry.OutcomeLeftForRedelivery, res.Outcome)
 	assert.True(t, res.PossibleDuplicate)
-	assert.Contains(t, f.logs.String(), "duplicate detection absorbs")
 
-	// Redelivery: the handler fails again and republishes the same MessageId, which is dropped.
+	// The redelivery reaches the same processor: it knows the copy is scheduled, so it completes the
+	// original without running the handler again or scheduling a second copy.
 	f.clock.Add(retrytest.DefaultLockDuration)
 	res = f.process()
+	assert.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
+	assert.True(t, res.Inherited)
+	assert.Equal(t, int32(1), calls.Load(), "the handler ran once")
+	sched := f.broker.Scheduled()
+	require.Len(t, sched, 1, "one successor")
+	assert.Equal(t, sched[0].SequenceNumber, res.SequenceNumber)
+	st := f.broker.Stats()
+	assert.Equal(t, 1, st.Pending+st.Active, "one copy in flight")
+}
+
+func TestCompleteFailureAbsorbedAcrossProcesses(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+	f.broker.Send(sampleMessage())
+	f.broker.FailNextCompletes(1, &azservicebus.Error{Code: azservicebus.CodeLockLost})
+	require.True(t, f.process().PossibleDuplicate)
+
+	// The redelivery reaches another process (a fresh processor): the handler fails again and the
+	// republish reuses the MessageId, which duplicate detection drops.
+	other, err := retry.NewProcessor(f.broker.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
+		&retry.Options{Clock: f.clock, EntityPath: "orders", Logger: discardLogger()})
+	require.NoError(t, err)
+	f.clock.Add(retrytest.DefaultLockDuration)
+	res := other.Process(context.Background(), f.recv, f.receiveOne())
 	assert.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
 	sched := f.broker.Scheduled()
 	require.Len(t, sched, 2)

@@ -2,9 +2,12 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry/internal/redact"
 )
@@ -14,27 +17,34 @@ import (
 // wait ReconnectDelays in turn (5 s, 10 s, 15 s by default), and once those are spent a single watchdog
 // takes over, trying every WatchdogInterval until a try succeeds. The watchdog is this same loop, so a
 // failure while it runs cannot start a second one. The failure count is reset by the receive loop only
-// when a receive on the new connection succeeds, because the SDK connects lazily: a connector call can
-// succeed against a namespace that is still down. It returns nil when ctx ends.
-func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error) *Connection {
+// when the new connection has shown that it works (it delivered a message, or stayed quiet and passed a
+// probe), because a connection can pass its check and still drop at once. It returns (nil, nil) when
+// ctx ends. On the first connect of a Run (first), a missing entity or a refused credential is returned
+// as an error, since waiting cannot fix it, unless Options.RetryStartupErrors is set.
+func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error, first bool) (*Connection, error) {
 	for {
 		wait := c.reconnectWait(*failures, cause)
 		if wait > 0 {
 			select {
 			case <-c.cfg.clock.After(wait):
 			case <-ctx.Done():
-				return nil
+				return nil, nil
 			}
 		} else if ctx.Err() != nil {
-			return nil
+			return nil, nil
 		}
 		conn, err := c.dial(ctx)
 		if err == nil {
 			c.update(func(h *Health) { h.Connects++ })
-			return conn
+			return conn, nil
 		}
 		if ctx.Err() != nil {
-			return nil
+			return nil, nil
+		}
+		if fatal := startupError(err); first && fatal != nil && !c.cfg.retryStartup {
+			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+			c.cfg.logger.Error("first connect failed in a way retrying cannot fix", errAttr(err))
+			return nil, fatal
 		}
 		*failures++
 		cause = err
@@ -58,6 +68,21 @@ func (c *Consumer) reconnectWait(n int, cause error) time.Duration {
 		c.setState(StateWatchdog, cause)
 		return c.cfg.watchdogInterval
 	}
+}
+
+// startupError classifies a connect failure that retrying cannot fix: a missing entity, or a
+// credential without the rights needed. It returns nil for anything else.
+func startupError(err error) error {
+	code, ok := sdkCode(err)
+	switch {
+	case errors.Is(err, ErrEntityNotFound), errors.Is(err, ErrUnauthorized):
+		return err
+	case ok && code == azservicebus.CodeNotFound:
+		return fmt.Errorf("%w: %w", ErrEntityNotFound, err)
+	case ok && code == azservicebus.CodeUnauthorizedAccess:
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	return nil
 }
 
 // dial calls the connector, bounded by the settle timeout, and checks what it returned.

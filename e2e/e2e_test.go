@@ -67,9 +67,13 @@ func (e *env) client(t *testing.T) *azservicebus.Client {
 }
 
 func (e *env) connector() retry.Connector {
-	return retry.QueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+	connect, err := retry.QueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
 	})
+	if err != nil {
+		panic(err) // the emulator's connection string is always valid
+	}
+	return connect
 }
 
 // send sends messages with the given ids through the SDK.
@@ -212,6 +216,12 @@ func startConsumer(t *testing.T, e *env, handler retry.Handler, opts *retry.Opti
 	return c
 }
 
+// waitRunning waits until c reports itself running.
+func waitRunning(t *testing.T, c *retry.Consumer) {
+	t.Helper()
+	require.Eventually(t, func() bool { return c.Health().Ready() }, testTimeout, 5*time.Millisecond, "consumer never became ready")
+}
+
 func TestSuccessCompletes(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
@@ -269,7 +279,9 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 	assert.Equal(t, 2, second.env.Attempt)
 	assert.False(t, second.at.Before(scheduledFor.Truncate(time.Millisecond)), "redelivered at %v, scheduled for %v", second.at, scheduledFor)
 	assert.Equal(t, uint32(1), second.count, "a fresh message, not a redelivery")
-	assert.Equal(t, "flaky-1-attempt-2", second.id)
+	assert.Equal(t, second.env.RetryMessageID(2), second.id)
+	assert.Regexp(t, `^sbretry-[0-9a-f]{40}-2$`, second.id)
+	assert.Equal(t, e.queue, second.env.Source)
 	assert.Equal(t, first.body, second.body)
 	assert.Equal(t, "acme", second.props["tenant"])
 	assert.Equal(t, int32(7), second.props["n"], "application property types survive AMQP")
@@ -293,7 +305,14 @@ func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
 	assert.Equal(t, 2, count(out.snapshot(), "poison-1", retry.OutcomeRetryScheduled))
 
 	m := e.receiveDeadLetter(t)
-	assert.Equal(t, "poison-1-attempt-3", m.MessageID)
+	env, err := retry.DecodeEnvelope(m)
+	require.NoError(t, err)
+	assert.Equal(t, "poison-1", env.OriginalMessageID)
+	assert.Equal(t, env.RetryMessageID(3), m.MessageID)
+	assert.Equal(t, int64(3), m.ApplicationProperties[retry.PropDeadLetterAttempt])
+	assert.Equal(t, "RetryMaxAttemptsExceeded", m.ApplicationProperties[retry.PropDeadLetterReason])
+	assert.Equal(t, errBoom.Error(), m.ApplicationProperties[retry.PropLastError])
+	assert.IsType(t, time.Time{}, m.ApplicationProperties[retry.PropDeadLetterTime])
 	require.NotNil(t, m.DeadLetterReason)
 	assert.Equal(t, "RetryMaxAttemptsExceeded", *m.DeadLetterReason)
 	require.NotNil(t, m.DeadLetterErrorDescription)
@@ -529,7 +548,7 @@ func TestRepublishFailureLeavesOriginalForRedelivery(t *testing.T) {
 	out := newOutcomes()
 	var mu sync.Mutex
 	var deliveries []uint32
-	startConsumer(t, e, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+	c := startConsumer(t, e, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		env, _ := retry.EnvelopeFromContext(ctx)
 		if env.Attempt == 1 {
 			mu.Lock()
@@ -539,6 +558,7 @@ func TestRepublishFailureLeavesOriginalForRedelivery(t *testing.T) {
 		}
 		return nil
 	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
+	waitRunning(t, c) // its connection check schedules a probe, which the fault below would refuse
 	e.em.RejectNextManagement(100, "com.microsoft:schedule-message", 503)
 	e.send(t, message("rp-1"))
 	out.waitFor(t, "a failed republish", func(ps []retry.ProcessedParams) bool {

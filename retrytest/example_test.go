@@ -25,6 +25,7 @@ func Example() {
 	}
 	proc, err := retry.NewProcessor(broker.Sender(), flaky, &retry.Options{
 		MaxAttempts: 4,
+		EntityPath:  "orders",
 		Clock:       mock,
 		Logger:      slog.New(slog.DiscardHandler),
 	})
@@ -48,18 +49,19 @@ func Example() {
 		mock.Add(res.Delay) // jump to the retry's scheduled time
 	}
 	for _, s := range broker.Scheduled() {
-		fmt.Printf("scheduled %s for t=%s\n", s.MessageID, s.At.Sub(start))
+		fmt.Printf("scheduled attempt %d for t=%s\n", s.Attempt, s.At.Sub(start))
 	}
 	dl := broker.DeadLettered()[0]
-	fmt.Printf("dead-lettered %s: %s (%s)\n", dl.Message.MessageID, dl.Reason, dl.Description)
+	env, _ := retry.DecodeEnvelope(dl.Message)
+	fmt.Printf("dead-lettered %s at attempt %d: %s (%s)\n", env.OriginalMessageID, env.Attempt, dl.Reason, dl.Description)
 
 	// Output:
 	// t=0s   attempt 1: retry-scheduled
 	// t=10s  attempt 2: retry-scheduled
 	// t=20s  attempt 3: retry-scheduled
 	// t=40s  attempt 4: dead-lettered
-	// scheduled order-1-attempt-2 for t=10s
-	// scheduled order-1-attempt-3 for t=20s
-	// scheduled order-1-attempt-4 for t=40s
-	// dead-lettered order-1-attempt-4: RetryMaxAttemptsExceeded (payment service unavailable)
+	// scheduled attempt 2 for t=10s
+	// scheduled attempt 3 for t=20s
+	// scheduled attempt 4 for t=40s
+	// dead-lettered order-1 at attempt 4: RetryMaxAttemptsExceeded (payment service unavailable)
 }

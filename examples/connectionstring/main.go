@@ -36,7 +36,12 @@ func main() {
 		}
 		return nil
 	}
-	consumer, err := retry.NewConsumer(retry.QueueConnectionString(connStr, queue, nil), handler, &retry.Options{MaxConcurrency: 8})
+	connect, err := retry.QueueConnectionString(connStr, queue, nil)
+	if err != nil {
+		slog.Error("invalid connection string", "error", err) // never contains the key
+		os.Exit(1)
+	}
+	consumer, err := retry.NewConsumer(connect, handler, &retry.Options{MaxConcurrency: 8})
 	if err != nil {
 		slog.Error("invalid options", "error", err)
 		os.Exit(1)

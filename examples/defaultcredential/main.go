@@ -39,7 +39,12 @@ func main() {
 		// Honour a downstream's Retry-After instead of the backoff schedule.
 		return retry.RetryAfter(30*time.Second, fmt.Errorf("downstream throttled message %s", msg.MessageID))
 	}
-	consumer, err := retry.NewConsumer(retry.QueueCredential(namespace, cred, queue, nil), handler, &retry.Options{
+	connect, err := retry.QueueCredential(namespace, cred, queue, nil)
+	if err != nil {
+		slog.Error("invalid settings", "error", err)
+		os.Exit(1)
+	}
+	consumer, err := retry.NewConsumer(connect, handler, &retry.Options{
 		MaxConcurrency: 16,
 		Backoff:        retry.Jitter{Backoff: retry.Exponential{Base: 5 * time.Second, Cap: time.Hour}},
 	})

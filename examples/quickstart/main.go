@@ -86,7 +86,11 @@ func run(ctx context.Context, out io.Writer, connStr, queue string) error {
 		return errors.New("payment service unavailable")
 	}
 	fmt.Fprintf(out, "%8s  %-8s %-8s %-20s %s\n", "time", "message", "attempt", "outcome", "next try in")
-	consumer, err := retry.NewConsumer(retry.QueueConnectionString(connStr, queue, nil), handler, &retry.Options{
+	connect, err := retry.QueueConnectionString(connStr, queue, nil)
+	if err != nil {
+		return err
+	}
+	consumer, err := retry.NewConsumer(connect, handler, &retry.Options{
 		MaxAttempts:    maxAttempts,
 		Backoff:        retry.Fibonacci{Base: 100 * time.Millisecond, Cap: 2 * time.Second},
 		MaxConcurrency: 4,
@@ -173,11 +177,14 @@ func printDeadLetters(ctx context.Context, out io.Writer, connStr, queue, prefix
 		return fmt.Errorf("reading the dead-letter queue: %w", err)
 	}
 	for _, m := range msgs {
-		if !strings.HasPrefix(m.MessageID, prefix) {
+		// A dead letter from a retry copy has a retry MessageID; the envelope names the original.
+		env, err := retry.DecodeEnvelope(m)
+		if err != nil || !strings.HasPrefix(env.OriginalMessageID, prefix) {
 			continue // not ours; leave it
 		}
-		fmt.Fprintf(out, "dead-letter queue: %s reason=%s description=%q\n",
-			strings.TrimPrefix(m.MessageID, prefix), deref(m.DeadLetterReason), deref(m.DeadLetterErrorDescription))
+		fmt.Fprintf(out, "dead-letter queue: %s attempt=%v reason=%s description=%q\n",
+			strings.TrimPrefix(env.OriginalMessageID, prefix), m.ApplicationProperties[retry.PropDeadLetterAttempt],
+			deref(m.DeadLetterReason), deref(m.DeadLetterErrorDescription))
 		if err := dlq.CompleteMessage(ctx, m, nil); err != nil {
 			return err
 		}

@@ -30,5 +30,5 @@ func TestQuickstart(t *testing.T) {
 	assert.Regexp(t, `order-3\s+4\s+completed`, text)
 	assert.Regexp(t, `poison\s+5\s+dead-lettered`, text)
 	assert.Contains(t, text, "summary: 12 deliveries, 3 completed, 8 retries scheduled, 1 dead-lettered")
-	assert.Equal(t, 1, strings.Count(text, `dead-letter queue: poison-attempt-5 reason=RetryMaxAttemptsExceeded description="payment service unavailable"`))
+	assert.Equal(t, 1, strings.Count(text, `dead-letter queue: poison attempt=5 reason=RetryMaxAttemptsExceeded description="payment service unavailable"`))
 }

@@ -1,0 +1,172 @@
+package retry
+
+import (
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Limits of the in-process memory of decided outcomes (see flights).
+const (
+	// maxRememberedOutcomes bounds how many unsettled outcomes a processor remembers.
+	maxRememberedOutcomes = 10000
+	// minRememberOutcome is the shortest time an unsettled outcome is remembered; the redelivery it waits
+	// for comes when the lock runs out (at most 5 minutes on Service Bus), or at once after a drop.
+	minRememberOutcome = 10 * time.Minute
+)
+
+// flightKey identifies a message on its entity across redeliveries: the broker's sequence number is
+// unique per entity and stays the same when the message is redelivered.
+type flightKey struct {
+	entity string
+	seq    int64
+}
+
+// decisionKind is what the processor decided to do with a delivery once its handler returned.
+type decisionKind int
+
+const (
+	decideComplete decisionKind = iota + 1
+	decideRetry
+	decideDeadLetter
+)
+
+// decision is an outcome decided but perhaps not yet applied. When its settle fails (the lock died with
+// a connection, a complete timed out), the broker redelivers the message; the redelivery then applies
+// the same decision with its own lock instead of running the handler again. That is how finished work
+// is not redone and how a scheduled retry copy stays the only successor of its attempt.
+type decision struct {
+	kind       decisionKind
+	env        Envelope
+	handlerErr error
+
+	// decideRetry: the copy, when it is due, and whether it has been scheduled yet.
+	copyMsg   *azservicebus.Message
+	nextTry   int
+	delay     time.Duration
+	at        time.Time
+	errText   string
+	scheduled bool
+	seq       int64
+
+	// decideDeadLetter: the reason, description and the properties added to the dead letter.
+	reason string
+	desc   string
+	props  map[string]any
+}
+
+// flight is one delivery being handled (or, once its call returned with the outcome unsettled, the
+// remembered decision for the redelivery to come).
+type flight struct {
+	key  flightKey
+	lock *lockKeeper
+	done chan struct{} // closed when the delivery's handling has ended
+
+	mu         sync.Mutex
+	dec        *decision
+	superseded bool
+	remembered time.Time // when a remembered outcome is forgotten; zero while in flight
+}
+
+// flights is the processor's registry of deliveries by message. It guarantees that one consumer never
+// runs the same message in two handlers at once: a redelivery that arrives while an earlier delivery of
+// the same message is still being handled (its lock died with a connection, and its settle is stuck)
+// supersedes it, waits for it to end, and inherits its decision. The memory is per process; across
+// processes, the deterministic retry MessageIDs and the broker's duplicate detection do the same job.
+type flights struct {
+	mu      sync.Mutex
+	byKey   map[flightKey]*flight
+	forgets []*flight // remembered outcomes, oldest first
+}
+
+// enter registers a new delivery of key and returns it with the earlier delivery of the same message,
+// if one is still in flight or remembered.
+func (fs *flights) enter(key flightKey, lk *lockKeeper, now time.Time) (f, prior *flight) {
+	f = &flight{key: key, lock: lk, done: make(chan struct{})}
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	if fs.byKey == nil {
+		fs.byKey = make(map[flightKey]*flight)
+	}
+	fs.forgetLocked(now)
+	prior = fs.byKey[key]
+	fs.byKey[key] = f
+	return f, prior
+}
+
+// leave ends f's handling. An unsettled decision is remembered until now+ttl for the redelivery;
+// anything else is forgotten. A delivery already superseded by a newer one leaves that one in place.
+func (fs *flights) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	defer close(f.done)
+	if fs.byKey[f.key] != f {
+		return
+	}
+	f.mu.Lock()
+	keep := unsettled && f.dec != nil
+	if keep {
+		f.remembered = now.Add(ttl)
+	}
+	f.mu.Unlock()
+	if !keep {
+		delete(fs.byKey, f.key)
+		return
+	}
+	fs.forgets = append(fs.forgets, f)
+	fs.forgetLocked(now)
+}
+
+// forgetLocked drops remembered outcomes that expired, and the oldest ones beyond the bound.
+func (fs *flights) forgetLocked(now time.Time) {
+	for len(fs.forgets) > 0 {
+		old := fs.forgets[0]
+		if len(fs.forgets) <= maxRememberedOutcomes && now.Before(old.remembered) {
+			return
+		}
+		fs.forgets[0] = nil
+		fs.forgets = fs.forgets[1:]
+		if fs.byKey[old.key] == old {
+			delete(fs.byKey, old.key)
+		}
+	}
+}
+
+// supersede tells f that a redelivery of its message has arrived: its lock is gone (the broker
+// redelivers only once a lock has ended), so its handler is cancelled and its lock-bound settle calls
+// are abandoned.
+func (f *flight) supersede() {
+	f.mu.Lock()
+	f.superseded = true
+	f.mu.Unlock()
+	f.lock.lose(ErrLockLost)
+}
+
+// isSuperseded reports whether a redelivery took f over.
+func (f *flight) isSuperseded() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.superseded
+}
+
+// setDecision records what f decided.
+func (f *flight) setDecision(d *decision) {
+	f.mu.Lock()
+	f.dec = d
+	f.mu.Unlock()
+}
+
+// decision returns f's decision (nil if none), to be inherited once f is done.
+func (f *flight) decision() *decision {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.dec
+}
+
+// markScheduled records that d's copy was scheduled as seq, so that whoever inherits d only completes.
+func (f *flight) markScheduled(d *decision, seq int64) {
+	f.mu.Lock()
+	d.scheduled, d.seq = true, seq
+	f.mu.Unlock()
+}
