@@ -85,6 +85,11 @@ const (
 	probeTimeout      = 5 * time.Second
 )
 
+// extraSettleSlots is how many more messages than MaxConcurrency may be between their handler's return
+// and the end of their settle. A settle can hang for up to SettleTimeout on a lock that died with its
+// connection; while it does, the consumer keeps receiving and handling, up to this many such settles.
+const extraSettleSlots = 64
+
 // errIdle is the cause of a receive ended by the idle window.
 var errIdle = errors.New("retry: no message within the idle window")
 
@@ -166,7 +171,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		handlerCtx: handlerCtx,
 		settleBase: settleBase,
 		slots:      make(chan struct{}, c.cfg.maxConcurrency),
-		settling:   make(chan struct{}, c.cfg.maxConcurrency),
+		settling:   make(chan struct{}, c.cfg.maxConcurrency+extraSettleSlots),
 	}
 	loopErr := r.loop(ctx)
 

@@ -122,7 +122,10 @@ type Options struct {
 	// RetryBudget bounds the total time from the first enqueue to the next attempt; a retry that would be
 	// due later is dead-lettered instead. Zero means no budget (MaxAttempts alone decides).
 	RetryBudget time.Duration
-	// MaxConcurrency is the most handlers running at once. Zero means [DefaultMaxConcurrency] (1).
+	// MaxConcurrency is the most handlers running at once. Zero means [DefaultMaxConcurrency] (1). A
+	// message whose handler returned no longer counts while it is settled, so a settle stuck on a dead
+	// lock does not stop new messages; up to MaxConcurrency+64 messages can be between receive and the
+	// end of their settle.
 	MaxConcurrency int
 	// ReceiveBatchSize is the most messages asked for in one receive call; it is also bounded by the free
 	// handler slots, so the consumer never holds locks on messages it cannot start. Zero means
@@ -148,7 +151,8 @@ type Options struct {
 	// [Connection] when the connector sets it. Empty is valid for a queue whose copies go back to itself.
 	EntityPath string
 	// IdempotencyKey returns a name for the message that handlers can use to make their effects
-	// idempotent; it is carried in the envelope ([Envelope.Key]). Nil means the original MessageID. It no
+	// idempotent; it is carried in the envelope ([Envelope.Key]). Nil means the original MessageID (for a
+	// message made by [ResubmitMessage], the MessageID it was resubmitted from). It no
 	// longer decides the retry MessageID. The key is computed on the first delivery and carried after.
 	IdempotencyKey func(*azservicebus.ReceivedMessage) string
 	// IgnoreExpiry makes every retry copy carry the original TimeToLive again, as versions before v0.2 did:
@@ -324,7 +328,12 @@ func (o *Options) resolve() (*config, error) {
 		_, c.maxDelay = b.Bounds()
 	}
 	if c.key == nil {
-		c.key = func(m *azservicebus.ReceivedMessage) string { return m.MessageID }
+		c.key = func(m *azservicebus.ReceivedMessage) string {
+			if v, ok := m.ApplicationProperties[PropResubmittedFrom].(string); ok && v != "" && len(v) <= maxEnvelopeString {
+				return v // a resubmitted dead letter keeps the key of its original
+			}
+			return m.MessageID
+		}
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()

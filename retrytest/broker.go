@@ -49,6 +49,9 @@ type Broker struct {
 	seenIDs   map[string]bool
 
 	scheduled    []ScheduledMessage
+	successors   map[chainStep]bool // retry copies scheduled, by chain and attempt
+	succeeded    int
+	retried      int
 	completed    []*azservicebus.ReceivedMessage
 	deadLettered []DeadLetteredMessage
 	duplicates   int
@@ -107,13 +110,35 @@ func NewBroker(clk retry.Clock, opts *BrokerOptions) *Broker {
 		o.MaxDeliveryCount = DefaultMaxDeliveryCount
 	}
 	return &Broker{
-		clock:   clk,
-		opts:    o,
-		changed: make(chan struct{}),
-		locked:  make(map[[16]byte]*entry),
-		seenIDs: make(map[string]bool),
-		faults:  make(map[Op]*fault),
+		clock:      clk,
+		opts:       o,
+		changed:    make(chan struct{}),
+		locked:     make(map[[16]byte]*entry),
+		seenIDs:    make(map[string]bool),
+		faults:     make(map[Op]*fault),
+		successors: make(map[chainStep]bool),
 	}
+}
+
+// chainStep names one attempt of a retry chain by the chain's first sequence number, as the retry
+// envelope records it, so the broker can tell an original completed after its retry was scheduled from
+// one whose handler succeeded.
+type chainStep struct {
+	firstSeq int64
+	attempt  int
+}
+
+// stepOf returns the chain step of a message with application properties props and sequence number
+// seq: a first delivery (or a copy without a chain) starts its chain at its own sequence number.
+func stepOf(props map[string]any, seq int64) chainStep {
+	st := chainStep{firstSeq: seq, attempt: 1}
+	if v, ok := props[retry.PropFirstSequenceNumber].(int64); ok && v >= 0 {
+		st.firstSeq = v
+	}
+	if v, ok := props[retry.PropAttempt].(int64); ok {
+		st.attempt = int(v)
+	}
+	return st
 }
 
 // realClock reads the time package directly, so that a broker created inside a testing/synctest
@@ -304,6 +329,12 @@ func (b *Broker) complete(conn *connection, msg *azservicebus.ReceivedMessage) e
 	}
 	delete(b.locked, e.token)
 	b.completed = append(b.completed, b.receivedLocked(e, false))
+	st := stepOf(e.msg.ApplicationProperties, e.seq)
+	if b.successors[chainStep{firstSeq: st.firstSeq, attempt: st.attempt + 1}] {
+		b.retried++
+	} else {
+		b.succeeded++
+	}
 	b.notifyLocked()
 	return nil
 }
@@ -317,6 +348,15 @@ func (b *Broker) deadLetter(conn *connection, msg *azservicebus.ReceivedMessage,
 		return err
 	}
 	delete(b.locked, e.token)
+	if opts != nil && len(opts.PropertiesToModify) > 0 {
+		// Service Bus applies the properties a dead-letter call asks for to the dead-lettered message.
+		if e.msg.ApplicationProperties == nil {
+			e.msg.ApplicationProperties = make(map[string]any, len(opts.PropertiesToModify))
+		}
+		for k, v := range opts.PropertiesToModify {
+			e.msg.ApplicationProperties[k] = v
+		}
+	}
 	d := DeadLetteredMessage{Message: b.receivedLocked(e, false)}
 	if opts != nil && opts.Reason != nil {
 		d.Reason = *opts.Reason
@@ -371,6 +411,9 @@ func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservi
 			rec.MessageID = *m.MessageID
 		}
 		b.scheduled = append(b.scheduled, rec)
+		if _, ok := m.ApplicationProperties[retry.PropAttempt]; ok {
+			b.successors[stepOf(m.ApplicationProperties, -1)] = true
+		}
 		seqs = append(seqs, seq)
 	}
 	b.notifyLocked()
@@ -445,7 +488,8 @@ func (b *Broker) Scheduled() []ScheduledMessage {
 	return append([]ScheduledMessage(nil), b.scheduled...)
 }
 
-// Completed returns every completed message, in order.
+// Completed returns every completed message, in order, including originals completed after their retry
+// copy was scheduled; Stats.Succeeded counts only the successes.
 func (b *Broker) Completed() []*azservicebus.ReceivedMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -459,9 +503,22 @@ func (b *Broker) DeadLettered() []DeadLetteredMessage {
 	return append([]DeadLetteredMessage(nil), b.deadLettered...)
 }
 
-// Stats counts the messages in each state.
+// Stats counts the messages in each state. The counters are named for what a handler author waits for:
+// a failed attempt completes its original too (after scheduling the copy), so "completed" alone would
+// count failures; Succeeded does not.
 type Stats struct {
-	Active, Pending, Locked, Completed, DeadLettered, Scheduled, Duplicates, Connects int
+	// Active are receivable now, Pending scheduled for later, Locked received and not yet settled.
+	Active, Pending, Locked int
+	// Succeeded counts completions with no retry copy scheduled for them: the handler succeeded.
+	Succeeded int
+	// Retried counts originals completed after their retry copy was scheduled: the attempt failed.
+	Retried int
+	// DeadLettered counts messages in the dead-letter list, with our reasons or the broker's.
+	DeadLettered int
+	// Scheduled counts ScheduleMessages copies, including those duplicate detection dropped (Duplicates).
+	Scheduled, Duplicates int
+	// Connects counts the connections the Connector built.
+	Connects int
 }
 
 // Stats returns the current counts, after activating due scheduled messages and expiring locks.
@@ -471,9 +528,36 @@ func (b *Broker) Stats() Stats {
 	b.tickLocked()
 	return Stats{
 		Active: len(b.active), Pending: len(b.pending), Locked: len(b.locked),
-		Completed: len(b.completed), DeadLettered: len(b.deadLettered), Scheduled: len(b.scheduled),
+		Succeeded: b.succeeded, Retried: b.retried, DeadLettered: len(b.deadLettered), Scheduled: len(b.scheduled),
 		Duplicates: b.duplicates, Connects: b.connects,
 	}
+}
+
+// AdvanceToNextScheduled moves clk (a mock clock such as benbjohnson/clock's *Mock) to the due time of
+// the earliest scheduled message, so that it becomes receivable, and returns that time. It reports false,
+// leaving the clock alone, when nothing is scheduled.
+func (b *Broker) AdvanceToNextScheduled(clk interface {
+	Now() time.Time
+	Add(time.Duration)
+}) (time.Time, bool) {
+	b.mu.Lock()
+	var next time.Time
+	for _, e := range b.pending {
+		if next.IsZero() || e.at.Before(next) {
+			next = e.at
+		}
+	}
+	b.mu.Unlock()
+	if next.IsZero() {
+		return time.Time{}, false
+	}
+	if d := next.Sub(clk.Now()); d > 0 {
+		clk.Add(d)
+	}
+	b.mu.Lock()
+	b.tickLocked()
+	b.mu.Unlock()
+	return next, true
 }
 
 // ExpireLocks makes every current lock expire now, as if the lock duration had passed: settling those

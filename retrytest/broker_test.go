@@ -3,6 +3,7 @@ package retrytest_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -176,4 +177,41 @@ func TestMessagesAreCopies(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []byte("abc"), msgs[0].Body)
 	assert.Equal(t, []byte{1}, msgs[0].ApplicationProperties["k"])
+}
+
+// Stats name what a handler author waits for: a failed attempt completes its original too, so it counts
+// as Retried, not Succeeded. AdvanceToNextScheduled jumps a mock clock to the next copy.
+func TestStatsSeparateSuccessesFromRetriedOriginals(t *testing.T) {
+	mock := clock.NewMock()
+	b := retrytest.NewBroker(mock, nil)
+	fails := 1
+	p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
+		if fails > 0 {
+			fails--
+			return errors.New("boom")
+		}
+		return nil
+	}, &retry.Options{Clock: mock, Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	r := b.Receiver()
+	b.Send(&azservicebus.Message{MessageID: str("m")})
+	msgs, err := r.ReceiveMessages(t.Context(), 1, nil)
+	require.NoError(t, err)
+	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(t.Context(), r, msgs[0]).Outcome)
+	st := b.Stats()
+	assert.Equal(t, 0, st.Succeeded, "a failure is not a success")
+	assert.Equal(t, 1, st.Retried)
+
+	due, ok := b.AdvanceToNextScheduled(mock)
+	require.True(t, ok)
+	assert.Equal(t, mock.Now(), due)
+	assert.Equal(t, 1, b.Stats().Active, "the copy is receivable")
+	msgs, err = r.ReceiveMessages(t.Context(), 1, nil)
+	require.NoError(t, err)
+	require.Equal(t, retry.OutcomeCompleted, p.Process(t.Context(), r, msgs[0]).Outcome)
+	st = b.Stats()
+	assert.Equal(t, 1, st.Succeeded)
+	assert.Equal(t, 1, st.Retried)
+	_, ok = b.AdvanceToNextScheduled(mock)
+	assert.False(t, ok, "nothing scheduled")
 }

@@ -1,0 +1,85 @@
+package retry
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// PropResubmittedFrom is set on a message made by [ResubmitMessage]: the MessageID of the first delivery
+// of the chain that was dead-lettered. The default idempotency key of a resubmitted message is this id,
+// so handlers see the same key as for the original.
+const PropResubmittedFrom = "sbretry-resubmitted-from"
+
+// ResubmitMessage returns a fresh first delivery made from a dead-lettered message, for an operator who
+// fixed the cause and wants the message processed again. Resubmitting the dead letter as it is falls
+// into two traps: its MessageID was already seen (duplicate detection drops the resend silently), and
+// its retry properties still say "last attempt" (it dies again after one failure). The fresh message:
+//
+//   - keeps the body, content type, correlation id, subject, To, ReplyTo, session and partition keys and
+//     the application properties of the producer;
+//   - drops every sbretry-* property and the broker's DeadLetterReason/DeadLetterErrorDescription, so it
+//     starts again at attempt 1 with the full retry schedule;
+//   - gets the MessageID "sbretry-resubmit-" + a hash of the dead letter's sequence number and MessageID:
+//     the same dead letter always makes the same id, so a resubmission repeated after a crash (resend
+//     done, dead letter not yet completed) is absorbed by duplicate detection, while resubmitting it
+//     again later, after the window, works;
+//   - records the original MessageID in [PropResubmittedFrom];
+//   - has no TimeToLive unless ttl > 0 (the original's lifetime has usually passed).
+//
+// Send it to the entity the dead letter came from; for a subscription, that must be the subscription's
+// own path (a forwarding queue or its retry queue), never the topic, or every subscription gets a copy.
+// ResubmitMessage returns nil for a nil message.
+func ResubmitMessage(dead *azservicebus.ReceivedMessage, ttl time.Duration) *azservicebus.Message {
+	if dead == nil {
+		return nil
+	}
+	original := dead.MessageID
+	if env, err := DecodeEnvelope(dead); err == nil && env.OriginalMessageID != "" {
+		original = env.OriginalMessageID
+	}
+	if v, ok := dead.ApplicationProperties[PropResubmittedFrom].(string); ok && v != "" {
+		original = v
+	}
+	props := make(map[string]any, len(dead.ApplicationProperties)+1)
+	for k, v := range dead.ApplicationProperties {
+		if strings.HasPrefix(k, "sbretry-") || k == "DeadLetterReason" || k == "DeadLetterErrorDescription" {
+			continue
+		}
+		props[k] = cloneValue(v)
+	}
+	props[PropResubmittedFrom] = original
+
+	seq := int64(-1)
+	if dead.SequenceNumber != nil {
+		seq = *dead.SequenceNumber
+	}
+	sum := sha256.Sum256([]byte(strconv.FormatInt(seq, 10) + ":" + dead.MessageID))
+	id := "sbretry-resubmit-" + hex.EncodeToString(sum[:20])
+
+	var body []byte
+	if dead.Body != nil {
+		body = append(make([]byte, 0, len(dead.Body)), dead.Body...)
+	}
+	m := &azservicebus.Message{
+		ApplicationProperties: props,
+		Body:                  body,
+		ContentType:           cloneString(dead.ContentType),
+		CorrelationID:         cloneString(dead.CorrelationID),
+		MessageID:             &id,
+		PartitionKey:          cloneString(dead.PartitionKey),
+		ReplyTo:               cloneString(dead.ReplyTo),
+		ReplyToSessionID:      cloneString(dead.ReplyToSessionID),
+		SessionID:             cloneString(dead.SessionID),
+		Subject:               cloneString(dead.Subject),
+		To:                    cloneString(dead.To),
+	}
+	if ttl > 0 {
+		m.TimeToLive = &ttl
+	}
+	return m
+}
