@@ -15,11 +15,14 @@
 //
 // # Crash contract
 //
-// For every failed delivery the order is: schedule the copy, then complete the original. If the process
-// dies (or the lock is lost) between the two, the broker redelivers the original and the handler runs
-// again; the second republish uses the same deterministic MessageId ("{key}-attempt-{n}"), so a queue with
-// duplicate detection enabled drops it. Delivery is therefore at-least-once, and with duplicate detection
-// on (window at least as long as the longest retry delay) a retry is scheduled at most once per attempt.
+// For every failed delivery the order is: schedule the copy, then complete the original, with the lock
+// renewed until the complete returns. If the complete fails, the processor remembers the outcome and
+// completes the redelivered original without running the handler again. If the process dies between
+// the two, another process runs the handler again; its republish uses the same deterministic MessageId
+// ([Envelope.RetryMessageID]: unique per retry chain and attempt), so a queue with duplicate detection
+// drops it. Delivery is therefore at-least-once, and with duplicate detection on (a window covering the
+// lock duration, one settle timeout and the longest handler run) a retry is scheduled at most once per
+// attempt.
 package retry
 
 import (
