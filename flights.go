@@ -17,10 +17,26 @@ const (
 )
 
 // flightKey identifies a message on its entity across redeliveries: the broker's sequence number is
-// unique per entity and stays the same when the message is redelivered.
+// unique per entity and stays the same when the message is redelivered, as do its MessageID and enqueue
+// time. Those two are part of the key too, so that a processor shared by several entities without an
+// EntityPath can never mistake one entity's message for another's with the same sequence number.
 type flightKey struct {
-	entity string
-	seq    int64
+	entity    string
+	seq       int64
+	messageID string
+	enqueued  int64
+}
+
+// keyOf returns msg's flight key; ok is false for a message without a sequence number.
+func keyOf(entity string, msg *azservicebus.ReceivedMessage) (flightKey, bool) {
+	if msg.SequenceNumber == nil {
+		return flightKey{}, false
+	}
+	k := flightKey{entity: entity, seq: *msg.SequenceNumber, messageID: msg.MessageID}
+	if msg.EnqueuedTime != nil {
+		k.enqueued = msg.EnqueuedTime.UnixNano()
+	}
+	return k, true
 }
 
 // decisionKind is what the processor decided to do with a delivery once its handler returned.

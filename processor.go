@@ -173,9 +173,9 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 
 	// One handling per message at a time: a redelivery of a message still in flight here takes over.
 	var f *flight
-	if msg.SequenceNumber != nil {
+	if key, ok := keyOf(entity, msg); ok {
 		var prior *flight
-		f, prior = p.flights.enter(flightKey{entity: entity, seq: *msg.SequenceNumber}, lk, now)
+		f, prior = p.flights.enter(key, lk, now)
 		unsettled := false
 		defer func() { p.flights.leave(f, unsettled, clk.Now(), p.rememberFor(lk)) }()
 		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery }()

@@ -1,0 +1,56 @@
+package retry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func testKeeper() *lockKeeper {
+	lk := &lockKeeper{}
+	lk.ctx, lk.cancel = context.WithCancelCause(context.Background())
+	return lk
+}
+
+// Remembered outcomes are forgotten after their time and beyond the bound, so the memory of a
+// processor stays bounded whatever the traffic.
+func TestRememberedOutcomesAreBounded(t *testing.T) {
+	var fs flights
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range maxRememberedOutcomes + 10 {
+		f, prior := fs.enter(flightKey{seq: int64(i)}, testKeeper(), now)
+		require.Nil(t, prior)
+		f.setDecision(&decision{kind: decideComplete})
+		fs.leave(f, true, now, time.Minute)
+	}
+	assert.Len(t, fs.byKey, maxRememberedOutcomes, "the oldest beyond the bound are forgotten")
+	_, prior := fs.enter(flightKey{seq: 0}, testKeeper(), now)
+	assert.Nil(t, prior, "the oldest was dropped")
+	_, prior = fs.enter(flightKey{seq: maxRememberedOutcomes + 9}, testKeeper(), now)
+	require.NotNil(t, prior, "a recent one is remembered")
+	assert.Equal(t, decideComplete, prior.decision().kind)
+
+	// After their time, all are forgotten at the next enter.
+	fs.enter(flightKey{seq: -5}, testKeeper(), now.Add(2*time.Minute))
+	assert.LessOrEqual(t, len(fs.byKey), 3, "expired outcomes forgotten")
+}
+
+// A settled delivery, or one without a decision, leaves nothing behind.
+func TestSettledDeliveriesAreForgotten(t *testing.T) {
+	var fs flights
+	now := time.Now()
+	f, _ := fs.enter(flightKey{seq: 1}, testKeeper(), now)
+	f.setDecision(&decision{kind: decideComplete})
+	fs.leave(f, false, now, time.Minute)
+	g, _ := fs.enter(flightKey{seq: 2}, testKeeper(), now)
+	fs.leave(g, true, now, time.Minute) // unsettled but undecided: the attempt must run again
+	assert.Empty(t, fs.byKey)
+	select {
+	case <-f.done:
+	default:
+		t.Fatal("done not closed")
+	}
+}
