@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"log/slog"
 	"math"
 	"strconv"
@@ -89,19 +90,71 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 
 // Hooks observe the consumer. Each takes a params struct so fields can be added later without breaking
 // callers. Hooks run synchronously on the goroutine that did the work: keep them fast and non-blocking.
-// A nil hook is skipped.
+// A nil hook is skipped. They are what an instrumentation package (tracing, metrics) builds on, without
+// the core depending on it.
 type Hooks struct {
+	// OnStart runs once per delivery before the handler. The context it returns (which must derive from
+	// StartParams.Context) becomes the handler's context and the Context of the later hooks, so a
+	// tracer can start a span here. Returning nil keeps the context.
+	OnStart func(StartParams) context.Context
+	// OnRetryCopy runs before a retry copy is scheduled, so a tracer can carry its trace context into
+	// the copy's application properties (attempt n+1 then links to attempt n). It may add properties;
+	// the MessageID is restored if changed, and the size limits are checked after the hook.
+	OnRetryCopy func(RetryCopyParams)
+	// OnSettle runs after each broker call made for a delivery: "schedule" (the retry copy),
+	// "complete" and "dead-letter", with its timing and error.
+	OnSettle func(SettleParams)
 	// OnProcessed runs once per delivery after it is settled (or deliberately left unsettled).
 	OnProcessed func(ProcessedParams)
 	// OnStateChange runs when the consumer's [State] changes.
 	OnStateChange func(StateChangeParams)
 }
 
+// StartParams describes a delivery about to be handled.
+type StartParams struct {
+	Context  context.Context
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	// EntityPath is the entity the message was received from.
+	EntityPath string
+}
+
+// RetryCopyParams describes a retry copy about to be scheduled.
+type RetryCopyParams struct {
+	Context  context.Context
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	// Copy is the message to be scheduled; the hook may add application properties.
+	Copy *azservicebus.Message
+	// Attempt is the attempt number the copy carries; ScheduledFor is when it is due.
+	Attempt      int
+	ScheduledFor time.Time
+}
+
+// SettleParams describes one broker call made for a delivery.
+type SettleParams struct {
+	Context  context.Context
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	// Operation is "schedule", "complete" or "dead-letter".
+	Operation string
+	Start     time.Time
+	Duration  time.Duration
+	Err       error
+}
+
 // ProcessedParams describes one processed delivery.
 type ProcessedParams struct {
+	// Context is the delivery's context (the one OnStart returned, if it did).
+	Context  context.Context
 	Message  *azservicebus.ReceivedMessage
 	Envelope Envelope
 	Result   Result
+	// EntityPath is the entity the message was received from.
+	EntityPath string
+	// HandlerDuration is how long the handler ran (zero if it did not run); Duration is the whole
+	// processing, settles included.
+	HandlerDuration, Duration time.Duration
 }
 
 // StateChangeParams describes a consumer state transition.

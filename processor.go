@@ -143,6 +143,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 	}
 	clk := p.cfg.clock
 	now := clk.Now()
+	ob := &observed{ctx: ctx, entity: entity, start: now}
 	if isProbe(msg) {
 		// A connection check's probe whose cancellation was lost: not a user's message.
 		release()
@@ -163,11 +164,17 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		res = Result{Attempt: env.Attempt}
 		env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 		d := p.deadLetterDecision(env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
-		p.settleDeadLetter(settleBase, lk, settler, msg, d, &res)
-		return p.finish(msg, env, res)
+		p.settleDeadLetter(ob, settleBase, lk, settler, msg, d, &res)
+		return p.finish(ob, msg, env, res)
 	}
 	env = seed(msg, env, entity, p.idempotencyKey)
 	res.Attempt = env.Attempt
+	if hook := p.cfg.hooks.OnStart; hook != nil {
+		if hctx := hook(StartParams{Context: ctx, Message: msg, Envelope: env, EntityPath: entity}); hctx != nil {
+			ctx = hctx
+			ob.ctx = hctx
+		}
+	}
 	lk := p.keepLock(settleBase, settler, msg, &env, now)
 	defer lk.stop()
 
@@ -184,22 +191,24 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 			select {
 			case <-prior.done:
 			case <-lk.ctx.Done():
-				return p.finish(msg, env, p.leftForRedelivery(msg, env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
+				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
 			case <-ctx.Done():
-				return p.finish(msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
+				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
 			}
 			if d := prior.decision(); d != nil {
 				release()
 				f.setDecision(d)
 				res = Result{Attempt: d.env.Attempt, HandlerErr: d.handlerErr, Inherited: true}
 				p.log(ctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", msg, d.env)
-				p.apply(settleBase, lk, f, settler, sender, msg, d, &res)
-				return p.finish(msg, d.env, res)
+				p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
+				return p.finish(ob, msg, d.env, res)
 			}
 		}
 	}
 
+	handlerStart := clk.Now()
 	handlerErr, lockLost := p.runHandler(ctx, lk, msg, env)
+	ob.handler = clk.Now().Sub(handlerStart)
 	release()
 	res.HandlerErr = handlerErr
 	var d *decision
@@ -220,15 +229,15 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		res.Outcome = OutcomeLeftForRedelivery
 		p.log(ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, env, errAttr(handlerErr))
 	default:
-		d = p.decideFailure(msg, env, handlerErr, clk.Now())
+		d = p.decideFailure(ob, msg, env, handlerErr, clk.Now())
 	}
 	if f != nil && d != nil {
 		f.setDecision(d)
 	}
 	if d != nil && !lockLost {
-		p.apply(settleBase, lk, f, settler, sender, msg, d, &res)
+		p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
 	}
-	return p.finish(msg, env, res)
+	return p.finish(ob, msg, env, res)
 }
 
 // rememberFor is how long an unsettled outcome is kept for its redelivery: long enough for the lock
@@ -266,7 +275,7 @@ func (p *Processor) callHandler(ctx context.Context, msg *azservicebus.ReceivedM
 }
 
 // decideFailure decides between retry and dead-letter after a failed attempt.
-func (p *Processor) decideFailure(msg *azservicebus.ReceivedMessage, env Envelope, herr error, now time.Time) *decision {
+func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessage, env Envelope, herr error, now time.Time) *decision {
 	cfg := p.cfg
 	switch {
 	case IsPermanent(herr):
@@ -303,6 +312,11 @@ func (p *Processor) decideFailure(msg *azservicebus.ReceivedMessage, env Envelop
 	next := env.Attempt + 1
 	errText := p.errorText(herr)
 	copyMsg := retryCopy(msg, env, next, errText, ttl)
+	if hook := cfg.hooks.OnRetryCopy; hook != nil {
+		id := *copyMsg.MessageID
+		hook(RetryCopyParams{Context: ob.ctx, Message: msg, Envelope: env, Copy: copyMsg, Attempt: next, ScheduledFor: at})
+		copyMsg.MessageID = &id // the id is the chain's: a hook may add properties, not rename the copy
+	}
 	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
 		return p.deadLetterDecision(env, msg, cfg.reasons.MessageTooLarge, herr, now, false)
 	}
@@ -359,14 +373,14 @@ func (p *Processor) deadLetterDecision(env Envelope, msg *azservicebus.ReceivedM
 }
 
 // apply carries out d with this delivery's lock.
-func (p *Processor) apply(settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
+func (p *Processor) apply(ob *observed, settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
 	switch d.kind {
 	case decideComplete:
-		p.settleComplete(lk, settler, msg, d.env, res)
+		p.settleComplete(ob, lk, settler, msg, d.env, res)
 	case decideRetry:
-		p.settleRetry(settleBase, lk, f, settler, sender, msg, d, res)
+		p.settleRetry(ob, settleBase, lk, f, settler, sender, msg, d, res)
 	case decideDeadLetter:
-		p.settleDeadLetter(settleBase, lk, settler, msg, d, res)
+		p.settleDeadLetter(ob, settleBase, lk, settler, msg, d, res)
 	}
 }
 
@@ -389,7 +403,7 @@ func (p *Processor) lockBound(lk *lockKeeper, call func(ctx context.Context) err
 }
 
 // settleRetry schedules the copy (unless an earlier delivery already did), then completes the original.
-func (p *Processor) settleRetry(settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
+func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
 	env := d.env
 	res.Delay, res.ScheduledFor, res.RetryMessageID = d.delay, d.at, *d.copyMsg.MessageID
 	if !d.scheduled {
@@ -405,7 +419,11 @@ func (p *Processor) settleRetry(settleBase context.Context, lk *lockKeeper, f *f
 		// Not lock-bound: once started, the schedule's outcome must be known, so it is bounded only by
 		// the settle timeout.
 		sctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
-		seqs, err := sender.ScheduleMessages(sctx, []*azservicebus.Message{d.copyMsg}, d.at, nil)
+		var seqs []int64
+		err := p.brokerCall(ob, "schedule", msg, env, func() (err error) {
+			seqs, err = sender.ScheduleMessages(sctx, []*azservicebus.Message{d.copyMsg}, d.at, nil)
+			return err
+		})
 		cancel()
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
@@ -431,7 +449,9 @@ func (p *Processor) settleRetry(settleBase context.Context, lk *lockKeeper, f *f
 			slog.String("retry_message_id", res.RetryMessageID), slog.Int64("retry_sequence_number", seq), slog.String("handler_error", d.errText))
 	}
 	res.SequenceNumber = d.seq
-	err := p.lockBound(lk, func(ctx context.Context) error { return settler.CompleteMessage(ctx, msg, nil) })
+	err := p.lockBound(lk, func(ctx context.Context) error {
+		return p.brokerCall(ob, "complete", msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
@@ -443,8 +463,10 @@ func (p *Processor) settleRetry(settleBase context.Context, lk *lockKeeper, f *f
 }
 
 // settleComplete completes a successful delivery.
-func (p *Processor) settleComplete(lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
-	err := p.lockBound(lk, func(ctx context.Context) error { return settler.CompleteMessage(ctx, msg, nil) })
+func (p *Processor) settleComplete(ob *observed, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
+	err := p.lockBound(lk, func(ctx context.Context) error {
+		return p.brokerCall(ob, "complete", msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
@@ -460,11 +482,13 @@ func (p *Processor) settleComplete(lk *lockKeeper, settler Settler, msg *azservi
 }
 
 // settleDeadLetter dead-letters msg with d's reason; on failure the message stays for redelivery.
-func (p *Processor) settleDeadLetter(settleBase context.Context, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
+func (p *Processor) settleDeadLetter(ob *observed, settleBase context.Context, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
 	res.DeadLetterReason = d.reason
 	reason, desc := d.reason, d.desc
 	err := p.lockBound(lk, func(ctx context.Context) error {
-		return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: d.props})
+		return p.brokerCall(ob, "dead-letter", msg, d.env, func() error {
+			return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: d.props})
+		})
 	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
@@ -526,11 +550,35 @@ func hasNonDataBody(msg *azservicebus.ReceivedMessage) bool {
 
 // finish reports res to the OnProcessed hook and returns it, so every path through Process is
 // observed exactly once.
-func (p *Processor) finish(msg *azservicebus.ReceivedMessage, env Envelope, res Result) Result {
+func (p *Processor) finish(ob *observed, msg *azservicebus.ReceivedMessage, env Envelope, res Result) Result {
 	if hook := p.cfg.hooks.OnProcessed; hook != nil {
-		hook(ProcessedParams{Message: msg, Envelope: env, Result: res})
+		hook(ProcessedParams{
+			Context: ob.ctx, Message: msg, Envelope: env, Result: res, EntityPath: ob.entity,
+			HandlerDuration: ob.handler, Duration: p.cfg.clock.Now().Sub(ob.start),
+		})
 	}
 	return res
+}
+
+// observed is what the hooks see of one delivery besides the message: the context OnStart returned, the
+// entity, when processing started and how long the handler ran.
+type observed struct {
+	ctx     context.Context
+	entity  string
+	start   time.Time
+	handler time.Duration
+}
+
+// brokerCall runs one broker call made for a delivery and reports it to the OnSettle hook.
+func (p *Processor) brokerCall(ob *observed, op string, msg *azservicebus.ReceivedMessage, env Envelope, call func() error) error {
+	hook := p.cfg.hooks.OnSettle
+	if hook == nil {
+		return call()
+	}
+	start := p.cfg.clock.Now()
+	err := call()
+	hook(SettleParams{Context: ob.ctx, Message: msg, Envelope: env, Operation: op, Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
+	return err
 }
 
 // log writes one line with the message's identity. Bodies are never logged.

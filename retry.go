@@ -70,3 +70,19 @@ var (
 	_ Receiver = (*azservicebus.Receiver)(nil)
 	_ Sender   = (*azservicebus.Sender)(nil)
 )
+
+// Middleware wraps a [Handler] to add behaviour around every call: tracing, metrics, logging, or a
+// classification of errors (for example marking validation errors [Permanent]) without forking the
+// handler. Compose several with [Chain].
+type Middleware func(Handler) Handler
+
+// Chain returns h wrapped by mws, the first outermost: Chain(h, a, b) calls a, which calls b, which
+// calls h. Nil middlewares are skipped.
+func Chain(h Handler, mws ...Middleware) Handler {
+	for i := len(mws) - 1; i >= 0; i-- {
+		if mws[i] != nil {
+			h = mws[i](h)
+		}
+	}
+	return h
+}
