@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"sync"
 	"time"
@@ -44,30 +45,32 @@ type lockKeeper struct {
 	mu       sync.Mutex
 	deadline time.Time // local time at which the lock runs out unless renewed
 
-	stopRenewal context.CancelFunc
-	renewDone   chan struct{}
+	// Renewal state, guarded by the renewer's mutex.
+	renew    *renewer
+	settler  Settler
+	msg      *azservicebus.ReceivedMessage
+	env      *Envelope
+	next     time.Time     // when the renewer acts on this lock next
+	index    int           // position in the renewer's heap, -1 when not in it
+	inFlight chan struct{} // closed when the renewal call in flight returns; nil if none
+	stopped  bool
 }
 
 // keepLock starts following msg's lock, received at now. base is the context the lock lives under:
 // the processor's settle base, detached from the handler's caller so that a caller cancelling its
-// context does not stop the renewal of a message still being worked on. With renewal enabled, a
-// goroutine renews the lock until stop is called.
+// context does not stop the renewal of a message still being worked on. With renewal enabled, the
+// processor's renewer renews the lock until stop is called.
 func (p *Processor) keepLock(base context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env *Envelope, now time.Time) *lockKeeper {
 	cfg := p.cfg
 	d := grantedLockDuration(cfg.lockDuration, msg, now)
-	lk := &lockKeeper{clk: cfg.clock, duration: d, interval: cfg.lockRenewInterval, deadline: now.Add(d)}
+	lk := &lockKeeper{clk: cfg.clock, duration: d, interval: cfg.lockRenewInterval, deadline: now.Add(d), index: -1}
 	if lk.interval <= 0 {
 		lk.interval = max(d/2, minRenewWait)
 	}
 	lk.ctx, lk.cancel = context.WithCancelCause(base)
 	if cfg.lockRenewal {
-		rctx, stop := context.WithCancel(lk.ctx)
-		lk.stopRenewal = stop
-		lk.renewDone = make(chan struct{})
-		go func() {
-			defer close(lk.renewDone)
-			p.renewLoop(rctx, lk, settler, msg, env)
-		}()
+		lk.settler, lk.msg, lk.env = settler, msg, env
+		p.renewer().add(lk, now.Add(lk.interval))
 	}
 	return lk
 }
@@ -84,14 +87,20 @@ func grantedLockDuration(configured time.Duration, msg *azservicebus.ReceivedMes
 	return min(max(msg.LockedUntil.Sub(now), minInferredLock), maxInferredLock)
 }
 
-// stop ends the renewal and waits for its goroutine; it does not release the lock.
+// stop ends the renewal, waiting for a renewal call in flight (the SDK writes msg.LockedUntil when one
+// succeeds, and the message is the caller's again once Process returns). It does not release the lock.
 func (lk *lockKeeper) stop() {
-	if lk.stopRenewal != nil {
-		lk.stopRenewal()
-		<-lk.renewDone
+	if lk.renew != nil {
+		if wait := lk.renew.remove(lk); wait != nil {
+			lk.cancel(errSettled) // aborts the call in flight
+			<-wait
+		}
 	}
-	lk.cancel(nil)
+	lk.cancel(errSettled)
 }
+
+// errSettled ends a lock's context once its message has been handled; it is not a lost lock.
+var errSettled = errors.New("retry: message settled")
 
 // lose records that the lock is gone.
 func (lk *lockKeeper) lose(cause error) { lk.cancel(cause) }
@@ -125,44 +134,192 @@ func (lk *lockKeeper) settleContext(timeout time.Duration) (context.Context, con
 	return context.WithTimeout(lk.ctx, max(min(timeout, lk.remaining()), time.Millisecond))
 }
 
-// renewLoop renews the lock every interval until ctx ends or the lock is lost. A failed renewal is
-// retried sooner, and the lock counts as lost when the local deadline passes without a success.
-func (p *Processor) renewLoop(ctx context.Context, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, env *Envelope) {
-	wait := lk.interval
+// renewer renews the locks of all of a processor's messages from one goroutine, which runs only while
+// some lock is held: a heap ordered by the next renewal, and one timer for the earliest. A message whose
+// handler and settle finish within half the lock costs a heap insert and removal, no goroutine and no
+// timer; only a due renewal starts a goroutine, for its one broker call, so a slow renewal never delays
+// another.
+type renewer struct {
+	p       *Processor
+	mu      sync.Mutex
+	heap    []*lockKeeper
+	wake    chan struct{} // signalled when the earliest renewal moved earlier
+	running bool
+}
+
+// renewer returns the processor's renewer, creating it on first use.
+func (p *Processor) renewer() *renewer {
+	p.renewOnce.Do(func() { p.renewals = &renewer{p: p, wake: make(chan struct{}, 1)} })
+	return p.renewals
+}
+
+// add schedules lk's first renewal at next.
+func (r *renewer) add(lk *lockKeeper, next time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lk.renew = r
+	lk.next = next
+	r.pushLocked(lk)
+}
+
+// remove takes lk out of the schedule. It returns a channel to wait on when a renewal call is in flight.
+func (r *renewer) remove(lk *lockKeeper) <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lk.stopped = true
+	if lk.index >= 0 {
+		wasFirst := lk.index == 0
+		r.removeLocked(lk.index)
+		if wasFirst {
+			r.poke() // the loop waits for this lock's time: let it wait for the next one, or exit
+		}
+	}
+	return lk.inFlight
+}
+
+// poke wakes the loop to look at the heap again.
+func (r *renewer) poke() {
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// loop waits for the earliest due renewal and starts it; it returns when no lock is left.
+func (r *renewer) loop() {
+	clk := r.p.cfg.clock
 	for {
-		if rem := lk.remaining(); wait > rem {
-			wait = max(rem, 0)
-		}
-		timer := lk.clk.After(max(wait, time.Nanosecond))
-		select {
-		case <-ctx.Done():
-			return
-		case <-timer:
-		}
-		if !lk.alive() {
-			p.log(ctx, slog.LevelWarn, "message lock expired before it could be renewed", msg, *env)
+		r.mu.Lock()
+		if len(r.heap) == 0 {
+			r.running = false
+			r.mu.Unlock()
 			return
 		}
-		sent := lk.clk.Now()
-		rctx, cancel := context.WithTimeout(ctx, max(min(p.cfg.settleTimeout, lk.remaining()), time.Millisecond))
-		err := settler.RenewMessageLock(rctx, msg, nil)
-		cancel()
-		if ctx.Err() != nil {
-			return // settled (or lost) while the renewal was in flight
-		}
-		if err == nil {
-			lk.mu.Lock()
-			lk.deadline = sent.Add(lk.duration)
-			lk.mu.Unlock()
-			wait = lk.interval
+		top := r.heap[0]
+		now := clk.Now()
+		if wait := top.next.Sub(now); wait > 0 {
+			r.mu.Unlock()
+			select {
+			case <-clk.After(wait):
+			case <-r.wake:
+			}
 			continue
 		}
-		if code, ok := sdkCode(err); ok && code == azservicebus.CodeLockLost {
-			p.log(ctx, slog.LevelWarn, "lock renewal failed: lock lost", msg, *env, errAttr(err))
-			lk.lose(ErrLockLost)
+		r.removeLocked(0)
+		if top.ctx.Err() != nil {
+			r.mu.Unlock()
+			continue // lost or settled meanwhile
+		}
+		if !top.alive() {
+			r.mu.Unlock()
+			r.p.log(top.ctx, slog.LevelWarn, "message lock expired before it could be renewed", top.msg, *top.env)
+			continue
+		}
+		done := make(chan struct{})
+		top.inFlight = done
+		r.mu.Unlock()
+		go r.renewOnce(top, done)
+	}
+}
+
+// renewOnce makes one renewal call for lk and schedules the next.
+func (r *renewer) renewOnce(lk *lockKeeper, done chan struct{}) {
+	p := r.p
+	sent := lk.clk.Now()
+	rctx, cancel := context.WithTimeout(lk.ctx, max(min(p.cfg.settleTimeout, lk.remaining()), time.Millisecond))
+	err := lk.settler.RenewMessageLock(rctx, lk.msg, nil)
+	cancel()
+
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	lk.inFlight = nil
+	close(done)
+	if lk.stopped || lk.ctx.Err() != nil {
+		return // settled (or lost) while the renewal was in flight
+	}
+	switch code, ok := sdkCode(err); {
+	case err == nil:
+		lk.mu.Lock()
+		lk.deadline = sent.Add(lk.duration)
+		lk.mu.Unlock()
+		lk.next = sent.Add(lk.interval)
+	case ok && code == azservicebus.CodeLockLost:
+		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
+		lk.lose(ErrLockLost)
+		return
+	default:
+		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
+		rem := lk.remaining()
+		lk.next = lk.clk.Now().Add(min(max(rem/2, minRenewWait), max(rem, 0)))
+	}
+	r.pushLocked(lk)
+}
+
+// pushLocked inserts lk into the heap and wakes the loop if lk is now the earliest, starting the loop
+// if it is not running (it exits whenever the heap is empty, a renewal in flight included).
+func (r *renewer) pushLocked(lk *lockKeeper) {
+	lk.index = len(r.heap)
+	r.heap = append(r.heap, lk)
+	r.up(lk.index)
+	switch {
+	case !r.running:
+		r.running = true
+		go r.loop()
+	case lk.index == 0:
+		r.poke()
+	}
+}
+
+// removeLocked removes the heap entry at i.
+func (r *renewer) removeLocked(i int) {
+	last := len(r.heap) - 1
+	removed := r.heap[i]
+	if i != last {
+		r.heap[i] = r.heap[last]
+		r.heap[i].index = i
+	}
+	r.heap[last] = nil
+	r.heap = r.heap[:last]
+	removed.index = -1
+	if i < len(r.heap) {
+		r.down(i)
+		r.up(i)
+	}
+}
+
+func (r *renewer) less(i, j int) bool { return r.heap[i].next.Before(r.heap[j].next) }
+
+func (r *renewer) swap(i, j int) {
+	r.heap[i], r.heap[j] = r.heap[j], r.heap[i]
+	r.heap[i].index = i
+	r.heap[j].index = j
+}
+
+func (r *renewer) up(i int) {
+	for i > 0 {
+		parent := (i - 1) / 2
+		if !r.less(i, parent) {
 			return
 		}
-		p.log(ctx, slog.LevelWarn, "lock renewal failed; will try again", msg, *env, errAttr(err))
-		wait = max(lk.remaining()/2, minRenewWait)
+		r.swap(i, parent)
+		i = parent
+	}
+}
+
+func (r *renewer) down(i int) {
+	n := len(r.heap)
+	for {
+		smallest := i
+		if l := 2*i + 1; l < n && r.less(l, smallest) {
+			smallest = l
+		}
+		if rt := 2*i + 2; rt < n && r.less(rt, smallest) {
+			smallest = rt
+		}
+		if smallest == i {
+			return
+		}
+		r.swap(i, smallest)
+		i = smallest
 	}
 }

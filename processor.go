@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -83,6 +84,9 @@ type Processor struct {
 	cfg     *config
 	entity  string
 	flights flights
+
+	renewOnce sync.Once
+	renewals  *renewer
 }
 
 // NewProcessor returns a Processor that republishes retries through sender (the entity the retry copies
