@@ -2,6 +2,7 @@ package retry
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"time"
@@ -37,9 +38,10 @@ var errNegative = errors.New("must not be negative")
 // The zero value is the package default: Base 10 s, Floor 10 s, Cap 7 days, giving
 // 10, 10, 20, 30, 50, 80, 130, 210, 340, 550 s for attempts 1..10. It is safe for concurrent use.
 type Fibonacci struct {
-	// Base multiplies the Fibonacci number. Zero means [DefaultBase].
+	// Base multiplies the Fibonacci number, so it is also the first delay. Zero means [DefaultBase].
+	// It must not exceed Cap.
 	Base time.Duration
-	// Floor is the smallest delay returned. Zero means Base.
+	// Floor is the smallest delay returned. Zero means Base. It must not exceed Cap.
 	Floor time.Duration
 	// Cap is the largest delay returned. Zero means [DefaultCap].
 	Cap time.Duration
@@ -47,8 +49,7 @@ type Fibonacci struct {
 
 // Bounds returns the effective floor and cap.
 func (f Fibonacci) Bounds() (floor, ceiling time.Duration) {
-	base, floor, ceiling := resolve(f.Base, f.Floor, f.Cap)
-	_ = base
+	_, floor, ceiling = resolve(f.Base, f.Floor, f.Cap)
 	return floor, ceiling
 }
 
@@ -73,17 +74,19 @@ func (f Fibonacci) Delay(attempt int) time.Duration {
 	return clamp(base*time.Duration(cur), floor, ceiling)
 }
 
-// Validate reports negative fields or a floor above the cap.
+// Validate reports negative fields, or a Base or effective Floor above the effective Cap (see
+// [validateBounds] for why the defaults count).
 func (f Fibonacci) Validate() error { return validateBounds(f.Base, f.Floor, f.Cap) }
 
 // Exponential grows delays as Base × Factor^(n-1), clamped to [Floor, Cap]. The zero value uses
 // Base 10 s, Factor 2, Floor = Base and Cap 7 days. It is safe for concurrent use.
 type Exponential struct {
-	// Base is the first delay. Zero means [DefaultBase].
+	// Base is the first delay. Zero means [DefaultBase]. It must not exceed Cap.
 	Base time.Duration
-	// Factor multiplies the delay after each attempt. Zero means 2; values below 1 are invalid.
+	// Factor multiplies the delay after each attempt. Zero means 2; values below 1, NaN and
+	// infinities are invalid.
 	Factor float64
-	// Floor is the smallest delay returned. Zero means Base.
+	// Floor is the smallest delay returned. Zero means Base. It must not exceed Cap.
 	Floor time.Duration
 	// Cap is the largest delay returned. Zero means [DefaultCap].
 	Cap time.Duration
@@ -114,15 +117,17 @@ func (e Exponential) Delay(attempt int) time.Duration {
 	return clamp(time.Duration(d), floor, ceiling)
 }
 
-// Validate reports negative fields, a factor below 1, or a floor above the cap.
+// Validate reports negative fields, a Factor that is not a finite number of at least 1, or a Base or
+// effective Floor above the effective Cap (see [validateBounds] for why the defaults count).
 func (e Exponential) Validate() error {
 	if e.Factor != 0 && (e.Factor < 1 || math.IsNaN(e.Factor) || math.IsInf(e.Factor, 0)) {
-		return errors.New("Factor must be at least 1")
+		return fmt.Errorf("Factor (%v) must be a finite number of at least 1; zero means 2", e.Factor)
 	}
 	return validateBounds(e.Base, e.Floor, e.Cap)
 }
 
-// Constant waits the same Interval after every attempt. The zero value waits [DefaultBase].
+// Constant waits the same Interval after every attempt. The zero value waits [DefaultBase]. It has no
+// separate floor or cap, so Interval is both (see [Constant.Bounds]) and cannot contradict them.
 type Constant struct {
 	// Interval is the delay after every attempt. Zero means [DefaultBase].
 	Interval time.Duration
@@ -156,7 +161,9 @@ func (c Constant) Validate() error {
 type Jitter struct {
 	// Backoff is the backoff whose delays are spread. Nil means Fibonacci{}.
 	Backoff Backoff
-	// Fraction is the largest relative change, in (0, 1]. Zero means 0.2.
+	// Fraction is the largest relative change, in (0, 1]. Zero means 0.2, which is why zero is
+	// accepted but is not "no jitter": to turn jitter off, use the inner Backoff directly. At 1 a
+	// delay may shrink to zero before the inner floor applies.
 	Fraction float64
 	// Rand returns a number in [0, 1). Nil means math/rand/v2's Float64. Inject one for
 	// deterministic tests; it must be safe for concurrent use if the Consumer runs handlers
@@ -200,10 +207,12 @@ func (j Jitter) Bounds() (floor, ceiling time.Duration) {
 	return 0, DefaultCap
 }
 
-// Validate checks Fraction and the inner backoff.
+// Validate checks Fraction and the inner backoff. The range it enforces is the one [Jitter.Delay]
+// honours: a Fraction in (0, 1] is used as given, and zero selects the default, so zero passes but must
+// not be described as a fraction of its own.
 func (j Jitter) Validate() error {
 	if j.Fraction < 0 || j.Fraction > 1 || math.IsNaN(j.Fraction) {
-		return errors.New("Fraction must be in [0, 1]")
+		return fmt.Errorf("Fraction (%v) must be in (0, 1]; zero means 0.2", j.Fraction)
 	}
 	if v, ok := j.inner().(interface{ Validate() error }); ok {
 		return v.Validate()
@@ -236,6 +245,13 @@ func resolve(base, floor, ceiling time.Duration) (time.Duration, time.Duration, 
 	return base, floor, ceiling
 }
 
+// validateBounds rejects negative fields and bounds that contradict each other once the defaults are
+// applied. The defaults matter: a zero Floor means Base and a zero Base means [DefaultBase], so
+// {Base: 1s, Cap: 500ms} or {Cap: 5s} has a floor above its cap even though no Floor was written.
+// [resolve] would quietly lower that floor to the cap and every delay would be the cap, hiding what is
+// almost always a swapped or mistyped field. A Base above the cap is refused even with an explicit
+// Floor for the same reason: Base is the first delay, and a first delay past the cap leaves nothing to
+// grow.
 func validateBounds(base, floor, ceiling time.Duration) error {
 	switch {
 	case base < 0:
@@ -245,12 +261,23 @@ func validateBounds(base, floor, ceiling time.Duration) error {
 	case ceiling < 0:
 		return errors.New("Cap " + errNegative.Error())
 	}
-	_, f, c := resolve(base, floor, 0)
-	if ceiling > 0 {
-		c = ceiling
+	baseText := fmt.Sprintf("Base (%v)", base)
+	if base == 0 {
+		base = DefaultBase
+		baseText = fmt.Sprintf("Base (zero, so the default %v)", base)
 	}
-	if floor > 0 && f > c {
-		return errors.New("Floor must not exceed Cap")
+	capText := fmt.Sprintf("Cap (%v)", ceiling)
+	if ceiling == 0 {
+		ceiling = DefaultCap
+		capText = fmt.Sprintf("Cap (zero, so the default %v)", ceiling)
+	}
+	switch {
+	case floor > ceiling:
+		return fmt.Errorf("Floor (%v) must not exceed %s", floor, capText)
+	case base > ceiling && floor == 0:
+		return fmt.Errorf("%s must not exceed %s: Floor is zero, so the floor is Base and lies above the cap", baseText, capText)
+	case base > ceiling:
+		return fmt.Errorf("%s must not exceed %s", baseText, capText)
 	}
 	return nil
 }

@@ -87,30 +87,96 @@ func TestJitter(t *testing.T) {
 	assert.Equal(t, 50*time.Second, bad.Delay(5))
 }
 
+// TestBackoffValidate goes through NewProcessor so that it also checks how a Validate error reaches the
+// caller. want is a fragment of the reason for invalid cases: the fields involved must be named.
 func TestBackoffValidate(t *testing.T) {
+	const day = 24 * time.Hour
 	cases := []struct {
 		name    string
 		backoff retry.Backoff
-		ok      bool
+		want    string // empty means valid
 	}{
-		{"fibonacci zero", retry.Fibonacci{}, true},
-		{"fibonacci negative base", retry.Fibonacci{Base: -1}, false},
-		{"fibonacci negative cap", retry.Fibonacci{Cap: -1}, false},
-		{"fibonacci floor above cap", retry.Fibonacci{Floor: time.Hour, Cap: time.Minute}, false},
-		{"exponential factor below one", retry.Exponential{Factor: 0.5}, false},
-		{"exponential NaN factor", retry.Exponential{Factor: math.NaN()}, false},
-		{"constant negative", retry.Constant{Interval: -time.Second}, false},
-		{"jitter fraction too big", retry.Jitter{Fraction: 2}, false},
-		{"jitter bad inner", retry.Jitter{Backoff: retry.Fibonacci{Base: -1}}, false},
+		{"fibonacci zero", retry.Fibonacci{}, ""},
+		{"fibonacci negative base", retry.Fibonacci{Base: -1}, "Base must not be negative"},
+		{"fibonacci negative cap", retry.Fibonacci{Cap: -1}, "Cap must not be negative"},
+		{"fibonacci floor above cap", retry.Fibonacci{Floor: time.Hour, Cap: time.Minute}, "Floor (1h0m0s) must not exceed Cap (1m0s)"},
+		{"fibonacci floor above default cap", retry.Fibonacci{Floor: 8 * day}, "Floor (192h0m0s) must not exceed Cap (zero, so the default 168h0m0s)"},
+		{"fibonacci floor equals cap", retry.Fibonacci{Base: time.Second, Floor: time.Minute, Cap: time.Minute}, ""},
+		{"fibonacci base equals cap", retry.Fibonacci{Base: time.Minute, Cap: time.Minute}, ""},
+		{"fibonacci default base equals cap", retry.Fibonacci{Cap: retry.DefaultBase}, ""},
+		// Floor defaults to Base, so these have a floor above the cap without naming Floor.
+		{"fibonacci base above cap, floor defaulted", retry.Fibonacci{Base: time.Minute, Cap: time.Second}, "Base (1m0s) must not exceed Cap (1s): Floor is zero, so the floor is Base"},
+		{"fibonacci default base above cap", retry.Fibonacci{Cap: 5 * time.Second}, "Base (zero, so the default 10s) must not exceed Cap (5s)"},
+		{"fibonacci base above default cap", retry.Fibonacci{Base: 8 * day}, "Base (192h0m0s) must not exceed Cap (zero, so the default 168h0m0s)"},
+		{"fibonacci base above cap, explicit floor", retry.Fibonacci{Base: time.Hour, Floor: time.Second, Cap: time.Minute}, "Base (1h0m0s) must not exceed Cap (1m0s)"},
+		{"exponential zero", retry.Exponential{}, ""},
+		{"exponential factor below one", retry.Exponential{Factor: 0.5}, "Factor (0.5) must be a finite number of at least 1"},
+		{"exponential NaN factor", retry.Exponential{Factor: math.NaN()}, "Factor (NaN)"},
+		{"exponential infinite factor", retry.Exponential{Factor: math.Inf(1)}, "Factor (+Inf) must be a finite number"},
+		{"exponential factor one", retry.Exponential{Factor: 1}, ""},
+		{"exponential base equals cap", retry.Exponential{Base: time.Second, Cap: time.Second}, ""},
+		{"exponential base above cap, floor defaulted", retry.Exponential{Base: time.Second, Cap: 500 * time.Millisecond}, "Base (1s) must not exceed Cap (500ms): Floor is zero, so the floor is Base"},
+		{"exponential default base above cap", retry.Exponential{Cap: time.Second}, "Base (zero, so the default 10s) must not exceed Cap (1s)"},
+		{"exponential base above cap, explicit floor", retry.Exponential{Base: time.Hour, Floor: time.Second, Cap: time.Minute}, "Base (1h0m0s) must not exceed Cap (1m0s)"},
+		{"exponential floor above cap", retry.Exponential{Base: time.Second, Floor: time.Hour, Cap: time.Minute}, "Floor (1h0m0s) must not exceed Cap (1m0s)"},
+		{"constant zero", retry.Constant{}, ""},
+		{"constant negative", retry.Constant{Interval: -time.Second}, "Interval must not be negative"},
+		// Constant has no cap of its own; an explicit Fibonacci or Exponential Cap may exceed DefaultCap
+		// too, so a long Interval is allowed.
+		{"constant above default cap", retry.Constant{Interval: 8 * day}, ""},
+		{"jitter zero fraction means default", retry.Jitter{Fraction: 0}, ""},
+		{"jitter smallest fraction", retry.Jitter{Fraction: math.SmallestNonzeroFloat64}, ""},
+		{"jitter fraction one", retry.Jitter{Fraction: 1}, ""},
+		{"jitter fraction just above one", retry.Jitter{Fraction: math.Nextafter(1, 2)}, "must be in (0, 1]; zero means 0.2"},
+		{"jitter fraction too big", retry.Jitter{Fraction: 2}, "Fraction (2) must be in (0, 1]"},
+		{"jitter fraction just below zero", retry.Jitter{Fraction: math.Nextafter(0, -1)}, "must be in (0, 1]"},
+		{"jitter NaN fraction", retry.Jitter{Fraction: math.NaN()}, "Fraction (NaN) must be in (0, 1]"},
+		{"jitter infinite fraction", retry.Jitter{Fraction: math.Inf(1)}, "Fraction (+Inf) must be in (0, 1]"},
+		{"jitter bad inner", retry.Jitter{Backoff: retry.Fibonacci{Base: -1}}, "Base must not be negative"},
+		{"jitter inner base above cap", retry.Jitter{Backoff: retry.Exponential{Base: time.Second, Cap: 500 * time.Millisecond}}, "Base (1s) must not exceed Cap (500ms)"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := retry.NewProcessor(nopSender{}, okHandler, &retry.Options{Backoff: tc.backoff})
-			if tc.ok {
+			if tc.want == "" {
 				require.NoError(t, err)
-			} else {
-				require.ErrorIs(t, err, retry.ErrInvalidOptions)
+				return
 			}
+			require.ErrorIs(t, err, retry.ErrInvalidOptions)
+			var oe *retry.OptionError
+			require.ErrorAs(t, err, &oe)
+			assert.Equal(t, "Backoff", oe.Field)
+			assert.Contains(t, oe.Reason, tc.want)
+		})
+	}
+}
+
+// boundlessBackoff has no [retry.DelayBounds], so Jitter cannot clamp its delays.
+type boundlessBackoff time.Duration
+
+func (b boundlessBackoff) Delay(int) time.Duration { return time.Duration(b) }
+
+// TestJitterFractionBoundaries checks that Delay uses exactly the range Validate accepts: (0, 1] as given,
+// anything else as the 0.2 default.
+func TestJitterFractionBoundaries(t *testing.T) {
+	inner := boundlessBackoff(100 * time.Second)
+	cases := []struct {
+		name     string
+		fraction float64
+		x        float64
+		want     time.Duration
+	}{
+		{"fraction one, lowest draw", 1, 0, 0},
+		{"fraction one, draw 0.75", 1, 0.75, 150 * time.Second},
+		{"fraction zero is the default", 0, 0, 80 * time.Second},
+		{"fraction above one falls back to the default", math.Nextafter(1, 2), 0, 80 * time.Second},
+		{"negative fraction falls back to the default", -0.5, 0, 80 * time.Second},
+		{"tiny fraction barely moves", math.SmallestNonzeroFloat64, 0, 100 * time.Second},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			j := retry.Jitter{Backoff: inner, Fraction: tc.fraction, Rand: func() float64 { return tc.x }}
+			assert.Equal(t, tc.want, j.Delay(1))
 		})
 	}
 }
@@ -119,6 +185,7 @@ func FuzzBackoff(f *testing.F) {
 	f.Add(int64(10*time.Second), int64(0), int64(0), 1.0, 5)
 	f.Add(int64(1), int64(0), int64(math.MaxInt64), 1.5, math.MaxInt)
 	f.Add(int64(time.Hour), int64(time.Second), int64(time.Minute), 0.0, 93)
+	f.Add(int64(time.Second), int64(0), int64(500*time.Millisecond), 2.0, 1)
 	f.Fuzz(func(t *testing.T, base, floor, ceiling int64, factor float64, attempt int) {
 		for _, b := range []retry.Backoff{
 			retry.Fibonacci{Base: time.Duration(base), Floor: time.Duration(floor), Cap: time.Duration(ceiling)},
@@ -127,6 +194,11 @@ func FuzzBackoff(f *testing.F) {
 			bounds, ok := b.(retry.DelayBounds)
 			require.True(t, ok)
 			lo, hi := bounds.Bounds()
+			if v, ok := b.(interface{ Validate() error }); ok && v.Validate() == nil {
+				// A backoff that passes validation keeps the floor it was given: resolve never has to
+				// lower it to the cap behind the caller's back.
+				require.Equal(t, effectiveFloor(base, floor), lo, "a valid backoff keeps its floor")
+			}
 			d := b.Delay(attempt)
 			require.GreaterOrEqual(t, d, lo)
 			require.LessOrEqual(t, d, hi)
@@ -136,4 +208,17 @@ func FuzzBackoff(f *testing.F) {
 			}
 		}
 	})
+}
+
+// effectiveFloor is the floor the documentation promises: Floor, or Base when Floor is zero, or
+// DefaultBase when both are.
+func effectiveFloor(base, floor int64) time.Duration {
+	switch {
+	case floor > 0:
+		return time.Duration(floor)
+	case base > 0:
+		return time.Duration(base)
+	default:
+		return retry.DefaultBase
+	}
 }
