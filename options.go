@@ -110,13 +110,16 @@ type Hooks struct {
 	OnStateChange func(StateChangeParams)
 }
 
-// StartParams describes a delivery about to be handled.
+// StartParams describes a delivery about to be handled. OnStart runs for every delivery, also for one
+// with malformed retry properties, which is dead-lettered without calling the handler.
 type StartParams struct {
 	Context  context.Context
 	Message  *azservicebus.ReceivedMessage
 	Envelope Envelope
 	// EntityPath is the entity the message was received from.
 	EntityPath string
+	// Time is when processing started, on the processor's Clock.
+	Time time.Time
 }
 
 // RetryCopyParams describes a retry copy about to be scheduled.
@@ -131,16 +134,27 @@ type RetryCopyParams struct {
 	ScheduledFor time.Time
 }
 
+// Operations reported in SettleParams.Operation.
+const (
+	SettleSchedule   = "schedule"
+	SettleComplete   = "complete"
+	SettleDeadLetter = "dead-letter"
+)
+
 // SettleParams describes one broker call made for a delivery.
 type SettleParams struct {
 	Context  context.Context
 	Message  *azservicebus.ReceivedMessage
 	Envelope Envelope
-	// Operation is "schedule", "complete" or "dead-letter".
+	// EntityPath is the entity the message was received from.
+	EntityPath string
+	// Operation is [SettleSchedule], [SettleComplete] or [SettleDeadLetter].
 	Operation string
-	Start     time.Time
-	Duration  time.Duration
-	Err       error
+	// RetryMessageID is the MessageID of the copy, for SettleSchedule.
+	RetryMessageID string
+	Start          time.Time
+	Duration       time.Duration
+	Err            error
 }
 
 // ProcessedParams describes one processed delivery.

@@ -167,18 +167,14 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		defer lk.stop()
 		res = Result{Attempt: env.Attempt}
 		env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+		p.started(ob, msg, env)
 		d := p.deadLetterDecision(env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
 		p.settleDeadLetter(ob, settleBase, lk, settler, msg, d, &res)
 		return p.finish(ob, msg, env, res)
 	}
 	env = seed(msg, env, entity, p.idempotencyKey)
 	res.Attempt = env.Attempt
-	if hook := p.cfg.hooks.OnStart; hook != nil {
-		if hctx := hook(StartParams{Context: ctx, Message: msg, Envelope: env, EntityPath: entity}); hctx != nil {
-			ctx = hctx
-			ob.ctx = hctx
-		}
-	}
+	ctx = p.started(ob, msg, env)
 	lk := p.keepLock(settleBase, settler, msg, &env, now)
 	defer lk.stop()
 
@@ -424,11 +420,13 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 		// the settle timeout.
 		sctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
 		var seqs []int64
-		err := p.brokerCall(ob, "schedule", msg, env, func() (err error) {
+		ob.copyID = res.RetryMessageID
+		err := p.brokerCall(ob, SettleSchedule, msg, env, func() (err error) {
 			seqs, err = sender.ScheduleMessages(sctx, []*azservicebus.Message{d.copyMsg}, d.at, nil)
 			return err
 		})
 		cancel()
+		ob.copyID = ""
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
 			res.SettleErr = err
@@ -454,7 +452,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 	}
 	res.SequenceNumber = d.seq
 	err := p.lockBound(lk, func(ctx context.Context) error {
-		return p.brokerCall(ob, "complete", msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+		return p.brokerCall(ob, SettleComplete, msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
 	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
@@ -469,7 +467,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 // settleComplete completes a successful delivery.
 func (p *Processor) settleComplete(ob *observed, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
 	err := p.lockBound(lk, func(ctx context.Context) error {
-		return p.brokerCall(ob, "complete", msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+		return p.brokerCall(ob, SettleComplete, msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
 	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
@@ -490,7 +488,7 @@ func (p *Processor) settleDeadLetter(ob *observed, settleBase context.Context, l
 	res.DeadLetterReason = d.reason
 	reason, desc := d.reason, d.desc
 	err := p.lockBound(lk, func(ctx context.Context) error {
-		return p.brokerCall(ob, "dead-letter", msg, d.env, func() error {
+		return p.brokerCall(ob, SettleDeadLetter, msg, d.env, func() error {
 			return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: d.props})
 		})
 	})
@@ -571,6 +569,17 @@ type observed struct {
 	entity  string
 	start   time.Time
 	handler time.Duration
+	copyID  string // the retry copy's MessageID while it is being scheduled
+}
+
+// started runs the OnStart hook, whose context becomes the delivery's.
+func (p *Processor) started(ob *observed, msg *azservicebus.ReceivedMessage, env Envelope) context.Context {
+	if hook := p.cfg.hooks.OnStart; hook != nil {
+		if hctx := hook(StartParams{Context: ob.ctx, Message: msg, Envelope: env, EntityPath: ob.entity, Time: ob.start}); hctx != nil {
+			ob.ctx = hctx
+		}
+	}
+	return ob.ctx
 }
 
 // brokerCall runs one broker call made for a delivery and reports it to the OnSettle hook.
@@ -581,7 +590,8 @@ func (p *Processor) brokerCall(ob *observed, op string, msg *azservicebus.Receiv
 	}
 	start := p.cfg.clock.Now()
 	err := call()
-	hook(SettleParams{Context: ob.ctx, Message: msg, Envelope: env, Operation: op, Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
+	hook(SettleParams{Context: ob.ctx, Message: msg, Envelope: env, EntityPath: ob.entity, Operation: op, RetryMessageID: ob.copyID,
+		Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
 	return err
 }
 

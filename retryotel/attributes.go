@@ -1,0 +1,176 @@
+package retryotel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"reflect"
+	"strings"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"go.opentelemetry.io/otel/attribute"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+
+	"github.com/sbretry/retry"
+)
+
+// Attribute keys of our own, under the sbretry. prefix so that they can never collide with a semantic
+// convention. The semantic-convention keys come from the semconv package (v1.43.0, the version this
+// module of OpenTelemetry ships); see https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/
+// for the Service Bus ones and https://opentelemetry.io/docs/specs/semconv/messaging/messaging-spans/
+// for the general messaging ones.
+const (
+	// AttrAttempt is the attempt number of the delivery (retry.Envelope.Attempt): 1 for a first
+	// delivery. On a "schedule" span and the retries-scheduled metric it is the failed attempt's number.
+	AttrAttempt = attribute.Key("sbretry.attempt")
+	// AttrOutcome is what the processor did with the delivery: retry.Outcome's String ("completed",
+	// "retry-scheduled", "dead-lettered", "left-for-redelivery").
+	AttrOutcome = attribute.Key("sbretry.outcome")
+	// AttrChainID names the retry chain (retry.Envelope.ChainID): every attempt of one message carries
+	// the same value, so a single attribute query finds a message's whole history across traces.
+	AttrChainID = attribute.Key("sbretry.chain_id")
+	// AttrCorrelationID is the chain's correlation id (retry.Envelope.CorrelationID).
+	AttrCorrelationID = attribute.Key("sbretry.correlation_id")
+	// AttrRetryScheduledFor is when the next attempt is due (RFC 3339, UTC), set for a scheduled retry.
+	AttrRetryScheduledFor = attribute.Key("sbretry.retry.scheduled_for")
+	// AttrRetryDelay is the wait before the next attempt, in seconds.
+	AttrRetryDelay = attribute.Key("sbretry.retry.delay")
+	// AttrRetryMessageID is the MessageID of the scheduled retry copy.
+	AttrRetryMessageID = attribute.Key("sbretry.retry.message_id")
+	// AttrRetrySequenceNumber is the sequence number the broker gave the scheduled copy; it is what an
+	// operator cancels a pending retry by.
+	AttrRetrySequenceNumber = attribute.Key("sbretry.retry.sequence_number")
+	// AttrDeadLetterReason is the DeadLetterReason the processor wrote (retry.Result.DeadLetterReason).
+	AttrDeadLetterReason = attribute.Key("sbretry.dead_letter.reason")
+	// AttrInherited is true when the handler did not run because an earlier delivery in this process
+	// had decided the outcome (retry.Result.Inherited).
+	AttrInherited = attribute.Key("sbretry.inherited")
+	// AttrPossibleDuplicate is true when the retry copy was scheduled but completing the original failed
+	// (retry.Result.PossibleDuplicate).
+	AttrPossibleDuplicate = attribute.Key("sbretry.possible_duplicate")
+	// AttrLink says what a span link of a process span points at: [LinkCreation] or
+	// [LinkPreviousAttempt].
+	AttrLink = attribute.Key("sbretry.link")
+	// AttrConsumerState is the consumer state (retry.State's String) on the consumer-state metric.
+	AttrConsumerState = attribute.Key("sbretry.consumer.state")
+)
+
+// Values of [AttrLink].
+const (
+	// LinkCreation marks the link to the message's creation context: the producer's, or for a chain
+	// whose producer was not traced, the first attempt's process span.
+	LinkCreation = "creation"
+	// LinkPreviousAttempt marks the link from attempt n+1 to attempt n's process span.
+	LinkPreviousAttempt = "previous_attempt"
+)
+
+// Values of messaging.operation.name. The Service Bus conventions list "complete", "dead_letter" and
+// "schedule" as operation names, and "process" among their examples
+// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/).
+const (
+	opProcess    = "process"
+	opComplete   = "complete"
+	opDeadLetter = "dead_letter"
+	opSchedule   = "schedule"
+)
+
+// Error types this package reports in error.type, besides a Service Bus SDK error's Code ("locklost",
+// "connlost", "timeout", "unauthorized", "notfound", "closed") and, for any other error, the canonical
+// type name of the innermost error under [fmt.Errorf], [retry.Permanent] and [retry.RetryAfter] wrappers
+// (semconv.ErrorType), or the value of an ErrorType() string method anywhere in the error's chain. The
+// semantic conventions ask instrumentations to document this list and keep it low in cardinality.
+const (
+	// ErrorTypeHandlerPanic is a handler that panicked (retry.ErrHandlerPanic).
+	ErrorTypeHandlerPanic = "handler_panic"
+	// ErrorTypeCanceled is a context cancelled before the operation finished (shutdown).
+	ErrorTypeCanceled = "canceled"
+)
+
+// destination is where a delivery came from, split the way the conventions want it: a queue or topic
+// in messaging.destination.name and, for a subscription, its name in
+// messaging.destination.subscription.name.
+type destination struct {
+	name, subscription string
+}
+
+// parseEntity splits a retry entity path: "queue", or "topic/Subscriptions/subscription" (the segment's
+// case is ignored, as Service Bus ignores it).
+func parseEntity(path string) destination {
+	const sep = "/subscriptions/"
+	if i := strings.Index(strings.ToLower(path), sep); i >= 0 {
+		return destination{name: path[:i], subscription: path[i+len(sep):]}
+	}
+	return destination{name: path}
+}
+
+// attrs returns the destination attributes, leaving out what is unknown.
+func (d destination) attrs() []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 2)
+	if d.name != "" {
+		kv = append(kv, semconv.MessagingDestinationName(d.name))
+	}
+	if d.subscription != "" {
+		kv = append(kv, semconv.MessagingDestinationSubscriptionName(d.subscription))
+	}
+	return kv
+}
+
+// spanName is "{messaging.operation.name} {destination}", or the operation alone when the destination is
+// unknown, as the messaging span conventions ask.
+func (d destination) spanName(op string) string {
+	if d.name == "" {
+		return op
+	}
+	return op + " " + d.name
+}
+
+// fmtWrapErrorType is the type fmt.Errorf returns for a single %w.
+var fmtWrapErrorType = reflect.TypeOf(fmt.Errorf("%w", errors.New("")))
+
+// errorType classifies err for error.type; see the ErrorType constants for the list.
+func errorType(err error) string {
+	var typed interface{ ErrorType() string }
+	if errors.As(err, &typed) {
+		if s := typed.ErrorType(); s != "" {
+			return s
+		}
+	}
+	var sbErr *azservicebus.Error
+	switch {
+	case errors.As(err, &sbErr) && sbErr.Code != "":
+		return string(sbErr.Code)
+	case errors.Is(err, retry.ErrLockLost):
+		return string(azservicebus.CodeLockLost)
+	case errors.Is(err, retry.ErrHandlerPanic):
+		return ErrorTypeHandlerPanic
+	case errors.Is(err, context.DeadlineExceeded):
+		return string(azservicebus.CodeTimeout)
+	case errors.Is(err, context.Canceled):
+		return ErrorTypeCanceled
+	}
+	return semconv.ErrorType(unmark(err)).Value.AsString()
+}
+
+// unmark strips the wrappers that say nothing about what failed: fmt.Errorf's, and the retry package's
+// Permanent and RetryAfter markers, so that error.type names the handler's own error.
+func unmark(err error) error {
+	for err != nil {
+		var next error
+		switch e := err.(type) {
+		case *retry.RetryAfterError:
+			next = e.Err
+		default:
+			u := errors.Unwrap(err)
+			// The retry package's Permanent marker is unexported: it is the only wrapper in the chain
+			// that IsPermanent sees and whose unwrapped error it no longer sees.
+			if reflect.TypeOf(err) == fmtWrapErrorType || (u != nil && retry.IsPermanent(err) && !retry.IsPermanent(u)) {
+				next = u
+			}
+		}
+		if next == nil {
+			return err
+		}
+		err = next
+	}
+	return err
+}

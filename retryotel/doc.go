@@ -1,0 +1,40 @@
+// Package retryotel instruments [retry] consumers with OpenTelemetry: a consumer "process" span per
+// delivery with child spans for its broker calls, trace context carried from each attempt into its
+// retry copy, and metrics for processing, retries, dead letters and consumer state. Names follow the
+// messaging semantic conventions and their Azure Service Bus part
+// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/), version 1.43.0; our own
+// attributes and metrics are under the sbretry. prefix.
+//
+// It depends on the OpenTelemetry API only: bring your own SDK and exporter. Setup is one line on top
+// of the consumer's options:
+//
+//	inst, err := retryotel.New(nil) // the global TracerProvider, MeterProvider and propagator
+//	if err != nil {
+//		return err
+//	}
+//	consumer, err := retry.NewConsumer(connect, handler, &retry.Options{
+//		Hooks: inst.Hooks(retry.Hooks{}), // pass your own hooks here: both run
+//	})
+//
+// # Trace shape
+//
+// Each delivery gets a span "process <queue or topic>" of kind CONSUMER, a child of the context the
+// consumer runs in, linked (as the conventions recommend) to the creation context the message carries
+// in its traceparent, tracestate or Diagnostic-Id application properties. Its broker calls are child
+// spans: "schedule <entity>" (the retry copy), "complete <entity>" and "dead_letter <entity>". Before a
+// retry copy is scheduled, the process span's context is written into the copy, so attempt n+1's span
+// links to attempt n's; every copy also carries the chain's creation context (see
+// [PropOriginTraceparent]), so each attempt links straight back to the producer too, and all attempts
+// share the attribute sbretry.chain_id. Set [Options].ParentFromMessage to make the whole history
+// one trace instead.
+//
+// # Metrics
+//
+// messaging.process.duration, messaging.client.consumed.messages and
+// messaging.client.operation.duration from the conventions; sbretry.handler.duration,
+// sbretry.retries.scheduled, sbretry.dead_lettered, sbretry.left_for_redelivery,
+// sbretry.possible_duplicates, sbretry.consumer.state and sbretry.dead_letter.depth (fed by
+// [Instrumentation.RecordDeadLetterDepth]) of our own. Every metric carries the entity
+// (messaging.destination.name and, for a subscription, messaging.destination.subscription.name), so
+// one [Instrumentation] can serve several consumers.
+package retryotel

@@ -1,0 +1,98 @@
+package retryotel_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/benbjohnson/clock"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retryotel"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// Instrumenting a consumer: the global providers (set up by your SDK and exporter) receive the spans
+// and metrics. This example needs an Azure namespace, so it is only compiled.
+func ExampleNew() {
+	inst, err := retryotel.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	connect, err := retry.QueueConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), "orders", nil)
+	if err != nil {
+		panic(err)
+	}
+	consumer, err := retry.NewConsumer(connect,
+		func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+			return nil // ctx carries the delivery's process span: spans started here are its children
+		},
+		&retry.Options{Hooks: inst.Hooks(retry.Hooks{
+			OnProcessed: func(p retry.ProcessedParams) { /* your own hook still runs */ },
+		})},
+	)
+	if err != nil {
+		panic(err)
+	}
+	_ = consumer.Run(context.Background())
+}
+
+// A message fails once and succeeds on its retry. Each attempt has a process span with its broker calls
+// as children, and the retry's span links back to the first attempt's, which the copy carried in its
+// traceparent property.
+func ExampleInstrumentation_Hooks() {
+	recorder := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(recorder))
+	defer func() { _ = tp.Shutdown(context.Background()) }()
+	inst, err := retryotel.New(&retryotel.Options{TracerProvider: tp})
+	if err != nil {
+		panic(err)
+	}
+
+	mock := clock.NewMock()
+	broker := retrytest.NewBroker(mock, nil)
+	receiver := broker.Receiver()
+	attempts := 0
+	proc, err := retry.NewProcessor(broker.Sender(), func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		if attempts++; attempts == 1 {
+			return errors.New("payment service unavailable")
+		}
+		return nil
+	}, &retry.Options{EntityPath: "orders", Clock: mock, Logger: slog.New(slog.DiscardHandler), Hooks: inst.Hooks(retry.Hooks{})})
+	if err != nil {
+		panic(err)
+	}
+
+	id := "order-1"
+	broker.Send(&azservicebus.Message{MessageID: &id, Body: []byte(`{"amount":42}`)})
+	for range 2 {
+		msgs, err := receiver.ReceiveMessages(context.Background(), 1, nil)
+		if err != nil {
+			panic(err)
+		}
+		proc.Process(context.Background(), receiver, msgs[0])
+		broker.AdvanceToNextScheduled(mock)
+	}
+
+	var processes []sdktrace.ReadOnlySpan
+	for _, s := range recorder.Ended() {
+		fmt.Printf("%s (%s)\n", s.Name(), s.SpanKind())
+		if s.Name() == "process orders" {
+			processes = append(processes, s)
+		}
+	}
+	link := processes[1].Links()[0]
+	fmt.Println("attempt 2 links to attempt 1:", link.SpanContext.SpanID() == processes[0].SpanContext().SpanID())
+	// Output:
+	// schedule orders (client)
+	// complete orders (client)
+	// process orders (consumer)
+	// complete orders (client)
+	// process orders (consumer)
+	// attempt 2 links to attempt 1: true
+}

@@ -1,0 +1,140 @@
+package retryotel
+
+import (
+	"context"
+	"sync"
+
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sbretry/retry"
+)
+
+// ScopeName is the instrumentation scope of the tracer and the meter: the import path of this package,
+// as the OpenTelemetry API asks.
+const ScopeName = "github.com/sbretry/retry/retryotel"
+
+// Options configures [New]. A nil *Options means all defaults; the zero value of every field means its
+// documented default.
+type Options struct {
+	// TracerProvider creates the tracer. Nil means otel.GetTracerProvider(), looked up once in New.
+	TracerProvider trace.TracerProvider
+	// MeterProvider creates the meter. Nil means otel.GetMeterProvider(), looked up once in New.
+	MeterProvider metric.MeterProvider
+	// Propagator reads and writes the trace context in application properties, in addition to the W3C
+	// traceparent, tracestate and Diagnostic-Id properties this package always handles (so chains link
+	// even if no propagator was configured). Nil means otel.GetTextMapPropagator(); set it to carry
+	// baggage or another format.
+	Propagator propagation.TextMapPropagator
+	// ParentFromMessage makes a delivery's trace context the parent of its process span instead of only
+	// a link, so a message's producer and every attempt land in one trace. The messaging conventions
+	// allow this for single-message processing but default to links, because the span then leaves the
+	// context it was started in (https://opentelemetry.io/docs/specs/semconv/messaging/messaging-spans/);
+	// false (the default) keeps the ambient context as parent and links to the message's context.
+	ParentFromMessage bool
+}
+
+// Instrumentation turns a consumer's [retry.Hooks] into OpenTelemetry spans and metrics. Create it with
+// [New]; the zero value is not usable. It is safe for concurrent use, and one Instrumentation may serve
+// several consumers: every metric carries the entity it describes.
+type Instrumentation struct {
+	tracer     trace.Tracer
+	propagator propagation.TextMapPropagator
+	parentMsg  bool
+	metrics    *instruments
+
+	// orphans holds the process span of a delivery whose OnStart never ran (the processor dead-letters a
+	// message with malformed retry properties before it), from its first OnSettle to its OnProcessed.
+	orphans sync.Map // *azservicebus.ReceivedMessage -> *delivery
+}
+
+// New returns an Instrumentation on the providers of opts. It fails only if a metric instrument cannot
+// be created (a MeterProvider that refuses one of them).
+func New(opts *Options) (*Instrumentation, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.TracerProvider == nil {
+		o.TracerProvider = otel.GetTracerProvider()
+	}
+	if o.MeterProvider == nil {
+		o.MeterProvider = otel.GetMeterProvider()
+	}
+	if o.Propagator == nil {
+		o.Propagator = otel.GetTextMapPropagator()
+	}
+	m, err := newInstruments(o.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)))
+	if err != nil {
+		return nil, err
+	}
+	return &Instrumentation{
+		tracer:     o.TracerProvider.Tracer(ScopeName, trace.WithSchemaURL(semconv.SchemaURL)),
+		propagator: o.Propagator,
+		parentMsg:  o.ParentFromMessage,
+		metrics:    m,
+	}, nil
+}
+
+// Hooks returns hooks that record telemetry and then call next's hook of the same name, so that
+// instrumentation and a user's own hooks compose:
+//
+//	inst, err := retryotel.New(nil)
+//	...
+//	opts := &retry.Options{Hooks: inst.Hooks(retry.Hooks{OnProcessed: myAudit})}
+//
+// OnStart starts the delivery's process span and passes a context carrying it to next.OnStart (whose
+// returned context, if any, must derive from it). OnRetryCopy writes the span's context into the copy
+// before next.OnRetryCopy sees it. OnProcessed records the outcome, calls next.OnProcessed, and only
+// then ends the span, so a user's hook may still annotate it and log with its trace id. Nil hooks in
+// next are skipped.
+func (in *Instrumentation) Hooks(next retry.Hooks) retry.Hooks {
+	return retry.Hooks{
+		OnStart: func(p retry.StartParams) context.Context {
+			ctx := in.onStart(p)
+			if next.OnStart != nil {
+				p.Context = ctx
+				if nctx := next.OnStart(p); nctx != nil {
+					ctx = nctx
+				}
+			}
+			return ctx
+		},
+		OnRetryCopy: func(p retry.RetryCopyParams) {
+			in.onRetryCopy(p)
+			if next.OnRetryCopy != nil {
+				next.OnRetryCopy(p)
+			}
+		},
+		OnSettle: func(p retry.SettleParams) {
+			in.onSettle(p)
+			if next.OnSettle != nil {
+				next.OnSettle(p)
+			}
+		},
+		OnProcessed: func(p retry.ProcessedParams) {
+			end := in.onProcessed(p)
+			if next.OnProcessed != nil {
+				next.OnProcessed(p)
+			}
+			end()
+		},
+		OnStateChange: func(p retry.StateChangeParams) {
+			in.metrics.stateChanged(p)
+			if next.OnStateChange != nil {
+				next.OnStateChange(p)
+			}
+		},
+	}
+}
+
+// RecordDeadLetterDepth reports n messages in the dead-letter queue of entity (a queue, or
+// "topic/Subscriptions/subscription"), for the sbretry.dead_letter.messages gauge. It is the hook
+// point for a dead-letter monitor: call it after every poll; the gauge reports the latest value per
+// entity. A negative n is recorded as zero.
+func (in *Instrumentation) RecordDeadLetterDepth(entity string, n int64) {
+	in.metrics.recordDeadLetterDepth(entity, max(n, 0))
+}

@@ -1,0 +1,351 @@
+package retryotel
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/baggage"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// statusLimit bounds the error text put in a span status. Error texts are redacted like the core's logs.
+const statusLimit = 1024
+
+// delivery is the telemetry state of one delivery, from OnStart to OnProcessed. Today the processor
+// runs one delivery's hooks one after another on one goroutine, but retry.Hooks does not promise it
+// (a settle the consumer abandons may one day report from elsewhere), so the mutable fields are guarded.
+type delivery struct {
+	mu   sync.Mutex
+	ctx  context.Context // carries span
+	span trace.Span
+	dest destination
+	// started is true when OnStart ran: the handler was about to run.
+	started bool
+	// origin is the chain's creation context, written into the retry copy.
+	origin trace.SpanContext
+	// copyID and copyAttempt describe the retry copy OnRetryCopy saw, for the schedule span.
+	copyID       string
+	copyAttempt  int
+	scheduledFor time.Time
+}
+
+type deliveryKey struct{}
+
+// deliveryFrom returns the delivery state OnStart put into ctx, if any.
+func deliveryFrom(ctx context.Context) *delivery {
+	if ctx == nil {
+		return nil
+	}
+	d, _ := ctx.Value(deliveryKey{}).(*delivery)
+	return d
+}
+
+// onStart starts the process span of a delivery. Its parent is the ambient context (or, with
+// ParentFromMessage, the message's); it links to the message's creation context and, on a retry copy,
+// to the chain's origin. See "Consumer spans" in
+// https://opentelemetry.io/docs/specs/semconv/messaging/messaging-spans/.
+func (in *Instrumentation) onStart(p retry.StartParams) context.Context {
+	ctx := p.Context
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	d := in.startDelivery(ctx, p.Message, p.Envelope, p.EntityPath, time.Time{})
+	d.started = true
+	return context.WithValue(d.ctx, deliveryKey{}, d)
+}
+
+// startDelivery starts the process span; a zero start means now.
+func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.ReceivedMessage, env retry.Envelope, entity string, start time.Time) *delivery {
+	d := &delivery{dest: parseEntity(entity)}
+	var props map[string]any
+	if msg != nil {
+		props = msg.ApplicationProperties
+	}
+	inc := in.extract(props)
+	// Baggage is the producer's request-scoped data (a tenant, a feature flag): it travels to the handler
+	// whether the message's context becomes the parent or only a link.
+	if bag := baggage.FromContext(inc.ctx); bag.Len() > 0 {
+		ctx = baggage.ContextWithBaggage(ctx, bag)
+	}
+	// By default the parent stays the ambient context (the consumer's, usually none), so a delivery
+	// processed inside another span is not torn out of it; the message's context is a link either way.
+	if in.parentMsg && inc.creation.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, inc.creation)
+	}
+
+	// Links are fixed at span start (samplers see them), so they are decided here from the properties
+	// alone. The origin is what this delivery passes on to its retry copy.
+	var links []trace.Link
+	switch {
+	case inc.creation.IsValid() && env.Attempt > 1 && inc.origin.IsValid():
+		// A copy written by this package: traceparent is the previous attempt.
+		links = append(links, trace.Link{SpanContext: inc.creation, Attributes: []attribute.KeyValue{
+			AttrLink.String(LinkPreviousAttempt), AttrAttempt.Int(env.Attempt - 1),
+		}})
+		if !inc.origin.Equal(inc.creation) {
+			links = append(links, trace.Link{SpanContext: inc.origin, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
+		}
+		d.origin = inc.origin
+	case inc.creation.IsValid():
+		// A first delivery from a traced producer (or a copy written without this package).
+		links = append(links, trace.Link{SpanContext: inc.creation, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
+		d.origin = inc.creation
+	case inc.origin.IsValid():
+		// A copy whose traceparent was lost (rewritten by a tool, say): the origin still ties it in.
+		links = append(links, trace.Link{SpanContext: inc.origin, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
+		d.origin = inc.origin
+	}
+
+	opts := []trace.SpanStartOption{
+		trace.WithSpanKind(trace.SpanKindConsumer),
+		trace.WithLinks(links...),
+		trace.WithAttributes(in.processAttributes(msg, env, d.dest)...),
+	}
+	if !start.IsZero() {
+		opts = append(opts, trace.WithTimestamp(start))
+	}
+	d.ctx, d.span = in.tracer.Start(ctx, d.dest.spanName(opProcess), opts...)
+	if !d.origin.IsValid() {
+		// A chain with no traced producer starts here: later attempts link back to this span.
+		d.origin = d.span.SpanContext()
+	}
+	return d
+}
+
+// processAttributes are the process span's attributes known at its start. The conventions want the
+// destination and operation ones at span creation, for samplers.
+func (in *Instrumentation) processAttributes(msg *azservicebus.ReceivedMessage, env retry.Envelope, dest destination) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 14)
+	kv = append(kv,
+		semconv.MessagingSystemServiceBus,
+		semconv.MessagingOperationTypeProcess,
+		semconv.MessagingOperationName(opProcess),
+	)
+	kv = append(kv, dest.attrs()...)
+	if msg != nil {
+		if msg.MessageID != "" {
+			kv = append(kv, semconv.MessagingMessageID(msg.MessageID))
+		}
+		if msg.CorrelationID != nil && *msg.CorrelationID != "" {
+			kv = append(kv, semconv.MessagingMessageConversationID(*msg.CorrelationID))
+		}
+		// Conditionally required "if delivery count is available and is bigger than 0".
+		if msg.DeliveryCount > 0 {
+			kv = append(kv, semconv.MessagingServiceBusMessageDeliveryCount(int(msg.DeliveryCount)))
+		}
+		if msg.EnqueuedTime != nil {
+			// "The UTC epoch seconds at which the message has been accepted and stored in the entity."
+			kv = append(kv, semconv.MessagingServiceBusMessageEnqueuedTimeKey.Int64(msg.EnqueuedTime.Unix()))
+		}
+	}
+	if env.Attempt > 0 {
+		kv = append(kv, AttrAttempt.Int(env.Attempt))
+	}
+	if env.Source != "" || env.FirstSequenceNumber >= 0 || env.OriginalMessageID != "" {
+		kv = append(kv, AttrChainID.String(env.ChainID()))
+	}
+	if env.CorrelationID != "" {
+		kv = append(kv, AttrCorrelationID.String(env.CorrelationID))
+	}
+	return kv
+}
+
+// onRetryCopy writes the process span's context into the retry copy, so attempt n+1 links to attempt
+// n, and remembers the copy for the schedule span.
+func (in *Instrumentation) onRetryCopy(p retry.RetryCopyParams) {
+	d := deliveryFrom(p.Context)
+	if d == nil || p.Copy == nil {
+		return
+	}
+	if p.Copy.ApplicationProperties == nil {
+		p.Copy.ApplicationProperties = map[string]any{}
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	in.inject(d.ctx, p.Copy.ApplicationProperties, d.origin)
+	if p.Copy.MessageID != nil {
+		d.copyID = *p.Copy.MessageID
+	}
+	d.copyAttempt, d.scheduledFor = p.Attempt, p.ScheduledFor
+}
+
+// deliveryFor finds the delivery a settle or processed hook belongs to, starting a process span for a
+// delivery whose OnStart never ran (a message dead-lettered for malformed retry properties).
+func (in *Instrumentation) deliveryFor(ctx context.Context, msg *azservicebus.ReceivedMessage, env retry.Envelope, entity string, start time.Time) *delivery {
+	if d := deliveryFrom(ctx); d != nil {
+		return d
+	}
+	if msg != nil {
+		if v, ok := in.orphans.Load(msg); ok {
+			return v.(*delivery)
+		}
+	}
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	d := in.startDelivery(ctx, msg, env, entity, start)
+	if msg != nil {
+		in.orphans.Store(msg, d)
+	}
+	return d
+}
+
+// onSettle records one broker call as a child span of the process span. The hook reports after the
+// call, so the span is placed by explicit timestamps: it ends now and lasts the reported Duration
+// (measured on the processor's clock; the span's own times are on the tracer's, like the process span).
+// Settle operations ("complete", "dead_letter") have operation type settle and the Service Bus
+// disposition status; the schedule of a retry copy is a send operation named "schedule". All are CLIENT
+// spans: synchronous calls whose context is not the copy's creation context (the process span is).
+func (in *Instrumentation) onSettle(p retry.SettleParams) {
+	end := time.Now()
+	start := end.Add(-p.Duration)
+	d := in.deliveryFor(p.Context, p.Message, p.Envelope, "", start)
+	// Copy what the span needs under the lock and create the span outside it.
+	d.mu.Lock()
+	parent, dest := d.ctx, d.dest
+	copyID, copyAttempt, scheduledFor := d.copyID, d.copyAttempt, d.scheduledFor
+	d.mu.Unlock()
+
+	var op string
+	var opType attribute.KeyValue
+	var extra []attribute.KeyValue
+	switch p.Operation {
+	case "schedule":
+		op, opType = opSchedule, semconv.MessagingOperationTypeSend
+		if copyID != "" {
+			extra = append(extra, semconv.MessagingMessageID(copyID))
+		}
+		if copyAttempt > 0 {
+			extra = append(extra, AttrAttempt.Int(copyAttempt-1))
+		}
+		if !scheduledFor.IsZero() {
+			extra = append(extra, AttrRetryScheduledFor.String(scheduledFor.UTC().Format(time.RFC3339Nano)))
+		}
+	case "complete":
+		op, opType = opComplete, semconv.MessagingOperationTypeSettle
+		extra = append(extra, semconv.MessagingServiceBusDispositionStatusComplete)
+	case "dead-letter":
+		op, opType = opDeadLetter, semconv.MessagingOperationTypeSettle
+		extra = append(extra, semconv.MessagingServiceBusDispositionStatusDeadLetter)
+	default:
+		op = p.Operation // a future operation of the core: reported under its own name
+	}
+	// A settle acts on the received message; a schedule sends the copy, whose id OnRetryCopy recorded.
+	if p.Operation != "schedule" && p.Message != nil && p.Message.MessageID != "" {
+		extra = append(extra, semconv.MessagingMessageID(p.Message.MessageID))
+	}
+	// common goes on the span and the operation-duration metric; extra (per message) on the span only.
+	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(op)}, dest.attrs()...)
+	if opType.Valid() {
+		common = append(common, opType)
+	}
+	if p.Err != nil {
+		common = append(common, semconv.ErrorTypeKey.String(errorType(p.Err)))
+	}
+	_, span := in.tracer.Start(parent, dest.spanName(op),
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(start),
+		trace.WithAttributes(common...),
+		trace.WithAttributes(extra...),
+	)
+	if p.Err != nil {
+		span.SetStatus(codes.Error, statusText(p.Err))
+	}
+	span.End(trace.WithTimestamp(end))
+	in.metrics.recordOperation(parent, p.Duration, common)
+}
+
+// onProcessed puts the outcome on the process span and records the delivery's metrics. It returns the
+// function that ends the span, which the composed hook calls after the user's OnProcessed.
+func (in *Instrumentation) onProcessed(p retry.ProcessedParams) (end func()) {
+	d := deliveryFrom(p.Context)
+	if d == nil && p.Message != nil {
+		if v, ok := in.orphans.LoadAndDelete(p.Message); ok {
+			d = v.(*delivery)
+		}
+	}
+	if d == nil {
+		d = in.startDelivery(orBackground(p.Context), p.Message, p.Envelope, p.EntityPath, time.Now().Add(-p.Duration))
+	}
+	d.mu.Lock()
+	if d.dest == (destination{}) && p.EntityPath != "" {
+		// A delivery first seen by OnSettle, which does not say the entity.
+		d.dest = parseEntity(p.EntityPath)
+		d.span.SetName(d.dest.spanName(opProcess))
+		d.span.SetAttributes(d.dest.attrs()...)
+	}
+	dest, span, started := d.dest, d.span, d.started
+	d.mu.Unlock()
+
+	// The outcome is known only now; attributes set after the start are still exported with the span,
+	// they are just invisible to head samplers, which the conventions accept for non-sampling ones.
+	res := p.Result
+	kv := []attribute.KeyValue{
+		AttrOutcome.String(res.Outcome.String()),
+		AttrInherited.Bool(res.Inherited),
+		AttrPossibleDuplicate.Bool(res.PossibleDuplicate),
+	}
+	if res.Attempt > 0 {
+		kv = append(kv, AttrAttempt.Int(res.Attempt))
+	}
+	if res.RetryMessageID != "" {
+		kv = append(kv, AttrRetryMessageID.String(res.RetryMessageID))
+	}
+	// "Is it going to be retried, and when?": the due time and the copy's sequence number (what an
+	// operator cancels it by), also when the copy was scheduled but the original could not be completed.
+	if res.Outcome == retry.OutcomeRetryScheduled || res.PossibleDuplicate {
+		kv = append(kv,
+			AttrRetryScheduledFor.String(res.ScheduledFor.UTC().Format(time.RFC3339Nano)),
+			AttrRetryDelay.Float64(res.Delay.Seconds()),
+			AttrRetrySequenceNumber.Int64(res.SequenceNumber),
+		)
+	}
+	if res.DeadLetterReason != "" {
+		kv = append(kv, AttrDeadLetterReason.String(res.DeadLetterReason))
+	}
+	// The processing failed when the handler did, and also when it succeeded but the message could not
+	// be settled (the broker redelivers it).
+	failure := res.HandlerErr
+	if failure == nil {
+		failure = res.SettleErr
+	}
+	errType := ""
+	if failure != nil {
+		errType = errorType(failure)
+		kv = append(kv, semconv.ErrorTypeKey.String(errType))
+		span.SetStatus(codes.Error, statusText(failure))
+	}
+	span.SetAttributes(kv...)
+	// The metrics are recorded in the span's context, so an exemplar-aware SDK links them to the trace.
+	in.metrics.recordProcessed(d.ctx, p, dest, errType, started)
+	return func() { span.End() }
+}
+
+func orBackground(ctx context.Context) context.Context {
+	if ctx == nil {
+		return context.Background()
+	}
+	return ctx
+}
+
+// statusText is err's text for a span status: redacted (a connection string in an error must not reach
+// a tracing backend) and bounded.
+func statusText(err error) string {
+	s := redact.String(err.Error())
+	if len(s) > statusLimit {
+		cut := statusLimit
+		for cut > 0 && s[cut]&0xC0 == 0x80 {
+			cut--
+		}
+		s = s[:cut] + "…"
+	}
+	return s
+}
