@@ -53,17 +53,11 @@ func main() {
 		os.Exit(1)
 	}
 
-	// A readiness probe backed by Consumer.Health.
-	go func() {
-		http.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if h := consumer.Health(); !h.Ready() {
-				http.Error(w, h.State.String()+": "+h.LastError, http.StatusServiceUnavailable)
-				return
-			}
-			fmt.Fprintln(w, "ok")
-		})
-		_ = http.ListenAndServe("127.0.0.1:8080", nil)
-	}()
+	// Readiness and liveness probes backed by Consumer.Health (JSON: state, last error, counters).
+	mux := http.NewServeMux()
+	mux.Handle("/readyz", retry.HealthHandler(consumer, true))
+	mux.Handle("/livez", retry.HealthHandler(consumer, false))
+	go func() { _ = http.ListenAndServe("127.0.0.1:8080", mux) }()
 	if err := consumer.Run(ctx); err != nil {
 		slog.Error("consumer stopped", "error", err)
 		os.Exit(1)
