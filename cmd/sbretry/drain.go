@@ -1,0 +1,94 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// dlqReceiver lists the methods of *azservicebus.Receiver that a redrive or purge calls on the
+// dead-letter queue, received in peek-lock mode.
+type dlqReceiver interface {
+	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
+	AbandonMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.AbandonMessageOptions) error
+}
+
+var _ dlqReceiver = (*azservicebus.Receiver)(nil)
+
+// receiveBatch is how many dead letters one receive asks for. Their locks run while the batch is
+// worked through one send at a time, so it stays small.
+const receiveBatch = 50
+
+// settleTimeout bounds the abandons at the end of a drain, which run even when the command's context
+// is done, so that the messages it held are released at once instead of when their locks expire.
+const settleTimeout = 10 * time.Second
+
+// drain receives the dead-letter queue in peek-lock mode until every sequence number in want was
+// received and passed to each, which must settle it (complete it, after whatever it does first).
+// Every other message received on the way is held, locked and untouched, so that the receive moves
+// on instead of getting it again, and abandoned at the end: its delivery count goes up by one, which
+// no dead-letter queue acts on. At most holdLimit messages are held.
+//
+// drain stops at the first error of each, leaving the rest for a re-run; and when a receive waits
+// wait without a message, it returns with the sequence numbers not received in missing (they were
+// removed meanwhile, or are locked by another receiver).
+func drain(ctx context.Context, r dlqReceiver, want []int64, wait time.Duration, holdLimit int,
+	each func(ctx context.Context, m *azservicebus.ReceivedMessage) error, progress func(done int)) (done int, missing []int64, err error) {
+	remaining := make(map[int64]bool, len(want))
+	for _, s := range want {
+		remaining[s] = true
+	}
+	held := make(map[int64]*azservicebus.ReceivedMessage)
+	defer func() {
+		actx, cancel := context.WithTimeout(context.WithoutCancel(ctx), settleTimeout)
+		defer cancel()
+		for _, m := range held {
+			_ = r.AbandonMessage(actx, m, nil) // a lost lock releases it just the same
+		}
+	}()
+	for len(remaining) > 0 {
+		if len(held) >= holdLimit {
+			return done, nil, fmt.Errorf("received %d other dead letters before the selected ones; raise --max-peek or narrow the selection", len(held))
+		}
+		rctx, cancel := context.WithTimeout(ctx, wait)
+		msgs, err := r.ReceiveMessages(rctx, min(receiveBatch, holdLimit-len(held)), nil)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return done, nil, ctx.Err()
+		case errors.Is(err, context.DeadlineExceeded):
+			return done, sortedKeys(remaining), nil // nothing more arrives
+		case err != nil:
+			return done, nil, fmt.Errorf("receiving from the dead-letter queue: %w", err)
+		}
+		// (nil, nil) means the SDK recovered a link; the next call receives again.
+		for i, m := range msgs {
+			seq := int64(-1)
+			if m.SequenceNumber != nil {
+				seq = *m.SequenceNumber
+			}
+			if !remaining[seq] {
+				held[seq] = m // a redelivery after a lock expiry replaces the earlier copy
+				continue
+			}
+			if err := each(ctx, m); err != nil {
+				for j, rest := range msgs[i:] {
+					held[-1-int64(j)] = rest // keys only need to be distinct: these are abandoned
+				}
+				return done, nil, fmt.Errorf("dead letter %d: %w", seq, err)
+			}
+			delete(remaining, seq)
+			done++
+			progress(done)
+		}
+	}
+	return done, nil, nil
+}
+
+func sortedKeys(m map[int64]bool) []int64 { return slices.Sorted(maps.Keys(m)) }

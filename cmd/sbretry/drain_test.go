@@ -1,0 +1,113 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// fakeDLQ delivers its messages in order, batch by batch, then blocks until the receive's context
+// ends, as the SDK does on an empty queue.
+type fakeDLQ struct {
+	queue     []*azservicebus.ReceivedMessage
+	completed []int64
+	abandoned []int64
+	failOn    int64 // CompleteMessage fails for this sequence number
+}
+
+func (f *fakeDLQ) ReceiveMessages(ctx context.Context, n int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	if len(f.queue) == 0 {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	n = min(n, len(f.queue))
+	out := f.queue[:n]
+	f.queue = f.queue[n:]
+	return out, nil
+}
+
+func (f *fakeDLQ) CompleteMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	if *m.SequenceNumber == f.failOn {
+		return errors.New("lock lost")
+	}
+	f.completed = append(f.completed, *m.SequenceNumber)
+	return nil
+}
+
+func (f *fakeDLQ) AbandonMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.AbandonMessageOptions) error {
+	f.abandoned = append(f.abandoned, *m.SequenceNumber)
+	return nil
+}
+
+func fakeMessages(seqs ...int64) []*azservicebus.ReceivedMessage {
+	out := make([]*azservicebus.ReceivedMessage, len(seqs))
+	for i, s := range seqs {
+		out[i] = &azservicebus.ReceivedMessage{SequenceNumber: &s}
+	}
+	return out
+}
+
+func TestDrain(t *testing.T) {
+	t.Parallel()
+	complete := func(f *fakeDLQ) func(context.Context, *azservicebus.ReceivedMessage) error {
+		return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			return f.CompleteMessage(ctx, m, nil)
+		}
+	}
+	t.Run("completes exactly the selection and abandons the rest", func(t *testing.T) {
+		f := &fakeDLQ{queue: fakeMessages(1, 2, 3, 4, 5, 6)}
+		var progress []int
+		done, missing, err := drain(context.Background(), f, []int64{2, 5}, time.Second, 100, complete(f), func(d int) { progress = append(progress, d) })
+		require.NoError(t, err)
+		assert.Equal(t, 2, done)
+		assert.Empty(t, missing)
+		assert.Equal(t, []int64{2, 5}, f.completed)
+		assert.ElementsMatch(t, []int64{1, 3, 4, 6}, f.abandoned, "received in the same batch, released untouched")
+		assert.Equal(t, []int{1, 2}, progress)
+	})
+	t.Run("selected messages that never come are reported missing", func(t *testing.T) {
+		f := &fakeDLQ{queue: fakeMessages(1, 2)}
+		done, missing, err := drain(context.Background(), f, []int64{2, 9}, 20*time.Millisecond, 100, complete(f), func(int) {})
+		require.NoError(t, err)
+		assert.Equal(t, 1, done)
+		assert.Equal(t, []int64{9}, missing)
+		assert.Equal(t, []int64{1}, f.abandoned)
+	})
+	t.Run("the first failure stops and releases everything held", func(t *testing.T) {
+		f := &fakeDLQ{queue: fakeMessages(1, 2, 3, 4), failOn: 2}
+		done, _, err := drain(context.Background(), f, []int64{2, 3}, time.Second, 100, complete(f), func(int) {})
+		assert.ErrorContains(t, err, "dead letter 2: lock lost")
+		assert.Equal(t, 0, done)
+		assert.Empty(t, f.completed)
+		assert.ElementsMatch(t, []int64{1, 2, 3, 4}, f.abandoned)
+	})
+	t.Run("holding is bounded", func(t *testing.T) {
+		f := &fakeDLQ{queue: fakeMessages(1, 2, 3, 4, 5)}
+		_, _, err := drain(context.Background(), f, []int64{5}, time.Second, 2, complete(f), func(int) {})
+		assert.ErrorContains(t, err, "received 2 other dead letters")
+		assert.Empty(t, f.completed)
+	})
+	t.Run("a cancelled context stops it", func(t *testing.T) {
+		f := &fakeDLQ{}
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel()
+		_, _, err := drain(ctx, f, []int64{1}, time.Second, 10, complete(f), func(int) {})
+		assert.ErrorIs(t, err, context.Canceled)
+	})
+}
+
+func TestProgressLines(t *testing.T) {
+	t.Parallel()
+	var b stringsBuilder
+	p := newProgress(&b, "redrive", 40)
+	for i := 1; i <= 40; i++ {
+		p.update(i)
+	}
+	assert.Equal(t, 10, countLines(b.String()), "a line per tenth in a log: %q", b.String())
+	assert.Contains(t, b.String(), "sbretry: redrive 40/40\n")
+}

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPurgeAsksForConfirmation(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.seed(t, "perm-1", "perm-2", "max-1")
+
+	code, _, errOut := h.cli(t, "no\n", "dlq", "purge", "--reason", "RetryPermanentFailure")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "Delete 2 dead letters from orders/$DeadLetterQueue for good? Type yes to continue: ")
+	assert.Contains(t, errOut, "purge not confirmed; nothing was deleted")
+	assert.Equal(t, 3, h.stats(t).DeadLettered)
+
+	code, _, _ = h.cli(t, "", "dlq", "purge", "--all")
+	assert.Equal(t, exitError, code, "no answer is no")
+	assert.Equal(t, 3, h.stats(t).DeadLettered)
+
+	code, out, _ := h.cli(t, "", "dlq", "purge", "--all", "--dry-run")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "would delete 3 dead letters")
+	assert.Equal(t, 3, h.stats(t).DeadLettered)
+
+	code, out, errOut = h.cli(t, "yes\n", "dlq", "purge", "--reason", "RetryPermanentFailure")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "deleted 2 dead letters")
+	assert.ElementsMatch(t, []string{"max-1"}, keys(h.listJSON(t)), "the other dead letter was abandoned, not taken")
+
+	code, out, _ = h.cli(t, "", "dlq", "purge", "--all", "--yes")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "deleted 1 dead letters")
+	assert.Equal(t, 0, h.stats(t).DeadLettered)
+	assert.Empty(t, h.activeIDs(t), "a purge sends nothing")
+}

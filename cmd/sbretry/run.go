@@ -1,0 +1,291 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// Exit codes.
+const (
+	exitOK    = 0
+	exitError = 1
+	exitUsage = 2
+)
+
+// envConnectionString names the environment variable read when --connection-string is not given.
+const envConnectionString = "SERVICEBUS_CONNECTION_STRING"
+
+// Defaults of the flags that take a value.
+const (
+	defaultTimeout     = 5 * time.Minute
+	defaultReceiveWait = 5 * time.Second
+	defaultPageLimit   = 50
+)
+
+// clientRetries keeps the SDK's own retries short: an operator waiting at a prompt wants an answer, and
+// every command is safe to run again.
+var clientRetries = azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
+
+const usageText = `usage: sbretry [--connection-string S] (--queue Q | --topic T --subscription S) COMMAND ...
+
+commands:
+  status KEY          pending retries, active copies and dead letters of a key, correlation id or message id
+  pending             pending retries by due time (--limit N, --cursor C)
+  cancel SEQ          cancel one pending retry by sequence number
+  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT)
+  dlq show SEQ        one dead letter with its properties and body
+  dlq redrive         resubmit dead letters as fresh first deliveries (--seq N,M | --reason R | --all; --dry-run; --redrive-to QUEUE)
+  dlq purge           delete dead letters (same selection; asks for confirmation unless --yes)
+
+common flags (before or after the command):
+  --connection-string S  default $SERVICEBUS_CONNECTION_STRING
+  --queue Q | --topic T --subscription S
+  --retry-queue Q        queue holding the consumer's retry copies, if not the entity
+  --max-peek N           read at most N messages per entity (default 10000)
+  --timeout D            bound on the whole command (default 5m)
+  --json                 JSON output for jq
+times (--since, --until) are RFC 3339 ("2026-12-01T10:00:00Z") or a duration back from now ("2h").
+`
+
+// app is one invocation of the command: its streams, environment and test hooks.
+type app struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+	getenv         func(string) string
+	now            func() time.Time
+	hooks          hooks
+}
+
+// hooks let tests stop a command at chosen points, the way a crash would.
+type hooks struct {
+	// afterResubmit runs in a redrive after the n-th fresh delivery was sent and before its dead
+	// letter is completed.
+	afterResubmit func(n int, seq int64)
+}
+
+// run executes the command line args and returns the exit code. It is main without the process: tests
+// call it with their own streams.
+func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &app{stdin: stdin, stdout: stdout, stderr: stderr, getenv: os.Getenv, now: time.Now}
+	return a.run(ctx, args)
+}
+
+// usageError is a command line the command cannot run; it exits 2 with the usage text.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
+
+func (a *app) run(ctx context.Context, args []string) int {
+	err := a.dispatch(ctx, args)
+	var ue *usageError
+	switch {
+	case err == nil:
+		return exitOK
+	case errors.Is(err, flag.ErrHelp):
+		fmt.Fprint(a.stdout, usageText)
+		return exitOK
+	case errors.As(err, &ue):
+		fmt.Fprintf(a.stderr, "sbretry: %s\n\n%s", redact.String(ue.msg), usageText)
+		return exitUsage
+	default:
+		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
+		return exitError
+	}
+}
+
+// dispatch finds the command among the leading words of args (flags may come before it) and runs it
+// with the remaining arguments.
+func (a *app) dispatch(ctx context.Context, args []string) error {
+	var words []string
+	rest := make([]string, 0, len(args))
+	for i := 0; i < len(args); i++ {
+		arg := args[i]
+		switch {
+		case len(words) < 2 && !strings.HasPrefix(arg, "-") && (len(words) == 0 || words[0] == "dlq"):
+			words = append(words, arg)
+		case arg == "-h" || arg == "--help" || arg == "-help":
+			return flag.ErrHelp
+		default:
+			rest = append(rest, arg)
+			// A flag's value must not be taken for the command name.
+			if strings.HasPrefix(arg, "-") && !strings.Contains(arg, "=") && takesValue(arg) && i+1 < len(args) {
+				i++
+				rest = append(rest, args[i])
+			}
+		}
+	}
+	if len(words) == 0 {
+		return usagef("no command")
+	}
+	name := words[0]
+	if name == "dlq" {
+		if len(words) < 2 {
+			return usagef("dlq needs a subcommand: list, show, redrive or purge")
+		}
+		name += " " + words[1]
+	}
+	switch name {
+	case "status":
+		return a.status(ctx, rest)
+	case "pending":
+		return a.pending(ctx, rest)
+	case "cancel":
+		return a.cancel(ctx, rest)
+	case "dlq list":
+		return a.dlqList(ctx, rest)
+	case "dlq show":
+		return a.dlqShow(ctx, rest)
+	case "dlq redrive":
+		return a.dlqRedrive(ctx, rest)
+	case "dlq purge":
+		return a.dlqPurge(ctx, rest)
+	}
+	return usagef("unknown command %q", name)
+}
+
+// takesValue reports whether a flag (of any command) consumes the next argument.
+func takesValue(arg string) bool {
+	switch strings.TrimLeft(arg, "-") {
+	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
+		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait":
+		return true
+	}
+	return false
+}
+
+// common are the flags every command takes.
+type common struct {
+	connStr, queue, topic, subscription, retryQueue string
+	maxPeek                                         int
+	timeout                                         time.Duration
+	json                                            bool
+}
+
+// newFlagSet returns a flag set with the common flags registered into c.
+func newFlagSet(name string, c *common) *flag.FlagSet {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard) // errors come back from Parse and are printed once, redacted
+	fs.StringVar(&c.connStr, "connection-string", "", "")
+	fs.StringVar(&c.queue, "queue", "", "")
+	fs.StringVar(&c.topic, "topic", "", "")
+	fs.StringVar(&c.subscription, "subscription", "", "")
+	fs.StringVar(&c.retryQueue, "retry-queue", "", "")
+	fs.IntVar(&c.maxPeek, "max-peek", inspect.DefaultMaxPeek, "")
+	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "")
+	fs.BoolVar(&c.json, "json", false, "")
+	return fs
+}
+
+// parseArgs parses flags anywhere among args and returns the positional arguments.
+func parseArgs(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			if errors.Is(err, flag.ErrHelp) {
+				return nil, err
+			}
+			return nil, usagef("%s: %v", fs.Name(), err)
+		}
+		args = fs.Args()
+		if len(args) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, args[0])
+		args = args[1:]
+	}
+}
+
+// entity returns the entity named by the flags; every problem is a usage error.
+func (c *common) entity() (inspect.Entity, error) {
+	e, err := c.parseEntity()
+	var ue *usageError
+	if err != nil && !errors.As(err, &ue) {
+		return e, usagef("%v", err)
+	}
+	return e, err
+}
+
+func (c *common) parseEntity() (inspect.Entity, error) {
+	switch {
+	case c.queue != "" && (c.topic != "" || c.subscription != ""):
+		return inspect.Entity{}, usagef("give --queue, or --topic with --subscription, not both")
+	case strings.Contains(c.queue, "/"):
+		return inspect.Entity{}, usagef("--queue %q: name a queue; for a subscription give --topic and --subscription (its dead-letter queue is read with it)", c.queue)
+	case c.queue != "":
+		return inspect.ParseEntity(c.queue)
+	case c.topic != "" && c.subscription != "":
+		return inspect.ParseEntity(c.topic + "/Subscriptions/" + c.subscription)
+	case c.topic != "" || c.subscription != "":
+		return inspect.Entity{}, usagef("--topic and --subscription go together")
+	}
+	return inspect.Entity{}, usagef("no entity: give --queue, or --topic and --subscription")
+}
+
+// session is what a command works with: the client and an inspector over the entity.
+type session struct {
+	entity    inspect.Entity
+	client    *azservicebus.Client
+	inspector *inspect.Inspector
+}
+
+// open validates the common flags, connects and returns the session and a context bounded by
+// --timeout; call close when done.
+func (a *app) open(ctx context.Context, c *common) (*session, context.Context, func(), error) {
+	e, err := c.entity()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	if c.maxPeek <= 0 {
+		return nil, nil, nil, usagef("--max-peek must be positive")
+	}
+	if c.timeout <= 0 {
+		return nil, nil, nil, usagef("--timeout must be positive")
+	}
+	connStr := c.connStr
+	if connStr == "" {
+		connStr = a.getenv(envConnectionString)
+	}
+	if connStr == "" {
+		return nil, nil, nil, usagef("no connection string: give --connection-string or set %s", envConnectionString)
+	}
+	client, err := azservicebus.NewClientFromConnectionString(connStr, &azservicebus.ClientOptions{RetryOptions: clientRetries})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connection string: %w", err)
+	}
+	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, RetryQueue: c.retryQueue})
+	if err != nil {
+		_ = client.Close(ctx)
+		return nil, nil, nil, usagef("%v", err)
+	}
+	cctx, cancel := context.WithTimeout(ctx, c.timeout)
+	closeAll := func() {
+		cancel()
+		// Closing is bounded even when the command was interrupted.
+		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
+		defer done()
+		_ = client.Close(closeCtx)
+	}
+	return &session{entity: e, client: client, inspector: in}, cctx, closeAll, nil
+}
+
+// warnTruncated tells the operator on stderr when a scan stopped at --max-peek.
+func (a *app) warnTruncated(scans ...inspect.Scan) {
+	for _, s := range scans {
+		if s.Truncated {
+			fmt.Fprintf(a.stderr, "sbretry: warning: read only the first %d messages of %s (--max-peek); the answer covers those only\n", s.Peeked, s.Entity)
+		}
+	}
+}

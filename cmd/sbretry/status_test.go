@@ -1,0 +1,64 @@
+package main
+
+import (
+	"encoding/json"
+	"strconv"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+)
+
+func TestStatusCommand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ps := h.seed(t, "pending-1", "perm-1", "max-1")
+	retried, ok := result(ps, "pending-1", retry.OutcomeRetryScheduled)
+	require.True(t, ok)
+
+	code, out, errOut := h.cli(t, "", "status", "pending-1")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "will be retried at "+formatTime(retried.ScheduledFor)+" (attempt 2), in ")
+	assert.Regexp(t, `\(attempt 2\), in (59m5\ds|1h0m0s); sequence number `+strconv.FormatInt(retried.SequenceNumber, 10), out)
+	assert.Contains(t, out, "last error: "+errBoom.Error())
+	assert.Empty(t, errOut)
+
+	code, out, _ = h.cli(t, "", "status", "max-1")
+	require.Equal(t, exitOK, code)
+	assert.Regexp(t, `dead-lettered at [0-9T:.\-]+Z: RetryMaxAttemptsExceeded \(attempt 2\): timeout calling the ledger; sequence number \d+ in orders/\$DeadLetterQueue`, out)
+
+	// Flags may follow the command, and --json parses.
+	code, out, _ = cliNoEntity(t, "", "status", "perm-1", "--json", "--queue", queueName, "--connection-string", h.em.ConnectionString())
+	require.Equal(t, exitOK, code)
+	var st struct {
+		ID          string        `json:"id"`
+		Pending     []jsonPending `json:"pending"`
+		DeadLetters []struct {
+			Reason  string `json:"reason"`
+			Attempt int    `json:"attempt"`
+		} `json:"deadLetters"`
+		Scans []jsonScan `json:"scans"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	assert.Equal(t, "perm-1", st.ID)
+	assert.Empty(t, st.Pending)
+	require.Len(t, st.DeadLetters, 1)
+	assert.Equal(t, "RetryPermanentFailure", st.DeadLetters[0].Reason)
+	assert.Equal(t, 1, st.DeadLetters[0].Attempt)
+	require.Len(t, st.Scans, 2)
+
+	code, out, _ = h.cli(t, "", "status", "nobody")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "nothing pending, active or dead-lettered (read 1 messages of orders, 2 messages of orders/$DeadLetterQueue)")
+}
+
+func TestStatusWarnsWhenTruncated(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.seed(t, "pending-1", "pending-2", "pending-3")
+	code, _, errOut := h.cli(t, "", "status", "pending-3", "--max-peek", "2")
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, errOut, "warning: read only the first 2 messages of orders (--max-peek)")
+}

@@ -1,0 +1,95 @@
+package inspect
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+)
+
+func TestDeadLetterFilter(t *testing.T) {
+	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	dl := DeadLetter{SequenceNumber: 7, Reason: "RetryMaxAttemptsExceeded", Description: "HTTP 503 from payments", LastError: "timeout talking to ledger", DeadLetteredAt: at}
+	cases := []struct {
+		name string
+		f    DeadLetterFilter
+		want bool
+	}{
+		{"zero filter", DeadLetterFilter{}, true},
+		{"reason ignoring case", DeadLetterFilter{Reason: "retrymaxattemptsexceeded"}, true},
+		{"other reason", DeadLetterFilter{Reason: "MaxDeliveryCountExceeded"}, false},
+		{"sequence listed", DeadLetterFilter{SequenceNumbers: []int64{3, 7}}, true},
+		{"sequence not listed", DeadLetterFilter{SequenceNumbers: []int64{3}}, false},
+		{"since inclusive", DeadLetterFilter{Since: at}, true},
+		{"since after", DeadLetterFilter{Since: at.Add(time.Second)}, false},
+		{"until exclusive", DeadLetterFilter{Until: at}, false},
+		{"until after", DeadLetterFilter{Until: at.Add(time.Second)}, true},
+		{"contains description", DeadLetterFilter{Contains: "http 503"}, true},
+		{"contains last error", DeadLetterFilter{Contains: "LEDGER"}, true},
+		{"contains nothing", DeadLetterFilter{Contains: "disk full"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, tc.f.Match(dl)) })
+	}
+}
+
+// TestDeadLettersFromRetryAndBroker lists a dead letter the processor wrote (with the sbretry-*
+// dead-letter properties) next to one dead-lettered by hand through the SDK (broker properties only),
+// and shows one by its sequence number.
+func TestDeadLettersFromRetryAndBroker(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.send(t, message("poison-1"))
+	c := h.startConsumer(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		return retry.RetryAfter(time.Millisecond, errBoom)
+	}, retry.Options{MaxAttempts: 3, Backoff: retry.Constant{Interval: 10 * time.Millisecond}})
+	c.out.waitFor(t, "dead letter", func(ps []retry.ProcessedParams) bool {
+		_, ok := result(ps, "poison-1", retry.OutcomeDeadLettered)
+		return ok
+	})
+	c.stop()
+
+	ctx := testContext(t)
+	h.send(t, message("manual-1"))
+	r, err := h.client.NewReceiverForQueue(queueName, nil)
+	require.NoError(t, err)
+	defer func() { _ = r.Close(ctx) }()
+	got, err := r.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, r.DeadLetterMessage(ctx, got[0], &azservicebus.DeadLetterOptions{Reason: ptr("OperatorParked"), ErrorDescription: ptr("parked by hand")}))
+
+	in := h.inspector(t, nil)
+	list, err := in.DeadLetters(ctx, DeadLetterFilter{})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 2)
+	assert.Equal(t, Scan{Entity: queueName + "/$DeadLetterQueue", Peeked: 2, Requests: 2}, list.Scan)
+	ours, manual := list.Items[0], list.Items[1]
+	assert.Equal(t, "RetryMaxAttemptsExceeded", ours.Reason)
+	assert.Equal(t, 3, ours.Attempt, "from sbretry-dead-letter-attempt")
+	assert.Equal(t, "poison-1", ours.Envelope.OriginalMessageID)
+	assert.Equal(t, ours.Envelope.RetryMessageID(3), ours.MessageID)
+	assert.Equal(t, errBoom.Error(), ours.LastError)
+	assert.Equal(t, "OperatorParked", manual.Reason)
+	assert.Equal(t, "parked by hand", manual.Description)
+	assert.Equal(t, 1, manual.Attempt, "a first delivery, by its envelope")
+	assert.Empty(t, manual.LastError)
+	assert.False(t, manual.DeadLetteredAt.IsZero(), "the dead-letter queue's enqueue time")
+
+	only, err := in.DeadLetters(ctx, DeadLetterFilter{Reason: "operatorparked"})
+	require.NoError(t, err)
+	require.Len(t, only.Items, 1)
+	assert.Equal(t, "manual-1", only.Items[0].MessageID)
+
+	one, err := in.DeadLetter(ctx, manual.SequenceNumber)
+	require.NoError(t, err)
+	assert.Equal(t, "manual-1", one.MessageID)
+	assert.JSONEq(t, `{"id":"manual-1"}`, string(one.Message.Body))
+	_, err = in.DeadLetter(ctx, manual.SequenceNumber+100)
+	assert.ErrorIs(t, err, ErrNotFound)
+}

@@ -1,0 +1,29 @@
+package inspect
+
+import "errors"
+
+// Sentinel errors. Every error returned by this package that stems from the caller's input wraps one of
+// them; compare with [errors.Is]. Errors from Service Bus are wrapped as they come (an
+// *azservicebus.Error stays reachable with [errors.As]).
+var (
+	// ErrInvalidOptions is wrapped by [New] for invalid [Options].
+	ErrInvalidOptions = errors.New("inspect: invalid options")
+	// ErrInvalidEntity is wrapped by [ParseEntity] and [New] for an entity path that is neither a
+	// queue nor "topic/Subscriptions/subscription".
+	ErrInvalidEntity = errors.New("inspect: invalid entity path")
+	// ErrEmptyID is returned by [Inspector.Status] for an empty key: it would match every first
+	// delivery.
+	ErrEmptyID = errors.New("inspect: empty key, correlation id or message id")
+	// ErrInvalidCursor is wrapped by [Inspector.ListPending] for a cursor it did not produce.
+	ErrInvalidCursor = errors.New("inspect: invalid cursor")
+	// ErrNotFound is wrapped when no message has the sequence number asked for.
+	ErrNotFound = errors.New("inspect: no such message")
+	// ErrNotPending is wrapped by [Inspector.Cancel] when the message with that sequence number is not
+	// a scheduled retry copy (it is already receivable, or a message the retry library did not
+	// schedule): cancelling it would delete a live message.
+	ErrNotPending = errors.New("inspect: not a pending retry")
+	// ErrNoRetryQueue is wrapped by [Inspector.Cancel] on a subscription when [Options.RetryQueue] is
+	// not set: a subscription's retry copies are scheduled on another entity, and only that entity can
+	// cancel them.
+	ErrNoRetryQueue = errors.New("inspect: no retry queue configured for the subscription")
+)

@@ -1,0 +1,201 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Defaults applied by [New] to zero fields of [Options].
+const (
+	// DefaultMaxPeek is the default bound on the messages one call peeks from each entity it reads.
+	DefaultMaxPeek = 10_000
+	// DefaultPeekBatchSize is the default number of messages asked for in one peek request. Service Bus
+	// may return fewer (it caps a reply by size); the scan simply asks again.
+	DefaultPeekBatchSize = 250
+	// DefaultPageLimit is the page size of [Inspector.ListPending] when [PageOptions.Limit] is zero.
+	DefaultPageLimit = 100
+	// closeTimeout bounds closing the links a call opened, even when the call's context is done.
+	closeTimeout = 10 * time.Second
+)
+
+// Options configures an [Inspector]. A nil *Options means every default.
+type Options struct {
+	// MaxPeek bounds how many messages one call peeks from each entity it reads (the entity, its
+	// retry queue when that is another queue, and its dead-letter queue), so that inspecting a huge
+	// entity costs a known amount and ends. When a scan stops at the bound, its [Scan] says Truncated.
+	// Zero means [DefaultMaxPeek] (10,000); negative is invalid.
+	MaxPeek int
+
+	// PeekBatchSize is how many messages one peek request asks for. Zero means
+	// [DefaultPeekBatchSize] (250); it is capped at MaxPeek; negative is invalid.
+	PeekBatchSize int
+
+	// RetryQueue is the queue on which the consumer schedules its retry copies (the entity of its
+	// Sender), when that is not the inspected entity itself. For a queue, empty means the queue: the
+	// retry library's queue connectors republish to the queue they receive from. A subscription cannot
+	// be sent to, so its copies are scheduled elsewhere (typically a queue that forwards to the
+	// subscription's topic or to the consumer); set RetryQueue to that queue to see and cancel pending
+	// retries. It must name a queue: a topic cannot be peeked.
+	RetryQueue string
+}
+
+// withDefaults validates o and returns a copy with every zero field replaced by its default.
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	switch {
+	case c.MaxPeek < 0:
+		return c, fmt.Errorf("%w: MaxPeek %d is negative", ErrInvalidOptions, c.MaxPeek)
+	case c.PeekBatchSize < 0:
+		return c, fmt.Errorf("%w: PeekBatchSize %d is negative", ErrInvalidOptions, c.PeekBatchSize)
+	case strings.Contains(c.RetryQueue, "/"):
+		return c, fmt.Errorf("%w: RetryQueue %q must name a queue", ErrInvalidOptions, c.RetryQueue)
+	}
+	if c.MaxPeek == 0 {
+		c.MaxPeek = DefaultMaxPeek
+	}
+	if c.PeekBatchSize == 0 {
+		c.PeekBatchSize = DefaultPeekBatchSize
+	}
+	c.PeekBatchSize = min(c.PeekBatchSize, c.MaxPeek)
+	return c, nil
+}
+
+// peeker lists the method of *azservicebus.Receiver the inspector calls: it only ever peeks.
+type peeker interface {
+	PeekMessages(ctx context.Context, maxMessageCount int, options *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	Close(ctx context.Context) error
+}
+
+// canceller lists the method of *azservicebus.Sender that [Inspector.Cancel] calls.
+type canceller interface {
+	CancelScheduledMessages(ctx context.Context, sequenceNumbers []int64, options *azservicebus.CancelScheduledMessagesOptions) error
+	Close(ctx context.Context) error
+}
+
+// Compile-time proof that the SDK's types satisfy the interfaces above.
+var (
+	_ peeker    = (*azservicebus.Receiver)(nil)
+	_ canceller = (*azservicebus.Sender)(nil)
+)
+
+// source is one entity a scan reads.
+type source int
+
+const (
+	sourceEntity     source = iota // the queue or subscription
+	sourceRetryQueue               // Options.RetryQueue, when it is another entity
+	sourceDeadLetter               // the entity's dead-letter queue
+)
+
+// links opens the receivers and senders an Inspector uses; tests substitute fakes.
+type links interface {
+	peeker(s source) (peeker, error)
+	canceller() (canceller, error)
+}
+
+// Inspector reads the retry state of one entity and its dead-letter queue. Create it with [New]; the
+// zero value is not usable. It is safe for concurrent use and holds no resources between calls (see
+// the package documentation), so it needs no Close; close the client when done.
+type Inspector struct {
+	entity Entity
+	opts   Options
+	links  links
+}
+
+// New returns an Inspector over entity (a queue name, or "topic/Subscriptions/subscription") through
+// client. It does not contact Service Bus: a missing entity or a credential without Listen rights is
+// reported by the first call. Errors wrap [ErrInvalidEntity] or [ErrInvalidOptions].
+func New(client *azservicebus.Client, entity string, opts *Options) (*Inspector, error) {
+	if client == nil {
+		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
+	}
+	e, err := ParseEntity(entity)
+	if err != nil {
+		return nil, err
+	}
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	return newInspector(e, o, &clientLinks{client: client, entity: e, retryQueue: o.RetryQueue}), nil
+}
+
+func newInspector(e Entity, o Options, l links) *Inspector {
+	return &Inspector{entity: e, opts: o, links: l}
+}
+
+// Entity returns the inspected entity.
+func (in *Inspector) Entity() Entity { return in.entity }
+
+// retryQueue is the entity holding scheduled retry copies: the queue itself, RetryQueue, or "" for a
+// subscription without RetryQueue.
+func (in *Inspector) retryQueue() string {
+	if in.opts.RetryQueue != "" {
+		return in.opts.RetryQueue
+	}
+	return in.entity.Queue
+}
+
+// separateRetryQueue reports whether the retry queue is an entity of its own that scans must read.
+func (in *Inspector) separateRetryQueue() bool {
+	rq := in.opts.RetryQueue
+	return rq != "" && !strings.EqualFold(rq, in.entity.Queue)
+}
+
+// sourcePath names the entity behind s, as Scan and the result types report it.
+func (in *Inspector) sourcePath(s source) string {
+	switch s {
+	case sourceRetryQueue:
+		return in.opts.RetryQueue
+	case sourceDeadLetter:
+		return in.entity.DeadLetterPath()
+	}
+	return in.entity.Path()
+}
+
+// clientLinks opens links on an *azservicebus.Client.
+type clientLinks struct {
+	client     *azservicebus.Client
+	entity     Entity
+	retryQueue string
+}
+
+func (c *clientLinks) peeker(s source) (peeker, error) {
+	// Peek-lock is the SDK's default mode; the inspector never receives on these links, it only
+	// peeks, which neither locks nor settles anything in any mode.
+	var opts azservicebus.ReceiverOptions
+	if s == sourceDeadLetter {
+		opts.SubQueue = azservicebus.SubQueueDeadLetter
+	}
+	switch {
+	case s == sourceRetryQueue:
+		return c.client.NewReceiverForQueue(c.retryQueue, &opts)
+	case c.entity.IsSubscription():
+		return c.client.NewReceiverForSubscription(c.entity.Topic, c.entity.Subscription, &opts)
+	default:
+		return c.client.NewReceiverForQueue(c.entity.Queue, &opts)
+	}
+}
+
+func (c *clientLinks) canceller() (canceller, error) {
+	q := c.retryQueue
+	if q == "" {
+		q = c.entity.Queue
+	}
+	return c.client.NewSender(q, nil)
+}
+
+// closeQuietly closes a link the call opened, bounded even when ctx is already done: the close
+// errors of a read-only link change nothing for the caller.
+func closeQuietly(ctx context.Context, c interface{ Close(context.Context) error }) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), closeTimeout)
+	defer cancel()
+	_ = c.Close(cctx)
+}

@@ -1,0 +1,209 @@
+package inspect
+
+import (
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry"
+)
+
+// Pending is a scheduled retry copy: the message will be retried when it falls due.
+type Pending struct {
+	// Entity is where the copy is scheduled; [Inspector.Cancel] cancels it there.
+	Entity string
+	// SequenceNumber identifies the scheduled copy; cancel it with this number. It changes when the
+	// copy activates (Service Bus gives an activated scheduled message a new one).
+	SequenceNumber int64
+	// MessageID is the retry MessageID of the copy ([retry.Envelope.RetryMessageID]).
+	MessageID string
+	// DueTime is the ScheduledEnqueueTime: when the copy becomes receivable. Service Bus activates
+	// scheduled messages close to, but not exactly at, this time.
+	DueTime time.Time
+	// Attempt is the attempt the copy will run as (2 for the first retry).
+	Attempt int
+	// LastError is the error of the attempt that scheduled the copy (already truncated and redacted by
+	// the processor that wrote it).
+	LastError string
+	// Envelope is the decoded retry envelope of the copy.
+	Envelope retry.Envelope
+}
+
+// Active is a copy that is receivable now or locked by a consumer processing it; Service Bus peek does
+// not tell the two apart.
+type Active struct {
+	// Entity is the entity holding the message.
+	Entity string
+	// SequenceNumber is the message's sequence number there.
+	SequenceNumber int64
+	// MessageID is the message's id: the original's for a first delivery, a retry MessageID for a copy.
+	MessageID string
+	// Attempt is the attempt this delivery runs as (1 for a first delivery).
+	Attempt int
+	// EnqueuedTime is when the message became receivable.
+	EnqueuedTime time.Time
+	// DeliveryCount counts the broker's deliveries of this message (redeliveries after lock loss, not
+	// retry attempts).
+	DeliveryCount uint32
+	// LastError is the error of the previous attempt, empty for a first delivery.
+	LastError string
+	// Envelope is the decoded retry envelope (attempt 1 and no chain fields for a first delivery).
+	Envelope retry.Envelope
+}
+
+// DeadLetter is a message in the entity's dead-letter queue.
+type DeadLetter struct {
+	// Entity is the dead-letter queue's path.
+	Entity string
+	// SequenceNumber is the message's sequence number in the dead-letter queue; [Inspector.DeadLetter]
+	// finds it by this number, and a redrive selects by it.
+	SequenceNumber int64
+	// MessageID is the dead letter's MessageID.
+	MessageID string
+	// Reason is the broker's DeadLetterReason ("RetryMaxAttemptsExceeded", "MaxDeliveryCountExceeded",
+	// ...), or the retry library's sbretry-dead-letter-reason when the broker's is missing.
+	Reason string
+	// Description is the broker's DeadLetterErrorDescription.
+	Description string
+	// Attempt is the attempt whose failure dead-lettered the message: sbretry-dead-letter-attempt, else
+	// the envelope's attempt; 0 when the envelope is invalid and the property absent.
+	Attempt int
+	// DeadLetteredAt is sbretry-dead-letter-time, else the time the message entered the dead-letter
+	// queue (its EnqueuedTime there).
+	DeadLetteredAt time.Time
+	// LastError is the final attempt's error (sbretry-last-error), empty if the retry library did not
+	// write one.
+	LastError string
+	// Source is the entity the message was dead-lettered from (the broker's DeadLetterSource), when the
+	// broker reports it.
+	Source string
+	// Envelope is the decoded retry envelope; EnvelopeErr is set instead when its properties are invalid
+	// (the processor dead-letters such messages with reason RetryInvalidProperties).
+	Envelope    retry.Envelope
+	EnvelopeErr error
+	// Message is the peeked dead letter, body and properties included, for display or resubmission
+	// ([retry.ResubmitMessage]).
+	Message *azservicebus.ReceivedMessage
+}
+
+// decoded is a peeked message with its envelope, decoded once.
+type decoded struct {
+	msg    *azservicebus.ReceivedMessage
+	env    retry.Envelope
+	envErr error
+}
+
+func decode(m *azservicebus.ReceivedMessage) decoded {
+	env, err := retry.DecodeEnvelope(m)
+	return decoded{msg: m, env: env, envErr: err}
+}
+
+// isProbe reports the retry library's send-rights probe (see [retry.PropProbe]): scheduled and
+// cancelled at once by a connection check, never a retry.
+func (d decoded) isProbe() bool {
+	v, ok := d.msg.ApplicationProperties[retry.PropProbe].(string)
+	return ok && v == retry.ProbeValue
+}
+
+// isScheduled reports a message that is not receivable yet.
+func (d decoded) isScheduled() bool { return d.msg.State == azservicebus.MessageStateScheduled }
+
+// isRetryCopy reports a message the retry library scheduled: it carries a valid envelope with an
+// attempt property.
+func (d decoded) isRetryCopy() bool {
+	_, has := d.msg.ApplicationProperties[retry.PropAttempt]
+	return has && d.envErr == nil
+}
+
+// matches reports whether the message belongs to id: its MessageID, or its envelope's Key,
+// CorrelationID or OriginalMessageID, or (for a first delivery, which has no envelope yet) its own
+// CorrelationID, or the original MessageID a resubmission recorded in [retry.PropResubmittedFrom].
+func (d decoded) matches(id string) bool {
+	m := d.msg
+	if m.MessageID == id {
+		return true
+	}
+	if d.envErr == nil && (d.env.Key == id || d.env.CorrelationID == id || d.env.OriginalMessageID == id) {
+		return true
+	}
+	if m.CorrelationID != nil && *m.CorrelationID == id {
+		return true
+	}
+	v, ok := m.ApplicationProperties[retry.PropResubmittedFrom].(string)
+	return ok && v == id
+}
+
+func seqOf(m *azservicebus.ReceivedMessage) int64 {
+	if m.SequenceNumber == nil {
+		return -1
+	}
+	return *m.SequenceNumber
+}
+
+func (d decoded) pending(entity string) Pending {
+	p := Pending{
+		Entity:         entity,
+		SequenceNumber: seqOf(d.msg),
+		MessageID:      d.msg.MessageID,
+		Attempt:        d.env.Attempt,
+		LastError:      d.env.LastError,
+		Envelope:       d.env,
+	}
+	if d.msg.ScheduledEnqueueTime != nil {
+		p.DueTime = *d.msg.ScheduledEnqueueTime
+	}
+	return p
+}
+
+func (d decoded) active(entity string) Active {
+	a := Active{
+		Entity:         entity,
+		SequenceNumber: seqOf(d.msg),
+		MessageID:      d.msg.MessageID,
+		Attempt:        d.env.Attempt,
+		DeliveryCount:  d.msg.DeliveryCount,
+		LastError:      d.env.LastError,
+		Envelope:       d.env,
+	}
+	if d.msg.EnqueuedTime != nil {
+		a.EnqueuedTime = *d.msg.EnqueuedTime
+	}
+	return a
+}
+
+func (d decoded) deadLetter(entity string) DeadLetter {
+	m := d.msg
+	dl := DeadLetter{
+		Entity:         entity,
+		SequenceNumber: seqOf(m),
+		MessageID:      m.MessageID,
+		Envelope:       d.env,
+		EnvelopeErr:    d.envErr,
+		Message:        m,
+	}
+	props := m.ApplicationProperties
+	if m.DeadLetterReason != nil {
+		dl.Reason = *m.DeadLetterReason
+	}
+	if dl.Reason == "" {
+		dl.Reason, _ = props[retry.PropDeadLetterReason].(string)
+	}
+	if m.DeadLetterErrorDescription != nil {
+		dl.Description = *m.DeadLetterErrorDescription
+	}
+	if m.DeadLetterSource != nil {
+		dl.Source = *m.DeadLetterSource
+	}
+	dl.LastError, _ = props[retry.PropLastError].(string)
+	if n, ok := props[retry.PropDeadLetterAttempt].(int64); ok && n > 0 && n <= 1<<31-1 {
+		dl.Attempt = int(n)
+	} else if d.envErr == nil {
+		dl.Attempt = d.env.Attempt
+	}
+	if t, ok := props[retry.PropDeadLetterTime].(time.Time); ok {
+		dl.DeadLetteredAt = t
+	} else if m.EnqueuedTime != nil {
+		dl.DeadLetteredAt = *m.EnqueuedTime
+	}
+	return dl
+}

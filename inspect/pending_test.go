@@ -1,0 +1,129 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+)
+
+// seedPending sends n messages "job-<i>" whose first attempt fails with a delay chosen so that due
+// order differs from sequence order, and waits until every retry is scheduled.
+func seedPending(tb testing.TB, h *harness, n int) []retry.Result {
+	tb.Helper()
+	msgs := make([]*azservicebus.Message, n)
+	for i := range msgs {
+		msgs[i] = message("job-" + strconv.Itoa(i))
+	}
+	h.send(tb, msgs...)
+	c := h.startConsumer(tb, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		i, _ := strconv.Atoi(m.MessageID[len("job-"):])
+		// (i*7) mod n is a permutation of 0..n-1 for n not divisible by 7: due order != send order.
+		return retry.RetryAfter(time.Hour+time.Duration((i*7)%n)*time.Minute, errBoom)
+	}, retry.Options{MaxConcurrency: 32})
+	c.out.waitFor(tb, "every retry scheduled", func(ps []retry.ProcessedParams) bool {
+		return countOutcome(ps, retry.OutcomeRetryScheduled) >= n
+	})
+	c.stop()
+	var out []retry.Result
+	for _, p := range c.out.snapshot() {
+		if p.Result.Outcome == retry.OutcomeRetryScheduled {
+			out = append(out, p.Result)
+		}
+	}
+	require.Len(tb, out, n, "each message was scheduled exactly once")
+	return out
+}
+
+func TestListPendingPagesByDueTime(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	const n = 25
+	results := seedPending(t, h, n)
+	slices.SortFunc(results, func(a, b retry.Result) int { return a.ScheduledFor.Compare(b.ScheduledFor) })
+	in := h.inspector(t, &Options{PeekBatchSize: 6})
+	ctx := testContext(t)
+
+	for _, limit := range []int{1, 7, 25, 100} {
+		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
+			var got []Pending
+			cursor := ""
+			pages := 0
+			for {
+				page, err := in.ListPending(ctx, PageOptions{Limit: limit, Cursor: cursor})
+				require.NoError(t, err)
+				require.LessOrEqual(t, len(page.Items), limit)
+				assert.False(t, page.Truncated())
+				got = append(got, page.Items...)
+				pages++
+				if page.Next == "" {
+					break
+				}
+				cursor = page.Next
+				require.LessOrEqual(t, pages, n+1, "paging must end")
+			}
+			assert.Equal(t, (n+limit-1)/limit, pages)
+			require.Len(t, got, n)
+			for i, p := range got {
+				assert.Equal(t, results[i].SequenceNumber, p.SequenceNumber, "item %d in due order", i)
+				assert.Equal(t, results[i].RetryMessageID, p.MessageID)
+				assert.WithinDuration(t, results[i].ScheduledFor, p.DueTime, time.Millisecond)
+				assert.Equal(t, 2, p.Attempt)
+			}
+		})
+	}
+
+	page, err := in.ListPending(ctx, PageOptions{})
+	require.NoError(t, err)
+	assert.Len(t, page.Items, n, "the default limit (100) holds them all")
+	require.Len(t, page.Scans, 1)
+	assert.Equal(t, Scan{Entity: queueName, Peeked: n, Requests: 6}, page.Scans[0], "5 full batches of 6, then the empty reply")
+
+	_, err = in.ListPending(ctx, PageOptions{Cursor: "not-a-cursor"})
+	assert.ErrorIs(t, err, ErrInvalidCursor)
+	_, err = in.ListPending(ctx, PageOptions{Limit: -1})
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+}
+
+func TestListPendingBoundedRead(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	const n = 12
+	seedPending(t, h, n)
+	ctx := testContext(t)
+	cases := []struct {
+		name            string
+		maxPeek, batch  int
+		peeked, reqs    int
+		truncated       bool
+		itemsAtMostSeen int
+	}{
+		{name: "bound below the entity", maxPeek: 5, batch: 2, peeked: 5, reqs: 3, truncated: true, itemsAtMostSeen: 5},
+		{name: "bound equal to the entity", maxPeek: n, batch: 5, peeked: n, reqs: 3, truncated: true, itemsAtMostSeen: n},
+		{name: "bound above the entity", maxPeek: n + 1, batch: 5, peeked: n, reqs: 4, truncated: false, itemsAtMostSeen: n},
+		{name: "batch larger than bound", maxPeek: 3, batch: 50, peeked: 3, reqs: 1, truncated: true, itemsAtMostSeen: 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := h.inspector(t, &Options{MaxPeek: tc.maxPeek, PeekBatchSize: tc.batch})
+			page, err := in.ListPending(ctx, PageOptions{Limit: 100})
+			require.NoError(t, err)
+			require.Len(t, page.Scans, 1)
+			assert.Equal(t, Scan{Entity: queueName, Peeked: tc.peeked, Requests: tc.reqs, Truncated: tc.truncated}, page.Scans[0])
+			assert.Equal(t, tc.truncated, page.Truncated())
+			assert.Len(t, page.Items, tc.itemsAtMostSeen)
+			st, err := in.Status(ctx, "job-0")
+			require.NoError(t, err)
+			assert.Equal(t, tc.truncated, st.Truncated())
+			assert.LessOrEqual(t, st.Scans[0].Peeked, tc.maxPeek)
+		})
+	}
+}

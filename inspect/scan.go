@@ -1,0 +1,93 @@
+package inspect
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Scan reports how much of one entity a call read.
+type Scan struct {
+	// Entity is the path read: the queue or subscription, the retry queue, or the dead-letter queue.
+	Entity string
+	// Peeked is the number of messages peeked from it (at most [Options.MaxPeek]).
+	Peeked int
+	// Requests is the number of peek requests made, the round trips the scan cost.
+	Requests int
+	// Truncated says the scan stopped at [Options.MaxPeek] before it saw the end of the entity, so
+	// messages with higher sequence numbers were not read. An entity holding exactly MaxPeek messages
+	// also reports Truncated: telling the two apart would take one more peek beyond the bound.
+	Truncated bool
+}
+
+// Truncated reports whether any of scans stopped at the bound.
+func Truncated(scans []Scan) bool {
+	for _, s := range scans {
+		if s.Truncated {
+			return true
+		}
+	}
+	return false
+}
+
+// scan peeks the entity behind s in sequence-number order, from the first message, calling visit for
+// each peeked message, until the entity has no more messages or MaxPeek messages were read. The
+// position is passed explicitly on every request (FromSequenceNumber), so the receiver's own
+// peek cursor plays no part and the scan can be repeated.
+func (in *Inspector) scan(ctx context.Context, s source, visit func(*azservicebus.ReceivedMessage)) (Scan, error) {
+	sc := Scan{Entity: in.sourcePath(s)}
+	p, err := in.links.peeker(s)
+	if err != nil {
+		return sc, fmt.Errorf("inspect: opening %s: %w", sc.Entity, err)
+	}
+	defer closeQuietly(ctx, p)
+	from := int64(0)
+	for {
+		want := min(in.opts.PeekBatchSize, in.opts.MaxPeek-sc.Peeked)
+		if want <= 0 {
+			sc.Truncated = true
+			return sc, nil
+		}
+		start := from
+		msgs, err := p.PeekMessages(ctx, want, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &start})
+		sc.Requests++
+		if err != nil {
+			return sc, fmt.Errorf("inspect: peeking %s from sequence number %d: %w", sc.Entity, from, err)
+		}
+		// An empty reply is the end of the entity. A short one is not: Service Bus caps replies by size.
+		if len(msgs) == 0 {
+			return sc, nil
+		}
+		for _, m := range msgs[:min(len(msgs), want)] {
+			sc.Peeked++
+			if m.SequenceNumber != nil && *m.SequenceNumber >= from {
+				from = *m.SequenceNumber + 1
+			}
+			visit(m)
+		}
+		if from == start {
+			// No sequence number moved us forward: asking again would return the same messages.
+			return sc, fmt.Errorf("inspect: peeking %s: reply without sequence numbers beyond %d", sc.Entity, start)
+		}
+	}
+}
+
+// peekOne returns the message with sequence number seq in the entity behind s, or an error wrapping
+// [ErrNotFound].
+func (in *Inspector) peekOne(ctx context.Context, s source, seq int64) (*azservicebus.ReceivedMessage, error) {
+	path := in.sourcePath(s)
+	p, err := in.links.peeker(s)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: opening %s: %w", path, err)
+	}
+	defer closeQuietly(ctx, p)
+	msgs, err := p.PeekMessages(ctx, 1, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &seq})
+	if err != nil {
+		return nil, fmt.Errorf("inspect: peeking %s at sequence number %d: %w", path, seq, err)
+	}
+	if len(msgs) == 0 || msgs[0].SequenceNumber == nil || *msgs[0].SequenceNumber != seq {
+		return nil, fmt.Errorf("%w: sequence number %d in %s", ErrNotFound, seq, path)
+	}
+	return msgs[0], nil
+}

@@ -1,0 +1,126 @@
+package inspect
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+)
+
+// fakeEntity is an in-memory entity whose peek replies hold at most replyCap messages, as Service Bus
+// caps replies by size.
+type fakeEntity struct {
+	msgs     []*azservicebus.ReceivedMessage // in sequence order
+	replyCap int
+	err      error
+	calls    int
+	closed   int
+}
+
+func (f *fakeEntity) PeekMessages(_ context.Context, n int, o *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	f.calls++
+	if f.err != nil {
+		return nil, f.err
+	}
+	var out []*azservicebus.ReceivedMessage
+	for _, m := range f.msgs {
+		if *m.SequenceNumber >= *o.FromSequenceNumber && len(out) < min(n, f.replyCap) {
+			out = append(out, m)
+		}
+	}
+	return out, nil
+}
+
+func (f *fakeEntity) Close(context.Context) error { f.closed++; return nil }
+
+type fakeLinks struct{ live, dead *fakeEntity }
+
+func (l *fakeLinks) peeker(s source) (peeker, error) {
+	if s == sourceDeadLetter {
+		return l.dead, nil
+	}
+	return l.live, nil
+}
+
+func (l *fakeLinks) canceller() (canceller, error) { return nil, errors.New("not in this test") }
+
+func scheduledCopy(seq int64, key string, due time.Time) *azservicebus.ReceivedMessage {
+	id := "copy-" + key
+	return &azservicebus.ReceivedMessage{
+		MessageID:             id,
+		SequenceNumber:        &seq,
+		State:                 azservicebus.MessageStateScheduled,
+		ScheduledEnqueueTime:  &due,
+		ApplicationProperties: map[string]any{retry.PropAttempt: int64(2), retry.PropKey: key, retry.PropOriginalMessageID: key},
+	}
+}
+
+// TestScanShortRepliesAreNotTheEnd: a reply shorter than asked for (Service Bus caps replies by size)
+// must not end the scan; only an empty one does.
+func TestScanShortRepliesAreNotTheEnd(t *testing.T) {
+	live := &fakeEntity{replyCap: 3}
+	base := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for i := range 10 {
+		// Sequence numbers with gaps, due times in reverse.
+		live.msgs = append(live.msgs, scheduledCopy(int64(5+i*3), "k", base.Add(time.Duration(10-i)*time.Minute)))
+	}
+	probe := scheduledCopy(100, "probe", base)
+	probe.ApplicationProperties[retry.PropProbe] = retry.ProbeValue
+	live.msgs = append(live.msgs, probe)
+	in := newInspector(Entity{Queue: "q"}, Options{MaxPeek: 100, PeekBatchSize: 50}, &fakeLinks{live: live, dead: &fakeEntity{replyCap: 1}})
+	page, err := in.ListPending(context.Background(), PageOptions{Limit: 4})
+	require.NoError(t, err)
+	assert.Equal(t, Scan{Entity: "q", Peeked: 11, Requests: 5}, page.Scans[0])
+	require.Len(t, page.Items, 4)
+	assert.Equal(t, []int64{32, 29, 26, 23}, []int64{page.Items[0].SequenceNumber, page.Items[1].SequenceNumber, page.Items[2].SequenceNumber, page.Items[3].SequenceNumber}, "earliest due first; the probe is skipped")
+	assert.NotEmpty(t, page.Next)
+	assert.Equal(t, 1, live.closed, "every link the call opened is closed")
+}
+
+func TestScanErrorsAreWrapped(t *testing.T) {
+	sbErr := &azservicebus.Error{Code: azservicebus.CodeUnauthorizedAccess}
+	in := newInspector(Entity{Queue: "q"}, Options{MaxPeek: 10, PeekBatchSize: 5}, &fakeLinks{live: &fakeEntity{err: sbErr}, dead: &fakeEntity{}})
+	_, err := in.Status(context.Background(), "k")
+	var got *azservicebus.Error
+	require.ErrorAs(t, err, &got)
+	assert.Equal(t, azservicebus.CodeUnauthorizedAccess, got.Code)
+}
+
+func TestScanRefusesRepliesThatDoNotAdvance(t *testing.T) {
+	// A reply whose messages carry no sequence number would be asked for again forever.
+	in := newInspector(Entity{Queue: "q"}, Options{MaxPeek: 10, PeekBatchSize: 5}, &stuckLinks{m: &azservicebus.ReceivedMessage{MessageID: "no-seq"}})
+	_, err := in.Status(context.Background(), "k")
+	assert.ErrorContains(t, err, "without sequence numbers")
+}
+
+type stuckLinks struct{ m *azservicebus.ReceivedMessage }
+
+func (s *stuckLinks) peeker(source) (peeker, error) { return s, nil }
+func (s *stuckLinks) canceller() (canceller, error) { return nil, errors.New("unused") }
+func (s *stuckLinks) PeekMessages(context.Context, int, *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	return []*azservicebus.ReceivedMessage{s.m}, nil
+}
+func (s *stuckLinks) Close(context.Context) error { return nil }
+
+func TestCancelOnSubscriptionNeedsRetryQueue(t *testing.T) {
+	in := newInspector(Entity{Topic: "t", Subscription: "s"}, Options{MaxPeek: 10, PeekBatchSize: 5}, &fakeLinks{})
+	_, err := in.Cancel(context.Background(), 1)
+	assert.ErrorIs(t, err, ErrNoRetryQueue)
+}
+
+func TestCursorRoundTrip(t *testing.T) {
+	p := Pending{Entity: "q|with|bars", SequenceNumber: 42, DueTime: time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)}
+	got, err := decodeCursor(encodeCursor(p))
+	require.NoError(t, err)
+	assert.Equal(t, 0, comparePending(p, got))
+	for _, bad := range []string{"!!", "MnwxfDI", encodeCursor(p)[:5]} {
+		_, err := decodeCursor(bad)
+		assert.ErrorIs(t, err, ErrInvalidCursor, bad)
+	}
+}
