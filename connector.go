@@ -27,6 +27,10 @@ type Connection struct {
 	// EntityPath is the entity Receiver reads from (a queue, or "topic/Subscriptions/sub"); it names
 	// retry chains (see Options.EntityPath, which it overrides when set).
 	EntityPath string
+	// Also lists more entities the consumer receives from on this connection, with the same handler,
+	// concurrency limit and health: a subscription's retry queue, to which Sender schedules the copies.
+	// Closing the connection must close their receivers too (Close, or their own Close when Close is nil).
+	Also []Source
 	// Close releases the client behind Receiver and Sender. Nil means closing Receiver and Sender.
 	Close func(ctx context.Context) error
 	// Check, if set, proves that the connection works before the consumer counts it as connected. The
@@ -42,12 +46,25 @@ type Connection struct {
 	Ping func(ctx context.Context) error
 }
 
+// Source is one entity a [Connection] receives from.
+type Source struct {
+	Receiver Receiver
+	// EntityPath names the entity (a queue, or "topic/Subscriptions/sub").
+	EntityPath string
+}
+
 // close releases c, bounded by ctx.
 func (c *Connection) close(ctx context.Context) error {
 	if c.Close != nil {
 		return c.Close(ctx)
 	}
-	return errors.Join(c.Receiver.Close(ctx), c.Sender.Close(ctx))
+	errs := []error{c.Receiver.Close(ctx), c.Sender.Close(ctx)}
+	for _, s := range c.Also {
+		if s.Receiver != nil {
+			errs = append(errs, s.Receiver.Close(ctx))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // Connector builds a fresh Connection. The consumer calls it at start and after the connection broke;
@@ -92,7 +109,7 @@ func QueueConnectionString(connectionString, queue string, opts *ConnectOptions)
 			return nil, err
 		}
 	}
-	host := connectionStringHost(connectionString)
+	host, addr := connectionStringEndpoint(connectionString)
 	return func(ctx context.Context) (*Connection, error) {
 		if err := resolveHost(ctx, host); err != nil {
 			return nil, err
@@ -108,7 +125,7 @@ func QueueConnectionString(connectionString, queue string, opts *ConnectOptions)
 				return nil, redact.Wrap(fmt.Errorf("retry: creating the republish client: %w", err))
 			}
 		}
-		return queueConnection(ctx, client, sendClient, queue, opts)
+		return queueConnection(ctx, client, sendClient, queue, addr, opts)
 	}, nil
 }
 
@@ -160,13 +177,13 @@ func QueueCredential(namespace string, credential azcore.TokenCredential, queue 
 				return nil, fmt.Errorf("retry: creating the republish client: %w", err)
 			}
 		}
-		return queueConnection(ctx, client, sendClient, queue, opts)
+		return queueConnection(ctx, client, sendClient, queue, net.JoinHostPort(host, "5671"), opts)
 	}, nil
 }
 
 // queueConnection opens the receiver of queue on client and its sender on sendClient (often the same
 // client); on failure it closes both.
-func queueConnection(ctx context.Context, client, sendClient *azservicebus.Client, queue string, opts *ConnectOptions) (*Connection, error) {
+func queueConnection(ctx context.Context, client, sendClient *azservicebus.Client, queue, addr string, opts *ConnectOptions) (*Connection, error) {
 	closeAll := func(ctx context.Context) error {
 		err := client.Close(ctx)
 		if sendClient != client {
@@ -189,7 +206,7 @@ func queueConnection(ctx context.Context, client, sendClient *azservicebus.Clien
 		_ = closeAll(ctx)
 		return nil, redact.Wrap(fmt.Errorf("retry: creating sender for %q: %w", queue, err))
 	}
-	ping := peekCheck(receiver)
+	ping := explainTimeouts(peekCheck(receiver), addr)
 	return &Connection{
 		Receiver:   receiver,
 		Sender:     sender,
@@ -203,6 +220,29 @@ func queueConnection(ctx context.Context, client, sendClient *azservicebus.Clien
 		},
 		Ping: ping,
 	}, nil
+}
+
+// explainDialTimeout bounds the TCP dial that explains a timed-out check.
+const explainDialTimeout = 2 * time.Second
+
+// explainTimeouts wraps a check so that a timeout says why when it can: the SDK retries a refused or
+// unreachable connection until the context ends and then reports only the deadline, so on a deadline
+// the wrapper dials the endpoint itself and adds that error ("connection refused", "no route to host").
+func explainTimeouts(check func(ctx context.Context) error, addr string) func(ctx context.Context) error {
+	return func(ctx context.Context) error {
+		err := check(ctx)
+		if err == nil || addr == "" || !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+		dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), explainDialTimeout)
+		defer cancel()
+		conn, dialErr := (&net.Dialer{}).DialContext(dctx, "tcp", addr)
+		if dialErr != nil {
+			return fmt.Errorf("%w (the endpoint: %w)", err, dialErr)
+		}
+		_ = conn.Close()
+		return fmt.Errorf("%w (the endpoint %s accepts connections but did not answer in time)", err, addr)
+	}
 }
 
 // peekCheck peeks at one message: it opens the connection, authenticates and confirms that the queue
@@ -233,7 +273,7 @@ const probeDelay = time.Hour
 func sendCheck(ctx context.Context, sender *azservicebus.Sender) error {
 	var id [12]byte
 	_, _ = rand.Read(id[:])
-	mid := "sbretry-probe-" + hex.EncodeToString(id[:])
+	mid := probeIDPrefix + hex.EncodeToString(id[:])
 	ttl := time.Minute
 	probe := &azservicebus.Message{
 		MessageID:             &mid,
@@ -244,30 +284,49 @@ func sendCheck(ctx context.Context, sender *azservicebus.Sender) error {
 	if err != nil {
 		return fmt.Errorf("retry: checking the right to send to the republish target: %w", err)
 	}
-	if err := sender.CancelScheduledMessages(ctx, seqs, nil); err != nil {
-		return fmt.Errorf("retry: cancelling the send-rights probe: %w", err)
-	}
+	// The right to send is proven. A failed cancel must not fail the check: a retried check would leave
+	// one more probe behind each time. The one left behind is completed unseen when it comes due.
+	_ = sender.CancelScheduledMessages(ctx, seqs, nil)
 	return nil
 }
 
-// isProbe reports a send-rights probe whose cancellation was lost.
+// probeIDPrefix starts the MessageID of every send-rights probe.
+const probeIDPrefix = "sbretry-probe-"
+
+// isProbe reports a send-rights probe whose cancellation was lost: both its marker property and its
+// MessageID say so, so a producer's message does not pass for one by accident.
 func isProbe(msg *azservicebus.ReceivedMessage) bool {
 	v, ok := msg.ApplicationProperties[PropProbe].(string)
-	return ok && v == ProbeValue
+	return ok && v == ProbeValue && strings.HasPrefix(msg.MessageID, probeIDPrefix)
 }
 
-// connectionStringHost returns the host of a connection string's Endpoint ("" if none).
-func connectionStringHost(s string) string {
+// connectionStringEndpoint returns the host of a connection string's Endpoint and the address the SDK
+// connects to: the Endpoint's port if it has one, else 5672 for the development emulator (plain AMQP)
+// and 5671 (AMQP over TLS) otherwise. Both are empty if there is no Endpoint.
+func connectionStringEndpoint(s string) (host, addr string) {
+	port := "5671"
 	for _, part := range strings.Split(s, ";") {
 		k, v, ok := strings.Cut(part, "=")
-		if !ok || !strings.EqualFold(strings.TrimSpace(k), "Endpoint") {
+		if !ok {
 			continue
 		}
-		if u, err := url.Parse(strings.TrimSpace(v)); err == nil {
-			return u.Hostname()
+		k, v = strings.TrimSpace(k), strings.TrimSpace(v)
+		switch {
+		case strings.EqualFold(k, "Endpoint"):
+			if u, err := url.Parse(v); err == nil {
+				host = u.Hostname()
+				if p := u.Port(); p != "" {
+					addr = net.JoinHostPort(host, p)
+				}
+			}
+		case strings.EqualFold(k, "UseDevelopmentEmulator") && strings.EqualFold(v, "true"):
+			port = "5672"
 		}
 	}
-	return ""
+	if host != "" && addr == "" {
+		addr = net.JoinHostPort(host, port)
+	}
+	return host, addr
 }
 
 // dnsTimeout bounds the name lookup that precedes each connect.

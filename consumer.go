@@ -93,6 +93,13 @@ const extraSettleSlots = 64
 // errIdle is the cause of a receive ended by the idle window.
 var errIdle = errors.New("retry: no message within the idle window")
 
+// errYield is the cause of a receive ended to give its handler slots to another source.
+var errYield = errors.New("retry: receive yielded its slots to another source")
+
+// shareWindow is the shortest time a receive on one source of a connection with several waits before
+// it gives its slots to another source that needs them.
+const shareWindow = 50 * time.Millisecond
+
 // errFlapping breaks a connection whose links keep failing although each probe succeeds.
 var errFlapping = errors.New("retry: the connection dropped twice without delivering a message")
 
@@ -214,6 +221,7 @@ type run struct {
 	handlerCtx context.Context
 	settleBase context.Context
 	slots      chan struct{} // one per running handler
+	waiting    atomic.Int32  // receive loops waiting for a slot
 	settling   chan struct{} // one per message whose handler returned and whose settle is in flight
 	workers    sync.WaitGroup
 	busy       atomic.Int64 // message goroutines not yet finished
@@ -227,42 +235,110 @@ type liveConnection struct {
 	conn     *Connection
 	inFlight sync.WaitGroup
 	once     sync.Once
+	proven   atomic.Bool // a source delivered a message, or stayed quiet and passed a probe
+	shared   bool        // more than one source: they share the handler slots
 }
 
-// loop is the receive loop. It returns when ctx ends (nil) or when the first connect fails in a way
-// that retrying cannot fix.
+// sources lists what live receives from: its Receiver, then Connection.Also.
+func (live *liveConnection) sources(defaultEntity string) []Source {
+	entity := live.conn.EntityPath
+	if entity == "" {
+		entity = defaultEntity
+	}
+	out := make([]Source, 0, 1+len(live.conn.Also))
+	out = append(out, Source{Receiver: live.conn.Receiver, EntityPath: entity})
+	for _, s := range live.conn.Also {
+		if s.Receiver != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// loop is the connection loop: it connects, runs one receive loop per source of the connection, and
+// rebuilds the connection when any of them finds it broken. It returns when ctx ends (nil) or when the
+// first connect fails in a way that retrying cannot fix.
 func (r *run) loop(ctx context.Context) error {
 	c := r.c
 	var (
-		live      *liveConnection
 		failures  int   // consecutive failures; reset only when a connection has shown that it works
-		flaps     int   // link errors swallowed by the SDK on the current connection since it last worked
 		cause     error // the failure that broke the last connection, for the state hook
 		connected bool  // whether any connect of this Run succeeded
 	)
 	c.setState(StateConnecting, nil)
 	for {
-		if live == nil {
-			conn, err := c.reconnect(ctx, &failures, cause, !connected)
-			if err != nil {
-				return err
-			}
-			if conn == nil {
-				return nil
-			}
-			connected = true
-			live = &liveConnection{conn: conn}
-			r.mu.Lock()
-			r.conns = append(r.conns, live)
-			r.mu.Unlock()
-			flaps = 0
-			c.setState(StateRunning, nil)
+		conn, err := c.reconnect(ctx, &failures, cause, !connected)
+		if err != nil {
+			return err
 		}
+		if conn == nil {
+			return nil
+		}
+		connected = true
+		live := &liveConnection{conn: conn}
+		r.mu.Lock()
+		r.conns = append(r.conns, live)
+		r.mu.Unlock()
+		c.setState(StateRunning, nil)
+
+		// One receive loop per source; the first to find the connection broken stops the others.
+		sctx, stop := context.WithCancel(ctx)
+		sources := live.sources(c.cfg.entityPath)
+		live.shared = len(sources) > 1
+		broken := make(chan error, len(sources))
+		var loops sync.WaitGroup
+		for _, src := range sources {
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				if err := r.receiveLoop(sctx, live, src); err != nil {
+					broken <- err
+				}
+			}()
+		}
+		var why error
+		select {
+		case <-ctx.Done():
+		case why = <-broken:
+		}
+		stop()
+		loops.Wait()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if live.proven.Load() {
+			failures = 0
+		}
+		failures++
+		cause = redact.Wrap(why)
+		c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, why)
+		c.cfg.logger.Warn("connection broken; rebuilding it", errAttr(why), slog.Int("failures", failures))
+		r.retire(ctx, live)
+	}
+}
+
+// receiveLoop receives from one source of live and starts a handler per message, until ctx ends (nil)
+// or it finds the connection broken (the reason).
+func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source) error {
+	c := r.c
+	clk := c.cfg.clock
+	flaps := 0              // link errors swallowed by the SDK on this source since it last worked
+	quietSince := clk.Now() // the last message or successful probe: the idle window counts from it
+	for {
 		// Take one free slot (waiting if needed), then any others free now, and ask for that many.
 		select {
 		case r.slots <- struct{}{}:
-		case <-ctx.Done():
-			return nil
+		default:
+			// Say that a source is waiting, so that another source blocked in an empty receive gives
+			// its slots back (see receive).
+			r.waiting.Add(1)
+			select {
+			case r.slots <- struct{}{}:
+				r.waiting.Add(-1)
+			case <-ctx.Done():
+				r.waiting.Add(-1)
+				return nil
+			}
 		}
 		n := 1
 	fill:
@@ -274,14 +350,17 @@ func (r *run) loop(ctx context.Context) error {
 				break fill
 			}
 		}
-		msgs, err, idle := r.receive(ctx, live, n)
+		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
+		msgs, err, idle, yielded := r.receive(ctx, src.Receiver, n, live.shared, idleLeft)
 		// Give back the slots the receive did not fill; the filled ones are released by their handlers.
 		for i := len(msgs); i < n; i++ {
 			<-r.slots
 		}
 		if len(msgs) > 0 {
-			failures, flaps = 0, 0
-			r.dispatch(live, msgs, n)
+			flaps = 0
+			quietSince = clk.Now()
+			live.proven.Store(true)
+			r.dispatch(live, src, msgs, n)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -289,9 +368,13 @@ func (r *run) loop(ctx context.Context) error {
 		}
 		var broken error
 		switch {
+		case yielded:
+			continue // gave its slots to another source; nothing to judge
 		case idle:
 			if broken = r.probe(ctx, live); broken == nil {
-				failures, flaps = 0, 0 // a quiet but healthy connection
+				flaps = 0 // a quiet but healthy connection
+				quietSince = clk.Now()
+				live.proven.Store(true)
 			}
 		case err == nil:
 			// The SDK hit a link or connection error and will recover on the next call. Probe at once:
@@ -311,31 +394,51 @@ func (r *run) loop(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		failures++
-		cause = redact.Wrap(broken)
-		c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, broken)
-		c.cfg.logger.Warn("connection broken; rebuilding it", errAttr(broken), slog.Int("failures", failures))
-		r.retire(ctx, live)
-		live = nil
+		return broken
 	}
 }
 
-// receive asks for up to n messages. It ends the call after the idle window, so that a quiet
-// connection gets probed; idle reports that this is why it returned nothing.
-func (r *run) receive(ctx context.Context, live *liveConnection, n int) (msgs []*azservicebus.ReceivedMessage, err error, idle bool) {
+// receive asks receiver for up to n messages. It ends the call after the idle window, so that a quiet
+// connection gets probed; idle reports that this is why it returned nothing. When the connection has
+// several sources (shared), a receive waiting on an empty entity also ends once another source waits for
+// a handler slot, after at least shareWindow, so that a quiet retry queue never holds the slots its
+// subscription needs; yielded reports that.
+func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool, idleLeft time.Duration) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := r.c.cfg.clock.After(idleProbeInterval)
+	clk := r.c.cfg.clock
 	go func() {
-		select {
-		case <-timer:
-			cancel(errIdle)
-		case <-rctx.Done():
+		if !shared {
+			select {
+			case <-clk.After(idleLeft):
+				cancel(errIdle)
+			case <-rctx.Done():
+			}
+			return
+		}
+		for waited := time.Duration(0); ; waited += shareWindow {
+			if waited >= idleLeft {
+				cancel(errIdle)
+				return
+			}
+			select {
+			case <-clk.After(min(shareWindow, idleLeft-waited)):
+				if r.waiting.Load() > 0 {
+					cancel(errYield)
+					return
+				}
+			case <-rctx.Done():
+				return
+			}
 		}
 	}()
-	msgs, err = live.conn.Receiver.ReceiveMessages(rctx, n, nil)
-	idle = len(msgs) == 0 && ctx.Err() == nil && errors.Is(context.Cause(rctx), errIdle)
-	return msgs, err, idle
+	msgs, err = receiver.ReceiveMessages(rctx, n, nil)
+	if len(msgs) == 0 && ctx.Err() == nil {
+		cause := context.Cause(rctx)
+		idle = errors.Is(cause, errIdle)
+		yielded = errors.Is(cause, errYield)
+	}
+	return msgs, err, idle, yielded
 }
 
 // probe checks that the connection still works, bounded by probeTimeout.
@@ -358,7 +461,7 @@ func (r *run) probe(ctx context.Context, live *liveConnection) error {
 // dispatch starts one goroutine per received message. Each holds a handler slot while its handler
 // runs and a settling slot while its settle is in flight, so that a settle stuck on a dead lock (the
 // SDK retries those for tens of seconds) never keeps new messages from being received and handled.
-func (r *run) dispatch(live *liveConnection, msgs []*azservicebus.ReceivedMessage, asked int) {
+func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, asked int) {
 	c := r.c
 	for i, msg := range msgs {
 		if i >= asked {
@@ -373,24 +476,51 @@ func (r *run) dispatch(live *liveConnection, msgs []*azservicebus.ReceivedMessag
 			defer r.workers.Done()
 			defer r.busy.Add(-1)
 			defer live.inFlight.Done()
-			holding := true
-			handlerDone := func() {
-				r.settling <- struct{}{}
-				<-r.slots
-				holding = false
-			}
-			entity := live.conn.EntityPath
-			if entity == "" {
-				entity = c.cfg.entityPath
-			}
-			res := c.proc.process(r.handlerCtx, r.settleBase, live.conn.Receiver, live.conn.Sender, entity, msg, handlerDone)
-			if holding {
-				<-r.slots
-			} else {
-				<-r.settling
-			}
+			sl := &slotHolder{r: r, holding: true}
+			res := c.proc.process(r.handlerCtx, r.settleBase, src.Receiver, live.conn.Sender, src.EntityPath, msg, sl)
+			sl.done()
 			c.count(res)
 		}()
+	}
+}
+
+// slotHolder moves one message between a handler slot (while its handler may run) and a settling slot
+// (while it waits for an earlier delivery of the same message, or for its settle).
+type slotHolder struct {
+	r       *run
+	holding bool // a handler slot, else a settling slot
+}
+
+// release trades the handler slot for a settling slot.
+func (s *slotHolder) release() {
+	if s.holding {
+		s.r.settling <- struct{}{}
+		<-s.r.slots
+		s.holding = false
+	}
+}
+
+// reacquire trades the settling slot back for a handler slot, waiting for one; false if ctx ended first.
+func (s *slotHolder) reacquire(ctx context.Context) bool {
+	if s.holding {
+		return true
+	}
+	select {
+	case s.r.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	<-s.r.settling
+	s.holding = true
+	return true
+}
+
+// done gives back whatever slot is held.
+func (s *slotHolder) done() {
+	if s.holding {
+		<-s.r.slots
+	} else {
+		<-s.r.settling
 	}
 }
 

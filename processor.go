@@ -126,22 +126,26 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 	return p.process(ctx, context.WithoutCancel(ctx), settler, p.sender, p.entity, msg, nil)
 }
 
+// slots is how the consumer lends a delivery its handler slot: release gives it back once the handler
+// has returned (or while the delivery waits for an earlier one of the same message), reacquire takes
+// one again before a handler runs. Process without a consumer has none.
+type slots interface {
+	release()
+	reacquire(ctx context.Context) bool
+}
+
 // process is Process with the consumer's extras: settleBase is the context every settle, renewal and
 // republish derives from (the consumer cancels it when it gives up on a shutdown, so that nothing is
-// settled after Run returned), sender is the current connection's, and handlerDone, if set, is called
-// once the handler has returned (or was skipped), before the message is settled, so the consumer can
-// start another handler while this settle is still in flight.
-func (p *Processor) process(ctx, settleBase context.Context, settler Settler, sender Sender, entity string, msg *azservicebus.ReceivedMessage, handlerDone func()) (res Result) {
-	released := false
+// settled after Run returned), sender is the current connection's, and sl, if set, holds the
+// delivery's handler slot: it is given back once the handler has returned (or is skipped, or while an
+// earlier delivery is awaited), before the message is settled, so the consumer can start another
+// handler while this one's settle is still in flight.
+func (p *Processor) process(ctx, settleBase context.Context, settler Settler, sender Sender, entity string, msg *azservicebus.ReceivedMessage, sl slots) (res Result) {
 	release := func() {
-		if !released {
-			released = true
-			if handlerDone != nil {
-				handlerDone()
-			}
+		if sl != nil {
+			sl.release()
 		}
 	}
-	defer release()
 	if msg == nil {
 		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNilMessage}
 	}
@@ -158,7 +162,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
 		}
-		return res
+		return p.finish(ob, msg, Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}, res)
 	}
 	env, envErr := DecodeEnvelope(msg)
 	if envErr != nil {
@@ -188,6 +192,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery }()
 		if prior != nil {
 			prior.supersede()
+			release() // waiting for the earlier delivery must not keep other messages from their handlers
 			select {
 			case <-prior.done:
 			case <-lk.ctx.Done():
@@ -202,6 +207,9 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 				p.log(ctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", msg, d.env)
 				p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
 				return p.finish(ob, msg, d.env, res)
+			}
+			if sl != nil && !sl.reacquire(ctx) {
+				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for a handler slot"))
 			}
 		}
 	}

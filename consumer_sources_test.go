@@ -1,0 +1,143 @@
+package retry_test
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// A consumer receives from several sources of one connection (a subscription and its retry queue) with
+// one handler, one concurrency limit and one health: a failure on the subscription is scheduled to the
+// retry queue, received from there, and keeps the subscription as its chain's source.
+func TestConsumerReceivesFromEverySourceOfAConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sub := retrytest.NewBroker(nil, nil)
+		retryQueue := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
+		connect := func(context.Context) (*retry.Connection, error) {
+			return &retry.Connection{
+				Receiver:   sub.Receiver(),
+				EntityPath: "orders/Subscriptions/billing",
+				Sender:     retryQueue.Sender(),
+				Also:       []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "billing-retry"}},
+			}, nil
+		}
+		var mu sync.Mutex
+		var seen []retry.Envelope
+		var running, peak atomic.Int32
+		c, err := retry.NewConsumer(connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			if n > peak.Load() {
+				peak.Store(n)
+			}
+			env, _ := retry.EnvelopeFromContext(ctx)
+			mu.Lock()
+			seen = append(seen, env)
+			mu.Unlock()
+			<-time.After(time.Second)
+			if env.Attempt == 1 {
+				return errBoom
+			}
+			return nil
+		}, &retry.Options{MaxConcurrency: 2, Logger: discardLogger()})
+		require.NoError(t, err)
+		sendN(sub, 4)
+		stop := runConsumer(t, c)
+		<-time.After(time.Minute)
+		synctest.Wait()
+		assert.Len(t, sub.Completed(), 4, "every first attempt failed and was completed after its copy")
+		assert.Equal(t, 4, retryQueue.Stats().Scheduled, "the copies went to the retry queue")
+		assert.Equal(t, 4, retryQueue.Stats().Succeeded, "every copy came back from the retry queue")
+		assert.Equal(t, int32(2), peak.Load(), "one concurrency limit over both sources")
+		mu.Lock()
+		require.Len(t, seen, 8)
+		for _, env := range seen {
+			assert.Equal(t, "orders/Subscriptions/billing", env.Source, "the chain belongs to the subscription")
+		}
+		mu.Unlock()
+		assert.True(t, c.Health().Ready())
+		require.NoError(t, stop())
+	})
+}
+
+// When one source breaks, the whole connection is rebuilt, every source with it.
+func TestBrokenSourceRebuildsTheConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sub := retrytest.NewBroker(nil, nil)
+		retryQueue := retrytest.NewBroker(nil, nil)
+		var connects atomic.Int32
+		connect := func(context.Context) (*retry.Connection, error) {
+			connects.Add(1)
+			return &retry.Connection{
+				Receiver: sub.Receiver(), Sender: retryQueue.Sender(),
+				Also: []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "retry"}},
+			}, nil
+		}
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		retryQueue.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost)
+		<-time.After(time.Second) // the sources take turns on the one slot; the retry queue's turn comes
+		synctest.Wait()
+		assert.Equal(t, retry.StateReconnecting, c.Health().State)
+		<-time.After(5 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, int32(2), connects.Load())
+		assert.True(t, c.Health().Ready())
+		sendN(sub, 1)
+		<-time.After(time.Second) // the quiet retry queue yields its slot within the share window
+		synctest.Wait()
+		assert.Equal(t, 1, sub.Stats().Succeeded)
+		require.NoError(t, stop())
+	})
+}
+
+// With one slot and two quiet sources, the sources take turns; a hung broker is still noticed by the
+// idle probe, whose window counts across those turns.
+func TestSharedSourcesStillProbeAQuietConnection(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		sub := retrytest.NewBroker(nil, nil)
+		retryQueue := retrytest.NewBroker(nil, nil)
+		var hung atomic.Bool
+		var pings atomic.Int32
+		connect := func(context.Context) (*retry.Connection, error) {
+			return &retry.Connection{
+				Receiver: sub.Receiver(), Sender: retryQueue.Sender(),
+				Also: []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "retry"}},
+				Ping: func(ctx context.Context) error {
+					pings.Add(1)
+					if hung.Load() {
+						<-ctx.Done()
+						return ctx.Err()
+					}
+					return nil
+				},
+			}, nil
+		}
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		<-time.After(30 * time.Second)
+		synctest.Wait()
+		assert.True(t, c.Health().Ready())
+		assert.GreaterOrEqual(t, pings.Load(), int32(4), "probed while both sources are quiet")
+		hung.Store(true)
+		hungAt := time.Now()
+		for c.Health().Ready() {
+			<-time.After(100 * time.Millisecond)
+		}
+		assert.LessOrEqual(t, time.Since(hungAt), 15*time.Second, "not ready within 15 s of the broker hanging")
+		require.NoError(t, stop())
+	})
+}
