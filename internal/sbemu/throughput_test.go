@@ -130,3 +130,19 @@ func BenchmarkSDKSendReceiveComplete(b *testing.B) {
 	b.ReportMetric(float64(b.N)/sendTook.Seconds(), "sent/s")
 	b.ReportMetric(float64(b.N)/recvTook.Seconds(), "completed/s")
 }
+
+// BenchmarkStart measures how long [Start] takes to return a listening
+// emulator with one queue, and its Close.
+//
+//	go test -run '^$' -bench BenchmarkStart -count 10 ./internal/sbemu/
+func BenchmarkStart(b *testing.B) {
+	for b.Loop() {
+		em, err := Start(Config{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := em.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
