@@ -22,8 +22,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sbretry/retry/internal/sbemu"
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // main exits with status 2 on a usage or start-up error; stop is called

@@ -2,116 +2,14 @@ package sbemu
 
 import (
 	"strings"
-	"sync"
 	"time"
 
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
-// faults holds the state of the fault-injection hooks. The zero value is
-// ready to use: no hang, no pending rejections.
-type faults struct {
-	// mu guards every field. A rejection count is consumed one per message
-	// or settlement (takeSendRejection, takeSettleRejection), together with
-	// the condition to reject with.
-	mu            sync.Mutex
-	hangOver      chan struct{} // non-nil while hung; closed when the hang ends
-	hangTimer     *time.Timer
-	rejectSends   int
-	sendCond      string
-	rejectSettles int
-	settleCond    string
-	refuseUntil   time.Time // new connections are closed at once until then
-	rejectMgmt    int       // pending management rejections
-	mgmtOp        string    // operation they apply to; empty means any
-	mgmtStatus    int
-}
-
-// takeManagementRejection consumes one pending rejection for operation op, returning its status.
-func (f *faults) takeManagementRejection(op string) (int, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.rejectMgmt == 0 || (f.mgmtOp != "" && f.mgmtOp != op) {
-		return 0, false
-	}
-	f.rejectMgmt--
-	return f.mgmtStatus, true
-}
-
-// refusing reports whether new connections are being refused now.
-func (f *faults) refusing() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return time.Now().Before(f.refuseUntil)
-}
-
-// waitHang blocks while the emulator is hung. It returns false if one of
-// stop closed first.
-func (f *faults) waitHang(stop ...<-chan struct{}) bool {
-	f.mu.Lock()
-	over := f.hangOver
-	f.mu.Unlock()
-	if over == nil {
-		return true
-	}
-	// A select needs a fixed number of cases; callers pass at most two stop
-	// channels, so the cases are spelled out instead of using reflect.
-	switch len(stop) {
-	case 0:
-		<-over
-	case 1:
-		select {
-		case <-over:
-		case <-stop[0]:
-			return false
-		}
-	default:
-		select {
-		case <-over:
-		case <-stop[0]:
-			return false
-		case <-stop[1]:
-			return false
-		}
-	}
-	return true
-}
-
-// endHang ends the current hang, if any.
-func (f *faults) endHang() {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.hangOver != nil {
-		close(f.hangOver)
-		f.hangOver = nil
-	}
-	if f.hangTimer != nil {
-		f.hangTimer.Stop()
-		f.hangTimer = nil
-	}
-}
-
-// takeSendRejection consumes one pending send rejection.
-func (f *faults) takeSendRejection() (string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.rejectSends == 0 {
-		return "", false
-	}
-	f.rejectSends--
-	return f.sendCond, true
-}
-
-// takeSettleRejection consumes one pending settlement rejection.
-func (f *faults) takeSettleRejection() (string, bool) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.rejectSettles == 0 {
-		return "", false
-	}
-	f.rejectSettles--
-	return f.settleCond, true
-}
+// The fault hooks below are the public face of the emulator's fault
+// injection. The armed state lives in package internal/fault, which the
+// protocol code consults at each point where a real namespace can fail.
 
 // DropConnections closes every client socket at once, without close
 // frames, as a network failure or a broker restart would. Locks held by the
@@ -130,10 +28,7 @@ func (e *Emulator) DropConnections() {
 // a full outage). RefuseConnections(0) ends it now. Clients see their connection attempts fail, so the
 // SDK's own recovery gives up and the caller's reconnect logic is exercised.
 func (e *Emulator) RefuseConnections(d time.Duration) {
-	f := &e.faults
-	f.mu.Lock()
-	f.refuseUntil = time.Now().Add(d)
-	f.mu.Unlock()
+	e.faults.RefuseFor(d)
 	e.log.Info("sbemu: fault: refusing connections", "duration", d)
 }
 
@@ -142,10 +37,7 @@ func (e *Emulator) RefuseConnections(d time.Duration) {
 // 503, without doing anything. The SDK retries some statuses itself, so n counts attempts, not calls.
 // n <= 0 cancels pending rejections.
 func (e *Emulator) RejectNextManagement(n int, operation string, status int) {
-	f := &e.faults
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rejectMgmt, f.mgmtOp, f.mgmtStatus = max(n, 0), operation, status
+	e.faults.RejectManagement(n, operation, status)
 }
 
 // Hang makes the emulator stop reading and writing on every connection,
@@ -156,18 +48,9 @@ func (e *Emulator) RejectNextManagement(n int, operation string, status int) {
 // for the SDK) makes that client drop the connection, as a real network
 // partition would.
 func (e *Emulator) Hang(d time.Duration) {
-	f := &e.faults
-	f.mu.Lock()
-	if f.hangTimer != nil {
-		f.hangTimer.Stop()
-	}
-	if f.hangOver == nil {
-		f.hangOver = make(chan struct{})
-	}
-	// Real time on purpose: a hang models the network, which the mock clock
-	// in Config.Clock does not drive.
-	f.hangTimer = time.AfterFunc(d, f.endHang)
-	f.mu.Unlock()
+	// Real time on purpose: a hang models the network, which the clock in
+	// Config.Clock does not drive.
+	e.faults.HangFor(d)
 	e.log.Info("sbemu: fault: hanging", "duration", d)
 }
 
@@ -176,10 +59,7 @@ func (e *Emulator) Hang(d time.Duration) {
 // "com.microsoft:server-busy" or "amqp:internal-error"); the messages are
 // not stored. n <= 0 cancels pending rejections.
 func (e *Emulator) RejectNextSends(n int, cond string) {
-	f := &e.faults
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rejectSends, f.sendCond = max(n, 0), cond
+	e.faults.RejectSends(n, cond)
 }
 
 // RejectNextSettlements makes the next n link settlements (complete,
@@ -187,10 +67,7 @@ func (e *Emulator) RejectNextSends(n int, cond string) {
 // condition cond; the messages keep their locks. n <= 0 cancels pending
 // rejections.
 func (e *Emulator) RejectNextSettlements(n int, cond string) {
-	f := &e.faults
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.rejectSettles, f.settleCond = max(n, 0), cond
+	e.faults.RejectSettlements(n, cond)
 }
 
 // ExpireLocks expires every outstanding message lock now: the messages

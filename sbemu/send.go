@@ -6,8 +6,8 @@ import (
 
 	"github.com/Azure/go-amqp"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // batchMessageFormat is the message-format of the SDK's SendMessageBatch:
@@ -23,7 +23,7 @@ func (l *link) acceptTransfer(payload []byte, format uint32) wire.DeliveryState 
 	if format != batchMessageFormat {
 		return l.acceptMessage(payload)
 	}
-	if cond, ok := l.s.c.em.faults.takeSendRejection(); ok {
+	if cond, ok := l.s.c.em.faults.TakeSendRejection(); ok {
 		return rejectedState(wire.Symbol(cond), "sbemu: send rejected by fault injection")
 	}
 	// The whole batch counts against the queue limit, as on Service Bus,
@@ -57,7 +57,7 @@ func (l *link) acceptTransfer(payload []byte, format uint32) wire.DeliveryState 
 // Service Bus does) or rejected with the condition the SDK maps to the
 // right error — amqp:link:message-size-exceeded for oversized messages.
 func (l *link) acceptMessage(payload []byte) wire.DeliveryState {
-	if cond, ok := l.s.c.em.faults.takeSendRejection(); ok {
+	if cond, ok := l.s.c.em.faults.TakeSendRejection(); ok {
 		return rejectedState(wire.Symbol(cond), "sbemu: send rejected by fault injection")
 	}
 	if limit := l.maxSize; len(payload) > limit {

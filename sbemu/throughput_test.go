@@ -111,7 +111,7 @@ func TestSDKThousandsOfMessagesOneLink(t *testing.T) {
 // emulator over loopback: b.N messages sent by 8 goroutines over one link,
 // then received in batches of up to 500 and completed by 16 goroutines.
 //
-//	go test -run '^$' -bench BenchmarkSDKSendReceiveComplete -benchtime 20000x ./internal/sbemu/
+//	go test -run '^$' -bench BenchmarkSDKSendReceiveComplete -benchtime 20000x ./sbemu/
 func BenchmarkSDKSendReceiveComplete(b *testing.B) {
 	em := startEmulator(b, Config{})
 	client := newClient(b, em)
@@ -134,7 +134,7 @@ func BenchmarkSDKSendReceiveComplete(b *testing.B) {
 // BenchmarkStart measures how long [Start] takes to return a listening
 // emulator with one queue, and its Close.
 //
-//	go test -run '^$' -bench BenchmarkStart -count 10 ./internal/sbemu/
+//	go test -run '^$' -bench BenchmarkStart -count 10 ./sbemu/
 func BenchmarkStart(b *testing.B) {
 	for b.Loop() {
 		em, err := Start(Config{})

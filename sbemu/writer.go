@@ -109,7 +109,7 @@ func (c *conn) writeLoop() {
 		// During a hang frames accumulate in the queue and go out together when
 		// it ends; a client whose idle timeout passes meanwhile drops the
 		// connection, as it would during a real network partition.
-		if !c.em.faults.waitHang(c.done, c.kill) {
+		if !c.em.faults.WaitHang(c.done, c.kill) {
 			flush(c.out.take())
 			return
 		}

@@ -12,8 +12,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // rawClient is a hand-driven AMQP peer for protocol-level tests.

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 func TestSDKDropConnectionsRecoversWithoutLoss(t *testing.T) {

@@ -7,7 +7,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // outgoing is one message ready to be transferred to a client.

@@ -3,7 +3,7 @@ package sbemu
 import (
 	"github.com/Azure/go-amqp"
 
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // fromWire converts a value decoded by the wire codec into the Go types

@@ -10,14 +10,26 @@
 // dead-lettering, scheduling, duplicate detection, TTL) live in the broker
 // subpackage; this package adapts them to the wire.
 //
-// Start an emulator, hand its [Emulator.ConnectionString] to
-// azservicebus.NewClientFromConnectionString, and [Emulator.Close] it when the
-// test ends:
+// In a test, [StartT] starts one on a free loopback port and closes it when
+// the test ends; hand its [Emulator.ConnectionString] to
+// azservicebus.NewClientFromConnectionString:
 //
-//	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "orders"}}})
-//	if err != nil { ... }
-//	defer em.Close()
+//	em := sbemu.StartT(t, sbemu.Config{Queues: []broker.QueueConfig{{Name: "orders"}}})
 //	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), nil)
+//
+// Outside tests, [Start] and [Emulator.Close] do the same by hand.
+// [Emulator.Broker] gives direct access to what the broker holds (active,
+// locked, scheduled and dead-lettered messages) for assertions.
+//
+// # Layout
+//
+// The package is split by layer so each can be read alone: this package
+// serves connections (connection, session and link state, flow control,
+// the writer) and maps AMQP onto Service Bus (CBS in cbs.go, the management
+// node in management.go, settlement in disposition.go); package broker holds
+// the Service Bus semantics and knows nothing about the network;
+// internal/wire is the AMQP 1.0 codec; internal/fault holds the state of the
+// fault hooks, which faults.go exposes.
 //
 // Fault hooks ([Emulator.DropConnections], [Emulator.Hang],
 // [Emulator.RejectNextSends], [Emulator.RejectNextSettlements],

@@ -12,7 +12,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // Connection limits the emulator advertises in its open frame.
@@ -197,7 +197,7 @@ func (c *conn) handshake() error {
 	if err != nil {
 		return fmt.Errorf("reading protocol header: %w", err)
 	}
-	if !c.em.faults.waitHang(c.kill) {
+	if !c.em.faults.WaitHang(c.kill) {
 		return errConnKilled
 	}
 	// The hang check above also stalls new handshakes, as a broker that has
@@ -285,7 +285,7 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			return err
 		}
-		if !c.em.faults.waitHang(c.kill) {
+		if !c.em.faults.WaitHang(c.kill) {
 			return errConnKilled
 		}
 		c.logFrame("rx", f)

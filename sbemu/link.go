@@ -5,8 +5,8 @@ import (
 	"log/slog"
 	"sync"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // linkCredit is the credit the emulator grants a client sender, topped up

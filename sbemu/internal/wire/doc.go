@@ -1,5 +1,5 @@
 // Package wire encodes and decodes the AMQP 1.0 wire format for the server side
-// of the Service Bus emulator in [github.com/sbretry/retry/internal/sbemu].
+// of the Service Bus emulator in [github.com/sbretry/retry/sbemu].
 //
 // The emulator has to speak to the unmodified Azure Go SDK (azservicebus over
 // github.com/Azure/go-amqp), and go-amqp keeps its codec in internal packages,

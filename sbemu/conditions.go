@@ -1,6 +1,6 @@
 package sbemu
 
-import "github.com/sbretry/retry/internal/sbemu/wire"
+import "github.com/sbretry/retry/sbemu/internal/wire"
 
 // AMQP and Service Bus error conditions the emulator sends. The SDK maps
 // each to an error code or a recovery kind (azservicebus internal/errors.go),

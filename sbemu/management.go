@@ -7,7 +7,7 @@ import (
 
 	"github.com/Azure/go-amqp"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // Management operations the emulator implements (the SDK's internal/mgmt.go).
@@ -39,7 +39,7 @@ func (l *link) handleManagement(req *amqp.Message) *amqp.Message {
 	op, _ := req.ApplicationProperties["operation"].(string)
 	body, _ := req.Value.(map[string]any)
 	q := l.queue
-	if status, ok := l.s.c.em.faults.takeManagementRejection(op); ok {
+	if status, ok := l.s.c.em.faults.TakeManagementRejection(op); ok {
 		return rpcReply(int32(status), "sbemu: injected management failure", nil)
 	}
 	switch op {

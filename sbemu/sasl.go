@@ -3,7 +3,7 @@ package sbemu
 import (
 	"fmt"
 
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // SASL mechanisms the emulator offers. The SDK always picks ANONYMOUS (it

@@ -7,8 +7,8 @@ import (
 	"math"
 	"sync"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // Session flow-control settings.

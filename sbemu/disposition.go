@@ -4,8 +4,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // handleDisposition applies a client receiver's settlement of peek-lock
@@ -74,7 +74,7 @@ func (s *session) handleDisposition(d *wire.Disposition) {
 // settle applies one delivery outcome to the broker and returns the state
 // to report back.
 func (s *session) settle(sd *sentDelivery, state wire.DeliveryState) wire.DeliveryState {
-	if cond, ok := s.c.em.faults.takeSettleRejection(); ok {
+	if cond, ok := s.c.em.faults.TakeSettleRejection(); ok {
 		return &wire.Rejected{Error: &wire.Error{Condition: wire.Symbol(cond), Description: "sbemu: settlement rejected by fault injection"}}
 	}
 	q, token := sd.queue, sd.token

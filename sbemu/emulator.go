@@ -10,7 +10,8 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sbemu/internal/fault"
 )
 
 // Defaults used by [Start] when the matching [Config] field is zero.
@@ -117,7 +118,7 @@ type Emulator struct {
 	log    *slog.Logger
 	broker *broker.Broker
 	ln     net.Listener
-	faults faults
+	faults fault.Injector
 
 	// mu guards the live connections, the id counter (ids start at 1 and
 	// are never reused, so an id is a safe broker lock owner) and closed.
@@ -186,7 +187,7 @@ func (e *Emulator) Close() error {
 		close(e.done)
 		// A hang would otherwise keep connection goroutines blocked in waitHang
 		// and make wg.Wait below wait for the hang's full duration.
-		e.faults.endHang()
+		e.faults.EndHang()
 		if cerr := e.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
 			err = fmt.Errorf("sbemu: closing listener: %w", cerr)
 		}
@@ -227,7 +228,7 @@ func (e *Emulator) acceptLoop() {
 		}
 		// Closed before any byte is read: the client sees a reset or EOF on its
 		// protocol header, as with an unreachable namespace.
-		if e.faults.refusing() {
+		if e.faults.Refusing() {
 			_ = nc.Close()
 			continue
 		}

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbretry/retry/internal/sbemu/wire"
+	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
 // FuzzConnFrames feeds arbitrary bytes after a valid AMQP protocol header
