@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/benbjohnson/clock"
-
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/sbemu/internal/fault"
 )
@@ -57,10 +55,13 @@ type Config struct {
 	// Microsoft's emulator does.
 	StrictAuth bool
 
-	// Clock drives the broker (lock expiry, scheduling, TTL, duplicate
-	// detection) and token expiry checks. Nil means the real clock. Network
-	// timing (heartbeats, idle timeout) always uses real time.
-	Clock clock.Clock
+	// Clock drives the broker (lock expiry, scheduled activation, TTL,
+	// duplicate detection) and token expiry checks, so a test can move time
+	// through them with no real waiting. Nil means the real clock. Network
+	// timing (heartbeats, idle timeout, handshake and write deadlines) and
+	// the Hang and RefuseConnections faults always use real time: they model
+	// the network, which a fake clock does not drive. See [Clock].
+	Clock Clock
 
 	// Logger receives connection events at Info and every frame at Debug.
 	// Secrets (keys, signatures, tokens) are never logged. Nil discards logs.
@@ -96,7 +97,7 @@ func (c Config) withDefaults() Config {
 		c.Key = DefaultKey
 	}
 	if c.Clock == nil {
-		c.Clock = clock.New()
+		c.Clock = broker.RealClock()
 	}
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -160,4 +161,17 @@ func (e *Emulator) receiversWaiting() int {
 		}
 	}
 	return n
+}
+
+// waitFor yields until cond holds, for state that no event announces (such
+// as a delivery goroutine being parked in the broker); it fails the test
+// after testTimeout. It never sleeps: each pass only gives other
+// goroutines a turn.
+func waitFor(t testing.TB, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(testTimeout)
+	for !cond() {
+		require.True(t, time.Now().Before(deadline), "condition never held")
+		runtime.Gosched()
+	}
 }

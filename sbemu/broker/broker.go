@@ -5,8 +5,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
-
-	"github.com/benbjohnson/clock"
+	"time"
 )
 
 // DeadLetterSuffix is appended to a queue name to address its dead-letter
@@ -21,11 +20,19 @@ type Broker struct {
 	// mu guards every field below and all state of every queue; queue
 	// methods take it through their b pointer.
 	mu     sync.Mutex
-	clock  clock.Clock
+	clock  Clock
 	queues map[string]*Queue // by lower-case name, main queues only
 	names  []string          // configured spelling, in configuration order
 	closed bool
 	done   chan struct{} // closed by Close to wake blocked receivers
+
+	// The wake-up (see wakeup.go): wakeC fires at wakeAt, the earliest
+	// deadline of any queue or earlier; rearm tells the goroutine that
+	// wakeC changed; wakeupsDone is closed when the goroutine has returned.
+	wakeC       <-chan time.Time
+	wakeAt      time.Time
+	rearm       chan struct{}
+	wakeupsDone chan struct{}
 }
 
 // New validates the queue configurations and returns a broker serving them.
@@ -37,9 +44,12 @@ func New(opts Options, queues ...QueueConfig) (*Broker, error) {
 		clock:  opts.Clock,
 		queues: make(map[string]*Queue, len(queues)),
 		done:   make(chan struct{}),
+		rearm:  make(chan struct{}, 1),
+
+		wakeupsDone: make(chan struct{}),
 	}
 	if b.clock == nil {
-		b.clock = clock.New()
+		b.clock = realClock{}
 	}
 	for _, cfg := range queues {
 		if err := cfg.validate(); err != nil {
@@ -65,6 +75,8 @@ func New(opts Options, queues ...QueueConfig) (*Broker, error) {
 		b.queues[key] = q
 		b.names = append(b.names, cfg.Name)
 	}
+	// Started last, so a configuration error leaves nothing running.
+	go b.runWakeups()
 	return b, nil
 }
 
@@ -90,6 +102,16 @@ func (b *Broker) Queue(name string) (*Queue, bool) {
 // configuration order, so the server can list entities deterministically.
 func (b *Broker) Queues() []string {
 	return append([]string(nil), b.names...)
+}
+
+// mainQueues returns the configured queues (dead-letter queues excluded)
+// in configuration order.
+func (b *Broker) mainQueues() []*Queue {
+	out := make([]*Queue, 0, len(b.names))
+	for _, n := range b.names {
+		out = append(out, b.queues[strings.ToLower(n)])
+	}
+	return out
 }
 
 // allQueues returns every queue including dead-letter queues in a stable
@@ -138,29 +160,28 @@ func (b *Broker) returnLocksWhere(match func(*entry) bool) {
 			}
 		}
 	}
-	b.armAll()
+	b.armAll(now)
 }
 
-// Close stops every timer and makes blocked [Queue.Receive] calls return
-// [ErrClosed]; later mutating calls return [ErrClosed] too, while inspection
-// methods keep working on the final state. Close is idempotent.
+// Close stops the broker's wake-up goroutine and makes blocked
+// [Queue.Receive] calls return [ErrClosed]; later mutating calls return
+// [ErrClosed] too, while inspection methods keep working on the final
+// state. Close is idempotent and returns once the goroutine has exited.
 func (b *Broker) Close() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
+	if !b.closed {
+		b.closed = true
+		close(b.done)
 	}
-	b.closed = true
-	close(b.done)
-	for _, q := range b.allQueues() {
-		q.stopTimer()
-	}
+	b.mu.Unlock()
+	// Outside b.mu: the goroutine may be waiting for it in wake.
+	<-b.wakeupsDone
 }
 
-// armAll re-arms the wake-up timer of every queue; b.mu must be held.
-func (b *Broker) armAll() {
-	now := b.clock.Now()
-	for _, q := range b.allQueues() {
+// armAll arms the wake-up for the earliest deadline of every queue; b.mu
+// must be held.
+func (b *Broker) armAll(now time.Time) {
+	for _, q := range b.mainQueues() {
 		q.armTimer(now)
 	}
 }

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"time"
-
-	"github.com/benbjohnson/clock"
 )
 
 // Defaults applied to zero fields of [QueueConfig]; they are the Service Bus
@@ -99,7 +97,8 @@ func (c QueueConfig) validate() error {
 // Options configures a [Broker]. The zero value is ready to use.
 type Options struct {
 	// Clock is the source of time for locks, schedules, TTL and duplicate
-	// detection windows. Nil means the real clock ([clock.New]); tests pass
-	// [clock.NewMock] to drive time explicitly.
-	Clock clock.Clock
+	// detection windows. Nil means the real clock ([RealClock]); tests pass
+	// a fake clock (such as github.com/benbjohnson/clock's *Mock) to drive
+	// time explicitly.
+	Clock Clock
 }

@@ -13,11 +13,14 @@
 //
 // # Time
 //
-// All time comes from an injected [clock.Clock] so tests can drive lock expiry,
-// scheduled activation and TTL with [clock.NewMock]. Deadlines are evaluated
-// lazily on every call and, in addition, one clock timer per queue fires at the
-// earliest pending deadline so that a [Queue.Receive] already blocked wakes up
-// when a scheduled message becomes due or a lock expires.
+// All time comes from an injected [Clock] (Now and After, standard-library
+// types only), so tests can drive lock expiry, scheduled activation and TTL
+// with a fake clock such as github.com/benbjohnson/clock's *Mock. Deadlines
+// are evaluated lazily on every call and, in addition, one goroutine per
+// broker waits for the earliest pending deadline of all queues, so that a
+// [Queue.Receive] already blocked wakes up when a scheduled message becomes
+// due or a lock expires (see wakeup.go). On the default clock the broker
+// also works inside a testing/synctest bubble.
 //
 // # Concurrency
 //

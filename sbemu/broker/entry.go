@@ -127,3 +127,11 @@ func (h *timelineHeap) setDeadline(e *entry, t time.Time) {
 		heap.Push(h, e)
 	}
 }
+
+// earliest is the first deadline in the heap, zero when it is empty.
+func (h timelineHeap) earliest() time.Time {
+	if len(h) == 0 {
+		return time.Time{}
+	}
+	return h[0].deadline
+}

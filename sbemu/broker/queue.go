@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/Azure/go-amqp"
-	"github.com/benbjohnson/clock"
 )
 
 // Queue is one Service Bus queue or dead-letter sub-queue. Obtain it from
@@ -36,12 +35,6 @@ type Queue struct {
 	// message becomes available while any are waiting.
 	waiters int
 	notify  chan struct{}
-
-	// Only the main queue's timer matters for both: armTimer arms the
-	// dead-letter queue's timer from the same call.
-	timer    *clock.Timer
-	timerAt  time.Time
-	timerGen uint64 // identifies the armed timer so a stale callback cannot disarm a newer one
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
@@ -296,64 +289,14 @@ func (q *Queue) advanceOwn(now time.Time) {
 	}
 }
 
-// armTimer makes sure one clock timer fires at the earliest pending deadline
-// of q (and of its dead-letter queue), so blocked receivers wake even when no
+// armTimer makes sure the broker wakes up by the earliest pending deadline
+// of q and of its dead-letter queue, so blocked receivers wake even when no
 // call arrives. b.mu must be held.
 func (q *Queue) armTimer(now time.Time) {
 	if q.parent != nil {
 		q.parent.armTimer(now)
 		return
 	}
-	q.armOwnTimer(now)
-	q.dlq.armOwnTimer(now)
-}
-
-// armOwnTimer is [Queue.armTimer] for q alone.
-func (q *Queue) armOwnTimer(now time.Time) {
-	if q.b.closed || len(q.timeline) == 0 {
-		q.stopTimer()
-		return
-	}
-	next := q.timeline[0].deadline
-	if q.timer != nil && q.timerAt.Equal(next) {
-		return
-	}
-	q.stopTimer()
-	d := next.Sub(now)
-	if d <= 0 {
-		// A deadline already past still needs the callback to run, so the
-		// timer fires as soon as possible.
-		d = time.Nanosecond
-	}
-	q.timerAt = next
-	q.timerGen++
-	gen := q.timerGen
-	q.timer = q.b.clock.AfterFunc(d, func() { q.onTimer(gen) })
-}
-
-// stopTimer cancels the armed timer, if any; b.mu must be held.
-func (q *Queue) stopTimer() {
-	if q.timer != nil {
-		q.timer.Stop()
-		q.timer = nil
-		q.timerAt = time.Time{}
-	}
-}
-
-// onTimer runs on the clock's goroutine when the earliest deadline passes.
-func (q *Queue) onTimer(gen uint64) {
-	b := q.b
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.closed {
-		return
-	}
-	if gen == q.timerGen {
-		// The timer that fired is spent; forget it so armTimer creates a new one.
-		q.timer = nil
-		q.timerAt = time.Time{}
-	}
-	now := b.clock.Now()
-	q.advance(now)
-	q.armTimer(now)
+	q.b.armAt(q.timeline.earliest(), now)
+	q.b.armAt(q.dlq.timeline.earliest(), now)
 }
