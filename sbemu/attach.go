@@ -208,7 +208,16 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 		l.queue = q
 	}
 	if l.queue != nil {
-		l.maxSize = l.configuredMaxMessageSize()
+		l.maxSize = l.queue.MaxMessageSize()
+		// Service Bus delivers from subscriptions and accepts sends at topics;
+		// the other directions cannot work, so they are refused at attach
+		// rather than failing every later transfer.
+		if l.node == "" && !clientSends && l.queue.IsTopic() {
+			return condNotAllowed, fmt.Sprintf("sbemu: %q is a topic: receive from one of its subscriptions (%q)", l.path, broker.SubscriptionPath(l.path, "<name>"))
+		}
+		if l.node == "" && clientSends && l.queue.IsSubscription() {
+			return condNotAllowed, fmt.Sprintf("sbemu: %q is a subscription: send to its topic", l.path)
+		}
 	}
 	// $cbs is exempt because it is where the token is presented in the first
 	// place.
@@ -231,27 +240,4 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 		l.kind = kindQueueOut
 	}
 	return "", ""
-}
-
-// configuredMaxMessageSize is the queue's configured limit, or the broker
-// default.
-// The dead-letter queue of a queue shares its limit, which is why the
-// lookup goes through queueBaseName.
-func (l *link) configuredMaxMessageSize() int {
-	for _, qc := range l.s.c.em.cfg.Queues {
-		if strings.EqualFold(qc.Name, l.queueBaseName()) && qc.MaxMessageSize > 0 {
-			return qc.MaxMessageSize
-		}
-	}
-	return broker.DefaultMaxMessageSize
-}
-
-// queueBaseName is the configured queue name behind the link's queue,
-// without a dead-letter suffix.
-func (l *link) queueBaseName() string {
-	name := l.queue.Name()
-	if i := strings.Index(strings.ToLower(name), strings.ToLower(broker.DeadLetterSuffix)); i >= 0 {
-		name = name[:i]
-	}
-	return name
 }

@@ -103,10 +103,21 @@
 // not yet sent (uncounted); and finally the broker returns every lock the
 // connection still owned, counting the delivery, exactly as Service Bus does
 // for a dropped receiver.
+// # Topics
+//
+// [Config.Topics] adds topics with subscriptions. A client sends and
+// schedules to "<topic>" and receives from "<topic>/Subscriptions/<name>"
+// (the SDK's NewReceiverForSubscription) and its "/$DeadLetterQueue";
+// management requests (renew, peek, schedule, cancel) go to the entity's
+// own "$management" node. Receiving from a topic or sending to a
+// subscription is refused at attach with amqp:not-allowed. Subscription
+// rules, auto-forwarding and their Service Bus references are described in
+// package broker.
+//
 // # Limits
 //
-// The emulator keeps everything in memory and serves queues only: no
-// topics or subscriptions, no message sessions, no deferral, no
-// transactions, no TLS or websockets. It is meant for tests and local
-// development.
+// The emulator keeps everything in memory and its entities are fixed at
+// [Start]: no entity management at run time, no message sessions, no
+// deferral, no transactions, no TLS or websockets. It is meant for tests
+// and local development.
 package sbemu

@@ -25,7 +25,8 @@ const (
 	// when [Config.Key] is empty. It is the value Microsoft's own emulator
 	// documents, so it is not a secret.
 	DefaultKey = "SAS_KEY_VALUE"
-	// DefaultQueueName is the queue created when [Config.Queues] is empty.
+	// DefaultQueueName is the queue created when [Config.Queues] and
+	// [Config.Topics] are both empty.
 	DefaultQueueName = "queue"
 	// DefaultIdleTimeout is used when [Config.IdleTimeout] is zero.
 	DefaultIdleTimeout = time.Minute
@@ -37,11 +38,18 @@ type Config struct {
 	// Addr is the TCP address to listen on. Empty means [DefaultAddr].
 	Addr string
 
-	// Queues are the entities the emulator serves. Names are matched
+	// Queues are the queues the emulator serves. Names are matched
 	// case-insensitively; every queue also has its dead-letter sub-queue
-	// "<name>/$DeadLetterQueue". Empty means one queue named
-	// [DefaultQueueName] with the broker's default settings.
+	// "<name>/$DeadLetterQueue". Empty, with no Topics either, means one
+	// queue named [DefaultQueueName] with the broker's default settings.
 	Queues []broker.QueueConfig
+
+	// Topics are the topics the emulator serves, each with its
+	// subscriptions and their rules. Clients send and schedule to
+	// "<topic>" and receive from "<topic>/Subscriptions/<name>" and its
+	// "/$DeadLetterQueue" (the SDK's NewReceiverForSubscription). Queues
+	// and topics share one namespace.
+	Topics []broker.TopicConfig
 
 	// KeyName and Key are the shared access key put into
 	// [Emulator.ConnectionString]. Empty means [DefaultKeyName] and
@@ -87,7 +95,7 @@ func (c Config) withDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
-	if len(c.Queues) == 0 {
+	if len(c.Queues) == 0 && len(c.Topics) == 0 {
 		c.Queues = []broker.QueueConfig{{Name: DefaultQueueName}}
 	}
 	if c.KeyName == "" {
@@ -138,7 +146,7 @@ type Emulator struct {
 // Start returns; call [Emulator.Close] to stop it.
 func Start(cfg Config) (*Emulator, error) {
 	cfg = cfg.withDefaults()
-	b, err := broker.New(broker.Options{Clock: cfg.Clock}, cfg.Queues...)
+	b, err := broker.New(broker.Options{Clock: cfg.Clock, Topics: cfg.Topics}, cfg.Queues...)
 	if err != nil {
 		return nil, fmt.Errorf("sbemu: creating broker: %w", err)
 	}
@@ -155,7 +163,7 @@ func Start(cfg Config) (*Emulator, error) {
 		conns:  make(map[*conn]struct{}),
 		done:   make(chan struct{}),
 	}
-	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "strictAuth", cfg.StrictAuth)
+	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "topics", len(cfg.Topics), "strictAuth", cfg.StrictAuth)
 	e.wg.Add(1)
 	go e.acceptLoop()
 	return e, nil

@@ -12,19 +12,20 @@ import (
 // sub-queue, as the SDK does ("<queue>/$DeadLetterQueue"). Lookups ignore case.
 const DeadLetterSuffix = "/$DeadLetterQueue"
 
-// Broker holds a fixed set of queues configured at [New]. It is safe for
-// concurrent use: one mutex guards every queue, so moves between a queue and
-// its dead-letter queue are atomic and lock ownership can be released across
-// queues in one step. The zero value is not usable; call [New].
+// Broker holds a fixed set of queues, topics and subscriptions configured at
+// [New]. It is safe for concurrent use: one mutex guards every entity, so
+// moves between entities (dead-lettering, forwarding, a topic's fan-out) are
+// atomic and lock ownership can be released across queues in one step. The
+// zero value is not usable; call [New].
 type Broker struct {
-	// mu guards every field below and all state of every queue; queue
+	// mu guards every field below and all state of every entity; queue
 	// methods take it through their b pointer.
-	mu     sync.Mutex
-	clock  Clock
-	queues map[string]*Queue // by lower-case name, main queues only
-	names  []string          // configured spelling, in configuration order
-	closed bool
-	done   chan struct{} // closed by Close to wake blocked receivers
+	mu       sync.Mutex
+	clock    Clock
+	queues   map[string]*Queue // by lower-case path: queues, topics and subscriptions
+	entities []*Queue          // the same, in configuration order
+	closed   bool
+	done     chan struct{} // closed by Close to wake blocked receivers
 
 	// The wake-up (see wakeup.go): wakeC fires at wakeAt, the earliest
 	// deadline of any queue or earlier; rearm tells the goroutine that
@@ -35,10 +36,13 @@ type Broker struct {
 	wakeupsDone chan struct{}
 }
 
-// New validates the queue configurations and returns a broker serving them.
-// Names must be non-empty, unique ignoring case and free of '/'; durations and
-// sizes must not be negative (see [QueueConfig]). Errors wrap
-// [ErrInvalidConfig]. Every queue gets a dead-letter queue automatically.
+// New validates the configurations and returns a broker serving the queues
+// and the topics of opts.Topics with their subscriptions. Names must be
+// non-empty, unique ignoring case (queues and topics share one namespace)
+// and free of '/'; durations and sizes must not be negative (see
+// [QueueConfig]); rules must parse; forwarding targets must exist and must
+// not form a loop. Errors wrap [ErrInvalidConfig] and name the entity. Every
+// queue and subscription gets a dead-letter queue automatically.
 func New(opts Options, queues ...QueueConfig) (*Broker, error) {
 	b := &Broker{
 		clock:  opts.Clock,
@@ -51,45 +55,71 @@ func New(opts Options, queues ...QueueConfig) (*Broker, error) {
 	if b.clock == nil {
 		b.clock = realClock{}
 	}
+	forwards := map[*Queue]forwardConfig{}
 	for _, cfg := range queues {
 		if err := cfg.validate(); err != nil {
 			return nil, err
 		}
-		key := strings.ToLower(cfg.Name)
-		if _, dup := b.queues[key]; dup {
-			return nil, fmt.Errorf("%w: duplicate queue name %q", ErrInvalidConfig, cfg.Name)
+		q, err := b.addEntity(kindQueue, cfg.Name, cfg)
+		if err != nil {
+			return nil, err
 		}
-		q := newQueue(b, cfg.Name, cfg.withDefaults())
-		dlqCfg := QueueConfig{
-			Name:         cfg.Name + DeadLetterSuffix,
-			LockDuration: q.cfg.LockDuration,
-			// Service Bus never dead-letters out of a dead-letter queue and
-			// does not observe TTL there: no delivery limit, no expiry.
-			MaxDeliveryCount: 0,
-			MaxMessageSize:   q.cfg.MaxMessageSize,
+		forwards[q] = forwardConfig{cfg.ForwardTo, cfg.ForwardDeadLetteredMessagesTo}
+	}
+	for _, tc := range opts.Topics {
+		if err := b.addTopic(tc, forwards); err != nil {
+			return nil, err
 		}
-		// The dead-letter queue is not in b.queues: it is reached only through
-		// its parent, so lookups and allQueues find each exactly once.
-		q.dlq = newQueue(b, dlqCfg.Name, dlqCfg)
-		q.dlq.parent = q
-		b.queues[key] = q
-		b.names = append(b.names, cfg.Name)
+	}
+	if err := b.resolveForwards(forwards); err != nil {
+		return nil, err
 	}
 	// Started last, so a configuration error leaves nothing running.
 	go b.runWakeups()
 	return b, nil
 }
 
-// Queue returns the queue with the given name, ignoring case, or its
-// dead-letter queue when the name ends in "/$DeadLetterQueue" (any case). The
-// bool is false for unknown names; callers needing an error use
-// [ErrUnknownQueue].
+// addEntity creates a queue, topic or subscription with its dead-letter
+// queue and registers it under path; cfg must be valid.
+func (b *Broker) addEntity(kind entityKind, path string, cfg QueueConfig) (*Queue, error) {
+	key := strings.ToLower(path)
+	if _, dup := b.queues[key]; dup {
+		return nil, fmt.Errorf("%w: duplicate entity name %q", ErrInvalidConfig, path)
+	}
+	cfg.Name = path
+	q := newQueue(b, path, cfg.withDefaults())
+	q.kind = kind
+	dlqCfg := QueueConfig{
+		Name:         path + DeadLetterSuffix,
+		LockDuration: q.cfg.LockDuration,
+		// Service Bus never dead-letters out of a dead-letter queue and
+		// does not observe TTL there: no delivery limit, no expiry.
+		MaxDeliveryCount: 0,
+		MaxMessageSize:   q.cfg.MaxMessageSize,
+	}
+	// The dead-letter queue is not in b.queues: it is reached only through
+	// its parent, so lookups and allQueues find each exactly once.
+	q.dlq = newQueue(b, dlqCfg.Name, dlqCfg)
+	q.dlq.parent = q
+	q.dlq.kind = kind
+	b.queues[key] = q
+	b.entities = append(b.entities, q)
+	return q, nil
+}
+
+// Queue returns the entity with the given path, ignoring case: a queue, a
+// topic (for sending and scheduling), a subscription
+// ("<topic>/Subscriptions/<name>", see [SubscriptionPath]), or the
+// dead-letter queue of a queue or subscription when the path ends in
+// "/$DeadLetterQueue" (any case). The bool is false for unknown paths;
+// callers needing an error use [ErrUnknownQueue].
 func (b *Broker) Queue(name string) (*Queue, bool) {
 	key := strings.ToLower(name)
 	dlqSuffix := strings.ToLower(DeadLetterSuffix)
 	if base, ok := strings.CutSuffix(key, dlqSuffix); ok {
 		q, found := b.queues[base]
-		if !found {
+		// A topic has no dead-letter queue a client can reach.
+		if !found || q.kind == kindTopic {
 			return nil, false
 		}
 		return q.dlq, true
@@ -98,28 +128,50 @@ func (b *Broker) Queue(name string) (*Queue, bool) {
 	return q, ok
 }
 
-// Queues returns the configured queue names (dead-letter queues excluded) in
-// configuration order, so the server can list entities deterministically.
-func (b *Broker) Queues() []string {
-	return append([]string(nil), b.names...)
+// Subscription returns the subscription sub of topic, ignoring case; it is
+// [Broker.Queue] of [SubscriptionPath](topic, sub).
+func (b *Broker) Subscription(topic, sub string) (*Queue, bool) {
+	q, ok := b.Queue(SubscriptionPath(topic, sub))
+	if !ok || q.kind != kindSubscription {
+		return nil, false
+	}
+	return q, true
 }
 
-// mainQueues returns the configured queues (dead-letter queues excluded)
-// in configuration order.
-func (b *Broker) mainQueues() []*Queue {
-	out := make([]*Queue, 0, len(b.names))
-	for _, n := range b.names {
-		out = append(out, b.queues[strings.ToLower(n)])
+// Queues returns the configured queue names (topics, subscriptions and
+// dead-letter queues excluded) in configuration order, so the server can
+// list entities deterministically.
+func (b *Broker) Queues() []string {
+	return b.namesOf(kindQueue)
+}
+
+// Topics returns the configured topic names in configuration order.
+func (b *Broker) Topics() []string {
+	return b.namesOf(kindTopic)
+}
+
+func (b *Broker) namesOf(kind entityKind) []string {
+	var out []string
+	for _, q := range b.entities {
+		if q.kind == kind {
+			out = append(out, q.name)
+		}
 	}
 	return out
+}
+
+// mainQueues returns every entity (dead-letter queues excluded) in
+// configuration order; the slice is fixed after New and must not be
+// modified.
+func (b *Broker) mainQueues() []*Queue {
+	return b.entities
 }
 
 // allQueues returns every queue including dead-letter queues in a stable
 // order; b.mu must be held or the set must be immutable (it is after New).
 func (b *Broker) allQueues() []*Queue {
-	out := make([]*Queue, 0, 2*len(b.names))
-	for _, n := range b.names {
-		q := b.queues[strings.ToLower(n)]
+	out := make([]*Queue, 0, 2*len(b.entities))
+	for _, q := range b.entities {
 		out = append(out, q, q.dlq)
 	}
 	return out
@@ -178,7 +230,7 @@ func (b *Broker) Close() {
 	<-b.wakeupsDone
 }
 
-// armAll arms the wake-up for the earliest deadline of every queue; b.mu
+// armAll arms the wake-up for the earliest deadline of every entity; b.mu
 // must be held.
 func (b *Broker) armAll(now time.Time) {
 	for _, q := range b.mainQueues() {

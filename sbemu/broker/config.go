@@ -52,6 +52,17 @@ type QueueConfig struct {
 	// MaxMessageSize is the largest encoded message accepted, in bytes.
 	// Zero means 256 KiB (the Standard tier limit).
 	MaxMessageSize int
+
+	// ForwardTo, when set, names a queue or topic that every message
+	// becoming available here is moved to at once (auto-forwarding): the
+	// queue itself then never delivers. Scheduled messages wait here until
+	// due. The target must exist and the forwarding must not loop.
+	ForwardTo string
+
+	// ForwardDeadLetteredMessagesTo, when set, names a queue or topic that
+	// receives the messages this queue dead-letters (with their
+	// DeadLetterReason), instead of its own dead-letter queue.
+	ForwardDeadLetteredMessagesTo string
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -70,8 +81,14 @@ func (c QueueConfig) withDefaults() QueueConfig {
 
 // validate reports the first problem with c, wrapped in [ErrInvalidConfig].
 func (c QueueConfig) validate() error {
+	return c.validateAs("queue")
+}
+
+// validateAs is validate with the entity named as what (queue, topic,
+// subscription) in errors.
+func (c QueueConfig) validateAs(what string) error {
 	bad := func(format string, args ...any) error {
-		return fmt.Errorf("%w: queue %q: %s", ErrInvalidConfig, c.Name, fmt.Sprintf(format, args...))
+		return fmt.Errorf("%w: %s %q: %s", ErrInvalidConfig, what, c.Name, fmt.Sprintf(format, args...))
 	}
 	switch {
 	case strings.TrimSpace(c.Name) == "":
@@ -96,6 +113,10 @@ func (c QueueConfig) validate() error {
 
 // Options configures a [Broker]. The zero value is ready to use.
 type Options struct {
+	// Topics are served alongside the queues given to [New], each with its
+	// subscriptions. Nil means no topics.
+	Topics []TopicConfig
+
 	// Clock is the source of time for locks, schedules, TTL and duplicate
 	// detection windows. Nil means the real clock ([RealClock]); tests pass
 	// a fake clock (such as github.com/benbjohnson/clock's *Mock) to drive

@@ -1,7 +1,19 @@
-// Package broker implements the queue semantics of the Service Bus emulator:
+// Package broker implements the Service Bus semantics of the emulator:
 // sequence numbers, peek-lock and receive-and-delete delivery, lock expiry and
 // renewal, delivery counting, dead-lettering, scheduled messages, duplicate
-// detection, time-to-live and size limits.
+// detection, time-to-live and size limits, for queues and for topics with
+// subscriptions, their rules (TrueFilter, CorrelationFilter, SQL filters and
+// actions, see rule.go and sqlfilter.go) and auto-forwarding (forward.go).
+//
+// # Topics
+//
+// A topic, a subscription and a queue are the same [Queue] type underneath.
+// A topic accepts, deduplicates and holds scheduled messages like a queue;
+// the moment a message becomes available there, it is copied to every
+// subscription whose rules select it and leaves the topic (topic.go). A
+// subscription is then a queue of its own, with its own lock duration,
+// MaxDeliveryCount, TTL, dead-letter queue and forwarding. Everything
+// happens under the broker's one mutex, so a fan-out is atomic.
 //
 // The package knows nothing about networking or AMQP framing. The AMQP server
 // in the parent package decodes transfers into [*amqp.Message] values, hands
@@ -31,6 +43,7 @@
 //
 // # Deliberate simplifications
 //
-// There are no sessions, topics, deferral or transactions; see the README of
-// the emulator for the list of supported operations.
+// There are no sessions, deferral or transactions, and entities are fixed
+// when the broker is created; see the README of the emulator for the list of
+// supported operations.
 package broker

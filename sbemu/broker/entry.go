@@ -33,6 +33,7 @@ type entry struct {
 	enqueuedAt  time.Time // acceptance time, replaced by the activation time for scheduled messages
 	scheduledAt time.Time // activation time while scheduled
 	expiresAt   time.Time // zero: never expires
+	expiryCap   time.Time // the latest expiry inherited from a topic or a forwarding source; zero: none
 
 	// owner is the connection id passed to Receive, used by ReleaseOwner;
 	// lockToken is zero unless the entry is locked.

@@ -21,6 +21,15 @@ type Queue struct {
 	dlq    *Queue // the dead-letter sub-queue; nil on a dead-letter queue
 	parent *Queue // the main queue; nil on a main queue
 
+	// Set in New and read-only afterwards: what the entity is, a topic's
+	// subscriptions, a subscription's rules, and the auto-forwarding
+	// targets (nil: none).
+	kind                 entityKind
+	subs                 []*Queue
+	rules                []rule
+	forwardTo            *Queue
+	forwardDeadLettersTo *Queue
+
 	// State below is guarded by b.mu. An entry is in exactly one of
 	// available (stateAvailable), locks (stateLocked) or neither
 	// (stateScheduled), and in timeline whenever it has a deadline.
@@ -85,7 +94,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	if b.closed {
 		return 0, false, ErrClosed
 	}
-	if q.parent != nil {
+	if q.parent != nil || q.kind == kindSubscription {
 		return 0, false, fmt.Errorf("%w: send to %s", ErrNotSupported, q.name)
 	}
 	if size > q.cfg.MaxMessageSize {
@@ -128,7 +137,9 @@ func (q *Queue) nextSeq() int64 {
 }
 
 // activate makes a freshly accepted or newly due message receivable, starting
-// its time-to-live at enqueuedAt. Dead-letter queues do not observe TTL.
+// its time-to-live at enqueuedAt. Dead-letter queues do not observe TTL. On
+// a topic the message is fanned out to the subscriptions instead, and on an
+// entity with ForwardTo it moves on to the target.
 func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 	e.enqueuedAt = enqueuedAt
 	e.scheduledAt = time.Time{}
@@ -141,12 +152,20 @@ func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 		if ttl > 0 {
 			e.expiresAt = enqueuedAt.Add(ttl)
 		}
+		if c := e.expiryCap; !c.IsZero() && (e.expiresAt.IsZero() || c.Before(e.expiresAt)) {
+			e.expiresAt = c
+		}
 	}
-	if q.expired(e, now) {
+	switch {
+	case q.expired(e, now):
 		q.expire(e, now)
-		return
+	case q.kind == kindTopic && q.parent == nil:
+		q.fanOut(e, now)
+	case q.forwardTo != nil:
+		q.forward(e, now)
+	default:
+		q.makeAvailable(e)
 	}
-	q.makeAvailable(e)
 }
 
 // expired reports whether e's time-to-live has passed; the expiry
@@ -237,6 +256,10 @@ func (q *Queue) deadLetter(e *entry, reason, description string, props map[strin
 	setAnnotation(m, AnnotationDeadLetterSource, q.name)
 	setAnnotation(m, AnnotationEnqueuedSequenceNumber, e.seq)
 
+	if t := q.forwardDeadLettersTo; t != nil {
+		t.enqueueLocked(m, e.size, now, time.Time{}, now)
+		return
+	}
 	d := q.dlq
 	de := newEntry(m, e.size)
 	de.seq = d.nextSeq()
