@@ -3,6 +3,12 @@
 // azservicebus SDK.
 //
 //	sbemu -addr 127.0.0.1:5672 -queue orders -queue payments -lock-duration 30s
+//	sbemu -config Config.json
+//
+// -config reads the Config.json of Microsoft's Service Bus emulator
+// unchanged (queues, topics, subscriptions, rules); -queue flags add queues
+// to it, with the -lock-duration, -max-delivery-count and
+// -duplicate-detection-window settings, which apply to -queue queues only.
 //
 // Once listening it prints the connection string on its own line (starting
 // with "Endpoint=sb://"); pass it to azservicebus.NewClientFromConnectionString.
@@ -72,6 +78,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		key        = fs.String("key", sbemu.DefaultKey, "shared access key in the connection string")
 		strict     = fs.Bool("strict-auth", false, "verify SAS tokens against -key and refuse others")
 		verbose    = fs.Bool("v", false, "log every AMQP frame (debug level)")
+		configPath = fs.String("config", "", "Config.json in the format of Microsoft's emulator (queues, topics, subscriptions, rules)")
 	)
 	fs.Var(&queues, "queue", "queue to create (repeatable; default \"queue\")")
 	if err := fs.Parse(args); err != nil {
@@ -80,30 +87,33 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("sbemu: unexpected arguments %q", fs.Args())
 	}
-	if len(queues) == 0 {
+	var cfg sbemu.Config
+	if *configPath != "" {
+		var err error
+		if cfg, err = sbemu.ConfigFromFile(*configPath); err != nil {
+			return err
+		}
+	}
+	if len(queues) == 0 && *configPath == "" {
 		queues = queueNames{sbemu.DefaultQueueName}
 	}
-	cfgs := make([]broker.QueueConfig, len(queues))
-	for i, name := range queues {
-		cfgs[i] = broker.QueueConfig{
+	for _, name := range queues {
+		cfg.Queues = append(cfg.Queues, broker.QueueConfig{
 			Name:                     name,
 			LockDuration:             *lock,
 			MaxDeliveryCount:         *maxDeliver,
 			DuplicateDetectionWindow: *dedup,
-		}
+		})
 	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	em, err := sbemu.Start(sbemu.Config{
-		Addr:       *addr,
-		Queues:     cfgs,
-		KeyName:    *keyName,
-		Key:        *key,
-		StrictAuth: *strict,
-		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-	})
+	cfg.Addr = *addr
+	cfg.KeyName, cfg.Key = *keyName, *key
+	cfg.StrictAuth = *strict
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	em, err := sbemu.Start(cfg)
 	if err != nil {
 		return err
 	}

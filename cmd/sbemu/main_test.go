@@ -81,3 +81,52 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		})
 	}
 }
+
+// TestRunLoadsMicrosoftConfig starts the binary's run on the sample
+// Config.json and receives through a subscription it defines.
+func TestRunLoadsMicrosoftConfig(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-config", "../../sbemu/testdata/Config.json", "-queue", "extra"}, pw, io.Discard)
+		_ = pw.Close()
+	}()
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+
+	client, err := azservicebus.NewClientFromConnectionString(strings.TrimSpace(line), nil)
+	require.NoError(t, err)
+	opCtx, opCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer opCancel()
+	for _, target := range []string{"order-events", "extra"} {
+		sender, err := client.NewSender(target, nil)
+		require.NoError(t, err)
+		require.NoError(t, sender.SendMessage(opCtx, &azservicebus.Message{Body: []byte(target)}, nil))
+		require.NoError(t, sender.Close(opCtx))
+	}
+	receiver, err := client.NewReceiverForSubscription("order-events", "everything", nil)
+	require.NoError(t, err)
+	msgs, err := receiver.ReceiveMessages(opCtx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	assert.Equal(t, "order-events", string(msgs[0].Body))
+	require.NoError(t, receiver.Close(opCtx))
+	require.NoError(t, client.Close(opCtx))
+
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancellation")
+	}
+}
+
+func TestRunReportsConfigErrors(t *testing.T) {
+	err := run(context.Background(), []string{"-addr", "127.0.0.1:0", "-config", "does-not-exist.json"}, io.Discard, io.Discard)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "does-not-exist.json")
+}
