@@ -92,7 +92,14 @@ func (s *session) handleAttach(a *wire.Attach) {
 	// The handle is reserved before resolve runs outside the lock, so a
 	// concurrent attach cannot take it; refuseAttach gives it back.
 	out := s.allocateHandleLocked()
+	tooMany := len(s.links) >= s.c.em.cfg.Limits.MaxLinksPerSession
 	s.mu.Unlock()
+	if tooMany {
+		limit := s.c.em.cfg.Limits.MaxLinksPerSession
+		s.log.Info("sbemu: refusing attach", "address", path, "condition", condResourceLimit, "limit", limit)
+		s.refuseAttach(a, out, condResourceLimit, limitError("links per session", limit))
+		return
+	}
 
 	l := newLink(s, a, out, path)
 	cond, desc := l.resolve(clientSends)

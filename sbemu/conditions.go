@@ -19,4 +19,5 @@ const (
 	condMessageSizeExceded wire.Symbol = "amqp:link:message-size-exceeded"
 	condLockLost           wire.Symbol = "com.microsoft:message-lock-lost"
 	condDeadLetter         wire.Symbol = "com.microsoft:dead-letter"
+	condResourceLimit      wire.Symbol = "amqp:resource-limit-exceeded"
 )

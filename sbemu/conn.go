@@ -61,6 +61,15 @@ type conn struct {
 	heartbeat    time.Duration // how often to send empty frames
 	containerID  string        // client's container id, for logs
 
+	// overLimit is set at accept when the connection exceeds
+	// Limits.MaxConnections: it is closed right after the open exchange.
+	overLimit bool
+	// partialBytes sums the multi-frame messages being assembled on every
+	// link; stopAfterFrame ends the read loop after the current frame (a
+	// limit closed the connection). Both reader goroutine only.
+	partialBytes   int
+	stopAfterFrame bool
+
 	// Lifecycle: done means "stop producing frames", kill means "the socket
 	// is gone, stop waiting on it" (it also ends a hang early); ctx is the
 	// parent of every link context, so canceling it unblocks every delivery
@@ -122,6 +131,10 @@ func (c *conn) serve() {
 	}
 	writerStarted = true
 	go c.writeLoop()
+	if c.overLimit {
+		c.closeWithError(condResourceLimit, limitError("connection", c.em.cfg.Limits.MaxConnections))
+		return
+	}
 
 	if err := c.readLoop(); err != nil && !isClosedErr(err) {
 		c.log.Info("sbemu: connection ended", "err", err)
@@ -299,7 +312,7 @@ func (c *conn) readLoop() error {
 		if err != nil {
 			return err
 		}
-		if stop {
+		if stop || c.stopAfterFrame {
 			return nil
 		}
 	}
@@ -370,6 +383,19 @@ func (c *conn) handleBegin(ch uint16, b *wire.Begin) error {
 		c.mu.Unlock()
 		c.closeWithError(condIllegalState, fmt.Sprintf("channel %d already has a session", ch))
 		return fmt.Errorf("sbemu: duplicate begin on channel %d", ch)
+	}
+	if limit := c.em.cfg.Limits.MaxSessionsPerConnection; len(c.sessions) >= limit {
+		// Refused the way AMQP peers refuse a connection (an open followed at
+		// once by a close with the error): a begin, then an end carrying the
+		// error. The client's end then frees the channel, which takeEnding
+		// expects.
+		c.ending[ch] = true
+		c.mu.Unlock()
+		remote := ch
+		c.send(ch, &wire.Begin{RemoteChannel: &remote, IncomingWindow: 0, OutgoingWindow: 0, HandleMax: 0})
+		c.send(ch, &wire.End{Error: &wire.Error{Condition: condResourceLimit, Description: limitError("sessions per connection", limit)}})
+		c.log.Info("sbemu: refusing session", "channel", ch, "limit", limit)
+		return nil
 	}
 	s := newSession(c, ch, b)
 	c.sessions[ch] = s

@@ -82,6 +82,10 @@ type Config struct {
 	// dropped connection's messages, and they are redelivered only when their locks expire.
 	KeepLocksOnDisconnect bool
 
+	// Limits bound what clients can make the emulator hold; the zero value
+	// gives the defaults documented on each field of [Limits].
+	Limits Limits
+
 	// IdleTimeout is how long a connection may stay silent before the
 	// emulator closes it; half of it is advertised to clients in the open
 	// frame so they send heartbeats in time. Zero means
@@ -110,6 +114,7 @@ func (c Config) withDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.New(slog.DiscardHandler)
 	}
+	c.Limits = c.Limits.withDefaults()
 	if c.IdleTimeout == 0 {
 		c.IdleTimeout = DefaultIdleTimeout
 	}
@@ -133,6 +138,7 @@ type Emulator struct {
 	// are never reused, so an id is a safe broker lock owner) and closed.
 	mu         sync.Mutex
 	conns      map[*conn]struct{}
+	admitted   int // connections in conns within Limits.MaxConnections
 	nextConnID uint64
 	closed     bool
 
@@ -251,6 +257,12 @@ func (e *Emulator) acceptLoop() {
 		}
 		e.nextConnID++
 		c := newConn(e, e.nextConnID, nc)
+		// A connection over the limit is still served up to its open, so it
+		// can be told why it is closed; it does not count as admitted.
+		c.overLimit = e.admitted >= e.cfg.Limits.MaxConnections
+		if !c.overLimit {
+			e.admitted++
+		}
 		e.conns[c] = struct{}{}
 		e.wg.Add(1)
 		e.mu.Unlock()
@@ -259,6 +271,9 @@ func (e *Emulator) acceptLoop() {
 			c.serve()
 			e.mu.Lock()
 			delete(e.conns, c)
+			if !c.overLimit {
+				e.admitted--
+			}
 			e.mu.Unlock()
 		}()
 	}

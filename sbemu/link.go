@@ -58,6 +58,7 @@ type link struct {
 	rxSettled       bool   // the client sent it pre-settled
 	rxFormat        uint32 // message-format of the message being assembled
 	rxBuf           []byte
+	rxCounted       int // bytes of rxBuf charged to the connection's partial-message budget
 
 	// Sending side (kindQueueOut, kindReplyOut).
 	// mu guards the fields below; it is the innermost lock (taken under s.mu,
@@ -215,16 +216,14 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 	// An aborted delivery (section 2.7.5) is discarded but still used up a
 	// delivery count and a credit.
 	if t.Aborted {
-		l.rxBusy = false
-		l.rxBuf = nil
+		l.dropPartial()
 		l.countDelivery()
 		return
 	}
 	// The limit is checked while assembling, so an oversized multi-frame
 	// message is refused before it is fully buffered.
 	if len(l.rxBuf)+len(t.Payload) > max(maxAssembledMessage, 2*l.maxSize) {
-		l.rxBusy = false
-		l.rxBuf = nil
+		l.dropPartial()
 		l.forceDetach(condMessageSizeExceded, "sbemu: message exceeds the emulator's assembly limit")
 		return
 	}
@@ -233,14 +232,26 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 		// payload for this frame alone, so it can be used without a copy.
 		l.rxBuf = t.Payload
 	} else {
+		// Only bytes held across frames count towards the connection's
+		// partial-message budget.
+		c := l.s.c
+		c.partialBytes += len(t.Payload)
+		l.rxCounted += len(t.Payload)
+		if limit := c.em.cfg.Limits.MaxPartialMessageBytesPerConnection; c.partialBytes > limit {
+			l.dropPartial()
+			c.closeWithError(condResourceLimit, limitError("partial-message bytes per connection", limit))
+			// Closing the socket after the close frame ends the read loop; the
+			// client may keep sending meanwhile, which is ignored.
+			c.stopAfterFrame = true
+			return
+		}
 		l.rxBuf = append(l.rxBuf, t.Payload...)
 	}
 	if t.More {
 		return
 	}
 	payload, id, settled, format := l.rxBuf, l.rxDeliveryID, l.rxSettled, l.rxFormat
-	l.rxBusy = false
-	l.rxBuf = nil
+	l.dropPartial()
 
 	var state wire.DeliveryState
 	if l.kind == kindQueueIn {
@@ -260,6 +271,15 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 		l.s.mu.Unlock()
 	}
 	l.countDelivery()
+}
+
+// dropPartial forgets the message being assembled and gives its bytes back
+// to the connection's partial-message budget; reader goroutine only.
+func (l *link) dropPartial() {
+	l.s.c.partialBytes -= l.rxCounted
+	l.rxCounted = 0
+	l.rxBusy = false
+	l.rxBuf = nil
 }
 
 // countDelivery advances the link's delivery count after a complete (or

@@ -127,11 +127,15 @@ func (l *link) peekMessages(q *broker.Queue, body map[string]any) *amqp.Message 
 	if !ok1 || !ok2 {
 		return rpcReply(statusBadRequest, "sbemu: peek-message needs from-sequence-number and message-count", nil)
 	}
+	if limit := l.s.c.em.cfg.Limits.MaxPeekCount; count > int64(limit) {
+		return rpcReply(statusBadRequest, fmt.Sprintf("sbemu: message-count %d: %s", count, limitError("peek count", limit)), nil)
+	}
 	peeked := q.Peek(from, int(count))
 	if len(peeked) == 0 {
 		return rpcReply(statusNoContent, "No messages", nil)
 	}
 	out := make([]any, 0, len(peeked))
+	replyBytes := 0
 	for _, d := range peeked {
 		// As in queueSource.wrap: the SDK only fills some fields of a received
 		// message when it has a properties section.
@@ -142,6 +146,12 @@ func (l *link) peekMessages(q *broker.Queue, body map[string]any) *amqp.Message 
 		if err != nil {
 			l.log.Error("sbemu: encoding peeked message", "seq", d.SequenceNumber, "err", err)
 			return rpcReply(statusInternalError, "sbemu: encoding peeked message: "+err.Error(), nil)
+		}
+		// A peek may return fewer messages than asked for; the SDK simply
+		// peeks again from the next sequence number. Cutting the reply keeps
+		// a peek of large messages from building a reply of hundreds of MiB.
+		if replyBytes += len(encoded); replyBytes > maxPeekReplyBytes && len(out) > 0 {
+			break
 		}
 		out = append(out, map[string]any{"message": encoded})
 	}

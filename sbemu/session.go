@@ -227,6 +227,11 @@ func (s *session) handleDetach(d *wire.Detach) {
 		s.forgetDeliveriesLocked(l)
 	}
 	s.mu.Unlock()
+	if l != nil {
+		// A half-assembled message dies with its link; its bytes no longer
+		// count against the connection.
+		l.dropPartial()
+	}
 	if l == nil {
 		s.log.Debug("sbemu: detach for unknown handle", "handle", d.Handle)
 		return
@@ -278,6 +283,9 @@ func (s *session) shutdown() {
 	s.mu.Unlock()
 	for _, l := range links {
 		l.stop()
+		// shutdown runs on the reader goroutine (client end, session error,
+		// connection teardown), which owns the assembly state.
+		l.dropPartial()
 	}
 }
 
@@ -292,7 +300,13 @@ func (s *session) transmit(ctx context.Context, l *link, payload, tag []byte, se
 	// The loop runs at least once so an empty payload still produces one
 	// transfer. Each frame waits for window separately: a large message can
 	// span a window re-advertisement by the client.
+	limit := s.c.em.cfg.Limits.MaxOutgoingBytesPerConnection
 	for first || len(payload) > 0 {
+		// Back-pressure before the session window: a client that grants
+		// more than it reads makes this transfer wait, not the queue grow.
+		if err := s.c.out.waitRoom(ctx, s.c.done, limit); err != nil {
+			return err
+		}
 		if err := s.waitWindowLocked(ctx); err != nil {
 			return err
 		}
