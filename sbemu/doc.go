@@ -6,9 +6,11 @@
 // Bus conventions layered on top of it: claims-based security on the "$cbs"
 // node, the "<entity>/$management" request/response node (schedule, cancel,
 // renew-lock, peek, update-disposition) and the lock-token/annotation rules
-// for peek-lock deliveries. Queue semantics (locks, delivery counts,
-// dead-lettering, scheduling, duplicate detection, TTL) live in the broker
-// subpackage; this package adapts them to the wire.
+// for peek-lock deliveries. Service Bus semantics (locks, delivery counts,
+// dead-lettering, scheduling, duplicate detection, TTL, topics with
+// subscriptions and rules, auto-forwarding) live in the broker subpackage;
+// this package adapts them to the wire. Entities come from [Config] or from
+// the Config.json of Microsoft's emulator ([ConfigFromFile]).
 //
 // In a test, [StartT] starts one on a free loopback port and closes it when
 // the test ends; hand its [Emulator.ConnectionString] to
@@ -31,10 +33,13 @@
 // internal/wire is the AMQP 1.0 codec; internal/fault holds the state of the
 // fault hooks, which faults.go exposes.
 //
-// Fault hooks ([Emulator.DropConnections], [Emulator.Hang],
-// [Emulator.RejectNextSends], [Emulator.RejectNextSettlements],
-// [Emulator.ExpireLocks], [Emulator.DetachLinks]) let tests exercise the
-// failure paths a real namespace produces only occasionally.
+// Fault hooks ([Emulator.DropConnections], [Emulator.RefuseConnections],
+// [Emulator.Hang], [Emulator.RejectNextSends],
+// [Emulator.RejectNextSettlements], [Emulator.RejectNextManagement],
+// [Emulator.ExpireLocks], [Emulator.DetachLinks], and the
+// [Config.KeepLocksOnDisconnect] switch) let tests exercise the failure
+// paths a real namespace produces only occasionally. Time is injectable
+// through [Config.Clock]; see [Clock].
 //
 // # Protocol behaviour
 //
@@ -83,9 +88,12 @@
 // reply link) has one delivery goroutine, which blocks in the broker only
 // while the client has granted credit; withdrawing credit or asking for a
 // drain cancels that blocked receive. Every goroutine sends its frames by
-// encoding them and pushing the bytes onto an unbounded queue owned by the
-// writer goroutine, so the reader never blocks on a slow client and the two
-// peers can never deadlock writing to each other.
+// encoding them and pushing the bytes onto a queue owned by the writer
+// goroutine; pushing never blocks, so the reader never blocks on a slow
+// client and the two peers can never deadlock writing to each other.
+// Deliveries alone wait before each frame while the queue holds more than
+// [Limits.MaxOutgoingBytesPerConnection], which bounds the memory a client
+// that grants more than it reads can tie up.
 //
 // Credit and windows are replenished by the side that consumes them: the
 // reader counts each client transfer against the session incoming window
@@ -114,7 +122,15 @@
 // rules, auto-forwarding and their Service Bus references are described in
 // package broker.
 //
-// # Limits
+// # Resource limits
+//
+// [Config.Limits] bounds connections, sessions per connection, links per
+// session, bytes queued for a client, peek counts and partial multi-frame
+// messages, so an unauthenticated client cannot exhaust the emulator; each
+// limit that refuses something says so with amqp:resource-limit-exceeded
+// (status 400 for a peek) naming the limit. See [Limits].
+//
+// # What is not emulated
 //
 // The emulator keeps everything in memory and its entities are fixed at
 // [Start]: no entity management at run time, no message sessions, no

@@ -55,15 +55,20 @@ type RuleConfig struct {
 // must be equal after the same type normalisation as SQL filters (every
 // integer type compares equal to the same int64).
 type CorrelationFilter struct {
+	// The system properties, by their azservicebus.Message names; Subject
+	// is Service Bus's Label (sys.Label in SQL filters), SessionID the AMQP
+	// group-id.
 	CorrelationID    string
 	MessageID        string
 	To               string
 	ReplyTo          string
-	Subject          string // the SDK's Subject, Service Bus's Label
+	Subject          string
 	SessionID        string
 	ReplyToSessionID string
 	ContentType      string
-	Properties       map[string]any
+	// Properties are application properties that must all be present with
+	// equal values; names ignore case, as in SQL filters.
+	Properties map[string]any
 }
 
 // rule is a validated, compiled rule.

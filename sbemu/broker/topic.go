@@ -66,6 +66,10 @@ type SubscriptionConfig struct {
 	// Name is unique within the topic ignoring case, non-empty, no '/'.
 	Name string
 
+	// LockDuration, MaxDeliveryCount, DefaultTTL and
+	// DeadLetterOnExpiration are the subscription's own, with the defaults
+	// and limits of the [QueueConfig] fields of the same names. A
+	// subscription's DefaultTTL can shorten, never lengthen, the topic's.
 	LockDuration           time.Duration
 	MaxDeliveryCount       int
 	DefaultTTL             time.Duration
