@@ -46,7 +46,10 @@ type Limits struct {
 	MaxOutgoingBytesPerConnection int
 
 	// MaxPeekCount bounds message-count of one peek request; a larger count
-	// is answered with status 400 naming the limit. Default 1000. Peek
+	// is answered with status 400 naming the limit. The Go SDK treats a 400
+	// from the management node as a connection problem and retries it
+	// (azservicebus internal/errors.go), so the error reaches the caller
+	// after the client's RetryOptions are spent. Default 1000. Peek
 	// replies are also cut at 4 MiB of encoded messages (a peek may always
 	// return fewer messages than asked for), so a peek of large messages
 	// cannot build a huge reply.

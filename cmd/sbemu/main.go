@@ -79,7 +79,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		strict     = fs.Bool("strict-auth", false, "verify SAS tokens against -key and refuse others")
 		verbose    = fs.Bool("v", false, "log every AMQP frame (debug level)")
 		configPath = fs.String("config", "", "Config.json in the format of Microsoft's emulator (queues, topics, subscriptions, rules)")
+		keepLocks  = fs.Bool("keep-locks-on-disconnect", false, "keep a dropped connection's locks until they expire instead of returning its messages at once")
+		idle       = fs.Duration("idle-timeout", sbemu.DefaultIdleTimeout, "close connections silent for this long (negative disables)")
+		limits     sbemu.Limits
 	)
+	// Every limit of sbemu.Limits; 0 keeps its default, negative removes it.
+	fs.IntVar(&limits.MaxConnections, "max-connections", 0, "open connections (0: default 1000, negative: no limit)")
+	fs.IntVar(&limits.MaxSessionsPerConnection, "max-sessions-per-connection", 0, "sessions per connection (0: default 256)")
+	fs.IntVar(&limits.MaxLinksPerSession, "max-links-per-session", 0, "links per session (0: default 64)")
+	fs.IntVar(&limits.MaxOutgoingBytesPerConnection, "max-outgoing-bytes", 0, "bytes queued for one slow client before deliveries wait (0: default 16 MiB)")
+	fs.IntVar(&limits.MaxPeekCount, "max-peek-count", 0, "messages one peek may ask for (0: default 1000)")
+	fs.IntVar(&limits.MaxPartialMessageBytesPerConnection, "max-partial-message-bytes", 0, "bytes of multi-frame messages being assembled per connection (0: default 64 MiB)")
 	fs.Var(&queues, "queue", "queue to create (repeatable; default \"queue\")")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -112,6 +122,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.Addr = *addr
 	cfg.KeyName, cfg.Key = *keyName, *key
 	cfg.StrictAuth = *strict
+	cfg.KeepLocksOnDisconnect = *keepLocks
+	cfg.IdleTimeout = *idle
+	cfg.Limits = limits
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	em, err := sbemu.Start(cfg)
 	if err != nil {

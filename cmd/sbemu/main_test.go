@@ -130,3 +130,52 @@ func TestRunReportsConfigErrors(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "does-not-exist.json")
 }
+
+// startRun runs the command with args until the test ends and returns the
+// connection string it printed.
+func startRun(t *testing.T, args ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	pr, pw := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, append([]string{"-addr", "127.0.0.1:0"}, args...), pw, io.Discard)
+		_ = pw.Close()
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case err := <-done:
+			assert.NoError(t, err)
+		case <-time.After(20 * time.Second):
+			t.Error("run did not return after cancellation")
+		}
+	})
+	line, err := bufio.NewReader(pr).ReadString('\n')
+	require.NoError(t, err)
+	go func() { _, _ = io.Copy(io.Discard, pr) }()
+	return strings.TrimSpace(line)
+}
+
+// TestRunAppliesLimitFlags checks that a limit flag reaches the emulator:
+// a peek over -max-peek-count is refused naming the limit.
+func TestRunAppliesLimitFlags(t *testing.T) {
+	cs := startRun(t, "-max-peek-count", "1", "-keep-locks-on-disconnect", "-idle-timeout", "30s")
+	// The SDK recovers the connection and retries after a status 400, so
+	// its retries are made fast here.
+	client, err := azservicebus.NewClientFromConnectionString(cs, &azservicebus.ClientOptions{
+		RetryOptions: azservicebus.RetryOptions{MaxRetries: 1, RetryDelay: 10 * time.Millisecond, MaxRetryDelay: 10 * time.Millisecond},
+	})
+	require.NoError(t, err)
+	opCtx, opCancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer opCancel()
+	defer func() { _ = client.Close(opCtx) }()
+	receiver, err := client.NewReceiverForQueue("queue", nil)
+	require.NoError(t, err)
+	_, err = receiver.PeekMessages(opCtx, 1, nil)
+	require.NoError(t, err)
+	_, err = receiver.PeekMessages(opCtx, 2, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "peek count limit of 1")
+	require.NoError(t, receiver.Close(opCtx))
+}
