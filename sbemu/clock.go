@@ -19,13 +19,16 @@ import "github.com/sbretry/retry/sbemu/broker"
 //
 // # testing/synctest
 //
-// The default real clock calls the time package directly, so the broker on
-// its own works inside a testing/synctest bubble: its goroutines block only
-// on channels, and fake time advances when they are all parked. The AMQP
-// emulator does not: clients and the emulator talk over real loopback
-// sockets, and a goroutine blocked in a socket read is not "durably
-// blocked" in synctest's sense, so the bubble's clock would never advance
-// while a connection is open (and the SDK's own timers would stall with
-// it). Inside synctest, use package broker directly; across the wire, use
-// a fake Clock.
+// The default real clock calls the time package directly, so inside a
+// testing/synctest bubble it is the bubble's fake clock. Over TCP that does
+// not help: clients and the emulator would talk over real loopback sockets,
+// and a goroutine blocked in a socket read is not "durably blocked" in
+// synctest's sense, so the bubble's time would never advance. With
+// [Config.InMemory] the emulator opens no socket and the SDK connects
+// through [Emulator.NewWebSocketConn] over a net.Pipe, whose blocked reads
+// wait on channels; then the SDK, the emulator and its broker run in one
+// bubble, and a receive waiting for a message scheduled an hour ahead
+// returns as soon as every goroutine waits, an hour later in fake time (see
+// TestSDKInsideSynctest in memconn_test.go). Start, use and close
+// everything inside the bubble. The broker on its own works there too.
 type Clock = broker.Clock

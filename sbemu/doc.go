@@ -19,7 +19,10 @@
 //	em := sbemu.StartT(t, sbemu.Config{Queues: []broker.QueueConfig{{Name: "orders"}}})
 //	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), nil)
 //
-// Outside tests, [Start] and [Emulator.Close] do the same by hand.
+// Outside tests, [Start] and [Emulator.Close] do the same by hand. With
+// [Config.InMemory] no socket is opened and the SDK connects through
+// [Emulator.NewWebSocketConn], which makes the emulator usable inside a
+// testing/synctest bubble.
 // [Emulator.Broker] gives direct access to what the broker holds (active,
 // locked, scheduled and dead-lettered messages) for assertions.
 //

@@ -38,6 +38,13 @@ type Config struct {
 	// Addr is the TCP address to listen on. Empty means [DefaultAddr].
 	Addr string
 
+	// InMemory opens no socket: clients connect only through
+	// [Emulator.NewWebSocketConn] (or [Emulator.DialInMemory]), and
+	// [Emulator.ConnectionString] names [InMemoryHost]. This is what lets
+	// the SDK and the emulator run inside one testing/synctest bubble; see
+	// [Clock]. Addr is ignored.
+	InMemory bool
+
 	// Queues are the queues the emulator serves. Names are matched
 	// case-insensitively; every queue also has its dead-letter sub-queue
 	// "<name>/$DeadLetterQueue". Empty, with no Topics either, means one
@@ -131,7 +138,8 @@ type Emulator struct {
 	cfg    Config
 	log    *slog.Logger
 	broker *broker.Broker
-	ln     net.Listener
+	ln     net.Listener // the TCP listener, or mem with Config.InMemory
+	mem    *memListener // connections from DialInMemory
 	faults fault.Injector
 
 	// mu guards the live connections, the id counter (ids start at 1 and
@@ -156,26 +164,35 @@ func Start(cfg Config) (*Emulator, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sbemu: creating broker: %w", err)
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		b.Close()
-		return nil, fmt.Errorf("sbemu: listening on %s: %w", cfg.Addr, err)
+	mem := newMemListener()
+	var ln net.Listener = mem
+	if !cfg.InMemory {
+		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
+			b.Close()
+			return nil, fmt.Errorf("sbemu: listening on %s: %w", cfg.Addr, err)
+		}
 	}
 	e := &Emulator{
 		cfg:    cfg,
 		log:    cfg.Logger,
 		broker: b,
 		ln:     ln,
+		mem:    mem,
 		conns:  make(map[*conn]struct{}),
 		done:   make(chan struct{}),
 	}
 	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "topics", len(cfg.Topics), "strictAuth", cfg.StrictAuth)
 	e.wg.Add(1)
-	go e.acceptLoop()
+	go e.acceptLoop(ln)
+	if ln != net.Listener(mem) {
+		e.wg.Add(1)
+		go e.acceptLoop(mem)
+	}
 	return e, nil
 }
 
-// Addr is the address the emulator listens on, with the port resolved.
+// Addr is the address the emulator listens on, with the port resolved; with
+// [Config.InMemory] it is the in-memory endpoint, named [InMemoryHost].
 func (e *Emulator) Addr() net.Addr { return e.ln.Addr() }
 
 // ConnectionString is the connection string an azservicebus client uses to
@@ -206,6 +223,7 @@ func (e *Emulator) Close() error {
 		if cerr := e.ln.Close(); cerr != nil && !errors.Is(cerr, net.ErrClosed) {
 			err = fmt.Errorf("sbemu: closing listener: %w", cerr)
 		}
+		_ = e.mem.Close()
 		for _, c := range conns {
 			c.abort()
 		}
@@ -217,11 +235,11 @@ func (e *Emulator) Close() error {
 	return err
 }
 
-// acceptLoop accepts connections until the listener is closed.
-func (e *Emulator) acceptLoop() {
+// acceptLoop accepts connections from ln until it is closed.
+func (e *Emulator) acceptLoop(ln net.Listener) {
 	defer e.wg.Done()
 	for {
-		nc, err := e.ln.Accept()
+		nc, err := ln.Accept()
 		if err != nil {
 			select {
 			case <-e.done:
