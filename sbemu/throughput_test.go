@@ -114,7 +114,20 @@ func TestSDKThousandsOfMessagesOneLink(t *testing.T) {
 //	go test -run '^$' -bench BenchmarkSDKSendReceiveComplete -benchtime 20000x ./sbemu/
 func BenchmarkSDKSendReceiveComplete(b *testing.B) {
 	em := startEmulator(b, Config{})
-	client := newClient(b, em)
+	benchmarkSendReceiveComplete(b, newClient(b, em))
+}
+
+// BenchmarkSDKSendReceiveCompleteInMemory is the same over the in-memory
+// door (a net.Pipe through ClientOptions.NewWebSocketConn) instead of TCP.
+func BenchmarkSDKSendReceiveCompleteInMemory(b *testing.B) {
+	em := startEmulator(b, Config{InMemory: true})
+	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{NewWebSocketConn: em.NewWebSocketConn})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = client.Close(context.Background()) })
+	benchmarkSendReceiveComplete(b, client)
+}
+
+func benchmarkSendReceiveComplete(b *testing.B, client *azservicebus.Client) {
 	sender := newSender(b, client, "queue")
 	receiver := newReceiver(b, client, "queue", nil)
 	sendText(b, sender, "warm-up")
