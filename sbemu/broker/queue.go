@@ -146,8 +146,16 @@ func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 	e.expiresAt = time.Time{}
 	if q.parent == nil {
 		ttl := headerTTL(e.msg)
-		if ttl <= 0 {
-			ttl = q.cfg.DefaultTTL
+		// A message's own TTL cannot exceed the entity's default; Service Bus
+		// silently shortens it (ServiceBusMessage.TimeToLive in the .NET SDK
+		// reference: "cannot be longer than the entity's DefaultTimeToLive
+		// setting and it is silently adjusted if it does"), and receivers see
+		// the shortened value.
+		if def := q.cfg.DefaultTTL; def > 0 && (ttl <= 0 || ttl > def) {
+			if ttl > def {
+				e.msg.Header.TTL = def
+			}
+			ttl = def
 		}
 		if ttl > 0 {
 			e.expiresAt = enqueuedAt.Add(ttl)

@@ -90,6 +90,7 @@ func TestTTLExpiry(t *testing.T) {
 		{"default TTL drops", QueueConfig{DefaultTTL: time.Minute}, newMsg("m", "m"), time.Minute, false},
 		{"header TTL overrides default", QueueConfig{DefaultTTL: time.Hour}, withTTL(10 * time.Second), 10 * time.Second, false},
 		{"header TTL without default", QueueConfig{}, withTTL(30 * time.Second), 30 * time.Second, false},
+		{"header TTL longer than the default is shortened", QueueConfig{DefaultTTL: 10 * time.Second}, withTTL(time.Hour), 10 * time.Second, false},
 		{"dead-letter on expiration", QueueConfig{DefaultTTL: time.Minute, DeadLetterOnExpiration: true}, newMsg("m", "m"), time.Minute, true},
 	}
 	for _, tt := range tests {
@@ -115,6 +116,16 @@ func TestTTLExpiry(t *testing.T) {
 			assert.Equal(t, Stats{Active: 1}, q.dlq.Stats())
 		})
 	}
+}
+
+func TestTTLShortenedToTheDefaultIsWhatReceiversSee(t *testing.T) {
+	q, _ := newTestQueue(t, QueueConfig{DefaultTTL: time.Minute})
+	m := newMsg("m", "m")
+	m.Header = &amqp.MessageHeader{TTL: time.Hour}
+	mustSend(t, q, m)
+	d := mustReceive(t, q, PeekLock)
+	assert.Equal(t, time.Minute, d.Message.Header.TTL)
+	assert.Equal(t, time.Hour, m.Header.TTL, "the sender's message is not touched")
 }
 
 func TestTTLNoExpiryByDefault(t *testing.T) {
