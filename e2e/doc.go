@@ -1,5 +1,5 @@
 // Package e2e runs package retry end to end through the real azservicebus SDK: by default against the
-// in-process emulator (internal/sbemu) on loopback, and with the build tag "live" against the namespace
+// in-process emulator (package sbemu) on loopback, and with the build tag "live" against the namespace
 // named by SERVICEBUS_CONNECTION_STRING and SERVICEBUS_QUEUE (skipped when they are unset):
 //
 //	go test ./e2e/                      # emulator

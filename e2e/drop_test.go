@@ -21,8 +21,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
-	"github.com/sbretry/retry/internal/sbemu"
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // flowAfterDrop is the bound: after a drop, messages flow again within 5 s (default options).

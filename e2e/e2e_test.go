@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
-	"github.com/sbretry/retry/internal/sbemu"
+	"github.com/sbretry/retry/sbemu"
 )
 
 func TestMain(m *testing.M) {

@@ -8,8 +8,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry/internal/sbemu"
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // startBenchEmulator starts an emulator with the "orders" queue at its defaults.

@@ -24,8 +24,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
-	"github.com/sbretry/retry/internal/sbemu"
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // notReadyBound is the promise: with default options, Ready() is false within 15 s of the

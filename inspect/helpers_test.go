@@ -15,8 +15,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
-	"github.com/sbretry/retry/internal/sbemu"
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 func TestMain(m *testing.M) {

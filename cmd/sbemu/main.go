@@ -3,6 +3,12 @@
 // azservicebus SDK.
 //
 //	sbemu -addr 127.0.0.1:5672 -queue orders -queue payments -lock-duration 30s
+//	sbemu -config Config.json
+//
+// -config reads the Config.json of Microsoft's Service Bus emulator
+// unchanged (queues, topics, subscriptions, rules); -queue flags add queues
+// to it, with the -lock-duration, -max-delivery-count and
+// -duplicate-detection-window settings, which apply to -queue queues only.
 //
 // Once listening it prints the connection string on its own line (starting
 // with "Endpoint=sb://"); pass it to azservicebus.NewClientFromConnectionString.
@@ -22,8 +28,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/sbretry/retry/internal/sbemu"
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // main exits with status 2 on a usage or start-up error; stop is called
@@ -72,7 +78,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		key        = fs.String("key", sbemu.DefaultKey, "shared access key in the connection string")
 		strict     = fs.Bool("strict-auth", false, "verify SAS tokens against -key and refuse others")
 		verbose    = fs.Bool("v", false, "log every AMQP frame (debug level)")
+		configPath = fs.String("config", "", "Config.json in the format of Microsoft's emulator (queues, topics, subscriptions, rules)")
+		keepLocks  = fs.Bool("keep-locks-on-disconnect", false, "keep a dropped connection's locks until they expire instead of returning its messages at once")
+		idle       = fs.Duration("idle-timeout", sbemu.DefaultIdleTimeout, "close connections silent for this long (negative disables)")
+		limits     sbemu.Limits
 	)
+	// Every limit of sbemu.Limits; 0 keeps its default, negative removes it.
+	fs.IntVar(&limits.MaxConnections, "max-connections", 0, "open connections (0: default 1000, negative: no limit)")
+	fs.IntVar(&limits.MaxSessionsPerConnection, "max-sessions-per-connection", 0, "sessions per connection (0: default 256)")
+	fs.IntVar(&limits.MaxLinksPerSession, "max-links-per-session", 0, "links per session (0: default 64)")
+	fs.IntVar(&limits.MaxOutgoingBytesPerConnection, "max-outgoing-bytes", 0, "bytes queued for one slow client before deliveries wait (0: default 16 MiB)")
+	fs.IntVar(&limits.MaxPeekCount, "max-peek-count", 0, "messages one peek may ask for (0: default 1000)")
+	fs.IntVar(&limits.MaxPartialMessageBytesPerConnection, "max-partial-message-bytes", 0, "bytes of multi-frame messages being assembled per connection (0: default 64 MiB)")
 	fs.Var(&queues, "queue", "queue to create (repeatable; default \"queue\")")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -80,30 +97,36 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if fs.NArg() > 0 {
 		return fmt.Errorf("sbemu: unexpected arguments %q", fs.Args())
 	}
-	if len(queues) == 0 {
+	var cfg sbemu.Config
+	if *configPath != "" {
+		var err error
+		if cfg, err = sbemu.ConfigFromFile(*configPath); err != nil {
+			return err
+		}
+	}
+	if len(queues) == 0 && *configPath == "" {
 		queues = queueNames{sbemu.DefaultQueueName}
 	}
-	cfgs := make([]broker.QueueConfig, len(queues))
-	for i, name := range queues {
-		cfgs[i] = broker.QueueConfig{
+	for _, name := range queues {
+		cfg.Queues = append(cfg.Queues, broker.QueueConfig{
 			Name:                     name,
 			LockDuration:             *lock,
 			MaxDeliveryCount:         *maxDeliver,
 			DuplicateDetectionWindow: *dedup,
-		}
+		})
 	}
 	level := slog.LevelInfo
 	if *verbose {
 		level = slog.LevelDebug
 	}
-	em, err := sbemu.Start(sbemu.Config{
-		Addr:       *addr,
-		Queues:     cfgs,
-		KeyName:    *keyName,
-		Key:        *key,
-		StrictAuth: *strict,
-		Logger:     slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level})),
-	})
+	cfg.Addr = *addr
+	cfg.KeyName, cfg.Key = *keyName, *key
+	cfg.StrictAuth = *strict
+	cfg.KeepLocksOnDisconnect = *keepLocks
+	cfg.IdleTimeout = *idle
+	cfg.Limits = limits
+	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	em, err := sbemu.Start(cfg)
 	if err != nil {
 		return err
 	}

@@ -18,8 +18,8 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/inspect"
-	"github.com/sbretry/retry/internal/sbemu"
-	"github.com/sbretry/retry/internal/sbemu/broker"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 func TestMain(m *testing.M) {

@@ -1,0 +1,49 @@
+// Package broker implements the Service Bus semantics of the emulator:
+// sequence numbers, peek-lock and receive-and-delete delivery, lock expiry and
+// renewal, delivery counting, dead-lettering, scheduled messages, duplicate
+// detection, time-to-live and size limits, for queues and for topics with
+// subscriptions, their rules (TrueFilter, CorrelationFilter, SQL filters and
+// actions, see rule.go and sqlfilter.go) and auto-forwarding (forward.go).
+//
+// # Topics
+//
+// A topic, a subscription and a queue are the same [Queue] type underneath.
+// A topic accepts, deduplicates and holds scheduled messages like a queue;
+// the moment a message becomes available there, it is copied to every
+// subscription whose rules select it and leaves the topic (topic.go). A
+// subscription is then a queue of its own, with its own lock duration,
+// MaxDeliveryCount, TTL, dead-letter queue and forwarding. Everything
+// happens under the broker's one mutex, so a fan-out is atomic.
+//
+// The package knows nothing about networking or AMQP framing. The AMQP server
+// in the parent package decodes transfers into [*amqp.Message] values, hands
+// them to [Queue.Send], and turns the [Delivery] values returned by
+// [Queue.Receive] back into transfers; settlements and management requests map
+// one-to-one onto [Queue.Complete], [Queue.Abandon], [Queue.Release],
+// [Queue.DeadLetter], [Queue.RenewLock], [Queue.Schedule],
+// [Queue.CancelScheduled] and [Queue.Peek].
+//
+// # Time
+//
+// All time comes from an injected [Clock] (Now and After, standard-library
+// types only), so tests can drive lock expiry, scheduled activation and TTL
+// with a fake clock such as github.com/benbjohnson/clock's *Mock. Deadlines
+// are evaluated lazily on every call and, in addition, one goroutine per
+// broker waits for the earliest pending deadline of all queues, so that a
+// [Queue.Receive] already blocked wakes up when a scheduled message becomes
+// due or a lock expires (see wakeup.go). On the default clock the broker
+// also works inside a testing/synctest bubble.
+//
+// # Concurrency
+//
+// A [Broker] and its queues are safe for concurrent use; one mutex guards the
+// whole broker, which keeps cross-queue moves (dead-lettering) atomic. Every
+// message handed in is copied and every message handed out is a fresh copy, so
+// callers may mutate what they get without corrupting the stored message.
+//
+// # Deliberate simplifications
+//
+// There are no sessions, deferral or transactions, and entities can be
+// added ([Broker.AddQueue], [Broker.AddTopic]) but not changed or removed;
+// see the README of the emulator for the list of supported operations.
+package broker

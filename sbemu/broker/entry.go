@@ -1,0 +1,138 @@
+package broker
+
+import (
+	"container/heap"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// entryState is where a stored message is in its life cycle.
+type entryState int
+
+const (
+	// stateScheduled: waiting for its scheduled enqueue time; invisible to
+	// receivers, visible to Peek.
+	stateScheduled entryState = iota + 1
+	// stateAvailable: can be received.
+	stateAvailable
+	// stateLocked: delivered in peek-lock mode and waiting for settlement or
+	// lock expiry.
+	stateLocked
+)
+
+// entry is one stored message plus the bookkeeping the broker needs. Entries
+// never leave the package; callers get copies in [Delivery] values.
+type entry struct {
+	// size is the encoded size reported by the sender, in bytes; it is
+	// carried over to the dead-letter copy.
+	msg  *amqp.Message // owned copy; never handed out
+	size int
+
+	seq         int64     // current sequence number (scheduled number while scheduled)
+	enqueuedAt  time.Time // acceptance time, replaced by the activation time for scheduled messages
+	scheduledAt time.Time // activation time while scheduled
+	expiresAt   time.Time // zero: never expires
+	expiryCap   time.Time // the latest expiry inherited from a topic or a forwarding source; zero: none
+
+	// owner is the connection id passed to Receive, used by ReleaseOwner;
+	// lockToken is zero unless the entry is locked.
+	deliveryCount uint32 // number of peek-lock deliveries so far
+	state         entryState
+	lockToken     [16]byte
+	lockedUntil   time.Time
+	owner         uint64
+
+	// deadline is when the next time-driven transition happens (activation,
+	// expiry or lock loss); it is only meaningful while timeIndex >= 0.
+	deadline   time.Time
+	timeIndex  int // position in the queue's timeline heap, -1 if absent
+	availIndex int // position in the queue's available heap, -1 if absent
+}
+
+func newEntry(msg *amqp.Message, size int) *entry {
+	return &entry{msg: msg, size: size, timeIndex: -1, availIndex: -1}
+}
+
+// availableHeap orders receivable entries by sequence number, which is the
+// FIFO order Service Bus delivers in; an abandoned message goes back to its
+// original position.
+type availableHeap []*entry
+
+func (h availableHeap) Len() int           { return len(h) }
+func (h availableHeap) Less(i, j int) bool { return h[i].seq < h[j].seq }
+func (h availableHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].availIndex = i
+	h[j].availIndex = j
+}
+func (h *availableHeap) Push(x any) {
+	e := x.(*entry)
+	e.availIndex = len(*h)
+	*h = append(*h, e)
+}
+func (h *availableHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.availIndex = -1
+	return e
+}
+
+// timelineHeap orders entries by their next deadline so the queue can process
+// everything that is due and arm a single timer for the earliest remainder.
+type timelineHeap []*entry
+
+func (h timelineHeap) Len() int { return len(h) }
+func (h timelineHeap) Less(i, j int) bool {
+	// Ties break by sequence number so messages scheduled for the same
+	// instant activate in the order they were scheduled.
+	if h[i].deadline.Equal(h[j].deadline) {
+		return h[i].seq < h[j].seq
+	}
+	return h[i].deadline.Before(h[j].deadline)
+}
+func (h timelineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].timeIndex = i
+	h[j].timeIndex = j
+}
+func (h *timelineHeap) Push(x any) {
+	e := x.(*entry)
+	e.timeIndex = len(*h)
+	*h = append(*h, e)
+}
+func (h *timelineHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.timeIndex = -1
+	return e
+}
+
+// setDeadline schedules e's next time-driven transition at t; a zero t
+// removes any pending one.
+func (h *timelineHeap) setDeadline(e *entry, t time.Time) {
+	switch {
+	case t.IsZero():
+		if e.timeIndex >= 0 {
+			heap.Remove(h, e.timeIndex)
+		}
+	case e.timeIndex >= 0:
+		e.deadline = t
+		heap.Fix(h, e.timeIndex)
+	default:
+		e.deadline = t
+		heap.Push(h, e)
+	}
+}
+
+// earliest is the first deadline in the heap, zero when it is empty.
+func (h timelineHeap) earliest() time.Time {
+	if len(h) == 0 {
+		return time.Time{}
+	}
+	return h[0].deadline
+}

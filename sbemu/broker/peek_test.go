@@ -1,0 +1,82 @@
+package broker
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+func TestPeek(t *testing.T) {
+	q, mock := newTestQueue(t, QueueConfig{})
+	mustSend(t, q, newMsg("1", "active"))
+	mustSend(t, q, newMsg("2", "locked"))
+	_, err := q.Schedule(newMsg("3", "scheduled"), 1, mock.Now().Add(time.Hour))
+	require.NoError(t, err)
+	mustSend(t, q, newMsg("4", "tail"))
+	// Lock "active" then put it back, keep "locked" locked, complete "tail".
+	d := mustReceive(t, q, PeekLock)
+	_ = mustReceive(t, q, PeekLock)
+	require.NoError(t, q.Complete(mustReceive(t, q, PeekLock).LockToken))
+	require.NoError(t, q.Release(d.LockToken))
+
+	tests := []struct {
+		name     string
+		from     int64
+		max      int
+		wantSeqs []int64
+	}{
+		{"all", 0, 10, []int64{1, 2, 3}},
+		{"from the middle", 2, 10, []int64{2, 3}},
+		{"limited", 1, 2, []int64{1, 2}},
+		{"past the end", 4, 10, []int64{}},
+		{"zero max", 0, 0, nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := q.Peek(tt.from, tt.max)
+			seqs := []int64{}
+			if got == nil {
+				seqs = nil
+			}
+			for _, p := range got {
+				seqs = append(seqs, p.SequenceNumber)
+				assert.Equal(t, p.SequenceNumber, p.Message.Annotations[AnnotationSequenceNumber])
+				assert.Zero(t, p.LockToken)
+				assert.NotContains(t, p.Message.Annotations, AnnotationLockedUntil)
+			}
+			assert.Equal(t, tt.wantSeqs, seqs)
+		})
+	}
+	all := q.Peek(0, 10)
+	assert.Equal(t, messageStateScheduled, all[2].Message.Annotations[AnnotationMessageState])
+	assert.NotContains(t, all[0].Message.Annotations, AnnotationMessageState)
+	assert.Equal(t, Stats{Active: 1, Locked: 1, Scheduled: 1}, q.Stats(), "peek takes no locks")
+}
+
+func TestSmallestFrom(t *testing.T) {
+	entries := map[int64]*entry{}
+	for _, s := range []int64{9, 3, 7, 1, 12, 5, 8} {
+		entries[s] = nil
+	}
+	tests := []struct {
+		from int64
+		n    int
+		want []int64
+	}{
+		{0, 3, []int64{1, 3, 5}},
+		{4, 2, []int64{5, 7}},
+		{8, 10, []int64{8, 9, 12}},
+		{13, 5, []int64{}},
+		{0, 0, []int64{}},
+	}
+	for _, tc := range tests {
+		got := smallestFrom(entries, tc.from, tc.n)
+		if len(tc.want) == 0 {
+			assert.Empty(t, got)
+			continue
+		}
+		assert.Equal(t, tc.want, got, "from %d n %d", tc.from, tc.n)
+	}
+}

@@ -1,0 +1,333 @@
+package broker
+
+import (
+	"container/heap"
+	"fmt"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// Queue is one Service Bus queue or dead-letter sub-queue. Obtain it from
+// [Broker.Queue]; it is safe for concurrent use and shares its broker's lock.
+//
+// Messages are delivered in sequence-number order. Sequence numbers start at
+// 1 and increase per queue (a dead-letter queue numbers its own messages and
+// keeps the original number in the x-opt-enqueue-sequence-number annotation).
+type Queue struct {
+	b      *Broker
+	name   string
+	cfg    QueueConfig
+	dlq    *Queue // the dead-letter sub-queue; nil on a dead-letter queue
+	parent *Queue // the main queue; nil on a main queue
+
+	// Set in New and read-only afterwards: what the entity is, a topic's
+	// subscriptions, a subscription's rules, and the auto-forwarding
+	// targets (nil: none).
+	kind                 entityKind
+	subs                 []*Queue
+	rules                []rule
+	forwardTo            *Queue
+	forwardDeadLettersTo *Queue
+
+	// State below is guarded by b.mu. An entry is in exactly one of
+	// available (stateAvailable), locks (stateLocked) or neither
+	// (stateScheduled), and in timeline whenever it has a deadline.
+	lastSeq   int64
+	entries   map[int64]*entry    // every stored message by current sequence number
+	locks     map[[16]byte]*entry // peek-locked messages by lock token
+	available availableHeap
+	timeline  timelineHeap
+	dedup     duplicateDetector
+
+	// waiters counts blocked receivers; notify is closed (and replaced) when a
+	// message becomes available while any are waiting.
+	waiters int
+	notify  chan struct{}
+}
+
+func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
+	return &Queue{
+		b:       b,
+		name:    name,
+		cfg:     cfg,
+		entries: make(map[int64]*entry),
+		locks:   make(map[[16]byte]*entry),
+		dedup:   newDuplicateDetector(cfg.DuplicateDetectionWindow),
+		notify:  make(chan struct{}),
+	}
+}
+
+// Name returns the queue's entity path as configured; for a dead-letter queue
+// it is "<queue>/$DeadLetterQueue".
+func (q *Queue) Name() string { return q.name }
+
+// Send stores m (a copy of it) and returns its sequence number. size is the
+// encoded size the server received; larger than MaxMessageSize gives
+// [ErrMessageTooLarge].
+//
+// With duplicate detection on, a MessageId (of any type) already accepted
+// within the window yields (original sequence number, true, nil) and nothing
+// is stored, which is what Service Bus does: the sender sees success.
+//
+// A message annotated with x-opt-scheduled-enqueue-time (a time.Time) in the
+// future is scheduled: invisible to receivers until then, when it gets a new
+// sequence number. Its time-to-live (header TTL, else the queue's DefaultTTL)
+// counts from the enqueue time, scheduled or not.
+func (q *Queue) Send(m *amqp.Message, size int) (seq int64, duplicate bool, err error) {
+	var at time.Time
+	if t, ok := scheduledEnqueueTime(m); ok {
+		at = t
+	}
+	return q.accept(m, size, at, false)
+}
+
+// accept is the common path of [Queue.Send] and [Queue.Schedule]. A zero at
+// means "now"; stamp records at in the message's annotations.
+func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int64, bool, error) {
+	if m == nil {
+		return 0, false, fmt.Errorf("broker: nil message")
+	}
+	b := q.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return 0, false, ErrClosed
+	}
+	if q.parent != nil || q.kind == kindSubscription {
+		return 0, false, fmt.Errorf("%w: send to %s", ErrNotSupported, q.name)
+	}
+	if size > q.cfg.MaxMessageSize {
+		return 0, false, fmt.Errorf("%w: %d bytes exceeds %d", ErrMessageTooLarge, size, q.cfg.MaxMessageSize)
+	}
+	if err := checkProperties(m.ApplicationProperties); err != nil {
+		return 0, false, err
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	defer q.armTimer(now)
+
+	id := messageID(m)
+	if seq, dup := q.dedup.lookup(id, now); dup {
+		return seq, true, nil
+	}
+	stored := CopyMessage(m)
+	if stamp {
+		setAnnotation(stored, AnnotationScheduledEnqueueTime, at)
+	}
+	e := newEntry(stored, size)
+	e.seq = q.nextSeq()
+	e.enqueuedAt = now
+	q.entries[e.seq] = e
+	q.dedup.record(id, e.seq, now)
+	if at.After(now) {
+		e.state = stateScheduled
+		e.scheduledAt = at
+		q.timeline.setDeadline(e, at)
+	} else {
+		q.activate(e, now, now)
+	}
+	return e.seq, false, nil
+}
+
+// nextSeq hands out the next sequence number; b.mu must be held.
+func (q *Queue) nextSeq() int64 {
+	q.lastSeq++
+	return q.lastSeq
+}
+
+// activate makes a freshly accepted or newly due message receivable, starting
+// its time-to-live at enqueuedAt. Dead-letter queues do not observe TTL. On
+// a topic the message is fanned out to the subscriptions instead, and on an
+// entity with ForwardTo it moves on to the target.
+func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
+	e.enqueuedAt = enqueuedAt
+	e.scheduledAt = time.Time{}
+	e.expiresAt = time.Time{}
+	if q.parent == nil {
+		ttl := headerTTL(e.msg)
+		// A message's own TTL cannot exceed the entity's default; Service Bus
+		// silently shortens it (ServiceBusMessage.TimeToLive in the .NET SDK
+		// reference: "cannot be longer than the entity's DefaultTimeToLive
+		// setting and it is silently adjusted if it does"), and receivers see
+		// the shortened value.
+		if def := q.cfg.DefaultTTL; def > 0 && (ttl <= 0 || ttl > def) {
+			if ttl > def {
+				e.msg.Header.TTL = def
+			}
+			ttl = def
+		}
+		if ttl > 0 {
+			e.expiresAt = enqueuedAt.Add(ttl)
+		}
+		if c := e.expiryCap; !c.IsZero() && (e.expiresAt.IsZero() || c.Before(e.expiresAt)) {
+			e.expiresAt = c
+		}
+	}
+	switch {
+	case q.expired(e, now):
+		q.expire(e, now)
+	case q.kind == kindTopic && q.parent == nil:
+		q.fanOut(e, now)
+	case q.forwardTo != nil:
+		q.forward(e, now)
+	default:
+		q.makeAvailable(e)
+	}
+}
+
+// expired reports whether e's time-to-live has passed; the expiry
+// instant itself counts as expired.
+func (q *Queue) expired(e *entry, now time.Time) bool {
+	return !e.expiresAt.IsZero() && !now.Before(e.expiresAt)
+}
+
+// makeAvailable puts e among the receivable messages and wakes receivers.
+func (q *Queue) makeAvailable(e *entry) {
+	e.state = stateAvailable
+	e.owner = 0
+	e.lockToken = [16]byte{}
+	e.lockedUntil = time.Time{}
+	heap.Push(&q.available, e)
+	q.timeline.setDeadline(e, e.expiresAt)
+	if q.waiters > 0 {
+		close(q.notify)
+		q.notify = make(chan struct{})
+	}
+}
+
+// removeEntry forgets e entirely (settled, expired, cancelled or moved).
+func (q *Queue) removeEntry(e *entry) {
+	delete(q.entries, e.seq)
+	if e.availIndex >= 0 {
+		heap.Remove(&q.available, e.availIndex)
+	}
+	q.timeline.setDeadline(e, time.Time{})
+	if e.state == stateLocked {
+		delete(q.locks, e.lockToken)
+	}
+	e.state = 0
+}
+
+// returnLocked ends e's lock without settlement. counted says whether the
+// delivery counts (abandon, lock expiry, dropped connection) or not (AMQP
+// released: the client never processed it). A message that used up
+// MaxDeliveryCount deliveries is dead-lettered; an expired one expires.
+func (q *Queue) returnLocked(e *entry, counted bool, now time.Time) {
+	delete(q.locks, e.lockToken)
+	q.timeline.setDeadline(e, time.Time{})
+	// Receive counted the delivery up front; a release undoes that.
+	if !counted && e.deliveryCount > 0 {
+		e.deliveryCount--
+	}
+	switch {
+	case counted && q.parent == nil && int(e.deliveryCount) >= q.cfg.MaxDeliveryCount:
+		q.deadLetter(e, ReasonMaxDeliveryCountExceeded,
+			fmt.Sprintf("Message could not be consumed after %d delivery attempts.", q.cfg.MaxDeliveryCount), nil, now)
+	case q.expired(e, now):
+		q.expire(e, now)
+	default:
+		q.makeAvailable(e)
+	}
+}
+
+// expire handles a message whose time-to-live has passed: dropped, or moved
+// to the dead-letter queue when DeadLetterOnExpiration is set.
+func (q *Queue) expire(e *entry, now time.Time) {
+	if q.cfg.DeadLetterOnExpiration && q.dlq != nil {
+		q.deadLetter(e, ReasonTTLExpired, "The message expired and was dead lettered.", nil, now)
+		return
+	}
+	q.removeEntry(e)
+}
+
+// deadLetter moves e to the dead-letter queue. props are merged into the
+// application properties first, then non-empty reason and description are
+// set, so they always win. The dead-letter copy gets a new sequence number
+// in the dead-letter queue, keeps its delivery count, and records its source
+// and original sequence number in annotations.
+func (q *Queue) deadLetter(e *entry, reason, description string, props map[string]any, now time.Time) {
+	q.removeEntry(e)
+	m := e.msg
+	if m.ApplicationProperties == nil {
+		m.ApplicationProperties = make(map[string]any)
+	}
+	for k, v := range props {
+		m.ApplicationProperties[k] = copyValue(v)
+	}
+	if reason != "" {
+		m.ApplicationProperties[PropertyDeadLetterReason] = reason
+	}
+	if description != "" {
+		m.ApplicationProperties[PropertyDeadLetterErrorDescription] = description
+	}
+	setAnnotation(m, AnnotationDeadLetterSource, q.name)
+	setAnnotation(m, AnnotationEnqueuedSequenceNumber, e.seq)
+
+	if t := q.forwardDeadLettersTo; t != nil {
+		t.enqueueLocked(m, e.size, now, time.Time{}, now)
+		return
+	}
+	d := q.dlq
+	de := newEntry(m, e.size)
+	de.seq = d.nextSeq()
+	de.deliveryCount = e.deliveryCount
+	d.entries[de.seq] = de
+	d.activate(de, now, now)
+}
+
+// lockedEntries returns the locked entries in sequence order.
+func (q *Queue) lockedEntries() []*entry {
+	es := make([]*entry, 0, len(q.locks))
+	for _, e := range q.locks {
+		es = append(es, e)
+	}
+	sortBySeq(es)
+	return es
+}
+
+// advance applies every transition due at or before now: scheduled messages
+// activate (in schedule order, getting new sequence numbers), expired
+// messages expire, expired locks return their message. It also forgets
+// duplicate-detection records older than the window. A queue and its
+// dead-letter queue always advance together, because expiry and delivery
+// limits in one feed the other. b.mu must be held.
+func (q *Queue) advance(now time.Time) {
+	if q.parent != nil {
+		q.parent.advance(now)
+		return
+	}
+	q.advanceOwn(now)
+	q.dlq.advanceOwn(now)
+}
+
+// advanceOwn is [Queue.advance] for q alone.
+func (q *Queue) advanceOwn(now time.Time) {
+	q.dedup.prune(now)
+	for len(q.timeline) > 0 && !now.Before(q.timeline[0].deadline) {
+		e := heap.Pop(&q.timeline).(*entry)
+		switch e.state {
+		case stateScheduled:
+			delete(q.entries, e.seq)
+			e.seq = q.nextSeq()
+			q.entries[e.seq] = e
+			q.activate(e, e.scheduledAt, now)
+		case stateAvailable:
+			q.expire(e, now)
+		case stateLocked:
+			q.returnLocked(e, true, now)
+		}
+	}
+}
+
+// armTimer makes sure the broker wakes up by the earliest pending deadline
+// of q and of its dead-letter queue, so blocked receivers wake even when no
+// call arrives. b.mu must be held.
+func (q *Queue) armTimer(now time.Time) {
+	if q.parent != nil {
+		q.parent.armTimer(now)
+		return
+	}
+	q.b.armAt(q.timeline.earliest(), now)
+	q.b.armAt(q.dlq.timeline.earliest(), now)
+}
