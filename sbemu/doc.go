@@ -135,8 +135,10 @@
 //
 // # What is not emulated
 //
-// The emulator keeps everything in memory and its entities are fixed at
-// [Start]: no entity management at run time, no message sessions, no
+// The emulator keeps everything in memory. Entities can be added while it
+// runs ([Emulator.CreateQueue], [Emulator.CreateTopic]) but not changed or
+// deleted, and there is no management API over the wire (the SDK's admin
+// client talks HTTPS to a real namespace). No message sessions, no
 // deferral, no transactions, no TLS or websockets. It is meant for tests
 // and local development.
 package sbemu

@@ -206,6 +206,19 @@ func (e *Emulator) ConnectionString() string {
 // dead-letter and scheduled contents in tests.
 func (e *Emulator) Broker() *broker.Broker { return e.broker }
 
+// CreateQueue adds a queue while the emulator runs; clients can attach to it
+// as soon as CreateQueue returns. It is validated with the existing
+// entities as [Start] would; see [broker.Broker.AddQueue].
+func (e *Emulator) CreateQueue(cfg broker.QueueConfig) error {
+	return e.broker.AddQueue(cfg)
+}
+
+// CreateTopic adds a topic with its subscriptions while the emulator runs;
+// see [Emulator.CreateQueue].
+func (e *Emulator) CreateTopic(cfg broker.TopicConfig) error {
+	return e.broker.AddTopic(cfg)
+}
+
 // Close stops listening, closes every connection and waits until every
 // goroutine the emulator started has returned. Messages still in the broker
 // are discarded. Close is idempotent; later calls return nil.

@@ -158,3 +158,17 @@ func TestSDKAutoForwarding(t *testing.T) {
 	require.NotNil(t, parked.DeadLetterReason)
 	assert.Equal(t, "NoHandler", *parked.DeadLetterReason)
 }
+
+// TestSDKCreateEntitiesWhileRunning adds a queue and a topic to a running
+// emulator and uses them through the SDK at once.
+func TestSDKCreateEntitiesWhileRunning(t *testing.T) {
+	em := startEmulator(t, Config{})
+	client := newClient(t, em)
+	require.NoError(t, em.CreateQueue(broker.QueueConfig{Name: "late-queue"}))
+	require.NoError(t, em.CreateTopic(broker.TopicConfig{Name: "late-topic", Subscriptions: []broker.SubscriptionConfig{{Name: "s", ForwardTo: "late-queue"}}}))
+	require.Error(t, em.CreateQueue(broker.QueueConfig{Name: "queue"}), "names stay unique")
+
+	require.NoError(t, newSender(t, client, "late-topic").SendMessage(ctxT(t), &azservicebus.Message{Body: []byte("new")}, nil))
+	msg := receiveOne(t, newReceiver(t, client, "late-queue", nil))
+	assert.Equal(t, "new", string(msg.Body))
+}

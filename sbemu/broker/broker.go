@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -12,8 +13,8 @@ import (
 // sub-queue, as the SDK does ("<queue>/$DeadLetterQueue"). Lookups ignore case.
 const DeadLetterSuffix = "/$DeadLetterQueue"
 
-// Broker holds a fixed set of queues, topics and subscriptions configured at
-// [New]. It is safe for concurrent use: one mutex guards every entity, so
+// Broker holds the queues, topics and subscriptions configured at [New] and
+// those added later with [Broker.AddQueue] and [Broker.AddTopic]. It is safe for concurrent use: one mutex guards every entity, so
 // moves between entities (dead-lettering, forwarding, a topic's fan-out) are
 // atomic and lock ownership can be released across queues in one step. The
 // zero value is not usable; call [New].
@@ -25,7 +26,12 @@ type Broker struct {
 	queues   map[string]*Queue // by lower-case path: queues, topics and subscriptions
 	entities []*Queue          // the same, in configuration order
 	closed   bool
-	done     chan struct{} // closed by Close to wake blocked receivers
+
+	// The configurations behind the entities, so that an entity added at
+	// run time can be validated together with the existing ones.
+	queueCfgs []QueueConfig
+	topicCfgs []TopicConfig
+	done      chan struct{} // closed by Close to wake blocked receivers
 
 	// The wake-up (see wakeup.go): wakeC fires at wakeAt, the earliest
 	// deadline of any queue or earlier; rearm tells the goroutine that
@@ -74,6 +80,8 @@ func New(opts Options, queues ...QueueConfig) (*Broker, error) {
 	if err := b.resolveForwards(forwards); err != nil {
 		return nil, err
 	}
+	b.queueCfgs = slices.Clone(queues)
+	b.topicCfgs = slices.Clone(opts.Topics)
 	// Started last, so a configuration error leaves nothing running.
 	go b.runWakeups()
 	return b, nil
@@ -115,6 +123,8 @@ func (b *Broker) addEntity(kind entityKind, path string, cfg QueueConfig) (*Queu
 // callers needing an error use [ErrUnknownQueue].
 func (b *Broker) Queue(name string) (*Queue, bool) {
 	key := strings.ToLower(name)
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	dlqSuffix := strings.ToLower(DeadLetterSuffix)
 	if base, ok := strings.CutSuffix(key, dlqSuffix); ok {
 		q, found := b.queues[base]
@@ -151,6 +161,8 @@ func (b *Broker) Topics() []string {
 }
 
 func (b *Broker) namesOf(kind entityKind) []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
 	var out []string
 	for _, q := range b.entities {
 		if q.kind == kind {
@@ -161,20 +173,71 @@ func (b *Broker) namesOf(kind entityKind) []string {
 }
 
 // mainQueues returns every entity (dead-letter queues excluded) in
-// configuration order; the slice is fixed after New and must not be
-// modified.
+// configuration order; b.mu must be held (AddQueue and AddTopic append to
+// it) and the slice must not be modified.
 func (b *Broker) mainQueues() []*Queue {
 	return b.entities
 }
 
 // allQueues returns every queue including dead-letter queues in a stable
-// order; b.mu must be held or the set must be immutable (it is after New).
+// order; b.mu must be held.
 func (b *Broker) allQueues() []*Queue {
 	out := make([]*Queue, 0, 2*len(b.entities))
 	for _, q := range b.entities {
 		out = append(out, q, q.dlq)
 	}
 	return out
+}
+
+// AddQueue creates a queue while the broker runs, as creating one in the
+// portal does: it is reachable by [Broker.Queue] (and so by clients) as soon
+// as AddQueue returns. The configuration is validated together with every
+// existing entity, as [New] would (unique names, limits, forwarding targets
+// and loops); on error nothing changes.
+func (b *Broker) AddQueue(cfg QueueConfig) error {
+	return b.add([]QueueConfig{cfg}, nil)
+}
+
+// AddTopic creates a topic with its subscriptions while the broker runs;
+// see [Broker.AddQueue].
+func (b *Broker) AddTopic(cfg TopicConfig) error {
+	return b.add(nil, []TopicConfig{cfg})
+}
+
+// add validates the existing configuration plus the new entities on a
+// throwaway broker, then creates them in b. Validation cannot fail
+// half-way through b that way.
+func (b *Broker) add(queues []QueueConfig, topics []TopicConfig) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	allQueues := append(slices.Clone(b.queueCfgs), queues...)
+	allTopics := append(slices.Clone(b.topicCfgs), topics...)
+	probe, err := New(Options{Topics: allTopics}, allQueues...)
+	if err != nil {
+		return err
+	}
+	probe.Close()
+	forwards := map[*Queue]forwardConfig{}
+	for _, cfg := range queues {
+		q, err := b.addEntity(kindQueue, cfg.Name, cfg)
+		if err != nil {
+			return fmt.Errorf("broker: adding queue after validation: %w", err) // unreachable: probe passed
+		}
+		forwards[q] = forwardConfig{cfg.ForwardTo, cfg.ForwardDeadLetteredMessagesTo}
+	}
+	for _, tc := range topics {
+		if err := b.addTopic(tc, forwards); err != nil {
+			return fmt.Errorf("broker: adding topic after validation: %w", err) // unreachable: probe passed
+		}
+	}
+	if err := b.resolveForwards(forwards); err != nil {
+		return fmt.Errorf("broker: forwarding after validation: %w", err) // unreachable: probe passed
+	}
+	b.queueCfgs, b.topicCfgs = allQueues, allTopics
+	return nil
 }
 
 // ReleaseOwner returns every message locked by owner, in every queue, as a

@@ -43,7 +43,7 @@
 //
 // # Deliberate simplifications
 //
-// There are no sessions, deferral or transactions, and entities are fixed
-// when the broker is created; see the README of the emulator for the list of
-// supported operations.
+// There are no sessions, deferral or transactions, and entities can be
+// added ([Broker.AddQueue], [Broker.AddTopic]) but not changed or removed;
+// see the README of the emulator for the list of supported operations.
 package broker
