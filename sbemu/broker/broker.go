@@ -33,6 +33,11 @@ type Broker struct {
 	topicCfgs []TopicConfig
 	done      chan struct{} // closed by Close to wake blocked receivers
 
+	// The configurations behind the entities, so that an entity added at
+	// run time can be validated together with the existing ones.
+	queueCfgs []QueueConfig
+	topicCfgs []TopicConfig
+
 	// The wake-up (see wakeup.go): wakeC fires at wakeAt, the earliest
 	// deadline of any queue or earlier; rearm tells the goroutine that
 	// wakeC changed; wakeupsDone is closed when the goroutine has returned.
