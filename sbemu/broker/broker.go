@@ -26,12 +26,7 @@ type Broker struct {
 	queues   map[string]*Queue // by lower-case path: queues, topics and subscriptions
 	entities []*Queue          // the same, in configuration order
 	closed   bool
-
-	// The configurations behind the entities, so that an entity added at
-	// run time can be validated together with the existing ones.
-	queueCfgs []QueueConfig
-	topicCfgs []TopicConfig
-	done      chan struct{} // closed by Close to wake blocked receivers
+	done     chan struct{} // closed by Close to wake blocked receivers
 
 	// The configurations behind the entities, so that an entity added at
 	// run time can be validated together with the existing ones.
