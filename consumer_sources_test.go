@@ -23,14 +23,7 @@ func TestConsumerReceivesFromEverySourceOfAConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		sub := retrytest.NewBroker(nil, nil)
 		retryQueue := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
-		connect := func(context.Context) (*retry.Connection, error) {
-			return &retry.Connection{
-				Receiver:   sub.Receiver(),
-				EntityPath: "orders/Subscriptions/billing",
-				Sender:     retryQueue.Sender(),
-				Also:       []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "billing-retry"}},
-			}, nil
-		}
+		connect := retrytest.SubscriptionConnector(sub, retryQueue, retry.SubscriptionPath("orders", "billing"), "billing-retry")
 		var mu sync.Mutex
 		var seen []retry.Envelope
 		var running, peak atomic.Int32

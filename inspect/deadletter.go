@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -43,32 +44,52 @@ func (f DeadLetterFilter) Match(dl DeadLetter) bool {
 type DeadLetterList struct {
 	// Items are the matching dead letters in sequence-number order (the order they were dead-lettered).
 	Items []DeadLetter
-	// Scan says what was read.
+	// Scan says what was read from the entity's dead-letter queue.
 	Scan Scan
+	// RetryQueueScan says what was read from the retry queue's dead-letter queue, when
+	// [Options.RetryQueue] names another queue (nil otherwise): a chain whose last attempt came from the
+	// retry queue is dead-lettered there.
+	RetryQueueScan *Scan
 }
 
 // DeadLetters lists the dead letters that pass f, reading the dead-letter queue up to
 // [Options.MaxPeek] messages.
 func (in *Inspector) DeadLetters(ctx context.Context, f DeadLetterFilter) (*DeadLetterList, error) {
 	out := &DeadLetterList{}
-	entity := in.sourcePath(sourceDeadLetter)
-	sc, err := in.scan(ctx, sourceDeadLetter, func(m *azservicebus.ReceivedMessage) {
-		if dl := decode(m).deadLetter(entity); f.Match(dl) {
-			out.Items = append(out.Items, dl)
+	for i, src := range in.deadSources() {
+		entity := in.sourcePath(src)
+		sc, err := in.scan(ctx, src, func(m *azservicebus.ReceivedMessage) {
+			if dl := decode(m).deadLetter(entity); f.Match(dl) {
+				out.Items = append(out.Items, dl)
+			}
+		})
+		if i == 0 {
+			out.Scan = sc
+		} else {
+			out.RetryQueueScan = &sc
 		}
-	})
-	out.Scan = sc
-	return out, err
+		if err != nil {
+			return out, err
+		}
+	}
+	return out, nil
 }
 
 // DeadLetter returns the dead letter with sequence number seq, with its body and properties in
 // [DeadLetter.Message]. It costs one peek of one message; a number not in the dead-letter queue
 // returns an error wrapping [ErrNotFound].
 func (in *Inspector) DeadLetter(ctx context.Context, seq int64) (*DeadLetter, error) {
-	m, err := in.peekOne(ctx, sourceDeadLetter, seq)
-	if err != nil {
-		return nil, err
+	var firstErr error
+	for _, src := range in.deadSources() {
+		m, err := in.peekOne(ctx, src, seq)
+		if err != nil {
+			if firstErr == nil || !errors.Is(err, ErrNotFound) {
+				firstErr = err
+			}
+			continue
+		}
+		dl := decode(m).deadLetter(in.sourcePath(src))
+		return &dl, nil
 	}
-	dl := decode(m).deadLetter(in.sourcePath(sourceDeadLetter))
-	return &dl, nil
+	return nil, firstErr
 }

@@ -89,9 +89,10 @@ var (
 type source int
 
 const (
-	sourceEntity     source = iota // the queue or subscription
-	sourceRetryQueue               // Options.RetryQueue, when it is another entity
-	sourceDeadLetter               // the entity's dead-letter queue
+	sourceEntity          source = iota // the queue or subscription
+	sourceRetryQueue                    // Options.RetryQueue, when it is another entity
+	sourceDeadLetter                    // the entity's dead-letter queue
+	sourceRetryDeadLetter               // the retry queue's dead-letter queue, when it is another entity
 )
 
 // links opens the receivers and senders an Inspector uses; tests substitute fakes.
@@ -156,6 +157,8 @@ func (in *Inspector) sourcePath(s source) string {
 		return in.opts.RetryQueue
 	case sourceDeadLetter:
 		return in.entity.DeadLetterPath()
+	case sourceRetryDeadLetter:
+		return in.opts.RetryQueue + "/$DeadLetterQueue"
 	}
 	return in.entity.Path()
 }
@@ -171,11 +174,11 @@ func (c *clientLinks) peeker(s source) (peeker, error) {
 	// Peek-lock is the SDK's default mode; the inspector never receives on these links, it only
 	// peeks, which neither locks nor settles anything in any mode.
 	var opts azservicebus.ReceiverOptions
-	if s == sourceDeadLetter {
+	if s == sourceDeadLetter || s == sourceRetryDeadLetter {
 		opts.SubQueue = azservicebus.SubQueueDeadLetter
 	}
 	switch {
-	case s == sourceRetryQueue:
+	case s == sourceRetryQueue || s == sourceRetryDeadLetter:
 		return c.client.NewReceiverForQueue(c.retryQueue, &opts)
 	case c.entity.IsSubscription():
 		return c.client.NewReceiverForSubscription(c.entity.Topic, c.entity.Subscription, &opts)

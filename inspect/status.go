@@ -58,18 +58,30 @@ func (in *Inspector) Status(ctx context.Context, id string) (*Status, error) {
 			return st, err
 		}
 	}
-	sc, err := in.scan(ctx, sourceDeadLetter, func(m *azservicebus.ReceivedMessage) {
-		if d := decode(m); d.matches(id) {
-			st.DeadLetters = append(st.DeadLetters, d.deadLetter(in.sourcePath(sourceDeadLetter)))
+	for _, src := range in.deadSources() {
+		entity := in.sourcePath(src)
+		sc, err := in.scan(ctx, src, func(m *azservicebus.ReceivedMessage) {
+			if d := decode(m); d.matches(id) {
+				st.DeadLetters = append(st.DeadLetters, d.deadLetter(entity))
+			}
+		})
+		st.Scans = append(st.Scans, sc)
+		if err != nil {
+			return st, err
 		}
-	})
-	st.Scans = append(st.Scans, sc)
-	if err != nil {
-		return st, err
 	}
 	slices.SortStableFunc(st.Pending, comparePending)
 	slices.SortStableFunc(st.DeadLetters, func(a, b DeadLetter) int { return a.DeadLetteredAt.Compare(b.DeadLetteredAt) })
 	return st, nil
+}
+
+// deadSources are the dead-letter queues: the entity's, and the retry queue's when it is another
+// queue. A chain whose last attempt came from the retry queue is dead-lettered there.
+func (in *Inspector) deadSources() []source {
+	if in.separateRetryQueue() {
+		return []source{sourceDeadLetter, sourceRetryDeadLetter}
+	}
+	return []source{sourceDeadLetter}
 }
 
 // liveSources are the entities that hold pending and active copies: the entity, and the retry queue

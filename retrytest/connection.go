@@ -2,6 +2,7 @@ package retrytest
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -113,3 +114,37 @@ func (s *sender) ScheduleMessages(ctx context.Context, msgs []*azservicebus.Mess
 }
 
 func (s *sender) Close(ctx context.Context) error { return s.conn.close(ctx) }
+
+// SubscriptionConnector returns a [retry.Connector] for the layout of [retry.SubscriptionConnectionString]:
+// messages are received from sub (standing for a topic subscription whose entity path is subPath) and
+// from retryQueue (path retryPath), and retry copies are scheduled to retryQueue. A handler for a
+// subscription can be unit-tested with it exactly as it runs against Service Bus.
+func SubscriptionConnector(sub, retryQueue *Broker, subPath, retryPath string) retry.Connector {
+	return func(ctx context.Context) (*retry.Connection, error) {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		for _, b := range []*Broker{sub, retryQueue} {
+			b.mu.Lock()
+			err := b.takeFaultLocked(OpConnect)
+			if err == nil {
+				b.connects++
+				b.notifyLocked()
+			}
+			b.mu.Unlock()
+			if err != nil {
+				return nil, err
+			}
+		}
+		subConn, retryConn := sub.newConnection(), retryQueue.newConnection()
+		return &retry.Connection{
+			Receiver:   &receiver{conn: subConn},
+			EntityPath: subPath,
+			Sender:     &sender{conn: retryConn},
+			Also:       []retry.Source{{Receiver: &receiver{conn: retryConn}, EntityPath: retryPath}},
+			Close: func(ctx context.Context) error {
+				return errors.Join(subConn.close(ctx), retryConn.close(ctx))
+			},
+		}, nil
+	}
+}
