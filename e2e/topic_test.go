@@ -305,3 +305,32 @@ func countAttempt(attempts []int, n int) int {
 	}
 	return c
 }
+
+// Start-up checks name what is wrong before a message is touched: a missing retry queue, and a key that
+// cannot send to it.
+func TestSubscriptionStartupChecks(t *testing.T) {
+	parallel(t)
+	te := newTopicEnv(t, []broker.SubscriptionConfig{{Name: "a"}}, retryQueueConfig("orders-a-retry"))
+	run := func(retryQueue string) error {
+		connect, err := retry.SubscriptionConnectionString(te.connStr, "orders", "a", retryQueue, &retry.ConnectOptions{
+			Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
+		})
+		require.NoError(t, err)
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: slog.New(slog.DiscardHandler), SettleTimeout: 5 * time.Second})
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+		defer cancel()
+		return c.Run(ctx)
+	}
+	err := run("no-such-retry-queue")
+	require.ErrorIs(t, err, retry.ErrEntityNotFound)
+	assert.ErrorContains(t, err, "retry queue")
+
+	te.em.RejectNextManagement(1, "com.microsoft:schedule-message", 401)
+	assert.ErrorIs(t, run("orders-a-retry"), retry.ErrUnauthorized)
+
+	_, err = retry.SubscriptionConnectionString(te.connStr, "orders", "a", "", nil)
+	assert.ErrorIs(t, err, retry.ErrInvalidOptions, "a subscription needs a retry queue")
+	_, err = retry.SubscriptionConnectionString(te.connStr, "orders", "a", "orders", nil)
+	assert.ErrorIs(t, err, retry.ErrInvalidOptions, "the retry queue must not be the topic")
+}

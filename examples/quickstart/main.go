@@ -1,6 +1,8 @@
 // Command quickstart shows retry.Consumer at work through the real azservicebus SDK: flaky messages are
 // retried on a fast Fibonacci schedule until they succeed, and a poison message is dead-lettered after
-// its last attempt and read back from the dead-letter queue.
+// its last attempt and read back from the dead-letter queue. A second scenario retries a topic
+// subscription's message through its own retry queue, so the topic's other subscription never sees a
+// retry copy.
 //
 //	go run ./examples/quickstart
 //
@@ -23,6 +25,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -47,13 +50,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "quickstart:", err)
 		os.Exit(1)
 	}
+	if os.Getenv("SERVICEBUS_CONNECTION_STRING") == "" { // the topic scenario needs the emulator's entities
+		if err := runTopic(ctx, os.Stdout, connStr); err != nil {
+			fmt.Fprintln(os.Stderr, "quickstart:", err)
+			os.Exit(1)
+		}
+	}
 }
 
-// startEmulator serves one queue, with duplicate detection on as recommended for retries.
+// startEmulator serves the queue, with duplicate detection on as recommended for retries, and the
+// topic scenario's entities.
 func startEmulator() (*sbemu.Emulator, error) {
-	return sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{
-		Name: "quickstart", DuplicateDetectionWindow: 10 * time.Minute,
-	}}})
+	topics, queues := topicEntities()
+	return sbemu.Start(sbemu.Config{
+		Queues: append([]broker.QueueConfig{{Name: "quickstart", DuplicateDetectionWindow: 10 * time.Minute}}, queues...),
+		Topics: topics,
+	})
 }
 
 // failuresBeforeSuccess says how often each message fails before its handler succeeds; -1 never does.
@@ -132,7 +144,35 @@ func run(ctx context.Context, out io.Writer, connStr, queue string) error {
 	h := consumer.Health()
 	fmt.Fprintf(out, "\nsummary: %d deliveries, %d completed, %d retries scheduled, %d dead-lettered\n",
 		h.Received, h.Completed, h.RetriesScheduled, h.DeadLettered)
+	if err := printInspection(ctx, out, connStr, queue, prefix+"poison"); err != nil {
+		return err
+	}
 	return printDeadLetters(ctx, out, connStr, queue, prefix)
+}
+
+// printInspection asks the inspector what became of a message, as support would: "is it going to be
+// retried, and when?"
+func printInspection(ctx context.Context, out io.Writer, connStr, queue, id string) error {
+	client, err := azservicebus.NewClientFromConnectionString(connStr, nil)
+	if err != nil {
+		return err
+	}
+	defer client.Close(context.WithoutCancel(ctx))
+	in, err := inspect.New(client, queue, nil)
+	if err != nil {
+		return err
+	}
+	st, err := in.Status(ctx, id)
+	if err != nil {
+		return err
+	}
+	for _, p := range st.Pending {
+		fmt.Fprintf(out, "inspector: will be retried (attempt %d) at %s\n", p.Attempt, p.DueTime.Format(time.RFC3339))
+	}
+	for _, d := range st.DeadLetters {
+		fmt.Fprintf(out, "inspector: dead-lettered after attempt %d: %s (%s)\n", d.Attempt, d.Reason, d.LastError)
+	}
+	return nil
 }
 
 // sendBatch sends the sample messages with the SDK, as a producer would.

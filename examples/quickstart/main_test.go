@@ -30,5 +30,12 @@ func TestQuickstart(t *testing.T) {
 	assert.Regexp(t, `order-3\s+4\s+completed`, text)
 	assert.Regexp(t, `poison\s+5\s+dead-lettered`, text)
 	assert.Contains(t, text, "summary: 12 deliveries, 3 completed, 8 retries scheduled, 1 dead-lettered")
+	assert.Contains(t, text, "inspector: dead-lettered after attempt 5: RetryMaxAttemptsExceeded (payment service unavailable)")
 	assert.Equal(t, 1, strings.Count(text, `dead-letter queue: poison attempt=5 reason=RetryMaxAttemptsExceeded description="payment service unavailable"`))
+
+	out.Reset()
+	require.NoError(t, runTopic(ctx, &out, em.ConnectionString()))
+	t.Log("\n" + out.String())
+	assert.Contains(t, out.String(), "received: audit    attempt 1; billing  attempt 1; billing  attempt 2; billing  attempt 3\n",
+		"audit got the event once, billing its three attempts")
 }
