@@ -159,29 +159,14 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		}
 		env.Attempt = n
 	}
-	for _, f := range []struct {
-		name  string
-		dst   *string
-		limit int
-	}{
-		{PropCorrelationID, &env.CorrelationID, maxEnvelopeString},
-		{PropOriginalMessageID, &env.OriginalMessageID, maxEnvelopeString},
-		{PropKey, &env.Key, maxEnvelopeString},
-		{PropLastError, &env.LastError, maxLastErrorProperty},
-		{PropSource, &env.Source, maxEnvelopeString},
-	} {
-		v, ok := props[f.name]
-		if !ok {
-			continue
-		}
-		s, isString := v.(string)
-		switch {
-		case !isString:
-			return Envelope{}, &EnvelopeError{Property: f.name, Reason: fmt.Sprintf("want a string, got %T", v)}
-		case len(s) > f.limit:
-			return Envelope{}, &EnvelopeError{Property: f.name, Reason: fmt.Sprintf("%d bytes exceed the limit of %d", len(s), f.limit)}
-		}
-		*f.dst = s
+	var err error
+	setString(props, PropCorrelationID, maxEnvelopeString, &env.CorrelationID, &err)
+	setString(props, PropOriginalMessageID, maxEnvelopeString, &env.OriginalMessageID, &err)
+	setString(props, PropKey, maxEnvelopeString, &env.Key, &err)
+	setString(props, PropLastError, maxLastErrorProperty, &env.LastError, &err)
+	setString(props, PropSource, maxEnvelopeString, &env.Source, &err)
+	if err != nil {
+		return Envelope{}, err
 	}
 	// An absent first-enqueued time keeps the delivery's own EnqueuedTime: the retry budget then counts
 	// from this delivery, which is the best information a first delivery has.
@@ -210,6 +195,27 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		env.ExpiresAt = t
 	}
 	return env, nil
+}
+
+// setString reads the string property name into dst, bounded by limit; the first problem goes to *err
+// (later calls then do nothing).
+func setString(props map[string]any, name string, limit int, dst *string, err *error) {
+	if *err != nil {
+		return
+	}
+	v, ok := props[name]
+	if !ok {
+		return
+	}
+	s, isString := v.(string)
+	switch {
+	case !isString:
+		*err = &EnvelopeError{Property: name, Reason: fmt.Sprintf("want a string, got %T", v)}
+	case len(s) > limit:
+		*err = &EnvelopeError{Property: name, Reason: fmt.Sprintf("%d bytes exceed the limit of %d", len(s), limit)}
+	default:
+		*dst = s
+	}
 }
 
 // deliveryExpiry is when this delivery expires by its own TimeToLive, counted from its enqueue time as
@@ -261,15 +267,19 @@ func attemptValue(v any) (int, error) {
 // envelopeKey is the context key of the handler's Envelope; unexported so no other package collides.
 type envelopeKey struct{}
 
-// withEnvelope returns ctx carrying env for the handler.
-func withEnvelope(ctx context.Context, env Envelope) context.Context {
+// withEnvelope returns ctx carrying env for the handler. It keeps the pointer, not a copy: the
+// processor does not change env while the handler runs.
+func withEnvelope(ctx context.Context, env *Envelope) context.Context {
 	return context.WithValue(ctx, envelopeKey{}, env)
 }
 
 // EnvelopeFromContext returns the envelope of the message whose handler received ctx.
 func EnvelopeFromContext(ctx context.Context) (Envelope, bool) {
-	env, ok := ctx.Value(envelopeKey{}).(Envelope)
-	return env, ok
+	env, ok := ctx.Value(envelopeKey{}).(*Envelope)
+	if !ok || env == nil {
+		return Envelope{}, false
+	}
+	return *env, true
 }
 
 // retryCopy builds the message scheduled for attempt next. Every property is preserved and the

@@ -54,7 +54,7 @@ const (
 // is not redone and how a scheduled retry copy stays the only successor of its attempt.
 type decision struct {
 	kind       decisionKind
-	env        Envelope
+	env        *Envelope
 	handlerErr error
 
 	// decideRetry: the copy, when it is due, and whether it has been scheduled yet.

@@ -42,8 +42,11 @@ type lockKeeper struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
 
-	mu       sync.Mutex
-	deadline time.Time // local time at which the lock runs out unless renewed
+	mu           sync.Mutex
+	deadline     time.Time               // local time at which the lock runs out unless renewed
+	onLose       context.CancelCauseFunc // cancels the running handler's context, while it runs
+	onLoseSettle context.CancelFunc      // cancels the lock-bound settle call in flight
+	base         context.Context         // what settle calls derive from (the processor's settle base)
 
 	// Renewal state, guarded by the renewer's mutex.
 	renew    *renewer
@@ -68,6 +71,7 @@ func (p *Processor) keepLock(base context.Context, settler Settler, msg *azservi
 		lk.interval = max(d/2, minRenewWait)
 	}
 	lk.ctx, lk.cancel = context.WithCancelCause(base)
+	lk.base = base
 	if cfg.lockRenewal {
 		lk.settler, lk.msg, lk.env = settler, msg, env
 		p.renewer().add(lk, now.Add(lk.interval))
@@ -102,8 +106,35 @@ func (lk *lockKeeper) stop() {
 // errSettled ends a lock's context once its message has been handled; it is not a lost lock.
 var errSettled = errors.New("retry: message settled")
 
-// lose records that the lock is gone.
-func (lk *lockKeeper) lose(cause error) { lk.cancel(cause) }
+// lose records that the lock is gone and cancels the handler's context, if a handler runs.
+func (lk *lockKeeper) lose(cause error) {
+	lk.cancel(cause)
+	lk.mu.Lock()
+	cancelHandler, cancelSettle := lk.onLose, lk.onLoseSettle
+	lk.mu.Unlock()
+	if cancelHandler != nil {
+		cancelHandler(cause)
+	}
+	if cancelSettle != nil {
+		cancelSettle()
+	}
+}
+
+// watchHandler makes lose cancel the handler's context (cancel) until the returned function is called.
+// A lock lost before the handler starts cancels it at once.
+func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc) (unwatch func()) {
+	lk.mu.Lock()
+	lk.onLose = cancel
+	lk.mu.Unlock()
+	if lk.ctx.Err() != nil {
+		cancel(context.Cause(lk.ctx))
+	}
+	return func() {
+		lk.mu.Lock()
+		lk.onLose = nil
+		lk.mu.Unlock()
+	}
+}
 
 // alive reports whether the lock is still held as far as the client knows.
 func (lk *lockKeeper) alive() bool {
@@ -129,9 +160,24 @@ func (lk *lockKeeper) remaining() time.Duration {
 
 // settleContext bounds one lock-bound settle call: by timeout, by the lock's remaining time (a settle
 // after the lock expired can only fail, and waiting for it holds up the consumer), and by the lock's
-// life.
+// life (lose cancels it). It derives from the settle base rather than from ctx, so that it costs no
+// cancellation link; call endSettle when the call returns.
 func (lk *lockKeeper) settleContext(timeout time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(lk.ctx, max(min(timeout, lk.remaining()), time.Millisecond))
+	ctx, cancel := context.WithTimeout(lk.base, max(min(timeout, lk.remaining()), time.Millisecond))
+	lk.mu.Lock()
+	lk.onLoseSettle = cancel
+	lk.mu.Unlock()
+	if lk.ctx.Err() != nil {
+		cancel()
+	}
+	return ctx, cancel
+}
+
+// endSettle stops lose from cancelling the settle call that has returned.
+func (lk *lockKeeper) endSettle() {
+	lk.mu.Lock()
+	lk.onLoseSettle = nil
+	lk.mu.Unlock()
 }
 
 // renewer renews the locks of all of a processor's messages from one goroutine, which runs only while
@@ -139,18 +185,86 @@ func (lk *lockKeeper) settleContext(timeout time.Duration) (context.Context, con
 // handler and settle finish within half the lock costs a heap insert and removal, no goroutine and no
 // timer; only a due renewal starts a goroutine, for its one broker call, so a slow renewal never delays
 // another.
+//
+// On the real clock the schedule is one runtime timer (time.AfterFunc), armed for the earliest renewal
+// and stopped when no lock is held, so no goroutine waits at all. On an injected clock, which offers only
+// After, one goroutine waits instead, and exits when no lock is held.
 type renewer struct {
 	p       *Processor
 	mu      sync.Mutex
 	heap    []*lockKeeper
 	wake    chan struct{} // signalled when the earliest renewal moved earlier
 	running bool
+
+	onTimer bool        // the real clock: schedule with timer, not with a goroutine
+	timer   *time.Timer // armed for armedAt, the earliest renewal
+	armedAt time.Time
 }
 
 // renewer returns the processor's renewer, creating it on first use.
 func (p *Processor) renewer() *renewer {
-	p.renewOnce.Do(func() { p.renewals = &renewer{p: p, wake: make(chan struct{}, 1)} })
+	p.renewOnce.Do(func() {
+		_, real := p.cfg.clock.(realClock)
+		p.renewals = &renewer{p: p, wake: make(chan struct{}, 1), onTimer: real}
+	})
 	return p.renewals
+}
+
+// armLocked points the timer at the earliest renewal, or stops it when there is none.
+func (r *renewer) armLocked() {
+	if len(r.heap) == 0 {
+		if r.timer != nil && !r.armedAt.IsZero() {
+			r.timer.Stop()
+			r.armedAt = time.Time{}
+		}
+		return
+	}
+	next := r.heap[0].next
+	if next.Equal(r.armedAt) {
+		return
+	}
+	r.armedAt = next
+	wait := max(time.Until(next), 0)
+	if r.timer == nil {
+		r.timer = time.AfterFunc(wait, r.fire)
+		return
+	}
+	r.timer.Reset(wait)
+}
+
+// fire starts the renewals that are due and re-arms the timer.
+func (r *renewer) fire() {
+	r.mu.Lock()
+	r.armedAt = time.Time{}
+	var due []*lockKeeper
+	now := r.p.cfg.clock.Now()
+	for len(r.heap) > 0 && !r.heap[0].next.After(now) {
+		top := r.heap[0]
+		r.removeLocked(0)
+		if top.ctx.Err() != nil {
+			continue
+		}
+		due = append(due, top)
+	}
+	type started struct {
+		lk   *lockKeeper
+		done chan struct{}
+	}
+	var start []started
+	for _, lk := range due {
+		if !lk.alive() {
+			r.p.log(lk.ctx, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
+			continue
+		}
+		done := make(chan struct{})
+		lk.inFlight = done
+		start = append(start, started{lk, done})
+	}
+	r.armLocked()
+	r.mu.Unlock()
+	for _, s := range start {
+		go r.renewOnce(s.lk, s.done)
+	}
 }
 
 // add schedules lk's first renewal at next.
@@ -170,7 +284,12 @@ func (r *renewer) remove(lk *lockKeeper) <-chan struct{} {
 	if lk.index >= 0 {
 		wasFirst := lk.index == 0
 		r.removeLocked(lk.index)
-		if wasFirst {
+		switch {
+		case r.onTimer:
+			if wasFirst || len(r.heap) == 0 {
+				r.armLocked()
+			}
+		case wasFirst:
 			r.poke() // the loop waits for this lock's time: let it wait for the next one, or exit
 		}
 	}
@@ -262,6 +381,10 @@ func (r *renewer) pushLocked(lk *lockKeeper) {
 	r.heap = append(r.heap, lk)
 	r.up(lk.index)
 	switch {
+	case r.onTimer:
+		if lk.index == 0 {
+			r.armLocked()
+		}
 	case !r.running:
 		r.running = true
 		go r.loop()

@@ -172,7 +172,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		res = Result{Attempt: env.Attempt}
 		env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 		p.started(ob, msg, env)
-		d := p.deadLetterDecision(env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
+		d := p.deadLetterDecision(&env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
 		p.settleDeadLetter(ob, settleBase, lk, settler, msg, d, &res)
 		return p.finish(ob, msg, env, res)
 	}
@@ -204,9 +204,9 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 				release()
 				f.setDecision(d)
 				res = Result{Attempt: d.env.Attempt, HandlerErr: d.handlerErr, Inherited: true}
-				p.log(ctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", msg, d.env)
+				p.log(ctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", msg, *d.env)
 				p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
-				return p.finish(ob, msg, d.env, res)
+				return p.finish(ob, msg, *d.env, res)
 			}
 			if sl != nil && !sl.reacquire(ctx) {
 				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for a handler slot"))
@@ -215,7 +215,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 	}
 
 	handlerStart := clk.Now()
-	handlerErr, lockLost := p.runHandler(ctx, lk, msg, env)
+	handlerErr, lockLost := p.runHandler(ctx, lk, msg, &env)
 	ob.handler = clk.Now().Sub(handlerStart)
 	release()
 	res.HandlerErr = handlerErr
@@ -227,17 +227,17 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		if handlerErr == nil {
 			// The work is done; only the complete is impossible. Remember it, so the redelivery here
 			// completes without running the handler again.
-			d = &decision{kind: decideComplete, env: env}
+			d = &decision{kind: decideComplete, env: &env}
 		}
 		p.log(ctx, slog.LevelWarn, "message lock lost while the handler ran; the broker will redeliver it", msg, env)
 	case handlerErr == nil:
-		d = &decision{kind: decideComplete, env: env}
+		d = &decision{kind: decideComplete, env: &env}
 	case ctx.Err() != nil:
 		// Shutdown cancelled the handler; leave the message for redelivery rather than count an attempt.
 		res.Outcome = OutcomeLeftForRedelivery
 		p.log(ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, env, errAttr(handlerErr))
 	default:
-		d = p.decideFailure(ob, msg, env, handlerErr, clk.Now())
+		d = p.decideFailure(ob, msg, &env, handlerErr, clk.Now())
 	}
 	if f != nil && d != nil {
 		f.setDecision(d)
@@ -262,12 +262,12 @@ func (p *Processor) leftForRedelivery(msg *azservicebus.ReceivedMessage, env Env
 
 // runHandler runs the handler. It reports the handler's error and whether the lock was lost while it
 // ran (in which case nothing may be settled with this delivery's lock).
-func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, msg *azservicebus.ReceivedMessage, env Envelope) (err error, lockLost bool) {
+func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, msg *azservicebus.ReceivedMessage, env *Envelope) (err error, lockLost bool) {
 	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, env))
-	defer cancel(nil)
-	stop := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
-	defer stop()
+	unwatch := lk.watchHandler(cancel)
 	err = p.callHandler(hctx, msg)
+	unwatch()
+	cancel(nil)
 	return err, lk.ctx.Err() != nil && errors.Is(context.Cause(lk.ctx), ErrLockLost)
 }
 
@@ -283,7 +283,7 @@ func (p *Processor) callHandler(ctx context.Context, msg *azservicebus.ReceivedM
 }
 
 // decideFailure decides between retry and dead-letter after a failed attempt.
-func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessage, env Envelope, herr error, now time.Time) *decision {
+func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessage, env *Envelope, herr error, now time.Time) *decision {
 	cfg := p.cfg
 	switch {
 	case IsPermanent(herr):
@@ -319,10 +319,10 @@ func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessag
 
 	next := env.Attempt + 1
 	errText := p.errorText(herr)
-	copyMsg := retryCopy(msg, env, next, errText, ttl)
+	copyMsg := retryCopy(msg, *env, next, errText, ttl)
 	if hook := cfg.hooks.OnRetryCopy; hook != nil {
 		id := *copyMsg.MessageID
-		hook(RetryCopyParams{Context: ob.ctx, Message: msg, Envelope: env, Copy: copyMsg, Attempt: next, ScheduledFor: at})
+		hook(RetryCopyParams{Context: ob.ctx, Message: msg, Envelope: *env, Copy: copyMsg, Attempt: next, ScheduledFor: at})
 		copyMsg.MessageID = &id // the id is the chain's: a hook may add properties, not rename the copy
 	}
 	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
@@ -361,7 +361,7 @@ func (p *Processor) errorText(err error) string {
 // deadLetterDecision builds a dead-letter decision with our reason. The dead letter carries the final
 // attempt, the time, the reason and (unless the message is already at the header limits) the last
 // error as application properties, so that an operator sees what happened without decoding anything.
-func (p *Processor) deadLetterDecision(env Envelope, msg *azservicebus.ReceivedMessage, reason string, cause error, now time.Time, withError bool) *decision {
+func (p *Processor) deadLetterDecision(env *Envelope, msg *azservicebus.ReceivedMessage, reason string, cause error, now time.Time, withError bool) *decision {
 	desc := p.errorText(cause)
 	props := map[string]any{
 		PropDeadLetterAttempt: int64(env.Attempt),
@@ -384,7 +384,7 @@ func (p *Processor) deadLetterDecision(env Envelope, msg *azservicebus.ReceivedM
 func (p *Processor) apply(ob *observed, settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
 	switch d.kind {
 	case decideComplete:
-		p.settleComplete(ob, lk, settler, msg, d.env, res)
+		p.settleComplete(ob, lk, settler, msg, *d.env, res)
 	case decideRetry:
 		p.settleRetry(ob, settleBase, lk, f, settler, sender, msg, d, res)
 	case decideDeadLetter:
@@ -402,8 +402,9 @@ func (p *Processor) lockBound(lk *lockKeeper, call func(ctx context.Context) err
 		return errLockGone
 	}
 	ctx, cancel := lk.settleContext(p.cfg.settleTimeout)
-	defer cancel()
 	err := call(ctx)
+	lk.endSettle()
+	cancel()
 	if err != nil && lk.ctx.Err() != nil && errors.Is(context.Cause(lk.ctx), ErrLockLost) {
 		return fmt.Errorf("%w: %w", ErrLockLost, err)
 	}
@@ -412,7 +413,7 @@ func (p *Processor) lockBound(lk *lockKeeper, call func(ctx context.Context) err
 
 // settleRetry schedules the copy (unless an earlier delivery already did), then completes the original.
 func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lockKeeper, f *flight, settler Settler, sender Sender, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
-	env := d.env
+	env := *d.env
 	res.Delay, res.ScheduledFor, res.RetryMessageID = d.delay, d.at, *d.copyMsg.MessageID
 	if !d.scheduled {
 		if !lk.alive() {
@@ -496,18 +497,18 @@ func (p *Processor) settleDeadLetter(ob *observed, settleBase context.Context, l
 	res.DeadLetterReason = d.reason
 	reason, desc := d.reason, d.desc
 	err := p.lockBound(lk, func(ctx context.Context) error {
-		return p.brokerCall(ob, SettleDeadLetter, msg, d.env, func() error {
+		return p.brokerCall(ob, SettleDeadLetter, msg, *d.env, func() error {
 			return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: d.props})
 		})
 	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
-		p.log(settleBase, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, d.env, slog.String("reason", reason), errAttr(err))
+		p.log(settleBase, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *d.env, slog.String("reason", reason), errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeDeadLettered
-	p.log(settleBase, slog.LevelWarn, "message dead-lettered", msg, d.env, slog.String("reason", reason), slog.String("description", desc))
+	p.log(settleBase, slog.LevelWarn, "message dead-lettered", msg, *d.env, slog.String("reason", reason), slog.String("description", desc))
 }
 
 // seed fills what a first delivery's envelope lacks: the key, the correlation id (the message's
