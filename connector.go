@@ -37,8 +37,9 @@ type Connection struct {
 	// SDK connects lazily, so building a client succeeds even while the namespace is unreachable;
 	// without a check the consumer would report itself running until its first receive failed. A
 	// failing Check counts as a failed connect: the connection is closed and the reconnect schedule
-	// goes on. It runs bounded by the settle timeout. The built-in connectors' check also proves the
-	// right to send to the republish target, so a listen-only key is refused before a message is touched.
+	// goes on. The connector call and its Check together run bounded by 10 s (or the settle timeout if
+	// shorter). The built-in connectors' check also proves the right to send to the republish target,
+	// so a listen-only key is refused before a message is touched.
 	Check func(ctx context.Context) error
 	// Ping, if set, is a cheap liveness probe (the built-in connectors peek at one message). The
 	// consumer calls it when the connection has been quiet for a few seconds or the SDK reported a

@@ -407,31 +407,13 @@ func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	clk := r.c.cfg.clock
-	go func() {
-		if !shared {
-			select {
-			case <-clk.After(idleLeft):
-				cancel(errIdle)
-			case <-rctx.Done():
-			}
-			return
-		}
-		for waited := time.Duration(0); ; waited += shareWindow {
-			if waited >= idleLeft {
-				cancel(errIdle)
-				return
-			}
-			select {
-			case <-clk.After(min(shareWindow, idleLeft-waited)):
-				if r.waiting.Load() > 0 {
-					cancel(errYield)
-					return
-				}
-			case <-rctx.Done():
-				return
-			}
-		}
-	}()
+	if _, real := clk.(realClock); real && !shared {
+		// The common case costs one runtime timer, no goroutine.
+		t := time.AfterFunc(idleLeft, func() { cancel(errIdle) })
+		defer t.Stop()
+	} else {
+		go r.watchReceive(rctx, cancel, shared, idleLeft)
+	}
 	msgs, err = receiver.ReceiveMessages(rctx, n, nil)
 	if len(msgs) == 0 && ctx.Err() == nil {
 		cause := context.Cause(rctx)
@@ -439,6 +421,37 @@ func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool
 		yielded = errors.Is(cause, errYield)
 	}
 	return msgs, err, idle, yielded
+}
+
+// watchReceive ends a receive (rctx) after idleLeft, or, on a connection with several sources, once
+// another source waits for a slot after at least shareWindow.
+func (r *run) watchReceive(rctx context.Context, cancel context.CancelCauseFunc, shared bool, idleLeft time.Duration) {
+	clk := r.c.cfg.clock
+	if !shared {
+		select {
+		case <-clk.After(idleLeft):
+			cancel(errIdle)
+		case <-rctx.Done():
+		}
+		return
+	}
+	for waited := time.Duration(0); ; {
+		if waited >= idleLeft {
+			cancel(errIdle)
+			return
+		}
+		step := min(shareWindow, idleLeft-waited)
+		select {
+		case <-clk.After(step):
+			waited += step
+			if r.waiting.Load() > 0 {
+				cancel(errYield)
+				return
+			}
+		case <-rctx.Done():
+			return
+		}
+	}
 }
 
 // probe checks that the connection still works, bounded by probeTimeout.

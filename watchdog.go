@@ -71,6 +71,12 @@ func (c *Consumer) reconnectWait(n int, cause error) time.Duration {
 	}
 }
 
+// connectTimeout bounds a connector call with its check. The SDK retries a refused or unreachable
+// connection with its own backoff until the context ends (about 30 s with its default RetryOptions), so
+// an unbounded check would stretch every reconnect try of the schedule by that much; the check's
+// timeout error then says what the endpoint answered (see explainTimeouts).
+const connectTimeout = 10 * time.Second
+
 // startupError classifies a connect failure that retrying cannot fix: a missing entity, or a
 // credential without the rights needed. It returns nil for anything else.
 func startupError(err error) error {
@@ -89,9 +95,9 @@ func startupError(err error) error {
 	return nil
 }
 
-// dial calls the connector, bounded by the settle timeout, and checks what it returned.
+// dial calls the connector and its check, bounded by connectTimeout (or the settle timeout if shorter).
 func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.settleTimeout)
+	cctx, cancel := context.WithTimeout(ctx, min(c.cfg.settleTimeout, connectTimeout))
 	defer cancel()
 	defer func() {
 		if r := recover(); r != nil {
