@@ -112,7 +112,7 @@ func QueueConnectionString(connectionString, queue string, opts *ConnectOptions)
 	}
 	host, addr := connectionStringEndpoint(connectionString)
 	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host); err != nil {
+		if err := resolveHost(ctx, host, clientOpts); err != nil {
 			return nil, err
 		}
 		client, err := azservicebus.NewClientFromConnectionString(connectionString, clientOpts)
@@ -164,7 +164,7 @@ func QueueCredential(namespace string, credential azcore.TokenCredential, queue 
 		host = u.Host
 	}
 	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host); err != nil {
+		if err := resolveHost(ctx, host, clientOpts); err != nil {
 			return nil, err
 		}
 		client, err := azservicebus.NewClient(namespace, credential, clientOpts)
@@ -330,13 +330,16 @@ func connectionStringEndpoint(s string) (host, addr string) {
 	return host, addr
 }
 
-// dnsTimeout bounds the name lookup that precedes each connect.
-const dnsTimeout = 10 * time.Second
+// dnsTimeout bounds the name lookup that precedes each connect; it leaves most of connectTimeout to
+// the connection itself.
+const dnsTimeout = 3 * time.Second
 
 // resolveHost looks host up before the SDK does: the SDK retries a failed lookup until its context
 // ends, so a misspelled namespace would surface as "context deadline exceeded" instead of its cause.
-func resolveHost(ctx context.Context, host string) error {
-	if host == "" || net.ParseIP(host) != nil {
+// With a custom dialer (ClientOptions.NewWebSocketConn: a WebSocket proxy that resolves names itself,
+// or an in-memory emulator) the name need not resolve here, and is not looked up.
+func resolveHost(ctx context.Context, host string, opts *azservicebus.ClientOptions) error {
+	if host == "" || net.ParseIP(host) != nil || (opts != nil && opts.NewWebSocketConn != nil) {
 		return nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, dnsTimeout)

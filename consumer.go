@@ -61,7 +61,8 @@ type Health struct {
 	LastError string
 	// LastErrorTime is when LastError happened.
 	LastErrorTime time.Time
-	// InFlight is the number of handlers running now.
+	// InFlight is the number of messages received and not yet finished: handlers running, redeliveries
+	// waiting for an earlier delivery of their message, and settles in flight.
 	InFlight int
 	// Counters since the consumer was created.
 	Received, Completed, RetriesScheduled, DeadLettered, LeftForRedelivery, PossibleDuplicates uint64
@@ -335,15 +336,34 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		case r.slots <- struct{}{}:
 		default:
 			// Say that a source is waiting, so that another source blocked in an empty receive gives
-			// its slots back (see receive).
+			// its slots back (see receive). While every slot is busy for long (long handlers) nothing is
+			// received, so the connection is probed on the idle schedule meanwhile: an outage must not go
+			// unnoticed just because handlers are slow.
 			r.waiting.Add(1)
-			select {
-			case r.slots <- struct{}{}:
-				r.waiting.Add(-1)
-			case <-ctx.Done():
-				r.waiting.Add(-1)
-				return nil
+			got := false
+			for !got {
+				timer, stop := r.timer(max(idleProbeInterval-clk.Now().Sub(quietSince), 0))
+				select {
+				case r.slots <- struct{}{}:
+					got = true
+				case <-ctx.Done():
+					stop()
+					r.waiting.Add(-1)
+					return nil
+				case <-timer:
+					if err := r.probe(ctx, live); err != nil {
+						stop()
+						r.waiting.Add(-1)
+						if ctx.Err() != nil {
+							return nil
+						}
+						return err
+					}
+					quietSince = clk.Now()
+				}
+				stop()
 			}
+			r.waiting.Add(-1)
 		}
 		n := 1
 	fill:
@@ -401,6 +421,16 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		}
 		return broken
 	}
+}
+
+// timer returns a channel that fires after d on the consumer's clock, and a function that releases it
+// (a stoppable runtime timer on the real clock).
+func (r *run) timer(d time.Duration) (<-chan time.Time, func()) {
+	if _, real := r.c.cfg.clock.(realClock); real {
+		t := time.NewTimer(d)
+		return t.C, func() { t.Stop() }
+	}
+	return r.c.cfg.clock.After(d), func() {}
 }
 
 // receive asks receiver for up to n messages. It ends the call after the idle window, so that a quiet
@@ -494,7 +524,7 @@ func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.Re
 			defer r.workers.Done()
 			defer r.busy.Add(-1)
 			defer live.inFlight.Done()
-			sl := &slotHolder{r: r, holding: true}
+			sl := &slotHolder{r: r, state: holdsHandler}
 			res := c.proc.process(r.handlerCtx, r.settleBase, src.Receiver, live.conn.Sender, src.EntityPath, msg, sl)
 			sl.done()
 			c.count(res)
@@ -503,43 +533,62 @@ func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.Re
 }
 
 // slotHolder moves one message between a handler slot (while its handler may run) and a settling slot
-// (while it waits for an earlier delivery of the same message, or for its settle).
+// (while it waits for an earlier delivery of the same message, or for its settle). Trading never
+// blocks on the settling pool: when it is full the message keeps its handler slot (as if settles were
+// not pipelined), so no cycle of waits between the two pools can form.
 type slotHolder struct {
-	r       *run
-	holding bool // a handler slot, else a settling slot
+	r     *run
+	state int // holdsHandler, holdsSettling or holdsNothing
 }
 
-// release trades the handler slot for a settling slot.
+const (
+	holdsHandler = iota
+	holdsSettling
+	holdsNothing
+)
+
+// release trades the handler slot for a settling slot, if one is free.
 func (s *slotHolder) release() {
-	if s.holding {
-		s.r.settling <- struct{}{}
+	if s.state != holdsHandler {
+		return
+	}
+	select {
+	case s.r.settling <- struct{}{}:
 		<-s.r.slots
-		s.holding = false
+		s.state = holdsSettling
+	default:
 	}
 }
 
-// reacquire trades the settling slot back for a handler slot, waiting for one; false if ctx ended first.
-func (s *slotHolder) reacquire(ctx context.Context) bool {
-	if s.holding {
+// reacquire takes a handler slot again before a handler runs, waiting for one; false if ctx ended or
+// the lock was lost first (the message then holds no slot until done).
+func (s *slotHolder) reacquire(ctx context.Context, lockLost <-chan struct{}) bool {
+	if s.state == holdsHandler {
 		return true
+	}
+	if s.state == holdsSettling {
+		<-s.r.settling // waiting for a handler slot while holding a settling one could close a cycle
+		s.state = holdsNothing
 	}
 	select {
 	case s.r.slots <- struct{}{}:
+		s.state = holdsHandler
+		return true
 	case <-ctx.Done():
-		return false
+	case <-lockLost:
 	}
-	<-s.r.settling
-	s.holding = true
-	return true
+	return false
 }
 
 // done gives back whatever slot is held.
 func (s *slotHolder) done() {
-	if s.holding {
+	switch s.state {
+	case holdsHandler:
 		<-s.r.slots
-	} else {
+	case holdsSettling:
 		<-s.r.settling
 	}
+	s.state = holdsNothing
 }
 
 // retire closes a broken connection once the handlers still using it have finished, in a goroutine
@@ -606,7 +655,7 @@ func (c *Consumer) count(res Result) {
 		}
 	})
 	if res.Outcome == OutcomeLeftForRedelivery && res.SettleErr != nil && res.RetryMessageID != "" && !res.PossibleDuplicate &&
-		!errors.Is(res.SettleErr, ErrLockLost) && !errors.Is(res.SettleErr, context.Canceled) {
+		!errors.Is(res.SettleErr, ErrLockLost) && !errors.Is(res.SettleErr, context.Canceled) && !errors.Is(res.SettleErr, ErrShutdownTimeout) {
 		// The republish itself failed: an operator must see why (a missing Send right, a quota).
 		c.recordFailure(func(h *Health) { h.SendFailures++ }, res.SettleErr)
 	}

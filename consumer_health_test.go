@@ -292,3 +292,35 @@ func TestNoMessageRunsInTwoHandlersAtOnce(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// While every handler slot is busy with a long handler, nothing is received; the connection is still
+// probed on the idle schedule, so an outage makes the consumer not ready within 15 s.
+func TestOutageNoticedWhileAllSlotsAreBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var dead atomic.Bool
+		lc := &linkConnector{b: retrytest.NewBroker(nil, nil), ping: func(context.Context) error {
+			if dead.Load() {
+				return errors.New("connection refused")
+			}
+			return nil
+		}}
+		c, err := retry.NewConsumer(lc.connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			select {
+			case <-time.After(40 * time.Second):
+			case <-ctx.Done():
+			}
+			return nil
+		}, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		sendN(lc.b, 1)
+		stop := runConsumer(t, c)
+		<-time.After(time.Second) // the one slot is busy with the 40 s handler
+		dead.Store(true)
+		died := time.Now()
+		for c.Health().Ready() && time.Since(died) < 30*time.Second {
+			<-time.After(100 * time.Millisecond)
+		}
+		assert.LessOrEqual(t, time.Since(died), 15*time.Second, "not ready within 15 s although the slot is busy")
+		require.NoError(t, stop())
+	})
+}

@@ -25,6 +25,8 @@ var (
 	ErrHandlerPanic = errors.New("retry: handler panicked")
 	// ErrNilMessage is returned by [Processor.Process] for a nil message.
 	ErrNilMessage = errors.New("retry: nil message")
+	// ErrNilSettler is returned by [Processor.Process] for a nil settler.
+	ErrNilSettler = errors.New("retry: nil settler")
 	// ErrNotConfigured is returned by the methods of a zero-value [Consumer] or [Processor]; use
 	// [NewConsumer] and [NewProcessor].
 	ErrNotConfigured = errors.New("retry: not configured; use NewConsumer or NewProcessor")

@@ -83,6 +83,7 @@ type flight struct {
 	dec        *decision
 	superseded bool
 	remembered time.Time // when a remembered outcome is forgotten; zero while in flight
+	prior      *flight   // the earlier delivery this one superseded, until that one is done (fs.mu)
 }
 
 // flights is the processor's registry of deliveries by message. It guarantees that one consumer never
@@ -107,16 +108,47 @@ func (fs *flights) enter(key flightKey, lk *lockKeeper, now time.Time) (f, prior
 	}
 	fs.forgetLocked(now)
 	prior = fs.byKey[key]
+	f.prior = prior
 	fs.byKey[key] = f
 	return f, prior
 }
 
+// priorOf returns the delivery f superseded, if f still links to it.
+func (fs *flights) priorOf(f *flight) *flight {
+	fs.mu.Lock()
+	defer fs.mu.Unlock()
+	return f.prior
+}
+
 // leave ends f's handling. An unsettled decision is remembered until now+ttl for the redelivery;
 // anything else is forgotten. A delivery already superseded by a newer one leaves that one in place.
+//
+// A delivery that leaves without a decision of its own (it gave up waiting for its earlier delivery,
+// whose lock had died, say) must not break the chain: if that earlier one is still running, the entry
+// goes back to it, so its decision is remembered when it ends and the next redelivery waits for it;
+// if it has ended, its decision becomes this delivery's.
 func (fs *flights) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	defer close(f.done)
+	prior := f.prior
+	f.mu.Lock()
+	if f.dec == nil && prior != nil {
+		select {
+		case <-prior.done:
+			f.dec = prior.decision()
+			f.prior = nil
+		default:
+			if fs.byKey[f.key] == f {
+				fs.byKey[f.key] = prior // the earlier delivery runs on: keep the chain
+				f.mu.Unlock()
+				return
+			}
+		}
+	} else {
+		f.prior = nil
+	}
+	f.mu.Unlock()
 	if fs.byKey[f.key] != f {
 		return
 	}

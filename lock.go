@@ -67,8 +67,13 @@ func (p *Processor) keepLock(base context.Context, settler Settler, msg *azservi
 	cfg := p.cfg
 	d := grantedLockDuration(cfg.lockDuration, msg, now)
 	lk := &lockKeeper{clk: cfg.clock, duration: d, interval: cfg.lockRenewInterval, deadline: now.Add(d), index: -1}
-	if lk.interval <= 0 {
+	switch {
+	case lk.interval <= 0:
 		lk.interval = max(d/2, minRenewWait)
+	case lk.interval > d*2/3:
+		// An interval that leaves less than a third of the lock for the renewal call (or exceeds the lock,
+		// which would renew only after the expiry) is cut to two thirds of it.
+		lk.interval = max(d*2/3, minRenewWait)
 	}
 	lk.ctx, lk.cancel = context.WithCancelCause(base)
 	lk.base = base

@@ -207,7 +207,7 @@ type Options struct {
 	// assumes the two clocks agree within a small fraction of the lock; set it when they may not.
 	LockDuration time.Duration
 	// LockRenewInterval is how often a message's lock is renewed, from receive until it is settled. Zero
-	// means half the lock duration.
+	// means half the lock duration; more than two thirds of the lock duration is cut to two thirds.
 	LockRenewInterval time.Duration
 	// DisableLockRenewal turns lock renewal off; a handler that outlives the lock then loses the message to
 	// redelivery.

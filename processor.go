@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"sync"
 	"time"
 
@@ -123,6 +124,9 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 	if p == nil || p.cfg == nil {
 		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNotConfigured}
 	}
+	if settler == nil {
+		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNilSettler}
+	}
 	return p.process(ctx, context.WithoutCancel(ctx), settler, p.sender, p.entity, msg, nil)
 }
 
@@ -131,7 +135,7 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 // one again before a handler runs. Process without a consumer has none.
 type slots interface {
 	release()
-	reacquire(ctx context.Context) bool
+	reacquire(ctx context.Context, lockLost <-chan struct{}) bool
 }
 
 // process is Process with the consumer's extras: settleBase is the context every settle, renewal and
@@ -167,10 +171,10 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 	env, envErr := DecodeEnvelope(msg)
 	if envErr != nil {
 		release()
-		lk := p.keepLock(settleBase, settler, msg, &env, now)
-		defer lk.stop()
 		res = Result{Attempt: env.Attempt}
 		env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+		lk := p.keepLock(settleBase, settler, msg, &env, now)
+		defer lk.stop()
 		p.started(ob, msg, env)
 		d := p.deadLetterDecision(&env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
 		p.settleDeadLetter(ob, settleBase, lk, settler, msg, d, &res)
@@ -191,16 +195,22 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		defer func() { p.flights.leave(f, unsettled, clk.Now(), p.rememberFor(lk)) }()
 		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery }()
 		if prior != nil {
-			prior.supersede()
 			release() // waiting for the earlier delivery must not keep other messages from their handlers
-			select {
-			case <-prior.done:
-			case <-lk.ctx.Done():
-				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
-			case <-ctx.Done():
-				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
+			// Wait for every earlier delivery still in this process, not just the latest: one that gave
+			// up waiting leaves its own earlier one running, and that one's decision is the one to apply.
+			var d *decision
+			for pr := prior; pr != nil && d == nil; pr = p.flights.priorOf(pr) {
+				pr.supersede()
+				select {
+				case <-pr.done:
+				case <-lk.ctx.Done():
+					return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
+				case <-ctx.Done():
+					return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
+				}
+				d = pr.decision()
 			}
-			if d := prior.decision(); d != nil {
+			if d != nil {
 				release()
 				f.setDecision(d)
 				res = Result{Attempt: d.env.Attempt, HandlerErr: d.handlerErr, Inherited: true}
@@ -208,8 +218,8 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 				p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
 				return p.finish(ob, msg, *d.env, res)
 			}
-			if sl != nil && !sl.reacquire(ctx) {
-				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for a handler slot"))
+			if sl != nil && !sl.reacquire(ctx, lk.ctx.Done()) {
+				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, context.Cause(lk.ctx), "stopped or lock lost while waiting for a handler slot"))
 			}
 		}
 	}
@@ -313,7 +323,9 @@ func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessag
 		if !at.Before(env.ExpiresAt) {
 			return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true)
 		}
-		left := env.ExpiresAt.Sub(at)
+		// A TimeToLive travels as 32-bit milliseconds; no honest expiry leaves more, so a larger one is a
+		// forged property and is cut rather than wrapped around into a copy that dies at once.
+		left := min(env.ExpiresAt.Sub(at), maxTimeToLive)
 		ttl = &left
 	}
 
@@ -330,6 +342,9 @@ func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessag
 	}
 	return &decision{kind: decideRetry, env: env, handlerErr: herr, copyMsg: copyMsg, nextTry: next, delay: delay, at: at, errText: errText}
 }
+
+// maxTimeToLive is the largest TimeToLive the AMQP header can carry (its ttl field is a uint in ms).
+const maxTimeToLive = time.Duration(math.MaxUint32) * time.Millisecond
 
 // delay is the wait before the attempt after attempt n: the backoff's, or the handler's RetryAfter,
 // always within [0, the backoff's cap]. A custom Backoff's delays are bounded the same way, so that a
@@ -540,7 +555,13 @@ func seed(msg *azservicebus.ReceivedMessage, env Envelope, entity string, key fu
 
 // idempotencyKey returns the configured key, falling back to the sequence number and then the lock
 // token so that a message without a MessageID still gets a stable key.
-func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) string {
+func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) (key string) {
+	defer func() {
+		if r := recover(); r != nil {
+			key = msg.MessageID // a panicking IdempotencyKey must not take the consumer down
+			p.log(context.Background(), slog.LevelError, "Options.IdempotencyKey panicked; using the MessageID", msg, Envelope{}, slog.Any("panic", r))
+		}
+	}()
 	if k := p.cfg.key(msg); k != "" {
 		return k
 	}

@@ -54,7 +54,7 @@ func SubscriptionConnectionString(connectionString, topic, subscription, retryQu
 	}
 	host, addr := connectionStringEndpoint(connectionString)
 	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host); err != nil {
+		if err := resolveHost(ctx, host, clientOpts); err != nil {
 			return nil, err
 		}
 		client, err := azservicebus.NewClientFromConnectionString(connectionString, clientOpts)
@@ -97,7 +97,7 @@ func SubscriptionCredential(namespace string, credential azcore.TokenCredential,
 		host = u.Host
 	}
 	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host); err != nil {
+		if err := resolveHost(ctx, host, clientOpts); err != nil {
 			return nil, err
 		}
 		client, err := azservicebus.NewClient(namespace, credential, clientOpts)

@@ -1,0 +1,136 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+)
+
+// chainSettler accepts every settle; renewals of the deliveries in lost report a lost lock.
+type chainSettler struct{ lost map[byte]bool }
+
+func (chainSettler) CompleteMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.CompleteMessageOptions) error {
+	return nil
+}
+
+func (chainSettler) DeadLetterMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.DeadLetterOptions) error {
+	return nil
+}
+
+func (s chainSettler) RenewMessageLock(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
+	if s.lost[m.LockToken[0]] {
+		return &azservicebus.Error{Code: azservicebus.CodeLockLost}
+	}
+	return nil
+}
+
+// gatedSender records the copies it schedules; the first call waits for gate.
+type gatedSender struct {
+	mu      sync.Mutex
+	ids     []string
+	gate    chan struct{}
+	entered chan struct{}
+	first   atomic.Bool
+}
+
+func (s *gatedSender) ScheduleMessages(_ context.Context, ms []*azservicebus.Message, _ time.Time, _ *azservicebus.ScheduleMessagesOptions) ([]int64, error) {
+	if s.first.CompareAndSwap(false, true) {
+		close(s.entered)
+		<-s.gate
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ids = append(s.ids, *ms[0].MessageID)
+	return []int64{int64(len(s.ids))}, nil
+}
+
+func (s *gatedSender) Close(context.Context) error { return nil }
+
+// delivery returns the same message (sequence number 42) delivered with lock token tok.
+func delivery(tok byte) *azservicebus.ReceivedMessage {
+	seq := int64(42)
+	enq := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lu := time.Now().Add(2 * time.Second)
+	return &azservicebus.ReceivedMessage{MessageID: "m-1", SequenceNumber: &seq, EnqueuedTime: &enq, LockedUntil: &lu, LockToken: [16]byte{tok}, Body: []byte("x")}
+}
+
+// A redelivery that gives up waiting for the earlier delivery (its own lock died too) must not make the
+// process forget that earlier delivery's decision: the next redelivery applies it instead of running the
+// handler again and scheduling a second copy of the attempt.
+func TestRedeliveryThatGivesUpKeepsTheChain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		snd := &gatedSender{gate: make(chan struct{}), entered: make(chan struct{})}
+		var calls atomic.Int32
+		p, err := retry.NewProcessor(snd, func(context.Context, *azservicebus.ReceivedMessage) error {
+			calls.Add(1)
+			return errors.New("boom")
+		}, &retry.Options{LockDuration: 2 * time.Second, LockRenewInterval: 50 * time.Millisecond, Logger: discardLogger()})
+		require.NoError(t, err)
+		st := chainSettler{lost: map[byte]bool{2: true}}
+		first := make(chan retry.Result, 1)
+		go func() { first <- p.Process(t.Context(), st, delivery(1)) }()
+		<-snd.entered // delivery 1 is scheduling its copy
+		second := p.Process(t.Context(), st, delivery(2))
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, second.Outcome, "delivery 2 lost its lock while waiting")
+		close(snd.gate)
+		assert.True(t, (<-first).PossibleDuplicate, "delivery 1 scheduled the copy, its complete could not be made")
+		third := p.Process(t.Context(), st, delivery(3))
+		assert.True(t, third.Inherited)
+		assert.Equal(t, retry.OutcomeRetryScheduled, third.Outcome)
+		assert.Equal(t, int32(1), calls.Load(), "the handler ran once")
+		assert.Len(t, snd.ids, 1, "one successor")
+	})
+}
+
+// Waiting follows the whole chain of earlier deliveries: delivery 3 supersedes delivery 2, which was
+// itself waiting for delivery 1, still in its handler; delivery 3 must wait for delivery 1 too.
+func TestNoTwoHandlersAcrossAChainOfRedeliveries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		snd := &gatedSender{gate: make(chan struct{}), entered: make(chan struct{})}
+		close(snd.gate)
+		var running, peak, calls atomic.Int32
+		release := make(chan struct{})
+		p, err := retry.NewProcessor(snd, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+			calls.Add(1)
+			n := running.Add(1)
+			defer running.Add(-1)
+			if n > peak.Load() {
+				peak.Store(n)
+			}
+			if m.LockToken[0] == 1 {
+				<-release // slow to honour its cancelled context, but it finishes its work
+			}
+			return nil
+		}, &retry.Options{LockDuration: 2 * time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		st := chainSettler{}
+		d1 := make(chan retry.Result, 1)
+		go func() { d1 <- p.Process(t.Context(), st, delivery(1)) }()
+		synctest.Wait()
+		d2 := make(chan retry.Result, 1)
+		go func() { d2 <- p.Process(t.Context(), st, delivery(2)) }()
+		synctest.Wait()
+		d3 := make(chan retry.Result, 1)
+		go func() { d3 <- p.Process(t.Context(), st, delivery(3)) }()
+		synctest.Wait()
+		assert.Equal(t, int32(1), running.Load(), "only delivery 1's handler runs")
+		close(release)
+		r3 := <-d3
+		<-d2
+		<-d1
+		assert.Equal(t, int32(1), peak.Load(), "never two handlers of one message")
+		assert.Equal(t, int32(1), calls.Load(), "the redeliveries applied delivery 1's finished work")
+		assert.Equal(t, retry.OutcomeCompleted, r3.Outcome)
+		assert.True(t, r3.Inherited)
+	})
+}
