@@ -179,6 +179,68 @@ try {
     }
   });
 
+  await run("system properties round trip", async () => {
+    const sender = client.createSender("js-queue");
+    await sender.sendMessages({
+      body: { kind: "json" },
+      messageId: "props-1",
+      correlationId: "corr-1",
+      subject: "order.created",
+      contentType: "application/json",
+      to: "somewhere",
+      replyTo: "replies",
+      timeToLive: 60 * 60 * 1000,
+      applicationProperties: { s: "text", i: 42, b: true, f: 1.5 },
+    });
+    const receiver = client.createReceiver("js-queue");
+    const [m] = await receiver.receiveMessages(1, wait);
+    expect(m && m.body && m.body.kind === "json", "a JSON body back");
+    for (const [k, want] of Object.entries({
+      messageId: "props-1", correlationId: "corr-1", subject: "order.created",
+      contentType: "application/json", to: "somewhere", replyTo: "replies", timeToLive: 3600000,
+    })) {
+      expect(m[k] === want, `${k} ${want}, got ${m[k]}`);
+    }
+    const p = m.applicationProperties;
+    expect(p.s === "text" && p.i === 42 && p.b === true && p.f === 1.5, `application properties, got ${JSON.stringify(p)}`);
+    expect(m.enqueuedTimeUtc instanceof Date && m.expiresAtUtc instanceof Date, "enqueued and expiry times");
+    await receiver.completeMessage(m);
+    await receiver.close();
+    await sender.close();
+  });
+
+  await run("a thousand and more messages through one link", async () => {
+    const sender = client.createSender("js-queue");
+    const n = 1500; // above the emulator's link credit of 1000
+    for (let i = 0; i < n; i += 250) {
+      const batch = await sender.createMessageBatch();
+      for (let j = i; j < i + 250; j++) expect(batch.tryAddMessage({ body: `m${j}` }), "room in the batch");
+      await sender.sendMessages(batch);
+    }
+    const receiver = client.createReceiver("js-queue", { receiveMode: "receiveAndDelete" });
+    const seen = new Set();
+    while (seen.size < n) {
+      const msgs = await receiver.receiveMessages(500, wait);
+      expect(msgs.length > 0, `messages keep coming, stopped at ${seen.size}`);
+      for (const m of msgs) seen.add(m.body);
+    }
+    expect(seen.size === n, `${n} distinct, got ${seen.size}`);
+    await receiver.close();
+    await sender.close();
+  });
+
+  await run("schedule and cancel on a topic", async () => {
+    const sender = client.createSender("js-topic");
+    const at = new Date(Date.now() + 3600 * 1000);
+    const [seq] = await sender.scheduleMessages({ body: "later" }, at);
+    await sender.cancelScheduledMessages(seq);
+    const receiver = client.createReceiver("js-topic", "all");
+    const peeked = await receiver.peekMessages(5);
+    expect(peeked.length === 0, `a cancelled topic message never reaches a subscription, got ${peeked.length}`);
+    await receiver.close();
+    await sender.close();
+  });
+
   await run("topic subscriptions with a rule", async () => {
     const sender = client.createSender("js-topic");
     await sender.sendMessages([
