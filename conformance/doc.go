@@ -15,5 +15,8 @@
 // The Python SDK Debian ships (7.8.2) predates the UseDevelopmentEmulator
 // connection-string setting and always uses AMQP over TLS on port 5671, so
 // its run serves TLS ([sbemu.Config.TLS]) on 127.0.0.1:5671 with a
-// certificate made for the test, and skips if that port is taken.
+// certificate made for the test, and skips if that port is taken. Its
+// transport, uamqp 1.5.3, sometimes crashes under load (see pythonOptIn), so
+// the Python run is opt-in (SBEMU_CONFORMANCE_PYTHON=1) and not part of the
+// gate; .ci/run runs it on its own before `make test`.
 package conformance

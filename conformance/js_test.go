@@ -46,8 +46,17 @@ func conformanceEmulator(t *testing.T) *sbemu.Emulator {
 }
 
 // runClient runs a client program (its arguments include what it needs to
-// reach em), answers its requests, and returns its check results in order.
+// reach em), answers its requests, and returns its check results in order;
+// a program that fails to run to the end fails the test.
 func runClient(t *testing.T, em *sbemu.Emulator, name string, args ...string) []line {
+	t.Helper()
+	results, err := runClientOnce(t, em, name, args...)
+	require.NoError(t, err, "the client program failed")
+	return results
+}
+
+// runClientOnce is runClient returning the program's error instead.
+func runClientOnce(t *testing.T, em *sbemu.Emulator, name string, args ...string) ([]line, error) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), clientTimeout)
 	defer cancel()
@@ -76,12 +85,12 @@ func runClient(t *testing.T, em *sbemu.Emulator, name string, args ...string) []
 		default:
 			t.Errorf("unknown request %q", l.Ask)
 		}
-		_, err := fmt.Fprintln(stdin, "ok")
-		require.NoError(t, err)
+		if _, err := fmt.Fprintln(stdin, "ok"); err != nil {
+			t.Logf("answering %s: %v", name, err)
+		}
 	}
 	_ = stdin.Close()
-	require.NoError(t, cmd.Wait(), "the client program failed")
-	return results
+	return results, cmd.Wait()
 }
 
 // TestJavaScriptSDK runs js/conformance.mjs on @azure/service-bus.
