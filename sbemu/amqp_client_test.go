@@ -71,3 +71,42 @@ func TestSDKUnsupportedManagementOperationFailsFast(t *testing.T) {
 		assert.NotEqual(t, azservicebus.CodeLockLost, sbErr.Code)
 	}
 }
+
+// TestAMQPManagementRepliesUseServiceBusStatusNames checks the reply
+// property names: "statusCode"/"statusDescription" on the management node,
+// which the JavaScript SDK reads, and "status-code" on $cbs (see requests.go).
+func TestAMQPManagementRepliesUseServiceBusStatusNames(t *testing.T) {
+	em := startEmulator(t, Config{})
+	session := dialAMQP(t, em)
+	request := func(node string, msg *amqp.Message) *amqp.Message {
+		t.Helper()
+		replyTo := node + "-reply"
+		receiver, err := session.NewReceiver(ctxT(t), node, &amqp.ReceiverOptions{TargetAddress: replyTo})
+		require.NoError(t, err)
+		sender, err := session.NewSender(ctxT(t), node, nil)
+		require.NoError(t, err)
+		id := "req-" + node
+		msg.Properties = &amqp.MessageProperties{MessageID: id, ReplyTo: &replyTo}
+		require.NoError(t, sender.Send(ctxT(t), msg, nil))
+		reply, err := receiver.Receive(ctxT(t), nil)
+		require.NoError(t, err)
+		require.NoError(t, receiver.AcceptMessage(ctxT(t), reply))
+		assert.Equal(t, id, reply.Properties.CorrelationID)
+		return reply
+	}
+
+	peek := request("queue/$management", &amqp.Message{
+		ApplicationProperties: map[string]any{"operation": "com.microsoft:peek-message"},
+		Value:                 map[string]any{"from-sequence-number": int64(1), "message-count": int32(1)},
+	})
+	assert.Equal(t, int32(204), peek.ApplicationProperties["statusCode"])
+	assert.Contains(t, peek.ApplicationProperties, "statusDescription")
+	assert.NotContains(t, peek.ApplicationProperties, "status-code")
+
+	token := request("$cbs", &amqp.Message{
+		ApplicationProperties: map[string]any{"operation": "put-token", "type": "servicebus.windows.net:sastoken", "name": "amqp://host/queue"},
+		Value:                 "token",
+	})
+	assert.Equal(t, int32(202), token.ApplicationProperties["status-code"])
+	assert.NotContains(t, token.ApplicationProperties, "statusCode")
+}

@@ -11,8 +11,11 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // signSAS builds a token the way the SDK's sas package does.
@@ -86,4 +89,39 @@ func TestSDKLaxAuthAcceptsAnyKey(t *testing.T) {
 	cs := strings.Replace(em.ConnectionString(), "SharedAccessKey=correct-horse", "SharedAccessKey=anything", 1)
 	client := newClientFromConnectionString(t, cs)
 	sendText(t, newSender(t, client, "queue"), "fine")
+}
+
+// TestStrictAuthRefusesAttachWithoutToken checks that, with StrictAuth, a
+// connection that never presented a token cannot attach to any entity: a
+// queue, its dead-letter queue, a topic, a subscription or a management
+// node.
+func TestStrictAuthRefusesAttachWithoutToken(t *testing.T) {
+	em := startEmulator(t, Config{
+		StrictAuth: true,
+		Queues:     []broker.QueueConfig{{Name: "q"}},
+		Topics:     []broker.TopicConfig{{Name: "t", Subscriptions: []broker.SubscriptionConfig{{Name: "s"}}}},
+	})
+	session := dialAMQP(t, em)
+	for _, addr := range []string{"q", "q/$DeadLetterQueue", "t/Subscriptions/s", "q/$management"} {
+		_, err := session.NewReceiver(ctxT(t), addr, nil)
+		var refused *amqp.Error
+		require.ErrorAs(t, err, &refused, addr)
+		assert.Equal(t, amqp.ErrCond(condUnauthorized), refused.Condition, addr)
+	}
+	_, err := session.NewSender(ctxT(t), "t", nil)
+	var refused *amqp.Error
+	require.ErrorAs(t, err, &refused)
+	assert.Equal(t, amqp.ErrCond(condUnauthorized), refused.Condition)
+}
+
+// TestSDKStrictAuthTopics sends to a topic and receives from a
+// subscription with verified tokens: the SDK asks for a token per entity
+// path, subscriptions included.
+func TestSDKStrictAuthTopics(t *testing.T) {
+	em := startEmulator(t, Config{StrictAuth: true, KeyName: "app", Key: "correct-horse",
+		Topics: []broker.TopicConfig{{Name: "t", Subscriptions: []broker.SubscriptionConfig{{Name: "s"}}}}})
+	client := newClient(t, em)
+	sendText(t, newSender(t, client, "t"), "authorized")
+	r := newSubscriptionReceiver(t, client, "t", "s", nil)
+	require.NoError(t, r.CompleteMessage(ctxT(t), receiveOne(t, r), nil))
 }

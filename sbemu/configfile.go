@@ -281,6 +281,8 @@ func readProperties(raw json.RawMessage, what, name string) (settings, error) {
 	return s, nil
 }
 
+// containsFold reports whether list holds s ignoring case, the way
+// encoding/json matches keys.
 func containsFold(list []string, s string) bool {
 	for _, v := range list {
 		if strings.EqualFold(v, s) {
@@ -290,6 +292,8 @@ func containsFold(list []string, s string) bool {
 	return false
 }
 
+// queueFromJSON reads one Queues[] entry. Zero settings stay zero, so the
+// broker applies the same defaults as for a queue configured in Go.
 func queueFromJSON(raw json.RawMessage) (broker.QueueConfig, error) {
 	e, err := decodeEntity(raw, "queue", false, false)
 	if err != nil {
@@ -311,6 +315,9 @@ func queueFromJSON(raw json.RawMessage) (broker.QueueConfig, error) {
 	}, nil
 }
 
+// topicFromJSON reads one Topics[] entry with its subscriptions; errors
+// inside a subscription are prefixed with the topic and the index, so the
+// message leads to the line in the file.
 func topicFromJSON(raw json.RawMessage) (broker.TopicConfig, error) {
 	e, err := decodeEntity(raw, "topic", true, false)
 	if err != nil {
@@ -331,6 +338,7 @@ func topicFromJSON(raw json.RawMessage) (broker.TopicConfig, error) {
 	return t, nil
 }
 
+// subscriptionFromJSON reads one Subscriptions[] entry with its rules.
 func subscriptionFromJSON(raw json.RawMessage) (broker.SubscriptionConfig, error) {
 	e, err := decodeEntity(raw, "subscription", false, true)
 	if err != nil {
@@ -382,6 +390,10 @@ type ruleJSON struct {
 	}
 }
 
+// ruleFromJSON reads one Rules[] entry. FilterType decides which filter
+// object must be present, and the other must not be, so a rule never
+// silently filters differently from what the file seems to say. The SQL
+// itself is checked by the broker when the configuration is validated.
 func ruleFromJSON(raw json.RawMessage) (broker.RuleConfig, error) {
 	var e struct {
 		Name       string

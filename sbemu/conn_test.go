@@ -55,7 +55,7 @@ func (c *rawClient) open(idle time.Duration) *wire.Open {
 	require.Equal(c.t, wire.ProtoSASL, proto)
 	mechs, ok := c.read().Body.(*wire.SASLMechanisms)
 	require.True(c.t, ok)
-	assert.ElementsMatch(c.t, []wire.Symbol{"ANONYMOUS", "PLAIN"}, mechs.Mechanisms)
+	assert.ElementsMatch(c.t, []wire.Symbol{"ANONYMOUS", "PLAIN", "MSSBCBS"}, mechs.Mechanisms)
 	c.write(wire.Frame{Type: wire.FrameSASL, Body: &wire.SASLInit{Mechanism: "PLAIN", InitialResponse: []byte("\x00user\x00pass")}})
 	outcome, ok := c.read().Body.(*wire.SASLOutcome)
 	require.True(c.t, ok)
@@ -250,4 +250,22 @@ func TestConnRejectsOversizedTransfer(t *testing.T) {
 	assert.Equal(t, condMessageSizeExceded, rej.Error.Condition)
 	q, _ := em.Broker().Queue("q")
 	assert.Zero(t, q.Stats().Active)
+}
+
+// TestConnAcceptsMSSBCBS checks the SASL mechanism the Python SDK's uamqp
+// transport uses: no credentials, claims follow on $cbs.
+func TestConnAcceptsMSSBCBS(t *testing.T) {
+	em := startEmulator(t, Config{})
+	c := dialRaw(t, em)
+	require.NoError(t, wire.WriteProtocolHeader(c.nc, wire.ProtoSASL))
+	proto, err := wire.ReadProtocolHeader(c.br)
+	require.NoError(t, err)
+	require.Equal(t, wire.ProtoSASL, proto)
+	mechs, ok := c.read().Body.(*wire.SASLMechanisms)
+	require.True(t, ok)
+	assert.Contains(t, mechs.Mechanisms, wire.Symbol("MSSBCBS"))
+	c.write(wire.Frame{Type: wire.FrameSASL, Body: &wire.SASLInit{Mechanism: "MSSBCBS"}})
+	outcome, ok := c.read().Body.(*wire.SASLOutcome)
+	require.True(t, ok)
+	assert.Equal(t, uint8(0), outcome.Code)
 }

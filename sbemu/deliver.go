@@ -256,7 +256,7 @@ func (s *queueSource) wrap(d *broker.Delivery) *outgoing {
 	if m.Properties == nil {
 		m.Properties = &amqp.MessageProperties{}
 	}
-	payload, err := m.MarshalBinary()
+	payload, err := marshalDelivery(m)
 	if err != nil {
 		s.l.log.Error("sbemu: encoding delivery", "seq", d.SequenceNumber, "err", err)
 		_ = s.q.DeadLetter(d.LockToken, "sbemu:EncodingFailed", err.Error(), nil)

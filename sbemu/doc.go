@@ -139,6 +139,6 @@
 // runs ([Emulator.CreateQueue], [Emulator.CreateTopic]) but not changed or
 // deleted, and there is no management API over the wire (the SDK's admin
 // client talks HTTPS to a real namespace). No message sessions, no
-// deferral, no transactions, no TLS or websockets. It is meant for tests
-// and local development.
+// deferral, no transactions, no websockets; TLS only when [Config.TLS] is
+// set. It is meant for tests and local development.
 package sbemu

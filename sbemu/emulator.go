@@ -1,6 +1,7 @@
 package sbemu
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,14 @@ const (
 type Config struct {
 	// Addr is the TCP address to listen on. Empty means [DefaultAddr].
 	Addr string
+
+	// TLS, when set, makes the TCP listener speak TLS (amqps), for clients
+	// that cannot connect without it, such as SDKs that predate the
+	// UseDevelopmentEmulator connection-string setting. The Go SDK does not
+	// need it; with it set, [Emulator.ConnectionString] is still the plain
+	// form, and clients must be pointed at [Emulator.Addr] themselves. Nil
+	// means plain TCP.
+	TLS *tls.Config
 
 	// InMemory opens no socket: clients connect only through
 	// [Emulator.NewWebSocketConn] (or [Emulator.DialInMemory]), and
@@ -170,6 +179,11 @@ func Start(cfg Config) (*Emulator, error) {
 		if ln, err = net.Listen("tcp", cfg.Addr); err != nil {
 			b.Close()
 			return nil, fmt.Errorf("sbemu: listening on %s: %w", cfg.Addr, err)
+		}
+		if cfg.TLS != nil {
+			// The TLS handshake runs on the connection's first read, inside
+			// the emulator's handshake deadline.
+			ln = tls.NewListener(ln, cfg.TLS)
 		}
 	}
 	e := &Emulator{

@@ -29,8 +29,10 @@ func parseISODuration(s string) (time.Duration, error) {
 	if rest == "" || rest == "T" {
 		return 0, bad("no value after P")
 	}
+	// The value is summed in float64 seconds, because any component may be
+	// fractional; it is range-checked before conversion to a Duration.
 	var total float64 // seconds
-	inTime := false
+	inTime := false   // after the T: H, M and S are time units
 	seen := map[byte]bool{}
 	for rest != "" {
 		if rest[0] == 'T' {

@@ -142,7 +142,7 @@ func (l *link) peekMessages(q *broker.Queue, body map[string]any) *amqp.Message 
 		if d.Message.Properties == nil {
 			d.Message.Properties = &amqp.MessageProperties{}
 		}
-		encoded, err := d.Message.MarshalBinary()
+		encoded, err := marshalDelivery(d.Message)
 		if err != nil {
 			l.log.Error("sbemu: encoding peeked message", "seq", d.SequenceNumber, "err", err)
 			return rpcReply(statusInternalError, "sbemu: encoding peeked message: "+err.Error(), nil)

@@ -6,11 +6,20 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// RPC reply application properties read by the SDK (internal/rpc.go): the
-// status code must be an AMQP int (int32).
+// RPC reply application properties: the status code must be an AMQP int
+// (int32). The claims-based-security draft names them "status-code" and
+// "status-description", which every SDK's CBS client reads; Service Bus's
+// management node answers with "statusCode" and "statusDescription"
+// instead, and the JavaScript SDK's management client reads only those
+// (@azure/service-bus ManagementClient), while the Go SDK accepts either
+// (internal/rpc.go). Replies are built with the CBS names and renamed for
+// the management node in handleRequest.
 const (
 	statusCodeKey        = "status-code"
 	statusDescriptionKey = "status-description"
+
+	managementStatusCodeKey        = "statusCode"
+	managementStatusDescriptionKey = "statusDescription"
 )
 
 // rpcReply builds a request/response reply; the caller sets the
@@ -44,6 +53,10 @@ func (l *link) handleRequest(payload []byte) {
 		resp = l.s.c.handlePutToken(&req)
 	} else {
 		resp = l.handleManagement(&req)
+		props := resp.ApplicationProperties
+		props[managementStatusCodeKey], props[managementStatusDescriptionKey] = props[statusCodeKey], props[statusDescriptionKey]
+		delete(props, statusCodeKey)
+		delete(props, statusDescriptionKey)
 	}
 	var replyTo string
 	if req.Properties != nil {

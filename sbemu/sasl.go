@@ -6,12 +6,17 @@ import (
 	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
-// SASL mechanisms the emulator offers. The SDK always picks ANONYMOUS (it
-// authenticates later through "$cbs"); PLAIN is accepted for other AMQP
-// clients, with any user name and password.
+// SASL mechanisms the emulator offers. The Go SDK always picks ANONYMOUS
+// (it authenticates later through "$cbs"); PLAIN is accepted for other AMQP
+// clients, with any user name and password. MSSBCBS is Microsoft's
+// mechanism for "no SASL credentials, claims follow on $cbs": the Python
+// SDK's uamqp transport insists on it and closes the connection when it is
+// not offered, which is how the emulator learned of it. All three carry no
+// credentials the emulator checks.
 const (
 	saslAnonymous wire.Symbol = "ANONYMOUS"
 	saslPlain     wire.Symbol = "PLAIN"
+	saslMSSBCBS   wire.Symbol = "MSSBCBS"
 )
 
 // SASL outcome codes (AMQP 1.0 section 5.3.3.6).
@@ -27,7 +32,7 @@ func (c *conn) negotiateSASL() error {
 	if err := wire.WriteProtocolHeader(c.nc, wire.ProtoSASL); err != nil {
 		return fmt.Errorf("writing SASL header: %w", err)
 	}
-	mechs := &wire.SASLMechanisms{Mechanisms: []wire.Symbol{saslAnonymous, saslPlain}}
+	mechs := &wire.SASLMechanisms{Mechanisms: []wire.Symbol{saslAnonymous, saslPlain, saslMSSBCBS}}
 	if err := c.writeSASL(mechs); err != nil {
 		return fmt.Errorf("writing SASL mechanisms: %w", err)
 	}
@@ -42,7 +47,7 @@ func (c *conn) negotiateSASL() error {
 	}
 	// The PLAIN initial response (user and password) is deliberately never
 	// parsed or logged.
-	if init.Mechanism != saslAnonymous && init.Mechanism != saslPlain {
+	if init.Mechanism != saslAnonymous && init.Mechanism != saslPlain && init.Mechanism != saslMSSBCBS {
 		_ = c.writeSASL(&wire.SASLOutcome{Code: saslAuth})
 		return fmt.Errorf("unsupported SASL mechanism %q", init.Mechanism)
 	}

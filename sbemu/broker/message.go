@@ -1,9 +1,11 @@
 package broker
 
 import (
+	"strings"
 	"time"
 
 	"github.com/Azure/go-amqp"
+	"github.com/google/uuid"
 )
 
 // Message annotation and application property names the SDK reads. The value
@@ -31,6 +33,22 @@ const (
 // messageStateScheduled is the x-opt-message-state value the SDK maps to
 // MessageStateScheduled.
 const messageStateScheduled int64 = 2
+
+// assignMessageID gives a message sent without a MessageId one, as Service
+// Bus does: every message a receiver gets has an id. The JavaScript SDK
+// relies on it (its lock renewer keys messages by messageId and fails on a
+// message without one), which is how the emulator learned it. The id is a
+// random UUID written without dashes. Duplicate
+// detection never sees such an id, because it only applies to ids the
+// sender chose.
+func assignMessageID(m *amqp.Message) {
+	if m.Properties == nil {
+		m.Properties = &amqp.MessageProperties{}
+	}
+	if m.Properties.MessageID == nil {
+		m.Properties.MessageID = strings.ReplaceAll(uuid.NewString(), "-", "")
+	}
+}
 
 // CopyMessage returns a deep copy of m: header, properties, every annotation
 // and property map, body sections and the values inside them (byte slices,

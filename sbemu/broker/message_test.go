@@ -80,3 +80,21 @@ func TestDeliveryMutationDoesNotCorruptStore(t *testing.T) {
 	assert.Equal(t, want.Annotations["a"], again.Message.Annotations["a"])
 	assert.NotContains(t, again.Message.Annotations, "new")
 }
+
+func TestMessagesWithoutIDGetOne(t *testing.T) {
+	q, _ := newTestQueue(t, QueueConfig{DuplicateDetectionWindow: time.Minute})
+	for range 2 {
+		_, dup, err := q.Send(&amqp.Message{Data: [][]byte{[]byte("anonymous")}}, 10)
+		require.NoError(t, err)
+		assert.False(t, dup, "an assigned id never counts as a duplicate")
+	}
+	first, second := mustReceive(t, q, ReceiveAndDelete), mustReceive(t, q, ReceiveAndDelete)
+	id1, ok := first.Message.Properties.MessageID.(string)
+	require.True(t, ok, "a string id")
+	assert.Len(t, id1, 32)
+	assert.NotEqual(t, id1, second.Message.Properties.MessageID)
+
+	// An id the sender chose is kept.
+	mustSend(t, q, newMsg("mine", "x"))
+	assert.Equal(t, "mine", mustReceive(t, q, ReceiveAndDelete).Message.Properties.MessageID)
+}

@@ -115,6 +115,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	if stamp {
 		setAnnotation(stored, AnnotationScheduledEnqueueTime, at)
 	}
+	assignMessageID(stored)
 	e := newEntry(stored, size)
 	e.seq = q.nextSeq()
 	e.enqueuedAt = now

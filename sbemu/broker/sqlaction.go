@@ -14,6 +14,7 @@ import (
 // sys.To, sys.ReplyTo, sys.ContentType, sys.CorrelationId, sys.MessageId,
 // sys.SessionId, sys.ReplyToSessionId); REMOVE only on user properties.
 
+// ruleStatement is one SET or REMOVE of an action.
 type ruleStatement struct {
 	remove bool
 	prop   propertyNode
@@ -26,6 +27,9 @@ var settableSystem = map[string]bool{
 	"correlationid": true, "messageid": true, "sessionid": true, "replytosessionid": true,
 }
 
+// parseSQLAction parses an action with the filter parser's lexer and
+// expression grammar; a malformed action fails configuration like a
+// malformed filter.
 func parseSQLAction(s string) ([]ruleStatement, error) {
 	p, err := newSQLParser(s)
 	if err != nil {

@@ -69,7 +69,13 @@ func matchSQL(n sqlNode, p propertySource) bool {
 }
 
 // --- lexer ---
+//
+// The lexer turns the expression into tokens first, so the parser never
+// deals with quoting or whitespace. It works on runes because identifiers
+// may be any Unicode letters (the documented [[:IsLetter:]] class), and
+// positions in errors are rune offsets a user can count in the text.
 
+// tokKind classifies a token.
 type tokKind int
 
 const (
@@ -82,6 +88,9 @@ const (
 	tokOp
 )
 
+// sqlToken is one lexed token. Numbers are converted while lexing, so an
+// integer out of the 64-bit range (Service Bus stores integer constants as
+// Int64) is reported at its position.
 type sqlToken struct {
 	kind tokKind
 	text string // identifier (unquoted), keyword (upper case), operator, or string contents
@@ -90,6 +99,7 @@ type sqlToken struct {
 	f    float64
 }
 
+// String renders a token for error messages.
 func (t sqlToken) String() string {
 	switch t.kind {
 	case tokEOF:
@@ -114,6 +124,10 @@ const maxSQLLength = 64 * 1024
 // maxSQLDepth bounds nesting (parentheses, NOT chains, unary signs).
 const maxSQLDepth = 200
 
+// lexSQL splits s into tokens ending with a tokEOF. Keywords are matched
+// case-insensitively (SQL's rule) and stored upper case; quoted identifiers
+// ("..." and [...]) and string constants ('...') undouble their closing
+// character, as the filter grammar specifies.
 func lexSQL(s string) ([]sqlToken, error) {
 	if len(s) > maxSQLLength {
 		return nil, fmt.Errorf("%w: expression of %d bytes exceeds %d", ErrInvalidFilter, len(s), maxSQLLength)
@@ -228,13 +242,21 @@ func lexSQL(s string) ([]sqlToken, error) {
 }
 
 // --- parser ---
+//
+// A recursive-descent parser, one function per precedence level from the
+// loosest: OR, AND, NOT, predicates (comparison, IN, LIKE, IS NULL,
+// EXISTS), then + and -, then * / %, unary signs and primaries. That is
+// SQL-92's precedence, so "a = 1 OR b = 2 AND c = 3" groups the AND first.
 
+// sqlParser walks the token list; depth counts nested constructs so that a
+// hostile expression cannot overflow the stack.
 type sqlParser struct {
 	toks  []sqlToken
 	at    int
 	depth int
 }
 
+// newSQLParser lexes s and positions the parser on its first token.
 func newSQLParser(s string) (*sqlParser, error) {
 	toks, err := lexSQL(s)
 	if err != nil {
@@ -243,8 +265,11 @@ func newSQLParser(s string) (*sqlParser, error) {
 	return &sqlParser{toks: toks}, nil
 }
 
+// peek returns the current token without consuming it.
 func (p *sqlParser) peek() sqlToken { return p.toks[p.at] }
 
+// next consumes and returns the current token; at the end it keeps
+// returning tokEOF, so callers need no bounds checks.
 func (p *sqlParser) next() sqlToken {
 	t := p.toks[p.at]
 	if t.kind != tokEOF {
@@ -253,10 +278,12 @@ func (p *sqlParser) next() sqlToken {
 	return t
 }
 
+// errorf builds an [ErrInvalidFilter] error pointing at t.
 func (p *sqlParser) errorf(t sqlToken, format string, args ...any) error {
 	return fmt.Errorf("%w: %s at position %d", ErrInvalidFilter, fmt.Sprintf(format, args...), t.pos)
 }
 
+// isKeyword and isOp test the current token without consuming it.
 func (p *sqlParser) isKeyword(word string) bool {
 	t := p.peek()
 	return t.kind == tokKeyword && t.text == word
@@ -267,6 +294,7 @@ func (p *sqlParser) isOp(op string) bool {
 	return t.kind == tokOp && t.text == op
 }
 
+// expectOp consumes the operator op or fails naming what was found.
 func (p *sqlParser) expectOp(op string) error {
 	if t := p.next(); t.kind != tokOp || t.text != op {
 		return p.errorf(t, "expected %q, got %s", op, t)
@@ -283,8 +311,10 @@ func (p *sqlParser) enter() error {
 	return nil
 }
 
+// leave undoes enter.
 func (p *sqlParser) leave() { p.depth-- }
 
+// parseOr parses predicates joined by OR (left-associative).
 func (p *sqlParser) parseOr() (sqlNode, error) {
 	left, err := p.parseAnd()
 	if err != nil {
@@ -301,6 +331,7 @@ func (p *sqlParser) parseOr() (sqlNode, error) {
 	return left, nil
 }
 
+// parseAnd parses predicates joined by AND, which binds tighter than OR.
 func (p *sqlParser) parseAnd() (sqlNode, error) {
 	left, err := p.parseNot()
 	if err != nil {
@@ -317,6 +348,7 @@ func (p *sqlParser) parseAnd() (sqlNode, error) {
 	return left, nil
 }
 
+// parseNot parses any number of leading NOTs before a predicate.
 func (p *sqlParser) parseNot() (sqlNode, error) {
 	if p.isKeyword("NOT") {
 		if err := p.enter(); err != nil {
@@ -396,6 +428,7 @@ func (p *sqlParser) parsePredicate() (sqlNode, error) {
 	return left, nil
 }
 
+// isComparison reports the binary comparison operators.
 func isComparison(op string) bool {
 	switch op {
 	case "=", "<>", "!=", ">", ">=", "<", "<=":
@@ -404,6 +437,7 @@ func isComparison(op string) bool {
 	return false
 }
 
+// parseIn parses the parenthesized list after [NOT] IN.
 func (p *sqlParser) parseIn(left sqlNode, negate bool) (sqlNode, error) {
 	if err := p.expectOp("("); err != nil {
 		return nil, err
@@ -427,6 +461,8 @@ func (p *sqlParser) parseIn(left sqlNode, negate bool) (sqlNode, error) {
 	return n, nil
 }
 
+// parseLike parses the pattern after [NOT] LIKE and an optional ESCAPE
+// character, which must be a one-character string constant.
 func (p *sqlParser) parseLike(left sqlNode, negate bool) (sqlNode, error) {
 	pattern, err := p.parseAdditive()
 	if err != nil {
@@ -445,6 +481,7 @@ func (p *sqlParser) parseLike(left sqlNode, negate bool) (sqlNode, error) {
 	return n, nil
 }
 
+// parseAdditive parses terms joined by + and -.
 func (p *sqlParser) parseAdditive() (sqlNode, error) {
 	left, err := p.parseMultiplicative()
 	if err != nil {
@@ -461,6 +498,7 @@ func (p *sqlParser) parseAdditive() (sqlNode, error) {
 	return left, nil
 }
 
+// parseMultiplicative parses factors joined by *, / and %.
 func (p *sqlParser) parseMultiplicative() (sqlNode, error) {
 	left, err := p.parseUnary()
 	if err != nil {
@@ -477,6 +515,7 @@ func (p *sqlParser) parseMultiplicative() (sqlNode, error) {
 	return left, nil
 }
 
+// parseUnary parses leading + and - signs.
 func (p *sqlParser) parseUnary() (sqlNode, error) {
 	if p.isOp("+") || p.isOp("-") {
 		if err := p.enter(); err != nil {
@@ -496,6 +535,9 @@ func (p *sqlParser) parseUnary() (sqlNode, error) {
 	return p.parsePrimary()
 }
 
+// parsePrimary parses a constant, a property or a parenthesized
+// expression. Parentheses may hold a whole predicate, so "(a = 1) AND b"
+// and "(a + 1) * 2" both work.
 func (p *sqlParser) parsePrimary() (sqlNode, error) {
 	t := p.peek()
 	switch {
@@ -546,6 +588,10 @@ var systemProperties = map[string]bool{
 	"size": true,
 }
 
+// parseProperty parses [sys.|user.]name. Unknown system properties are
+// refused here, at configuration time, because evaluating one is an error
+// on Service Bus; a user property is just unknown when a message lacks it.
+// Function calls (newid(), property()) are refused with their name.
 func (p *sqlParser) parseProperty() (propertyNode, error) {
 	t := p.next()
 	if t.kind != tokIdent {
@@ -576,11 +622,19 @@ func (p *sqlParser) parseProperty() (propertyNode, error) {
 }
 
 // --- evaluation ---
+//
+// Every node evaluates to nil (unknown or NULL), int64, float64, string or
+// bool. Operators on unknown give unknown, and AND/OR follow the
+// three-valued tables of the filter documentation, so "NOT (a = 1)" does
+// not match a message without a.
 
+// constNode is a literal.
 type constNode struct{ v any }
 
 func (n constNode) eval(propertySource) any { return n.v }
 
+// propertyNode reads a system or user property; name is lower case
+// because property names ignore case.
 type propertyNode struct {
 	system bool
 	name   string // lower case
@@ -632,6 +686,7 @@ func normalizeSQLValue(v any) any {
 	return fmt.Sprint(v)
 }
 
+// existsNode is EXISTS(property): true or false, never unknown.
 type existsNode struct{ prop propertyNode }
 
 func (n existsNode) eval(p propertySource) any {
@@ -643,6 +698,7 @@ func (n existsNode) eval(p propertySource) any {
 	return ok
 }
 
+// notNode negates a boolean; NOT unknown stays unknown.
 type notNode struct{ inner sqlNode }
 
 func (n notNode) eval(p propertySource) any {
@@ -653,6 +709,7 @@ func (n notNode) eval(p propertySource) any {
 	return !b
 }
 
+// andNode is three-valued AND: false wins over unknown.
 type andNode struct{ left, right sqlNode }
 
 func (n andNode) eval(p propertySource) any {
@@ -670,6 +727,7 @@ func (n andNode) eval(p propertySource) any {
 	return nil
 }
 
+// orNode is three-valued OR: true wins over unknown.
 type orNode struct{ left, right sqlNode }
 
 func (n orNode) eval(p propertySource) any {
@@ -687,6 +745,7 @@ func (n orNode) eval(p propertySource) any {
 	return nil
 }
 
+// isNullNode is IS [NOT] NULL: a missing property counts as NULL.
 type isNullNode struct {
 	operand sqlNode
 	negate  bool
@@ -697,6 +756,8 @@ func (n isNullNode) eval(p propertySource) any {
 	return isNull != n.negate
 }
 
+// compareNode is a binary comparison; values that cannot be compared give
+// unknown rather than an error, so one odd message cannot break a filter.
 type compareNode struct {
 	op          string
 	left, right sqlNode
@@ -780,6 +841,7 @@ func compareSQL(a, b any) (int, bool) {
 	return 0, false // NaN
 }
 
+// toFloat widens a numeric value for mixed comparisons and arithmetic.
 func toFloat(v any) (float64, bool) {
 	switch x := v.(type) {
 	case int64:
@@ -790,6 +852,8 @@ func toFloat(v any) (float64, bool) {
 	return 0, false
 }
 
+// inNode is [NOT] IN (list): unknown only when the left operand is, as the
+// documentation specifies; list items that cannot be compared are skipped.
 type inNode struct {
 	operand sqlNode
 	items   []sqlNode
@@ -809,6 +873,7 @@ func (n inNode) eval(p propertySource) any {
 	return n.negate
 }
 
+// likeNode is [NOT] LIKE pattern [ESCAPE c]; both sides must be strings.
 type likeNode struct {
 	operand, pattern sqlNode
 	escape           rune
@@ -873,6 +938,7 @@ func likeMatch(s, pat []rune, esc rune, hasEsc bool) bool {
 	return ti == len(toks)
 }
 
+// signNode is a unary + or -; non-numbers give unknown.
 type signNode struct {
 	inner  sqlNode
 	negate bool
@@ -895,6 +961,9 @@ func (n signNode) eval(p propertySource) any {
 	return nil
 }
 
+// arithNode is + - * / %. Integers stay integers (division truncates, as
+// C# long division does) and division by zero gives unknown; a float on
+// either side makes the operation float; + also concatenates strings.
 type arithNode struct {
 	op          string
 	left, right sqlNode
