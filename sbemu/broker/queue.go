@@ -44,6 +44,10 @@ type Queue struct {
 	// message becomes available while any are waiting.
 	waiters int
 	notify  chan struct{}
+
+	// removed is set when the entity is deleted (manage.go): sends and
+	// receives through a *Queue obtained earlier then fail.
+	removed bool
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
@@ -93,6 +97,9 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	defer b.mu.Unlock()
 	if b.closed {
 		return 0, false, ErrClosed
+	}
+	if q.removed {
+		return 0, false, q.removedError()
 	}
 	if q.parent != nil || q.kind == kindSubscription {
 		return 0, false, fmt.Errorf("%w: send to %s", ErrNotSupported, q.name)
