@@ -467,3 +467,50 @@ func (b *Broker) dropEntities(qs ...*Queue) {
 func (q *Queue) removedError() error {
 	return fmt.Errorf("%w: %q was deleted", ErrUnknownQueue, q.name)
 }
+
+// AddSubscription adds a subscription to an existing topic while the broker
+// runs, validated with every existing entity as [Broker.AddTopic] is
+// (limits, rules, forwarding targets and loops); on error nothing changes.
+// It receives the messages published from then on.
+func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	ti := b.topicIndex(topic)
+	if ti < 0 {
+		return fmt.Errorf("%w: topic %q", ErrUnknownQueue, topic)
+	}
+	tc := cloneTopicConfig(b.topicCfgs[ti])
+	tc.Subscriptions = append(tc.Subscriptions, sc)
+	allTopics := slices.Clone(b.topicCfgs)
+	allTopics[ti] = tc
+	probe, err := New(Options{Topics: allTopics}, b.queueCfgs...)
+	if err != nil {
+		return err
+	}
+	probe.Close()
+	t := b.queues[strings.ToLower(tc.Name)]
+	path := SubscriptionPath(tc.Name, sc.Name)
+	sqc := QueueConfig{
+		Name: sc.Name, LockDuration: sc.LockDuration, MaxDeliveryCount: sc.MaxDeliveryCount,
+		DefaultTTL: sc.DefaultTTL, DeadLetterOnExpiration: sc.DeadLetterOnExpiration,
+		MaxMessageSize: t.cfg.MaxMessageSize,
+	}
+	rules, err := compileRules(path, sc.Rules)
+	if err != nil {
+		return err // unreachable: probe passed
+	}
+	sub, err := b.addEntity(kindSubscription, path, sqc)
+	if err != nil {
+		return err // unreachable: probe passed
+	}
+	sub.rules = rules
+	t.subs = append(slices.Clone(t.subs), sub)
+	if err := b.resolveForwards(map[*Queue]forwardConfig{sub: {sc.ForwardTo, sc.ForwardDeadLetteredMessagesTo}}); err != nil {
+		return fmt.Errorf("broker: forwarding after validation: %w", err) // unreachable: probe passed
+	}
+	b.topicCfgs[ti] = tc
+	return nil
+}
