@@ -8,6 +8,7 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -136,6 +137,14 @@ func (e *Emulator) AdminEndpoint() string {
 		return "https://" + InMemoryHost + "/"
 	}
 	return "https://" + e.admin.ln.Addr().String() + "/"
+}
+
+// AdminCertificatePEM returns the admin certificate in PEM form, for
+// clients that read trust anchors from a file (NODE_EXTRA_CA_CERTS for the
+// JavaScript SDK, REQUESTS_CA_BUNDLE or SSL_CERT_FILE for Python, curl
+// --cacert). It is public: it holds no private key.
+func (e *Emulator) AdminCertificatePEM() []byte {
+	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: e.admin.cert.Raw})
 }
 
 // AdminRootCAs returns a pool holding the emulator's self-signed admin

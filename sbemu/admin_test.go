@@ -1,9 +1,11 @@
 package sbemu
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -385,4 +387,73 @@ func TestFormatISODuration(t *testing.T) {
 			assert.Equal(t, tc.d, back)
 		})
 	}
+}
+
+// TestAdminInMemoryInsideSynctest reaches the admin API of an in-memory
+// emulator inside a testing/synctest bubble: TLS over a pipe, no socket, and
+// the counts read before and after a scheduled message falls due an hour
+// later in fake time.
+func TestAdminInMemoryInsideSynctest(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		em, err := Start(Config{InMemory: true})
+		require.NoError(t, err)
+		defer func() { require.NoError(t, em.Close()) }()
+		assert.Equal(t, "https://"+InMemoryHost+"/", em.AdminEndpoint())
+		ac := newAdminClient(t, em)
+		ctx := context.Background()
+
+		_, err = ac.CreateQueue(ctx, "later", nil)
+		require.NoError(t, err)
+		client := newInMemoryClient(t, em)
+		defer func() { _ = client.Close(ctx) }()
+		sender, err := client.NewSender("later", nil)
+		require.NoError(t, err)
+		defer func() { _ = sender.Close(ctx) }()
+		_, err = sender.ScheduleMessages(ctx, []*azservicebus.Message{{Body: []byte("x")}}, time.Now().Add(time.Hour), nil)
+		require.NoError(t, err)
+
+		rt, err := ac.GetQueueRuntimeProperties(ctx, "later", nil)
+		require.NoError(t, err)
+		assert.EqualValues(t, 1, rt.ScheduledMessageCount)
+		// The receive returns when the message is due, an hour later in the
+		// bubble's fake time; nothing waits for real time.
+		receiver, err := client.NewReceiverForQueue("later", nil)
+		require.NoError(t, err)
+		defer func() { _ = receiver.Close(ctx) }()
+		start := time.Now()
+		msgs, err := receiver.ReceiveMessages(ctx, 1, nil)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+		assert.GreaterOrEqual(t, time.Since(start), time.Hour-time.Second)
+		rt, err = ac.GetQueueRuntimeProperties(ctx, "later", nil)
+		require.NoError(t, err)
+		assert.EqualValues(t, 0, rt.ScheduledMessageCount)
+		assert.EqualValues(t, 1, rt.ActiveMessageCount, "locked messages count as active")
+	})
+}
+
+// TestAdminDeleteWhileLinksAreOpen: a sender attached before its queue is
+// deleted is refused afterwards (the SDK then re-attaches and is told the
+// entity does not exist), and a new link to the name is refused at attach,
+// as for any unknown entity.
+func TestAdminDeleteWhileLinksAreOpen(t *testing.T) {
+	em := startEmulator(t, Config{Queues: []broker.QueueConfig{{Name: "doomed"}}})
+	ac := newAdminClient(t, em)
+	client := newClient(t, em)
+	ctx := ctxT(t)
+	sender := newSender(t, client, "doomed")
+	sendText(t, sender, "before")
+
+	_, err := ac.DeleteQueue(ctx, "doomed", nil)
+	require.NoError(t, err)
+	err = sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("after")}, nil)
+	require.Error(t, err, "the send is refused and the SDK's re-attach finds no entity")
+	assert.Contains(t, err.Error(), "could not be found")
+
+	receiver, err := client.NewReceiverForQueue("doomed", nil)
+	require.NoError(t, err)
+	defer func() { _ = receiver.Close(ctx) }()
+	_, err = receiver.ReceiveMessages(ctx, 1, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "amqp:not-found")
 }
