@@ -121,7 +121,11 @@ func writeXML(w http.ResponseWriter, status int, v any) error {
 	if err != nil {
 		return err
 	}
-	w.Header().Set("Content-Type", "application/atom+xml;type=entry;charset=utf-8")
+	kind := "entry"
+	if _, isFeed := v.(atomFeed); isFeed {
+		kind = "feed"
+	}
+	w.Header().Set("Content-Type", "application/atom+xml;type="+kind+";charset=utf-8")
 	w.WriteHeader(status)
 	_, err = w.Write(append([]byte(xml.Header), body...))
 	return err

@@ -207,6 +207,25 @@ func TestAdminTopicsSubscriptionsAndRules(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, got)
 	assert.Contains(t, *got.ForwardDeadLetteredMessagesTo, "/audit")
+	// What GetSubscription reports can be sent back as an update: the
+	// forwarding URL it reports names the same target.
+	subProps := got.SubscriptionProperties
+	subProps.MaxDeliveryCount = to.Ptr(int32(20))
+	updatedSub, err := ac.UpdateSubscription(ctx, "events", "all", subProps, nil)
+	require.NoError(t, err)
+	assert.EqualValues(t, 20, *updatedSub.MaxDeliveryCount)
+	subProps.ForwardDeadLetteredMessagesTo = nil
+	_, err = ac.UpdateSubscription(ctx, "events", "all", subProps, nil)
+	requireStatus(t, err, http.StatusBadRequest)
+
+	topic, err := ac.GetTopic(ctx, "events", nil)
+	require.NoError(t, err)
+	topicProps := topic.TopicProperties
+	topicProps.DefaultMessageTimeToLive = to.Ptr("PT1H")
+	updatedTopic, err := ac.UpdateTopic(ctx, "events", topicProps, nil)
+	require.NoError(t, err)
+	assert.Equal(t, "PT1H", *updatedTopic.DefaultMessageTimeToLive)
+	assert.True(t, *updatedTopic.RequiresDuplicateDetection)
 
 	// Rules: list, add, get, update, delete.
 	rule, err := ac.GetRule(ctx, "events", "billing", "invoices", nil)
