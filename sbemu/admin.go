@@ -111,13 +111,21 @@ func (e *Emulator) startAdmin() error {
 }
 
 // stopAdmin closes the server, its connections and the idle connections of
-// every transport handed out, and waits for the serving goroutine.
+// every transport handed out, and waits for the serving goroutine and for
+// requests in flight (at most two seconds).
 func (e *Emulator) stopAdmin() {
 	a := e.admin
 	if a == nil {
 		return
 	}
-	_ = a.srv.Close()
+	// Shutdown lets requests in flight finish (their handlers touch the
+	// broker, which closes next); Close cuts whatever is left after a
+	// bounded wait.
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := a.srv.Shutdown(ctx); err != nil {
+		_ = a.srv.Close()
+	}
 	<-a.served
 	a.mu.Lock()
 	transports := a.transports

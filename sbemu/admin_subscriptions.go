@@ -253,6 +253,7 @@ func (a *adminServer) rule(w http.ResponseWriter, r *http.Request, topic, sub, n
 			if err := b.RemoveRule(topic, sub, name); err != nil {
 				return brokerStatus(err)
 			}
+			a.forgetLocked(broker.SubscriptionPath(topic, sub) + "/rules/" + name)
 			w.WriteHeader(http.StatusOK)
 			return nil
 		})
