@@ -50,20 +50,26 @@ type atomEntry struct {
 	Content   atomContent `xml:"content"`
 }
 
+// atomText is a text construct such as <title type="text">orders</title>;
+// the SDK reads the entity name from it (env.Title).
 type atomText struct {
 	Type string `xml:"type,attr"`
 	Text string `xml:",chardata"`
 }
 
+// atomAuthor names the namespace, as the service does.
 type atomAuthor struct {
 	Name string `xml:"name"`
 }
 
+// atomLink is the entry's self link.
 type atomLink struct {
 	Rel  string `xml:"rel,attr"`
 	Href string `xml:"href,attr"`
 }
 
+// atomContent holds one description. Body is marshalled under its own
+// XMLName, so one type serves every entity kind.
 type atomContent struct {
 	Type string `xml:"type,attr"`
 	Body any    // a *queueDescription, *topicDescription, ... named by its XMLName
@@ -234,15 +240,21 @@ type ruleActionXML struct {
 	Parameters         *kvListXML `xml:"Parameters,omitempty"`
 }
 
+// kvListXML is a .NET dictionary as the data contract serialiser writes
+// it: correlation filter Properties and SQL Parameters.
 type kvListXML struct {
 	Items []kvXML `xml:"KeyValueOfstringanyType"`
 }
 
+// kvXML is one dictionary entry.
 type kvXML struct {
 	Key   string     `xml:"Key"`
 	Value kvValueXML `xml:"Value"`
 }
 
+// kvValueXML is a typed value; its i:type names an XML Schema type
+// ("d6p1:string", "d6p1:int", ...), of which the SDK reads the part after
+// the colon.
 type kvValueXML struct {
 	TypeIn  string `xml:"http://www.w3.org/2001/XMLSchema-instance type,attr,omitempty"`
 	TypeOut string `xml:"i:type,attr,omitempty"`
@@ -418,4 +430,5 @@ func clampInt32(n int) int32 {
 	return int32(n)
 }
 
+// ptr returns a pointer to a copy of v, for optional XML fields.
 func ptr[T any](v T) *T { return &v }

@@ -9,7 +9,6 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -43,8 +42,11 @@ type apiError struct {
 	detail string
 }
 
+// Error returns the detail, which becomes the <Detail> of the reply.
 func (e *apiError) Error() string { return e.detail }
 
+// apiErrorf builds an [apiError]; details name the entity and the reason,
+// never a token or key.
 func apiErrorf(status int, format string, args ...any) error {
 	return &apiError{status: status, detail: fmt.Sprintf(format, args...)}
 }
@@ -101,6 +103,8 @@ func (a *adminServer) route(w http.ResponseWriter, r *http.Request) error {
 		return a.listQueues(w, r)
 	case len(parts) == 2 && is(0, "$Resources") && is(1, "Topics") && method == http.MethodGet:
 		return a.listTopics(w, r)
+	// Any other single segment is an entity name: the SDK puts no prefix
+	// before queue and topic names.
 	case len(parts) == 1 && parts[0] != "":
 		return a.entity(w, r, parts[0])
 	case len(parts) == 2 && is(1, "Subscriptions") && method == http.MethodGet:
@@ -238,6 +242,9 @@ func (a *adminServer) namespaceInfo(w http.ResponseWriter, r *http.Request) erro
 
 // --- queues and topics ---
 
+// listQueues answers GET /$Resources/Queues, which NewListQueuesPager and
+// NewListQueuesRuntimePropertiesPager page through with $skip and $top
+// (admin_client_queue.go); both read the same entries.
 func (a *adminServer) listQueues(w http.ResponseWriter, r *http.Request) error {
 	var entries []atomEntry
 	for _, name := range a.e.broker.Queues() {
@@ -248,6 +255,7 @@ func (a *adminServer) listQueues(w http.ResponseWriter, r *http.Request) error {
 	return a.feed(w, r, "Queues", entries)
 }
 
+// listTopics answers GET /$Resources/Topics (admin_client_topic.go).
 func (a *adminServer) listTopics(w http.ResponseWriter, r *http.Request) error {
 	var entries []atomEntry
 	for _, name := range a.e.broker.Topics() {
@@ -312,6 +320,10 @@ func (a *adminServer) exists(name string) bool {
 	return q || t
 }
 
+// putQueue creates or updates a queue. The SDK sends the whole
+// description on both (createOrUpdateQueueImpl), with "If-Match: *" on an
+// update, so an update is the full set of changeable settings rather than
+// a patch; UserMetadata is kept here because the broker has no use for it.
 func (a *adminServer) putQueue(w http.ResponseWriter, r *http.Request, name string, d *queueDescription) error {
 	cfg, err := queueConfigFrom(name, d)
 	if err != nil {
@@ -344,6 +356,8 @@ func (a *adminServer) putQueue(w http.ResponseWriter, r *http.Request, name stri
 	return writeXML(w, statusFor(create), a.queueEntry(r, c))
 }
 
+// putTopic creates or updates a topic, as putQueue does a queue; an update
+// keeps the subscriptions (createOrUpdateTopicImpl sends none).
 func (a *adminServer) putTopic(w http.ResponseWriter, r *http.Request, name string, d *topicDescription) error {
 	cfg, err := topicConfigFrom(name, d)
 	if err != nil {
@@ -384,6 +398,8 @@ func (a *adminServer) change(fn func() error) error {
 	return fn()
 }
 
+// statusFor is 201 Created for a create and 200 OK for an update, as the
+// service answers; the SDK accepts any status below 400.
 func statusFor(create bool) int {
 	if create {
 		return http.StatusCreated
@@ -410,17 +426,26 @@ func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, erro
 	}
 	var err error
 	bad := func(err error) error { return apiErrorf(http.StatusBadRequest, "sbemu: queue %q: %v", name, err) }
+	// Absent fields keep the broker's zero, which means the Service Bus
+	// default. An endless lock is out of range, so it maps just past the
+	// maximum and the broker refuses it with its own message; an endless
+	// TTL is the broker's "never" (zero).
 	if cfg.LockDuration, err = parseAPIDuration("LockDuration", d.LockDuration, 0, broker.MaxLockDuration+1); err != nil {
 		return cfg, bad(err)
 	}
 	if cfg.DefaultTTL, err = parseAPIDuration("DefaultMessageTimeToLive", d.DefaultMessageTimeToLive, 0, 0); err != nil {
 		return cfg, bad(err)
 	}
+	// The window only counts when detection is requested: the SDK echoes
+	// the window GetQueue reported (10 minutes) even for a queue without
+	// detection, and the broker switches detection on by a positive window.
 	if d.RequiresDuplicateDetection != nil && *d.RequiresDuplicateDetection {
-		if cfg.DuplicateDetectionWindow, err = parseAPIDuration("DuplicateDetectionHistoryTimeWindow", d.DuplicateDetectionHistoryTimeWindow, defaultDuplicateWindow, 7*24*time.Hour); err != nil {
+		if cfg.DuplicateDetectionWindow, err = parseAPIDuration("DuplicateDetectionHistoryTimeWindow", d.DuplicateDetectionHistoryTimeWindow, defaultDuplicateWindow, maxDuplicateWindow); err != nil {
 			return cfg, bad(err)
 		}
 	}
+	// The service refuses a MaxDeliveryCount below 1; the broker would take
+	// zero as "the default", so it is refused here.
 	if d.MaxDeliveryCount != nil {
 		if *d.MaxDeliveryCount < 1 {
 			return cfg, bad(fmt.Errorf("MaxDeliveryCount %d is below 1", *d.MaxDeliveryCount))
@@ -433,6 +458,8 @@ func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, erro
 	if d.MaxMessageSizeInKilobytes != nil && *d.MaxMessageSizeInKilobytes > 0 {
 		cfg.MaxMessageSize = int(*d.MaxMessageSizeInKilobytes) * 1024
 	}
+	// Forwarding targets arrive as names or URLs; the broker checks that
+	// they exist and do not loop.
 	cfg.ForwardTo = forwardName(d.ForwardTo)
 	cfg.ForwardDeadLetteredMessagesTo = forwardName(d.ForwardDeadLetteredMessagesTo)
 	return cfg, nil
@@ -450,7 +477,7 @@ func topicConfigFrom(name string, d *topicDescription) (broker.TopicConfig, erro
 		return cfg, bad(err)
 	}
 	if d.RequiresDuplicateDetection != nil && *d.RequiresDuplicateDetection {
-		if cfg.DuplicateDetectionWindow, err = parseAPIDuration("DuplicateDetectionHistoryTimeWindow", d.DuplicateDetectionHistoryTimeWindow, defaultDuplicateWindow, 7*24*time.Hour); err != nil {
+		if cfg.DuplicateDetectionWindow, err = parseAPIDuration("DuplicateDetectionHistoryTimeWindow", d.DuplicateDetectionHistoryTimeWindow, defaultDuplicateWindow, maxDuplicateWindow); err != nil {
 			return cfg, bad(err)
 		}
 	}
@@ -469,6 +496,11 @@ func forwardURL(r *http.Request, name string) *string {
 	return ptr("sb://" + r.Host + "/" + name)
 }
 
+// queueEntry describes a queue with its runtime counts. Every field the
+// SDK's newQueueRuntimePropertiesItem parses is written: CountDetails, and
+// CreatedAt/UpdatedAt/AccessedAt in RFC 3339 (an empty time fails
+// atom.StringToTime). Zero settings are shown with the broker's defaults,
+// which are the Service Bus defaults.
 func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEntry {
 	var rt broker.Runtime
 	if q, ok := a.e.broker.Queue(qc.Name); ok {
@@ -518,6 +550,11 @@ func counts(rt broker.Runtime) *countDetails {
 	}
 }
 
+// topicEntry describes a topic. Its CountDetails carry only the scheduled
+// count, because a due message leaves the topic for its subscriptions at
+// once; SqlFilterCount and CorrelationFilterCount (api-version 2024-05)
+// count the rules of every subscription, true and false filters being SQL
+// filters as on the service.
 func (a *adminServer) topicEntry(r *http.Request, tc broker.TopicConfig) atomEntry {
 	var rt broker.Runtime
 	if q, ok := a.e.broker.Queue(tc.Name); ok {

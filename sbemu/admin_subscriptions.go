@@ -11,6 +11,9 @@ import (
 // Subscriptions and rules of the administration API; see admin_handlers.go
 // for the routes.
 
+// listSubscriptions answers GET /<topic>/Subscriptions, in creation order
+// (admin_client_subscription.go builds the path with a trailing "?", which
+// leaves the path itself unchanged).
 func (a *adminServer) listSubscriptions(w http.ResponseWriter, r *http.Request, topic string) error {
 	tc, ok := a.e.broker.TopicConfig(topic)
 	if !ok {
@@ -140,6 +143,9 @@ func subscriptionConfigFrom(name string, d *subscriptionDescription) (broker.Sub
 	return cfg, nil
 }
 
+// subscriptionEntry describes a subscription with its counts. The SDK's
+// newSubscriptionRuntimePropertiesItem dereferences MessageCount and four
+// of the counts without checking them, so all are always present.
 func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker.SubscriptionConfig) atomEntry {
 	path := broker.SubscriptionPath(topic, sc.Name)
 	var rt broker.Runtime
@@ -180,6 +186,8 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 
 // --- rules ---
 
+// listRules answers GET /<topic>/Subscriptions/<sub>/Rules/ (with the
+// trailing slash the SDK sends, admin_client_rules.go).
 func (a *adminServer) listRules(w http.ResponseWriter, r *http.Request, topic, sub string) error {
 	rules, ok := a.e.broker.Rules(topic, sub)
 	if !ok {
@@ -261,6 +269,7 @@ func (a *adminServer) rule(w http.ResponseWriter, r *http.Request, topic, sub, n
 	return apiErrorf(http.StatusMethodNotAllowed, "sbemu: %s is not supported on a rule", r.Method)
 }
 
+// ruleNameOf names a rule as the broker does: unnamed is $Default.
 func ruleNameOf(rc broker.RuleConfig) string {
 	if rc.Name == "" {
 		return broker.DefaultRuleName
@@ -318,6 +327,7 @@ func ruleConfigFrom(d *ruleDescription) (broker.RuleConfig, error) {
 	return rc, nil
 }
 
+// deref reads an optional XML field; absent is empty.
 func deref(s *string) string {
 	if s == nil {
 		return ""
@@ -325,6 +335,7 @@ func deref(s *string) string {
 	return *s
 }
 
+// optional writes an optional XML field; empty is absent.
 func optional(s string) *string {
 	if s == "" {
 		return nil
@@ -332,6 +343,10 @@ func optional(s string) *string {
 	return &s
 }
 
+// ruleEntry describes a rule the way the service does: a TrueFilter or
+// FalseFilter keeps its "1=1"/"1=0" SqlExpression, and a rule without an
+// action has an EmptyRuleAction rather than no Action element, which the
+// SDK would dereference (newRulePropertiesFromEnvelope).
 func (a *adminServer) ruleEntry(r *http.Request, topic, sub string, rc broker.RuleConfig) atomEntry {
 	name := ruleNameOf(rc)
 	path := broker.SubscriptionPath(topic, sub) + "/Rules/" + name
