@@ -268,7 +268,10 @@ func (b *Broker) ReplaceRule(topic, sub string, rc RuleConfig) error {
 }
 
 // RemoveRule removes a rule by name (ignoring case). A subscription may be
-// left without rules, as on Service Bus; it then receives nothing.
+// left without rules, as on Service Bus; it then receives nothing, and
+// since an empty [SubscriptionConfig.Rules] means $Default, its
+// configuration ([Broker.TopicConfig]) holds a single FalseFilter rule
+// named "$none" instead ([Broker.Rules] reports none).
 func (b *Broker) RemoveRule(topic, sub, name string) error {
 	return b.changeRules(topic, sub, func(rules []RuleConfig) ([]RuleConfig, error) {
 		i := ruleIndex(rules, name)
