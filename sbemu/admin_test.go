@@ -304,6 +304,23 @@ func TestAdminTopicsSubscriptionsAndRules(t *testing.T) {
 	assert.EqualValues(t, 1, rt.DeadLetterMessageCount)
 	assert.EqualValues(t, 0, rt.ActiveMessageCount)
 
+	subRuntime := map[string]int32{}
+	srp := ac.NewListSubscriptionsRuntimePropertiesPager("events", nil)
+	for srp.More() {
+		page, err := srp.NextPage(ctx)
+		require.NoError(t, err)
+		for _, s := range page.SubscriptionRuntimeProperties {
+			subRuntime[s.SubscriptionName] = s.DeadLetterMessageCount
+		}
+	}
+	assert.Equal(t, map[string]int32{"billing": 1, "all": 0}, subRuntime)
+	trp := ac.NewListTopicsRuntimePropertiesPager(nil)
+	require.True(t, trp.More())
+	topicPage, err := trp.NextPage(ctx)
+	require.NoError(t, err)
+	require.Len(t, topicPage.TopicRuntimeProperties, 1)
+	assert.EqualValues(t, 1, topicPage.TopicRuntimeProperties[0].ScheduledMessageCount)
+
 	var subNames []string
 	subs := ac.NewListSubscriptionsPager("events", nil)
 	for subs.More() {
