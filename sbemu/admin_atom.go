@@ -99,12 +99,17 @@ type atomRequest struct {
 // countDetails is the CountDetails element of runtime properties. The
 // subscription converter dereferences every count (admin_client_subscription.go,
 // newSubscriptionRuntimePropertiesItem), so all five are always written.
+//
+// The counts are in the 2011/06 Service Bus namespace, as the service
+// writes them (its d2p1 prefix): the Go SDK matches them by local name, but
+// clients that resolve namespaces (the Python SDK's deserialiser) look them
+// up there.
 type countDetails struct {
-	ActiveMessageCount             int32 `xml:"ActiveMessageCount"`
-	DeadLetterMessageCount         int32 `xml:"DeadLetterMessageCount"`
-	ScheduledMessageCount          int32 `xml:"ScheduledMessageCount"`
-	TransferMessageCount           int32 `xml:"TransferMessageCount"`
-	TransferDeadLetterMessageCount int32 `xml:"TransferDeadLetterMessageCount"`
+	ActiveMessageCount             int32 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus ActiveMessageCount"`
+	DeadLetterMessageCount         int32 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus DeadLetterMessageCount"`
+	ScheduledMessageCount          int32 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus ScheduledMessageCount"`
+	TransferMessageCount           int32 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus TransferMessageCount"`
+	TransferDeadLetterMessageCount int32 `xml:"http://schemas.microsoft.com/netservices/2011/06/servicebus TransferDeadLetterMessageCount"`
 }
 
 // queueDescription mirrors atom.QueueDescription for the fields the
