@@ -493,3 +493,24 @@ func TestAdminDeleteWhileLinksAreOpen(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "amqp:not-found")
 }
+
+func TestAudienceCovers(t *testing.T) {
+	tests := []struct {
+		name               string
+		audience, resource string
+		want               bool
+	}{
+		{"the request URL itself", "https://ns:5672/orders?api-version=2024-05", "https://ns:5672/orders", true},
+		{"a namespace token", "sb://ns:5672/", "https://ns:5672/orders", true},
+		{"a parent entity", "https://ns/events", "https://ns/events/Subscriptions/billing", true},
+		{"case is ignored", "HTTPS://NS/Orders", "https://ns/orders", true},
+		{"a sibling", "https://ns/orders", "https://ns/orders2", false},
+		{"another namespace", "https://other/", "https://ns/orders", false},
+		{"empty", "", "https://ns/orders", false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			assert.Equal(t, tc.want, audienceCovers(tc.audience, tc.resource))
+		})
+	}
+}
