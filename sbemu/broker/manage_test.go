@@ -141,3 +141,36 @@ func TestUpdateSettings(t *testing.T) {
 	assert.Equal(t, time.Hour, tc.DefaultTTL)
 	assert.Len(t, tc.Subscriptions, 1, "an update keeps the subscriptions")
 }
+
+// TestManagementRacesTraffic changes settings, subscriptions and rules
+// while messages flow; run with -race, it shows every change is made
+// under the broker lock.
+func TestManagementRacesTraffic(t *testing.T) {
+	b, _ := newTopicBroker(t, []QueueConfig{{Name: "q"}}, TopicConfig{Name: "t", Subscriptions: []SubscriptionConfig{{Name: "s"}}})
+	q, _ := b.Queue("q")
+	topic, _ := b.Queue("t")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 200 {
+			for _, target := range []*Queue{q, topic} {
+				if _, _, err := target.Send(newMsg(i, "x"), 10); err != nil {
+					t.Error(err) // not require: this is not the test goroutine
+					return
+				}
+			}
+			_ = q.MaxMessageSize()
+			_ = topic.Subscriptions()
+		}
+	}()
+	for i := range 50 {
+		require.NoError(t, b.UpdateQueue(QueueConfig{Name: "q", MaxDeliveryCount: i + 1}))
+		name := "extra" + string(rune('a'+i%26)) + string(rune('a'+i/26))
+		require.NoError(t, b.AddSubscription("t", SubscriptionConfig{Name: name}))
+		require.NoError(t, b.AddRule("t", name, RuleConfig{Name: "r", SQLFilter: "1=1"}))
+		require.NoError(t, b.RemoveSubscription("t", name))
+	}
+	<-done
+	assert.Equal(t, 200, q.Runtime().Active)
+	assert.Equal(t, 200, mustSubscription(t, b, "t", "s").Runtime().Active)
+}

@@ -21,9 +21,9 @@ type Queue struct {
 	dlq    *Queue // the dead-letter sub-queue; nil on a dead-letter queue
 	parent *Queue // the main queue; nil on a main queue
 
-	// Set in New and read-only afterwards: what the entity is, a topic's
-	// subscriptions, a subscription's rules, and the auto-forwarding
-	// targets (nil: none).
+	// Set in New and read-only afterwards: what the entity is and the
+	// auto-forwarding targets (nil: none). A topic's subscriptions, a
+	// subscription's rules and cfg change only under b.mu (manage.go).
 	kind                 entityKind
 	subs                 []*Queue
 	rules                []rule
