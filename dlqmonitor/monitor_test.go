@@ -269,9 +269,9 @@ func TestRunPollsEveryIntervalUntilCancelled(t *testing.T) {
 			return dlqmonitor.PollParams{}
 		}
 	}
-	recvPoll() // at once
+	recvPoll()            // at once
+	fake.set("orders", 1) // before the wait ends, or the poll may miss it
 	assert.Equal(t, 5*time.Minute, clock.next(t))
-	fake.set("orders", 1)
 	p := recvPoll()
 	assert.EqualValues(t, 1, p.Results[0].New)
 	assert.ErrorIs(t, m.Run(ctx), dlqmonitor.ErrAlreadyRunning)
