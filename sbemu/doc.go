@@ -133,12 +133,39 @@
 // limit that refuses something says so with amqp:resource-limit-exceeded
 // (status 400 for a peek) naming the limit. See [Limits].
 //
+// # Administration API
+//
+// The emulator also serves the Service Bus administration API, the
+// HTTPS/ATOM endpoint that the SDK's admin.Client (and the JavaScript and
+// Python administration clients) use: create, get, list, update and delete
+// queues, topics, subscriptions and rules, namespace properties, and
+// runtime properties with CountDetails (active, dead-letter, scheduled and
+// transfer counts), SizeInBytes and MessageCount. The admin client always
+// calls "https://<connection string host>/", which here is the plain-AMQP
+// port, so the API listens on a port of its own ([Config.AdminAddr], a
+// free loopback port by default) with a self-signed certificate made at
+// start, and [Emulator.AdminClientOptions] gives the admin client a
+// transport that sends every request there and trusts that certificate:
+//
+//	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), em.AdminClientOptions())
+//
+// Other clients can use [Emulator.AdminEndpoint]'s host as the namespace
+// and trust [Emulator.AdminCertificatePEM] or [Emulator.AdminRootCAs].
+// With [Config.StrictAuth] every request needs a SAS token signed with the
+// key whose audience covers the URL (401 otherwise). A create of a taken
+// name answers 409, a read, update or delete of a missing entity 404, an
+// unsupported setting (sessions, a status other than Active, SQL
+// parameters) 400. Updates change only what applies to later operations
+// (lock duration, MaxDeliveryCount, TTL, dead-lettering on expiry,
+// duplicate detection window, size limit, rules); forwarding and switching
+// duplicate detection on or off are refused. A delete is refused (409)
+// while another entity forwards to the entity or receivers hold locks on
+// its messages, so the broker never keeps half of an entity. See admin.go.
+//
 // # What is not emulated
 //
-// The emulator keeps everything in memory. Entities can be added while it
-// runs ([Emulator.CreateQueue], [Emulator.CreateTopic]) but not changed or
-// deleted, and there is no management API over the wire (the SDK's admin
-// client talks HTTPS to a real namespace). No message sessions, no
-// deferral, no transactions, no websockets; TLS only when [Config.TLS] is
-// set. It is meant for tests and local development.
+// The emulator keeps everything in memory. No message sessions, no
+// deferral, no transactions, no websockets; TLS on the AMQP port only when
+// [Config.TLS] is set; no authorization rules or auto-delete on idle in the
+// administration API. It is meant for tests and local development.
 package sbemu

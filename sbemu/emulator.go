@@ -47,6 +47,11 @@ type Config struct {
 	// means plain TCP.
 	TLS *tls.Config
 
+	// AdminAddr is the TCP address the administration API (HTTPS, see
+	// admin.go and [Emulator.AdminClientOptions]) listens on. Empty means
+	// [DefaultAddr], a free loopback port. Ignored with InMemory.
+	AdminAddr string
+
 	// InMemory opens no socket: clients connect only through
 	// [Emulator.NewWebSocketConn] (or [Emulator.DialInMemory]), and
 	// [Emulator.ConnectionString] names [InMemoryHost]. This is what lets
@@ -115,6 +120,9 @@ func (c Config) withDefaults() Config {
 	if c.Addr == "" {
 		c.Addr = DefaultAddr
 	}
+	if c.AdminAddr == "" {
+		c.AdminAddr = DefaultAddr
+	}
 	if len(c.Queues) == 0 && len(c.Topics) == 0 {
 		c.Queues = []broker.QueueConfig{{Name: DefaultQueueName}}
 	}
@@ -150,6 +158,7 @@ type Emulator struct {
 	ln     net.Listener // the TCP listener, or mem with Config.InMemory
 	mem    *memListener // connections from DialInMemory
 	faults fault.Injector
+	admin  *adminServer // the administration API (admin.go)
 
 	// mu guards the live connections, the id counter (ids start at 1 and
 	// are never reused, so an id is a safe broker lock owner) and closed.
@@ -194,6 +203,11 @@ func Start(cfg Config) (*Emulator, error) {
 		mem:    mem,
 		conns:  make(map[*conn]struct{}),
 		done:   make(chan struct{}),
+	}
+	if err := e.startAdmin(); err != nil {
+		_ = ln.Close()
+		b.Close()
+		return nil, err
 	}
 	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "topics", len(cfg.Topics), "strictAuth", cfg.StrictAuth)
 	e.wg.Add(1)
@@ -255,6 +269,7 @@ func (e *Emulator) Close() error {
 			c.abort()
 		}
 		e.wg.Wait()
+		e.stopAdmin()
 		// Last, after every connection has released its locks to the broker.
 		e.broker.Close()
 		e.log.Info("sbemu: closed")

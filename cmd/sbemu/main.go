@@ -12,7 +12,9 @@
 //
 // Once listening it prints the connection string on its own line (starting
 // with "Endpoint=sb://"); pass it to azservicebus.NewClientFromConnectionString.
-// It stops cleanly on SIGINT or SIGTERM.
+// The administration API (HTTPS, self-signed certificate) listens on
+// -admin-addr and is logged at start; -admin-cert writes its certificate
+// for clients to trust. It stops cleanly on SIGINT or SIGTERM.
 package main
 
 import (
@@ -81,6 +83,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		configPath = fs.String("config", "", "Config.json in the format of Microsoft's emulator (queues, topics, subscriptions, rules)")
 		keepLocks  = fs.Bool("keep-locks-on-disconnect", false, "keep a dropped connection's locks until they expire instead of returning its messages at once")
 		idle       = fs.Duration("idle-timeout", sbemu.DefaultIdleTimeout, "close connections silent for this long (negative disables)")
+		adminAddr  = fs.String("admin-addr", "127.0.0.1:0", "TCP address of the HTTPS administration API (port 0: any free port)")
+		adminCert  = fs.String("admin-cert", "", "write the administration API's self-signed certificate (PEM) to this file")
 		limits     sbemu.Limits
 	)
 	// Every limit of sbemu.Limits; 0 keeps its default, negative removes it.
@@ -120,6 +124,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		level = slog.LevelDebug
 	}
 	cfg.Addr = *addr
+	cfg.AdminAddr = *adminAddr
 	cfg.KeyName, cfg.Key = *keyName, *key
 	cfg.StrictAuth = *strict
 	cfg.KeepLocksOnDisconnect = *keepLocks
@@ -129,6 +134,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	em, err := sbemu.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if *adminCert != "" {
+		if err := os.WriteFile(*adminCert, em.AdminCertificatePEM(), 0o644); err != nil {
+			_ = em.Close()
+			return fmt.Errorf("sbemu: writing the admin certificate: %w", err)
+		}
 	}
 	// The connection string goes to stdout alone on its line so scripts
 	// can capture it; everything else is logged to stderr.

@@ -43,7 +43,9 @@
 //
 // # Deliberate simplifications
 //
-// There are no sessions, deferral or transactions, and entities can be
-// added ([Broker.AddQueue], [Broker.AddTopic]) but not changed or removed;
-// see the README of the emulator for the list of supported operations.
+// There are no sessions, deferral or transactions. Entities can be added
+// ([Broker.AddQueue], [Broker.AddTopic], [Broker.AddSubscription]), their
+// settings and rules changed where that moves no message (manage.go), and
+// removed when nothing depends on them ([Broker.RemoveQueue]); see the
+// README of the emulator for the list of supported operations.
 package broker

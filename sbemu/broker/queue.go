@@ -21,9 +21,9 @@ type Queue struct {
 	dlq    *Queue // the dead-letter sub-queue; nil on a dead-letter queue
 	parent *Queue // the main queue; nil on a main queue
 
-	// Set in New and read-only afterwards: what the entity is, a topic's
-	// subscriptions, a subscription's rules, and the auto-forwarding
-	// targets (nil: none).
+	// Set in New and read-only afterwards: what the entity is and the
+	// auto-forwarding targets (nil: none). A topic's subscriptions, a
+	// subscription's rules and cfg change only under b.mu (manage.go).
 	kind                 entityKind
 	subs                 []*Queue
 	rules                []rule
@@ -44,6 +44,10 @@ type Queue struct {
 	// message becomes available while any are waiting.
 	waiters int
 	notify  chan struct{}
+
+	// removed is set when the entity is deleted (manage.go): sends and
+	// receives through a *Queue obtained earlier then fail.
+	removed bool
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
@@ -93,6 +97,9 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	defer b.mu.Unlock()
 	if b.closed {
 		return 0, false, ErrClosed
+	}
+	if q.removed {
+		return 0, false, q.removedError()
 	}
 	if q.parent != nil || q.kind == kindSubscription {
 		return 0, false, fmt.Errorf("%w: send to %s", ErrNotSupported, q.name)

@@ -79,6 +79,10 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 			b.mu.Unlock()
 			return nil, ErrClosed
 		}
+		if q.removed {
+			b.mu.Unlock()
+			return nil, q.removedError()
+		}
 		now := b.clock.Now()
 		q.advance(now)
 		if d := q.take(mode, owner, now); d != nil {
@@ -116,7 +120,7 @@ func (q *Queue) TryReceive(mode Mode, owner uint64) (*Delivery, bool) {
 	b := q.b
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	if b.closed {
+	if b.closed || q.removed {
 		return nil, false
 	}
 	now := b.clock.Now()

@@ -174,11 +174,17 @@ func (q *Queue) IsSubscription() bool { return q.kind == kindSubscription }
 
 // MaxMessageSize is the largest encoded message q accepts, in bytes, with
 // the default applied.
-func (q *Queue) MaxMessageSize() int { return q.cfg.MaxMessageSize }
+func (q *Queue) MaxMessageSize() int {
+	q.b.mu.Lock() // an update (manage.go) may change it
+	defer q.b.mu.Unlock()
+	return q.cfg.MaxMessageSize
+}
 
 // Subscriptions returns the paths of a topic's subscriptions in
 // configuration order; nil for other entities.
 func (q *Queue) Subscriptions() []string {
+	q.b.mu.Lock() // subscriptions come and go (manage.go)
+	defer q.b.mu.Unlock()
 	var out []string
 	for _, s := range q.subs {
 		out = append(out, s.name)

@@ -1,0 +1,607 @@
+package sbemu
+
+import (
+	"encoding/xml"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+
+	"github.com/sbretry/retry/sbemu/broker"
+)
+
+// Routes of the administration API, as the SDK builds them (azservicebus
+// v1.11.0 admin/admin_client_*.go; paths are relative to https://<host>/):
+//
+//	GET          $namespaceinfo
+//	GET          $Resources/Queues, $Resources/Topics      ($skip, $top)
+//	GET|PUT|DEL  <queue or topic>
+//	GET          <topic>/Subscriptions                      ($skip, $top)
+//	GET|PUT|DEL  <topic>/Subscriptions/<sub>
+//	GET          <topic>/Subscriptions/<sub>/Rules/         ($skip, $top)
+//	GET|PUT|DEL  <topic>/Subscriptions/<sub>/Rules/<rule>
+//
+// A PUT without If-Match creates (201; 409 if the name is taken), one with
+// "If-Match: *" updates (200; 404 if missing). GET and DELETE of a missing
+// entity answer 404. Errors carry the service's XML body,
+// <Error><Code>…</Code><Detail>…</Detail></Error>.
+
+const (
+	// maxAdminBody bounds a request body; entity descriptions are small.
+	maxAdminBody = 1 << 20
+	// defaultPageSize is the page size of listings without $top.
+	defaultPageSize = 100
+)
+
+// apiError is an error with the HTTP status it is answered with.
+type apiError struct {
+	status int
+	detail string
+}
+
+// Error returns the detail, which becomes the <Detail> of the reply.
+func (e *apiError) Error() string { return e.detail }
+
+// apiErrorf builds an [apiError]; details name the entity and the reason,
+// never a token or key.
+func apiErrorf(status int, format string, args ...any) error {
+	return &apiError{status: status, detail: fmt.Sprintf(format, args...)}
+}
+
+// brokerStatus maps a broker error to an API error.
+func brokerStatus(err error) error {
+	status := http.StatusInternalServerError
+	switch {
+	case errors.Is(err, broker.ErrUnknownQueue), errors.Is(err, broker.ErrRuleNotFound):
+		status = http.StatusNotFound
+	case errors.Is(err, broker.ErrInUse), errors.Is(err, broker.ErrRuleExists):
+		status = http.StatusConflict
+	case errors.Is(err, broker.ErrInvalidConfig), errors.Is(err, broker.ErrNotSupported):
+		status = http.StatusBadRequest
+	case errors.Is(err, broker.ErrClosed):
+		status = http.StatusServiceUnavailable
+	}
+	return &apiError{status: status, detail: err.Error()}
+}
+
+// serveHTTP authenticates and routes one request.
+func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	err := a.authorize(r)
+	if err == nil {
+		err = a.route(w, r)
+	}
+	if err == nil {
+		return
+	}
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		ae = &apiError{status: http.StatusInternalServerError, detail: err.Error()}
+	}
+	a.e.log.Info("sbemu: admin request refused", "method", r.Method, "path", r.URL.Path, "status", ae.status, "detail", ae.detail)
+	body, _ := xml.Marshal(struct {
+		XMLName xml.Name `xml:"Error"`
+		Code    int      `xml:"Code"`
+		Detail  string   `xml:"Detail"`
+	}{Code: ae.status, Detail: ae.detail})
+	w.Header().Set("Content-Type", "application/xml; charset=utf-8")
+	w.WriteHeader(ae.status)
+	_, _ = w.Write(body)
+}
+
+// route dispatches on the path segments.
+func (a *adminServer) route(w http.ResponseWriter, r *http.Request) error {
+	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	is := func(i int, name string) bool { return len(parts) > i && strings.EqualFold(parts[i], name) }
+	method := r.Method
+	switch {
+	case len(parts) == 1 && is(0, "$namespaceinfo") && method == http.MethodGet:
+		return a.namespaceInfo(w, r)
+	case len(parts) == 2 && is(0, "$Resources") && is(1, "Queues") && method == http.MethodGet:
+		return a.listQueues(w, r)
+	case len(parts) == 2 && is(0, "$Resources") && is(1, "Topics") && method == http.MethodGet:
+		return a.listTopics(w, r)
+	// Any other single segment is an entity name: the SDK puts no prefix
+	// before queue and topic names.
+	case len(parts) == 1 && parts[0] != "":
+		return a.entity(w, r, parts[0])
+	case len(parts) == 2 && is(1, "Subscriptions") && method == http.MethodGet:
+		return a.listSubscriptions(w, r, parts[0])
+	case len(parts) == 3 && is(1, "Subscriptions"):
+		return a.subscription(w, r, parts[0], parts[2])
+	case len(parts) == 4 && is(1, "Subscriptions") && is(3, "Rules") && method == http.MethodGet:
+		return a.listRules(w, r, parts[0], parts[2])
+	case len(parts) == 5 && is(1, "Subscriptions") && is(3, "Rules"):
+		return a.rule(w, r, parts[0], parts[2], parts[4])
+	}
+	return apiErrorf(http.StatusNotFound, "sbemu: no administration resource %s %s", method, r.URL.Path)
+}
+
+// writeXML answers status with v marshalled.
+func writeXML(w http.ResponseWriter, status int, v any) error {
+	body, err := xml.Marshal(v)
+	if err != nil {
+		return err
+	}
+	kind := "entry"
+	if _, isFeed := v.(atomFeed); isFeed {
+		kind = "feed"
+	}
+	w.Header().Set("Content-Type", "application/atom+xml;type="+kind+";charset=utf-8")
+	w.WriteHeader(status)
+	_, err = w.Write(append([]byte(xml.Header), body...))
+	return err
+}
+
+// readEntry decodes a PUT body.
+func readEntry(w http.ResponseWriter, r *http.Request) (*atomRequest, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(w, r.Body, maxAdminBody))
+	if err != nil {
+		return nil, apiErrorf(http.StatusBadRequest, "sbemu: reading the request body: %v", err)
+	}
+	var req atomRequest
+	if err := xml.Unmarshal(data, &req); err != nil {
+		return nil, apiErrorf(http.StatusBadRequest, "sbemu: the request body is not an ATOM entry: %v", err)
+	}
+	return &req, nil
+}
+
+// creating tells a create (no If-Match) from an update.
+func creating(r *http.Request) bool { return r.Header.Get("If-Match") == "" }
+
+// selfURL is the entry's id and self link.
+func selfURL(r *http.Request, path string) string {
+	return "https://" + r.Host + "/" + path + "?api-version=" + url.QueryEscape(r.URL.Query().Get("api-version"))
+}
+
+// entry wraps a description.
+func (a *adminServer) entry(r *http.Request, path, title string, m entityMeta, body any) atomEntry {
+	self := selfURL(r, path)
+	return atomEntry{
+		Xmlns: atomNamespace, ID: self, Title: atomText{Type: "text", Text: title},
+		Published: apiTime(m.created), Updated: apiTime(m.updated),
+		Author: &atomAuthor{Name: r.Host}, Link: atomLink{Rel: "self", Href: self},
+		Content: atomContent{Type: "application/xml", Body: body},
+	}
+}
+
+// metaFor returns what the server recorded about path; entities configured
+// at start date from the start.
+func (a *adminServer) metaFor(path string) entityMeta {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if m, ok := a.meta[strings.ToLower(path)]; ok {
+		return *m
+	}
+	return entityMeta{created: a.started, updated: a.started}
+}
+
+// touch records a create or update of path; a.mu must be held.
+func (a *adminServer) touchLocked(path string, created bool, userMetadata *string) {
+	now := a.e.cfg.Clock.Now()
+	key := strings.ToLower(path)
+	m, ok := a.meta[key]
+	if !ok || created {
+		m = &entityMeta{created: now}
+		if !created {
+			m.created = a.started
+		}
+		a.meta[key] = m
+	}
+	m.updated = now
+	m.userMetadata = userMetadata
+}
+
+// forgetLocked drops the records of path and everything under it.
+func (a *adminServer) forgetLocked(path string) {
+	prefix := strings.ToLower(path)
+	for k := range a.meta {
+		if k == prefix || strings.HasPrefix(k, prefix+"/") {
+			delete(a.meta, k)
+		}
+	}
+}
+
+// feed answers a listing with the entries of page ($skip, $top).
+func (a *adminServer) feed(w http.ResponseWriter, r *http.Request, title string, entries []atomEntry) error {
+	q := r.URL.Query()
+	skip, top := 0, defaultPageSize
+	if s := q.Get("$skip"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 0 {
+			return apiErrorf(http.StatusBadRequest, "sbemu: bad $skip %q", s)
+		}
+		skip = n
+	}
+	if s := q.Get("$top"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 {
+			return apiErrorf(http.StatusBadRequest, "sbemu: bad $top %q", s)
+		}
+		top = n
+	}
+	skip = min(skip, len(entries))
+	entries = entries[skip:min(len(entries), skip+top)]
+	self := "https://" + r.Host + r.URL.RequestURI()
+	return writeXML(w, http.StatusOK, atomFeed{
+		Xmlns: atomNamespace, Title: atomText{Type: "text", Text: title}, ID: self,
+		Updated: apiTime(a.e.cfg.Clock.Now()), Link: atomLink{Rel: "self", Href: self}, Entries: entries,
+	})
+}
+
+// namespaceInfo answers GET /$namespaceinfo.
+func (a *adminServer) namespaceInfo(w http.ResponseWriter, r *http.Request) error {
+	host, _, _ := strings.Cut(r.Host, ":")
+	name, _, _ := strings.Cut(host, ".")
+	info := namespaceInfo{Xmlns: serviceBusNamespace, CreatedTime: apiTime(a.started), MessagingSKU: "Standard",
+		ModifiedTime: apiTime(a.started), Name: name, NamespaceType: "Messaging"}
+	return writeXML(w, http.StatusOK, a.entry(r, "$namespaceinfo", name, entityMeta{created: a.started, updated: a.started}, info))
+}
+
+// --- queues and topics ---
+
+// listQueues answers GET /$Resources/Queues, which NewListQueuesPager and
+// NewListQueuesRuntimePropertiesPager page through with $skip and $top
+// (admin_client_queue.go); both read the same entries.
+func (a *adminServer) listQueues(w http.ResponseWriter, r *http.Request) error {
+	var entries []atomEntry
+	for _, name := range a.e.broker.Queues() {
+		if qc, ok := a.e.broker.QueueConfig(name); ok {
+			entries = append(entries, a.queueEntry(r, qc))
+		}
+	}
+	return a.feed(w, r, "Queues", entries)
+}
+
+// listTopics answers GET /$Resources/Topics (admin_client_topic.go).
+func (a *adminServer) listTopics(w http.ResponseWriter, r *http.Request) error {
+	var entries []atomEntry
+	for _, name := range a.e.broker.Topics() {
+		if tc, ok := a.e.broker.TopicConfig(name); ok {
+			entries = append(entries, a.topicEntry(r, tc))
+		}
+	}
+	return a.feed(w, r, "Topics", entries)
+}
+
+// entity serves /<name>, a queue or a topic.
+func (a *adminServer) entity(w http.ResponseWriter, r *http.Request, name string) error {
+	b := a.e.broker
+	switch r.Method {
+	case http.MethodGet:
+		if qc, ok := b.QueueConfig(name); ok {
+			return writeXML(w, http.StatusOK, a.queueEntry(r, qc))
+		}
+		if tc, ok := b.TopicConfig(name); ok {
+			return writeXML(w, http.StatusOK, a.topicEntry(r, tc))
+		}
+		return apiErrorf(http.StatusNotFound, "sbemu: no queue or topic %q", name)
+	case http.MethodPut:
+		req, err := readEntry(w, r)
+		if err != nil {
+			return err
+		}
+		switch c := req.Content; {
+		case c.Queue != nil:
+			return a.putQueue(w, r, name, c.Queue)
+		case c.Topic != nil:
+			return a.putTopic(w, r, name, c.Topic)
+		}
+		return apiErrorf(http.StatusBadRequest, "sbemu: PUT /%s needs a QueueDescription or a TopicDescription", name)
+	case http.MethodDelete:
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		var err error
+		switch _, isQueue := b.QueueConfig(name); {
+		case isQueue:
+			err = b.RemoveQueue(name)
+		default:
+			if _, isTopic := b.TopicConfig(name); !isTopic {
+				return apiErrorf(http.StatusNotFound, "sbemu: no queue or topic %q", name)
+			}
+			err = b.RemoveTopic(name)
+		}
+		if err != nil {
+			return brokerStatus(err)
+		}
+		a.forgetLocked(name)
+		w.WriteHeader(http.StatusOK)
+		return nil
+	}
+	return apiErrorf(http.StatusMethodNotAllowed, "sbemu: %s is not supported on /%s", r.Method, name)
+}
+
+// exists reports whether a queue or topic has the name.
+func (a *adminServer) exists(name string) bool {
+	_, q := a.e.broker.QueueConfig(name)
+	_, t := a.e.broker.TopicConfig(name)
+	return q || t
+}
+
+// putQueue creates or updates a queue. The SDK sends the whole
+// description on both (createOrUpdateQueueImpl), with "If-Match: *" on an
+// update, so an update is the full set of changeable settings rather than
+// a patch; UserMetadata is kept here because the broker has no use for it.
+func (a *adminServer) putQueue(w http.ResponseWriter, r *http.Request, name string, d *queueDescription) error {
+	cfg, err := queueConfigFrom(name, d)
+	if err != nil {
+		return err
+	}
+	b := a.e.broker
+	create := creating(r)
+	err = a.change(func() error {
+		_, isQueue := b.QueueConfig(name)
+		switch {
+		case create && a.exists(name):
+			return apiErrorf(http.StatusConflict, "sbemu: an entity named %q already exists", name)
+		case !create && !isQueue:
+			return apiErrorf(http.StatusNotFound, "sbemu: no queue %q", name)
+		case create:
+			err = b.AddQueue(cfg)
+		default:
+			err = b.UpdateQueue(cfg)
+		}
+		if err != nil {
+			return brokerStatus(err)
+		}
+		a.touchLocked(name, create, d.UserMetadata)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c, _ := b.QueueConfig(name)
+	return writeXML(w, statusFor(create), a.queueEntry(r, c))
+}
+
+// putTopic creates or updates a topic, as putQueue does a queue; an update
+// keeps the subscriptions (createOrUpdateTopicImpl sends none).
+func (a *adminServer) putTopic(w http.ResponseWriter, r *http.Request, name string, d *topicDescription) error {
+	cfg, err := topicConfigFrom(name, d)
+	if err != nil {
+		return err
+	}
+	b := a.e.broker
+	create := creating(r)
+	err = a.change(func() error {
+		_, isTopic := b.TopicConfig(name)
+		switch {
+		case create && a.exists(name):
+			return apiErrorf(http.StatusConflict, "sbemu: an entity named %q already exists", name)
+		case !create && !isTopic:
+			return apiErrorf(http.StatusNotFound, "sbemu: no topic %q", name)
+		case create:
+			err = b.AddTopic(cfg)
+		default:
+			err = b.UpdateTopic(cfg)
+		}
+		if err != nil {
+			return brokerStatus(err)
+		}
+		a.touchLocked(name, create, d.UserMetadata)
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	c, _ := b.TopicConfig(name)
+	return writeXML(w, statusFor(create), a.topicEntry(r, c))
+}
+
+// change runs fn with a.mu held, so that checking for an entity and
+// creating, changing or removing it is one step for concurrent requests.
+func (a *adminServer) change(fn func() error) error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return fn()
+}
+
+// statusFor is 201 Created for a create and 200 OK for an update, as the
+// service answers; the SDK accepts any status below 400.
+func statusFor(create bool) int {
+	if create {
+		return http.StatusCreated
+	}
+	return http.StatusOK
+}
+
+// checkStatus refuses entity states the emulator does not model.
+func checkStatus(status *string) error {
+	if status != nil && *status != "" && !strings.EqualFold(*status, "Active") {
+		return apiErrorf(http.StatusBadRequest, "sbemu: entity status %q is not emulated; only Active is", *status)
+	}
+	return nil
+}
+
+// queueConfigFrom reads a QueueDescription.
+func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, error) {
+	cfg := broker.QueueConfig{Name: name}
+	if d.RequiresSession != nil && *d.RequiresSession {
+		return cfg, apiErrorf(http.StatusBadRequest, "sbemu: message sessions are not emulated (RequiresSession)")
+	}
+	if err := checkStatus(d.Status); err != nil {
+		return cfg, err
+	}
+	var err error
+	bad := func(err error) error { return apiErrorf(http.StatusBadRequest, "sbemu: queue %q: %v", name, err) }
+	// Absent fields keep the broker's zero, which means the Service Bus
+	// default. An endless lock is out of range, so it maps just past the
+	// maximum and the broker refuses it with its own message; an endless
+	// TTL is the broker's "never" (zero).
+	if cfg.LockDuration, err = parseAPIDuration("LockDuration", d.LockDuration, 0, broker.MaxLockDuration+1); err != nil {
+		return cfg, bad(err)
+	}
+	if cfg.DefaultTTL, err = parseAPIDuration("DefaultMessageTimeToLive", d.DefaultMessageTimeToLive, 0, 0); err != nil {
+		return cfg, bad(err)
+	}
+	// The window only counts when detection is requested: the SDK echoes
+	// the window GetQueue reported (10 minutes) even for a queue without
+	// detection, and the broker switches detection on by a positive window.
+	if d.RequiresDuplicateDetection != nil && *d.RequiresDuplicateDetection {
+		if cfg.DuplicateDetectionWindow, err = parseAPIDuration("DuplicateDetectionHistoryTimeWindow", d.DuplicateDetectionHistoryTimeWindow, defaultDuplicateWindow, maxDuplicateWindow); err != nil {
+			return cfg, bad(err)
+		}
+	}
+	// The service refuses a MaxDeliveryCount below 1; the broker would take
+	// zero as "the default", so it is refused here.
+	if d.MaxDeliveryCount != nil {
+		if *d.MaxDeliveryCount < 1 {
+			return cfg, bad(fmt.Errorf("MaxDeliveryCount %d is below 1", *d.MaxDeliveryCount))
+		}
+		cfg.MaxDeliveryCount = int(*d.MaxDeliveryCount)
+	}
+	if d.DeadLetteringOnMessageExpiration != nil {
+		cfg.DeadLetterOnExpiration = *d.DeadLetteringOnMessageExpiration
+	}
+	if d.MaxMessageSizeInKilobytes != nil && *d.MaxMessageSizeInKilobytes > 0 {
+		cfg.MaxMessageSize = int(*d.MaxMessageSizeInKilobytes) * 1024
+	}
+	// Forwarding targets arrive as names or URLs; the broker checks that
+	// they exist and do not loop.
+	cfg.ForwardTo = forwardName(d.ForwardTo)
+	cfg.ForwardDeadLetteredMessagesTo = forwardName(d.ForwardDeadLetteredMessagesTo)
+	return cfg, nil
+}
+
+// topicConfigFrom reads a TopicDescription.
+func topicConfigFrom(name string, d *topicDescription) (broker.TopicConfig, error) {
+	cfg := broker.TopicConfig{Name: name}
+	if err := checkStatus(d.Status); err != nil {
+		return cfg, err
+	}
+	var err error
+	bad := func(err error) error { return apiErrorf(http.StatusBadRequest, "sbemu: topic %q: %v", name, err) }
+	if cfg.DefaultTTL, err = parseAPIDuration("DefaultMessageTimeToLive", d.DefaultMessageTimeToLive, 0, 0); err != nil {
+		return cfg, bad(err)
+	}
+	if d.RequiresDuplicateDetection != nil && *d.RequiresDuplicateDetection {
+		if cfg.DuplicateDetectionWindow, err = parseAPIDuration("DuplicateDetectionHistoryTimeWindow", d.DuplicateDetectionHistoryTimeWindow, defaultDuplicateWindow, maxDuplicateWindow); err != nil {
+			return cfg, bad(err)
+		}
+	}
+	if d.MaxMessageSizeInKilobytes != nil && *d.MaxMessageSizeInKilobytes > 0 {
+		cfg.MaxMessageSize = int(*d.MaxMessageSizeInKilobytes) * 1024
+	}
+	return cfg, nil
+}
+
+// forwardURL reports a forwarding target as the service does, an sb://
+// URL on the namespace.
+func forwardURL(r *http.Request, name string) *string {
+	if name == "" {
+		return nil
+	}
+	return ptr("sb://" + r.Host + "/" + name)
+}
+
+// queueEntry describes a queue with its runtime counts. Every field the
+// SDK's newQueueRuntimePropertiesItem parses is written: CountDetails, and
+// CreatedAt/UpdatedAt/AccessedAt in RFC 3339 (an empty time fails
+// atom.StringToTime). Zero settings are shown with the broker's defaults,
+// which are the Service Bus defaults.
+func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEntry {
+	var rt broker.Runtime
+	if q, ok := a.e.broker.Queue(qc.Name); ok {
+		rt = q.Runtime()
+	}
+	m := a.metaFor(qc.Name)
+	window := qc.DuplicateDetectionWindow
+	if window <= 0 {
+		window = defaultDuplicateWindow
+	}
+	d := &queueDescription{
+		Xmlns: serviceBusNamespace, XmlnsI: xsiNamespace,
+		LockDuration:                        ptr(formatISODuration(qc.LockDuration)),
+		MaxSizeInMegabytes:                  ptr(int32(maxSizeInMegabytes)),
+		RequiresDuplicateDetection:          ptr(qc.DuplicateDetectionWindow > 0),
+		RequiresSession:                     ptr(false),
+		DefaultMessageTimeToLive:            ttlString(qc.DefaultTTL),
+		DeadLetteringOnMessageExpiration:    ptr(qc.DeadLetterOnExpiration),
+		DuplicateDetectionHistoryTimeWindow: ptr(formatISODuration(window)),
+		MaxDeliveryCount:                    ptr(int32(qc.MaxDeliveryCount)),
+		EnableBatchedOperations:             ptr(true),
+		SizeInBytes:                         ptr(rt.SizeInBytes),
+		MessageCount:                        ptr(int64(rt.Total())),
+		Status:                              ptr("Active"),
+		ForwardTo:                           forwardURL(r, qc.ForwardTo),
+		CreatedAt:                           apiTime(m.created),
+		UpdatedAt:                           apiTime(m.updated),
+		AccessedAt:                          apiTime(m.updated),
+		SupportOrdering:                     ptr(true),
+		CountDetails:                        counts(rt),
+		AutoDeleteOnIdle:                    ptr(timeSpanMax),
+		EnablePartitioning:                  ptr(false),
+		ForwardDeadLetteredMessagesTo:       forwardURL(r, qc.ForwardDeadLetteredMessagesTo),
+		UserMetadata:                        m.userMetadata,
+		MaxMessageSizeInKilobytes:           ptr(int64(qc.MaxMessageSize / 1024)),
+	}
+	return a.entry(r, qc.Name, qc.Name, m, d)
+}
+
+// counts is CountDetails; transfers are synchronous in the emulator, so
+// nothing ever waits in a transfer queue.
+func counts(rt broker.Runtime) *countDetails {
+	return &countDetails{
+		ActiveMessageCount:     clampInt32(rt.Active),
+		DeadLetterMessageCount: clampInt32(rt.DeadLettered),
+		ScheduledMessageCount:  clampInt32(rt.Scheduled),
+	}
+}
+
+// topicEntry describes a topic. Its CountDetails carry only the scheduled
+// count, because a due message leaves the topic for its subscriptions at
+// once; SqlFilterCount and CorrelationFilterCount (api-version 2024-05)
+// count the rules of every subscription, true and false filters being SQL
+// filters as on the service.
+func (a *adminServer) topicEntry(r *http.Request, tc broker.TopicConfig) atomEntry {
+	var rt broker.Runtime
+	if q, ok := a.e.broker.Queue(tc.Name); ok {
+		rt = q.Runtime()
+	}
+	var sqlFilters, correlationFilters int32
+	for _, sc := range tc.Subscriptions {
+		rules, _ := a.e.broker.Rules(tc.Name, sc.Name)
+		for _, rc := range rules {
+			if rc.CorrelationFilter != nil {
+				correlationFilters++
+			} else {
+				sqlFilters++
+			}
+		}
+	}
+	m := a.metaFor(tc.Name)
+	window := tc.DuplicateDetectionWindow
+	if window <= 0 {
+		window = defaultDuplicateWindow
+	}
+	size := tc.MaxMessageSize
+	if size == 0 {
+		size = broker.DefaultMaxMessageSize
+	}
+	d := &topicDescription{
+		Xmlns: serviceBusNamespace, XmlnsI: xsiNamespace,
+		DefaultMessageTimeToLive:            ttlString(tc.DefaultTTL),
+		MaxSizeInMegabytes:                  ptr(int32(maxSizeInMegabytes)),
+		RequiresDuplicateDetection:          ptr(tc.DuplicateDetectionWindow > 0),
+		DuplicateDetectionHistoryTimeWindow: ptr(formatISODuration(window)),
+		EnableBatchedOperations:             ptr(true),
+		SizeInBytes:                         ptr(rt.SizeInBytes),
+		FilteringMessagesBeforePublishing:   ptr(false),
+		Status:                              ptr("Active"),
+		UserMetadata:                        m.userMetadata,
+		CreatedAt:                           apiTime(m.created),
+		UpdatedAt:                           apiTime(m.updated),
+		AccessedAt:                          apiTime(m.updated),
+		SupportOrdering:                     ptr(true),
+		CountDetails:                        counts(rt),
+		SubscriptionCount:                   ptr(clampInt32(len(tc.Subscriptions))),
+		AutoDeleteOnIdle:                    ptr(timeSpanMax),
+		EnablePartitioning:                  ptr(false),
+		SQLFilterCount:                      ptr(sqlFilters),
+		CorrelationFilterCount:              ptr(correlationFilters),
+		MaxMessageSizeInKilobytes:           ptr(int64(size / 1024)),
+	}
+	return a.entry(r, tc.Name, tc.Name, m, d)
+}

@@ -1,0 +1,519 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Entity management for the administration API: reading an entity's
+// settings and runtime counts, changing the settings that can change
+// without moving messages, adding and removing subscription rules, and
+// removing entities. Every change is made under b.mu, so a client never sees
+// half of one, and b.queueCfgs/b.topicCfgs are kept in step with the live
+// entities because [Broker.AddQueue] and [Broker.AddTopic] validate new
+// entities against them.
+
+// Errors of the management operations, compared with [errors.Is].
+var (
+	// ErrInUse refuses to remove an entity that cannot go without leaving
+	// the broker inconsistent: another entity forwards to it, or receivers
+	// hold locks on its messages (settle or close them first).
+	ErrInUse = errors.New("broker: entity in use")
+
+	// ErrRuleNotFound reports an unknown rule name on a subscription.
+	ErrRuleNotFound = errors.New("broker: rule not found")
+
+	// ErrRuleExists reports a rule name already used on the subscription.
+	ErrRuleExists = errors.New("broker: rule already exists")
+)
+
+// Runtime is a snapshot of an entity's message counts and sizes, as the
+// administration API reports them in CountDetails. On a topic only
+// Scheduled and SizeInBytes are meaningful: messages leave a topic for its
+// subscriptions as soon as they are due.
+type Runtime struct {
+	// Active counts receivable and locked messages, as Service Bus's
+	// ActiveMessageCount does.
+	Active int
+	// Scheduled counts messages waiting for their enqueue time.
+	Scheduled int
+	// DeadLettered counts the messages in the dead-letter queue.
+	DeadLettered int
+	// SizeInBytes is the encoded size of every message the entity and its
+	// dead-letter queue hold.
+	SizeInBytes int64
+}
+
+// Total is Service Bus's MessageCount: every message the entity holds,
+// dead letters included.
+func (r Runtime) Total() int { return r.Active + r.Scheduled + r.DeadLettered }
+
+// Runtime returns q's counts after applying everything due now.
+func (q *Queue) Runtime() Runtime {
+	b := q.b
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	q.refresh()
+	var r Runtime
+	for _, e := range q.entries {
+		if e.state == stateScheduled {
+			r.Scheduled++
+		} else {
+			r.Active++
+		}
+		r.SizeInBytes += int64(e.size)
+	}
+	if q.dlq != nil {
+		r.DeadLettered = len(q.dlq.entries)
+		for _, e := range q.dlq.entries {
+			r.SizeInBytes += int64(e.size)
+		}
+	}
+	return r
+}
+
+// QueueConfig returns the configuration of queue name (ignoring case) as
+// it was created or last updated, with the defaults applied and the
+// configured spelling of the name; false if there is no such queue.
+func (b *Broker) QueueConfig(name string) (QueueConfig, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := b.queueIndex(name)
+	if i < 0 {
+		return QueueConfig{}, false
+	}
+	return b.queueCfgs[i].withDefaults(), true
+}
+
+// TopicConfig returns the configuration of topic name with its
+// subscriptions and their rules as created or last updated (zero fields
+// still mean the defaults); false if there is no such topic.
+func (b *Broker) TopicConfig(name string) (TopicConfig, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := b.topicIndex(name)
+	if i < 0 {
+		return TopicConfig{}, false
+	}
+	return cloneTopicConfig(b.topicCfgs[i]), true
+}
+
+// queueIndex finds a queue's configuration; b.mu must be held.
+func (b *Broker) queueIndex(name string) int {
+	return slices.IndexFunc(b.queueCfgs, func(c QueueConfig) bool { return strings.EqualFold(c.Name, name) })
+}
+
+// topicIndex finds a topic's configuration; b.mu must be held.
+func (b *Broker) topicIndex(name string) int {
+	return slices.IndexFunc(b.topicCfgs, func(c TopicConfig) bool { return strings.EqualFold(c.Name, name) })
+}
+
+// subscriptionIndex finds a subscription's configuration in topic t.
+func subscriptionIndex(t TopicConfig, sub string) int {
+	return slices.IndexFunc(t.Subscriptions, func(c SubscriptionConfig) bool { return strings.EqualFold(c.Name, sub) })
+}
+
+func cloneTopicConfig(t TopicConfig) TopicConfig {
+	t.Subscriptions = slices.Clone(t.Subscriptions)
+	for i := range t.Subscriptions {
+		t.Subscriptions[i].Rules = slices.Clone(t.Subscriptions[i].Rules)
+	}
+	return t
+}
+
+// UpdateQueue changes the settings of an existing queue (cfg.Name, ignoring
+// case) that apply to later operations only: LockDuration,
+// MaxDeliveryCount, DefaultTTL, DeadLetterOnExpiration, MaxMessageSize and
+// the duplicate detection window while detection stays on (Service Bus
+// cannot switch it on or off after creation either). Forwarding cannot
+// change here; such an update wraps [ErrNotSupported]. Locks already
+// granted keep their expiry.
+func (b *Broker) UpdateQueue(cfg QueueConfig) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	i := b.queueIndex(cfg.Name)
+	if i < 0 {
+		return fmt.Errorf("%w: %q", ErrUnknownQueue, cfg.Name)
+	}
+	old := b.queueCfgs[i]
+	cfg.Name = old.Name
+	if !strings.EqualFold(cfg.ForwardTo, old.ForwardTo) || !strings.EqualFold(cfg.ForwardDeadLetteredMessagesTo, old.ForwardDeadLetteredMessagesTo) {
+		return fmt.Errorf("%w: changing the forwarding of queue %q", ErrNotSupported, old.Name)
+	}
+	if (cfg.DuplicateDetectionWindow > 0) != (old.DuplicateDetectionWindow > 0) {
+		return fmt.Errorf("%w: switching duplicate detection of queue %q on or off", ErrNotSupported, old.Name)
+	}
+	q := b.queues[strings.ToLower(old.Name)]
+	b.applySettings(q, cfg.withDefaults())
+	b.queueCfgs[i] = cfg
+	return nil
+}
+
+// UpdateSubscription changes the settings of an existing subscription as
+// [Broker.UpdateQueue] does for a queue: LockDuration, MaxDeliveryCount,
+// DefaultTTL and DeadLetterOnExpiration. Rules change through
+// [Broker.AddRule] and [Broker.RemoveRule]; cfg.Rules is ignored.
+func (b *Broker) UpdateSubscription(topic string, cfg SubscriptionConfig) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	ti := b.topicIndex(topic)
+	if ti < 0 {
+		return fmt.Errorf("%w: topic %q", ErrUnknownQueue, topic)
+	}
+	tc := b.topicCfgs[ti]
+	si := subscriptionIndex(tc, cfg.Name)
+	if si < 0 {
+		return fmt.Errorf("%w: subscription %q", ErrUnknownQueue, SubscriptionPath(topic, cfg.Name))
+	}
+	old := tc.Subscriptions[si]
+	qc := QueueConfig{
+		Name: old.Name, LockDuration: cfg.LockDuration, MaxDeliveryCount: cfg.MaxDeliveryCount,
+		DefaultTTL: cfg.DefaultTTL, DeadLetterOnExpiration: cfg.DeadLetterOnExpiration,
+		MaxMessageSize: tc.MaxMessageSize,
+	}
+	if err := qc.validateAs("subscription"); err != nil {
+		return err
+	}
+	if !strings.EqualFold(cfg.ForwardTo, old.ForwardTo) || !strings.EqualFold(cfg.ForwardDeadLetteredMessagesTo, old.ForwardDeadLetteredMessagesTo) {
+		return fmt.Errorf("%w: changing the forwarding of subscription %q", ErrNotSupported, SubscriptionPath(tc.Name, old.Name))
+	}
+	q := b.queues[strings.ToLower(SubscriptionPath(tc.Name, old.Name))]
+	b.applySettings(q, qc.withDefaults())
+	cfg.Name, cfg.Rules = old.Name, old.Rules
+	tc.Subscriptions = slices.Clone(tc.Subscriptions)
+	tc.Subscriptions[si] = cfg
+	b.topicCfgs[ti] = tc
+	return nil
+}
+
+// UpdateTopic changes a topic's DefaultTTL, MaxMessageSize and duplicate
+// detection window (detection cannot be switched on or off). Its
+// subscriptions are unchanged.
+func (b *Broker) UpdateTopic(cfg TopicConfig) error {
+	qc := QueueConfig{Name: cfg.Name, DuplicateDetectionWindow: cfg.DuplicateDetectionWindow, DefaultTTL: cfg.DefaultTTL, MaxMessageSize: cfg.MaxMessageSize}
+	if err := qc.validateAs("topic"); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	ti := b.topicIndex(cfg.Name)
+	if ti < 0 {
+		return fmt.Errorf("%w: topic %q", ErrUnknownQueue, cfg.Name)
+	}
+	old := b.topicCfgs[ti]
+	if (cfg.DuplicateDetectionWindow > 0) != (old.DuplicateDetectionWindow > 0) {
+		return fmt.Errorf("%w: switching duplicate detection of topic %q on or off", ErrNotSupported, old.Name)
+	}
+	q := b.queues[strings.ToLower(old.Name)]
+	b.applySettings(q, qc.withDefaults())
+	for _, sub := range q.subs {
+		sub.cfg.MaxMessageSize = q.cfg.MaxMessageSize
+		sub.dlq.cfg.MaxMessageSize = q.cfg.MaxMessageSize
+	}
+	cfg.Name, cfg.Subscriptions = old.Name, old.Subscriptions
+	b.topicCfgs[ti] = cfg
+	return nil
+}
+
+// applySettings installs the changeable settings of cfg (defaults applied)
+// on q and its dead-letter queue; b.mu must be held.
+func (b *Broker) applySettings(q *Queue, cfg QueueConfig) {
+	q.cfg.LockDuration = cfg.LockDuration
+	q.cfg.MaxDeliveryCount = cfg.MaxDeliveryCount
+	q.cfg.DefaultTTL = cfg.DefaultTTL
+	q.cfg.DeadLetterOnExpiration = cfg.DeadLetterOnExpiration
+	q.cfg.MaxMessageSize = cfg.MaxMessageSize
+	q.cfg.DuplicateDetectionWindow = cfg.DuplicateDetectionWindow
+	q.dedup.window = cfg.DuplicateDetectionWindow
+	q.dlq.cfg.LockDuration = cfg.LockDuration
+	q.dlq.cfg.MaxMessageSize = cfg.MaxMessageSize
+}
+
+// AddRule adds a rule to a subscription; messages published from then on
+// are matched against it. A malformed filter or action wraps
+// [ErrInvalidConfig]; a name in use gives [ErrRuleExists].
+func (b *Broker) AddRule(topic, sub string, rc RuleConfig) error {
+	return b.changeRules(topic, sub, func(rules []RuleConfig) ([]RuleConfig, error) {
+		if ruleIndex(rules, ruleName(rc)) >= 0 {
+			return nil, fmt.Errorf("%w: %q on %q", ErrRuleExists, ruleName(rc), SubscriptionPath(topic, sub))
+		}
+		return append(rules, rc), nil
+	})
+}
+
+// ReplaceRule replaces the filter and action of an existing rule.
+func (b *Broker) ReplaceRule(topic, sub string, rc RuleConfig) error {
+	return b.changeRules(topic, sub, func(rules []RuleConfig) ([]RuleConfig, error) {
+		i := ruleIndex(rules, ruleName(rc))
+		if i < 0 {
+			return nil, fmt.Errorf("%w: %q on %q", ErrRuleNotFound, ruleName(rc), SubscriptionPath(topic, sub))
+		}
+		rules[i] = rc
+		return rules, nil
+	})
+}
+
+// RemoveRule removes a rule by name (ignoring case). A subscription may be
+// left without rules, as on Service Bus; it then receives nothing, and
+// since an empty [SubscriptionConfig.Rules] means $Default, its
+// configuration ([Broker.TopicConfig]) holds a single FalseFilter rule
+// named "$none" instead ([Broker.Rules] reports none).
+func (b *Broker) RemoveRule(topic, sub, name string) error {
+	return b.changeRules(topic, sub, func(rules []RuleConfig) ([]RuleConfig, error) {
+		i := ruleIndex(rules, name)
+		if i < 0 {
+			return nil, fmt.Errorf("%w: %q on %q", ErrRuleNotFound, name, SubscriptionPath(topic, sub))
+		}
+		return slices.Delete(rules, i, i+1), nil
+	})
+}
+
+// noRules marks a subscription whose every rule was removed: an empty
+// Rules slice would mean $Default to [compileRules].
+var noRules = []RuleConfig{{Name: "$none", SQLFilter: "1=0"}}
+
+// Rules returns a subscription's rules as configured ($Default when it
+// was created without any); false if the subscription does not exist.
+func (b *Broker) Rules(topic, sub string) ([]RuleConfig, bool) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	ti := b.topicIndex(topic)
+	if ti < 0 {
+		return nil, false
+	}
+	si := subscriptionIndex(b.topicCfgs[ti], sub)
+	if si < 0 {
+		return nil, false
+	}
+	return effectiveRules(b.topicCfgs[ti].Subscriptions[si].Rules), true
+}
+
+// effectiveRules is what compileRules makes of a configured rule list.
+func effectiveRules(rules []RuleConfig) []RuleConfig {
+	switch {
+	case len(rules) == 0:
+		return []RuleConfig{{Name: DefaultRuleName}}
+	case slices.Equal(rules, noRules):
+		return nil
+	}
+	return slices.Clone(rules)
+}
+
+func ruleName(rc RuleConfig) string {
+	if rc.Name == "" {
+		return DefaultRuleName
+	}
+	return rc.Name
+}
+
+func ruleIndex(rules []RuleConfig, name string) int {
+	return slices.IndexFunc(rules, func(r RuleConfig) bool { return strings.EqualFold(ruleName(r), name) })
+}
+
+// changeRules applies change to a copy of a subscription's effective rules,
+// compiles the result and installs it; on error nothing changes.
+func (b *Broker) changeRules(topic, sub string, change func([]RuleConfig) ([]RuleConfig, error)) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	ti := b.topicIndex(topic)
+	if ti < 0 {
+		return fmt.Errorf("%w: topic %q", ErrUnknownQueue, topic)
+	}
+	tc := cloneTopicConfig(b.topicCfgs[ti])
+	si := subscriptionIndex(tc, sub)
+	if si < 0 {
+		return fmt.Errorf("%w: subscription %q", ErrUnknownQueue, SubscriptionPath(topic, sub))
+	}
+	path := SubscriptionPath(tc.Name, tc.Subscriptions[si].Name)
+	rules, err := change(effectiveRules(tc.Subscriptions[si].Rules))
+	if err != nil {
+		return err
+	}
+	if len(rules) == 0 {
+		rules = slices.Clone(noRules)
+	}
+	compiled, err := compileRules(path, rules)
+	if err != nil {
+		return err
+	}
+	b.queues[strings.ToLower(path)].rules = compiled
+	tc.Subscriptions[si].Rules = rules
+	b.topicCfgs[ti] = tc
+	return nil
+}
+
+// RemoveQueue deletes a queue and its dead-letter queue with every message
+// in them. It refuses, wrapping [ErrInUse], while another entity forwards
+// to the queue or a receiver holds a lock on one of its messages. Receivers
+// blocked on the queue return [ErrUnknownQueue], and later sends and
+// receives through a *Queue obtained earlier fail with it too.
+func (b *Broker) RemoveQueue(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	q, ok := b.queues[strings.ToLower(name)]
+	if !ok || q.kind != kindQueue {
+		return fmt.Errorf("%w: %q", ErrUnknownQueue, name)
+	}
+	if err := b.checkRemovable(q, nil); err != nil {
+		return err
+	}
+	b.dropEntities(q)
+	b.queueCfgs = slices.DeleteFunc(b.queueCfgs, func(c QueueConfig) bool { return strings.EqualFold(c.Name, q.name) })
+	return nil
+}
+
+// RemoveTopic deletes a topic with its subscriptions, on the terms of
+// [Broker.RemoveQueue]: refused while another entity forwards to the topic
+// or a receiver holds a lock in one of its subscriptions.
+func (b *Broker) RemoveTopic(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	t, ok := b.queues[strings.ToLower(name)]
+	if !ok || t.kind != kindTopic {
+		return fmt.Errorf("%w: topic %q", ErrUnknownQueue, name)
+	}
+	gone := append([]*Queue{t}, t.subs...)
+	for _, q := range gone {
+		if err := b.checkRemovable(q, gone); err != nil {
+			return err
+		}
+	}
+	b.dropEntities(gone...)
+	b.topicCfgs = slices.DeleteFunc(b.topicCfgs, func(c TopicConfig) bool { return strings.EqualFold(c.Name, t.name) })
+	return nil
+}
+
+// RemoveSubscription deletes one subscription of a topic, on the terms of
+// [Broker.RemoveQueue].
+func (b *Broker) RemoveSubscription(topic, sub string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	q, ok := b.queues[strings.ToLower(SubscriptionPath(topic, sub))]
+	if !ok || q.kind != kindSubscription {
+		return fmt.Errorf("%w: subscription %q", ErrUnknownQueue, SubscriptionPath(topic, sub))
+	}
+	if err := b.checkRemovable(q, nil); err != nil {
+		return err
+	}
+	t := b.queues[strings.ToLower(topic)]
+	t.subs = slices.DeleteFunc(slices.Clone(t.subs), func(s *Queue) bool { return s == q })
+	b.dropEntities(q)
+	ti := b.topicIndex(topic)
+	tc := cloneTopicConfig(b.topicCfgs[ti])
+	tc.Subscriptions = slices.DeleteFunc(tc.Subscriptions, func(c SubscriptionConfig) bool {
+		return strings.EqualFold(SubscriptionPath(tc.Name, c.Name), q.name)
+	})
+	b.topicCfgs[ti] = tc
+	return nil
+}
+
+// checkRemovable refuses to remove q while an entity outside alsoGone
+// forwards to it or any of its messages is locked; b.mu must be held.
+func (b *Broker) checkRemovable(q *Queue, alsoGone []*Queue) error {
+	for _, src := range b.entities {
+		if slices.Contains(alsoGone, src) || src == q {
+			continue
+		}
+		if src.forwardTo == q || src.forwardDeadLettersTo == q {
+			return fmt.Errorf("%w: %s %q forwards to %s %q; change or remove it first", ErrInUse, src.kindName(), src.name, q.kindName(), q.name)
+		}
+	}
+	if n := len(q.locks) + len(q.dlq.locks); n > 0 {
+		return fmt.Errorf("%w: %d messages of %s %q are locked by receivers; settle them or close the receivers first", ErrInUse, n, q.kindName(), q.name)
+	}
+	return nil
+}
+
+// dropEntities unregisters qs and wakes their blocked receivers, which then
+// see them removed; b.mu must be held.
+func (b *Broker) dropEntities(qs ...*Queue) {
+	for _, q := range qs {
+		delete(b.queues, strings.ToLower(q.name))
+		b.entities = slices.DeleteFunc(b.entities, func(e *Queue) bool { return e == q })
+		for _, x := range []*Queue{q, q.dlq} {
+			x.removed = true
+			if x.waiters > 0 {
+				close(x.notify)
+				x.notify = make(chan struct{})
+			}
+		}
+	}
+}
+
+// removedError is the error of an operation on a removed entity.
+func (q *Queue) removedError() error {
+	return fmt.Errorf("%w: %q was deleted", ErrUnknownQueue, q.name)
+}
+
+// AddSubscription adds a subscription to an existing topic while the broker
+// runs, validated with every existing entity as [Broker.AddTopic] is
+// (limits, rules, forwarding targets and loops); on error nothing changes.
+// It receives the messages published from then on.
+func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed {
+		return ErrClosed
+	}
+	ti := b.topicIndex(topic)
+	if ti < 0 {
+		return fmt.Errorf("%w: topic %q", ErrUnknownQueue, topic)
+	}
+	tc := cloneTopicConfig(b.topicCfgs[ti])
+	tc.Subscriptions = append(tc.Subscriptions, sc)
+	allTopics := slices.Clone(b.topicCfgs)
+	allTopics[ti] = tc
+	probe, err := New(Options{Topics: allTopics}, b.queueCfgs...)
+	if err != nil {
+		return err
+	}
+	probe.Close()
+	t := b.queues[strings.ToLower(tc.Name)]
+	path := SubscriptionPath(tc.Name, sc.Name)
+	sqc := QueueConfig{
+		Name: sc.Name, LockDuration: sc.LockDuration, MaxDeliveryCount: sc.MaxDeliveryCount,
+		DefaultTTL: sc.DefaultTTL, DeadLetterOnExpiration: sc.DeadLetterOnExpiration,
+		MaxMessageSize: t.cfg.MaxMessageSize,
+	}
+	rules, err := compileRules(path, sc.Rules)
+	if err != nil {
+		return err // unreachable: probe passed
+	}
+	sub, err := b.addEntity(kindSubscription, path, sqc)
+	if err != nil {
+		return err // unreachable: probe passed
+	}
+	sub.rules = rules
+	t.subs = append(slices.Clone(t.subs), sub)
+	if err := b.resolveForwards(map[*Queue]forwardConfig{sub: {sc.ForwardTo, sc.ForwardDeadLetteredMessagesTo}}); err != nil {
+		return fmt.Errorf("broker: forwarding after validation: %w", err) // unreachable: probe passed
+	}
+	b.topicCfgs[ti] = tc
+	return nil
+}
