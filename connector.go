@@ -281,15 +281,38 @@ func sendCheck(ctx context.Context, sender *azservicebus.Sender) error {
 		TimeToLive:            &ttl,
 		ApplicationProperties: map[string]any{PropProbe: ProbeValue},
 	}
-	seqs, err := sender.ScheduleMessages(ctx, []*azservicebus.Message{probe}, time.Now().Add(probeDelay), nil)
+	sctx, cancel := context.WithTimeout(ctx, sendCheckTimeout)
+	defer cancel()
+	seqs, err := sender.ScheduleMessages(sctx, []*azservicebus.Message{probe}, time.Now().Add(probeDelay), nil)
 	if err != nil {
-		return fmt.Errorf("retry: checking the right to send to the republish target: %w", err)
+		err = fmt.Errorf("retry: checking the right to send to the republish target: %w", err)
+		if startupError(err) != nil {
+			return err // no right to send, or no such entity: retrying will not help
+		}
+		// A busy or slow management node proves nothing about the rights; the SDK would retry it for
+		// longer than a connect may take. Go on, and say why in Health.
+		return &CheckWarning{Err: err}
 	}
 	// The right to send is proven. A failed cancel must not fail the check: a retried check would leave
 	// one more probe behind each time. The one left behind is completed unseen when it comes due.
 	_ = sender.CancelScheduledMessages(ctx, seqs, nil)
 	return nil
 }
+
+// sendCheckTimeout bounds the send-rights probe, well inside connectTimeout.
+const sendCheckTimeout = 3 * time.Second
+
+// CheckWarning is returned by a [Connection.Check] that found something worth reporting but not worth
+// refusing the connection for, such as a send-rights probe that timed out or met a busy broker. The
+// consumer then counts the connection as connected and puts the warning in Health.LastError.
+type CheckWarning struct {
+	Err error
+}
+
+func (w *CheckWarning) Error() string { return w.Err.Error() }
+
+// Unwrap returns the underlying error.
+func (w *CheckWarning) Unwrap() error { return w.Err }
 
 // probeIDPrefix starts the MessageID of every send-rights probe.
 const probeIDPrefix = "sbretry-probe-"

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -41,6 +42,8 @@ type lockKeeper struct {
 
 	ctx    context.Context
 	cancel context.CancelCauseFunc
+
+	slowSettle atomic.Bool // a lock-bound settle succeeded only after the SDK retried it
 
 	mu           sync.Mutex
 	deadline     time.Time               // local time at which the lock runs out unless renewed

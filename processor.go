@@ -193,7 +193,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		f, prior = p.flights.enter(key, lk, now)
 		unsettled := false
 		defer func() { p.flights.leave(f, unsettled, clk.Now(), p.rememberFor(lk)) }()
-		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery }()
+		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery || lk.slowSettle.Load() }()
 		if prior != nil {
 			release() // waiting for the earlier delivery must not keep other messages from their handlers
 			// Wait for every earlier delivery still in this process, not just the latest: one that gave
@@ -407,6 +407,10 @@ func (p *Processor) apply(ob *observed, settleBase context.Context, lk *lockKeep
 	}
 }
 
+// slowSettle is how long a settle call must take before its success is doubted (see lockBound): the
+// SDK's first retry of a settle waits about 4 s, a settle that is not retried takes milliseconds.
+const slowSettle = 2 * time.Second
+
 // errLockGone is returned for a settle call not made because the lock had already run out or a
 // redelivery superseded it: the call could only fail.
 var errLockGone = fmt.Errorf("%w: not settling with an expired lock", ErrLockLost)
@@ -417,9 +421,17 @@ func (p *Processor) lockBound(lk *lockKeeper, call func(ctx context.Context) err
 		return errLockGone
 	}
 	ctx, cancel := lk.settleContext(p.cfg.settleTimeout)
+	start := p.cfg.clock.Now()
 	err := call(ctx)
 	lk.endSettle()
 	cancel()
+	if err == nil && p.cfg.clock.Now().Sub(start) >= slowSettle {
+		// azservicebus v1.11 with go-amqp v1.7 can report a settle as done after the broker rejected it
+		// (a busy broker's rejection marks the delivery settled, and the SDK's retry then sends nothing):
+		// the message is redelivered although the call returned nil. Only a settle that the SDK retried
+		// takes this long, so its outcome is remembered like a failed one, for the redelivery.
+		lk.slowSettle.Store(true)
+	}
 	if err != nil && lk.ctx.Err() != nil && errors.Is(context.Cause(lk.ctx), ErrLockLost) {
 		return fmt.Errorf("%w: %w", ErrLockLost, err)
 	}

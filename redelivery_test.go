@@ -134,3 +134,34 @@ func TestNoTwoHandlersAcrossAChainOfRedeliveries(t *testing.T) {
 		assert.True(t, r3.Inherited)
 	})
 }
+
+// slowCompleter's CompleteMessage takes 3 s and reports success, as azservicebus does after it retried
+// a complete the broker had rejected (the message is then redelivered anyway).
+type slowCompleter struct{ chainSettler }
+
+func (slowCompleter) CompleteMessage(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	select {
+	case <-time.After(3 * time.Second):
+	case <-ctx.Done():
+	}
+	return nil
+}
+
+// A complete that "succeeded" only after the SDK retried it is doubted: if the message comes back, the
+// redelivery is completed without running the handler again.
+func TestRedeliveryAfterASlowCompleteIsNotRunAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var calls atomic.Int32
+		p, err := retry.NewProcessor(&gatedSender{gate: make(chan struct{})}, func(context.Context, *azservicebus.ReceivedMessage) error {
+			calls.Add(1)
+			return nil
+		}, &retry.Options{LockDuration: 30 * time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		first := p.Process(t.Context(), slowCompleter{}, delivery(1))
+		require.Equal(t, retry.OutcomeCompleted, first.Outcome)
+		again := p.Process(t.Context(), chainSettler{}, delivery(2))
+		assert.Equal(t, retry.OutcomeCompleted, again.Outcome)
+		assert.True(t, again.Inherited)
+		assert.Equal(t, int32(1), calls.Load(), "the handler ran once")
+	})
+}

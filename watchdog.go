@@ -116,6 +116,13 @@ func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 	}
 	if conn.Check != nil {
 		if err := conn.Check(cctx); err != nil {
+			var warn *CheckWarning
+			if errors.As(err, &warn) {
+				c.cfg.logger.Warn("connection check warning; connecting anyway", errAttr(err))
+				now := c.cfg.clock.Now()
+				c.update(func(h *Health) { h.LastError, h.LastErrorTime = redact.String(err.Error()), now })
+				return conn, nil
+			}
 			_ = conn.close(cctx)
 			return nil, redact.Wrap(fmt.Errorf("retry: connection check failed: %w", err))
 		}
