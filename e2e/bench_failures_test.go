@@ -1,0 +1,182 @@
+//go:build !live
+
+package e2e
+
+import (
+	"context"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry"
+)
+
+// failsFirst reports whether message id fails its first attempt: every fifth message (20 %).
+func failsFirst(id string) bool {
+	n, err := strconv.Atoi(id[len("bench-"):])
+	return err == nil && n%5 == 0
+}
+
+// BenchmarkConsumeWithFailures drains b.N messages, 20 % of which fail their first attempt, side by
+// side: a hand-written loop that, for a failing message, schedules a copy an hour ahead and then
+// completes the original, against retry.Consumer doing the same (MaxConcurrency 16). Both finish when
+// every original is settled; the copies stay scheduled.
+//
+//	go test -run='^$' -bench=BenchmarkConsumeWithFailures -benchtime=5000x -count=5 ./e2e/
+func BenchmarkConsumeWithFailures(b *testing.B) {
+	const concurrency = 16
+	b.Run("baseline=handwritten-loop", func(b *testing.B) {
+		e, client := benchEnv(b)
+		r, err := client.NewReceiverForQueue(e.queue, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := client.NewSender(e.queue, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sem := make(chan struct{}, concurrency)
+		var wg sync.WaitGroup
+		var done atomic.Int64
+		b.ResetTimer()
+		ctx := context.Background()
+		for done.Load() < int64(b.N) {
+			msgs, err := r.ReceiveMessages(ctx, concurrency, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for _, m := range msgs {
+				sem <- struct{}{}
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					if failsFirst(m.MessageID) {
+						id := m.MessageID + "-copy"
+						cp := &azservicebus.Message{MessageID: &id, Body: m.Body, ApplicationProperties: map[string]any{"attempt": int64(2)}}
+						if _, err := s.ScheduleMessages(ctx, []*azservicebus.Message{cp}, time.Now().Add(time.Hour), nil); err != nil {
+							return
+						}
+					}
+					if err := r.CompleteMessage(ctx, m, nil); err == nil {
+						done.Add(1)
+					}
+				}()
+			}
+			wg.Wait()
+		}
+		b.StopTimer()
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("retry.Consumer", func(b *testing.B) {
+		e, _ := benchEnv(b)
+		runConsumerBench(b, e, concurrency, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+			if failsFirst(m.MessageID) {
+				return retry.RetryAfter(time.Hour, errBoom)
+			}
+			return nil
+		})
+	})
+}
+
+// BenchmarkConsumeIOBound drains b.N messages whose handler waits 20 ms (an I/O-bound handler) with 256
+// at once, side by side: a hand-written loop against retry.Consumer with MaxConcurrency 256.
+//
+//	go test -run='^$' -bench=BenchmarkConsumeIOBound -benchtime=5000x -count=5 ./e2e/
+func BenchmarkConsumeIOBound(b *testing.B) {
+	const concurrency = 256
+	work := func() { <-time.After(20 * time.Millisecond) }
+	b.Run("baseline=handwritten-loop", func(b *testing.B) {
+		e, client := benchEnv(b)
+		r, err := client.NewReceiverForQueue(e.queue, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		sem := make(chan struct{}, concurrency)
+		var wg sync.WaitGroup
+		var done atomic.Int64
+		b.ResetTimer()
+		ctx := context.Background()
+		for received := 0; received < b.N; {
+			// Ask for as many as there are free slots, as the consumer does.
+			sem <- struct{}{}
+			n := 1
+			for n < concurrency && len(sem) < cap(sem) {
+				sem <- struct{}{}
+				n++
+			}
+			msgs, err := r.ReceiveMessages(ctx, n, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := len(msgs); i < n; i++ {
+				<-sem
+			}
+			received += len(msgs)
+			for _, m := range msgs {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					defer func() { <-sem }()
+					work()
+					if err := r.CompleteMessage(ctx, m, nil); err == nil {
+						done.Add(1)
+					}
+				}()
+			}
+		}
+		wg.Wait()
+		b.StopTimer()
+		if done.Load() != int64(b.N) {
+			b.Fatalf("completed %d of %d", done.Load(), b.N)
+		}
+		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+	})
+	b.Run("retry.Consumer", func(b *testing.B) {
+		e, _ := benchEnv(b)
+		runConsumerBench(b, e, concurrency, func(context.Context, *azservicebus.ReceivedMessage) error {
+			work()
+			return nil
+		})
+	})
+}
+
+// runConsumerBench runs a retry.Consumer over e until b.N originals are settled (completed, or
+// completed after their copy was scheduled).
+func runConsumerBench(b *testing.B, e *env, concurrency int, handler retry.Handler) {
+	b.Helper()
+	var done atomic.Int64
+	all := make(chan struct{})
+	c, err := retry.NewConsumer(e.connector(), handler, &retry.Options{
+		MaxConcurrency: concurrency,
+		Logger:         slog.New(slog.DiscardHandler),
+		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+			if o := p.Result.Outcome; (o == retry.OutcomeCompleted || o == retry.OutcomeRetryScheduled) && done.Add(1) == int64(b.N) {
+				close(all)
+			}
+		}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	b.ResetTimer()
+	go func() { stopped <- c.Run(ctx) }()
+	select {
+	case <-all:
+	case <-time.After(5 * time.Minute):
+		b.Fatal("timed out")
+	}
+	b.StopTimer()
+	cancel()
+	if err := <-stopped; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+}
