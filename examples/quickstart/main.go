@@ -23,8 +23,10 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/dlqmonitor"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -42,6 +44,7 @@ func main() {
 		}
 		defer em.Close()
 		connStr, queue = em.ConnectionString(), "quickstart"
+		dlqAlert = emulatorAlert(em, queue)
 		fmt.Printf("using the in-process emulator at %s\n", em.Addr())
 	} else {
 		fmt.Printf("using queue %q of the namespace in SERVICEBUS_CONNECTION_STRING\n", queue)
@@ -147,7 +150,39 @@ func run(ctx context.Context, out io.Writer, connStr, queue string) error {
 	if err := printInspection(ctx, out, connStr, queue, prefix+"poison"); err != nil {
 		return err
 	}
+	if dlqAlert != nil {
+		if err := dlqAlert(ctx, out); err != nil {
+			return err
+		}
+	}
 	return printDeadLetters(ctx, out, connStr, queue, prefix)
+}
+
+// dlqAlert, when set, polls the dead-letter depth once and prints the alert; it needs the
+// administration API, which the emulator serves (for a real namespace, build an admin.Client).
+var dlqAlert func(ctx context.Context, out io.Writer) error
+
+// emulatorAlert is dlqAlert against the emulator's administration API: one poll of the dead-letter
+// monitor, which alerts from the first dead letter on.
+func emulatorAlert(em *sbemu.Emulator, queue string) func(ctx context.Context, out io.Writer) error {
+	return func(ctx context.Context, out io.Writer) error {
+		ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), em.AdminClientOptions())
+		if err != nil {
+			return err
+		}
+		m, err := dlqmonitor.New(ac, []string{queue}, &dlqmonitor.Options{OnDeadLetters: func(p dlqmonitor.DeadLetterParams) {
+			fmt.Fprintf(out, "alert: %d message(s) in the dead-letter queue of %s, %d new\n", p.Count, p.Entity, p.New)
+		}})
+		if err != nil {
+			return err
+		}
+		for _, r := range m.Poll(ctx) {
+			if r.Err != nil {
+				return r.Err
+			}
+		}
+		return nil
+	}
 }
 
 // printInspection asks the inspector what became of a message, as support would: "is it going to be

@@ -24,12 +24,15 @@ func TestQuickstart(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	var out bytes.Buffer
+	dlqAlert = emulatorAlert(em, "quickstart")
+	defer func() { dlqAlert = nil }()
 	require.NoError(t, run(ctx, &out, em.ConnectionString(), "quickstart"))
 	text := out.String()
 	t.Log("\n" + text)
 	assert.Regexp(t, `order-3\s+4\s+completed`, text)
 	assert.Regexp(t, `poison\s+5\s+dead-lettered`, text)
 	assert.Contains(t, text, "summary: 12 deliveries, 3 completed, 8 retries scheduled, 1 dead-lettered")
+	assert.Contains(t, text, "alert: 1 message(s) in the dead-letter queue of quickstart, 1 new")
 	assert.Contains(t, text, "inspector: dead-lettered after attempt 5: RetryMaxAttemptsExceeded (payment service unavailable)")
 	assert.Equal(t, 1, strings.Count(text, `dead-letter queue: poison attempt=5 reason=RetryMaxAttemptsExceeded description="payment service unavailable"`))
 
