@@ -13,7 +13,9 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
+	"github.com/sbretry/retry/internal/entitycheck"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -41,6 +43,12 @@ type Connection struct {
 	// shorter). The built-in connectors' check also proves the right to send to the republish target,
 	// so a listen-only key is refused before a message is touched.
 	Check func(ctx context.Context) error
+	// Settings, if set, reads the entity's settings and returns warnings about those that weaken the crash
+	// contract (duplicate detection off or too short a window, a low MaxDeliveryCount), given the
+	// consumer's settle timeout. The consumer calls it once after its first connect and reports the
+	// warnings in its log and in Health.Warnings; an error (the administration API is not reachable, or
+	// the credential lacks Manage rights) is logged at debug level only.
+	Settings func(ctx context.Context, settleTimeout time.Duration) ([]string, error)
 	// Ping, if set, is a cheap liveness probe (the built-in connectors peek at one message). The
 	// consumer calls it when the connection has been quiet for a few seconds or the SDK reported a
 	// dropped link, so that an outage shows in Health within seconds. Nil means Check.
@@ -86,6 +94,36 @@ type ConnectOptions struct {
 	// SendCredential, for [QueueCredential], is a separate credential for the republish target. Nil
 	// means the receiving credential.
 	SendCredential azcore.TokenCredential
+	// CheckSettings makes the connection read the entity's settings through the administration API at
+	// start and warn about those that weaken the crash contract (see [Connection.Settings]). It needs a
+	// credential with Manage rights; without them the check is skipped.
+	CheckSettings bool
+	// Admin is passed to the administration client CheckSettings uses (for the emulator:
+	// sbemu's AdminClientOptions).
+	Admin *admin.ClientOptions
+}
+
+// settingsCheck returns a Connection.Settings for entity (with its retry queue, for a subscription)
+// through an administration client made by newAdmin, or nil when opts does not ask for it.
+func settingsCheck(opts *ConnectOptions, entity, retryQueue string, newAdmin func(*admin.ClientOptions) (*admin.Client, error)) func(context.Context, time.Duration) ([]string, error) {
+	if opts == nil || !opts.CheckSettings {
+		return nil
+	}
+	return func(ctx context.Context, settleTimeout time.Duration) ([]string, error) {
+		ac, err := newAdmin(opts.Admin)
+		if err != nil {
+			return nil, err
+		}
+		ws, err := entitycheck.Check(ctx, ac, entity, &entitycheck.Options{SettleTimeout: settleTimeout, RetryQueue: retryQueue})
+		if err != nil {
+			return nil, redact.Wrap(err)
+		}
+		out := make([]string, 0, len(ws))
+		for _, w := range ws {
+			out = append(out, w.Message)
+		}
+		return out, nil
+	}
 }
 
 // QueueConnectionString returns a Connector for queue using a connection string. A malformed
@@ -126,7 +164,13 @@ func QueueConnectionString(connectionString, queue string, opts *ConnectOptions)
 				return nil, redact.Wrap(fmt.Errorf("retry: creating the republish client: %w", err))
 			}
 		}
-		return queueConnection(ctx, client, sendClient, queue, addr, opts)
+		conn, err := queueConnection(ctx, client, sendClient, queue, addr, opts)
+		if conn != nil {
+			conn.Settings = settingsCheck(opts, queue, "", func(o *admin.ClientOptions) (*admin.Client, error) {
+				return admin.NewClientFromConnectionString(connectionString, o)
+			})
+		}
+		return conn, err
 	}, nil
 }
 
@@ -178,7 +222,13 @@ func QueueCredential(namespace string, credential azcore.TokenCredential, queue 
 				return nil, fmt.Errorf("retry: creating the republish client: %w", err)
 			}
 		}
-		return queueConnection(ctx, client, sendClient, queue, net.JoinHostPort(host, "5671"), opts)
+		conn, err := queueConnection(ctx, client, sendClient, queue, net.JoinHostPort(host, "5671"), opts)
+		if conn != nil {
+			conn.Settings = settingsCheck(opts, queue, "", func(o *admin.ClientOptions) (*admin.Client, error) {
+				return admin.NewClient(namespace, credential, o)
+			})
+		}
+		return conn, err
 	}, nil
 }
 

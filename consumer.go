@@ -66,6 +66,8 @@ type Health struct {
 	InFlight int
 	// Counters since the consumer was created.
 	Received, Completed, RetriesScheduled, DeadLettered, LeftForRedelivery, PossibleDuplicates uint64
+	// Warnings are the connection's settings warnings (see Connection.Settings), read once per Run.
+	Warnings []string
 	// Connects counts successful connector calls; ConnectFailures and ReceiveFailures count failures
 	// (ReceiveFailures includes link and connection errors the SDK recovered from on its own, and failed
 	// health probes). SendFailures counts failed republishes of retry copies.
@@ -280,6 +282,9 @@ func (r *run) loop(ctx context.Context) error {
 		if conn == nil {
 			return nil
 		}
+		if !connected && conn.Settings != nil {
+			r.checkSettings(ctx, conn)
+		}
 		connected = true
 		live := &liveConnection{conn: conn}
 		r.mu.Lock()
@@ -321,6 +326,22 @@ func (r *run) loop(ctx context.Context) error {
 		c.cfg.logger.Warn("connection broken; rebuilding it", errAttr(why), slog.Int("failures", failures))
 		r.retire(ctx, live)
 	}
+}
+
+// checkSettings reads the entity's settings once and reports what weakens the crash contract.
+func (r *run) checkSettings(ctx context.Context, conn *Connection) {
+	c := r.c
+	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	ws, err := conn.Settings(sctx, c.cfg.settleTimeout)
+	if err != nil {
+		c.cfg.logger.Debug("entity settings not checked", errAttr(err))
+		return
+	}
+	for _, w := range ws {
+		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("warning", w))
+	}
+	c.update(func(h *Health) { h.Warnings = append([]string(nil), ws...) })
 }
 
 // receiveLoop receives from one source of live and starts a handler per message, until ctx ends (nil)

@@ -24,6 +24,7 @@ type healthBody struct {
 	ConnectFailures    uint64    `json:"connect_failures"`
 	ReceiveFailures    uint64    `json:"receive_failures"`
 	SendFailures       uint64    `json:"send_failures"`
+	Warnings           []string  `json:"warnings,omitempty"`
 }
 
 // HealthHandler returns an http.Handler for readiness or liveness probes built on [Consumer.Health].
@@ -42,6 +43,7 @@ func HealthHandler(c *Consumer, ready bool) http.Handler {
 			InFlight: h.InFlight, Received: h.Received, Completed: h.Completed, RetriesScheduled: h.RetriesScheduled,
 			DeadLettered: h.DeadLettered, LeftForRedelivery: h.LeftForRedelivery, PossibleDuplicates: h.PossibleDuplicates,
 			Connects: h.Connects, ConnectFailures: h.ConnectFailures, ReceiveFailures: h.ReceiveFailures, SendFailures: h.SendFailures,
+			Warnings: h.Warnings,
 		}
 		code := http.StatusOK
 		if !ok {

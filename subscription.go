@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/sbretry/retry/internal/redact"
 )
@@ -68,7 +69,13 @@ func SubscriptionConnectionString(connectionString, topic, subscription, retryQu
 				return nil, redact.Wrap(fmt.Errorf("retry: creating the republish client: %w", err))
 			}
 		}
-		return subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, addr, opts)
+		conn, err := subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, addr, opts)
+		if conn != nil {
+			conn.Settings = settingsCheck(opts, SubscriptionPath(topic, subscription), retryQueue, func(o *admin.ClientOptions) (*admin.Client, error) {
+				return admin.NewClientFromConnectionString(connectionString, o)
+			})
+		}
+		return conn, err
 	}, nil
 }
 
@@ -111,7 +118,13 @@ func SubscriptionCredential(namespace string, credential azcore.TokenCredential,
 				return nil, fmt.Errorf("retry: creating the republish client: %w", err)
 			}
 		}
-		return subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, net.JoinHostPort(host, "5671"), opts)
+		conn, err := subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, net.JoinHostPort(host, "5671"), opts)
+		if conn != nil {
+			conn.Settings = settingsCheck(opts, SubscriptionPath(topic, subscription), retryQueue, func(o *admin.ClientOptions) (*admin.Client, error) {
+				return admin.NewClient(namespace, credential, o)
+			})
+		}
+		return conn, err
 	}, nil
 }
 
