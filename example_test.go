@@ -112,3 +112,31 @@ func ExampleEnvelopeFromContext() {
 	// attempt 1 of order-7 (retry: false), last error ""
 	// attempt 2 of order-7 (retry: true), last error "inventory service timed out"
 }
+
+// Middleware wraps every handler call: here one layer logs, another turns validation errors into
+// permanent failures, so they are dead-lettered at once instead of retried.
+func ExampleChain() {
+	var errInvalid = errors.New("invalid order")
+	logging := func(next retry.Handler) retry.Handler {
+		return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			err := next(ctx, m)
+			fmt.Printf("handled %s: %v\n", m.MessageID, err)
+			return err
+		}
+	}
+	classify := func(next retry.Handler) retry.Handler {
+		return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			err := next(ctx, m)
+			if errors.Is(err, errInvalid) {
+				return retry.Permanent(err)
+			}
+			return err
+		}
+	}
+	handler := retry.Chain(func(context.Context, *azservicebus.ReceivedMessage) error { return errInvalid }, logging, classify)
+	err := handler(context.Background(), &azservicebus.ReceivedMessage{MessageID: "order-7"})
+	fmt.Println("permanent:", retry.IsPermanent(err))
+	// Output:
+	// handled order-7: invalid order
+	// permanent: true
+}
