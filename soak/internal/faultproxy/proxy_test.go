@@ -111,7 +111,13 @@ func TestStallZeroEndsAStall(t *testing.T) {
 	p.Stall(time.Hour)
 	_, err = c.Write([]byte("held"))
 	require.NoError(t, err)
-	time.Sleep(50 * time.Millisecond)
+	// While stalled nothing comes back: a short read times out.
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	var one [1]byte
+	_, err = c.Read(one[:])
+	var nerr net.Error
+	require.ErrorAs(t, err, &nerr)
+	require.True(t, nerr.Timeout(), "held while stalled")
 	p.Stall(0)
 	require.NoError(t, c.SetReadDeadline(time.Now().Add(5*time.Second)))
 	buf := make([]byte, 4)
