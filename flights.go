@@ -81,7 +81,6 @@ type flight struct {
 
 	mu         sync.Mutex
 	dec        *decision
-	superseded bool
 	remembered time.Time // when a remembered outcome is forgotten; zero while in flight
 	prior      *flight   // the earlier delivery this one superseded, until that one is done (fs.mu)
 }
@@ -185,17 +184,7 @@ func (fs *flights) forgetLocked(now time.Time) {
 // redelivers only once a lock has ended), so its handler is cancelled and its lock-bound settle calls
 // are abandoned.
 func (f *flight) supersede() {
-	f.mu.Lock()
-	f.superseded = true
-	f.mu.Unlock()
 	f.lock.lose(ErrLockLost)
-}
-
-// isSuperseded reports whether a redelivery took f over.
-func (f *flight) isSuperseded() bool {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.superseded
 }
 
 // setDecision records what f decided.

@@ -269,13 +269,6 @@ func (h *harness) seed(tb testing.TB, ids ...string) []retry.ProcessedParams {
 	return c.out.snapshot()
 }
 
-// deadLetterQueue is the emulator's dead-letter queue of the test queue.
-func (h *harness) deadLetterQueue(tb testing.TB) *broker.Queue {
-	q, ok := h.em.Broker().Queue(queueName + "/$DeadLetterQueue")
-	require.True(tb, ok)
-	return q
-}
-
 // activeIDs counts the receivable messages of the queue by MessageID.
 func (h *harness) activeIDs(tb testing.TB) map[string]int {
 	q, ok := h.em.Broker().Queue(queueName)
