@@ -133,45 +133,111 @@ func QueueConnectionString(connectionString, queue string, opts *ConnectOptions)
 	if queue == "" {
 		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
 	}
-	var clientOpts *azservicebus.ClientOptions
+	cl, err := connectionStringClients(connectionString, opts)
+	if err != nil {
+		return nil, err
+	}
+	return cl.connector(opts, queue, "", func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
+		return queueConnection(ctx, client, sendClient, queue, cl.addr, opts)
+	}), nil
+}
+
+// clients makes the clients of one connection, the same way for every connector: the name is looked up
+// first (see resolveHost), the receiving client is made, and the republishing client is the same one
+// unless ConnectOptions names other rights for it.
+type clients struct {
+	host, addr string
+	opts       *azservicebus.ClientOptions
+	newClient  func() (*azservicebus.Client, error)
+	newSender  func() (*azservicebus.Client, error) // nil: the receiving client sends too
+	newAdmin   func(*admin.ClientOptions) (*admin.Client, error)
+}
+
+// connectionStringClients validates the connection strings at once and returns their clients.
+func connectionStringClients(connectionString string, opts *ConnectOptions) (*clients, error) {
+	cl := &clients{}
 	sendString := ""
 	if opts != nil {
-		clientOpts = opts.Client
+		cl.opts = opts.Client
 		sendString = opts.SendConnectionString
 	}
-	strs := []string{connectionString}
+	if err := validateConnectionString(connectionString); err != nil {
+		return nil, err
+	}
+	cl.host, cl.addr = connectionStringEndpoint(connectionString)
+	cl.newClient = func() (*azservicebus.Client, error) {
+		return azservicebus.NewClientFromConnectionString(connectionString, cl.opts)
+	}
 	if sendString != "" {
-		strs = append(strs, sendString)
-	}
-	for _, s := range strs {
-		if err := validateConnectionString(s); err != nil {
+		if err := validateConnectionString(sendString); err != nil {
 			return nil, err
 		}
+		cl.newSender = func() (*azservicebus.Client, error) {
+			return azservicebus.NewClientFromConnectionString(sendString, cl.opts)
+		}
 	}
-	host, addr := connectionStringEndpoint(connectionString)
+	cl.newAdmin = func(o *admin.ClientOptions) (*admin.Client, error) {
+		return admin.NewClientFromConnectionString(connectionString, o)
+	}
+	return cl, nil
+}
+
+// credentialClients returns the clients of namespace with an Entra ID credential.
+func credentialClients(namespace string, credential azcore.TokenCredential, opts *ConnectOptions) (*clients, error) {
+	switch {
+	case namespace == "":
+		return nil, &OptionError{Field: "namespace", Reason: "must not be empty"}
+	case credential == nil:
+		return nil, &OptionError{Field: "credential", Reason: "must not be nil"}
+	}
+	cl := &clients{host: namespace}
+	if u, err := url.Parse(namespace); err == nil && u.Host != "" {
+		cl.host = u.Host
+	}
+	cl.addr = net.JoinHostPort(cl.host, "5671")
+	if opts != nil {
+		cl.opts = opts.Client
+		if send := opts.SendCredential; send != nil {
+			cl.newSender = func() (*azservicebus.Client, error) { return azservicebus.NewClient(namespace, send, cl.opts) }
+		}
+	}
+	cl.newClient = func() (*azservicebus.Client, error) { return azservicebus.NewClient(namespace, credential, cl.opts) }
+	cl.newAdmin = func(o *admin.ClientOptions) (*admin.Client, error) { return admin.NewClient(namespace, credential, o) }
+	return cl, nil
+}
+
+// open makes the receiving and the republishing client.
+func (cl *clients) open(ctx context.Context) (client, sendClient *azservicebus.Client, err error) {
+	if err := resolveHost(ctx, cl.host, cl.opts); err != nil {
+		return nil, nil, err
+	}
+	if client, err = cl.newClient(); err != nil {
+		return nil, nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))
+	}
+	sendClient = client
+	if cl.newSender != nil {
+		if sendClient, err = cl.newSender(); err != nil {
+			_ = client.Close(ctx)
+			return nil, nil, redact.Wrap(fmt.Errorf("retry: creating the republish client: %w", err))
+		}
+	}
+	return client, sendClient, nil
+}
+
+// connector returns the Connector that opens the clients, builds the connection with build, and gives
+// it the settings check of entity (and retryQueue) when opts asks for one.
+func (cl *clients) connector(opts *ConnectOptions, entity, retryQueue string, build func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error)) Connector {
 	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host, clientOpts); err != nil {
+		client, sendClient, err := cl.open(ctx)
+		if err != nil {
 			return nil, err
 		}
-		client, err := azservicebus.NewClientFromConnectionString(connectionString, clientOpts)
-		if err != nil {
-			return nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))
-		}
-		sendClient := client
-		if sendString != "" {
-			if sendClient, err = azservicebus.NewClientFromConnectionString(sendString, clientOpts); err != nil {
-				_ = client.Close(ctx)
-				return nil, redact.Wrap(fmt.Errorf("retry: creating the republish client: %w", err))
-			}
-		}
-		conn, err := queueConnection(ctx, client, sendClient, queue, addr, opts)
+		conn, err := build(ctx, client, sendClient)
 		if conn != nil {
-			conn.Settings = settingsCheck(opts, queue, "", func(o *admin.ClientOptions) (*admin.Client, error) {
-				return admin.NewClientFromConnectionString(connectionString, o)
-			})
+			conn.Settings = settingsCheck(opts, entity, retryQueue, cl.newAdmin)
 		}
 		return conn, err
-	}, nil
+	}
 }
 
 // validateConnectionString parses s the way the SDK does, without connecting.
@@ -187,49 +253,16 @@ func validateConnectionString(s string) error {
 // QueueCredential returns a Connector for queue in namespace (e.g. "myns.servicebus.windows.net") using
 // an Entra ID credential such as azidentity's DefaultAzureCredential.
 func QueueCredential(namespace string, credential azcore.TokenCredential, queue string, opts *ConnectOptions) (Connector, error) {
-	switch {
-	case namespace == "":
-		return nil, &OptionError{Field: "namespace", Reason: "must not be empty"}
-	case credential == nil:
-		return nil, &OptionError{Field: "credential", Reason: "must not be nil"}
-	case queue == "":
+	cl, err := credentialClients(namespace, credential, opts)
+	if err != nil {
+		return nil, err
+	}
+	if queue == "" {
 		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
 	}
-	var clientOpts *azservicebus.ClientOptions
-	sendCred := credential
-	if opts != nil {
-		clientOpts = opts.Client
-		if opts.SendCredential != nil {
-			sendCred = opts.SendCredential
-		}
-	}
-	host := namespace
-	if u, err := url.Parse(namespace); err == nil && u.Host != "" {
-		host = u.Host
-	}
-	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host, clientOpts); err != nil {
-			return nil, err
-		}
-		client, err := azservicebus.NewClient(namespace, credential, clientOpts)
-		if err != nil {
-			return nil, fmt.Errorf("retry: creating client: %w", err)
-		}
-		sendClient := client
-		if sendCred != credential {
-			if sendClient, err = azservicebus.NewClient(namespace, sendCred, clientOpts); err != nil {
-				_ = client.Close(ctx)
-				return nil, fmt.Errorf("retry: creating the republish client: %w", err)
-			}
-		}
-		conn, err := queueConnection(ctx, client, sendClient, queue, net.JoinHostPort(host, "5671"), opts)
-		if conn != nil {
-			conn.Settings = settingsCheck(opts, queue, "", func(o *admin.ClientOptions) (*admin.Client, error) {
-				return admin.NewClient(namespace, credential, o)
-			})
-		}
-		return conn, err
-	}, nil
+	return cl.connector(opts, queue, "", func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
+		return queueConnection(ctx, client, sendClient, queue, cl.addr, opts)
+	}), nil
 }
 
 // queueConnection opens the receiver of queue on client and its sender on sendClient (often the same

@@ -4,12 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/url"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/sbretry/retry/internal/redact"
 )
@@ -39,93 +36,28 @@ func SubscriptionConnectionString(connectionString, topic, subscription, retryQu
 	if err := validateSubscription(topic, subscription, retryQueue); err != nil {
 		return nil, err
 	}
-	var clientOpts *azservicebus.ClientOptions
-	sendString := ""
-	if opts != nil {
-		clientOpts = opts.Client
-		sendString = opts.SendConnectionString
+	cl, err := connectionStringClients(connectionString, opts)
+	if err != nil {
+		return nil, err
 	}
-	for _, s := range []string{connectionString, sendString} {
-		if s == "" && s != connectionString {
-			continue
-		}
-		if err := validateConnectionString(s); err != nil {
-			return nil, err
-		}
-	}
-	host, addr := connectionStringEndpoint(connectionString)
-	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host, clientOpts); err != nil {
-			return nil, err
-		}
-		client, err := azservicebus.NewClientFromConnectionString(connectionString, clientOpts)
-		if err != nil {
-			return nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))
-		}
-		sendClient := client
-		if sendString != "" {
-			if sendClient, err = azservicebus.NewClientFromConnectionString(sendString, clientOpts); err != nil {
-				_ = client.Close(ctx)
-				return nil, redact.Wrap(fmt.Errorf("retry: creating the republish client: %w", err))
-			}
-		}
-		conn, err := subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, addr, opts)
-		if conn != nil {
-			conn.Settings = settingsCheck(opts, SubscriptionPath(topic, subscription), retryQueue, func(o *admin.ClientOptions) (*admin.Client, error) {
-				return admin.NewClientFromConnectionString(connectionString, o)
-			})
-		}
-		return conn, err
-	}, nil
+	return cl.connector(opts, SubscriptionPath(topic, subscription), retryQueue, func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
+		return subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, cl.addr, opts)
+	}), nil
 }
 
 // SubscriptionCredential is [SubscriptionConnectionString] with an Entra ID credential for namespace
 // (e.g. "myns.servicebus.windows.net").
 func SubscriptionCredential(namespace string, credential azcore.TokenCredential, topic, subscription, retryQueue string, opts *ConnectOptions) (Connector, error) {
-	switch {
-	case namespace == "":
-		return nil, &OptionError{Field: "namespace", Reason: "must not be empty"}
-	case credential == nil:
-		return nil, &OptionError{Field: "credential", Reason: "must not be nil"}
+	cl, err := credentialClients(namespace, credential, opts)
+	if err != nil {
+		return nil, err
 	}
 	if err := validateSubscription(topic, subscription, retryQueue); err != nil {
 		return nil, err
 	}
-	var clientOpts *azservicebus.ClientOptions
-	sendCred := credential
-	if opts != nil {
-		clientOpts = opts.Client
-		if opts.SendCredential != nil {
-			sendCred = opts.SendCredential
-		}
-	}
-	host := namespace
-	if u, err := url.Parse(namespace); err == nil && u.Host != "" {
-		host = u.Host
-	}
-	return func(ctx context.Context) (*Connection, error) {
-		if err := resolveHost(ctx, host, clientOpts); err != nil {
-			return nil, err
-		}
-		client, err := azservicebus.NewClient(namespace, credential, clientOpts)
-		if err != nil {
-			return nil, fmt.Errorf("retry: creating client: %w", err)
-		}
-		sendClient := client
-		if sendCred != credential {
-			if sendClient, err = azservicebus.NewClient(namespace, sendCred, clientOpts); err != nil {
-				_ = client.Close(ctx)
-				return nil, fmt.Errorf("retry: creating the republish client: %w", err)
-			}
-		}
-		conn, err := subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, net.JoinHostPort(host, "5671"), opts)
-		if conn != nil {
-			conn.Settings = settingsCheck(opts, SubscriptionPath(topic, subscription), retryQueue, func(o *admin.ClientOptions) (*admin.Client, error) {
-				return admin.NewClient(namespace, credential, o)
-			})
-		}
-		return conn, err
-	}, nil
+	return cl.connector(opts, SubscriptionPath(topic, subscription), retryQueue, func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
+		return subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, cl.addr, opts)
+	}), nil
 }
 
 // validateSubscription checks the names a subscription connector needs.
