@@ -75,7 +75,7 @@ func BenchmarkConsumeWithFailures(b *testing.B) {
 	})
 	b.Run("retry.Consumer", func(b *testing.B) {
 		e, _ := benchEnv(b)
-		runConsumerBench(b, e, concurrency, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		runConsumerBench(b, e, &retry.Options{MaxConcurrency: concurrency}, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 			if failsFirst(m.MessageID) {
 				return retry.RetryAfter(time.Hour, errBoom)
 			}
@@ -139,28 +139,26 @@ func BenchmarkConsumeIOBound(b *testing.B) {
 	})
 	b.Run("retry.Consumer", func(b *testing.B) {
 		e, _ := benchEnv(b)
-		runConsumerBench(b, e, concurrency, func(context.Context, *azservicebus.ReceivedMessage) error {
+		runConsumerBench(b, e, &retry.Options{MaxConcurrency: concurrency}, func(context.Context, *azservicebus.ReceivedMessage) error {
 			work()
 			return nil
 		})
 	})
 }
 
-// runConsumerBench runs a retry.Consumer over e until b.N originals are settled (completed, or
+// runConsumerBench runs a retry.Consumer with opts over e until b.N originals are settled (completed, or
 // completed after their copy was scheduled).
-func runConsumerBench(b *testing.B, e *env, concurrency int, handler retry.Handler) {
+func runConsumerBench(b *testing.B, e *env, opts *retry.Options, handler retry.Handler) {
 	b.Helper()
 	var done atomic.Int64
 	all := make(chan struct{})
-	c, err := retry.NewConsumer(e.connector(), handler, &retry.Options{
-		MaxConcurrency: concurrency,
-		Logger:         slog.New(slog.DiscardHandler),
-		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
-			if o := p.Result.Outcome; (o == retry.OutcomeCompleted || o == retry.OutcomeRetryScheduled) && done.Add(1) == int64(b.N) {
-				close(all)
-			}
-		}},
-	})
+	opts.Logger = slog.New(slog.DiscardHandler)
+	opts.Hooks.OnProcessed = func(p retry.ProcessedParams) {
+		if o := p.Result.Outcome; (o == retry.OutcomeCompleted || o == retry.OutcomeRetryScheduled) && done.Add(1) == int64(b.N) {
+			close(all)
+		}
+	}
+	c, err := retry.NewConsumer(e.connector(), handler, opts)
 	if err != nil {
 		b.Fatal(err)
 	}

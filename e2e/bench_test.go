@@ -5,11 +5,9 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
@@ -63,36 +61,8 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			e, _ := benchEnv(b)
-			var done atomic.Int64
-			all := make(chan struct{})
-			c, err := retry.NewConsumer(e.connector(), func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &retry.Options{
-				MaxConcurrency:     concurrency,
-				DisableLockRenewal: !renew,
-				Logger:             slog.New(slog.DiscardHandler),
-				Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
-					if p.Result.Outcome == retry.OutcomeCompleted && done.Add(1) == int64(b.N) {
-						close(all)
-					}
-				}},
-			})
-			if err != nil {
-				b.Fatal(err)
-			}
-			ctx, cancel := context.WithCancel(context.Background())
-			stopped := make(chan error, 1)
-			b.ResetTimer()
-			go func() { stopped <- c.Run(ctx) }()
-			select {
-			case <-all:
-			case <-time.After(5 * time.Minute):
-				b.Fatal("timed out")
-			}
-			b.StopTimer()
-			cancel()
-			if err := <-stopped; err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
+			runConsumerBench(b, e, &retry.Options{MaxConcurrency: concurrency, DisableLockRenewal: !renew},
+				func(context.Context, *azservicebus.ReceivedMessage) error { return nil })
 		})
 	}
 }
