@@ -182,13 +182,17 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer abandon(nil)
 
 	r := &run{
-		c:          c,
-		handlerCtx: handlerCtx,
-		settleBase: settleBase,
-		slots:      make(chan struct{}, c.cfg.maxConcurrency),
-		settling:   make(chan struct{}, c.cfg.maxConcurrency+extraSettleSlots),
+		c:           c,
+		handlerCtx:  handlerCtx,
+		settleBase:  settleBase,
+		detached:    context.WithoutCancel(settleBase),
+		slots:       make(chan struct{}, c.cfg.maxConcurrency),
+		settling:    make(chan struct{}, c.cfg.maxConcurrency+extraSettleSlots),
+		work:        make(chan job),
+		stopWorkers: make(chan struct{}),
 	}
 	loopErr := r.loop(ctx)
+	close(r.stopWorkers) // nothing is dispatched any more: idle workers exit, busy ones when done
 
 	// Shutdown: receiving has stopped. Handlers still running get the grace period with a live context,
 	// then one settle timeout after their cancellation. Only then are the connections closed, so that
@@ -228,11 +232,21 @@ type run struct {
 	c          *Consumer
 	handlerCtx context.Context
 	settleBase context.Context
-	slots      chan struct{} // one per running handler
-	waiting    atomic.Int32  // receive loops waiting for a slot
-	settling   chan struct{} // one per message whose handler returned and whose settle is in flight
+	detached   context.Context // settleBase without its cancellation
+	slots      chan struct{}   // one per running handler
+	waiting    atomic.Int32    // receive loops waiting for a slot
+	settling   chan struct{}   // one per message whose handler returned and whose settle is in flight
 	workers    sync.WaitGroup
-	busy       atomic.Int64 // message goroutines not yet finished
+	busy       atomic.Int64 // messages received and not yet finished
+
+	// Long-lived workers run the messages: a worker that finishes one waits for the next instead of
+	// exiting, so that a busy consumer neither starts a goroutine per message nor grows a fresh stack
+	// for each (the SDK's settle path is deep). work hands a message to an idle worker; idle counts them,
+	// and at most maxIdleWorkers wait at a time, so the goroutines stay within the messages in flight
+	// plus that constant. stopWorkers is closed once receiving has stopped.
+	work        chan job
+	idle        atomic.Int32
+	stopWorkers chan struct{}
 
 	mu    sync.Mutex
 	conns []*liveConnection // every connection not yet closed
@@ -527,9 +541,9 @@ func (r *run) probe(ctx context.Context, live *liveConnection) error {
 	return nil
 }
 
-// dispatch starts one goroutine per received message. Each holds a handler slot while its handler
-// runs and a settling slot while its settle is in flight, so that a settle stuck on a dead lock (the
-// SDK retries those for tens of seconds) never keeps new messages from being received and handled.
+// dispatch hands each received message to a worker. Each message holds a handler slot while its
+// handler runs and a settling slot while its settle is in flight, so that a settle stuck on a dead lock
+// (the SDK retries those for tens of seconds) never keeps new messages from being received and handled.
 func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, asked int) {
 	c := r.c
 	for i, msg := range msgs {
@@ -538,19 +552,59 @@ func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.Re
 			r.slots <- struct{}{}
 		}
 		c.update(func(h *Health) { h.Received++; h.InFlight++ })
-		r.workers.Add(1)
 		r.busy.Add(1)
 		live.inFlight.Add(1)
-		go func() {
-			defer r.workers.Done()
-			defer r.busy.Add(-1)
-			defer live.inFlight.Done()
-			sl := &slotHolder{r: r, state: holdsHandler}
-			res := c.proc.process(r.handlerCtx, r.settleBase, src.Receiver, live.conn.Sender, src.EntityPath, msg, sl)
-			sl.done()
-			c.count(res)
-		}()
+		j := job{live: live, src: src, msg: msg}
+		select {
+		case r.work <- j:
+		default:
+			r.workers.Add(1)
+			go r.worker(j)
+		}
 	}
+}
+
+// job is one received message for a worker.
+type job struct {
+	live *liveConnection
+	src  Source
+	msg  *azservicebus.ReceivedMessage
+}
+
+// maxIdleWorkers is how many workers may wait for a message at once; a worker that finishes when that
+// many are already waiting exits. Messages are dispatched only into free handler slots, so more idle
+// workers than MaxConcurrency could never all be used; this smaller number covers the common case of
+// a busy consumer, whose slots free up and fill again one or a few at a time.
+func (r *run) maxIdleWorkers() int32 { return int32(min(r.c.cfg.maxConcurrency, 64)) }
+
+// worker runs j, then every message handed to it, until receiving has stopped or enough other workers
+// are idle.
+func (r *run) worker(j job) {
+	defer r.workers.Done()
+	for {
+		r.handle(j)
+		if r.idle.Add(1) > r.maxIdleWorkers() {
+			r.idle.Add(-1)
+			return
+		}
+		select {
+		case j = <-r.work:
+			r.idle.Add(-1)
+		case <-r.stopWorkers:
+			r.idle.Add(-1)
+			return
+		}
+	}
+}
+
+// handle processes one message with its slots.
+func (r *run) handle(j job) {
+	defer r.busy.Add(-1)
+	defer j.live.inFlight.Done()
+	sl := slotHolder{r: r, state: holdsHandler}
+	res := r.c.proc.process(r.handlerCtx, r.settleBase, r.detached, j.src.Receiver, j.live.conn.Sender, j.src.EntityPath, j.msg, &sl)
+	sl.done()
+	r.c.count(res)
 }
 
 // slotHolder moves one message between a handler slot (while its handler may run) and a settling slot

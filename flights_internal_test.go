@@ -11,7 +11,7 @@ import (
 
 func testKeeper() *lockKeeper {
 	lk := &lockKeeper{}
-	lk.ctx, lk.cancel = context.WithCancelCause(context.Background())
+	lk.base = context.Background()
 	return lk
 }
 

@@ -32,24 +32,26 @@ const (
 // time, bounded) and counts it on the local clock from the moment each lock was taken or renewed: the
 // lock is held until start + duration, and renewed every duration/2 (or LockRenewInterval).
 //
-// ctx is the lock's life: it is cancelled with cause [ErrLockLost] when the broker says the lock is gone,
-// when renewals kept failing until the local deadline, or when a redelivery of the same message proves
-// it. Lock-bound settle calls and the handler's context derive from it.
+// The lock ends once: lost (cause [ErrLockLost]: the broker said the lock is gone, renewals kept failing
+// until the local deadline, or a redelivery of the same message proved it), or settled (stop). Losing it
+// cancels the running handler's context and the lock-bound call in flight. The keeper is not a context,
+// so that following a lock costs no registration with the contexts shared by every message.
 type lockKeeper struct {
 	clk      Clock
 	duration time.Duration
 	interval time.Duration
-
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	base     context.Context // the processor's settle base: the lock is over when it ends too
 
 	slowSettle atomic.Bool // a lock-bound settle succeeded only after the SDK retried it
+	over       atomic.Bool // ended: lost or settled
 
 	mu           sync.Mutex
 	deadline     time.Time               // local time at which the lock runs out unless renewed
+	cause        error                   // why the lock ended: ErrLockLost or errSettled
+	done         chan struct{}           // closed when the lock ends; made on demand (Done)
 	onLose       context.CancelCauseFunc // cancels the running handler's context, while it runs
 	onLoseSettle context.CancelFunc      // cancels the lock-bound settle call in flight
-	base         context.Context         // what settle calls derive from (the processor's settle base)
+	onLoseRenew  context.CancelFunc      // cancels the renewal call in flight
 
 	// Renewal state, guarded by the renewer's mutex.
 	renew    *renewer
@@ -69,7 +71,7 @@ type lockKeeper struct {
 func (p *Processor) keepLock(base context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env *Envelope, now time.Time) *lockKeeper {
 	cfg := p.cfg
 	d := grantedLockDuration(cfg.lockDuration, msg, now)
-	lk := &lockKeeper{clk: cfg.clock, duration: d, interval: cfg.lockRenewInterval, deadline: now.Add(d), index: -1}
+	lk := &lockKeeper{clk: cfg.clock, duration: d, interval: cfg.lockRenewInterval, deadline: now.Add(d), index: -1, base: base}
 	switch {
 	case lk.interval <= 0:
 		lk.interval = max(d/2, minRenewWait)
@@ -78,8 +80,6 @@ func (p *Processor) keepLock(base context.Context, settler Settler, msg *azservi
 		// which would renew only after the expiry) is cut to two thirds of it.
 		lk.interval = max(d*2/3, minRenewWait)
 	}
-	lk.ctx, lk.cancel = context.WithCancelCause(base)
-	lk.base = base
 	if cfg.lockRenewal {
 		lk.settler, lk.msg, lk.env = settler, msg, env
 		p.renewer().add(lk, now.Add(lk.interval))
@@ -104,21 +104,29 @@ func grantedLockDuration(configured time.Duration, msg *azservicebus.ReceivedMes
 func (lk *lockKeeper) stop() {
 	if lk.renew != nil {
 		if wait := lk.renew.remove(lk); wait != nil {
-			lk.cancel(errSettled) // aborts the call in flight
+			lk.end(errSettled) // aborts the call in flight
 			<-wait
 		}
 	}
-	lk.cancel(errSettled)
+	lk.end(errSettled)
 }
 
-// errSettled ends a lock's context once its message has been handled; it is not a lost lock.
+// errSettled ends a lock once its message has been handled; it is not a lost lock.
 var errSettled = errors.New("retry: message settled")
 
-// lose records that the lock is gone and cancels the handler's context, if a handler runs.
-func (lk *lockKeeper) lose(cause error) {
-	lk.cancel(cause)
+// end ends the lock with cause, once, and cancels what depends on it.
+func (lk *lockKeeper) end(cause error) {
 	lk.mu.Lock()
-	cancelHandler, cancelSettle := lk.onLose, lk.onLoseSettle
+	if lk.cause != nil {
+		lk.mu.Unlock()
+		return
+	}
+	lk.cause = cause
+	lk.over.Store(true)
+	if lk.done != nil {
+		close(lk.done)
+	}
+	cancelHandler, cancelSettle, cancelRenew := lk.onLose, lk.onLoseSettle, lk.onLoseRenew
 	lk.mu.Unlock()
 	if cancelHandler != nil {
 		cancelHandler(cause)
@@ -126,6 +134,44 @@ func (lk *lockKeeper) lose(cause error) {
 	if cancelSettle != nil {
 		cancelSettle()
 	}
+	if cancelRenew != nil {
+		cancelRenew()
+	}
+}
+
+// lose records that the lock is gone and cancels the handler's context, if a handler runs.
+func (lk *lockKeeper) lose(cause error) { lk.end(cause) }
+
+// ended reports whether the lock is over: lost, settled, or its settle base ended.
+func (lk *lockKeeper) ended() bool { return lk.over.Load() || lk.base.Err() != nil }
+
+// why is the reason the lock is over (nil while it is not).
+func (lk *lockKeeper) why() error {
+	lk.mu.Lock()
+	cause := lk.cause
+	lk.mu.Unlock()
+	if cause == nil && lk.base.Err() != nil {
+		return context.Cause(lk.base)
+	}
+	return cause
+}
+
+// lost reports whether the lock was lost (rather than settled or abandoned by a shutdown).
+func (lk *lockKeeper) lost() bool {
+	return lk.over.Load() && errors.Is(lk.why(), ErrLockLost)
+}
+
+// Done returns a channel that is closed when the lock is lost or settled.
+func (lk *lockKeeper) Done() <-chan struct{} {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.done == nil {
+		lk.done = make(chan struct{})
+		if lk.cause != nil {
+			close(lk.done)
+		}
+	}
+	return lk.done
 }
 
 // watchHandler makes lose cancel the handler's context (cancel) until the returned function is called.
@@ -133,49 +179,62 @@ func (lk *lockKeeper) lose(cause error) {
 func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc) (unwatch func()) {
 	lk.mu.Lock()
 	lk.onLose = cancel
+	cause := lk.cause
 	lk.mu.Unlock()
-	if lk.ctx.Err() != nil {
-		cancel(context.Cause(lk.ctx))
+	if cause == nil && lk.base.Err() != nil {
+		cause = context.Cause(lk.base)
 	}
-	return func() {
-		lk.mu.Lock()
-		lk.onLose = nil
-		lk.mu.Unlock()
+	if cause != nil {
+		cancel(cause)
 	}
+	return lk.unwatchHandler
 }
 
-// alive reports whether the lock is still held as far as the client knows.
-func (lk *lockKeeper) alive() bool {
-	if lk.ctx.Err() != nil {
+// unwatchHandler undoes watchHandler.
+func (lk *lockKeeper) unwatchHandler() {
+	lk.mu.Lock()
+	lk.onLose = nil
+	lk.mu.Unlock()
+}
+
+// alive reports whether the lock is still held at now, as far as the client knows.
+func (lk *lockKeeper) alive(now time.Time) bool {
+	if lk.ended() {
 		return false
 	}
 	lk.mu.Lock()
 	deadline := lk.deadline
 	lk.mu.Unlock()
-	if !lk.clk.Now().Before(deadline) {
+	if !now.Before(deadline) {
 		lk.lose(ErrLockLost)
 		return false
 	}
 	return true
 }
 
-// remaining is the time until the lock runs out on the local clock.
-func (lk *lockKeeper) remaining() time.Duration {
+// remaining is the time from now until the lock runs out on the local clock.
+func (lk *lockKeeper) remaining(now time.Time) time.Duration {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
-	return lk.deadline.Sub(lk.clk.Now())
+	return lk.deadline.Sub(now)
 }
 
-// settleContext bounds one lock-bound settle call: by timeout, by the lock's remaining time (a settle
-// after the lock expired can only fail, and waiting for it holds up the consumer), and by the lock's
-// life (lose cancels it). It derives from the settle base rather than from ctx, so that it costs no
-// cancellation link; call endSettle when the call returns.
-func (lk *lockKeeper) settleContext(timeout time.Duration) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithTimeout(lk.base, max(min(timeout, lk.remaining()), time.Millisecond))
+// settleContext bounds one lock-bound settle call made at now: by timeout, by the lock's remaining time
+// (a settle after the lock expired can only fail, and waiting for it holds up the consumer), and by the
+// lock's life (lose cancels it). It derives from detached, the settle base without its cancellation, so
+// that it costs no registration with a context every message shares; a shutdown that gives up stops
+// new settle calls (alive) and closes the connection under the one in flight. Call endSettle when the
+// call returns.
+func (lk *lockKeeper) settleContext(detached context.Context, timeout time.Duration, now time.Time) (context.Context, context.CancelFunc) {
+	lk.mu.Lock()
+	left := lk.deadline.Sub(now)
+	lk.mu.Unlock()
+	ctx, cancel := context.WithTimeout(detached, max(min(timeout, left), time.Millisecond))
 	lk.mu.Lock()
 	lk.onLoseSettle = cancel
+	over := lk.cause != nil
 	lk.mu.Unlock()
-	if lk.ctx.Err() != nil {
+	if over {
 		cancel()
 	}
 	return ctx, cancel
@@ -249,7 +308,7 @@ func (r *renewer) fire() {
 	for len(r.heap) > 0 && !r.heap[0].next.After(now) {
 		top := r.heap[0]
 		r.removeLocked(0)
-		if top.ctx.Err() != nil {
+		if top.ended() {
 			continue
 		}
 		due = append(due, top)
@@ -260,8 +319,8 @@ func (r *renewer) fire() {
 	}
 	var start []started
 	for _, lk := range due {
-		if !lk.alive() {
-			r.p.log(lk.ctx, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
+		if !lk.alive(now) {
+			r.p.log(lk.base, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
 			continue
 		}
 		done := make(chan struct{})
@@ -333,13 +392,13 @@ func (r *renewer) loop() {
 			continue
 		}
 		r.removeLocked(0)
-		if top.ctx.Err() != nil {
+		if top.ended() {
 			r.mu.Unlock()
 			continue // lost or settled meanwhile
 		}
-		if !top.alive() {
+		if !top.alive(now) {
 			r.mu.Unlock()
-			r.p.log(top.ctx, slog.LevelWarn, "message lock expired before it could be renewed", top.msg, *top.env)
+			r.p.log(top.base, slog.LevelWarn, "message lock expired before it could be renewed", top.msg, *top.env)
 			continue
 		}
 		done := make(chan struct{})
@@ -353,15 +412,25 @@ func (r *renewer) loop() {
 func (r *renewer) renewOnce(lk *lockKeeper, done chan struct{}) {
 	p := r.p
 	sent := lk.clk.Now()
-	rctx, cancel := context.WithTimeout(lk.ctx, max(min(p.cfg.settleTimeout, lk.remaining()), time.Millisecond))
+	rctx, cancel := context.WithTimeout(lk.base, max(min(p.cfg.settleTimeout, lk.remaining(sent)), time.Millisecond))
+	lk.mu.Lock()
+	lk.onLoseRenew = cancel
+	over := lk.cause != nil
+	lk.mu.Unlock()
+	if over {
+		cancel()
+	}
 	err := lk.settler.RenewMessageLock(rctx, lk.msg, nil)
+	lk.mu.Lock()
+	lk.onLoseRenew = nil
+	lk.mu.Unlock()
 	cancel()
 
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	lk.inFlight = nil
 	close(done)
-	if lk.stopped || lk.ctx.Err() != nil {
+	if lk.stopped || lk.ended() {
 		return // settled (or lost) while the renewal was in flight
 	}
 	switch code, ok := sdkCode(err); {
@@ -371,13 +440,14 @@ func (r *renewer) renewOnce(lk *lockKeeper, done chan struct{}) {
 		lk.mu.Unlock()
 		lk.next = sent.Add(lk.interval)
 	case ok && code == azservicebus.CodeLockLost:
-		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
+		p.log(lk.base, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
 		lk.lose(ErrLockLost)
 		return
 	default:
-		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
-		rem := lk.remaining()
-		lk.next = lk.clk.Now().Add(min(max(rem/2, minRenewWait), max(rem, 0)))
+		p.log(lk.base, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
+		now := lk.clk.Now()
+		rem := lk.remaining(now)
+		lk.next = now.Add(min(max(rem/2, minRenewWait), max(rem, 0)))
 	}
 	r.pushLocked(lk)
 }

@@ -127,7 +127,8 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 	if settler == nil {
 		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNilSettler}
 	}
-	return p.process(ctx, context.WithoutCancel(ctx), settler, p.sender, p.entity, msg, nil)
+	base := context.WithoutCancel(ctx)
+	return p.process(ctx, base, base, settler, p.sender, p.entity, msg, nil)
 }
 
 // slots is how the consumer lends a delivery its handler slot: release gives it back once the handler
@@ -139,12 +140,14 @@ type slots interface {
 }
 
 // process is Process with the consumer's extras: settleBase is the context every settle, renewal and
-// republish derives from (the consumer cancels it when it gives up on a shutdown, so that nothing is
-// settled after Run returned), sender is the current connection's, and sl, if set, holds the
+// republish belongs to (the consumer cancels it when it gives up on a shutdown, so that nothing is
+// settled after Run returned), detached is settleBase without its cancellation (settle calls derive
+// from it, checking settleBase before they start, so that they cost no registration with a context
+// that every message shares), sender is the current connection's, and sl, if set, holds the
 // delivery's handler slot: it is given back once the handler has returned (or is skipped, or while an
 // earlier delivery is awaited), before the message is settled, so the consumer can start another
 // handler while this one's settle is still in flight.
-func (p *Processor) process(ctx, settleBase context.Context, settler Settler, sender Sender, entity string, msg *azservicebus.ReceivedMessage, sl slots) (res Result) {
+func (p *Processor) process(ctx, settleBase, detached context.Context, settler Settler, sender Sender, entity string, msg *azservicebus.ReceivedMessage, sl slots) (res Result) {
 	release := func() {
 		if sl != nil {
 			sl.release()
@@ -155,7 +158,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 	}
 	clk := p.cfg.clock
 	now := clk.Now()
-	ob := &observed{ctx: ctx, entity: entity, start: now}
+	ob := &observed{ctx: ctx, entity: entity, start: now, now: now, detached: detached}
 	if isProbe(msg) {
 		// A connection check's probe whose cancellation was lost: not a user's message.
 		release()
@@ -177,7 +180,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		defer lk.stop()
 		p.started(ob, msg, env)
 		d := p.deadLetterDecision(&env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
-		p.settleDeadLetter(ob, settleBase, lk, settler, msg, d, &res)
+		p.settleDeadLetter(ob, lk, settler, msg, d, &res)
 		return p.finish(ob, msg, env, res)
 	}
 	env = seed(msg, env, entity, p.idempotencyKey)
@@ -192,7 +195,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		var prior *flight
 		f, prior = p.flights.enter(key, lk, now)
 		unsettled := false
-		defer func() { p.flights.leave(f, unsettled, clk.Now(), p.rememberFor(lk)) }()
+		defer func() { p.flights.leave(f, unsettled, ob.now, p.rememberFor(lk)) }()
 		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery || lk.slowSettle.Load() }()
 		if prior != nil {
 			release() // waiting for the earlier delivery must not keep other messages from their handlers
@@ -203,7 +206,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 				pr.supersede()
 				select {
 				case <-pr.done:
-				case <-lk.ctx.Done():
+				case <-lk.Done():
 					return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
 				case <-ctx.Done():
 					return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
@@ -215,18 +218,21 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 				f.setDecision(d)
 				res = Result{Attempt: d.env.Attempt, HandlerErr: d.handlerErr, Inherited: true}
 				p.log(ctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", msg, *d.env)
+				ob.now = clk.Now()
 				p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
 				return p.finish(ob, msg, *d.env, res)
 			}
-			if sl != nil && !sl.reacquire(ctx, lk.ctx.Done()) {
-				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, context.Cause(lk.ctx), "stopped or lock lost while waiting for a handler slot"))
+			if sl != nil && !sl.reacquire(ctx, lk.Done()) {
+				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, lk.why(), "stopped or lock lost while waiting for a handler slot"))
 			}
+			ob.now = clk.Now()
 		}
 	}
 
-	handlerStart := clk.Now()
+	handlerStart := ob.now
 	handlerErr, lockLost := p.runHandler(ctx, lk, msg, &env)
-	ob.handler = clk.Now().Sub(handlerStart)
+	ob.now = clk.Now()
+	ob.handler = ob.now.Sub(handlerStart)
 	release()
 	res.HandlerErr = handlerErr
 	var d *decision
@@ -247,7 +253,7 @@ func (p *Processor) process(ctx, settleBase context.Context, settler Settler, se
 		res.Outcome = OutcomeLeftForRedelivery
 		p.log(ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, env, errAttr(handlerErr))
 	default:
-		d = p.decideFailure(ob, msg, &env, handlerErr, clk.Now())
+		d = p.decideFailure(ob, msg, &env, handlerErr, ob.now)
 	}
 	if f != nil && d != nil {
 		f.setDecision(d)
@@ -278,7 +284,7 @@ func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, msg *azservi
 	err = p.callHandler(hctx, msg)
 	unwatch()
 	cancel(nil)
-	return err, lk.ctx.Err() != nil && errors.Is(context.Cause(lk.ctx), ErrLockLost)
+	return err, lk.lost()
 }
 
 // callHandler calls the handler, turning a panic into an error so that one bad message cannot crash the
@@ -403,7 +409,7 @@ func (p *Processor) apply(ob *observed, settleBase context.Context, lk *lockKeep
 	case decideRetry:
 		p.settleRetry(ob, settleBase, lk, f, settler, sender, msg, d, res)
 	case decideDeadLetter:
-		p.settleDeadLetter(ob, settleBase, lk, settler, msg, d, res)
+		p.settleDeadLetter(ob, lk, settler, msg, d, res)
 	}
 }
 
@@ -415,24 +421,26 @@ const slowSettle = 2 * time.Second
 // redelivery superseded it: the call could only fail.
 var errLockGone = fmt.Errorf("%w: not settling with an expired lock", ErrLockLost)
 
-// lockBound runs one settle call that needs the lock, unless the lock is already gone.
-func (p *Processor) lockBound(lk *lockKeeper, call func(ctx context.Context) error) error {
-	if !lk.alive() {
+// lockBound runs one settle call that needs the lock, unless the lock is already gone. ob.now is the
+// time the call starts; it is moved to the time it returned.
+func (p *Processor) lockBound(ob *observed, lk *lockKeeper, call func(ctx context.Context) error) error {
+	start := ob.now
+	if !lk.alive(start) {
 		return errLockGone
 	}
-	ctx, cancel := lk.settleContext(p.cfg.settleTimeout)
-	start := p.cfg.clock.Now()
+	ctx, cancel := lk.settleContext(ob.detached, p.cfg.settleTimeout, start)
 	err := call(ctx)
 	lk.endSettle()
 	cancel()
-	if err == nil && p.cfg.clock.Now().Sub(start) >= slowSettle {
+	ob.now = p.cfg.clock.Now()
+	if err == nil && ob.now.Sub(start) >= slowSettle {
 		// azservicebus v1.11 with go-amqp v1.7 can report a settle as done after the broker rejected it
 		// (a busy broker's rejection marks the delivery settled, and the SDK's retry then sends nothing):
 		// the message is redelivered although the call returned nil. Only a settle that the SDK retried
 		// takes this long, so its outcome is remembered like a failed one, for the redelivery.
 		lk.slowSettle.Store(true)
 	}
-	if err != nil && lk.ctx.Err() != nil && errors.Is(context.Cause(lk.ctx), ErrLockLost) {
+	if err != nil && lk.lost() {
 		return fmt.Errorf("%w: %w", ErrLockLost, err)
 	}
 	return err
@@ -443,7 +451,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 	env := *d.env
 	res.Delay, res.ScheduledFor, res.RetryMessageID = d.delay, d.at, *d.copyMsg.MessageID
 	if !d.scheduled {
-		if !lk.alive() {
+		if !lk.alive(ob.now) {
 			// A redelivery will run the attempt again; scheduling now could only make a second successor.
 			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, errLockGone
 			return
@@ -454,7 +462,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 		}
 		// Not lock-bound: once started, the schedule's outcome must be known, so it is bounded only by
 		// the settle timeout.
-		sctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+		sctx, cancel := context.WithTimeout(ob.detached, p.cfg.settleTimeout)
 		var seqs []int64
 		ob.copyID = res.RetryMessageID
 		err := p.brokerCall(ob, SettleSchedule, msg, env, func() (err error) {
@@ -462,6 +470,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 			return err
 		})
 		cancel()
+		ob.now = p.cfg.clock.Now()
 		ob.copyID = ""
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
@@ -487,7 +496,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 			slog.String("retry_message_id", res.RetryMessageID), slog.Int64("retry_sequence_number", seq), slog.String("handler_error", d.errText))
 	}
 	res.SequenceNumber = d.seq
-	err := p.lockBound(lk, func(ctx context.Context) error {
+	err := p.lockBound(ob, lk, func(ctx context.Context) error {
 		return p.brokerCall(ob, SettleComplete, msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
 	})
 	if err != nil {
@@ -502,7 +511,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 
 // settleComplete completes a successful delivery.
 func (p *Processor) settleComplete(ob *observed, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
-	err := p.lockBound(lk, func(ctx context.Context) error {
+	err := p.lockBound(ob, lk, func(ctx context.Context) error {
 		return p.brokerCall(ob, SettleComplete, msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
 	})
 	if err != nil {
@@ -520,10 +529,10 @@ func (p *Processor) settleComplete(ob *observed, lk *lockKeeper, settler Settler
 }
 
 // settleDeadLetter dead-letters msg with d's reason; on failure the message stays for redelivery.
-func (p *Processor) settleDeadLetter(ob *observed, settleBase context.Context, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
+func (p *Processor) settleDeadLetter(ob *observed, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, d *decision, res *Result) {
 	res.DeadLetterReason = d.reason
 	reason, desc := d.reason, d.desc
-	err := p.lockBound(lk, func(ctx context.Context) error {
+	err := p.lockBound(ob, lk, func(ctx context.Context) error {
 		return p.brokerCall(ob, SettleDeadLetter, msg, *d.env, func() error {
 			return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: d.props})
 		})
@@ -531,11 +540,11 @@ func (p *Processor) settleDeadLetter(ob *observed, settleBase context.Context, l
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
-		p.log(settleBase, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *d.env, slog.String("reason", reason), errAttr(err))
+		p.log(ob.detached, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *d.env, slog.String("reason", reason), errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeDeadLettered
-	p.log(settleBase, slog.LevelWarn, "message dead-lettered", msg, *d.env, slog.String("reason", reason), slog.String("description", desc))
+	p.log(ob.detached, slog.LevelWarn, "message dead-lettered", msg, *d.env, slog.String("reason", reason), slog.String("description", desc))
 }
 
 // seed fills what a first delivery's envelope lacks: the key, the correlation id (the message's
@@ -612,6 +621,11 @@ type observed struct {
 	start   time.Time
 	handler time.Duration
 	copyID  string // the retry copy's MessageID while it is being scheduled
+	// now is the latest time read for this delivery: at the start, after the handler, after each
+	// broker call. Reading the clock once per step instead of once per use is measurable.
+	now time.Time
+	// detached is the settle base without its cancellation, for the settle calls' contexts.
+	detached context.Context
 }
 
 // started runs the OnStart hook, whose context becomes the delivery's.
