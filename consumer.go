@@ -123,7 +123,11 @@ type Consumer struct {
 	running atomic.Bool
 
 	mu     sync.Mutex
-	health Health
+	health Health // everything but the message counters, which are below (Health adds them)
+
+	// The per-message counters are atomics, so that counting costs the workers no shared lock.
+	received, completed, retries, deadLettered, left, duplicates atomic.Uint64
+	inFlight                                                     atomic.Int64
 }
 
 // NewConsumer returns a Consumer that gets its connections from connect and passes each message to
@@ -151,8 +155,16 @@ func (c *Consumer) Health() Health {
 		return Health{}
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.health
+	h := c.health
+	c.mu.Unlock()
+	h.InFlight = int(c.inFlight.Load())
+	h.Received = c.received.Load()
+	h.Completed = c.completed.Load()
+	h.RetriesScheduled = c.retries.Load()
+	h.DeadLettered = c.deadLettered.Load()
+	h.LeftForRedelivery = c.left.Load()
+	h.PossibleDuplicates = c.duplicates.Load()
+	return h
 }
 
 // Run receives and processes messages until ctx ends. It then stops receiving, gives in-flight handlers
@@ -365,6 +377,11 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 	clk := c.cfg.clock
 	flaps := 0              // link errors swallowed by the SDK on this source since it last worked
 	quietSince := clk.Now() // the last message or successful probe: the idle window counts from it
+	// fresh: quietSince was set just now, with no wait since, so the idle window is whole. It saves a
+	// clock read per receive on a busy loop.
+	fresh := true
+	tm := r.newLoopTimer()
+	defer tm.release()
 	for {
 		// Take one free slot (waiting if needed), then any others free now, and ask for that many.
 		select {
@@ -375,19 +392,19 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			// received, so the connection is probed on the idle schedule meanwhile: an outage must not go
 			// unnoticed just because handlers are slow.
 			r.waiting.Add(1)
+			fresh = false
 			got := false
 			for !got {
-				timer, stop := r.timer(max(idleProbeInterval-clk.Now().Sub(quietSince), 0))
+				timer := tm.start(max(idleProbeInterval-clk.Now().Sub(quietSince), 0))
 				select {
 				case r.slots <- struct{}{}:
 					got = true
 				case <-ctx.Done():
-					stop()
+					tm.stop()
 					r.waiting.Add(-1)
 					return nil
 				case <-timer:
 					if err := r.probe(ctx, live); err != nil {
-						stop()
 						r.waiting.Add(-1)
 						if ctx.Err() != nil {
 							return nil
@@ -396,7 +413,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 					}
 					quietSince = clk.Now()
 				}
-				stop()
+				tm.stop()
 			}
 			r.waiting.Add(-1)
 		}
@@ -410,15 +427,19 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 				break fill
 			}
 		}
-		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
-		msgs, err, idle, yielded := r.receive(ctx, src.Receiver, n, live.shared, idleLeft)
+		idleLeft := idleProbeInterval
+		if !fresh {
+			idleLeft = max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
+		}
+		msgs, err, idle, yielded := r.receive(ctx, tm, src.Receiver, n, live.shared, idleLeft)
+		fresh = false
 		// Give back the slots the receive did not fill; the filled ones are released by their handlers.
 		for i := len(msgs); i < n; i++ {
 			<-r.slots
 		}
 		if len(msgs) > 0 {
 			flaps = 0
-			quietSince = clk.Now()
+			quietSince, fresh = clk.Now(), true
 			live.proven.Store(true)
 			r.dispatch(live, src, msgs, n)
 			continue
@@ -458,14 +479,92 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 	}
 }
 
-// timer returns a channel that fires after d on the consumer's clock, and a function that releases it
-// (a stoppable runtime timer on the real clock).
-func (r *run) timer(d time.Duration) (<-chan time.Time, func()) {
-	if _, real := r.c.cfg.clock.(realClock); real {
-		t := time.NewTimer(d)
-		return t.C, func() { t.Stop() }
+// loopTimer is a receive loop's one reusable timer on the real clock: it bounds the waits for a handler
+// slot (channel mode) and the receives (callback mode), so that a busy loop does not make a timer per
+// wait. On an injected clock, which offers only After, each wait asks the clock instead.
+type loopTimer struct {
+	clk  Clock
+	real bool
+	t    *time.Timer // channel mode, made on first use
+	cb   *time.Timer // callback mode: ends the current receive, made on first use
+	mu   sync.Mutex
+	end  context.CancelCauseFunc // what cb calls: cancels the current receive (mu)
+	late bool                    // cb fired for a receive that had ended; the firing is to be ignored (mu)
+}
+
+func (r *run) newLoopTimer() *loopTimer {
+	_, real := r.c.cfg.clock.(realClock)
+	return &loopTimer{clk: r.c.cfg.clock, real: real}
+}
+
+// start returns a channel that fires after d; call stop once the wait is over.
+func (lt *loopTimer) start(d time.Duration) <-chan time.Time {
+	if !lt.real {
+		return lt.clk.After(d)
 	}
-	return r.c.cfg.clock.After(d), func() {}
+	if lt.t == nil {
+		lt.t = time.NewTimer(d)
+	} else {
+		lt.t.Reset(d)
+	}
+	return lt.t.C
+}
+
+// stop stops the channel timer (a no-op on an injected clock).
+func (lt *loopTimer) stop() {
+	if lt.t != nil {
+		lt.t.Stop()
+	}
+}
+
+// after cancels a receive (with errIdle) after d on the real clock, unless cancelAfter comes first;
+// only one receive is bounded at a time.
+func (lt *loopTimer) after(d time.Duration, cancel context.CancelCauseFunc) {
+	lt.mu.Lock()
+	lt.end = cancel
+	lt.mu.Unlock()
+	if lt.cb == nil {
+		lt.cb = time.AfterFunc(d, lt.fire)
+		return
+	}
+	lt.cb.Reset(d)
+}
+
+// fire ends the current receive, unless it is the late firing of one that has already ended.
+func (lt *loopTimer) fire() {
+	lt.mu.Lock()
+	if lt.late {
+		lt.late = false
+		lt.mu.Unlock()
+		return
+	}
+	cancel := lt.end
+	lt.end = nil
+	lt.mu.Unlock()
+	if cancel != nil {
+		cancel(errIdle)
+	}
+}
+
+// cancelAfter stops the pending cancellation of after, if it has not happened. A firing that could not
+// be stopped and has not yet taken its receive is marked late, so that it cannot end the next one.
+func (lt *loopTimer) cancelAfter() {
+	if lt.cb == nil {
+		return
+	}
+	stopped := lt.cb.Stop()
+	lt.mu.Lock()
+	if !stopped && lt.end != nil {
+		lt.late = true
+	}
+	lt.end = nil
+	lt.mu.Unlock()
+}
+
+// release stops both timers when the loop ends.
+func (lt *loopTimer) release() {
+	lt.stop()
+	lt.cancelAfter()
 }
 
 // receive asks receiver for up to n messages. It ends the call after the idle window, so that a quiet
@@ -473,14 +572,13 @@ func (r *run) timer(d time.Duration) (<-chan time.Time, func()) {
 // several sources (shared), a receive waiting on an empty entity also ends once another source waits for
 // a handler slot, after at least shareWindow, so that a quiet retry queue never holds the slots its
 // subscription needs; yielded reports that.
-func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool, idleLeft time.Duration) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
+func (r *run) receive(ctx context.Context, tm *loopTimer, receiver Receiver, n int, shared bool, idleLeft time.Duration) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	clk := r.c.cfg.clock
-	if _, real := clk.(realClock); real && !shared {
-		// The common case costs one runtime timer, no goroutine.
-		t := time.AfterFunc(idleLeft, func() { cancel(errIdle) })
-		defer t.Stop()
+	if tm.real && !shared {
+		// The common case reuses the loop's timer: no goroutine, no new timer.
+		tm.after(idleLeft, cancel)
+		defer tm.cancelAfter()
 	} else {
 		go r.watchReceive(rctx, cancel, shared, idleLeft)
 	}
@@ -551,7 +649,8 @@ func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.Re
 			// A receiver returned more than asked for: still never exceed MaxConcurrency.
 			r.slots <- struct{}{}
 		}
-		c.update(func(h *Health) { h.Received++; h.InFlight++ })
+		c.received.Add(1)
+		c.inFlight.Add(1)
 		r.busy.Add(1)
 		live.inFlight.Add(1)
 		j := job{live: live, src: src, msg: msg}
@@ -581,8 +680,9 @@ func (r *run) maxIdleWorkers() int32 { return int32(min(r.c.cfg.maxConcurrency, 
 // are idle.
 func (r *run) worker(j job) {
 	defer r.workers.Done()
+	sl := &slotHolder{r: r}
 	for {
-		r.handle(j)
+		r.handle(j, sl)
 		if r.idle.Add(1) > r.maxIdleWorkers() {
 			r.idle.Add(-1)
 			return
@@ -597,12 +697,12 @@ func (r *run) worker(j job) {
 	}
 }
 
-// handle processes one message with its slots.
-func (r *run) handle(j job) {
+// handle processes one message, which holds a handler slot, with the worker's slot holder.
+func (r *run) handle(j job, sl *slotHolder) {
 	defer r.busy.Add(-1)
 	defer j.live.inFlight.Done()
-	sl := slotHolder{r: r, state: holdsHandler}
-	res := r.c.proc.process(r.handlerCtx, r.settleBase, r.detached, j.src.Receiver, j.live.conn.Sender, j.src.EntityPath, j.msg, &sl)
+	sl.state = holdsHandler
+	res := r.c.proc.process(r.handlerCtx, r.settleBase, r.detached, j.src.Receiver, j.live.conn.Sender, j.src.EntityPath, j.msg, sl)
 	sl.done()
 	r.c.count(res)
 }
@@ -713,22 +813,20 @@ func (c *Consumer) closeConnection(ctx context.Context, conn *Connection) {
 
 // count folds one processing result into the counters.
 func (c *Consumer) count(res Result) {
-	c.update(func(h *Health) {
-		h.InFlight--
-		switch res.Outcome {
-		case OutcomeCompleted:
-			h.Completed++
-		case OutcomeRetryScheduled:
-			h.RetriesScheduled++
-		case OutcomeDeadLettered:
-			h.DeadLettered++
-		case OutcomeLeftForRedelivery:
-			h.LeftForRedelivery++
-		}
-		if res.PossibleDuplicate {
-			h.PossibleDuplicates++
-		}
-	})
+	switch res.Outcome {
+	case OutcomeCompleted:
+		c.completed.Add(1)
+	case OutcomeRetryScheduled:
+		c.retries.Add(1)
+	case OutcomeDeadLettered:
+		c.deadLettered.Add(1)
+	case OutcomeLeftForRedelivery:
+		c.left.Add(1)
+	}
+	if res.PossibleDuplicate {
+		c.duplicates.Add(1)
+	}
+	c.inFlight.Add(-1)
 	if res.Outcome == OutcomeLeftForRedelivery && res.SettleErr != nil && res.RetryMessageID != "" && !res.PossibleDuplicate &&
 		!errors.Is(res.SettleErr, ErrLockLost) && !errors.Is(res.SettleErr, context.Canceled) && !errors.Is(res.SettleErr, ErrShutdownTimeout) {
 		// The republish itself failed: an operator must see why (a missing Send right, a quota).

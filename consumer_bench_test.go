@@ -27,6 +27,7 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		b.ResetTimer()
+		cpu := processCPU()
 		var wg sync.WaitGroup
 		for received := 0; received < b.N; {
 			sem <- struct{}{}
@@ -53,6 +54,7 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 		}
 		wg.Wait()
 		<-src.all
+		reportCPU(b, cpu)
 	})
 	for _, renew := range []bool{true, false} {
 		name := "impl=retry"
@@ -74,14 +76,24 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 			stopped := make(chan error, 1)
 			b.ReportAllocs()
 			b.ResetTimer()
+			cpu := processCPU()
 			go func() { stopped <- c.Run(ctx) }()
 			<-src.all
 			b.StopTimer()
+			reportCPU(b, cpu)
 			cancel()
 			if err := <-stopped; err != nil {
 				b.Fatal(err)
 			}
 		})
+	}
+}
+
+// reportCPU reports the process's CPU time per operation since start: on a shared machine it moves
+// less with the neighbours' load than the wall time does.
+func reportCPU(b *testing.B, start time.Duration) {
+	if end := processCPU(); end > 0 {
+		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 	}
 }
 

@@ -77,9 +77,10 @@ type decision struct {
 type flight struct {
 	key  flightKey
 	lock *lockKeeper
-	done chan struct{} // closed when the delivery's handling has ended
 
 	mu         sync.Mutex
+	over       bool          // the delivery's handling has ended
+	done       chan struct{} // closed when it has; made on demand (finished), as few deliveries are awaited
 	dec        *decision
 	remembered time.Time // when a remembered outcome is forgotten; zero while in flight
 	prior      *flight   // the earlier delivery this one superseded, until that one is done (fs.mu)
@@ -96,10 +97,10 @@ type flights struct {
 	forgets []*flight // remembered outcomes, oldest first
 }
 
-// enter registers a new delivery of key and returns it with the earlier delivery of the same message,
-// if one is still in flight or remembered.
-func (fs *flights) enter(key flightKey, lk *lockKeeper, now time.Time) (f, prior *flight) {
-	f = &flight{key: key, lock: lk, done: make(chan struct{})}
+// enter registers f (a zero flight) as a new delivery of key and returns the earlier delivery of the
+// same message, if one is still in flight or remembered.
+func (fs *flights) enter(f *flight, key flightKey, lk *lockKeeper, now time.Time) (prior *flight) {
+	f.key, f.lock = key, lk
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.byKey == nil {
@@ -109,7 +110,7 @@ func (fs *flights) enter(key flightKey, lk *lockKeeper, now time.Time) (f, prior
 	prior = fs.byKey[key]
 	f.prior = prior
 	fs.byKey[key] = f
-	return f, prior
+	return prior
 }
 
 // priorOf returns the delivery f superseded, if f still links to it.
@@ -129,20 +130,17 @@ func (fs *flights) priorOf(f *flight) *flight {
 func (fs *flights) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
-	defer close(f.done)
+	defer f.end()
 	prior := f.prior
 	f.mu.Lock()
 	if f.dec == nil && prior != nil {
-		select {
-		case <-prior.done:
+		if prior.ended() {
 			f.dec = prior.decision()
 			f.prior = nil
-		default:
-			if fs.byKey[f.key] == f {
-				fs.byKey[f.key] = prior // the earlier delivery runs on: keep the chain
-				f.mu.Unlock()
-				return
-			}
+		} else if fs.byKey[f.key] == f {
+			fs.byKey[f.key] = prior // the earlier delivery runs on: keep the chain
+			f.mu.Unlock()
+			return
 		}
 	} else {
 		f.prior = nil
@@ -178,6 +176,36 @@ func (fs *flights) forgetLocked(now time.Time) {
 			delete(fs.byKey, old.key)
 		}
 	}
+}
+
+// end marks f's handling as ended.
+func (f *flight) end() {
+	f.mu.Lock()
+	f.over = true
+	if f.done != nil {
+		close(f.done)
+	}
+	f.mu.Unlock()
+}
+
+// ended reports whether f's handling has ended.
+func (f *flight) ended() bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.over
+}
+
+// finished returns a channel that is closed when f's handling has ended.
+func (f *flight) finished() <-chan struct{} {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.done == nil {
+		f.done = make(chan struct{})
+		if f.over {
+			close(f.done)
+		}
+	}
+	return f.done
 }
 
 // supersede tells f that a redelivery of its message has arrived: its lock is gone (the broker

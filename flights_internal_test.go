@@ -9,6 +9,12 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
+// enterNew registers a new flight for key.
+func enterNew(fs *flights, key flightKey, lk *lockKeeper, now time.Time) (f, prior *flight) {
+	f = &flight{}
+	return f, fs.enter(f, key, lk, now)
+}
+
 func testKeeper() *lockKeeper {
 	lk := &lockKeeper{}
 	lk.base = context.Background()
@@ -21,20 +27,20 @@ func TestRememberedOutcomesAreBounded(t *testing.T) {
 	var fs flights
 	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for i := range maxRememberedOutcomes + 10 {
-		f, prior := fs.enter(flightKey{seq: int64(i)}, testKeeper(), now)
+		f, prior := enterNew(&fs, flightKey{seq: int64(i)}, testKeeper(), now)
 		require.Nil(t, prior)
 		f.setDecision(&decision{kind: decideComplete})
 		fs.leave(f, true, now, time.Minute)
 	}
 	assert.Len(t, fs.byKey, maxRememberedOutcomes, "the oldest beyond the bound are forgotten")
-	_, prior := fs.enter(flightKey{seq: 0}, testKeeper(), now)
+	_, prior := enterNew(&fs, flightKey{seq: 0}, testKeeper(), now)
 	assert.Nil(t, prior, "the oldest was dropped")
-	_, prior = fs.enter(flightKey{seq: maxRememberedOutcomes + 9}, testKeeper(), now)
+	_, prior = enterNew(&fs, flightKey{seq: maxRememberedOutcomes + 9}, testKeeper(), now)
 	require.NotNil(t, prior, "a recent one is remembered")
 	assert.Equal(t, decideComplete, prior.decision().kind)
 
 	// After their time, all are forgotten at the next enter.
-	fs.enter(flightKey{seq: -5}, testKeeper(), now.Add(2*time.Minute))
+	enterNew(&fs, flightKey{seq: -5}, testKeeper(), now.Add(2*time.Minute))
 	assert.LessOrEqual(t, len(fs.byKey), 3, "expired outcomes forgotten")
 }
 
@@ -42,14 +48,14 @@ func TestRememberedOutcomesAreBounded(t *testing.T) {
 func TestSettledDeliveriesAreForgotten(t *testing.T) {
 	var fs flights
 	now := time.Now()
-	f, _ := fs.enter(flightKey{seq: 1}, testKeeper(), now)
+	f, _ := enterNew(&fs, flightKey{seq: 1}, testKeeper(), now)
 	f.setDecision(&decision{kind: decideComplete})
 	fs.leave(f, false, now, time.Minute)
-	g, _ := fs.enter(flightKey{seq: 2}, testKeeper(), now)
+	g, _ := enterNew(&fs, flightKey{seq: 2}, testKeeper(), now)
 	fs.leave(g, true, now, time.Minute) // unsettled but undecided: the attempt must run again
 	assert.Empty(t, fs.byKey)
 	select {
-	case <-f.done:
+	case <-f.finished():
 	default:
 		t.Fatal("done not closed")
 	}

@@ -64,14 +64,14 @@ type lockKeeper struct {
 	stopped  bool
 }
 
-// keepLock starts following msg's lock, received at now. base is the context the lock lives under:
+// keepLock starts following msg's lock, received at now, with lk (a zero lockKeeper). base is the context the lock lives under:
 // the processor's settle base, detached from the handler's caller so that a caller cancelling its
 // context does not stop the renewal of a message still being worked on. With renewal enabled, the
 // processor's renewer renews the lock until stop is called.
-func (p *Processor) keepLock(base context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env *Envelope, now time.Time) *lockKeeper {
+func (p *Processor) keepLock(lk *lockKeeper, base context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env *Envelope, now time.Time) {
 	cfg := p.cfg
 	d := grantedLockDuration(cfg.lockDuration, msg, now)
-	lk := &lockKeeper{clk: cfg.clock, duration: d, interval: cfg.lockRenewInterval, deadline: now.Add(d), index: -1, base: base}
+	lk.clk, lk.duration, lk.interval, lk.deadline, lk.index, lk.base = cfg.clock, d, cfg.lockRenewInterval, now.Add(d), -1, base
 	switch {
 	case lk.interval <= 0:
 		lk.interval = max(d/2, minRenewWait)
@@ -84,7 +84,6 @@ func (p *Processor) keepLock(base context.Context, settler Settler, msg *azservi
 		lk.settler, lk.msg, lk.env = settler, msg, env
 		p.renewer().add(lk, now.Add(lk.interval))
 	}
-	return lk
 }
 
 // grantedLockDuration is the lock duration the broker grants: the configured one if known, else the
@@ -174,9 +173,9 @@ func (lk *lockKeeper) Done() <-chan struct{} {
 	return lk.done
 }
 
-// watchHandler makes lose cancel the handler's context (cancel) until the returned function is called.
+// watchHandler makes lose cancel the handler's context (cancel) until unwatchHandler is called.
 // A lock lost before the handler starts cancels it at once.
-func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc) (unwatch func()) {
+func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc) {
 	lk.mu.Lock()
 	lk.onLose = cancel
 	cause := lk.cause
@@ -187,7 +186,6 @@ func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc) (unwatch func
 	if cause != nil {
 		cancel(cause)
 	}
-	return lk.unwatchHandler
 }
 
 // unwatchHandler undoes watchHandler.
@@ -277,17 +275,17 @@ func (p *Processor) renewer() *renewer {
 	return p.renewals
 }
 
-// armLocked points the timer at the earliest renewal, or stops it when there is none.
+// armLocked points the timer at the earliest renewal, unless it is already armed for that time or an
+// earlier one. The timer is never moved later or stopped when locks leave the schedule: messages are
+// mostly settled in the order they came, so the earliest renewal is the one removed most often, and
+// moving the timer each time would cost a runtime timer update per message. An early firing finds
+// nothing due and re-arms for what is earliest then: at most one spare wake-up per renewal interval.
 func (r *renewer) armLocked() {
 	if len(r.heap) == 0 {
-		if r.timer != nil && !r.armedAt.IsZero() {
-			r.timer.Stop()
-			r.armedAt = time.Time{}
-		}
 		return
 	}
 	next := r.heap[0].next
-	if next.Equal(r.armedAt) {
+	if !r.armedAt.IsZero() && !next.Before(r.armedAt) {
 		return
 	}
 	r.armedAt = next
@@ -351,12 +349,7 @@ func (r *renewer) remove(lk *lockKeeper) <-chan struct{} {
 	if lk.index >= 0 {
 		wasFirst := lk.index == 0
 		r.removeLocked(lk.index)
-		switch {
-		case r.onTimer:
-			if wasFirst || len(r.heap) == 0 {
-				r.armLocked()
-			}
-		case wasFirst:
+		if wasFirst && !r.onTimer {
 			r.poke() // the loop waits for this lock's time: let it wait for the next one, or exit
 		}
 	}

@@ -158,7 +158,10 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 	}
 	clk := p.cfg.clock
 	now := clk.Now()
-	ob := &observed{ctx: ctx, entity: entity, start: now, now: now, detached: detached}
+	// Everything this delivery needs to keep is one allocation.
+	dv := &delivery{ob: observed{ctx: ctx, entity: entity, start: now, now: now, detached: detached}}
+	ob := &dv.ob
+	defer func() { ob.ctx = nil }() // a remembered outcome must not keep the handler's context alive
 	if isProbe(msg) {
 		// A connection check's probe whose cancellation was lost: not a user's message.
 		release()
@@ -171,29 +174,32 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 		}
 		return p.finish(ob, msg, Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}, res)
 	}
-	env, envErr := DecodeEnvelope(msg)
+	env := &dv.env
+	var envErr error
+	*env, envErr = DecodeEnvelope(msg)
+	lk := &dv.lk
 	if envErr != nil {
 		release()
 		res = Result{Attempt: env.Attempt}
-		env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
-		lk := p.keepLock(settleBase, settler, msg, &env, now)
+		*env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+		p.keepLock(lk, settleBase, settler, msg, env, now)
 		defer lk.stop()
-		p.started(ob, msg, env)
-		d := p.deadLetterDecision(&env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
+		p.started(ob, msg, *env)
+		d := p.deadLetterDecision(env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false)
 		p.settleDeadLetter(ob, lk, settler, msg, d, &res)
-		return p.finish(ob, msg, env, res)
+		return p.finish(ob, msg, *env, res)
 	}
-	env = seed(msg, env, entity, p.idempotencyKey)
+	*env = seed(msg, *env, entity, p.idempotencyKey)
 	res.Attempt = env.Attempt
-	ctx = p.started(ob, msg, env)
-	lk := p.keepLock(settleBase, settler, msg, &env, now)
+	ctx = p.started(ob, msg, *env)
+	p.keepLock(lk, settleBase, settler, msg, env, now)
 	defer lk.stop()
 
 	// One handling per message at a time: a redelivery of a message still in flight here takes over.
 	var f *flight
 	if key, ok := keyOf(entity, msg); ok {
-		var prior *flight
-		f, prior = p.flights.enter(key, lk, now)
+		f = &dv.fl
+		prior := p.flights.enter(f, key, lk, now)
 		unsettled := false
 		defer func() { p.flights.leave(f, unsettled, ob.now, p.rememberFor(lk)) }()
 		defer func() { unsettled = res.Outcome == OutcomeLeftForRedelivery || lk.slowSettle.Load() }()
@@ -205,11 +211,11 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 			for pr := prior; pr != nil && d == nil; pr = p.flights.priorOf(pr) {
 				pr.supersede()
 				select {
-				case <-pr.done:
+				case <-pr.finished():
 				case <-lk.Done():
-					return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
+					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
 				case <-ctx.Done():
-					return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
+					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
 				}
 				d = pr.decision()
 			}
@@ -223,14 +229,14 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 				return p.finish(ob, msg, *d.env, res)
 			}
 			if sl != nil && !sl.reacquire(ctx, lk.Done()) {
-				return p.finish(ob, msg, env, p.leftForRedelivery(msg, env, lk.why(), "stopped or lock lost while waiting for a handler slot"))
+				return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, lk.why(), "stopped or lock lost while waiting for a handler slot"))
 			}
 			ob.now = clk.Now()
 		}
 	}
 
 	handlerStart := ob.now
-	handlerErr, lockLost := p.runHandler(ctx, lk, msg, &env)
+	handlerErr, lockLost := p.runHandler(ctx, lk, msg, env)
 	ob.now = clk.Now()
 	ob.handler = ob.now.Sub(handlerStart)
 	release()
@@ -243,17 +249,19 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 		if handlerErr == nil {
 			// The work is done; only the complete is impossible. Remember it, so the redelivery here
 			// completes without running the handler again.
-			d = &decision{kind: decideComplete, env: &env}
+			d = &dv.dec
+			*d = decision{kind: decideComplete, env: env}
 		}
-		p.log(ctx, slog.LevelWarn, "message lock lost while the handler ran; the broker will redeliver it", msg, env)
+		p.log(ctx, slog.LevelWarn, "message lock lost while the handler ran; the broker will redeliver it", msg, *env)
 	case handlerErr == nil:
-		d = &decision{kind: decideComplete, env: &env}
+		d = &dv.dec
+		*d = decision{kind: decideComplete, env: env}
 	case ctx.Err() != nil:
 		// Shutdown cancelled the handler; leave the message for redelivery rather than count an attempt.
 		res.Outcome = OutcomeLeftForRedelivery
-		p.log(ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, env, errAttr(handlerErr))
+		p.log(ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, *env, errAttr(handlerErr))
 	default:
-		d = p.decideFailure(ob, msg, &env, handlerErr, ob.now)
+		d = p.decideFailure(ob, msg, env, handlerErr, ob.now)
 	}
 	if f != nil && d != nil {
 		f.setDecision(d)
@@ -261,7 +269,17 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 	if d != nil && !lockLost {
 		p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
 	}
-	return p.finish(ob, msg, env, res)
+	return p.finish(ob, msg, *env, res)
+}
+
+// delivery is the state of one delivery, allocated once: what the hooks see, the envelope, the lock,
+// the entry in the in-flight registry and a success's decision.
+type delivery struct {
+	ob  observed
+	env Envelope
+	lk  lockKeeper
+	fl  flight
+	dec decision
 }
 
 // rememberFor is how long an unsettled outcome is kept for its redelivery: long enough for the lock
@@ -280,9 +298,9 @@ func (p *Processor) leftForRedelivery(msg *azservicebus.ReceivedMessage, env Env
 // ran (in which case nothing may be settled with this delivery's lock).
 func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, msg *azservicebus.ReceivedMessage, env *Envelope) (err error, lockLost bool) {
 	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, env))
-	unwatch := lk.watchHandler(cancel)
+	lk.watchHandler(cancel)
 	err = p.callHandler(hctx, msg)
-	unwatch()
+	lk.unwatchHandler()
 	cancel(nil)
 	return err, lk.lost()
 }
