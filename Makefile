@@ -3,7 +3,7 @@ GO ?= go
 PKGS := ./...
 FUZZTIME ?= 10s
 
-.PHONY: test vet fmt-check fuzz bench quickstart soak soak-short
+.PHONY: test vet fmt-check fuzz bench bench-all quickstart soak soak-short
 
 test: vet fmt-check
 	$(GO) test -race -shuffle=on -count=1 $(PKGS)
@@ -23,7 +23,24 @@ fuzz:
 	  done; \
 	done
 
+# The side-by-side benchmarks of BENCHMARKS.md: each runs the library (impl=retry…) and a hand-written
+# baseline (impl=loop) in the same run, COUNT times, into bench.txt; benchstat then prints them with one
+# column per implementation, each compared with the loop. BenchmarkRetryLateness has no baseline and gets
+# a table of its own. The e2e runs take a few minutes on two cores: follow them with `tail -f bench.txt`.
+COUNT ?= 6
+BENCHTIME ?= 5000x
+BENCHSTAT ?= $(GO) run golang.org/x/perf/cmd/benchstat@v0.0.0-20260908200009-22c9c6c9d4da
+E2E_BENCHES := ^(BenchmarkConsume|BenchmarkConsumeWithFailures|BenchmarkConsumeIOBound|BenchmarkConsumeMemory|BenchmarkRetryLateness)$$
+
 bench:
+	@echo "writing bench.txt: COUNT=$(COUNT), BENCHTIME=$(BENCHTIME) for the e2e benchmarks"
+	$(GO) test -run='^$$' -bench='^BenchmarkProcess$$' -benchmem -count=$(COUNT) . > bench.txt || { cat bench.txt; exit 1; }
+	$(GO) test -run='^$$' -bench='$(E2E_BENCHES)' -benchtime=$(BENCHTIME) -count=$(COUNT) -timeout=60m ./e2e/ >> bench.txt || { cat bench.txt; exit 1; }
+	$(BENCHSTAT) -col '/impl@(loop retry retry-no-renewal)' bench.txt
+	$(BENCHSTAT) -filter '.name:RetryLateness' retry=bench.txt
+
+# Every benchmark of every package, once.
+bench-all:
 	$(GO) test -run='^$$' -bench=. -benchmem $(PKGS)
 
 quickstart:

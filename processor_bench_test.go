@@ -23,7 +23,7 @@ func BenchmarkProcess(b *testing.B) {
 		}
 	}
 	ctx := context.Background()
-	b.Run("baseline=handwritten/success", func(b *testing.B) {
+	b.Run("case=success/impl=loop", func(b *testing.B) {
 		s := &recordingSettler{}
 		m := msg()
 		b.ReportAllocs()
@@ -38,9 +38,9 @@ func BenchmarkProcess(b *testing.B) {
 		handler retry.Handler
 		renew   bool
 	}{
-		{"retry/success", okHandler, true},
-		{"retry/success-no-renewal", okHandler, false},
-		{"retry/failure-schedules-copy", func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, true},
+		{"case=success/impl=retry", okHandler, true},
+		{"case=success/impl=retry-no-renewal", okHandler, false},
+		{"case=failure-schedules-copy/impl=retry", func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, true},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			p, err := retry.NewProcessor(&discardSender{}, tc.handler, &retry.Options{Logger: discardLogger(), DisableLockRenewal: !tc.renew})

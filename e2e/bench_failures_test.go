@@ -30,7 +30,7 @@ func failsFirst(id string) bool {
 //	go test -run='^$' -bench=BenchmarkConsumeWithFailures -benchtime=5000x -count=5 ./e2e/
 func BenchmarkConsumeWithFailures(b *testing.B) {
 	const concurrency = 16
-	b.Run("baseline=handwritten-loop", func(b *testing.B) {
+	b.Run("impl=loop", func(b *testing.B) {
 		e, client := benchEnv(b)
 		r, err := client.NewReceiverForQueue(e.queue, nil)
 		if err != nil {
@@ -73,7 +73,7 @@ func BenchmarkConsumeWithFailures(b *testing.B) {
 		b.StopTimer()
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
-	b.Run("retry.Consumer", func(b *testing.B) {
+	b.Run("impl=retry", func(b *testing.B) {
 		e, _ := benchEnv(b)
 		runConsumerBench(b, e, &retry.Options{MaxConcurrency: concurrency}, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 			if failsFirst(m.MessageID) {
@@ -91,7 +91,7 @@ func BenchmarkConsumeWithFailures(b *testing.B) {
 func BenchmarkConsumeIOBound(b *testing.B) {
 	const concurrency = 256
 	work := func() { <-time.After(20 * time.Millisecond) }
-	b.Run("baseline=handwritten-loop", func(b *testing.B) {
+	b.Run("impl=loop", func(b *testing.B) {
 		e, client := benchEnv(b)
 		r, err := client.NewReceiverForQueue(e.queue, nil)
 		if err != nil {
@@ -137,7 +137,7 @@ func BenchmarkConsumeIOBound(b *testing.B) {
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
-	b.Run("retry.Consumer", func(b *testing.B) {
+	b.Run("impl=retry", func(b *testing.B) {
 		e, _ := benchEnv(b)
 		runConsumerBench(b, e, &retry.Options{MaxConcurrency: concurrency}, func(context.Context, *azservicebus.ReceivedMessage) error {
 			work()

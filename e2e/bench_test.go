@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -22,7 +21,7 @@ import (
 //	go test -run='^$' -bench=BenchmarkConsume -benchtime=5000x -count=5 ./e2e/
 func BenchmarkConsume(b *testing.B) {
 	const concurrency = 16
-	b.Run("baseline=handwritten-loop", func(b *testing.B) {
+	b.Run("impl=loop", func(b *testing.B) {
 		e, client := benchEnv(b)
 		r, err := client.NewReceiverForQueue(e.queue, nil)
 		if err != nil {
@@ -55,9 +54,9 @@ func BenchmarkConsume(b *testing.B) {
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
 	for _, renew := range []bool{true, false} {
-		name := "retry.Consumer"
+		name := "impl=retry"
 		if !renew {
-			name += "/no-lock-renewal"
+			name += "-no-renewal"
 		}
 		b.Run(name, func(b *testing.B) {
 			e, _ := benchEnv(b)
@@ -67,7 +66,8 @@ func BenchmarkConsume(b *testing.B) {
 	}
 }
 
-// benchEnv starts an emulator holding b.N messages and returns it with a client.
+// benchEnv starts an emulator holding b.N messages of 256 bytes (ids bench-0 …) and returns it with a
+// client.
 func benchEnv(b *testing.B) (*env, *azservicebus.Client) {
 	b.Helper()
 	em, err := startBenchEmulator()
@@ -81,25 +81,6 @@ func benchEnv(b *testing.B) (*env, *azservicebus.Client) {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = client.Close(context.Background()) })
-	s, err := client.NewSender(e.queue, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	ctx := context.Background()
-	for i := 0; i < b.N; {
-		batch, err := s.NewMessageBatch(ctx, nil)
-		if err != nil {
-			b.Fatal(err)
-		}
-		for ; i < b.N; i++ {
-			id := fmt.Sprintf("bench-%d", i)
-			if err := batch.AddMessage(&azservicebus.Message{MessageID: &id, Body: make([]byte, 256)}, nil); err != nil {
-				break // batch full: send it and start another
-			}
-		}
-		if err := s.SendMessageBatch(ctx, batch, nil); err != nil {
-			b.Fatal(err)
-		}
-	}
+	preload(b, e.connStr, e.queue, "bench", b.N, 256)
 	return e, client
 }
