@@ -21,7 +21,7 @@ import (
 //	go test -run='^$' -bench=BenchmarkConsumerOverhead -benchmem -count=6 .
 func BenchmarkConsumerOverhead(b *testing.B) {
 	const concurrency = 16
-	b.Run("impl=handwritten", func(b *testing.B) {
+	b.Run("impl=loop", func(b *testing.B) {
 		src := newInstantReceiver(b.N)
 		sem := make(chan struct{}, concurrency)
 		ctx := context.Background()

@@ -44,6 +44,7 @@ func BenchmarkConsumeWithFailures(b *testing.B) {
 		var wg sync.WaitGroup
 		var done atomic.Int64
 		b.ResetTimer()
+		cpu := processCPU()
 		ctx := context.Background()
 		for done.Load() < int64(b.N) {
 			msgs, err := r.ReceiveMessages(ctx, concurrency, nil)
@@ -71,6 +72,7 @@ func BenchmarkConsumeWithFailures(b *testing.B) {
 			wg.Wait()
 		}
 		b.StopTimer()
+		reportCPU(b, cpu)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
 	b.Run("impl=retry", func(b *testing.B) {
@@ -101,6 +103,7 @@ func BenchmarkConsumeIOBound(b *testing.B) {
 		var wg sync.WaitGroup
 		var done atomic.Int64
 		b.ResetTimer()
+		cpu := processCPU()
 		ctx := context.Background()
 		for received := 0; received < b.N; {
 			// Ask for as many as there are free slots, as the consumer does.
@@ -135,6 +138,7 @@ func BenchmarkConsumeIOBound(b *testing.B) {
 		if done.Load() != int64(b.N) {
 			b.Fatalf("completed %d of %d", done.Load(), b.N)
 		}
+		reportCPU(b, cpu)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 	})
 	b.Run("impl=retry", func(b *testing.B) {
@@ -165,6 +169,7 @@ func runConsumerBench(b *testing.B, e *env, opts *retry.Options, handler retry.H
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	b.ResetTimer()
+	cpu := processCPU()
 	go func() { stopped <- c.Run(ctx) }()
 	select {
 	case <-all:
@@ -176,5 +181,6 @@ func runConsumerBench(b *testing.B, e *env, opts *retry.Options, handler retry.H
 	if err := <-stopped; err != nil {
 		b.Fatal(err)
 	}
+	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 }
