@@ -34,7 +34,7 @@ E2E_BENCHES := ^(BenchmarkConsume|BenchmarkConsumeWithFailures|BenchmarkConsumeI
 
 bench:
 	@echo "writing bench.txt: COUNT=$(COUNT), BENCHTIME=$(BENCHTIME) for the e2e benchmarks"
-	$(GO) test -run='^$$' -bench='^BenchmarkProcess$$' -benchmem -count=$(COUNT) . > bench.txt || { cat bench.txt; exit 1; }
+	$(GO) test -run='^$$' -bench='^Benchmark(Process|ConsumerOverhead)$$' -benchmem -count=$(COUNT) . > bench.txt || { cat bench.txt; exit 1; }
 	$(GO) test -run='^$$' -bench='$(E2E_BENCHES)' -benchtime=$(BENCHTIME) -count=$(COUNT) -timeout=60m ./e2e/ >> bench.txt || { cat bench.txt; exit 1; }
 	$(BENCHSTAT) -col '/impl@(loop retry retry-no-renewal)' bench.txt
 	$(BENCHSTAT) -filter '.name:RetryLateness' retry=bench.txt
