@@ -331,10 +331,12 @@ func explainTimeouts(check func(ctx context.Context) error, addr string) func(ct
 
 // peekCheck peeks at one message: it opens the connection, authenticates and confirms that the queue
 // exists and can be read, without locking or changing anything (an empty queue answers with no
-// messages).
+// messages). It names the sequence number to start from: without one the SDK reads and writes the
+// receiver's peek position unguarded, a data race when two receive loops probe one connection at once.
 func peekCheck(receiver *azservicebus.Receiver) func(ctx context.Context) error {
 	return func(ctx context.Context) error {
-		_, err := receiver.PeekMessages(ctx, 1, nil)
+		from := int64(1)
+		_, err := receiver.PeekMessages(ctx, 1, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
 		return err
 	}
 }
