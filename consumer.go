@@ -479,17 +479,14 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 	}
 }
 
-// loopTimer is a receive loop's one reusable timer on the real clock: it bounds the waits for a handler
-// slot (channel mode) and the receives (callback mode), so that a busy loop does not make a timer per
-// wait. On an injected clock, which offers only After, each wait asks the clock instead.
+// loopTimer is a receive loop's reusable timers on the real clock: one bounds the waits for a handler
+// slot (channel mode), the other the receives, so that a busy loop does not make a timer per wait. On
+// an injected clock, which offers only After, each wait asks the clock instead.
 type loopTimer struct {
-	clk  Clock
-	real bool
-	t    *time.Timer // channel mode, made on first use
-	cb   *time.Timer // callback mode: ends the current receive, made on first use
-	mu   sync.Mutex
-	end  context.CancelCauseFunc // what cb calls: cancels the current receive (mu)
-	late bool                    // cb fired for a receive that had ended; the firing is to be ignored (mu)
+	clk     Clock
+	real    bool
+	t       *time.Timer // channel mode, made on first use
+	receive reusableTimer
 }
 
 func (r *run) newLoopTimer() *loopTimer {
@@ -517,55 +514,16 @@ func (lt *loopTimer) stop() {
 	}
 }
 
-// after cancels a receive (with errIdle) after d on the real clock, unless cancelAfter comes first;
-// only one receive is bounded at a time.
-func (lt *loopTimer) after(d time.Duration, cancel context.CancelCauseFunc) {
-	lt.mu.Lock()
-	lt.end = cancel
-	lt.mu.Unlock()
-	if lt.cb == nil {
-		lt.cb = time.AfterFunc(d, lt.fire)
-		return
-	}
-	lt.cb.Reset(d)
-}
-
-// fire ends the current receive, unless it is the late firing of one that has already ended.
-func (lt *loopTimer) fire() {
-	lt.mu.Lock()
-	if lt.late {
-		lt.late = false
-		lt.mu.Unlock()
-		return
-	}
-	cancel := lt.end
-	lt.end = nil
-	lt.mu.Unlock()
-	if cancel != nil {
-		cancel(errIdle)
-	}
-}
-
-// cancelAfter stops the pending cancellation of after, if it has not happened. A firing that could not
-// be stopped and has not yet taken its receive is marked late, so that it cannot end the next one.
-func (lt *loopTimer) cancelAfter() {
-	if lt.cb == nil {
-		return
-	}
-	stopped := lt.cb.Stop()
-	lt.mu.Lock()
-	if !stopped && lt.end != nil {
-		lt.late = true
-	}
-	lt.end = nil
-	lt.mu.Unlock()
-}
-
 // release stops both timers when the loop ends.
 func (lt *loopTimer) release() {
 	lt.stop()
-	lt.cancelAfter()
+	lt.receive.disarm()
 }
+
+// idleCancel ends a receive for the idle window when its timer expires.
+type idleCancel context.CancelCauseFunc
+
+func (f idleCancel) expire() { f(errIdle) }
 
 // receive asks receiver for up to n messages. It ends the call after the idle window, so that a quiet
 // connection gets probed; idle reports that this is why it returned nothing. When the connection has
@@ -577,8 +535,8 @@ func (r *run) receive(ctx context.Context, tm *loopTimer, receiver Receiver, n i
 	defer cancel(nil)
 	if tm.real && !shared {
 		// The common case reuses the loop's timer: no goroutine, no new timer.
-		tm.after(idleLeft, cancel)
-		defer tm.cancelAfter()
+		tm.receive.arm(idleLeft, idleCancel(cancel))
+		defer tm.receive.disarm()
 	} else {
 		go r.watchReceive(rctx, cancel, shared, idleLeft)
 	}

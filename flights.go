@@ -56,8 +56,13 @@ type decision struct {
 	kind       decisionKind
 	env        *Envelope
 	handlerErr error
+	// The details of a retry or a dead-letter; a success, the common case, needs neither.
+	*retryPlan
+	*deadLetterPlan
+}
 
-	// decideRetry: the copy, when it is due, and whether it has been scheduled yet.
+// retryPlan is a retry decision's copy, when it is due, and whether it has been scheduled yet.
+type retryPlan struct {
 	copyMsg   *azservicebus.Message
 	nextTry   int
 	delay     time.Duration
@@ -65,8 +70,11 @@ type decision struct {
 	errText   string
 	scheduled bool
 	seq       int64
+}
 
-	// decideDeadLetter: the reason, description and the properties added to the dead letter.
+// deadLetterPlan is a dead-letter decision's reason, description and the properties added to the
+// dead letter.
+type deadLetterPlan struct {
 	reason string
 	desc   string
 	props  map[string]any

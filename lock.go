@@ -37,7 +37,6 @@ const (
 // cancels the running handler's context and the lock-bound call in flight. The keeper is not a context,
 // so that following a lock costs no registration with the contexts shared by every message.
 type lockKeeper struct {
-	clk      Clock
 	duration time.Duration
 	interval time.Duration
 	base     context.Context // the processor's settle base: the lock is over when it ends too
@@ -50,7 +49,7 @@ type lockKeeper struct {
 	cause        error                   // why the lock ended: ErrLockLost or errSettled
 	done         chan struct{}           // closed when the lock ends; made on demand (Done)
 	onLose       context.CancelCauseFunc // cancels the running handler's context, while it runs
-	onLoseSettle context.CancelFunc      // cancels the lock-bound settle call in flight
+	onLoseSettle *settleCall             // the lock-bound settle call in flight, ended by lose
 	onLoseRenew  context.CancelFunc      // cancels the renewal call in flight
 
 	// Renewal state, guarded by the renewer's mutex.
@@ -71,7 +70,7 @@ type lockKeeper struct {
 func (p *Processor) keepLock(lk *lockKeeper, base context.Context, settler Settler, msg *azservicebus.ReceivedMessage, env *Envelope, now time.Time) {
 	cfg := p.cfg
 	d := grantedLockDuration(cfg.lockDuration, msg, now)
-	lk.clk, lk.duration, lk.interval, lk.deadline, lk.index, lk.base = cfg.clock, d, cfg.lockRenewInterval, now.Add(d), -1, base
+	lk.duration, lk.interval, lk.deadline, lk.index, lk.base = d, cfg.lockRenewInterval, now.Add(d), -1, base
 	switch {
 	case lk.interval <= 0:
 		lk.interval = max(d/2, minRenewWait)
@@ -131,7 +130,7 @@ func (lk *lockKeeper) end(cause error) {
 		cancelHandler(cause)
 	}
 	if cancelSettle != nil {
-		cancelSettle()
+		cancelSettle.end(context.Canceled)
 	}
 	if cancelRenew != nil {
 		cancelRenew()
@@ -217,25 +216,25 @@ func (lk *lockKeeper) remaining(now time.Time) time.Duration {
 	return lk.deadline.Sub(now)
 }
 
-// settleContext bounds one lock-bound settle call made at now: by timeout, by the lock's remaining time
-// (a settle after the lock expired can only fail, and waiting for it holds up the consumer), and by the
-// lock's life (lose cancels it). It derives from detached, the settle base without its cancellation, so
-// that it costs no registration with a context every message shares; a shutdown that gives up stops
-// new settle calls (alive) and closes the connection under the one in flight. Call endSettle when the
-// call returns.
-func (lk *lockKeeper) settleContext(detached context.Context, timeout time.Duration, now time.Time) (context.Context, context.CancelFunc) {
+// beginSettle starts call, the context of one lock-bound settle call made at now, and returns how long
+// it may take: the timeout, cut to the lock's remaining time (a settle after the lock expired can only
+// fail, and waiting for it holds up the consumer). Losing the lock ends the call. values is the settle
+// base without its cancellation: a shutdown that gives up stops new settle calls (alive) and closes the
+// connection under the one in flight. Call endSettle when the call returns.
+func (lk *lockKeeper) beginSettle(call *settleCall, values context.Context, timeout time.Duration, now time.Time, realNow bool) time.Duration {
 	lk.mu.Lock()
-	left := lk.deadline.Sub(now)
-	lk.mu.Unlock()
-	ctx, cancel := context.WithTimeout(detached, max(min(timeout, left), time.Millisecond))
-	lk.mu.Lock()
-	lk.onLoseSettle = cancel
+	d := max(min(timeout, lk.deadline.Sub(now)), time.Millisecond)
+	lk.onLoseSettle = call
 	over := lk.cause != nil
 	lk.mu.Unlock()
-	if over {
-		cancel()
+	if !realNow {
+		now = time.Now() // the deadline the SDK sees is on the real clock, as a context's always is
 	}
-	return ctx, cancel
+	call.values, call.deadline = values, now.Add(d)
+	if over {
+		call.end(context.Canceled)
+	}
+	return d
 }
 
 // endSettle stops lose from cancelling the settle call that has returned.
@@ -404,7 +403,7 @@ func (r *renewer) loop() {
 // renewOnce makes one renewal call for lk and schedules the next.
 func (r *renewer) renewOnce(lk *lockKeeper, done chan struct{}) {
 	p := r.p
-	sent := lk.clk.Now()
+	sent := p.cfg.clock.Now()
 	rctx, cancel := context.WithTimeout(lk.base, max(min(p.cfg.settleTimeout, lk.remaining(sent)), time.Millisecond))
 	lk.mu.Lock()
 	lk.onLoseRenew = cancel
@@ -438,7 +437,7 @@ func (r *renewer) renewOnce(lk *lockKeeper, done chan struct{}) {
 		return
 	default:
 		p.log(lk.base, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
-		now := lk.clk.Now()
+		now := p.cfg.clock.Now()
 		rem := lk.remaining(now)
 		lk.next = now.Add(min(max(rem/2, minRenewWait), max(rem, 0)))
 	}

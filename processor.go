@@ -88,6 +88,17 @@ type Processor struct {
 
 	renewOnce sync.Once
 	renewals  *renewer
+
+	realClock bool      // the clock is the real one: its readings can be deadlines
+	timers    sync.Pool // *reusableTimer, bounding settle calls
+}
+
+// callTimer returns a timer to bound one settle call with; put it back in p.timers once disarmed.
+func (p *Processor) callTimer() *reusableTimer {
+	if t, ok := p.timers.Get().(*reusableTimer); ok {
+		return t
+	}
+	return new(reusableTimer)
 }
 
 // NewProcessor returns a Processor that republishes retries through sender (the entity the retry copies
@@ -111,7 +122,8 @@ func NewProcessor(sender Sender, handler Handler, opts *Options) (*Processor, er
 // life and passes each connection's sender per call, so that its memory of in-flight messages spans
 // reconnects.
 func newProcessor(sender Sender, handler Handler, cfg *config) *Processor {
-	return &Processor{sender: sender, handler: handler, cfg: cfg, entity: cfg.entityPath}
+	_, real := cfg.clock.(realClock)
+	return &Processor{sender: sender, handler: handler, cfg: cfg, entity: cfg.entityPath, realClock: real}
 }
 
 // Process handles msg, received in peek-lock mode through settler. It calls the handler with a context
@@ -364,7 +376,8 @@ func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessag
 	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
 		return p.deadLetterDecision(env, msg, cfg.reasons.MessageTooLarge, herr, now, false)
 	}
-	return &decision{kind: decideRetry, env: env, handlerErr: herr, copyMsg: copyMsg, nextTry: next, delay: delay, at: at, errText: errText}
+	return &decision{kind: decideRetry, env: env, handlerErr: herr,
+		retryPlan: &retryPlan{copyMsg: copyMsg, nextTry: next, delay: delay, at: at, errText: errText}}
 }
 
 // maxTimeToLive is the largest TimeToLive the AMQP header can carry (its ttl field is a uint in ms).
@@ -416,7 +429,7 @@ func (p *Processor) deadLetterDecision(env *Envelope, msg *azservicebus.Received
 			props[PropFirstSequenceNumber] = env.FirstSequenceNumber
 		}
 	}
-	return &decision{kind: decideDeadLetter, env: env, handlerErr: cause, reason: reason, desc: desc, props: props}
+	return &decision{kind: decideDeadLetter, env: env, handlerErr: cause, deadLetterPlan: &deadLetterPlan{reason: reason, desc: desc, props: props}}
 }
 
 // apply carries out d with this delivery's lock.
@@ -446,10 +459,18 @@ func (p *Processor) lockBound(ob *observed, lk *lockKeeper, call func(ctx contex
 	if !lk.alive(start) {
 		return errLockGone
 	}
-	ctx, cancel := lk.settleContext(ob.detached, p.cfg.settleTimeout, start)
-	err := call(ctx)
+	sc := &ob.call
+	if !sc.deadline.IsZero() {
+		sc = new(settleCall) // a second lock-bound call of one delivery
+	}
+	d := lk.beginSettle(sc, ob.detached, p.cfg.settleTimeout, start, p.realClock)
+	tm := p.callTimer()
+	tm.arm(d, sc)
+	err := call(sc)
+	tm.disarm()
+	p.timers.Put(tm)
 	lk.endSettle()
-	cancel()
+	sc.end(context.Canceled)
 	ob.now = p.cfg.clock.Now()
 	if err == nil && ob.now.Sub(start) >= slowSettle {
 		// azservicebus v1.11 with go-amqp v1.7 can report a settle as done after the broker rejected it
@@ -482,14 +503,12 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 		// the settle timeout.
 		sctx, cancel := context.WithTimeout(ob.detached, p.cfg.settleTimeout)
 		var seqs []int64
-		ob.copyID = res.RetryMessageID
-		err := p.brokerCall(ob, SettleSchedule, msg, env, func() (err error) {
+		err := p.brokerCall(ob, SettleSchedule, res.RetryMessageID, msg, env, func() (err error) {
 			seqs, err = sender.ScheduleMessages(sctx, []*azservicebus.Message{d.copyMsg}, d.at, nil)
 			return err
 		})
 		cancel()
 		ob.now = p.cfg.clock.Now()
-		ob.copyID = ""
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
 			res.SettleErr = err
@@ -515,7 +534,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 	}
 	res.SequenceNumber = d.seq
 	err := p.lockBound(ob, lk, func(ctx context.Context) error {
-		return p.brokerCall(ob, SettleComplete, msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+		return p.brokerCall(ob, SettleComplete, "", msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
 	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
@@ -530,7 +549,7 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 // settleComplete completes a successful delivery.
 func (p *Processor) settleComplete(ob *observed, lk *lockKeeper, settler Settler, msg *azservicebus.ReceivedMessage, env Envelope, res *Result) {
 	err := p.lockBound(ob, lk, func(ctx context.Context) error {
-		return p.brokerCall(ob, SettleComplete, msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+		return p.brokerCall(ob, SettleComplete, "", msg, env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
 	})
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
@@ -551,7 +570,7 @@ func (p *Processor) settleDeadLetter(ob *observed, lk *lockKeeper, settler Settl
 	res.DeadLetterReason = d.reason
 	reason, desc := d.reason, d.desc
 	err := p.lockBound(ob, lk, func(ctx context.Context) error {
-		return p.brokerCall(ob, SettleDeadLetter, msg, *d.env, func() error {
+		return p.brokerCall(ob, SettleDeadLetter, "", msg, *d.env, func() error {
 			return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: d.props})
 		})
 	})
@@ -638,12 +657,13 @@ type observed struct {
 	entity  string
 	start   time.Time
 	handler time.Duration
-	copyID  string // the retry copy's MessageID while it is being scheduled
 	// now is the latest time read for this delivery: at the start, after the handler, after each
 	// broker call. Reading the clock once per step instead of once per use is measurable.
 	now time.Time
 	// detached is the settle base without its cancellation, for the settle calls' contexts.
 	detached context.Context
+	// call is the context of the delivery's lock-bound settle call.
+	call settleCall
 }
 
 // started runs the OnStart hook, whose context becomes the delivery's.
@@ -656,15 +676,16 @@ func (p *Processor) started(ob *observed, msg *azservicebus.ReceivedMessage, env
 	return ob.ctx
 }
 
-// brokerCall runs one broker call made for a delivery and reports it to the OnSettle hook.
-func (p *Processor) brokerCall(ob *observed, op string, msg *azservicebus.ReceivedMessage, env Envelope, call func() error) error {
+// brokerCall runs one broker call made for a delivery and reports it to the OnSettle hook; copyID is
+// the retry copy's MessageID when the call schedules it.
+func (p *Processor) brokerCall(ob *observed, op, copyID string, msg *azservicebus.ReceivedMessage, env Envelope, call func() error) error {
 	hook := p.cfg.hooks.OnSettle
 	if hook == nil {
 		return call()
 	}
 	start := p.cfg.clock.Now()
 	err := call()
-	hook(SettleParams{Context: ob.ctx, Message: msg, Envelope: env, EntityPath: ob.entity, Operation: op, RetryMessageID: ob.copyID,
+	hook(SettleParams{Context: ob.ctx, Message: msg, Envelope: env, EntityPath: ob.entity, Operation: op, RetryMessageID: copyID,
 		Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
 	return err
 }
