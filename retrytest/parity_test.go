@@ -106,6 +106,12 @@ var parityScenarios = []struct {
 		want:   oversizedOutcome{SendTooLarge: true, ScheduleRefused: true, Received: []string{"fits"}},
 	},
 	{
+		name:   "the size limit counts the same bytes",
+		entity: entity{queue: &broker.QueueConfig{Name: "exact", MaxMessageSize: 4096}},
+		run:    runLargestBody,
+		want:   4096 - largestBodyOverhead,
+	},
+	{
 		name:   "MaxDeliveryCount dead-letters after the last lock expires",
 		entity: entity{queue: &broker.QueueConfig{Name: "poison", MaxDeliveryCount: 2, LockDuration: 30 * time.Second}},
 		run:    runMaxDeliveryCount,
@@ -210,6 +216,28 @@ func runOversized(t *testing.T, d door) any {
 	require.NoError(t, d.send(t, &azservicebus.Message{Body: []byte("fits")}))
 	out.Received = drain(t, d, "", d.counts(t).Available)
 	return out
+}
+
+// largestBodyOverhead is what the AMQP encoding of runLargestBody's message adds to its body: the
+// properties section with its MessageID, an empty annotations section and the data section's header.
+// The figure itself matters less than both doors agreeing on it to the byte.
+const largestBodyOverhead = 35
+
+// runLargestBody finds the largest body the entity accepts, by bisection.
+func runLargestBody(t *testing.T, d door) any {
+	id := "m"
+	lo, hi := 0, 4096 // lo is accepted, hi is not
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		err := d.send(t, &azservicebus.Message{MessageID: &id, Body: make([]byte, mid)})
+		if err == nil {
+			lo = mid
+			continue
+		}
+		require.ErrorIs(t, err, azservicebus.ErrMessageTooLarge)
+		hi = mid
+	}
+	return lo
 }
 
 type maxDeliveryOutcome struct {
