@@ -46,10 +46,17 @@ type Broker struct {
 	successors map[chainStep]bool // retry copies scheduled, by chain and attempt
 	succeeded  int
 	retried    int
-	completed  []*azservicebus.ReceivedMessage
+	completed  []completion
 	duplicates int
 	connects   int
 	faults     map[Op]*fault
+}
+
+// completion is one completed message, converted for [Broker.Completed] only when asked for: most
+// tests never look, and the conversion is the costly part of a completion.
+type completion struct {
+	msg *amqp.Message
+	rm  *azservicebus.ReceivedMessage // nil until converted
 }
 
 // ScheduledMessage records one message scheduled through the Sender.
@@ -289,9 +296,8 @@ func (b *Broker) complete(conn *connection, src *broker.Queue, msg *azservicebus
 	if err != nil {
 		return sdkError(err)
 	}
-	done := receivedMessage(d.Message, headerDeliveryCount(d.Message), [16]byte{})
-	b.completed = append(b.completed, done)
-	st := stepOf(done.ApplicationProperties, d.SequenceNumber)
+	b.completed = append(b.completed, completion{msg: d.Message})
+	st := stepOf(d.Message.ApplicationProperties, d.SequenceNumber)
 	if b.successors[chainStep{firstSeq: st.firstSeq, attempt: st.attempt + 1}] {
 		b.retried++
 	} else {

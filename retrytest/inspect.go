@@ -46,7 +46,16 @@ func (b *Broker) Scheduled() []ScheduledMessage {
 func (b *Broker) Completed() []*azservicebus.ReceivedMessage {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return append([]*azservicebus.ReceivedMessage(nil), b.completed...)
+	out := make([]*azservicebus.ReceivedMessage, len(b.completed))
+	for i := range b.completed {
+		c := &b.completed[i]
+		if c.rm == nil {
+			c.rm = receivedMessage(c.msg, headerDeliveryCount(c.msg), [16]byte{})
+			c.msg = nil
+		}
+		out[i] = c.rm
+	}
+	return out
 }
 
 // DeadLettered returns the messages in the dead-letter queue (of every subscription, in subscription

@@ -1,6 +1,10 @@
 package broker
 
-import "time"
+import (
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
 
 // The in-process front door. Package retrytest serves the same broker to
 // unit tests without AMQP: it calls [Queue.Send], [Queue.TryReceive] and
@@ -66,12 +70,21 @@ func (b *Broker) Advance() time.Time {
 // removed, as a [Delivery] with the system annotations and with
 // Header.DeliveryCount counting every delivery including the settled one.
 // A test kit records completed messages with it without keeping copies of
-// everything it hands out.
+// everything it hands out. The message is the stored one, which the broker
+// no longer references, so it costs no copy.
 func (q *Queue) CompleteDelivery(token [16]byte) (*Delivery, error) {
 	var d *Delivery
 	err := q.locked(token, func(e *entry, _ time.Time) error {
-		d = &Delivery{Message: q.deliveryMessage(e), SequenceNumber: e.seq}
 		q.removeEntry(e)
+		m := e.msg
+		e.msg = nil
+		if m.Header == nil {
+			m.Header = &amqp.MessageHeader{}
+		}
+		m.Header.DeliveryCount = e.deliveryCount
+		setAnnotation(m, AnnotationSequenceNumber, e.seq)
+		setAnnotation(m, AnnotationEnqueuedTime, e.enqueuedAt)
+		d = &Delivery{Message: m, SequenceNumber: e.seq}
 		return nil
 	})
 	return d, err
