@@ -62,11 +62,16 @@ func TestDecodeEnvelopeRejectsHostileProperties(t *testing.T) {
 			require.ErrorAs(t, err, &envErr)
 			assert.NotEmpty(t, envErr.Property)
 
-			// The processor dead-letters such a message with a reason and never calls the handler.
+			// The processor dead-letters such a message with a reason and never calls the handler. The
+			// properties are set on the received message: Service Bus refuses some of them from a
+			// producer (over 32 KiB), so only a tampered delivery could carry them.
 			called := false
 			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { called = true; return nil }, nil)
-			f.broker.Send(&azservicebus.Message{MessageID: strPtr("bad"), Body: []byte("x"), ApplicationProperties: tc.props})
-			res := f.process()
+			_, err = f.broker.Send(&azservicebus.Message{MessageID: strPtr("bad"), Body: []byte("x")})
+			require.NoError(t, err)
+			msg := f.receiveOne()
+			msg.ApplicationProperties = tc.props
+			res := f.proc.Process(context.Background(), f.recv, msg)
 			assert.False(t, called)
 			assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 			dl := f.broker.DeadLettered()

@@ -163,7 +163,9 @@ func TestUnsupportedBodyDeadLetters(t *testing.T) {
 
 func TestOversizedCopyDeadLetters(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
-	f.broker.Send(&azservicebus.Message{MessageID: strPtr("big"), Body: bytes.Repeat([]byte("x"), retry.DefaultMaxMessageSize)})
+	// The original fits the queue's 256 KiB; its copy, with the retry properties, would not.
+	_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("big"), Body: bytes.Repeat([]byte("x"), retry.DefaultMaxMessageSize-256)})
+	require.NoError(t, err)
 	res := f.process()
 	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 	assert.Equal(t, "RetryMessageTooLarge", res.DeadLetterReason)
@@ -172,7 +174,10 @@ func TestOversizedCopyDeadLetters(t *testing.T) {
 func TestNilBodyAndNilMessage(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	f.broker.Send(&azservicebus.Message{})
-	res := f.process()
+	msg := f.receiveOne()
+	// Service Bus gives every message a MessageID; one without can only come from another producer path.
+	msg.MessageID = ""
+	res := f.proc.Process(context.Background(), f.recv, msg)
 	require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
 	assert.Nil(t, f.broker.Scheduled()[0].Message.Body)
 	copyMsg := f.broker.Scheduled()[0].Message
@@ -277,12 +282,14 @@ func TestCopyOverHeaderLimitsDeadLetters(t *testing.T) {
 		props map[string]any
 	}{
 		{"one property near 32 KiB", map[string]any{"big": strings.Repeat("x", 32*1024-10)}},
-		{"properties over 64 KiB together", map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024), "c": strings.Repeat("x", 5*1024)}},
+		// Just under 64 KiB, which Service Bus accepts; the copy's retry properties take it over.
+		{"properties over 64 KiB together with the copy's", map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024), "c": strings.Repeat("x", 4000)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
-			f.broker.Send(&azservicebus.Message{MessageID: strPtr("hdr"), Body: []byte("x"), ApplicationProperties: tc.props})
+			_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("hdr"), Body: []byte("x"), ApplicationProperties: tc.props})
+			require.NoError(t, err)
 			res := f.process()
 			assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 			assert.Equal(t, "RetryMessageTooLarge", res.DeadLetterReason)

@@ -8,66 +8,55 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // maxReceive is the SDK's limit on maxMessages per ReceiveMessages call.
 const maxReceive = 5000
 
-// Default settings of a [Broker].
-const (
-	DefaultLockDuration     = time.Minute
-	DefaultMaxDeliveryCount = 10
-)
-
-// BrokerOptions configures a [Broker]. The zero value of each field means its default.
-type BrokerOptions struct {
-	// LockDuration is how long a peek-lock lasts. Zero means [DefaultLockDuration].
-	LockDuration time.Duration
-	// MaxDeliveryCount dead-letters a message (reason MaxDeliveryCountExceeded) once a lock on it has
-	// expired this many times. Zero means [DefaultMaxDeliveryCount].
-	MaxDeliveryCount int
-	// DuplicateDetection drops a sent or scheduled message whose MessageID was seen before, like a queue
-	// with duplicate detection on (with an unbounded window). The send still reports success.
-	DuplicateDetection bool
-}
-
-// Broker is an in-memory queue. The zero value is not usable; call [NewBroker]. It is safe for
-// concurrent use.
+// Broker is one Service Bus entity in memory: a queue, or a topic with subscriptions. The zero value
+// is not usable; call [New] or [NewBroker]. It is safe for concurrent use.
+//
+// Every message semantic (sequence numbers, locks, delivery counts, scheduling, time-to-live, duplicate
+// detection, size limits, rules, dead-lettering) is the emulator's broker model, package
+// sbemu/broker, reached in process instead of over AMQP. Broker adds what a test needs around it:
+// connections that can be closed, fault switches, and records of what was scheduled and completed.
 type Broker struct {
 	clock retry.Clock
 	opts  BrokerOptions
+	// err is the configuration error of a broker from [NewBroker]; every operation returns it.
+	err error
 
-	mu        sync.Mutex
-	changed   chan struct{} // closed and replaced on every state change
-	nextSeq   int64
-	nextToken uint64
-	active    []*entry
-	pending   []*entry // scheduled, not yet due
-	locked    map[[16]byte]*entry
-	seenIDs   map[string]bool
+	// model holds the entity; target is where sends and schedules go (the queue or the topic) and
+	// sources are where receivers read (the queue itself, or the topic's subscriptions in order).
+	// None of them change after construction.
+	model   *broker.Broker
+	target  *broker.Queue
+	sources []*broker.Queue
 
-	scheduled    []ScheduledMessage
-	successors   map[chainStep]bool // retry copies scheduled, by chain and attempt
-	succeeded    int
-	retried      int
-	completed    []*azservicebus.ReceivedMessage
-	deadLettered []DeadLetteredMessage
-	duplicates   int
-	connects     int
-	faults       map[Op]*fault
+	// mu guards everything below. It is taken before the model's own lock, never after.
+	mu       sync.Mutex
+	changed  chan struct{} // closed and replaced on every change made through this broker
+	nextConn uint64
+
+	scheduled  []ScheduledMessage
+	successors map[chainStep]bool // retry copies scheduled, by chain and attempt
+	succeeded  int
+	retried    int
+	completed  []completion
+	duplicates int
+	connects   int
+	faults     map[Op]*fault
 }
 
-// entry is a stored message and its broker-side state.
-type entry struct {
-	msg           *azservicebus.Message
-	seq           int64
-	enqueued      time.Time
-	at            time.Time // scheduled enqueue time; zero if sent directly
-	deliveryCount uint32
-	token         [16]byte
-	lockedUntil   time.Time
+// completion is one completed message, converted for [Broker.Completed] only when asked for: most
+// tests never look, and the conversion is the costly part of a completion.
+type completion struct {
+	msg *amqp.Message
+	rm  *azservicebus.ReceivedMessage // nil until converted
 }
 
 // ScheduledMessage records one message scheduled through the Sender.
@@ -78,7 +67,8 @@ type ScheduledMessage struct {
 	MessageID string
 	// Attempt is the retry attempt the copy carries (its retry.PropAttempt), or 0 if it has none.
 	Attempt int
-	// SequenceNumber is the number returned by ScheduleMessages.
+	// SequenceNumber is the number returned by ScheduleMessages. As on Service Bus, the message gets a
+	// new sequence number when it becomes receivable.
 	SequenceNumber int64
 	// Duplicate is true when duplicate detection dropped it.
 	Duplicate bool
@@ -86,39 +76,70 @@ type ScheduledMessage struct {
 	Message *azservicebus.Message
 }
 
-// DeadLetteredMessage records one dead-lettered message.
+// DeadLetteredMessage is one message in a dead-letter queue.
 type DeadLetteredMessage struct {
-	Message     *azservicebus.ReceivedMessage
+	// Message is the dead-lettered message as a receiver of the dead-letter queue would see it, with
+	// DeadLetterReason, DeadLetterErrorDescription, DeadLetterSource and EnqueuedSequenceNumber (its
+	// number before it was dead-lettered) set; SequenceNumber is its number in the dead-letter queue
+	// and DeliveryCount the deliveries it had.
+	Message *azservicebus.ReceivedMessage
+	// Reason and Description are the DeadLetterReason and DeadLetterErrorDescription: the handler's
+	// or the retry package's, or the broker's own (MaxDeliveryCountExceeded, TTLExpiredException).
 	Reason      string
 	Description string
 }
 
-// NewBroker returns an empty broker on clk (nil means the real clock, which also works inside
-// testing/synctest). nil opts means defaults.
-func NewBroker(clk retry.Clock, opts *BrokerOptions) *Broker {
-	if clk == nil {
-		clk = realClock{}
-	}
-	var o BrokerOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.LockDuration <= 0 {
-		o.LockDuration = DefaultLockDuration
-	}
-	if o.MaxDeliveryCount <= 0 {
-		o.MaxDeliveryCount = DefaultMaxDeliveryCount
-	}
-	return &Broker{
+// New returns a broker on clk (nil means the real clock, which also works inside testing/synctest)
+// configured by opts (nil means defaults). Invalid options are an error wrapping
+// broker.ErrInvalidConfig that names the problem.
+func New(clk retry.Clock, opts *BrokerOptions) (*Broker, error) {
+	b := &Broker{
 		clock:      clk,
-		opts:       o,
 		changed:    make(chan struct{}),
-		locked:     make(map[[16]byte]*entry),
-		seenIDs:    make(map[string]bool),
 		faults:     make(map[Op]*fault),
 		successors: make(map[chainStep]bool),
 	}
+	if opts != nil {
+		b.opts = *opts
+	}
+	if b.clock == nil {
+		b.clock = realClock{}
+	}
+	queues, topics, err := b.opts.modelConfig()
+	if err == nil {
+		b.model, err = broker.NewInProcess(broker.Options{Clock: b.clock, Topics: topics}, queues...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("retrytest: %w", err)
+	}
+	b.target, _ = b.model.Queue(b.opts.entityPath())
+	if len(topics) == 0 {
+		b.sources = []*broker.Queue{b.target}
+	}
+	for _, sc := range b.opts.Subscriptions {
+		sub, _ := b.model.Subscription(b.opts.entityPath(), sc.Name)
+		b.sources = append(b.sources, sub)
+	}
+	return b, nil
 }
+
+// NewBroker is [New] for tests that pass fixed options: it returns no error. A broker made with invalid
+// options reports the error from [Broker.Err] and from every operation (sends, receives, schedules,
+// connects) instead, so a misconfigured test fails on its first call rather than panicking.
+func NewBroker(clk retry.Clock, opts *BrokerOptions) *Broker {
+	b, err := New(clk, opts)
+	if err == nil {
+		return b
+	}
+	// A working default broker underneath keeps every method safe to call.
+	b, _ = New(clk, nil)
+	b.err = err
+	return b
+}
+
+// Err returns the configuration error of a broker made by [NewBroker] with invalid options, nil
+// otherwise.
+func (b *Broker) Err() error { return b.err }
 
 // chainStep names one attempt of a retry chain by the chain's first sequence number, as the retry
 // envelope records it, so the broker can tell an original completed after its retry was scheduled from
@@ -148,97 +169,54 @@ type realClock struct{}
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// Send enqueues msg now, as a producer would. A message with ScheduledEnqueueTime in the future waits
-// until then. It returns the sequence number.
-func (b *Broker) Send(msg *azservicebus.Message) int64 {
+// Send enqueues msg now, as a producer would, and returns its sequence number. A message with
+// ScheduledEnqueueTime in the future waits until then (and gets a new sequence number then). A
+// duplicate (with duplicate detection on) is dropped and reported as a success with the original's
+// number, as Service Bus does. A nil msg, a message larger than MaxMessageSize (wrapping
+// azservicebus.ErrMessageTooLarge), application properties over the Service Bus limits, or values
+// AMQP cannot encode are errors, and nothing is stored.
+func (b *Broker) Send(msg *azservicebus.Message) (int64, error) {
+	if b.err != nil {
+		return 0, b.err
+	}
+	m, size, err := encode(msg)
+	if err != nil {
+		return 0, err
+	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var at time.Time
-	if msg.ScheduledEnqueueTime != nil {
-		at = *msg.ScheduledEnqueueTime
+	seq, dup, err := b.target.Send(m, size)
+	if err != nil {
+		return 0, sdkError(err)
 	}
-	seq, _ := b.enqueueLocked(msg, at)
-	return seq
-}
-
-// enqueueLocked stores a copy of msg, due at at (zero = now).
-func (b *Broker) enqueueLocked(msg *azservicebus.Message, at time.Time) (int64, bool) {
-	if b.opts.DuplicateDetection && msg.MessageID != nil {
-		if b.seenIDs[*msg.MessageID] {
-			b.duplicates++
-			b.notifyLocked()
-			return 0, true
-		}
-		b.seenIDs[*msg.MessageID] = true
-	}
-	b.nextSeq++
-	e := &entry{msg: cloneMessage(msg), seq: b.nextSeq, at: at}
-	now := b.clock.Now()
-	if !at.IsZero() && at.After(now) {
-		b.pending = append(b.pending, e)
-	} else {
-		e.enqueued = now
-		b.active = append(b.active, e)
+	if dup {
+		b.duplicates++
 	}
 	b.notifyLocked()
-	return e.seq, false
+	return seq, nil
 }
 
-// tickLocked activates due scheduled messages and returns expired locks to the queue.
-func (b *Broker) tickLocked() {
-	now := b.clock.Now()
-	kept := b.pending[:0]
-	for _, e := range b.pending {
-		if !e.at.After(now) {
-			e.enqueued = e.at
-			b.active = append(b.active, e)
-			b.notifyLocked()
-		} else {
-			kept = append(kept, e)
-		}
+// encode converts msg to the broker's form and measures it, as the SDK does before sending.
+func encode(msg *azservicebus.Message) (*amqp.Message, int, error) {
+	m, err := toAMQPMessage(msg)
+	if err != nil {
+		return nil, 0, err
 	}
-	b.pending = kept
-	for token, e := range b.locked {
-		if now.Before(e.lockedUntil) {
-			continue
-		}
-		delete(b.locked, token)
-		// Like Service Bus, a message whose lock expired MaxDeliveryCount times goes to the dead-letter
-		// queue with the broker's own reason, which the retry package never uses.
-		if int(e.deliveryCount) >= b.opts.MaxDeliveryCount {
-			b.deadLettered = append(b.deadLettered, DeadLetteredMessage{
-				Message: b.receivedLocked(e, false), Reason: "MaxDeliveryCountExceeded",
-				Description: "Message could not be consumed after the maximum delivery attempts.",
-			})
-		} else {
-			b.active = append(b.active, e)
-		}
-		b.notifyLocked()
+	size, err := encodedSize(m)
+	if err != nil {
+		return nil, 0, err
 	}
-	sortBySeq(b.active)
+	return m, size, nil
 }
 
-// nextEventLocked returns the earliest time at which tickLocked would change something.
-func (b *Broker) nextEventLocked() (time.Time, bool) {
-	var next time.Time
-	for _, e := range b.pending {
-		if next.IsZero() || e.at.Before(next) {
-			next = e.at
-		}
-	}
-	for _, e := range b.locked {
-		if next.IsZero() || e.lockedUntil.Before(next) {
-			next = e.lockedUntil
-		}
-	}
-	return next, !next.IsZero()
-}
-
-// receive blocks until at least one message is available, then locks up to max of them.
-func (b *Broker) receive(ctx context.Context, conn *connection, max int) ([]*azservicebus.ReceivedMessage, error) {
+// receive blocks until at least one message is available in src, then locks up to max of them.
+func (b *Broker) receive(ctx context.Context, conn *connection, src *broker.Queue, max int) ([]*azservicebus.ReceivedMessage, error) {
 	// The same bounds as the SDK's ReceiveMessages, so a consumer that asks for too much fails here too.
 	if max < 1 || max > maxReceive {
 		return nil, fmt.Errorf("retrytest: maxMessages must be in [1, %d], got %d", maxReceive, max)
+	}
+	if b.err != nil {
+		return nil, b.err
 	}
 	for {
 		b.mu.Lock()
@@ -250,32 +228,27 @@ func (b *Broker) receive(ctx context.Context, conn *connection, max int) ([]*azs
 			b.mu.Unlock()
 			return nil, err
 		}
-		b.tickLocked()
-		if len(b.active) > 0 {
-			n := min(max, len(b.active))
-			out := make([]*azservicebus.ReceivedMessage, 0, n)
-			now := b.clock.Now()
-			for _, e := range b.active[:n] {
-				e.deliveryCount++
-				b.nextToken++
-				e.token = tokenFor(b.nextToken)
-				e.lockedUntil = now.Add(b.opts.LockDuration)
-				b.locked[e.token] = e
-				out = append(out, b.receivedLocked(e, true))
+		// Advance first: a topic's scheduled message reaches its subscriptions only through it.
+		next := b.model.Advance()
+		var out []*azservicebus.ReceivedMessage
+		for len(out) < max {
+			d, ok := src.TryReceive(broker.PeekLock, conn.id)
+			if !ok {
+				break
 			}
-			b.active = append(b.active[:0], b.active[n:]...)
+			rm := receivedMessage(d.Message, headerDeliveryCount(d.Message)+1, d.LockToken)
+			out = append(out, rm)
+		}
+		if len(out) > 0 {
 			b.notifyLocked()
 			b.mu.Unlock()
 			return out, nil
 		}
-		// Nothing available: sleep until the broker changes (a send, a fault, a settle), the next
-		// scheduled message or lock expiry is due on the clock, the connection closes, or ctx ends. The
-		// timer is taken before the lock is released, so a mock clock advanced right after cannot
-		// slip past it.
-		var timer <-chan time.Time
-		if next, ok := b.nextEventLocked(); ok {
-			timer = b.clock.After(max1ns(next.Sub(b.clock.Now())))
-		}
+		// Nothing available: sleep until the broker changes (a send, a fault, a settle), the model's
+		// next deadline (a scheduled message, a lock or a message expiring) comes on the clock, the
+		// connection closes, or ctx ends. The timer is taken before the lock is released, so a mock
+		// clock advanced right after cannot slip past it.
+		timer := b.timerLocked(next)
 		changed := b.changed
 		closed := conn.closed
 		b.mu.Unlock()
@@ -289,47 +262,42 @@ func (b *Broker) receive(ctx context.Context, conn *connection, max int) ([]*azs
 	}
 }
 
-// max1ns keeps a timer positive: a due event whose wait rounds to zero must still wake the receiver
-// (benbjohnson's mock never fires a timer that is registered at or before its current time until the
-// next Add).
-func max1ns(d time.Duration) time.Duration {
-	if d <= 0 {
-		return time.Nanosecond
+// timerLocked returns a channel that fires when the clock reaches next; nil (never) for a zero next.
+func (b *Broker) timerLocked(next time.Time) <-chan time.Time {
+	if next.IsZero() {
+		return nil
 	}
-	return d
+	// A due event whose wait rounds to zero must still wake the waiter (benbjohnson's mock never
+	// fires a timer registered at or before its current time until the next Add).
+	return b.clock.After(max(next.Sub(b.clock.Now()), time.Nanosecond))
 }
 
-// settle finds the locked entry of msg, or reports a lost lock.
-func (b *Broker) settleLocked(op Op, conn *connection, msg *azservicebus.ReceivedMessage) (*entry, error) {
+// settleLocked runs the common checks of a settlement: a message, an open connection, no injected
+// fault.
+func (b *Broker) settleLocked(op Op, conn *connection, msg *azservicebus.ReceivedMessage) error {
 	if msg == nil {
-		return nil, errors.New("retrytest: nil message")
+		return errNilMessage
 	}
 	if err := conn.checkLocked(); err != nil {
-		return nil, err
+		return err
 	}
-	if err := b.takeFaultLocked(op); err != nil {
-		return nil, err
-	}
-	b.tickLocked()
-	e, ok := b.locked[msg.LockToken]
-	if !ok {
-		return nil, lockLostError()
-	}
-	return e, nil
+	return b.takeFaultLocked(op)
 }
 
 // complete settles msg as done, like a CompleteMessage that reached the broker. A failure leaves the
 // lock in place, as a real failed call does, so the test can see the message come back when it expires.
-func (b *Broker) complete(conn *connection, msg *azservicebus.ReceivedMessage) error {
+func (b *Broker) complete(conn *connection, src *broker.Queue, msg *azservicebus.ReceivedMessage) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e, err := b.settleLocked(OpComplete, conn, msg)
-	if err != nil {
+	if err := b.settleLocked(OpComplete, conn, msg); err != nil {
 		return err
 	}
-	delete(b.locked, e.token)
-	b.completed = append(b.completed, b.receivedLocked(e, false))
-	st := stepOf(e.msg.ApplicationProperties, e.seq)
+	d, err := src.CompleteDelivery(msg.LockToken)
+	if err != nil {
+		return sdkError(err)
+	}
+	b.completed = append(b.completed, completion{msg: d.Message})
+	st := stepOf(d.Message.ApplicationProperties, d.SequenceNumber)
 	if b.successors[chainStep{firstSeq: st.firstSeq, attempt: st.attempt + 1}] {
 		b.retried++
 	} else {
@@ -339,58 +307,79 @@ func (b *Broker) complete(conn *connection, msg *azservicebus.ReceivedMessage) e
 	return nil
 }
 
-// deadLetter moves msg to the dead-letter list with the reason and description from opts.
-func (b *Broker) deadLetter(conn *connection, msg *azservicebus.ReceivedMessage, opts *azservicebus.DeadLetterOptions) error {
+// deadLetter moves msg to the dead-letter queue with the reason, description and properties of opts.
+func (b *Broker) deadLetter(conn *connection, src *broker.Queue, msg *azservicebus.ReceivedMessage, opts *azservicebus.DeadLetterOptions) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e, err := b.settleLocked(OpDeadLetter, conn, msg)
-	if err != nil {
+	if err := b.settleLocked(OpDeadLetter, conn, msg); err != nil {
 		return err
 	}
-	delete(b.locked, e.token)
-	if opts != nil && len(opts.PropertiesToModify) > 0 {
-		// Service Bus applies the properties a dead-letter call asks for to the dead-lettered message.
-		if e.msg.ApplicationProperties == nil {
-			e.msg.ApplicationProperties = make(map[string]any, len(opts.PropertiesToModify))
+	var reason, description string
+	var props map[string]any
+	if opts != nil {
+		if opts.Reason != nil {
+			reason = *opts.Reason
 		}
-		for k, v := range opts.PropertiesToModify {
-			e.msg.ApplicationProperties[k] = v
+		if opts.ErrorDescription != nil {
+			description = *opts.ErrorDescription
 		}
+		props = opts.PropertiesToModify
 	}
-	d := DeadLetteredMessage{Message: b.receivedLocked(e, false)}
-	if opts != nil && opts.Reason != nil {
-		d.Reason = *opts.Reason
+	if err := src.DeadLetter(msg.LockToken, reason, description, props); err != nil {
+		return sdkError(err)
 	}
-	if opts != nil && opts.ErrorDescription != nil {
-		d.Description = *opts.ErrorDescription
-	}
-	b.deadLettered = append(b.deadLettered, d)
 	b.notifyLocked()
 	return nil
 }
 
 // renew extends the lock by a full lock duration from now and, like the SDK, writes the new expiry into
 // msg.LockedUntil, which the processor reads to plan its next renewal.
-func (b *Broker) renew(conn *connection, msg *azservicebus.ReceivedMessage) error {
+func (b *Broker) renew(conn *connection, src *broker.Queue, msg *azservicebus.ReceivedMessage) error {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	e, err := b.settleLocked(OpRenew, conn, msg)
-	if err != nil {
+	if err := b.settleLocked(OpRenew, conn, msg); err != nil {
 		return err
 	}
-	e.lockedUntil = b.clock.Now().Add(b.opts.LockDuration)
-	until := e.lockedUntil
-	msg.LockedUntil = &until
+	until, err := src.RenewLock(msg.LockToken)
+	if err != nil {
+		return sdkError(err)
+	}
+	msg.LockedUntil = &until[0]
 	b.notifyLocked()
 	return nil
 }
 
-// schedule stores copies of msgs due at at and records each call for [Broker.Scheduled]. A duplicate
-// (with DuplicateDetection on) is recorded with Duplicate set and reported as a success, as Service
-// Bus does, which is what makes the processor's deterministic MessageIDs safe.
+// schedule stores copies of msgs due at at and records each for [Broker.Scheduled]. Like the SDK, it
+// converts and encodes every message before sending any, so a nil or unencodable message stores
+// nothing; like the emulator, it then stores them in order and stops at the first the broker refuses
+// (too large). A duplicate (with duplicate detection on) is recorded with Duplicate set and reported
+// as a success, as Service Bus does, which is what makes the processor's deterministic MessageIDs safe.
 func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservicebus.Message, at time.Time) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if b.err != nil {
+		return nil, b.err
+	}
+	type encoded struct {
+		m    *amqp.Message
+		size int
+	}
+	enc := make([]encoded, len(msgs))
+	for i, msg := range msgs {
+		if msg == nil {
+			return nil, errNilMessage
+		}
+		withTime := *msg
+		withTime.ScheduledEnqueueTime = nil
+		if !at.IsZero() {
+			withTime.ScheduledEnqueueTime = &at
+		}
+		m, size, err := encode(&withTime)
+		if err != nil {
+			return nil, err
+		}
+		enc[i] = encoded{m, size}
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -400,60 +389,28 @@ func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservi
 	if err := b.takeFaultLocked(OpSchedule); err != nil {
 		return nil, err
 	}
+	defer b.notifyLocked()
 	seqs := make([]int64, 0, len(msgs))
-	for _, m := range msgs {
-		if m == nil {
-			return nil, errors.New("retrytest: nil message")
+	for i, e := range enc {
+		seq, dup, err := b.target.Send(e.m, e.size)
+		if err != nil {
+			return nil, sdkError(err)
 		}
-		seq, dup := b.enqueueLocked(m, at)
+		m := msgs[i]
 		rec := ScheduledMessage{At: at, SequenceNumber: seq, Duplicate: dup, Message: cloneMessage(m), Attempt: attemptOf(m)}
 		if m.MessageID != nil {
 			rec.MessageID = *m.MessageID
 		}
 		b.scheduled = append(b.scheduled, rec)
+		if dup {
+			b.duplicates++
+		}
 		if _, ok := m.ApplicationProperties[retry.PropAttempt]; ok {
 			b.successors[stepOf(m.ApplicationProperties, -1)] = true
 		}
 		seqs = append(seqs, seq)
 	}
-	b.notifyLocked()
 	return seqs, nil
-}
-
-// receivedLocked converts e into what a receiver sees.
-func (b *Broker) receivedLocked(e *entry, withLock bool) *azservicebus.ReceivedMessage {
-	m := cloneMessage(e.msg)
-	seq := e.seq
-	enq := e.enqueued
-	rm := &azservicebus.ReceivedMessage{
-		ApplicationProperties: m.ApplicationProperties,
-		Body:                  m.Body,
-		ContentType:           m.ContentType,
-		CorrelationID:         m.CorrelationID,
-		DeliveryCount:         e.deliveryCount,
-		EnqueuedTime:          &enq,
-		PartitionKey:          m.PartitionKey,
-		ReplyTo:               m.ReplyTo,
-		ReplyToSessionID:      m.ReplyToSessionID,
-		SequenceNumber:        &seq,
-		SessionID:             m.SessionID,
-		Subject:               m.Subject,
-		TimeToLive:            m.TimeToLive,
-		To:                    m.To,
-	}
-	if m.MessageID != nil {
-		rm.MessageID = *m.MessageID
-	}
-	if !e.at.IsZero() {
-		at := e.at
-		rm.ScheduledEnqueueTime = &at
-	}
-	if withLock {
-		rm.LockToken = e.token
-		until := e.lockedUntil
-		rm.LockedUntil = &until
-	}
-	return rm
 }
 
 // notifyLocked wakes everyone waiting on the current change channel (blocked receivers, WaitUntil)
@@ -463,131 +420,20 @@ func (b *Broker) notifyLocked() {
 	b.changed = make(chan struct{})
 }
 
-// WaitUntil blocks until cond returns true (checked after every change of the broker) or ctx ends.
-// cond runs without the broker's lock held and may call its inspection methods.
-func (b *Broker) WaitUntil(ctx context.Context, cond func() bool) error {
-	for {
-		b.mu.Lock()
-		changed := b.changed
-		b.mu.Unlock()
-		if cond() {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("retrytest: condition not met: %w", ctx.Err())
-		case <-changed:
-		}
+// sdkError turns a broker model error into the error the SDK returns for the same answer from Service
+// Bus, keeping the model's error in the chain for errors.Is: a lost lock is an *azservicebus.Error with
+// CodeLockLost, which the processor classifies by its Code as it does with the real SDK; a message over
+// the size limit wraps azservicebus.ErrMessageTooLarge.
+func sdkError(err error) error {
+	switch {
+	case errors.Is(err, broker.ErrLockLost):
+		return &azservicebus.Error{Code: azservicebus.CodeLockLost}
+	case errors.Is(err, broker.ErrClosed):
+		return &azservicebus.Error{Code: azservicebus.CodeClosed}
+	case errors.Is(err, broker.ErrMessageTooLarge):
+		return fmt.Errorf("retrytest: %w: %w", azservicebus.ErrMessageTooLarge, err)
 	}
-}
-
-// Scheduled returns every message scheduled through a Sender, in order.
-func (b *Broker) Scheduled() []ScheduledMessage {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]ScheduledMessage(nil), b.scheduled...)
-}
-
-// Completed returns every completed message, in order, including originals completed after their retry
-// copy was scheduled; Stats.Succeeded counts only the successes.
-func (b *Broker) Completed() []*azservicebus.ReceivedMessage {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]*azservicebus.ReceivedMessage(nil), b.completed...)
-}
-
-// DeadLettered returns every dead-lettered message with its reason, in order.
-func (b *Broker) DeadLettered() []DeadLetteredMessage {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return append([]DeadLetteredMessage(nil), b.deadLettered...)
-}
-
-// Stats counts the messages in each state. The counters are named for what a handler author waits for:
-// a failed attempt completes its original too (after scheduling the copy), so "completed" alone would
-// count failures; Succeeded does not.
-type Stats struct {
-	// Active are receivable now, Pending scheduled for later, Locked received and not yet settled.
-	Active, Pending, Locked int
-	// Succeeded counts completions with no retry copy scheduled for them: the handler succeeded.
-	Succeeded int
-	// Retried counts originals completed after their retry copy was scheduled: the attempt failed.
-	Retried int
-	// DeadLettered counts messages in the dead-letter list, with our reasons or the broker's.
-	DeadLettered int
-	// Scheduled counts ScheduleMessages copies, including those duplicate detection dropped (Duplicates).
-	Scheduled, Duplicates int
-	// Connects counts the connections the Connector built.
-	Connects int
-}
-
-// Stats returns the current counts, after activating due scheduled messages and expiring locks.
-func (b *Broker) Stats() Stats {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	b.tickLocked()
-	return Stats{
-		Active: len(b.active), Pending: len(b.pending), Locked: len(b.locked),
-		Succeeded: b.succeeded, Retried: b.retried, DeadLettered: len(b.deadLettered), Scheduled: len(b.scheduled),
-		Duplicates: b.duplicates, Connects: b.connects,
-	}
-}
-
-// AdvanceToNextScheduled moves clk (a mock clock such as benbjohnson/clock's *Mock) to the due time of
-// the earliest scheduled message, so that it becomes receivable, and returns that time. It reports false,
-// leaving the clock alone, when nothing is scheduled.
-func (b *Broker) AdvanceToNextScheduled(clk interface {
-	Now() time.Time
-	Add(time.Duration)
-}) (time.Time, bool) {
-	b.mu.Lock()
-	var next time.Time
-	for _, e := range b.pending {
-		if next.IsZero() || e.at.Before(next) {
-			next = e.at
-		}
-	}
-	b.mu.Unlock()
-	if next.IsZero() {
-		return time.Time{}, false
-	}
-	if d := next.Sub(clk.Now()); d > 0 {
-		clk.Add(d)
-	}
-	b.mu.Lock()
-	b.tickLocked()
-	b.mu.Unlock()
-	return next, true
-}
-
-// ExpireLocks makes every current lock expire now, as if the lock duration had passed: settling those
-// messages then fails with azservicebus.CodeLockLost and they become receivable again.
-func (b *Broker) ExpireLocks() {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	now := b.clock.Now()
-	for _, e := range b.locked {
-		e.lockedUntil = now
-	}
-	b.tickLocked()
-	b.notifyLocked()
-}
-
-// tokenFor derives a unique, never-zero lock token from a counter, so that tokens are deterministic
-// across test runs.
-func tokenFor(n uint64) [16]byte {
-	var t [16]byte
-	for i := 0; i < 8; i++ {
-		t[15-i] = byte(n >> (8 * i))
-	}
-	t[0] = 0x5b // never the zero token
-	return t
-}
-
-// lockLostError is the SDK error a settle on an expired or unknown lock returns; the processor
-// classifies it by its Code, as it does with the real SDK.
-func lockLostError() error {
-	return &azservicebus.Error{Code: azservicebus.CodeLockLost}
+	return fmt.Errorf("retrytest: %w", err)
 }
 
 // attemptOf reads the retry attempt a scheduled copy carries, for [ScheduledMessage.Attempt].

@@ -2,13 +2,12 @@ package retrytest
 
 import (
 	"maps"
-	"sort"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// cloneMessage deep-copies m so that neither the test nor the code under test can alter what the
-// broker stores.
+// cloneMessage deep-copies m so that neither the test nor the code under test can alter what
+// [Broker.Scheduled] recorded.
 func cloneMessage(m *azservicebus.Message) *azservicebus.Message {
 	c := *m
 	if m.Body != nil {
@@ -37,9 +36,4 @@ func cloneMessage(m *azservicebus.Message) *azservicebus.Message {
 		c.ScheduledEnqueueTime = &t
 	}
 	return &c
-}
-
-// sortBySeq restores FIFO order after expired locks and due scheduled messages were appended.
-func sortBySeq(es []*entry) {
-	sort.SliceStable(es, func(i, j int) bool { return es[i].seq < es[j].seq })
 }

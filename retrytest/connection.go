@@ -3,17 +3,21 @@ package retrytest
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // connection is one client's view of the broker. Once closed, its operations fail with
 // azservicebus.CodeClosed, like a closed SDK client.
 type connection struct {
-	b      *Broker
+	b *Broker
+	// id owns the locks taken through the connection in the broker model.
+	id     uint64
 	closed chan struct{}
 	done   bool
 }
@@ -34,27 +38,57 @@ func (c *connection) close(context.Context) error {
 	if !c.done {
 		c.done = true
 		close(c.closed)
+		if c.b.opts.ReleaseLocksOnClose {
+			c.b.model.ReleaseOwner(c.id)
+			c.b.notifyLocked()
+		}
 	}
 	return nil
 }
 
 // newConnection returns an open connection on b; receivers and senders built on it share its state.
 func (b *Broker) newConnection() *connection {
-	return &connection{b: b, closed: make(chan struct{})}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.nextConn++
+	return &connection{b: b, id: b.nextConn, closed: make(chan struct{})}
 }
 
-// Receiver returns a receiver on the broker, for tests that drive a [retry.Processor] themselves.
-func (b *Broker) Receiver() retry.Receiver { return &receiver{conn: b.newConnection()} }
+// Receiver returns a receiver on the broker, for tests that drive a [retry.Processor] themselves. On a
+// topic it receives from the first subscription.
+func (b *Broker) Receiver() retry.Receiver { return b.receiverOn(b.newConnection()) }
+
+// receiverOn returns a receiver of the first source on conn.
+func (b *Broker) receiverOn(conn *connection) *receiver {
+	return &receiver{conn: conn, src: b.sources[0]}
+}
+
+// SubscriptionReceiver returns a receiver of the topic subscription named name (ignoring case), on a
+// broker configured with [BrokerOptions.Subscriptions]. Other names, and a queue broker, are an error.
+func (b *Broker) SubscriptionReceiver(name string) (retry.Receiver, error) {
+	if b.err != nil {
+		return nil, b.err
+	}
+	sub, ok := b.model.Subscription(b.opts.entityPath(), name)
+	if !ok {
+		return nil, fmt.Errorf("retrytest: no subscription %q on %q", name, b.opts.entityPath())
+	}
+	return &receiver{conn: b.newConnection(), src: sub}, nil
+}
 
 // Sender returns a sender on the broker: what it schedules lands in the same queue.
 func (b *Broker) Sender() retry.Sender { return &sender{conn: b.newConnection()} }
 
 // Connector returns a [retry.Connector] that builds a fresh receiver and sender on every call (failing
-// while [OpConnect] faults are set). Closing the connection closes both.
+// while [OpConnect] faults are set). Closing the connection closes both. On a topic the receiver reads
+// the first subscription and the sender publishes to the topic.
 func (b *Broker) Connector() retry.Connector {
 	return func(ctx context.Context) (*retry.Connection, error) {
 		if err := ctx.Err(); err != nil {
 			return nil, err
+		}
+		if b.err != nil {
+			return nil, b.err
 		}
 		b.mu.Lock()
 		if err := b.takeFaultLocked(OpConnect); err != nil {
@@ -65,7 +99,7 @@ func (b *Broker) Connector() retry.Connector {
 		b.notifyLocked()
 		b.mu.Unlock()
 		conn := b.newConnection()
-		return &retry.Connection{Receiver: &receiver{conn: conn}, Sender: &sender{conn: conn}, Close: conn.close}, nil
+		return &retry.Connection{Receiver: b.receiverOn(conn), Sender: &sender{conn: conn}, Close: conn.close}, nil
 	}
 }
 
@@ -76,32 +110,36 @@ func (b *Broker) Connects() int {
 	return b.connects
 }
 
-// receiver implements [retry.Receiver] on a connection.
-type receiver struct{ conn *connection }
+// receiver implements [retry.Receiver] on a connection, for one entity of the broker: the queue or a
+// subscription.
+type receiver struct {
+	conn *connection
+	src  *broker.Queue
+}
 
 func (r *receiver) ReceiveMessages(ctx context.Context, maxMessages int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
-	return r.conn.b.receive(ctx, r.conn, maxMessages)
+	return r.conn.b.receive(ctx, r.conn, r.src, maxMessages)
 }
 
 func (r *receiver) CompleteMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return r.conn.b.complete(r.conn, msg)
+	return r.conn.b.complete(r.conn, r.src, msg)
 }
 
 func (r *receiver) DeadLetterMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, opts *azservicebus.DeadLetterOptions) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return r.conn.b.deadLetter(r.conn, msg, opts)
+	return r.conn.b.deadLetter(r.conn, r.src, msg, opts)
 }
 
 func (r *receiver) RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	return r.conn.b.renew(r.conn, msg)
+	return r.conn.b.renew(r.conn, r.src, msg)
 }
 
 func (r *receiver) Close(ctx context.Context) error { return r.conn.close(ctx) }
@@ -116,8 +154,9 @@ func (s *sender) ScheduleMessages(ctx context.Context, msgs []*azservicebus.Mess
 func (s *sender) Close(ctx context.Context) error { return s.conn.close(ctx) }
 
 // SubscriptionConnector returns a [retry.Connector] for the layout of [retry.SubscriptionConnectionString]:
-// messages are received from sub (standing for a topic subscription whose entity path is subPath) and
-// from retryQueue (path retryPath), and retry copies are scheduled to retryQueue. A handler for a
+// messages are received from sub (a queue standing for a topic subscription whose entity path is
+// subPath, or a topic broker, whose first subscription it reads) and from retryQueue (path retryPath),
+// and retry copies are scheduled to retryQueue. A handler for a
 // subscription can be unit-tested with it exactly as it runs against Service Bus.
 func SubscriptionConnector(sub, retryQueue *Broker, subPath, retryPath string) retry.Connector {
 	return func(ctx context.Context) (*retry.Connection, error) {
@@ -125,6 +164,9 @@ func SubscriptionConnector(sub, retryQueue *Broker, subPath, retryPath string) r
 			return nil, err
 		}
 		for _, b := range []*Broker{sub, retryQueue} {
+			if b.err != nil {
+				return nil, b.err
+			}
 			b.mu.Lock()
 			err := b.takeFaultLocked(OpConnect)
 			if err == nil {
@@ -138,10 +180,10 @@ func SubscriptionConnector(sub, retryQueue *Broker, subPath, retryPath string) r
 		}
 		subConn, retryConn := sub.newConnection(), retryQueue.newConnection()
 		return &retry.Connection{
-			Receiver:   &receiver{conn: subConn},
+			Receiver:   sub.receiverOn(subConn),
 			EntityPath: subPath,
 			Sender:     &sender{conn: retryConn},
-			Also:       []retry.Source{{Receiver: &receiver{conn: retryConn}, EntityPath: retryPath}},
+			Also:       []retry.Source{{Receiver: retryQueue.receiverOn(retryConn), EntityPath: retryPath}},
 			Close: func(ctx context.Context) error {
 				return errors.Join(subConn.close(ctx), retryConn.close(ctx))
 			},

@@ -1,19 +1,39 @@
-// Package retrytest is an in-memory Service Bus queue for testing handlers written for package retry,
+// Package retrytest is an in-memory Service Bus entity for testing handlers written for package retry,
 // without Azure and without real waiting.
 //
-// A [Broker] implements the retry package's Receiver, Sender and Connector with peek-lock semantics:
-// locks expire on the injected clock, scheduled messages become receivable when the clock reaches their
-// enqueue time, dead-lettered messages are kept with their reason, and fault switches make the next N
-// connects, receives, sends, completes, dead-letters or renewals fail. Inspection helpers report what was
+// A [Broker] implements the retry package's Receiver, Sender and Connector. It is a front door on the
+// emulator's broker model (package sbemu/broker), the same model that package sbemu serves to the real
+// SDK over AMQP: one implementation of the semantics, two doors, so a test passes or fails here for
+// the same reason it would against the emulator. Peek-lock locks expire on the injected clock and a
+// late settle fails with azservicebus.CodeLockLost; scheduled messages become receivable when the clock
+// reaches their enqueue time, with a new sequence number, as on Service Bus; time-to-live (the message's
+// own, capped by [BrokerOptions.DefaultMessageTimeToLive]) is enforced, expired messages are dropped or
+// dead-lettered with TTLExpiredException; duplicate detection drops a MessageID seen within its window;
+// messages over MaxMessageSize or with application properties over the Service Bus limits (32 KiB each,
+// 64 KiB in all) are refused; a message whose last delivery's lock expires at MaxDeliveryCount is
+// dead-lettered with MaxDeliveryCountExceeded; every message gets a MessageID if it has none. With
+// [BrokerOptions.Subscriptions] the entity is a topic whose subscriptions select copies by their rules
+// (TrueFilter, CorrelationFilter, SQL filters and actions). Fault switches make the next N connects,
+// receives, sends, completes, dead-letters or renewals fail. Inspection helpers report what was
 // scheduled (when, for which attempt, with which MessageID), completed and dead-lettered.
 //
-// Differences from Service Bus worth knowing: a scheduled message keeps the sequence number that
-// ScheduleMessages returned when it becomes receivable (Service Bus assigns a new one), time-to-live is
-// not enforced, duplicate detection (when on) has no window, and there are no sessions, deferral or
-// topics. For tests against the real protocol, the repository's e2e suite runs the SDK against an
-// in-process emulator.
+// Messages are translated to and from the model's AMQP form the way the SDK does on the wire, so a
+// handler sees the fields it would see from the SDK: DeliveryCount, SequenceNumber, EnqueuedTime,
+// LockedUntil, ScheduledEnqueueTime, DeadLetterSource, a TimeToLive that is zero (not nil) when none was
+// set and ExpiresAt computed from it, and RawAMQPMessage.
+//
+// Differences from Service Bus (and from the SDK against the emulator) worth knowing: there are no
+// sessions, deferral, transactions or auto-forwarding; ReceiveMessages returns what is available at
+// once instead of waiting a moment for more; closing a connection leaves its locks to expire unless
+// [BrokerOptions.ReleaseLocksOnClose] is set; message values are not sent through an encoder, so
+// application properties keep their Go types (int stays int, times keep their location and nanoseconds)
+// where the SDK would hand back int64 and UTC milliseconds; any positive duplicate detection window is
+// accepted (Service Bus requires 20 s at least). Sizes are those of the message's AMQP encoding, byte
+// for byte what the SDK transfers to the emulator. For tests against the real protocol, package sbemu
+// serves the same model to the SDK, and the repository's e2e suite runs the library through it.
 //
 // Drive time with any [retry.Clock]: github.com/benbjohnson/clock's *clock.Mock for step-by-step tests
 // of a [retry.Processor], or the real clock inside a testing/synctest bubble for tests of a running
-// [retry.Consumer].
+// [retry.Consumer]. A Broker runs no goroutine of its own, so it needs no Close and leaves a bubble
+// clean.
 package retrytest

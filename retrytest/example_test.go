@@ -11,6 +11,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/retrytest"
+	sbbroker "github.com/sbretry/retry/sbemu/broker"
 )
 
 // A flaky handler is retried three times on the Fibonacci schedule and then dead-lettered, all on a
@@ -64,4 +65,41 @@ func Example() {
 	// scheduled attempt 3 for t=20s
 	// scheduled attempt 4 for t=40s
 	// dead-lettered order-1 at attempt 4: RetryMaxAttemptsExceeded (payment service unavailable)
+}
+
+// A topic with two subscriptions, one selecting by a SQL rule: each subscription gets the copies its
+// rules select, exactly as the emulator (and Service Bus) would deliver them.
+func ExampleBrokerOptions_subscriptions() {
+	broker, err := retrytest.New(clock.NewMock(), &retrytest.BrokerOptions{
+		EntityPath: "orders",
+		Subscriptions: []sbbroker.SubscriptionConfig{
+			{Name: "all"},
+			{Name: "eu", Rules: []sbbroker.RuleConfig{{Name: "eu", SQLFilter: "region = 'eu'"}}},
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	for _, region := range []string{"eu", "us"} {
+		if _, err := broker.Send(&azservicebus.Message{Body: []byte("order from " + region), ApplicationProperties: map[string]any{"region": region}}); err != nil {
+			panic(err)
+		}
+	}
+	for _, sub := range []string{"all", "eu"} {
+		r, err := broker.SubscriptionReceiver(sub)
+		if err != nil {
+			panic(err)
+		}
+		msgs, err := r.ReceiveMessages(context.Background(), 10, nil)
+		if err != nil {
+			panic(err)
+		}
+		for _, m := range msgs {
+			fmt.Printf("%s: %s\n", sub, m.Body)
+		}
+	}
+	// Output:
+	// all: order from eu
+	// all: order from us
+	// eu: order from eu
 }

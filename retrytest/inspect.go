@@ -1,0 +1,167 @@
+package retrytest
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/sbemu/broker"
+)
+
+// WaitUntil blocks until cond returns true or ctx ends. cond is checked at once, after every change
+// made through the broker, and whenever the clock reaches the broker's next deadline (a scheduled
+// message falling due, a lock or a message expiring), so it also sees changes no call made. cond runs
+// without the broker's lock held and may call its inspection methods.
+func (b *Broker) WaitUntil(ctx context.Context, cond func() bool) error {
+	for {
+		b.mu.Lock()
+		changed := b.changed
+		timer := b.timerLocked(b.model.Advance())
+		b.mu.Unlock()
+		if cond() {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("retrytest: condition not met: %w", ctx.Err())
+		case <-changed:
+		case <-timer:
+		}
+	}
+}
+
+// Scheduled returns every message scheduled through a Sender, in order.
+func (b *Broker) Scheduled() []ScheduledMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]ScheduledMessage(nil), b.scheduled...)
+}
+
+// Completed returns every completed message, in order, including originals completed after their retry
+// copy was scheduled; Stats.Succeeded counts only the successes. DeliveryCount is the deliveries the
+// message had, the completed one included.
+func (b *Broker) Completed() []*azservicebus.ReceivedMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	out := make([]*azservicebus.ReceivedMessage, len(b.completed))
+	for i := range b.completed {
+		c := &b.completed[i]
+		if c.rm == nil {
+			c.rm = receivedMessage(c.msg, headerDeliveryCount(c.msg), [16]byte{})
+			c.msg = nil
+		}
+		out[i] = c.rm
+	}
+	return out
+}
+
+// DeadLettered returns the messages in the dead-letter queue (of every subscription, in subscription
+// order, on a topic), each queue in the order the messages arrived there, after applying what is due
+// now: messages dead-lettered by a handler, by the retry package, and by the broker itself
+// (MaxDeliveryCountExceeded, TTLExpiredException).
+func (b *Broker) DeadLettered() []DeadLetteredMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.model.Advance()
+	var out []DeadLetteredMessage
+	for _, src := range b.sources {
+		dlq, _ := b.model.Queue(src.Name() + broker.DeadLetterSuffix)
+		for _, d := range dlq.Peek(0, math.MaxInt) {
+			rm := receivedMessage(d.Message, headerDeliveryCount(d.Message), [16]byte{})
+			dl := DeadLetteredMessage{Message: rm}
+			if rm.DeadLetterReason != nil {
+				dl.Reason = *rm.DeadLetterReason
+			}
+			if rm.DeadLetterErrorDescription != nil {
+				dl.Description = *rm.DeadLetterErrorDescription
+			}
+			out = append(out, dl)
+		}
+	}
+	return out
+}
+
+// Stats counts the messages in each state. The counters are named for what a handler author waits for:
+// a failed attempt completes its original too (after scheduling the copy), so "completed" alone would
+// count failures; Succeeded does not.
+type Stats struct {
+	// Active are receivable now, Pending scheduled for later, Locked received and not yet settled. On a
+	// topic they add up every subscription (and the topic's scheduled messages).
+	Active, Pending, Locked int
+	// Succeeded counts completions with no retry copy scheduled for them: the handler succeeded.
+	Succeeded int
+	// Retried counts originals completed after their retry copy was scheduled: the attempt failed.
+	Retried int
+	// DeadLettered counts the messages in the dead-letter queue, with our reasons or the broker's.
+	DeadLettered int
+	// Scheduled counts ScheduleMessages copies, including those duplicate detection dropped.
+	Scheduled int
+	// Duplicates counts the sends and schedules duplicate detection dropped.
+	Duplicates int
+	// Connects counts the connections the Connector built.
+	Connects int
+}
+
+// Stats returns the current counts, after applying what is due now: scheduled messages activate,
+// locks and messages expire.
+func (b *Broker) Stats() Stats {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.model.Advance()
+	st := Stats{
+		Succeeded: b.succeeded, Retried: b.retried, Scheduled: len(b.scheduled),
+		Duplicates: b.duplicates, Connects: b.connects,
+	}
+	if b.target.IsTopic() {
+		st.Pending = b.target.Stats().Scheduled
+	}
+	for _, src := range b.sources {
+		s := src.Stats()
+		st.Active += s.Active
+		st.Pending += s.Scheduled
+		st.Locked += s.Locked
+		st.DeadLettered += s.DeadLettered
+	}
+	return st
+}
+
+// AdvanceToNextScheduled moves clk (a mock clock such as benbjohnson/clock's *Mock) to the due time of
+// the earliest scheduled message, so that it becomes receivable, and returns that time. It reports false,
+// leaving the clock alone, when nothing is scheduled.
+func (b *Broker) AdvanceToNextScheduled(clk interface {
+	Now() time.Time
+	Add(time.Duration)
+}) (time.Time, bool) {
+	b.mu.Lock()
+	var next time.Time
+	for _, s := range b.target.ScheduledMessages() {
+		if next.IsZero() || s.At.Before(next) {
+			next = s.At
+		}
+	}
+	b.mu.Unlock()
+	if next.IsZero() {
+		return time.Time{}, false
+	}
+	if d := next.Sub(clk.Now()); d > 0 {
+		clk.Add(d)
+	}
+	b.mu.Lock()
+	b.model.Advance()
+	b.notifyLocked()
+	b.mu.Unlock()
+	return next, true
+}
+
+// ExpireLocks makes every current lock expire now, as if the lock duration had passed: settling those
+// messages then fails with azservicebus.CodeLockLost and they become receivable again (or go to the
+// dead-letter queue with MaxDeliveryCountExceeded when that was their last delivery).
+func (b *Broker) ExpireLocks() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.model.ExpireAllLocks()
+	b.notifyLocked()
+}
