@@ -194,17 +194,16 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer abandon(nil)
 
 	r := &run{
-		c:           c,
-		handlerCtx:  handlerCtx,
-		settleBase:  settleBase,
-		detached:    context.WithoutCancel(settleBase),
-		slots:       make(chan struct{}, c.cfg.maxConcurrency),
-		settling:    make(chan struct{}, c.cfg.maxConcurrency+extraSettleSlots),
-		work:        make(chan job),
-		stopWorkers: make(chan struct{}),
+		c:          c,
+		handlerCtx: handlerCtx,
+		settleBase: settleBase,
+		detached:   context.WithoutCancel(settleBase),
+		slots:      make(chan struct{}, c.cfg.maxConcurrency),
+		settleCap:  int64(c.cfg.maxConcurrency + extraSettleSlots),
+		work:       make(chan job, c.cfg.maxConcurrency),
 	}
 	loopErr := r.loop(ctx)
-	close(r.stopWorkers) // nothing is dispatched any more: idle workers exit, busy ones when done
+	close(r.work) // nothing is dispatched any more: idle workers exit, busy ones when done
 
 	// Shutdown: receiving has stopped. Handlers still running get the grace period with a live context,
 	// then one settle timeout after their cancellation. Only then are the connections closed, so that
@@ -247,18 +246,21 @@ type run struct {
 	detached   context.Context // settleBase without its cancellation
 	slots      chan struct{}   // one per running handler
 	waiting    atomic.Int32    // receive loops waiting for a slot
-	settling   chan struct{}   // one per message whose handler returned and whose settle is in flight
-	workers    sync.WaitGroup
-	busy       atomic.Int64 // messages received and not yet finished
+	// settling counts the messages whose handler returned and whose settle is in flight, up to
+	// settleCap. Nothing ever waits for one of these slots (see slotHolder), so it is a counter.
+	settling  atomic.Int64
+	settleCap int64
+	workers   sync.WaitGroup
+	busy      atomic.Int64 // messages received and not yet finished
 
 	// Long-lived workers run the messages: a worker that finishes one waits for the next instead of
 	// exiting, so that a busy consumer neither starts a goroutine per message nor grows a fresh stack
-	// for each (the SDK's settle path is deep). work hands a message to an idle worker; idle counts them,
-	// and at most maxIdleWorkers wait at a time, so the goroutines stay within the messages in flight
-	// plus that constant. stopWorkers is closed once receiving has stopped.
-	work        chan job
-	idle        atomic.Int32
-	stopWorkers chan struct{}
+	// for each (the SDK's settle path is deep). work queues a message for an idle worker; idle counts the
+	// workers waiting on it that no queued message has claimed yet, and at most maxIdleWorkers wait at a
+	// time, so the goroutines stay within the messages in flight plus that constant. work is closed once
+	// receiving has stopped.
+	work chan job
+	idle atomic.Int32
 
 	mu    sync.Mutex
 	conns []*liveConnection // every connection not yet closed
@@ -612,12 +614,13 @@ func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.Re
 		r.busy.Add(1)
 		live.inFlight.Add(1)
 		j := job{live: live, src: src, msg: msg}
-		select {
-		case r.work <- j:
-		default:
-			r.workers.Add(1)
-			go r.worker(j)
+		if r.idle.Add(-1) >= 0 {
+			r.work <- j // claimed an idle worker: it takes this or an earlier message, never blocking here
+			continue
 		}
+		r.idle.Add(1)
+		r.workers.Add(1)
+		go r.worker(j)
 	}
 }
 
@@ -638,29 +641,30 @@ func (r *run) maxIdleWorkers() int32 { return int32(min(r.c.cfg.maxConcurrency, 
 // are idle.
 func (r *run) worker(j job) {
 	defer r.workers.Done()
+	// The worker's own context under the handlers' one: each handler's context registers with it, not
+	// with the context all workers share, so that starting a handler waits for no other worker.
+	ctx, cancel := context.WithCancel(r.handlerCtx)
+	defer cancel()
 	sl := &slotHolder{r: r}
 	for {
-		r.handle(j, sl)
-		if r.idle.Add(1) > r.maxIdleWorkers() {
-			r.idle.Add(-1)
+		r.handle(ctx, j, sl)
+		if r.idle.Load() >= r.maxIdleWorkers() {
 			return
 		}
-		select {
-		case j = <-r.work:
-			r.idle.Add(-1)
-		case <-r.stopWorkers:
-			r.idle.Add(-1)
+		r.idle.Add(1)
+		var ok bool
+		if j, ok = <-r.work; !ok {
 			return
 		}
 	}
 }
 
 // handle processes one message, which holds a handler slot, with the worker's slot holder.
-func (r *run) handle(j job, sl *slotHolder) {
+func (r *run) handle(ctx context.Context, j job, sl *slotHolder) {
 	defer r.busy.Add(-1)
 	defer j.live.inFlight.Done()
 	sl.state = holdsHandler
-	res := r.c.proc.process(r.handlerCtx, r.settleBase, r.detached, j.src.Receiver, j.live.conn.Sender, j.src.EntityPath, j.msg, sl)
+	res := r.c.proc.process(ctx, r.settleBase, r.detached, j.src.Receiver, j.live.conn.Sender, j.src.EntityPath, j.msg, sl)
 	sl.done()
 	r.c.count(res)
 }
@@ -685,12 +689,12 @@ func (s *slotHolder) release() {
 	if s.state != holdsHandler {
 		return
 	}
-	select {
-	case s.r.settling <- struct{}{}:
-		<-s.r.slots
-		s.state = holdsSettling
-	default:
+	if s.r.settling.Add(1) > s.r.settleCap {
+		s.r.settling.Add(-1) // full: keep the handler slot
+		return
 	}
+	<-s.r.slots
+	s.state = holdsSettling
 }
 
 // reacquire takes a handler slot again before a handler runs, waiting for one; false if ctx ended or
@@ -700,7 +704,7 @@ func (s *slotHolder) reacquire(ctx context.Context, lockLost <-chan struct{}) bo
 		return true
 	}
 	if s.state == holdsSettling {
-		<-s.r.settling // waiting for a handler slot while holding a settling one could close a cycle
+		s.r.settling.Add(-1) // waiting for a handler slot while holding a settling one could close a cycle
 		s.state = holdsNothing
 	}
 	select {
@@ -719,7 +723,7 @@ func (s *slotHolder) done() {
 	case holdsHandler:
 		<-s.r.slots
 	case holdsSettling:
-		<-s.r.settling
+		s.r.settling.Add(-1)
 	}
 	s.state = holdsNothing
 }

@@ -99,15 +99,45 @@ type flight struct {
 // the same message is still being handled (its lock died with a connection, and its settle is stuck)
 // supersedes it, waits for it to end, and inherits its decision. The memory is per process; across
 // processes, the deterministic retry MessageIDs and the broker's duplicate detection do the same job.
+//
+// It is split into shards by message, each with its own lock, so that the workers registering and
+// removing deliveries do not all wait for one lock; every delivery of a message, and so every chain, is
+// in one shard.
 type flights struct {
-	mu      sync.Mutex
-	byKey   map[flightKey]*flight
-	forgets []*flight // remembered outcomes, oldest first
+	shards [flightShards]flightShard
+}
+
+// flightShards is how many shards the registry has; each remembers at most its share of
+// maxRememberedOutcomes.
+const flightShards = 16
+
+// shard returns the shard of key.
+func (fs *flights) shard(key flightKey) *flightShard {
+	return &fs.shards[(uint64(key.seq)+uint64(key.enqueued))%flightShards]
 }
 
 // enter registers f (a zero flight) as a new delivery of key and returns the earlier delivery of the
 // same message, if one is still in flight or remembered.
 func (fs *flights) enter(f *flight, key flightKey, lk *lockKeeper, now time.Time) (prior *flight) {
+	return fs.shard(key).enter(f, key, lk, now)
+}
+
+// priorOf returns the delivery f superseded, if f still links to it.
+func (fs *flights) priorOf(f *flight) *flight { return fs.shard(f.key).priorOf(f) }
+
+// leave ends f's handling (see flightShard.leave).
+func (fs *flights) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
+	fs.shard(f.key).leave(f, unsettled, now, ttl)
+}
+
+// flightShard is one shard of the registry.
+type flightShard struct {
+	mu      sync.Mutex
+	byKey   map[flightKey]*flight
+	forgets []*flight // remembered outcomes, oldest first
+}
+
+func (fs *flightShard) enter(f *flight, key flightKey, lk *lockKeeper, now time.Time) (prior *flight) {
 	f.key, f.lock = key, lk
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
@@ -121,8 +151,7 @@ func (fs *flights) enter(f *flight, key flightKey, lk *lockKeeper, now time.Time
 	return prior
 }
 
-// priorOf returns the delivery f superseded, if f still links to it.
-func (fs *flights) priorOf(f *flight) *flight {
+func (fs *flightShard) priorOf(f *flight) *flight {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	return f.prior
@@ -135,7 +164,7 @@ func (fs *flights) priorOf(f *flight) *flight {
 // whose lock had died, say) must not break the chain: if that earlier one is still running, the entry
 // goes back to it, so its decision is remembered when it ends and the next redelivery waits for it;
 // if it has ended, its decision becomes this delivery's.
-func (fs *flights) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
+func (fs *flightShard) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	defer f.end()
@@ -171,11 +200,11 @@ func (fs *flights) leave(f *flight, unsettled bool, now time.Time, ttl time.Dura
 	fs.forgetLocked(now)
 }
 
-// forgetLocked drops remembered outcomes that expired, and the oldest ones beyond the bound.
-func (fs *flights) forgetLocked(now time.Time) {
+// forgetLocked drops remembered outcomes that expired, and the oldest ones beyond the shard's bound.
+func (fs *flightShard) forgetLocked(now time.Time) {
 	for len(fs.forgets) > 0 {
 		old := fs.forgets[0]
-		if len(fs.forgets) <= maxRememberedOutcomes && now.Before(old.remembered) {
+		if len(fs.forgets) <= maxRememberedOutcomes/flightShards && now.Before(old.remembered) {
 			return
 		}
 		fs.forgets[0] = nil
