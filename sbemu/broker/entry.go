@@ -55,6 +55,9 @@ type entry struct {
 	// carry it in full again rather than only its state.
 	journaledAt int64
 	msgChanged  bool
+	// storedAt is the journal position after the record that last wrote
+	// the message in full: it is on disk once that position is.
+	storedAt int64
 }
 
 func newEntry(msg *amqp.Message, size int) *entry {

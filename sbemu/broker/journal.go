@@ -7,6 +7,7 @@ import (
 	"hash/crc32"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 )
 
@@ -149,12 +150,13 @@ func newJournal(dir string, f *os.File, gen uint64, compactAfter, lastSnap int64
 }
 
 // appendRecord frames payload as one record and buffers it for the
-// goroutine. It never blocks on the disk.
-func (j *journal) appendRecord(payload []byte) {
+// goroutine, and returns the logical position after it: the record is
+// durable once that position is. It never blocks on the disk.
+func (j *journal) appendRecord(payload []byte) int64 {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.closing || j.err != nil {
-		return
+		return j.appended
 	}
 	n := len(j.pending)
 	j.pending = appendFramed(j.pending, payload)
@@ -164,6 +166,7 @@ func (j *journal) appendRecord(payload []byte) {
 	j.stats.Records++
 	j.stats.Bytes += size
 	j.signal()
+	return j.appended
 }
 
 // appendFramed appends one record (header and payload) to dst.
@@ -209,14 +212,28 @@ func (j *journal) requestSnapshot(data []byte) {
 // caller's goroutine when there is nothing to wait for, else on the
 // journal goroutine, so it must not block.
 func (j *journal) afterSync(fn func(error)) {
+	j.afterPosition(-1, fn)
+}
+
+// afterPosition is afterSync for the records up to logical position pos
+// only; a negative pos means everything appended so far.
+func (j *journal) afterPosition(pos int64, fn func(error)) {
 	j.mu.Lock()
-	if j.err != nil || j.durable >= j.appended {
+	if pos < 0 {
+		pos = j.appended
+	}
+	if j.err != nil || j.durable >= pos {
 		err := j.err
 		j.mu.Unlock()
 		fn(err)
 		return
 	}
-	j.waiters = append(j.waiters, syncWaiter{pos: j.appended, fn: fn})
+	// Waiters stay sorted by position, so the goroutine releases a prefix.
+	i := len(j.waiters)
+	for i > 0 && j.waiters[i-1].pos > pos {
+		i--
+	}
+	j.waiters = slices.Insert(j.waiters, i, syncWaiter{pos: pos, fn: fn})
 	j.mu.Unlock()
 }
 

@@ -69,6 +69,7 @@ type persistence struct {
 	dedups   []dedupChange       // duplicate-detection records added
 	entities bool                // an entity was added, changed or removed
 	rec      recordEncoder       // reused payload buffer
+	written  []*entry            // messages the record being built writes in full
 }
 
 // dirtyKey names a message slot: a queue and a sequence number.
@@ -142,6 +143,10 @@ func (p *persistence) commit(b *Broker) {
 	r := &p.rec
 	r.buf = r.buf[:0]
 	err := p.encodeChanges(b, r)
+	if err != nil {
+		clear(p.written)
+		p.written = p.written[:0]
+	}
 	clear(p.dirty)
 	clear(p.seqs)
 	clear(p.dedups)
@@ -154,7 +159,12 @@ func (p *persistence) commit(b *Broker) {
 		p.j.fail(err)
 		return
 	}
-	p.j.appendRecord(r.buf)
+	end := p.j.appendRecord(r.buf)
+	for _, e := range p.written {
+		e.storedAt = end
+	}
+	clear(p.written)
+	p.written = p.written[:0]
 	if p.j.wantSnapshot() {
 		data, err := b.encodeSnapshot()
 		if err != nil {
@@ -200,6 +210,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 			return err
 		}
 		e.journaledAt, e.msgChanged = k.seq, false
+		p.written = append(p.written, e)
 	}
 	for _, d := range p.dedups {
 		if !d.q.removed {
@@ -579,6 +590,43 @@ func (b *Broker) AfterSync(fn func(error)) {
 		return
 	}
 	b.persist.j.afterSync(fn)
+}
+
+// storedPosition is what [Delivery] carries for e: the journal position
+// to wait for before the message may leave the broker, 0 for nothing to
+// wait for, -1 for the record of the running call (e was written in full
+// by it, say a scheduled message activated by this very receive). b.mu must
+// be held.
+func (q *Queue) storedPosition(e *entry) int64 {
+	if q.b.persist == nil {
+		return 0
+	}
+	if e.journaledAt != e.seq || e.msgChanged {
+		return -1
+	}
+	return e.storedAt
+}
+
+// WaitStored blocks until the message of d, obtained from [Queue.Receive]
+// or [Queue.TryReceive], is on disk, ctx is done or the journal failed.
+// The AMQP server calls it before it transfers a message, so a client
+// never processes a message that a crash could make disappear (and whose
+// sequence number a crash could hand out again). It returns at once
+// without [Options.DataDir] and when the message was stored earlier, the
+// usual case; only a message received right after it was sent waits for
+// the fsync of its send.
+func (b *Broker) WaitStored(ctx context.Context, d *Delivery) error {
+	if b.persist == nil || d.storedAt == 0 {
+		return nil
+	}
+	done := make(chan error, 1)
+	b.persist.j.afterPosition(d.storedAt, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // JournalStats returns the journal's counters; zero without

@@ -54,6 +54,10 @@ type Delivery struct {
 	LockedUntil time.Time
 	// SequenceNumber is the message's sequence number in this queue.
 	SequenceNumber int64
+
+	// storedAt is the journal position the message is on disk after; see
+	// [Broker.WaitStored].
+	storedAt int64
 }
 
 // Receive returns the next message in sequence order, blocking until one is
@@ -138,7 +142,7 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 		return nil
 	}
 	e := q.available[0]
-	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e)}
+	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e), storedAt: q.storedPosition(e)}
 	// Without a lock there is nothing to settle or return, so the entry goes at
 	// once: at-most-once delivery, the trade-off of this mode on Service Bus.
 	if mode == ReceiveAndDelete {
