@@ -166,7 +166,7 @@ func (p *persistence) commit(b *Broker) {
 	clear(p.written)
 	p.written = p.written[:0]
 	if p.j.wantSnapshot() {
-		data, err := b.encodeSnapshot()
+		data, err := b.encodeSnapshot(nil)
 		if err != nil {
 			p.j.fail(err)
 			return
@@ -221,26 +221,32 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 }
 
 // encodeSnapshot encodes the whole durable state as framed records ending
-// in opEnd; b.mu must be held.
-func (b *Broker) encodeSnapshot() ([]byte, error) {
-	var out []byte
-	r := &recordEncoder{}
-	flush := func() {
-		out = appendFramed(out, r.buf)
-		r.buf = r.buf[:0]
+// in opEnd; b.mu must be held. encoded holds messages as read from disk at
+// open, which saves encoding them again; nil otherwise.
+func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
+	size := 0
+	for _, q := range b.allQueues() {
+		for _, e := range q.entries {
+			size += e.size + 64
+		}
 	}
+	r := &recordEncoder{buf: make([]byte, 0, size+4096)}
+	start := r.beginRecord()
 	if err := r.entities(storedEntities{Queues: b.queueCfgs, Topics: b.topicCfgs}); err != nil {
 		return nil, err
 	}
 	for _, q := range b.allQueues() {
 		r.lastSeq(q.name, q.lastSeq)
 		for seq, e := range q.entries {
-			if err := r.put(q.name, seq, e); err != nil {
+			if raw, ok := encoded[e]; ok && !e.msgChanged {
+				r.putEncoded(q.name, seq, e, raw)
+			} else if err := r.put(q.name, seq, e); err != nil {
 				return nil, err
 			}
 			e.journaledAt, e.msgChanged = seq, false
-			if len(r.buf) >= snapshotChunk {
-				flush()
+			if len(r.buf)-start >= snapshotChunk {
+				r.endRecord(start)
+				start = r.beginRecord()
 			}
 		}
 		for id, rec := range q.dedup.seen {
@@ -248,8 +254,8 @@ func (b *Broker) encodeSnapshot() ([]byte, error) {
 		}
 	}
 	r.byte(opEnd)
-	flush()
-	return out, nil
+	r.endRecord(start)
+	return r.buf, nil
 }
 
 // openPersistent is [New] with a data directory: it loads the stored
@@ -294,7 +300,8 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := b.restore(img); err != nil {
+	encoded, err := b.restore(img)
+	if err != nil {
 		b.Close()
 		return nil, err
 	}
@@ -309,7 +316,7 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 		compactAfter = DefaultCompactAfter
 	}
 	b.mu.Lock()
-	err = b.attachJournal(dir, f, gen, compactAfter)
+	err = b.attachJournal(dir, f, gen, compactAfter, encoded)
 	b.mu.Unlock()
 	if err != nil {
 		_ = f.Close()
@@ -322,8 +329,8 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 // attachJournal writes the snapshot of generation gen and makes f, that
 // generation's empty log, the broker's journal; b.mu must be held, so the
 // snapshot is exactly the state the new log continues from.
-func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter int64) error {
-	snap, err := b.encodeSnapshot()
+func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter int64, encoded map[*entry][]byte) error {
+	snap, err := b.encodeSnapshot(encoded)
 	if err != nil {
 		return err
 	}
@@ -462,11 +469,13 @@ func (b *Broker) storedQueue(key string) *Queue {
 
 // restore installs the stored messages, counters and duplicate-detection
 // records into the freshly built broker. Messages that were locked come
-// back as if their locks had expired now.
-func (b *Broker) restore(img *image) error {
+// back as if their locks had expired now. It returns each restored
+// message's encoding, for the snapshot that follows.
+func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	now := b.clock.Now()
+	encoded := map[*entry][]byte{}
 	keys := make([]string, 0, len(img.stored))
 	for k := range img.stored {
 		keys = append(keys, k)
@@ -477,7 +486,7 @@ func (b *Broker) restore(img *image) error {
 	for _, k := range keys {
 		q := b.storedQueue(k)
 		if q == nil {
-			return fmt.Errorf("%w: state for unknown entity %q", errCorrupt, img.stored[k].path)
+			return nil, fmt.Errorf("%w: state for unknown entity %q", errCorrupt, img.stored[k].path)
 		}
 		q.lastSeq = max(q.lastSeq, img.stored[k].lastSeq)
 	}
@@ -491,8 +500,9 @@ func (b *Broker) restore(img *image) error {
 		for _, seq := range slices.Sorted(maps.Keys(s.msgs)) {
 			e, err := restoreEntry(s.msgs[seq], seq, s.path)
 			if err != nil {
-				return err
+				return nil, err
 			}
+			encoded[e] = s.msgs[seq].msg
 			q.entries[seq] = e
 			switch e.state {
 			case stateScheduled:
@@ -517,7 +527,7 @@ func (b *Broker) restore(img *image) error {
 		l.q.returnLocked(l.e, true, now)
 	}
 	b.armAll(now)
-	return nil
+	return encoded, nil
 }
 
 // restoreEntry decodes one stored message.

@@ -104,6 +104,12 @@ func (r *recordEncoder) put(path string, seq int64, e *entry) error {
 	if err != nil {
 		return fmt.Errorf("broker: encoding message %d of %s: %w", seq, path, err)
 	}
+	r.putEncoded(path, seq, e, msg)
+	return nil
+}
+
+// putEncoded is put with the message already encoded.
+func (r *recordEncoder) putEncoded(path string, seq int64, e *entry, msg []byte) {
 	r.byte(opPut)
 	r.string(path)
 	r.varint(seq)
@@ -115,7 +121,21 @@ func (r *recordEncoder) put(path string, seq int64, e *entry) error {
 	r.time(e.expiresAt)
 	r.time(e.expiryCap)
 	r.bytes(msg)
-	return nil
+}
+
+// beginRecord starts a framed record in place: room for the header now,
+// filled in by endRecord, so a large snapshot is never copied.
+func (r *recordEncoder) beginRecord() int {
+	start := len(r.buf)
+	r.buf = append(r.buf, make([]byte, recordHeaderSize)...)
+	return start
+}
+
+// endRecord fills in the header of the record begun at start.
+func (r *recordEncoder) endRecord(start int) {
+	payload := r.buf[start+recordHeaderSize:]
+	binary.LittleEndian.PutUint32(r.buf[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(r.buf[start+4:], crc32.Checksum(payload, castagnoli))
 }
 
 func (r *recordEncoder) meta(path string, seq int64, e *entry) {
