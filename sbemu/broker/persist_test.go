@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -548,4 +549,47 @@ func BenchmarkPersistReopen(b *testing.B) {
 			open(b, d)
 		}
 	})
+}
+
+// BenchmarkPersistGroupCommit sends durably (Send, then Sync, as the AMQP
+// server does before acknowledging) from 1 to 64 goroutines and reports
+// fsyncs per send: one goroutine needs one fsync per send, more share
+// them.
+//
+//	go test -run '^$' -bench BenchmarkPersistGroupCommit -count 5 ./sbemu/broker/
+func BenchmarkPersistGroupCommit(b *testing.B) {
+	for _, workers := range []int{1, 4, 16, 64} {
+		b.Run(fmt.Sprint("workers=", workers), func(b *testing.B) {
+			br, err := New(Options{DataDir: b.TempDir()}, QueueConfig{Name: "q"})
+			require.NoError(b, err)
+			defer br.Close()
+			q, _ := br.Queue("q")
+			m := newMsg(nil, string(make([]byte, 256)))
+			before := br.JournalStats()
+			b.ResetTimer()
+			var next atomic.Int64
+			errs := make(chan error, workers)
+			for range workers {
+				go func() {
+					for next.Add(1) <= int64(b.N) {
+						if _, _, err := q.Send(m, 300); err != nil {
+							errs <- err
+							return
+						}
+						if err := br.Sync(context.Background()); err != nil {
+							errs <- err
+							return
+						}
+					}
+					errs <- nil
+				}()
+			}
+			for range workers {
+				require.NoError(b, <-errs)
+			}
+			b.StopTimer()
+			st := br.JournalStats()
+			b.ReportMetric(float64(st.Syncs-before.Syncs)/float64(b.N), "fsyncs/send")
+		})
+	}
 }
