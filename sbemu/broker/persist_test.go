@@ -479,7 +479,7 @@ func TestPersistCorruptSnapshotIsAnError(t *testing.T) {
 func FuzzReplayJournal(f *testing.F) {
 	r := &recordEncoder{}
 	r.lastSeq("q", 4)
-	r.put("q", 3, newEntry(newMsg("id", "body"), 4)) //nolint:errcheck // cannot fail for this message
+	_ = r.put("q", 3, newEntry(newMsg("id", "body"), 4)) // cannot fail for this message
 	r.meta("q", 3, &entry{state: stateLocked, deliveryCount: 2})
 	r.dedup("q", "string:id", 3, persistStart)
 	r.delete("q", 3)
