@@ -69,6 +69,12 @@ func brokerStatus(err error) error {
 
 // serveHTTP authenticates and routes one request.
 func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if a.e.persistent && r.Method != http.MethodGet && r.Method != http.MethodHead {
+		dw := &durableWriter{ResponseWriter: w, r: r, b: a.e.broker}
+		// Also when the handler wrote nothing and net/http answers 200.
+		defer dw.wait()
+		w = dw
+	}
 	err := a.authorize(r)
 	if err == nil {
 		err = a.route(w, r)
@@ -604,4 +610,43 @@ func (a *adminServer) topicEntry(r *http.Request, tc broker.TopicConfig) atomEnt
 		MaxMessageSizeInKilobytes:           ptr(int64(size / 1024)),
 	}
 	return a.entry(r, tc.Name, tc.Name, m, d)
+}
+
+// durableWriter holds back the answer to a request that may have changed
+// entities until the broker's journal has the change on disk
+// ([Config.DataDir], durable.go), so a client told "created" finds the
+// entity after a crash; if the journal failed it answers 500 instead.
+type durableWriter struct {
+	http.ResponseWriter
+	r      *http.Request
+	b      *broker.Broker
+	waited bool
+	failed bool
+}
+
+// wait syncs the journal once, before the first byte of the answer.
+func (d *durableWriter) wait() {
+	if d.waited {
+		return
+	}
+	d.waited = true
+	if err := d.b.Sync(d.r.Context()); err != nil {
+		d.failed = true
+		http.Error(d.ResponseWriter, "sbemu: "+err.Error(), http.StatusInternalServerError)
+	}
+}
+
+func (d *durableWriter) WriteHeader(code int) {
+	d.wait()
+	if !d.failed {
+		d.ResponseWriter.WriteHeader(code)
+	}
+}
+
+func (d *durableWriter) Write(p []byte) (int, error) {
+	d.wait()
+	if d.failed {
+		return len(p), nil // the error answer replaced it
+	}
+	return d.ResponseWriter.Write(p)
 }

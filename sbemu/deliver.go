@@ -224,7 +224,24 @@ func (s *queueSource) next(ctx context.Context) (*outgoing, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := s.waitStored(ctx, d); err != nil {
+		return nil, err
+	}
 	return s.wrap(d), nil
+}
+
+// waitStored holds a delivery back until its message is on disk
+// ([Config.DataDir]; at once otherwise), so no client sees a message that
+// a crash would take back. If that fails the message goes back uncounted.
+func (s *queueSource) waitStored(ctx context.Context, d *broker.Delivery) error {
+	if !s.l.s.c.em.persistent {
+		return nil
+	}
+	err := s.l.s.c.em.broker.WaitStored(ctx, d)
+	if err != nil {
+		_ = s.q.Release(d.LockToken)
+	}
+	return err
 }
 
 // tryNext serves drain: a message that fails to encode was dead-lettered
@@ -232,6 +249,9 @@ func (s *queueSource) next(ctx context.Context) (*outgoing, error) {
 func (s *queueSource) tryNext() (*outgoing, bool) {
 	d, ok := s.q.TryReceive(broker.PeekLock, s.owner)
 	if !ok {
+		return nil, false
+	}
+	if err := s.waitStored(s.l.ctx, d); err != nil {
 		return nil, false
 	}
 	o := s.wrap(d)

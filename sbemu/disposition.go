@@ -56,19 +56,31 @@ func (s *session) handleDisposition(d *wire.Disposition) {
 			reply := s.settle(sd, d.State)
 			// A client that settled on its own side expects no answer; the
 			// SDK receives in rcv-settle-mode second and so always waits
-			// for this one.
-			if !d.Settled {
-				s.mu.Lock()
-				if sd.link.activeLocked() {
-					s.sendLocked(&wire.Disposition{Role: wire.RoleSender, First: id, Settled: true, State: reply})
-				}
-				s.mu.Unlock()
+			// for this one. With persistence the outcome waits for the disk
+			// (see durable.go).
+			switch {
+			case d.Settled:
+			case s.c.em.persistent:
+				id := id
+				s.c.em.broker.AfterSync(func(err error) { s.answerSettlement(sd, id, durableOutcome(reply, err)) })
+			default:
+				s.answerSettlement(sd, id, reply)
 			}
 		}
 		if id == last {
 			break
 		}
 	}
+}
+
+// answerSettlement sends the outcome of a settlement, unless the link has
+// gone meanwhile.
+func (s *session) answerSettlement(sd *sentDelivery, id uint32, reply wire.DeliveryState) {
+	s.mu.Lock()
+	if sd.link.activeLocked() {
+		s.sendLocked(&wire.Disposition{Role: wire.RoleSender, First: id, Settled: true, State: reply})
+	}
+	s.mu.Unlock()
 }
 
 // settle applies one delivery outcome to the broker and returns the state

@@ -162,9 +162,26 @@
 // while another entity forwards to the entity or receivers hold locks on
 // its messages, so the broker never keeps half of an entity. See admin.go.
 //
+// # Persistence
+//
+// By default the emulator keeps everything in memory, like Microsoft's,
+// which loses everything on restart. With [Config.DataDir] (cmd/sbemu
+// -data DIR) entities, messages (active, scheduled, dead-lettered, with
+// their properties and delivery counts), sequence numbers and
+// duplicate-detection history survive [Emulator.Close] and a crash: the
+// broker journals every change and the emulator sends an acknowledgement
+// (the disposition of a send or settlement, a management reply, an
+// administration API answer) only once the change is fsynced, and holds a
+// delivery back until its message is, so a SIGKILL loses nothing a client
+// was told had happened. Concurrent acknowledgements share fsyncs. Locks do
+// not survive a restart: locked messages come back with that delivery
+// counted, as after a lock expiry. Stored entities win over configured ones
+// of the same name; new configured ones are added. See durable.go and the
+// broker's persist.go.
+//
 // # What is not emulated
 //
-// The emulator keeps everything in memory. No message sessions, no
+// No message sessions, no
 // deferral, no transactions, no websockets; TLS on the AMQP port only when
 // [Config.TLS] is set; no authorization rules or auto-delete on idle in the
 // administration API. It is meant for tests and local development.

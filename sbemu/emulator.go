@@ -1,6 +1,7 @@
 package sbemu
 
 import (
+	"context"
 	"crypto/tls"
 	"errors"
 	"fmt"
@@ -112,6 +113,18 @@ type Config struct {
 	// frame so they send heartbeats in time. Zero means
 	// [DefaultIdleTimeout]; negative disables the check.
 	IdleTimeout time.Duration
+
+	// DataDir, when set, keeps entities, messages (active, scheduled and
+	// dead-lettered), sequence numbers and duplicate-detection history in
+	// that directory, so they survive [Emulator.Close] and a crash, even a
+	// SIGKILL: the emulator acknowledges a send, a settlement or a
+	// management operation only once it is on disk. Start loads what is
+	// there; stored entities win over Queues and Topics of the same name,
+	// new ones are added. Locks do not survive: locked messages come back
+	// with the delivery counted, as if their locks had expired. Empty
+	// means memory only, as Microsoft's emulator. See
+	// [broker.Options.DataDir].
+	DataDir string
 }
 
 // withDefaults returns a copy of c with every zero field replaced by its
@@ -160,6 +173,10 @@ type Emulator struct {
 	faults fault.Injector
 	admin  *adminServer // the administration API (admin.go)
 
+	// persistent is set with Config.DataDir: answers wait for the journal
+	// (durable.go).
+	persistent bool
+
 	// mu guards the live connections, the id counter (ids start at 1 and
 	// are never reused, so an id is a safe broker lock owner) and closed.
 	mu         sync.Mutex
@@ -178,7 +195,7 @@ type Emulator struct {
 // Start returns; call [Emulator.Close] to stop it.
 func Start(cfg Config) (*Emulator, error) {
 	cfg = cfg.withDefaults()
-	b, err := broker.New(broker.Options{Clock: cfg.Clock, Topics: cfg.Topics}, cfg.Queues...)
+	b, err := broker.New(broker.Options{Clock: cfg.Clock, Topics: cfg.Topics, DataDir: cfg.DataDir}, cfg.Queues...)
 	if err != nil {
 		return nil, fmt.Errorf("sbemu: creating broker: %w", err)
 	}
@@ -203,13 +220,15 @@ func Start(cfg Config) (*Emulator, error) {
 		mem:    mem,
 		conns:  make(map[*conn]struct{}),
 		done:   make(chan struct{}),
+
+		persistent: b.Persistent(),
 	}
 	if err := e.startAdmin(); err != nil {
 		_ = ln.Close()
 		b.Close()
 		return nil, err
 	}
-	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "topics", len(cfg.Topics), "strictAuth", cfg.StrictAuth)
+	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "topics", len(cfg.Topics), "strictAuth", cfg.StrictAuth, "dataDir", cfg.DataDir)
 	e.wg.Add(1)
 	go e.acceptLoop(ln)
 	if ln != net.Listener(mem) {
@@ -249,7 +268,9 @@ func (e *Emulator) CreateTopic(cfg broker.TopicConfig) error {
 
 // Close stops listening, closes every connection and waits until every
 // goroutine the emulator started has returned. Messages still in the broker
-// are discarded. Close is idempotent; later calls return nil.
+// are discarded, unless [Config.DataDir] keeps them; then Close also
+// reports a failure to write them. Close is idempotent; later calls return
+// nil.
 func (e *Emulator) Close() error {
 	var err error
 	e.closeOnce.Do(func() {
@@ -272,6 +293,10 @@ func (e *Emulator) Close() error {
 		e.stopAdmin()
 		// Last, after every connection has released its locks to the broker.
 		e.broker.Close()
+		// After Close, Sync reports how the journal's final flush went.
+		if serr := e.broker.Sync(context.Background()); serr != nil && err == nil {
+			err = fmt.Errorf("sbemu: %w", serr)
+		}
 		e.log.Info("sbemu: closed")
 	})
 	return err

@@ -262,15 +262,26 @@ func (l *link) handleTransfer(t *wire.Transfer) {
 	}
 	// Unsettled client transfers get a settled disposition back: the SDK
 	// sends in snd-settle-mode mixed with rcv-settle-mode first, so its
-	// SendMessage returns once this outcome arrives.
+	// SendMessage returns once this outcome arrives. With persistence it
+	// waits until the message is on disk (see durable.go).
 	if !settled {
-		l.s.mu.Lock()
-		if l.activeLocked() {
-			l.s.sendLocked(&wire.Disposition{Role: wire.RoleReceiver, First: id, Settled: true, State: state})
+		if em := l.s.c.em; em.persistent {
+			em.broker.AfterSync(func(err error) { l.answerTransfer(id, durableOutcome(state, err)) })
+		} else {
+			l.answerTransfer(id, state)
 		}
-		l.s.mu.Unlock()
 	}
 	l.countDelivery()
+}
+
+// answerTransfer sends the settled disposition of a client's transfer,
+// unless the link has gone meanwhile.
+func (l *link) answerTransfer(id uint32, state wire.DeliveryState) {
+	l.s.mu.Lock()
+	if l.activeLocked() {
+		l.s.sendLocked(&wire.Disposition{Role: wire.RoleReceiver, First: id, Settled: true, State: state})
+	}
+	l.s.mu.Unlock()
 }
 
 // dropPartial forgets the message being assembled and gives its bytes back

@@ -72,13 +72,29 @@ func (l *link) handleRequest(payload []byte) {
 		l.log.Info("sbemu: no reply link for request", "replyTo", replyTo)
 		return
 	}
+	// push never blocks: the reader must not wait for the client to grant
+	// credit on the reply link, or the client's flow could never be read.
+	// With persistence the reply waits until what the request changed is
+	// on disk (see durable.go), on the journal's goroutine.
+	if em := l.s.c.em; em.persistent {
+		em.broker.AfterSync(func(err error) {
+			if err != nil {
+				resp = durableFailureReply(resp, err)
+			}
+			l.pushReply(out, resp)
+		})
+		return
+	}
+	l.pushReply(out, resp)
+}
+
+// pushReply encodes a reply and queues it on the reply link.
+func (l *link) pushReply(out *link, resp *amqp.Message) {
 	encoded, err := resp.MarshalBinary()
 	if err != nil {
 		l.log.Error("sbemu: encoding reply", "err", err)
 		return
 	}
-	// push never blocks: the reader must not wait for the client to grant
-	// credit on the reply link, or the client's flow could never be read.
 	out.replies.push(encoded)
 }
 

@@ -127,6 +127,21 @@ func BenchmarkSDKSendReceiveCompleteInMemory(b *testing.B) {
 	benchmarkSendReceiveComplete(b, client)
 }
 
+// BenchmarkSDKSendReceiveCompletePersistent is BenchmarkSDKSendReceiveComplete
+// with Config.DataDir: every send and complete is acknowledged only after
+// its fsync. It also reports fsyncs per message (sends and completes
+// together), which group commit keeps well below two.
+//
+//	go test -run '^$' -bench BenchmarkSDKSendReceiveCompletePersistent -benchtime 20000x ./sbemu/
+func BenchmarkSDKSendReceiveCompletePersistent(b *testing.B) {
+	em := startEmulator(b, Config{DataDir: b.TempDir()})
+	before := em.Broker().JournalStats()
+	benchmarkSendReceiveComplete(b, newClient(b, em))
+	after := em.Broker().JournalStats()
+	b.ReportMetric(float64(after.Syncs-before.Syncs)/float64(b.N), "fsyncs/msg")
+	b.ReportMetric(float64(after.Records-before.Records)/float64(after.Syncs-before.Syncs), "records/fsync")
+}
+
 func benchmarkSendReceiveComplete(b *testing.B, client *azservicebus.Client) {
 	sender := newSender(b, client, "queue")
 	receiver := newReceiver(b, client, "queue", nil)

@@ -4,6 +4,7 @@
 //
 //	sbemu -addr 127.0.0.1:5672 -queue orders -queue payments -lock-duration 30s
 //	sbemu -config Config.json
+//	sbemu -config Config.json -data ./sbemu-data
 //
 // -config reads the Config.json of Microsoft's Service Bus emulator
 // unchanged (queues, topics, subscriptions, rules); -queue flags add queues
@@ -15,6 +16,13 @@
 // The administration API (HTTPS, self-signed certificate) listens on
 // -admin-addr and is logged at start; -admin-cert writes its certificate
 // for clients to trust. It stops cleanly on SIGINT or SIGTERM.
+//
+// -data DIR keeps entities, messages, scheduled messages, dead letters,
+// sequence numbers and duplicate-detection history in DIR, so they survive
+// a restart and even a SIGKILL: a send, settlement or management operation
+// is acknowledged only once it is on disk. Entities stored there win over
+// -config and -queue ones of the same name; new ones are added. Locks do
+// not survive: locked messages come back with the delivery counted.
 package main
 
 import (
@@ -85,6 +93,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		idle       = fs.Duration("idle-timeout", sbemu.DefaultIdleTimeout, "close connections silent for this long (negative disables)")
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:0", "TCP address of the HTTPS administration API (port 0: any free port)")
 		adminCert  = fs.String("admin-cert", "", "write the administration API's self-signed certificate (PEM) to this file")
+		dataDir    = fs.String("data", "", "keep entities and messages in this directory across restarts and crashes (empty: memory only)")
 		limits     sbemu.Limits
 	)
 	// Every limit of sbemu.Limits; 0 keeps its default, negative removes it.
@@ -130,6 +139,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.KeepLocksOnDisconnect = *keepLocks
 	cfg.IdleTimeout = *idle
 	cfg.Limits = limits
+	cfg.DataDir = *dataDir
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	em, err := sbemu.Start(cfg)
 	if err != nil {

@@ -40,6 +40,10 @@ type Broker struct {
 	wakeAt      time.Time
 	rearm       chan struct{}
 	wakeupsDone chan struct{}
+
+	// persist journals every change to Options.DataDir (persist.go); nil
+	// without one. Set before New returns and never changed.
+	persist *persistence
 }
 
 // New validates the configurations and returns a broker serving the queues
@@ -50,6 +54,9 @@ type Broker struct {
 // not form a loop. Errors wrap [ErrInvalidConfig] and name the entity. Every
 // queue and subscription gets a dead-letter queue automatically.
 func New(opts Options, queues ...QueueConfig) (*Broker, error) {
+	if opts.DataDir != "" {
+		return openPersistent(opts, queues)
+	}
 	b := &Broker{
 		clock:  opts.Clock,
 		queues: make(map[string]*Queue, len(queues)),
@@ -124,7 +131,7 @@ func (b *Broker) addEntity(kind entityKind, path string, cfg QueueConfig) (*Queu
 func (b *Broker) Queue(name string) (*Queue, bool) {
 	key := strings.ToLower(name)
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	dlqSuffix := strings.ToLower(DeadLetterSuffix)
 	if base, ok := strings.CutSuffix(key, dlqSuffix); ok {
 		q, found := b.queues[base]
@@ -162,7 +169,7 @@ func (b *Broker) Topics() []string {
 
 func (b *Broker) namesOf(kind entityKind) []string {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	var out []string
 	for _, q := range b.entities {
 		if q.kind == kind {
@@ -209,7 +216,7 @@ func (b *Broker) AddTopic(cfg TopicConfig) error {
 // half-way through b that way.
 func (b *Broker) add(queues []QueueConfig, topics []TopicConfig) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -237,6 +244,7 @@ func (b *Broker) add(queues []QueueConfig, topics []TopicConfig) error {
 		return fmt.Errorf("broker: forwarding after validation: %w", err) // unreachable: probe passed
 	}
 	b.queueCfgs, b.topicCfgs = allQueues, allTopics
+	b.configChanged()
 	return nil
 }
 
@@ -262,7 +270,7 @@ func (b *Broker) ExpireAllLocks() {
 // have changed.
 func (b *Broker) returnLocksWhere(match func(*entry) bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return
 	}
@@ -281,16 +289,20 @@ func (b *Broker) returnLocksWhere(match func(*entry) bool) {
 // Close stops the broker's wake-up goroutine and makes blocked
 // [Queue.Receive] calls return [ErrClosed]; later mutating calls return
 // [ErrClosed] too, while inspection methods keep working on the final
-// state. Close is idempotent and returns once the goroutine has exited.
+// state. With [Options.DataDir] it then writes and syncs what the journal
+// still buffers, closes it and releases the directory; [Broker.Sync]
+// after Close reports how that went. Close is idempotent and returns once
+// the goroutines have exited.
 func (b *Broker) Close() {
 	b.mu.Lock()
 	if !b.closed {
 		b.closed = true
 		close(b.done)
 	}
-	b.mu.Unlock()
+	b.unlock()
 	// Outside b.mu: the goroutine may be waiting for it in wake.
 	<-b.wakeupsDone
+	_ = b.closePersistence()
 }
 
 // armAll arms the wake-up for the earliest deadline of every entity; b.mu

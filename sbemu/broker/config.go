@@ -122,4 +122,24 @@ type Options struct {
 	// a fake clock (such as github.com/benbjohnson/clock's *Mock) to drive
 	// time explicitly.
 	Clock Clock
+
+	// DataDir, when set, keeps the broker's state in that directory
+	// (created if missing) so that it survives a restart or a crash: the
+	// entities, every message with its properties, delivery count and
+	// schedule, dead-letter queues, sequence counters and the
+	// duplicate-detection history. [New] loads what is there; stored
+	// entities win over the configured ones with the same name, and
+	// configured entities not stored yet are added. Locks do not survive:
+	// locked messages come back as if their locks had expired. A change is
+	// durable once [Broker.Sync] returns or [Broker.AfterSync] calls back;
+	// see persist.go. One broker at a time may use a directory. Empty means
+	// memory only.
+	DataDir string
+
+	// CompactAfter is how many bytes the journal may grow before the
+	// broker writes a snapshot of its state and starts a new, empty
+	// journal (at least the size of the last snapshot, so snapshots of a
+	// large state stay rare). Zero means [DefaultCompactAfter] (64 MiB);
+	// negative is invalid. Only used with DataDir.
+	CompactAfter int64
 }

@@ -41,6 +41,17 @@
 // message handed in is copied and every message handed out is a fresh copy, so
 // callers may mutate what they get without corrupting the stored message.
 //
+// # Persistence
+//
+// With [Options.DataDir] the broker keeps its state in a directory: every
+// call that changes durable state appends one record to a write-ahead
+// journal (fsynced by one goroutine, concurrent changes sharing fsyncs),
+// and snapshots replace the journal from time to time. A change is
+// durable once [Broker.Sync] returns or [Broker.AfterSync] calls back,
+// which is what the AMQP server waits for before acknowledging; a
+// delivered message is waited for with [Broker.WaitStored]. See
+// persist.go for the design and journal.go for the files.
+//
 // # Deliberate simplifications
 //
 // There are no sessions, deferral or transactions. Entities can be added

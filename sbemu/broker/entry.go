@@ -48,6 +48,16 @@ type entry struct {
 	deadline   time.Time
 	timeIndex  int // position in the queue's timeline heap, -1 if absent
 	availIndex int // position in the queue's available heap, -1 if absent
+
+	// With persistence (persist.go): journaledAt is the sequence number
+	// under which the journal holds this message in full (0: nowhere), and
+	// msgChanged says its content changed since, so the next record must
+	// carry it in full again rather than only its state.
+	journaledAt int64
+	msgChanged  bool
+	// storedAt is the journal position after the record that last wrote
+	// the message in full: it is on disk once that position is.
+	storedAt int64
 }
 
 func newEntry(msg *amqp.Message, size int) *entry {

@@ -1,6 +1,9 @@
 package broker
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 // Sentinel errors returned by the broker. The AMQP server maps each of them to
 // the Service Bus error condition the SDK expects, so they are compared with
@@ -40,4 +43,17 @@ var (
 	// sending or scheduling directly to a dead-letter queue, or dead-lettering
 	// a message received from a dead-letter queue.
 	ErrNotSupported = errors.New("broker: operation not supported on this entity")
+
+	// ErrPersistence wraps every failure of [Options.DataDir]: a data
+	// directory that cannot be opened, read, locked (another broker uses
+	// it) or written. Once a write or fsync failed, the broker keeps
+	// working in memory, but [Broker.Sync] and [Broker.AfterSync] report
+	// the error, so the AMQP server answers errors instead of
+	// acknowledgements it could not keep.
+	ErrPersistence = errors.New("broker: persistence failed")
 )
+
+// persistErr wraps a file-system error of the data directory.
+func persistErr(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", ErrPersistence, what, err)
+}

@@ -27,7 +27,7 @@ type Scheduled struct {
 func (q *Queue) Stats() Stats {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	q.refresh()
 	s := Stats{Active: len(q.available), Locked: len(q.locks)}
 	s.Scheduled = len(q.entries) - s.Active - s.Locked
@@ -43,7 +43,7 @@ func (q *Queue) Stats() Stats {
 func (q *Queue) ActiveMessages() []*amqp.Message {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	q.refresh()
 	es := make([]*entry, 0, len(q.available))
 	es = append(es, q.available...)
@@ -59,7 +59,7 @@ func (q *Queue) ActiveMessages() []*amqp.Message {
 func (q *Queue) ScheduledMessages() []Scheduled {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	q.refresh()
 	var es []*entry
 	for _, e := range q.entries {

@@ -54,7 +54,7 @@ func (r Runtime) Total() int { return r.Active + r.Scheduled + r.DeadLettered }
 func (q *Queue) Runtime() Runtime {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	q.refresh()
 	var r Runtime
 	for _, e := range q.entries {
@@ -79,7 +79,7 @@ func (q *Queue) Runtime() Runtime {
 // configured spelling of the name; false if there is no such queue.
 func (b *Broker) QueueConfig(name string) (QueueConfig, bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	i := b.queueIndex(name)
 	if i < 0 {
 		return QueueConfig{}, false
@@ -92,7 +92,7 @@ func (b *Broker) QueueConfig(name string) (QueueConfig, bool) {
 // still mean the defaults); false if there is no such topic.
 func (b *Broker) TopicConfig(name string) (TopicConfig, bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	i := b.topicIndex(name)
 	if i < 0 {
 		return TopicConfig{}, false
@@ -135,7 +135,7 @@ func (b *Broker) UpdateQueue(cfg QueueConfig) error {
 		return err
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -154,6 +154,7 @@ func (b *Broker) UpdateQueue(cfg QueueConfig) error {
 	q := b.queues[strings.ToLower(old.Name)]
 	b.applySettings(q, cfg.withDefaults())
 	b.queueCfgs[i] = cfg
+	b.configChanged()
 	return nil
 }
 
@@ -163,7 +164,7 @@ func (b *Broker) UpdateQueue(cfg QueueConfig) error {
 // [Broker.AddRule] and [Broker.RemoveRule]; cfg.Rules is ignored.
 func (b *Broker) UpdateSubscription(topic string, cfg SubscriptionConfig) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -194,6 +195,7 @@ func (b *Broker) UpdateSubscription(topic string, cfg SubscriptionConfig) error 
 	tc.Subscriptions = slices.Clone(tc.Subscriptions)
 	tc.Subscriptions[si] = cfg
 	b.topicCfgs[ti] = tc
+	b.configChanged()
 	return nil
 }
 
@@ -206,7 +208,7 @@ func (b *Broker) UpdateTopic(cfg TopicConfig) error {
 		return err
 	}
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -226,6 +228,7 @@ func (b *Broker) UpdateTopic(cfg TopicConfig) error {
 	}
 	cfg.Name, cfg.Subscriptions = old.Name, old.Subscriptions
 	b.topicCfgs[ti] = cfg
+	b.configChanged()
 	return nil
 }
 
@@ -290,7 +293,7 @@ var noRules = []RuleConfig{{Name: "$none", SQLFilter: "1=0"}}
 // was created without any); false if the subscription does not exist.
 func (b *Broker) Rules(topic, sub string) ([]RuleConfig, bool) {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	ti := b.topicIndex(topic)
 	if ti < 0 {
 		return nil, false
@@ -328,7 +331,7 @@ func ruleIndex(rules []RuleConfig, name string) int {
 // compiles the result and installs it; on error nothing changes.
 func (b *Broker) changeRules(topic, sub string, change func([]RuleConfig) ([]RuleConfig, error)) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -356,6 +359,7 @@ func (b *Broker) changeRules(topic, sub string, change func([]RuleConfig) ([]Rul
 	b.queues[strings.ToLower(path)].rules = compiled
 	tc.Subscriptions[si].Rules = rules
 	b.topicCfgs[ti] = tc
+	b.configChanged()
 	return nil
 }
 
@@ -366,7 +370,7 @@ func (b *Broker) changeRules(topic, sub string, change func([]RuleConfig) ([]Rul
 // receives through a *Queue obtained earlier fail with it too.
 func (b *Broker) RemoveQueue(name string) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -379,6 +383,7 @@ func (b *Broker) RemoveQueue(name string) error {
 	}
 	b.dropEntities(q)
 	b.queueCfgs = slices.DeleteFunc(b.queueCfgs, func(c QueueConfig) bool { return strings.EqualFold(c.Name, q.name) })
+	b.configChanged()
 	return nil
 }
 
@@ -387,7 +392,7 @@ func (b *Broker) RemoveQueue(name string) error {
 // or a receiver holds a lock in one of its subscriptions.
 func (b *Broker) RemoveTopic(name string) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -403,6 +408,7 @@ func (b *Broker) RemoveTopic(name string) error {
 	}
 	b.dropEntities(gone...)
 	b.topicCfgs = slices.DeleteFunc(b.topicCfgs, func(c TopicConfig) bool { return strings.EqualFold(c.Name, t.name) })
+	b.configChanged()
 	return nil
 }
 
@@ -410,7 +416,7 @@ func (b *Broker) RemoveTopic(name string) error {
 // [Broker.RemoveQueue].
 func (b *Broker) RemoveSubscription(topic, sub string) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -430,6 +436,7 @@ func (b *Broker) RemoveSubscription(topic, sub string) error {
 		return strings.EqualFold(SubscriptionPath(tc.Name, c.Name), q.name)
 	})
 	b.topicCfgs[ti] = tc
+	b.configChanged()
 	return nil
 }
 
@@ -477,7 +484,7 @@ func (q *Queue) removedError() error {
 // It receives the messages published from then on.
 func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -515,5 +522,6 @@ func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
 		return fmt.Errorf("broker: forwarding after validation: %w", err) // unreachable: probe passed
 	}
 	b.topicCfgs[ti] = tc
+	b.configChanged()
 	return nil
 }

@@ -17,7 +17,7 @@ func (q *Queue) Peek(fromSeq int64, max int) []*Delivery {
 	}
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if !b.closed {
 		now := b.clock.Now()
 		q.advance(now)

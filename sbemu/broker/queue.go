@@ -94,7 +94,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	}
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return 0, false, ErrClosed
 	}
@@ -127,7 +127,8 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	e.seq = q.nextSeq()
 	e.enqueuedAt = now
 	q.entries[e.seq] = e
-	q.dedup.record(id, e.seq, now)
+	q.journalEntry(e.seq, e)
+	q.rememberID(id, e.seq, now)
 	if at.After(now) {
 		e.state = stateScheduled
 		e.scheduledAt = at
@@ -140,6 +141,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 
 // nextSeq hands out the next sequence number; b.mu must be held.
 func (q *Queue) nextSeq() int64 {
+	q.journalSeq()
 	q.lastSeq++
 	return q.lastSeq
 }
@@ -192,6 +194,7 @@ func (q *Queue) expired(e *entry, now time.Time) bool {
 
 // makeAvailable puts e among the receivable messages and wakes receivers.
 func (q *Queue) makeAvailable(e *entry) {
+	q.journalEntry(e.seq, e)
 	e.state = stateAvailable
 	e.owner = 0
 	e.lockToken = [16]byte{}
@@ -206,6 +209,7 @@ func (q *Queue) makeAvailable(e *entry) {
 
 // removeEntry forgets e entirely (settled, expired, cancelled or moved).
 func (q *Queue) removeEntry(e *entry) {
+	q.journalEntry(e.seq, e)
 	delete(q.entries, e.seq)
 	if e.availIndex >= 0 {
 		heap.Remove(&q.available, e.availIndex)
@@ -222,6 +226,7 @@ func (q *Queue) removeEntry(e *entry) {
 // released: the client never processed it). A message that used up
 // MaxDeliveryCount deliveries is dead-lettered; an expired one expires.
 func (q *Queue) returnLocked(e *entry, counted bool, now time.Time) {
+	q.journalEntry(e.seq, e)
 	delete(q.locks, e.lockToken)
 	q.timeline.setDeadline(e, time.Time{})
 	// Receive counted the delivery up front; a release undoes that.
@@ -281,6 +286,7 @@ func (q *Queue) deadLetter(e *entry, reason, description string, props map[strin
 	de.seq = d.nextSeq()
 	de.deliveryCount = e.deliveryCount
 	d.entries[de.seq] = de
+	d.journalEntry(de.seq, de)
 	d.activate(de, now, now)
 }
 
@@ -316,9 +322,11 @@ func (q *Queue) advanceOwn(now time.Time) {
 		e := heap.Pop(&q.timeline).(*entry)
 		switch e.state {
 		case stateScheduled:
+			q.journalEntry(e.seq, e)
 			delete(q.entries, e.seq)
 			e.seq = q.nextSeq()
 			q.entries[e.seq] = e
+			q.journalEntry(e.seq, e)
 			q.activate(e, e.scheduledAt, now)
 		case stateAvailable:
 			q.expire(e, now)

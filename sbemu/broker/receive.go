@@ -54,6 +54,10 @@ type Delivery struct {
 	LockedUntil time.Time
 	// SequenceNumber is the message's sequence number in this queue.
 	SequenceNumber int64
+
+	// storedAt is the journal position the message is on disk after; see
+	// [Broker.WaitStored].
+	storedAt int64
 }
 
 // Receive returns the next message in sequence order, blocking until one is
@@ -76,18 +80,18 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 		}
 		b.mu.Lock()
 		if b.closed {
-			b.mu.Unlock()
+			b.unlock()
 			return nil, ErrClosed
 		}
 		if q.removed {
-			b.mu.Unlock()
+			b.unlock()
 			return nil, q.removedError()
 		}
 		now := b.clock.Now()
 		q.advance(now)
 		if d := q.take(mode, owner, now); d != nil {
 			q.armTimer(now)
-			b.mu.Unlock()
+			b.unlock()
 			return d, nil
 		}
 		// Arm before sleeping, so a scheduled message falling due or a lock
@@ -97,7 +101,7 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 		// notify is read under b.mu and makeAvailable closes it before replacing
 		// it, so a message that arrives after Unlock still wakes this receiver.
 		wake := q.notify
-		b.mu.Unlock()
+		b.unlock()
 
 		// b.done is closed by Close; the next pass then returns ErrClosed.
 		select {
@@ -109,7 +113,7 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 		// notify only while someone is actually waiting.
 		b.mu.Lock()
 		q.waiters--
-		b.mu.Unlock()
+		b.unlock()
 	}
 }
 
@@ -119,7 +123,7 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 func (q *Queue) TryReceive(mode Mode, owner uint64) (*Delivery, bool) {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed || q.removed {
 		return nil, false
 	}
@@ -138,7 +142,7 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 		return nil
 	}
 	e := q.available[0]
-	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e)}
+	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e), storedAt: q.storedPosition(e)}
 	// Without a lock there is nothing to settle or return, so the entry goes at
 	// once: at-most-once delivery, the trade-off of this mode on Service Bus.
 	if mode == ReceiveAndDelete {
@@ -146,6 +150,7 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 		return d
 	}
 	q.removeAvailable(e)
+	q.journalEntry(e.seq, e)
 	// The delivery counts when the lock is taken, not when it is settled, so a
 	// consumer that crashes still moves the message towards MaxDeliveryCount;
 	// Release takes the count back.

@@ -28,7 +28,7 @@ func (q *Queue) Schedule(m *amqp.Message, size int, at time.Time) (int64, error)
 func (q *Queue) CancelScheduled(seqs ...int64) error {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}

@@ -13,7 +13,7 @@ import (
 func (q *Queue) locked(token [16]byte, op func(e *entry, now time.Time) error) error {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return ErrClosed
 	}
@@ -56,6 +56,7 @@ func (q *Queue) Abandon(token [16]byte, properties map[any]any) error {
 		// Merge before returning the message: if returnLocked dead-letters it for
 		// MaxDeliveryCount, the dead-letter copy carries the modified properties.
 		mergeApplicationProperties(e.msg, properties)
+		e.msgChanged = e.msgChanged || len(properties) > 0
 		q.returnLocked(e, true, now)
 		return nil
 	})
@@ -97,7 +98,7 @@ func (q *Queue) DeadLetter(token [16]byte, reason, description string, props map
 func (q *Queue) RenewLock(tokens ...[16]byte) ([]time.Time, error) {
 	b := q.b
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return nil, ErrClosed
 	}

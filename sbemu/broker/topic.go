@@ -157,7 +157,8 @@ func (q *Queue) enqueueLocked(m *amqp.Message, size int, enqueuedAt, expiryCap, 
 	e.seq = q.nextSeq()
 	e.expiryCap = expiryCap
 	q.entries[e.seq] = e
-	q.dedup.record(id, e.seq, now)
+	q.journalEntry(e.seq, e)
+	q.rememberID(id, e.seq, now)
 	q.activate(e, enqueuedAt, now)
 	// The caller arms its own entity only; the new deadline (this copy's
 	// expiry or lock) belongs to q.
@@ -176,7 +177,7 @@ func (q *Queue) IsSubscription() bool { return q.kind == kindSubscription }
 // the default applied.
 func (q *Queue) MaxMessageSize() int {
 	q.b.mu.Lock() // an update (manage.go) may change it
-	defer q.b.mu.Unlock()
+	defer q.b.unlock()
 	return q.cfg.MaxMessageSize
 }
 
@@ -184,7 +185,7 @@ func (q *Queue) MaxMessageSize() int {
 // configuration order; nil for other entities.
 func (q *Queue) Subscriptions() []string {
 	q.b.mu.Lock() // subscriptions come and go (manage.go)
-	defer q.b.mu.Unlock()
+	defer q.b.unlock()
 	var out []string
 	for _, s := range q.subs {
 		out = append(out, s.name)

@@ -56,7 +56,7 @@ func (b *Broker) runWakeups() {
 	for {
 		b.mu.Lock()
 		c := b.wakeC
-		b.mu.Unlock()
+		b.unlock()
 		// A nil channel (nothing armed) blocks until re-armed or closed.
 		select {
 		case <-c:
@@ -72,7 +72,7 @@ func (b *Broker) runWakeups() {
 // messages to parked receivers, and arms the next wake-up.
 func (b *Broker) wake() {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock()
 	if b.closed {
 		return
 	}

@@ -1,0 +1,649 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/Azure/go-amqp"
+)
+
+// Persistence ([Options.DataDir]) keeps entities, messages (active,
+// locked, scheduled and dead-lettered, with their properties, delivery
+// counts and times), sequence counters and duplicate-detection history in a
+// directory, so they survive a restart and a crash. Microsoft's emulator
+// keeps nothing; with this, a broker crash becomes something a test can
+// cause and observe.
+//
+// Design: a write-ahead journal of resulting states (persist_record.go)
+// plus periodic snapshots (journal.go). Every broker method already runs
+// under the broker's one mutex; the hooks below only note which messages,
+// counters and configurations a call touched, and the unlock at the end of
+// the call turns those notes into one record appended to the journal's
+// buffer. Appending never waits for the disk, so the hot path stays a
+// memory copy and concurrent callers share fsyncs (group commit, see
+// journal.go). With persistence off the hooks are a nil check.
+//
+// Durability is separate from the call: a change is durable once
+// [Broker.Sync] returns or the callback of [Broker.AfterSync] runs. The
+// AMQP server waits for that before it sends any acknowledgement (the
+// accepted disposition of a send, the outcome of a settlement, the reply
+// of a management request) and the administration API before it answers,
+// so a SIGKILL never loses what a client was told had happened, while the
+// server's reader never blocks on the disk. What was not yet acknowledged
+// may or may not survive, as on any broker.
+//
+// Locks are not persisted. After a restart every message that was locked
+// is available again, as if its lock had expired at the crash: the
+// delivery that held it counts (its delivery count was journaled when it
+// was delivered), and a message that used up MaxDeliveryCount goes to the
+// dead-letter queue. Service Bus, too, cannot honour a lock across the loss
+// of the node holding it; a settle with a lock token from before the
+// restart fails with lock-lost, and the message is redelivered.
+//
+// Configuration on reopen: the stored entities (including those created,
+// changed or deleted at run time) win; configured entities that are not
+// stored (a queue, a topic, or a subscription of a stored topic) are added.
+// To start afresh, delete the directory.
+
+// persistence is the broker's journaling state; every field is guarded by
+// the broker's mutex except j, which has its own.
+type persistence struct {
+	j         *journal
+	unlockDir func()
+	closeOnce sync.Once
+	closeErr  error
+
+	// What the running call changed, turned into a record by commit.
+	dirty    map[dirtyKey]*entry // messages stored (or just removed) under a sequence number
+	seqs     map[*Queue]struct{} // queues whose sequence counter moved
+	dedups   []dedupChange       // duplicate-detection records added
+	entities bool                // an entity was added, changed or removed
+	rec      recordEncoder       // reused payload buffer
+	written  []*entry            // messages the record being built writes in full
+}
+
+// dirtyKey names a message slot: a queue and a sequence number.
+type dirtyKey struct {
+	q   *Queue
+	seq int64
+}
+
+// dedupChange is one MessageId remembered by duplicate detection.
+type dedupChange struct {
+	q   *Queue
+	id  string
+	seq int64
+	at  time.Time
+}
+
+// snapshotChunk is the size at which a snapshot starts a new record, so
+// no record needs a huge buffer to check.
+const snapshotChunk = 1 << 20
+
+// journalEntry notes that e, stored under seq in q or just removed from
+// there, changed; b.mu must be held.
+func (q *Queue) journalEntry(seq int64, e *entry) {
+	if p := q.b.persist; p != nil {
+		p.dirty[dirtyKey{q, seq}] = e
+	}
+}
+
+// journalSeq notes that q handed out a sequence number.
+func (q *Queue) journalSeq() {
+	if p := q.b.persist; p != nil {
+		p.seqs[q] = struct{}{}
+	}
+}
+
+// rememberID records an accepted MessageId for duplicate detection, and
+// in the journal.
+func (q *Queue) rememberID(id string, seq int64, now time.Time) {
+	q.dedup.record(id, seq, now)
+	if p := q.b.persist; p != nil && q.dedup.window > 0 && id != "" {
+		p.dedups = append(p.dedups, dedupChange{q: q, id: id, seq: seq, at: now})
+	}
+}
+
+// configChanged notes that b.queueCfgs or b.topicCfgs changed.
+func (b *Broker) configChanged() {
+	if p := b.persist; p != nil {
+		p.entities = true
+	}
+}
+
+// unlock ends a critical section: it appends what the call changed to the
+// journal, then releases b.mu. Every method unlocks through it, so no
+// change can be left out of the journal.
+func (b *Broker) unlock() {
+	if b.persist != nil {
+		b.persist.commit(b)
+	}
+	b.mu.Unlock()
+}
+
+// commit encodes the noted changes as one record and appends it; b.mu
+// must be held. A message is written in full the first time it is stored
+// under a sequence number (or when its content changed), afterwards only
+// its state and delivery count; a message that came and went within the
+// call (a topic's copy before fan-out) is not written at all.
+func (p *persistence) commit(b *Broker) {
+	if len(p.dirty) == 0 && len(p.seqs) == 0 && len(p.dedups) == 0 && !p.entities {
+		return
+	}
+	r := &p.rec
+	r.buf = r.buf[:0]
+	err := p.encodeChanges(b, r)
+	if err != nil {
+		clear(p.written)
+		p.written = p.written[:0]
+	}
+	clear(p.dirty)
+	clear(p.seqs)
+	clear(p.dedups)
+	p.dedups = p.dedups[:0]
+	p.entities = false
+	if err != nil {
+		// Only an unencodable message gets here (one handed to the broker
+		// directly, never one from the wire); the journal can no longer
+		// describe the state, so it stops and every later sync fails.
+		p.j.fail(err)
+		return
+	}
+	end := p.j.appendRecord(r.buf)
+	for _, e := range p.written {
+		e.storedAt = end
+	}
+	clear(p.written)
+	p.written = p.written[:0]
+	if p.j.wantSnapshot() {
+		data, err := b.encodeSnapshot(nil)
+		if err != nil {
+			p.j.fail(err)
+			return
+		}
+		p.j.requestSnapshot(data)
+	}
+}
+
+// encodeChanges writes the noted changes: configuration first, removals
+// before stores (a renumbered scheduled message leaves one slot and takes
+// another in the same call).
+func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
+	if p.entities {
+		if err := r.entities(storedEntities{Queues: b.queueCfgs, Topics: b.topicCfgs}); err != nil {
+			return err
+		}
+	}
+	for q := range p.seqs {
+		if !q.removed {
+			r.lastSeq(q.name, q.lastSeq)
+		}
+	}
+	for k, e := range p.dirty {
+		if k.q.removed || k.q.entries[k.seq] == e {
+			continue
+		}
+		if e.journaledAt == k.seq {
+			r.delete(k.q.name, k.seq)
+			e.journaledAt = 0
+		}
+	}
+	for k, e := range p.dirty {
+		if k.q.removed || k.q.entries[k.seq] != e {
+			continue
+		}
+		if e.journaledAt == k.seq && !e.msgChanged {
+			r.meta(k.q.name, k.seq, e)
+			continue
+		}
+		if err := r.put(k.q.name, k.seq, e); err != nil {
+			return err
+		}
+		e.journaledAt, e.msgChanged = k.seq, false
+		p.written = append(p.written, e)
+	}
+	for _, d := range p.dedups {
+		if !d.q.removed {
+			r.dedup(d.q.name, d.id, d.seq, d.at)
+		}
+	}
+	return nil
+}
+
+// encodeSnapshot encodes the whole durable state as framed records ending
+// in opEnd; b.mu must be held. encoded holds messages as read from disk at
+// open, which saves encoding them again; nil otherwise.
+func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
+	size := 0
+	for _, q := range b.allQueues() {
+		for _, e := range q.entries {
+			size += e.size + 64
+		}
+	}
+	r := &recordEncoder{buf: make([]byte, 0, size+4096)}
+	start := r.beginRecord()
+	if err := r.entities(storedEntities{Queues: b.queueCfgs, Topics: b.topicCfgs}); err != nil {
+		return nil, err
+	}
+	for _, q := range b.allQueues() {
+		r.lastSeq(q.name, q.lastSeq)
+		for seq, e := range q.entries {
+			if raw, ok := encoded[e]; ok && !e.msgChanged {
+				r.putEncoded(q.name, seq, e, raw)
+			} else if err := r.put(q.name, seq, e); err != nil {
+				return nil, err
+			}
+			e.journaledAt, e.msgChanged = seq, false
+			if len(r.buf)-start >= snapshotChunk {
+				r.endRecord(start)
+				start = r.beginRecord()
+			}
+		}
+		for id, rec := range q.dedup.seen {
+			r.dedup(q.name, id, rec.seq, rec.at)
+		}
+	}
+	r.byte(opEnd)
+	r.endRecord(start)
+	return r.buf, nil
+}
+
+// openPersistent is [New] with a data directory: it loads the stored
+// state, builds the broker from it and the configuration, and starts a new
+// journal generation with a fresh snapshot, which also cuts off a torn
+// tail of the old log.
+func openPersistent(opts Options, queues []QueueConfig) (*Broker, error) {
+	dir := opts.DataDir
+	if opts.CompactAfter < 0 {
+		return nil, fmt.Errorf("%w: negative CompactAfter %d", ErrInvalidConfig, opts.CompactAfter)
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, persistErr("creating data directory", err)
+	}
+	unlockDir, err := lockDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	b, err := openLocked(opts, queues)
+	if err != nil {
+		unlockDir()
+		return nil, fmt.Errorf("broker: data directory %s: %w", dir, err)
+	}
+	b.persist.unlockDir = unlockDir
+	return b, nil
+}
+
+// openLocked does the work of openPersistent once the directory is locked.
+func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
+	dir := opts.DataDir
+	img, gen, err := loadImage(dir)
+	if err != nil {
+		return nil, err
+	}
+	topics := opts.Topics
+	if img.haveEntities {
+		queues, topics = mergeEntities(img.entities, queues, topics)
+	}
+	inner := opts
+	inner.DataDir, inner.Topics = "", topics
+	b, err := New(inner, queues...)
+	if err != nil {
+		return nil, err
+	}
+	encoded, err := b.restore(img)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	gen++
+	f, err := createJournalFile(dir, gen)
+	if err != nil {
+		b.Close()
+		return nil, err
+	}
+	compactAfter := opts.CompactAfter
+	if compactAfter == 0 {
+		compactAfter = DefaultCompactAfter
+	}
+	b.mu.Lock()
+	err = b.attachJournal(dir, f, gen, compactAfter, encoded)
+	b.mu.Unlock()
+	if err != nil {
+		_ = f.Close()
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+// attachJournal writes the snapshot of generation gen and makes f, that
+// generation's empty log, the broker's journal; b.mu must be held, so the
+// snapshot is exactly the state the new log continues from.
+func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter int64, encoded map[*entry][]byte) error {
+	snap, err := b.encodeSnapshot(encoded)
+	if err != nil {
+		return err
+	}
+	if err := writeSnapshot(dir, gen, snap); err != nil {
+		return err
+	}
+	removeStaleFiles(dir, gen)
+	b.persist = &persistence{
+		j:     newJournal(dir, f, gen, compactAfter, int64(len(snap))),
+		dirty: map[dirtyKey]*entry{},
+		seqs:  map[*Queue]struct{}{},
+	}
+	return nil
+}
+
+// loadImage replays the snapshot and the logs after it. It returns the
+// highest generation found, so the next one is new.
+func loadImage(dir string) (*image, uint64, error) {
+	img := newImage()
+	var snapGen uint64
+	data, err := os.ReadFile(filepath.Join(dir, snapshotFile))
+	switch {
+	case err == nil:
+		if snapGen, err = img.replaySnapshot(data); err != nil {
+			return nil, 0, err
+		}
+	case !errors.Is(err, fs.ErrNotExist):
+		return nil, 0, persistErr("reading snapshot", err)
+	}
+	gens, err := journalGenerations(dir)
+	if err != nil {
+		return nil, 0, err
+	}
+	top := snapGen
+	torn := false
+	for _, g := range gens {
+		top = max(top, g)
+		// Older logs are already in the snapshot; after a damaged record
+		// nothing can have been acknowledged.
+		if g < snapGen || torn {
+			continue
+		}
+		data, err := os.ReadFile(filepath.Join(dir, journalName(g)))
+		if err != nil {
+			return nil, 0, persistErr("reading journal", err)
+		}
+		if torn, err = img.replayJournal(data); err != nil {
+			return nil, 0, err
+		}
+	}
+	return img, top, nil
+}
+
+// journalGenerations lists the generations of the logs in dir, ascending.
+func journalGenerations(dir string) ([]uint64, error) {
+	des, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, persistErr("listing data directory", err)
+	}
+	var gens []uint64
+	for _, de := range des {
+		s, ok := strings.CutPrefix(de.Name(), "journal-")
+		if !ok {
+			continue
+		}
+		if g, err := strconv.ParseUint(s, 10, 64); err == nil {
+			gens = append(gens, g)
+		}
+	}
+	slices.Sort(gens)
+	return gens, nil
+}
+
+// removeStaleFiles deletes the logs older than generation gen, which its
+// snapshot covers, and a leftover temporary snapshot. Failures only leave
+// files that the next start deletes again.
+func removeStaleFiles(dir string, gen uint64) {
+	gens, _ := journalGenerations(dir)
+	for _, g := range gens {
+		if g < gen {
+			_ = os.Remove(filepath.Join(dir, journalName(g)))
+		}
+	}
+	_ = os.Remove(filepath.Join(dir, snapshotTemp))
+}
+
+// mergeEntities adds the configured entities that are not stored to the
+// stored ones; a stored entity keeps its stored settings.
+func mergeEntities(stored storedEntities, queues []QueueConfig, topics []TopicConfig) ([]QueueConfig, []TopicConfig) {
+	qs := slices.Clone(stored.Queues)
+	ts := make([]TopicConfig, len(stored.Topics))
+	for i, t := range stored.Topics {
+		ts[i] = cloneTopicConfig(t)
+	}
+	taken := map[string]bool{}
+	for _, q := range qs {
+		taken[strings.ToLower(q.Name)] = true
+	}
+	for _, t := range ts {
+		taken[strings.ToLower(t.Name)] = true
+	}
+	for _, q := range queues {
+		if !taken[strings.ToLower(q.Name)] {
+			qs = append(qs, q)
+			taken[strings.ToLower(q.Name)] = true
+		}
+	}
+	for _, t := range topics {
+		i := slices.IndexFunc(ts, func(s TopicConfig) bool { return strings.EqualFold(s.Name, t.Name) })
+		switch {
+		case i >= 0:
+			for _, sc := range t.Subscriptions {
+				if subscriptionIndex(ts[i], sc.Name) < 0 {
+					ts[i].Subscriptions = append(ts[i].Subscriptions, sc)
+				}
+			}
+		case !taken[strings.ToLower(t.Name)]:
+			ts = append(ts, t)
+			taken[strings.ToLower(t.Name)] = true
+		}
+	}
+	return qs, ts
+}
+
+// storedQueue finds the queue a stored path names, dead-letter queues
+// included; b.mu must be held.
+func (b *Broker) storedQueue(key string) *Queue {
+	if base, ok := strings.CutSuffix(key, strings.ToLower(DeadLetterSuffix)); ok {
+		if q := b.queues[base]; q != nil {
+			return q.dlq
+		}
+		return nil
+	}
+	return b.queues[key]
+}
+
+// restore installs the stored messages, counters and duplicate-detection
+// records into the freshly built broker. Messages that were locked come
+// back as if their locks had expired now. It returns each restored
+// message's encoding, for the snapshot that follows.
+func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	now := b.clock.Now()
+	encoded := map[*entry][]byte{}
+	keys := make([]string, 0, len(img.stored))
+	for k := range img.stored {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	// Every counter first: returning a lock below may dead-letter, which
+	// numbers the message in a dead-letter queue not restored yet.
+	for _, k := range keys {
+		q := b.storedQueue(k)
+		if q == nil {
+			return nil, fmt.Errorf("%w: state for unknown entity %q", errCorrupt, img.stored[k].path)
+		}
+		q.lastSeq = max(q.lastSeq, img.stored[k].lastSeq)
+	}
+	type lockedEntry struct {
+		q *Queue
+		e *entry
+	}
+	var locked []lockedEntry
+	for _, k := range keys {
+		s, q := img.stored[k], b.storedQueue(k)
+		for _, seq := range slices.Sorted(maps.Keys(s.msgs)) {
+			e, err := restoreEntry(s.msgs[seq], seq, s.path)
+			if err != nil {
+				return nil, err
+			}
+			encoded[e] = s.msgs[seq].msg
+			q.entries[seq] = e
+			switch e.state {
+			case stateScheduled:
+				q.timeline.setDeadline(e, e.scheduledAt)
+			case stateAvailable:
+				q.makeAvailable(e)
+			case stateLocked:
+				locked = append(locked, lockedEntry{q, e})
+			}
+		}
+		if q.dedup.window > 0 {
+			recs := make([]dedupKey, 0, len(s.dedup))
+			for id, r := range s.dedup {
+				q.dedup.seen[id] = r
+				recs = append(recs, dedupKey{id: id, at: r.at})
+			}
+			slices.SortFunc(recs, func(a, b dedupKey) int { return a.at.Compare(b.at) })
+			q.dedup.order = recs
+		}
+	}
+	for _, l := range locked {
+		l.q.returnLocked(l.e, true, now)
+	}
+	b.armAll(now)
+	return encoded, nil
+}
+
+// restoreEntry decodes one stored message.
+func restoreEntry(m *storedMessage, seq int64, path string) (*entry, error) {
+	msg := new(amqp.Message)
+	if err := msg.UnmarshalBinary(m.msg); err != nil {
+		return nil, fmt.Errorf("%w: message %d of %q: %v", errCorrupt, seq, path, err)
+	}
+	switch m.state {
+	case stateScheduled, stateAvailable, stateLocked:
+	default:
+		return nil, fmt.Errorf("%w: message %d of %q in state %d", errCorrupt, seq, path, m.state)
+	}
+	e := newEntry(msg, m.size)
+	e.seq = seq
+	e.state = m.state
+	e.deliveryCount = m.deliveryCount
+	e.enqueuedAt, e.scheduledAt, e.expiresAt, e.expiryCap = m.enqueuedAt, m.scheduledAt, m.expiresAt, m.expiryCap
+	return e, nil
+}
+
+// closePersistence flushes and closes the journal and releases the
+// directory; it runs once, after the broker stopped changing.
+func (b *Broker) closePersistence() error {
+	p := b.persist
+	if p == nil {
+		return nil
+	}
+	p.closeOnce.Do(func() {
+		p.closeErr = p.j.close()
+		if p.unlockDir != nil {
+			p.unlockDir()
+		}
+	})
+	return p.closeErr
+}
+
+// Persistent reports whether the broker keeps its state in
+// [Options.DataDir].
+func (b *Broker) Persistent() bool { return b.persist != nil }
+
+// Sync waits until every change made before the call is on disk, ctx is
+// done, or the journal failed; it returns at once without
+// [Options.DataDir]. After [Broker.Close] it reports how the final flush
+// went.
+func (b *Broker) Sync(ctx context.Context) error {
+	if b.persist == nil {
+		return nil
+	}
+	done := make(chan error, 1)
+	b.persist.j.afterSync(func(err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// AfterSync calls fn once every change made before the call is on disk,
+// with nil, or with the error that stopped the journal (wrapping
+// [ErrPersistence]). Without [Options.DataDir], or when nothing is
+// waiting to be written, fn runs at once on the caller's goroutine;
+// otherwise on the journal's goroutine, in call order, so fn must not
+// block. The AMQP server sends its acknowledgements from fn, which lets
+// its reader go on while the disk works.
+func (b *Broker) AfterSync(fn func(error)) {
+	if b.persist == nil {
+		fn(nil)
+		return
+	}
+	b.persist.j.afterSync(fn)
+}
+
+// storedPosition is what [Delivery] carries for e: the journal position
+// to wait for before the message may leave the broker, 0 for nothing to
+// wait for, -1 for the record of the running call (e was written in full
+// by it, say a scheduled message activated by this very receive). b.mu must
+// be held.
+func (q *Queue) storedPosition(e *entry) int64 {
+	if q.b.persist == nil {
+		return 0
+	}
+	if e.journaledAt != e.seq || e.msgChanged {
+		return -1
+	}
+	return e.storedAt
+}
+
+// WaitStored blocks until the message of d, obtained from [Queue.Receive]
+// or [Queue.TryReceive], is on disk, ctx is done or the journal failed.
+// The AMQP server calls it before it transfers a message, so a client
+// never processes a message that a crash could make disappear (and whose
+// sequence number a crash could hand out again). It returns at once
+// without [Options.DataDir] and when the message was stored earlier, the
+// usual case; only a message received right after it was sent waits for
+// the fsync of its send.
+func (b *Broker) WaitStored(ctx context.Context, d *Delivery) error {
+	if b.persist == nil || d.storedAt == 0 {
+		return nil
+	}
+	done := make(chan error, 1)
+	b.persist.j.afterPosition(d.storedAt, func(err error) { done <- err })
+	select {
+	case err := <-done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// JournalStats returns the journal's counters; zero without
+// [Options.DataDir].
+func (b *Broker) JournalStats() JournalStats {
+	if b.persist == nil {
+		return JournalStats{}
+	}
+	return b.persist.j.statsNow()
+}

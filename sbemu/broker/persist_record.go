@@ -1,0 +1,454 @@
+package broker
+
+import (
+	"bytes"
+	"encoding/binary"
+	"encoding/gob"
+	"fmt"
+	"hash/crc32"
+	"strings"
+	"time"
+)
+
+// The payload of a journal or snapshot record is a sequence of operations,
+// each an opcode byte followed by its fields (varints, length-prefixed
+// strings and bytes). One record holds every change of one broker call, so
+// a crash applies a call entirely or not at all: a dead-lettering never
+// leaves the message in both queues, a fan-out never reaches half the
+// subscriptions.
+//
+// The operations describe resulting state, not the calls that produced it:
+// "message 7 of orders is now available with delivery count 2" rather
+// than "abandon". Replay is then a plain overwrite that needs neither the
+// clock nor the rules, and every path that changes a message (receive,
+// settle, expiry, scheduled activation, fan-out, forwarding, dead-lettering
+// on MaxDeliveryCount) is covered by the same few hooks.
+const (
+	// opEntities: every entity's configuration (gob of storedEntities).
+	opEntities byte = iota + 1
+	// opLastSeq: path, the highest sequence number handed out.
+	opLastSeq
+	// opPut: path, seq, state, delivery count, size, four times, message.
+	opPut
+	// opMeta: path, seq, state, delivery count (the message is unchanged).
+	opMeta
+	// opDelete: path, seq.
+	opDelete
+	// opDedup: path, MessageId key, seq, acceptance time.
+	opDedup
+	// opEnd: the last operation of a snapshot, proving it complete.
+	opEnd
+)
+
+// storedEntities is what opEntities carries: the broker's configurations
+// as created or last updated (zero fields still mean defaults).
+type storedEntities struct {
+	Queues []QueueConfig
+	Topics []TopicConfig
+}
+
+func init() {
+	// CorrelationFilter.Properties holds values of any type; gob needs the
+	// concrete types that can appear there beyond its built-in ones.
+	gob.Register(time.Time{})
+	gob.Register(time.Duration(0))
+}
+
+// recordEncoder builds one payload.
+type recordEncoder struct {
+	buf []byte
+}
+
+func (r *recordEncoder) byte(v byte)      { r.buf = append(r.buf, v) }
+func (r *recordEncoder) uvarint(v uint64) { r.buf = binary.AppendUvarint(r.buf, v) }
+func (r *recordEncoder) varint(v int64)   { r.buf = binary.AppendVarint(r.buf, v) }
+func (r *recordEncoder) bytes(v []byte) {
+	r.uvarint(uint64(len(v)))
+	r.buf = append(r.buf, v...)
+}
+func (r *recordEncoder) string(v string) {
+	r.uvarint(uint64(len(v)))
+	r.buf = append(r.buf, v...)
+}
+
+// time encodes the zero time distinctly from the Unix epoch, which a fake
+// clock may well start at.
+func (r *recordEncoder) time(t time.Time) {
+	if t.IsZero() {
+		r.byte(0)
+		return
+	}
+	r.byte(1)
+	r.varint(t.UnixNano())
+}
+
+func (r *recordEncoder) entities(cfg storedEntities) error {
+	var b bytes.Buffer
+	if err := gob.NewEncoder(&b).Encode(cfg); err != nil {
+		return fmt.Errorf("broker: encoding entity configuration: %w", err)
+	}
+	r.byte(opEntities)
+	r.bytes(b.Bytes())
+	return nil
+}
+
+func (r *recordEncoder) lastSeq(path string, seq int64) {
+	r.byte(opLastSeq)
+	r.string(path)
+	r.varint(seq)
+}
+
+// put records e in full at sequence number seq of path.
+func (r *recordEncoder) put(path string, seq int64, e *entry) error {
+	msg, err := e.msg.MarshalBinary()
+	if err != nil {
+		return fmt.Errorf("broker: encoding message %d of %s: %w", seq, path, err)
+	}
+	r.putEncoded(path, seq, e, msg)
+	return nil
+}
+
+// putEncoded is put with the message already encoded.
+func (r *recordEncoder) putEncoded(path string, seq int64, e *entry, msg []byte) {
+	r.byte(opPut)
+	r.string(path)
+	r.varint(seq)
+	r.byte(byte(e.state))
+	r.uvarint(uint64(e.deliveryCount))
+	r.uvarint(uint64(e.size))
+	r.time(e.enqueuedAt)
+	r.time(e.scheduledAt)
+	r.time(e.expiresAt)
+	r.time(e.expiryCap)
+	r.bytes(msg)
+}
+
+// beginRecord starts a framed record in place: room for the header now,
+// filled in by endRecord, so a large snapshot is never copied.
+func (r *recordEncoder) beginRecord() int {
+	start := len(r.buf)
+	r.buf = append(r.buf, make([]byte, recordHeaderSize)...)
+	return start
+}
+
+// endRecord fills in the header of the record begun at start.
+func (r *recordEncoder) endRecord(start int) {
+	payload := r.buf[start+recordHeaderSize:]
+	binary.LittleEndian.PutUint32(r.buf[start:], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(r.buf[start+4:], crc32.Checksum(payload, castagnoli))
+}
+
+func (r *recordEncoder) meta(path string, seq int64, e *entry) {
+	r.byte(opMeta)
+	r.string(path)
+	r.varint(seq)
+	r.byte(byte(e.state))
+	r.uvarint(uint64(e.deliveryCount))
+}
+
+func (r *recordEncoder) delete(path string, seq int64) {
+	r.byte(opDelete)
+	r.string(path)
+	r.varint(seq)
+}
+
+func (r *recordEncoder) dedup(path, id string, seq int64, at time.Time) {
+	r.byte(opDedup)
+	r.string(path)
+	r.string(id)
+	r.varint(seq)
+	r.time(at)
+}
+
+// errCorrupt marks a record that passed its checksum but does not decode:
+// a bug or a file from an incompatible version, never a torn write.
+var errCorrupt = fmt.Errorf("%w: corrupt data directory", ErrPersistence)
+
+// recordDecoder reads one payload; the first error sticks and every later
+// read returns zero values.
+type recordDecoder struct {
+	buf []byte
+	err error
+}
+
+func (d *recordDecoder) fail(what string) {
+	if d.err == nil {
+		d.err = fmt.Errorf("%w: truncated %s", errCorrupt, what)
+	}
+	d.buf = nil
+}
+
+func (d *recordDecoder) byte() byte {
+	if len(d.buf) == 0 {
+		d.fail("byte")
+		return 0
+	}
+	v := d.buf[0]
+	d.buf = d.buf[1:]
+	return v
+}
+
+func (d *recordDecoder) uvarint() uint64 {
+	v, n := binary.Uvarint(d.buf)
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *recordDecoder) varint() int64 {
+	v, n := binary.Varint(d.buf)
+	if n <= 0 {
+		d.fail("varint")
+		return 0
+	}
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *recordDecoder) bytes() []byte {
+	n := d.uvarint()
+	if n > uint64(len(d.buf)) {
+		d.fail("bytes")
+		return nil
+	}
+	v := d.buf[:n:n]
+	d.buf = d.buf[n:]
+	return v
+}
+
+func (d *recordDecoder) string() string { return string(d.bytes()) }
+
+func (d *recordDecoder) time() time.Time {
+	switch d.byte() {
+	case 0:
+		return time.Time{}
+	case 1:
+		return time.Unix(0, d.varint())
+	}
+	d.fail("time")
+	return time.Time{}
+}
+
+// storedMessage is one message as the journal describes it.
+type storedMessage struct {
+	state         entryState
+	deliveryCount uint32
+	size          int
+	enqueuedAt    time.Time
+	scheduledAt   time.Time
+	expiresAt     time.Time
+	expiryCap     time.Time
+	msg           []byte // encoded amqp.Message, decoded when the broker is rebuilt
+}
+
+// storedEntity is the durable state of one queue, topic, subscription or
+// dead-letter queue.
+type storedEntity struct {
+	path    string // as configured
+	lastSeq int64
+	msgs    map[int64]*storedMessage
+	dedup   map[string]dedupRecord
+}
+
+// image is the durable state as replay rebuilds it, before it becomes a
+// broker again.
+type image struct {
+	haveEntities bool
+	entities     storedEntities
+	valid        map[string]bool // lower-case paths of every entity, dead-letter queues included
+	stored       map[string]*storedEntity
+	complete     bool // an opEnd was applied (snapshots only)
+}
+
+func newImage() *image {
+	return &image{stored: map[string]*storedEntity{}}
+}
+
+// entity returns the state of path, creating it; the path must name an
+// entity of the last opEntities.
+func (img *image) entity(path string) (*storedEntity, error) {
+	key := strings.ToLower(path)
+	if !img.valid[key] {
+		return nil, fmt.Errorf("%w: record for unknown entity %q", errCorrupt, path)
+	}
+	s, ok := img.stored[key]
+	if !ok {
+		s = &storedEntity{path: path, msgs: map[int64]*storedMessage{}, dedup: map[string]dedupRecord{}}
+		img.stored[key] = s
+	}
+	return s, nil
+}
+
+// setEntities installs a configuration and forgets the state of every
+// entity it no longer has, as removing the entity did.
+func (img *image) setEntities(cfg storedEntities) {
+	img.haveEntities = true
+	img.entities = cfg
+	img.valid = map[string]bool{}
+	add := func(path string) {
+		img.valid[strings.ToLower(path)] = true
+		img.valid[strings.ToLower(path+DeadLetterSuffix)] = true
+	}
+	for _, q := range cfg.Queues {
+		add(q.Name)
+	}
+	for _, t := range cfg.Topics {
+		add(t.Name)
+		for _, s := range t.Subscriptions {
+			add(SubscriptionPath(t.Name, s.Name))
+		}
+	}
+	for key := range img.stored {
+		if !img.valid[key] {
+			delete(img.stored, key)
+		}
+	}
+}
+
+// apply replays one record payload.
+func (img *image) apply(payload []byte) error {
+	d := &recordDecoder{buf: payload}
+	for len(d.buf) > 0 && d.err == nil {
+		if err := img.applyOp(d); err != nil {
+			return err
+		}
+	}
+	return d.err
+}
+
+// applyOp replays one operation.
+func (img *image) applyOp(d *recordDecoder) error {
+	op := d.byte()
+	if op == opEntities {
+		var cfg storedEntities
+		raw := d.bytes()
+		if d.err != nil {
+			return d.err
+		}
+		if err := gob.NewDecoder(bytes.NewReader(raw)).Decode(&cfg); err != nil {
+			return fmt.Errorf("%w: entity configuration: %v", errCorrupt, err)
+		}
+		img.setEntities(cfg)
+		return nil
+	}
+	if op == opEnd {
+		img.complete = true
+		return nil
+	}
+	path := d.string()
+	if d.err != nil {
+		return d.err
+	}
+	s, err := img.entity(path)
+	if err != nil {
+		return err
+	}
+	switch op {
+	case opLastSeq:
+		s.lastSeq = max(s.lastSeq, d.varint())
+	case opPut:
+		seq := d.varint()
+		m := &storedMessage{
+			state:         entryState(d.byte()),
+			deliveryCount: uint32(d.uvarint()),
+			size:          int(d.uvarint()),
+			enqueuedAt:    d.time(),
+			scheduledAt:   d.time(),
+			expiresAt:     d.time(),
+			expiryCap:     d.time(),
+			msg:           d.bytes(),
+		}
+		s.msgs[seq] = m
+		s.lastSeq = max(s.lastSeq, seq)
+	case opMeta:
+		seq := d.varint()
+		state, count := entryState(d.byte()), uint32(d.uvarint())
+		m, ok := s.msgs[seq]
+		if !ok && d.err == nil {
+			return fmt.Errorf("%w: update of unknown message %d of %q", errCorrupt, seq, path)
+		}
+		if ok {
+			m.state, m.deliveryCount = state, count
+		}
+	case opDelete:
+		delete(s.msgs, d.varint())
+	case opDedup:
+		id, seq, at := d.string(), d.varint(), d.time()
+		s.dedup[id] = dedupRecord{seq: seq, at: at}
+	default:
+		return fmt.Errorf("%w: unknown operation %d", errCorrupt, op)
+	}
+	return d.err
+}
+
+// nextRecord splits the first framed record off data. ok is false when
+// data does not start with a complete, intact record: the torn or damaged
+// tail of a log.
+func nextRecord(data []byte) (payload, rest []byte, ok bool) {
+	if len(data) < recordHeaderSize {
+		return nil, data, false
+	}
+	n := binary.LittleEndian.Uint32(data)
+	sum := binary.LittleEndian.Uint32(data[4:])
+	if n > maxRecordSize || uint64(len(data)-recordHeaderSize) < uint64(n) {
+		return nil, data, false
+	}
+	payload = data[recordHeaderSize : recordHeaderSize+int(n)]
+	if crc32.Checksum(payload, castagnoli) != sum {
+		return nil, data, false
+	}
+	return payload, data[recordHeaderSize+int(n):], true
+}
+
+// replayJournal applies the records of one log file's contents and
+// reports whether it stopped at a damaged record (and so everything after
+// it, in this file and in later ones, must be ignored). A file too short
+// for its header was created by a crash before anything went into it.
+func (img *image) replayJournal(data []byte) (torn bool, err error) {
+	if len(data) < len(journalMagic) {
+		return len(data) > 0, nil
+	}
+	if string(data[:len(journalMagic)]) != journalMagic {
+		return false, fmt.Errorf("%w: journal without its header", errCorrupt)
+	}
+	data = data[len(journalMagic):]
+	for len(data) > 0 {
+		payload, rest, ok := nextRecord(data)
+		if !ok {
+			return true, nil
+		}
+		if err := img.apply(payload); err != nil {
+			return false, err
+		}
+		data = rest
+	}
+	return false, nil
+}
+
+// replaySnapshot applies a snapshot file's contents and returns its
+// generation. Unlike a log, a snapshot must be intact: it was renamed into
+// place only after it was synced.
+func (img *image) replaySnapshot(data []byte) (uint64, error) {
+	if len(data) < len(snapshotMagic)+8 || string(data[:len(snapshotMagic)]) != snapshotMagic {
+		return 0, fmt.Errorf("%w: snapshot without its header", errCorrupt)
+	}
+	gen := binary.LittleEndian.Uint64(data[len(snapshotMagic):])
+	data = data[len(snapshotMagic)+8:]
+	for len(data) > 0 {
+		payload, rest, ok := nextRecord(data)
+		if !ok {
+			return 0, fmt.Errorf("%w: damaged snapshot record", errCorrupt)
+		}
+		if err := img.apply(payload); err != nil {
+			return 0, err
+		}
+		data = rest
+	}
+	if !img.complete {
+		return 0, fmt.Errorf("%w: incomplete snapshot", errCorrupt)
+	}
+	return gen, nil
+}
