@@ -49,7 +49,7 @@ func NewInProcess(opts Options, queues ...QueueConfig) (*Broker, error) {
 // broker is closed.
 func (b *Broker) Advance() time.Time {
 	b.mu.Lock()
-	defer b.mu.Unlock()
+	defer b.unlock() // journals what the transitions changed, on a persistent broker
 	if b.closed {
 		return time.Time{}
 	}
