@@ -3,7 +3,7 @@ GO ?= go
 PKGS := ./...
 FUZZTIME ?= 10s
 
-.PHONY: test vet fmt-check fuzz bench bench-all quickstart soak soak-short
+.PHONY: test vet fmt-check fuzz bench bench-pairs bench-all quickstart soak soak-short
 
 test: vet fmt-check
 	$(GO) test -race -shuffle=on -count=1 $(PKGS)
@@ -38,6 +38,19 @@ bench:
 	$(GO) test -run='^$$' -bench='$(E2E_BENCHES)' -benchtime=$(BENCHTIME) -count=$(COUNT) -timeout=60m ./e2e/ >> bench.txt || { cat bench.txt; exit 1; }
 	$(BENCHSTAT) -col '/impl@(loop retry retry-no-renewal)' bench.txt
 	$(BENCHSTAT) -filter '.name:RetryLateness' retry=bench.txt
+
+# The end-to-end ratios of BENCHMARKS.md on a noisy machine: each round runs the loop and the library once
+# each, one after the other, ROUNDS times, so that a slow minute hits both; benchstat then compares the
+# medians. PAIRS_BENCHTIME messages per run (20,000 keeps the consumer's start-up, about 4 ms, under 1 %).
+ROUNDS ?= 10
+PAIRS_BENCHTIME ?= 20000x
+PAIRS := BenchmarkConsume BenchmarkConsumeWithFailures BenchmarkConsumeIOBound
+bench-pairs:
+	$(GO) test -c -o bench-e2e.test ./e2e/
+	@rm -f bench-pairs.txt; set -e; for i in $$(seq $(ROUNDS)); do for b in $(PAIRS); do for impl in loop retry; do \
+	  (cd e2e && ../bench-e2e.test -test.run='^$$' -test.bench="^$$b\$$/impl=$$impl\$$" -test.benchtime=$(PAIRS_BENCHTIME)) | grep '^Benchmark' >> bench-pairs.txt; \
+	done; done; echo "round $$i of $(ROUNDS)"; done
+	$(BENCHSTAT) -col '/impl@(loop retry)' bench-pairs.txt
 
 # Every benchmark of every package, once.
 bench-all:
