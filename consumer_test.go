@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -454,5 +455,45 @@ func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {
 		require.Len(t, b.Completed(), 1, "settled on the connection it was received on")
 		assert.True(t, (*conns)[0].closed.Load(), "closed once its handler finished")
 		require.NoError(t, stop())
+	})
+}
+
+// The consumer runs at most one goroutine per message in flight plus a constant: handlers run on
+// long-lived workers, lock renewals share one schedule, and the workers left idle are bounded.
+func TestGoroutinesStayWithinInFlightPlusAConstant(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit, total, constant = 8, 40, 6
+		base := runtime.NumGoroutine()
+		release := make(chan struct{})
+		var running atomic.Int32
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, total)
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			running.Add(1)
+			defer running.Add(-1)
+			select {
+			case <-release:
+			case <-ctx.Done():
+			}
+			return nil
+		}, &retry.Options{MaxConcurrency: limit, Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		require.Equal(t, int32(limit), running.Load())
+		<-time.After(3 * time.Minute) // long enough for every lock to be renewed several times
+		synctest.Wait()
+		inFlight := c.Health().InFlight
+		t.Logf("in flight %d, running %d, goroutines +%d", inFlight, running.Load(), runtime.NumGoroutine()-base)
+		assert.LessOrEqual(t, runtime.NumGoroutine()-base, inFlight+constant,
+			"goroutines with %d messages in flight", inFlight)
+
+		close(release)
+		require.NoError(t, b.WaitUntil(t.Context(), func() bool { return len(b.Completed()) == total }))
+		synctest.Wait()
+		assert.LessOrEqual(t, runtime.NumGoroutine()-base, limit+constant, "idle workers are bounded")
+		require.NoError(t, stop())
+		synctest.Wait()
+		assert.Equal(t, base, runtime.NumGoroutine(), "Run leaves nothing behind")
 	})
 }
