@@ -149,7 +149,9 @@ func NewConsumer(connect Connector, handler Handler, opts *Options) (*Consumer, 
 	return c, nil
 }
 
-// Health returns a snapshot of the consumer's state and counters.
+// Health returns a snapshot of the consumer's state and counters. The message counters are read one by
+// one while messages are processed, so a message may already be counted as completed and still as in
+// flight; each counter on its own is exact.
 func (c *Consumer) Health() Health {
 	if c == nil {
 		return Health{}
@@ -201,6 +203,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		slots:      make(chan struct{}, c.cfg.maxConcurrency),
 		settleCap:  int64(c.cfg.maxConcurrency + extraSettleSlots),
 		work:       make(chan job, c.cfg.maxConcurrency),
+		holders:    make(map[*slotHolder]struct{}),
 	}
 	loopErr := r.loop(ctx)
 	close(r.work) // nothing is dispatched any more: idle workers exit, busy ones when done
@@ -232,6 +235,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		err = &ShutdownError{Running: n}
 		c.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
 		abandon(ErrShutdownTimeout)
+		r.endCalls() // settle calls in flight derive from no context abandon reaches
 	}
 	r.closeAll(ctx)
 	c.setState(StateStopped, loopErr)
@@ -261,6 +265,9 @@ type run struct {
 	// receiving has stopped.
 	work chan job
 	idle atomic.Int32
+
+	holdersMu sync.Mutex
+	holders   map[*slotHolder]struct{} // the workers' slot holders, for endCalls
 
 	mu    sync.Mutex
 	conns []*liveConnection // every connection not yet closed
@@ -444,6 +451,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			quietSince, fresh = clk.Now(), true
 			live.proven.Store(true)
 			r.dispatch(live, src, msgs, n)
+			fresh = len(msgs) <= n // a dispatch that waited for slots took time out of the idle window
 			continue
 		}
 		if ctx.Err() != nil {
@@ -632,10 +640,14 @@ type job struct {
 }
 
 // maxIdleWorkers is how many workers may wait for a message at once; a worker that finishes when that
-// many are already waiting exits. Messages are dispatched only into free handler slots, so more idle
-// workers than MaxConcurrency could never all be used; this smaller number covers the common case of
-// a busy consumer, whose slots free up and fill again one or a few at a time.
-func (r *run) maxIdleWorkers() int32 { return int32(min(r.c.cfg.maxConcurrency, 64)) }
+// many are already waiting exits. A worker runs its message's settle too, after giving its handler slot
+// back, so a busy consumer has workers in handlers and more in settles, up to as many as there are
+// slots of both kinds: idle workers up to that number are kept, since each may be needed again at the
+// next burst, and starting and stopping workers on every burst would cost a goroutine per message
+// again. Idle workers are therefore at most MaxConcurrency plus the settle allowance: a constant.
+func (r *run) maxIdleWorkers() int32 {
+	return int32(r.c.cfg.maxConcurrency + extraSettleSlots)
+}
 
 // worker runs j, then every message handed to it, until receiving has stopped or enough other workers
 // are idle.
@@ -646,6 +658,14 @@ func (r *run) worker(j job) {
 	ctx, cancel := context.WithCancel(r.handlerCtx)
 	defer cancel()
 	sl := &slotHolder{r: r}
+	r.holdersMu.Lock()
+	r.holders[sl] = struct{}{}
+	r.holdersMu.Unlock()
+	defer func() {
+		r.holdersMu.Lock()
+		delete(r.holders, sl)
+		r.holdersMu.Unlock()
+	}()
 	for {
 		r.handle(ctx, j, sl)
 		if r.idle.Load() >= r.maxIdleWorkers() {
@@ -675,7 +695,22 @@ func (r *run) handle(ctx context.Context, j job, sl *slotHolder) {
 // not pipelined), so no cycle of waits between the two pools can form.
 type slotHolder struct {
 	r     *run
-	state int // holdsHandler, holdsSettling or holdsNothing
+	state int                        // holdsHandler, holdsSettling or holdsNothing
+	call  atomic.Pointer[settleCall] // the worker's broker call in flight, if any
+}
+
+// settling records the worker's broker call in flight (nil: none).
+func (s *slotHolder) settling(c *settleCall) { s.call.Store(c) }
+
+// endCalls ends every worker's broker call in flight: the shutdown gave up on them.
+func (r *run) endCalls() {
+	r.holdersMu.Lock()
+	defer r.holdersMu.Unlock()
+	for h := range r.holders {
+		if c := h.call.Load(); c != nil {
+			c.end(context.Canceled)
+		}
+	}
 }
 
 const (

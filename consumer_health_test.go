@@ -324,3 +324,72 @@ func TestOutageNoticedWhileAllSlotsAreBusy(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// slowSettler passes completes through after a delay unless their context ends first, and records when
+// each reached the broker.
+type slowSettler struct {
+	retry.Receiver
+	delay   time.Duration
+	mu      sync.Mutex
+	reached []time.Time
+	ended   []error
+}
+
+func (s *slowSettler) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error {
+	select {
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.ended = append(s.ended, ctx.Err())
+		s.mu.Unlock()
+		return ctx.Err()
+	case <-time.After(s.delay):
+	}
+	s.mu.Lock()
+	s.reached = append(s.reached, time.Now())
+	s.mu.Unlock()
+	return s.Receiver.CompleteMessage(ctx, m, o)
+}
+
+// A settle call already in flight when Run gives up on the shutdown is ended then, not left to reach
+// the broker after Run returned (the connection's Close need not abort it).
+func TestShutdownThatGivesUpEndsTheSettleInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, 1)
+		started := make(chan struct{})
+		settler := &slowSettler{delay: 1500 * time.Millisecond}
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := b.Connector()(ctx)
+			if err != nil {
+				return nil, err
+			}
+			settler.Receiver = conn.Receiver
+			conn.Receiver = settler
+			conn.Close = func(context.Context) error { return nil } // a Close that aborts nothing
+			return conn, nil
+		}
+		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
+			close(started)
+			<-time.After(2500 * time.Millisecond) // ignores ctx; returns after the grace, within the settle timeout
+			return nil
+		}, &retry.Options{ShutdownGrace: time.Second, SettleTimeout: 2 * time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		<-started
+		start := time.Now()
+		cancel()
+		err = <-done
+		assert.Equal(t, 3*time.Second, time.Since(start), "grace plus one settle timeout")
+		require.ErrorIs(t, err, retry.ErrShutdownTimeout)
+		<-time.After(time.Minute)
+		synctest.Wait()
+		settler.mu.Lock()
+		defer settler.mu.Unlock()
+		assert.Empty(t, settler.reached, "nothing reaches the broker after Run returned")
+		require.Len(t, settler.ended, 1, "the complete in flight was ended")
+		assert.ErrorIs(t, settler.ended[0], context.Canceled)
+		assert.Empty(t, b.Completed())
+	})
+}

@@ -9,7 +9,8 @@ import (
 
 // Limits of the in-process memory of decided outcomes (see flights).
 const (
-	// maxRememberedOutcomes bounds how many unsettled outcomes a processor remembers.
+	// maxRememberedOutcomes bounds how many unsettled outcomes a processor remembers: each of the
+	// registry's shards keeps at most its share.
 	maxRememberedOutcomes = 10000
 	// minRememberOutcome is the shortest time an unsettled outcome is remembered; the redelivery it waits
 	// for comes when the lock runs out (at most 5 minutes on Service Bus), or at once after a drop.
@@ -109,11 +110,16 @@ type flights struct {
 
 // flightShards is how many shards the registry has; each remembers at most its share of
 // maxRememberedOutcomes.
-const flightShards = 16
+const (
+	flightShardBits = 4
+	flightShards    = 1 << flightShardBits
+)
 
-// shard returns the shard of key.
+// shard returns the shard of key: the top bits of a multiplicative hash of the sequence number, so that
+// sequence numbers in any stride (a subscription whose filter takes every 16th message of a topic)
+// spread over the shards.
 func (fs *flights) shard(key flightKey) *flightShard {
-	return &fs.shards[(uint64(key.seq)+uint64(key.enqueued))%flightShards]
+	return &fs.shards[(uint64(key.seq)*0x9E3779B97F4A7C15)>>(64-flightShardBits)]
 }
 
 // enter registers f (a zero flight) as a new delivery of key and returns the earlier delivery of the

@@ -71,3 +71,19 @@ func TestSettledDeliveriesAreForgotten(t *testing.T) {
 		t.Fatal("done not closed")
 	}
 }
+
+// Sequence numbers in a stride (a subscription taking every 16th message of a topic) spread over the
+// shards, so no shard's share of the bound is spent by itself.
+func TestFlightShardsSpreadStrides(t *testing.T) {
+	var fs flights
+	for _, stride := range []int64{1, 2, 16, 64, 1000} {
+		counts := map[*flightShard]int{}
+		for i := range int64(1600) {
+			counts[fs.shard(flightKey{seq: 1 + i*stride})]++
+		}
+		assert.Len(t, counts, flightShards, "stride %d", stride)
+		for _, n := range counts {
+			assert.LessOrEqual(t, n, 2*1600/flightShards, "stride %d", stride)
+		}
+	}
+}

@@ -251,7 +251,8 @@ func (lk *lockKeeper) endSettle() {
 // another.
 //
 // On the real clock the schedule is one runtime timer (time.AfterFunc), armed for the earliest renewal
-// and stopped when no lock is held, so no goroutine waits at all. On an injected clock, which offers only
+// (and left to fire once more, finding nothing due, when that lock leaves first), so no goroutine waits
+// at all. On an injected clock, which offers only
 // After, one goroutine waits instead, and exits when no lock is held.
 type renewer struct {
 	p       *Processor

@@ -149,6 +149,9 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 type slots interface {
 	release()
 	reacquire(ctx context.Context, lockLost <-chan struct{}) bool
+	// settling tells the consumer which settle call is in flight (nil: none), so that a shutdown that
+	// gives up can end it.
+	settling(c *settleCall)
 }
 
 // process is Process with the consumer's extras: settleBase is the context every settle, renewal and
@@ -171,7 +174,7 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 	clk := p.cfg.clock
 	now := clk.Now()
 	// Everything this delivery needs to keep is one allocation.
-	dv := &delivery{ob: observed{ctx: ctx, entity: entity, start: now, now: now, detached: detached}}
+	dv := &delivery{ob: observed{ctx: ctx, entity: entity, start: now, now: now, detached: detached, sl: sl}}
 	ob := &dv.ob
 	defer func() { ob.ctx = nil }() // a remembered outcome must not keep the handler's context alive
 	if isProbe(msg) {
@@ -225,8 +228,10 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 				select {
 				case <-pr.finished():
 				case <-lk.Done():
+					ob.now = clk.Now()
 					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
 				case <-ctx.Done():
+					ob.now = clk.Now()
 					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
 				}
 				d = pr.decision()
@@ -241,6 +246,7 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 				return p.finish(ob, msg, *d.env, res)
 			}
 			if sl != nil && !sl.reacquire(ctx, lk.Done()) {
+				ob.now = clk.Now()
 				return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, lk.why(), "stopped or lock lost while waiting for a handler slot"))
 			}
 			ob.now = clk.Now()
@@ -371,7 +377,8 @@ func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessag
 	if hook := cfg.hooks.OnRetryCopy; hook != nil {
 		id := *copyMsg.MessageID
 		hook(RetryCopyParams{Context: ob.ctx, Message: msg, Envelope: *env, Copy: copyMsg, Attempt: next, ScheduledFor: at})
-		copyMsg.MessageID = &id // the id is the chain's: a hook may add properties, not rename the copy
+		copyMsg.MessageID = &id    // the id is the chain's: a hook may add properties, not rename the copy
+		ob.now = p.cfg.clock.Now() // the hook's time counts against the lock
 	}
 	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
 		return p.deadLetterDecision(env, msg, cfg.reasons.MessageTooLarge, herr, now, false)
@@ -464,13 +471,8 @@ func (p *Processor) lockBound(ob *observed, lk *lockKeeper, call func(ctx contex
 		sc = new(settleCall) // a second lock-bound call of one delivery
 	}
 	d := lk.beginSettle(sc, ob.detached, p.cfg.settleTimeout, start, p.realClock)
-	tm := p.callTimer()
-	tm.arm(d, sc)
-	err := call(sc)
-	tm.disarm()
-	p.timers.Put(tm)
+	err := p.bounded(ob, lk.base, sc, d, call)
 	lk.endSettle()
-	sc.end(context.Canceled)
 	ob.now = p.cfg.clock.Now()
 	if err == nil && ob.now.Sub(start) >= slowSettle {
 		// azservicebus v1.11 with go-amqp v1.7 can report a settle as done after the broker rejected it
@@ -483,6 +485,36 @@ func (p *Processor) lockBound(ob *observed, lk *lockKeeper, call func(ctx contex
 		return fmt.Errorf("%w: %w", ErrLockLost, err)
 	}
 	return err
+}
+
+// bounded runs one broker call with sc as its context, ended after d by a pooled timer, and tells the
+// consumer about it while it runs: a shutdown that gives up (it cancels base) ends it.
+func (p *Processor) bounded(ob *observed, base context.Context, sc *settleCall, d time.Duration, call func(ctx context.Context) error) error {
+	tm := p.callTimer()
+	tm.arm(d, sc)
+	if ob.sl != nil {
+		ob.sl.settling(sc)
+	}
+	if base.Err() != nil {
+		sc.end(context.Canceled) // the shutdown gave up just now
+	}
+	err := call(sc)
+	if ob.sl != nil {
+		ob.sl.settling(nil)
+	}
+	tm.disarm()
+	p.timers.Put(tm)
+	sc.end(context.Canceled)
+	return err
+}
+
+// newCall returns the context of a broker call that is not lock-bound, due to end after d.
+func (p *Processor) newCall(ob *observed, d time.Duration) *settleCall {
+	now := ob.now
+	if !p.realClock {
+		now = time.Now()
+	}
+	return &settleCall{values: ob.detached, deadline: now.Add(d)}
 }
 
 // settleRetry schedules the copy (unless an earlier delivery already did), then completes the original.
@@ -501,13 +533,14 @@ func (p *Processor) settleRetry(ob *observed, settleBase context.Context, lk *lo
 		}
 		// Not lock-bound: once started, the schedule's outcome must be known, so it is bounded only by
 		// the settle timeout.
-		sctx, cancel := context.WithTimeout(ob.detached, p.cfg.settleTimeout)
+		sc := p.newCall(ob, p.cfg.settleTimeout)
 		var seqs []int64
-		err := p.brokerCall(ob, SettleSchedule, res.RetryMessageID, msg, env, func() (err error) {
-			seqs, err = sender.ScheduleMessages(sctx, []*azservicebus.Message{d.copyMsg}, d.at, nil)
-			return err
+		err := p.brokerCall(ob, SettleSchedule, res.RetryMessageID, msg, env, func() error {
+			return p.bounded(ob, settleBase, sc, p.cfg.settleTimeout, func(ctx context.Context) (err error) {
+				seqs, err = sender.ScheduleMessages(ctx, []*azservicebus.Message{d.copyMsg}, d.at, nil)
+				return err
+			})
 		})
-		cancel()
 		ob.now = p.cfg.clock.Now()
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
@@ -664,6 +697,8 @@ type observed struct {
 	detached context.Context
 	// call is the context of the delivery's lock-bound settle call.
 	call settleCall
+	// sl is the consumer's hold on the delivery's slots, nil for Process.
+	sl slots
 }
 
 // started runs the OnStart hook, whose context becomes the delivery's.

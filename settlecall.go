@@ -11,12 +11,13 @@ type expirer interface{ expire() }
 
 // reusableTimer is one runtime timer that bounds one thing at a time (a receive, a settle call) and is
 // re-armed for the next, so that a busy loop or worker makes no timer per call. A firing that could not
-// be stopped before its call ended is marked late and ignored, so it can never end the next call.
+// be stopped before its call ended is counted as late and ignored, so it can never end a later call,
+// however many late firings are on their way at once.
 type reusableTimer struct {
 	t    *time.Timer
 	mu   sync.Mutex
 	cur  expirer // what the armed timer ends (mu)
-	late bool    // a firing for a call that already ended is on its way (mu)
+	late int     // firings for calls that already ended, still on their way (mu)
 }
 
 // arm makes the timer end e after d.
@@ -39,7 +40,7 @@ func (rt *reusableTimer) disarm() {
 	stopped := rt.t.Stop()
 	rt.mu.Lock()
 	if !stopped && rt.cur != nil {
-		rt.late = true
+		rt.late++
 	}
 	rt.cur = nil
 	rt.mu.Unlock()
@@ -47,8 +48,8 @@ func (rt *reusableTimer) disarm() {
 
 func (rt *reusableTimer) fire() {
 	rt.mu.Lock()
-	if rt.late {
-		rt.late = false
+	if rt.late > 0 {
+		rt.late--
 		rt.mu.Unlock()
 		return
 	}

@@ -83,3 +83,22 @@ func TestSettleCallIsAContext(t *testing.T) {
 	parent.end(context.Canceled)
 	<-child.Done()
 }
+
+// Two late firings on their way at once (both calls ended before their firings ran) are both ignored:
+// neither ends the call armed after them.
+func TestReusableTimerIgnoresEveryLateFiring(t *testing.T) {
+	var rt reusableTimer
+	for range 2 {
+		rt.arm(time.Hour, newExpiryProbe())
+		rt.t.Stop() // as if the timer had fired and its callback not yet run: disarm cannot stop it
+		rt.disarm()
+	}
+	third := newExpiryProbe()
+	rt.arm(time.Hour, third)
+	rt.fire() // the two late firings arrive
+	rt.fire()
+	assert.Zero(t, third.n.Load(), "a late firing ended a later call")
+	rt.fire() // the third call's own firing
+	assert.Equal(t, int32(1), third.n.Load())
+	rt.disarm()
+}
