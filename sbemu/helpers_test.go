@@ -11,8 +11,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
-
-	"github.com/sbretry/retry/sbemu/broker"
 )
 
 func TestMain(m *testing.M) {
@@ -33,11 +31,6 @@ func startEmulator(t testing.TB, cfg Config) *Emulator {
 	require.NoError(t, err)
 	t.Cleanup(func() { require.NoError(t, em.Close()) })
 	return em
-}
-
-// queueConfig is a queue with test-friendly settings.
-func queueConfig(name string) broker.QueueConfig {
-	return broker.QueueConfig{Name: name}
 }
 
 // newClient creates an SDK client for em with fast retries and closes it at
@@ -130,16 +123,6 @@ func receiveAfterRecovery(t testing.TB, r *azservicebus.Receiver) *azservicebus.
 			return msgs[0]
 		}
 	}
-}
-
-// receiveNone asserts that nothing arrives within d.
-func receiveNone(t testing.TB, r *azservicebus.Receiver, d time.Duration) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	msgs, err := r.ReceiveMessages(ctx, 1, nil)
-	require.Empty(t, msgs)
-	require.ErrorIs(t, err, context.DeadlineExceeded)
 }
 
 // receiversWaiting counts links of all connections whose delivery

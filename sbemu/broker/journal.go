@@ -249,13 +249,6 @@ func (j *journal) fail(err error) {
 	j.mu.Unlock()
 }
 
-// failure is the journal's sticky error, nil while it works.
-func (j *journal) failure() error {
-	j.mu.Lock()
-	defer j.mu.Unlock()
-	return j.err
-}
-
 // statsNow returns a copy of the counters.
 func (j *journal) statsNow() JournalStats {
 	j.mu.Lock()
