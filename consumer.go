@@ -205,6 +205,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		work:       make(chan job, c.cfg.maxConcurrency),
 		holders:    make(map[*slotHolder]struct{}),
 	}
+	r.calls.r = r
+	defer r.calls.stop()
 	loopErr := r.loop(ctx)
 	close(r.work) // nothing is dispatched any more: idle workers exit, busy ones when done
 
@@ -267,7 +269,8 @@ type run struct {
 	idle atomic.Int32
 
 	holdersMu sync.Mutex
-	holders   map[*slotHolder]struct{} // the workers' slot holders, for endCalls
+	holders   map[*slotHolder]struct{} // the workers' slot holders, for endCalls and calls
+	calls     callWatch
 
 	mu    sync.Mutex
 	conns []*liveConnection // every connection not yet closed
@@ -699,8 +702,75 @@ type slotHolder struct {
 	call  atomic.Pointer[settleCall] // the worker's broker call in flight, if any
 }
 
-// settling records the worker's broker call in flight (nil: none).
-func (s *slotHolder) settling(c *settleCall) { s.call.Store(c) }
+// startCall records the worker's broker call in flight and has the run's call watch end it at its
+// deadline.
+func (s *slotHolder) startCall(c *settleCall) {
+	s.call.Store(c)
+	s.r.calls.watch(c.deadline)
+}
+
+// endCall records that the worker's call has returned.
+func (s *slotHolder) endCall() { s.call.Store(nil) }
+
+// callWatch ends the workers' broker calls at their deadlines with one runtime timer for all of them,
+// armed for the earliest deadline it knows of. Calls start in deadline order, almost always (each gets
+// the settle timeout), so a new call seldom moves the timer: a settle costs no timer operation. When the
+// timer fires it ends the calls that are due and re-arms for the earliest that is not.
+type callWatch struct {
+	r       *run
+	mu      sync.Mutex
+	t       *time.Timer
+	armedAt time.Time // zero: not armed
+}
+
+// watch makes sure the timer fires by deadline.
+func (w *callWatch) watch(deadline time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if !w.armedAt.IsZero() && !deadline.Before(w.armedAt) {
+		return
+	}
+	w.armedAt = deadline
+	if w.t == nil {
+		w.t = time.AfterFunc(time.Until(deadline), w.fire)
+		return
+	}
+	w.t.Reset(time.Until(deadline))
+}
+
+// fire ends the calls that are due. The timer counts as unarmed before the scan, so that a call that
+// starts meanwhile arms it itself if the scan misses it.
+func (w *callWatch) fire() {
+	w.mu.Lock()
+	w.armedAt = time.Time{}
+	w.mu.Unlock()
+	now := time.Now()
+	var next time.Time
+	w.r.holdersMu.Lock()
+	for h := range w.r.holders {
+		c := h.call.Load()
+		switch {
+		case c == nil:
+		case !now.Before(c.deadline):
+			c.expire()
+		case next.IsZero() || c.deadline.Before(next):
+			next = c.deadline
+		}
+	}
+	w.r.holdersMu.Unlock()
+	if !next.IsZero() {
+		w.watch(next)
+	}
+}
+
+// stop stops the timer when the run ends.
+func (w *callWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.t != nil {
+		w.t.Stop()
+	}
+}
 
 // endCalls ends every worker's broker call in flight: the shutdown gave up on them.
 func (r *run) endCalls() {

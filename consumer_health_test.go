@@ -393,3 +393,62 @@ func TestShutdownThatGivesUpEndsTheSettleInFlight(t *testing.T) {
 		assert.Empty(t, b.Completed())
 	})
 }
+
+// timedCompletes never answers a complete until its context ends, and records how long it waited.
+type timedCompletes struct {
+	retry.Receiver
+	mu     sync.Mutex
+	waited []time.Duration
+	errs   []error
+}
+
+func (h *timedCompletes) CompleteMessage(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	start := time.Now()
+	<-ctx.Done()
+	h.mu.Lock()
+	h.waited = append(h.waited, time.Since(start))
+	h.errs = append(h.errs, ctx.Err())
+	h.mu.Unlock()
+	return ctx.Err()
+}
+
+// The consumer's settle calls end at the settle timeout (one timer serves all of them), several at
+// once included, and the messages are left for redelivery.
+func TestConsumerSettleCallsAreBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, 3)
+		hang := &timedCompletes{}
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := b.Connector()(ctx)
+			if err != nil {
+				return nil, err
+			}
+			hang.Receiver = conn.Receiver
+			conn.Receiver = hang
+			return conn, nil
+		}
+		var left atomic.Int32
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{
+			SettleTimeout: 20 * time.Second, DisableLockRenewal: true, Logger: discardLogger(),
+			Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+				if p.Result.Outcome == retry.OutcomeLeftForRedelivery {
+					left.Add(1)
+				}
+			}},
+		})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		<-time.After(25 * time.Second)
+		synctest.Wait()
+		hang.mu.Lock()
+		require.Len(t, hang.waited, 3)
+		for i, w := range hang.waited {
+			assert.Equal(t, 20*time.Second, w, "call %d", i)
+			assert.ErrorIs(t, hang.errs[i], context.DeadlineExceeded)
+		}
+		hang.mu.Unlock()
+		assert.Equal(t, int32(3), left.Load())
+		require.NoError(t, stop())
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"runtime"
 	"runtime/metrics"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -459,12 +460,32 @@ func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {
 	})
 }
 
+// libraryGoroutines counts the goroutines running the library's code (other tests' timers may come and
+// go in the same process).
+func libraryGoroutines() int {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	count := 0
+	for _, g := range strings.Split(string(buf), "\n\n") {
+		if strings.Contains(g, "github.com/sbretry/retry.(") {
+			count++
+		}
+	}
+	return count
+}
+
 // The consumer runs at most one goroutine per message in flight plus a constant: handlers run on
 // long-lived workers, lock renewals share one schedule, and the workers left idle are bounded.
 func TestGoroutinesStayWithinInFlightPlusAConstant(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit, total, constant = 8, 40, 6
-		base := runtime.NumGoroutine()
 		release := make(chan struct{})
 		var running atomic.Int32
 		b := retrytest.NewBroker(nil, nil)
@@ -485,8 +506,8 @@ func TestGoroutinesStayWithinInFlightPlusAConstant(t *testing.T) {
 		<-time.After(3 * time.Minute) // long enough for every lock to be renewed several times
 		synctest.Wait()
 		inFlight := c.Health().InFlight
-		t.Logf("in flight %d, running %d, goroutines +%d", inFlight, running.Load(), runtime.NumGoroutine()-base)
-		assert.LessOrEqual(t, runtime.NumGoroutine()-base, inFlight+constant,
+		t.Logf("in flight %d, running %d, library goroutines %d", inFlight, running.Load(), libraryGoroutines())
+		assert.LessOrEqual(t, libraryGoroutines(), inFlight+constant,
 			"goroutines with %d messages in flight", inFlight)
 
 		close(release)
@@ -494,11 +515,11 @@ func TestGoroutinesStayWithinInFlightPlusAConstant(t *testing.T) {
 		synctest.Wait()
 		// Idle workers are kept up to the slots of both kinds: MaxConcurrency plus the 64 settles the
 		// consumer lets run beyond it.
-		t.Logf("after the drain: goroutines +%d", runtime.NumGoroutine()-base)
-		assert.LessOrEqual(t, runtime.NumGoroutine()-base, limit+64+constant, "idle workers are bounded")
+		t.Logf("after the drain: library goroutines %d", libraryGoroutines())
+		assert.LessOrEqual(t, libraryGoroutines(), limit+64+constant, "idle workers are bounded")
 		require.NoError(t, stop())
 		synctest.Wait()
-		assert.Equal(t, base, runtime.NumGoroutine(), "Run leaves nothing behind")
+		assert.Zero(t, libraryGoroutines(), "Run leaves nothing behind")
 	})
 }
 
@@ -519,5 +540,6 @@ func TestWorkersAreReused(t *testing.T) {
 	metrics.Read(sample)
 	created := sample[0].Value.Uint64() - before
 	t.Logf("%d goroutines created for %d messages", created, total)
-	assert.Less(t, created, uint64(100), "goroutines created while draining (one per message would be %d)", total)
+	// Other tests' timers firing meanwhile start goroutines too; one per message would be 3,000.
+	assert.Less(t, created, uint64(total/10), "goroutines created while draining (one per message would be %d)", total)
 }

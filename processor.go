@@ -149,9 +149,11 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 type slots interface {
 	release()
 	reacquire(ctx context.Context, lockLost <-chan struct{}) bool
-	// settling tells the consumer which settle call is in flight (nil: none), so that a shutdown that
-	// gives up can end it.
-	settling(c *settleCall)
+	// startCall tells the consumer which broker call is in flight, so that a shutdown that gives up can
+	// end it; the consumer also ends it at its deadline (one timer serves all its workers' calls).
+	// endCall says that the call has returned.
+	startCall(c *settleCall)
+	endCall()
 }
 
 // process is Process with the consumer's extras: settleBase is the context every settle, renewal and
@@ -487,23 +489,27 @@ func (p *Processor) lockBound(ob *observed, lk *lockKeeper, call func(ctx contex
 	return err
 }
 
-// bounded runs one broker call with sc as its context, ended after d by a pooled timer, and tells the
-// consumer about it while it runs: a shutdown that gives up (it cancels base) ends it.
+// bounded runs one broker call with sc as its context, ended after d (at sc's deadline): by the
+// consumer, which is told about the call so that a shutdown that gives up (it cancels base) ends it too,
+// or, for Process, by a pooled timer.
 func (p *Processor) bounded(ob *observed, base context.Context, sc *settleCall, d time.Duration, call func(ctx context.Context) error) error {
-	tm := p.callTimer()
-	tm.arm(d, sc)
+	var tm *reusableTimer
 	if ob.sl != nil {
-		ob.sl.settling(sc)
+		ob.sl.startCall(sc)
+	} else {
+		tm = p.callTimer()
+		tm.arm(d, sc)
 	}
 	if base.Err() != nil {
 		sc.end(context.Canceled) // the shutdown gave up just now
 	}
 	err := call(sc)
-	if ob.sl != nil {
-		ob.sl.settling(nil)
+	if tm != nil {
+		tm.disarm()
+		p.timers.Put(tm)
+	} else {
+		ob.sl.endCall()
 	}
-	tm.disarm()
-	p.timers.Put(tm)
 	sc.end(context.Canceled)
 	return err
 }
