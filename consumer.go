@@ -394,6 +394,12 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 	fresh := true
 	tm := r.newLoopTimer()
 	defer tm.release()
+	// watch: on the real clock, one lazily re-armed timer keeps the idle window for this loop (see
+	// idleWatch), so that neither a wait for a slot nor a receive costs a timer operation.
+	watch := tm.real && !live.shared
+	if watch {
+		tm.idle.touch(quietSince)
+	}
 	for {
 		// Take one free slot (waiting if needed), then any others free now, and ask for that many.
 		select {
@@ -407,7 +413,12 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			fresh = false
 			got := false
 			for !got {
-				timer := tm.start(max(idleProbeInterval-clk.Now().Sub(quietSince), 0))
+				var timer <-chan time.Time
+				if watch {
+					timer = tm.idle.due
+				} else {
+					timer = tm.start(max(idleProbeInterval-clk.Now().Sub(quietSince), 0))
+				}
 				select {
 				case r.slots <- struct{}{}:
 					got = true
@@ -416,6 +427,9 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 					r.waiting.Add(-1)
 					return nil
 				case <-timer:
+					if watch && clk.Now().Sub(quietSince) < idleProbeInterval {
+						break // signalled for a window that a message has since restarted
+					}
 					if err := r.probe(ctx, live); err != nil {
 						r.waiting.Add(-1)
 						if ctx.Err() != nil {
@@ -424,6 +438,9 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 						return err
 					}
 					quietSince = clk.Now()
+					if watch {
+						tm.idle.touch(quietSince)
+					}
 				}
 				tm.stop()
 			}
@@ -443,7 +460,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		if !fresh {
 			idleLeft = max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
 		}
-		msgs, err, idle, yielded := r.receive(ctx, tm, src.Receiver, n, live.shared, idleLeft)
+		msgs, err, idle, yielded := r.receive(ctx, tm, watch, src.Receiver, n, live.shared, idleLeft)
 		fresh = false
 		// Give back the slots the receive did not fill; the filled ones are released by their handlers.
 		for i := len(msgs); i < n; i++ {
@@ -452,6 +469,9 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		if len(msgs) > 0 {
 			flaps = 0
 			quietSince, fresh = clk.Now(), true
+			if watch {
+				tm.idle.touch(quietSince)
+			}
 			live.proven.Store(true)
 			r.dispatch(live, src, msgs, n)
 			fresh = len(msgs) <= n // a dispatch that waited for slots took time out of the idle window
@@ -468,6 +488,9 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			if broken = r.probe(ctx, live); broken == nil {
 				flaps = 0 // a quiet but healthy connection
 				quietSince = clk.Now()
+				if watch {
+					tm.idle.touch(quietSince)
+				}
 				live.proven.Store(true)
 			}
 		case err == nil:
@@ -496,15 +519,15 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 // slot (channel mode), the other the receives, so that a busy loop does not make a timer per wait. On
 // an injected clock, which offers only After, each wait asks the clock instead.
 type loopTimer struct {
-	clk     Clock
-	real    bool
-	t       *time.Timer // channel mode, made on first use
-	receive reusableTimer
+	clk  Clock
+	real bool
+	t    *time.Timer // channel mode, made on first use
+	idle idleWatch
 }
 
 func (r *run) newLoopTimer() *loopTimer {
 	_, real := r.c.cfg.clock.(realClock)
-	return &loopTimer{clk: r.c.cfg.clock, real: real}
+	return &loopTimer{clk: r.c.cfg.clock, real: real, idle: idleWatch{due: make(chan time.Time, 1)}}
 }
 
 // start returns a channel that fires after d; call stop once the wait is over.
@@ -530,26 +553,106 @@ func (lt *loopTimer) stop() {
 // release stops both timers when the loop ends.
 func (lt *loopTimer) release() {
 	lt.stop()
-	lt.receive.disarm()
+	lt.idle.stop()
 }
 
-// idleCancel ends a receive for the idle window when its timer expires.
-type idleCancel context.CancelCauseFunc
+// idleWatch keeps a receive loop's idle window on the real clock with one timer that is not moved when
+// a message restarts the window: when it fires early it re-arms itself for what is left. When the window
+// has passed it ends the receive in flight (errIdle), or, if none is, signals due for a loop waiting for
+// a handler slot. A busy loop thus touches the timer once per idle window, not once per receive or wait.
+type idleWatch struct {
+	mu     sync.Mutex
+	t      *time.Timer
+	armed  bool
+	quiet  time.Time               // the start of the window: the last message or successful probe
+	cancel context.CancelCauseFunc // ends the receive in flight, nil if none
+	due    chan time.Time          // the window passed while no receive was in flight
+}
 
-func (f idleCancel) expire() { f(errIdle) }
+// touch restarts the window at now.
+func (w *idleWatch) touch(now time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.quiet = now
+	if w.armed {
+		return // it fires early, finds the window restarted and re-arms for the rest
+	}
+	w.armed = true
+	if w.t == nil {
+		w.t = time.AfterFunc(idleProbeInterval, w.fire)
+		return
+	}
+	w.t.Reset(idleProbeInterval)
+}
+
+func (w *idleWatch) fire() {
+	w.mu.Lock()
+	if left := idleProbeInterval - time.Since(w.quiet); left > 0 {
+		w.t.Reset(left)
+		w.mu.Unlock()
+		return
+	}
+	w.armed = false
+	cancel := w.cancel
+	w.cancel = nil
+	if cancel == nil {
+		select {
+		case w.due <- time.Now():
+		default:
+		}
+	}
+	w.mu.Unlock()
+	if cancel != nil {
+		cancel(errIdle)
+	}
+}
+
+// begin makes the window end the receive that cancel cancels; false if the window has already passed.
+func (w *idleWatch) begin(cancel context.CancelCauseFunc) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if time.Since(w.quiet) >= idleProbeInterval {
+		select {
+		case <-w.due:
+		default:
+		}
+		return false
+	}
+	w.cancel = cancel
+	return true
+}
+
+// end says that the receive has returned.
+func (w *idleWatch) end() {
+	w.mu.Lock()
+	w.cancel = nil
+	w.mu.Unlock()
+}
+
+// stop stops the timer when the loop ends.
+func (w *idleWatch) stop() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.t != nil {
+		w.t.Stop()
+	}
+	w.armed = false
+}
 
 // receive asks receiver for up to n messages. It ends the call after the idle window, so that a quiet
 // connection gets probed; idle reports that this is why it returned nothing. When the connection has
 // several sources (shared), a receive waiting on an empty entity also ends once another source waits for
 // a handler slot, after at least shareWindow, so that a quiet retry queue never holds the slots its
 // subscription needs; yielded reports that.
-func (r *run) receive(ctx context.Context, tm *loopTimer, receiver Receiver, n int, shared bool, idleLeft time.Duration) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
+func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver Receiver, n int, shared bool, idleLeft time.Duration) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	if tm.real && !shared {
-		// The common case reuses the loop's timer: no goroutine, no new timer.
-		tm.receive.arm(idleLeft, idleCancel(cancel))
-		defer tm.receive.disarm()
+	if watch {
+		// The common case: the loop's idle watch ends the receive; no goroutine, no timer operation.
+		if !tm.idle.begin(cancel) {
+			cancel(errIdle)
+		}
+		defer tm.idle.end()
 	} else {
 		go r.watchReceive(rctx, cancel, shared, idleLeft)
 	}

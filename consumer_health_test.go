@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -449,6 +450,36 @@ func TestConsumerSettleCallsAreBounded(t *testing.T) {
 		}
 		hang.mu.Unlock()
 		assert.Equal(t, int32(3), left.Load())
+		require.NoError(t, stop())
+	})
+}
+
+// A connection that delivers a message every 3 s is never idle for the 5 s window, so it is never
+// probed; once the messages stop, the probe comes 5 s after the last one (the window's timer is not
+// moved per message, so this checks that it re-arms for what is left).
+func TestIdleWindowRestartsWithEachMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		lc := &linkConnector{b: retrytest.NewBroker(nil, nil), ping: func(context.Context) error { return nil }}
+		var probedAt atomic.Int64
+		start := time.Now()
+		ping := lc.ping
+		lc.ping = func(ctx context.Context) error {
+			probedAt.CompareAndSwap(0, int64(time.Since(start)))
+			return ping(ctx)
+		}
+		c, err := retry.NewConsumer(lc.connect, okHandler, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		for i := range 10 {
+			<-time.After(3 * time.Second)
+			lc.b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("tick-%d", i))})
+			synctest.Wait()
+		}
+		assert.Zero(t, lc.pings.Load(), "never idle for the window while messages keep coming")
+		<-time.After(6 * time.Second)
+		synctest.Wait()
+		require.Equal(t, int32(1), lc.pings.Load(), "probed once the messages stopped")
+		assert.Equal(t, 35*time.Second, time.Duration(probedAt.Load()), "5 s after the last message")
 		require.NoError(t, stop())
 	})
 }
