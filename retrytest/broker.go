@@ -248,10 +248,13 @@ func (b *Broker) receive(ctx context.Context, conn *connection, src *broker.Queu
 		// next deadline (a scheduled message, a lock or a message expiring) comes on the clock, the
 		// connection closes, or ctx ends. The timer is taken before the lock is released, so a mock
 		// clock advanced right after cannot slip past it.
-		timer := b.timerLocked(next)
+		timer, passed := b.timerLocked(next)
 		changed := b.changed
 		closed := conn.closed
 		b.mu.Unlock()
+		if passed {
+			continue // the clock moved past the deadline meanwhile: look again at once
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
@@ -263,13 +266,15 @@ func (b *Broker) receive(ctx context.Context, conn *connection, src *broker.Queu
 }
 
 // timerLocked returns a channel that fires when the clock reaches next; nil (never) for a zero next.
-func (b *Broker) timerLocked(next time.Time) <-chan time.Time {
+// passed reports that the clock had reached next by the time the timer was taken: a test may advance a
+// mock clock at any moment (without b.mu), between the model's reading of the clock and this one, and
+// a timer taken after that would wait for the next advance. The caller then looks again at once.
+func (b *Broker) timerLocked(next time.Time) (timer <-chan time.Time, passed bool) {
 	if next.IsZero() {
-		return nil
+		return nil, false
 	}
-	// A due event whose wait rounds to zero must still wake the waiter (benbjohnson's mock never
-	// fires a timer registered at or before its current time until the next Add).
-	return b.clock.After(max(next.Sub(b.clock.Now()), time.Nanosecond))
+	timer = b.clock.After(max(next.Sub(b.clock.Now()), 0))
+	return timer, !b.clock.Now().Before(next)
 }
 
 // settleLocked runs the common checks of a settlement: a message, an open connection, no injected

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -214,4 +215,38 @@ func TestStatsSeparateSuccessesFromRetriedOriginals(t *testing.T) {
 	assert.Equal(t, 1, st.Retried)
 	_, ok = b.AdvanceToNextScheduled(mock)
 	assert.False(t, ok, "nothing scheduled")
+}
+
+// jumpingClock is a mock clock that a test advances at the worst moment: just before the broker takes
+// the timer it waits on, after the model read the clock.
+type jumpingClock struct {
+	*clock.Mock
+	armed atomic.Bool
+	jump  time.Duration
+}
+
+func (c *jumpingClock) After(d time.Duration) <-chan time.Time {
+	if c.armed.CompareAndSwap(true, false) {
+		c.Mock.Add(c.jump)
+	}
+	return c.Mock.After(d)
+}
+
+// A receive that waits for a lock to expire wakes up even when the clock passes the expiry between the
+// model's reading of it and the broker taking its timer.
+func TestReceiveWakesWhenTheClockJumpsPastTheDeadline(t *testing.T) {
+	clk := &jumpingClock{Mock: clock.NewMock(), jump: 2 * time.Minute}
+	b := retrytest.NewBroker(clk, &retrytest.BrokerOptions{LockDuration: time.Minute})
+	id := "m"
+	b.Send(&azservicebus.Message{MessageID: &id, Body: []byte("x")})
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	first, err := b.Receiver().ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, first, 1) // locked for a minute, never settled
+	clk.armed.Store(true)
+	again, err := b.Receiver().ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err, "the expired lock's message comes back")
+	require.Len(t, again, 1)
+	assert.Equal(t, uint32(2), again[0].DeliveryCount)
 }

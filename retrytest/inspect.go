@@ -19,10 +19,13 @@ func (b *Broker) WaitUntil(ctx context.Context, cond func() bool) error {
 	for {
 		b.mu.Lock()
 		changed := b.changed
-		timer := b.timerLocked(b.model.Advance())
+		timer, passed := b.timerLocked(b.model.Advance())
 		b.mu.Unlock()
 		if cond() {
 			return nil
+		}
+		if passed {
+			continue
 		}
 		select {
 		case <-ctx.Done():
