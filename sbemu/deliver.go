@@ -111,7 +111,11 @@ func (l *link) deliverLoop(src deliverySource) {
 				if errors.Is(err, context.Canceled) {
 					continue // credit withdrawn or drain requested
 				}
+				// A source that failed (a broker whose journal stopped, a closed broker) delivers
+				// nothing more: detach with the error, so the client sees it and can reconnect,
+				// instead of leaving the link attached and silent.
 				l.log.Info("sbemu: delivery source failed", "err", err)
+				l.forceDetach(condInternalError, "sbemu: "+err.Error())
 				return
 			}
 			if o == nil {

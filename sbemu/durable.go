@@ -14,10 +14,13 @@ import (
 // callback: the client hears "accepted" only once a SIGKILL can no longer
 // undo it, and the reader never waits for the disk, so the transfers and
 // dispositions of one connection share the journal's fsyncs (group
-// commit) instead of taking one each. Answers that wait this way still go
-// out in the order of their requests, because the callbacks run in call
-// order. Without persistence the answer is sent at once, as it always
-// was; the administration API waits the same way (admin.go).
+// commit) instead of taking one each. Answers that wait for a sync go out
+// in the order of their requests, but an answer that needs no wait (its
+// change was already durable) can overtake one whose callback is still
+// running: clients match answers by delivery id and correlation id, as
+// they must with Service Bus too. Without persistence the answer is sent
+// at once, as it always was; the administration API waits the same way
+// (admin.go).
 
 // durableOutcome is the outcome to report for a change whose journaling
 // ended with err: the outcome itself, or amqp:internal-error when the

@@ -8,6 +8,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -98,4 +99,35 @@ func TestSDKPersistenceSurvivesRestart(t *testing.T) {
 	q, err := ac2.GetQueue(ctx, "created-by-admin", nil)
 	require.NoError(t, err)
 	assert.NotNil(t, q, "the queue created through the administration API")
+}
+
+// Once the journal has stopped (here: a message handed to the broker directly with a property it cannot
+// encode), a receive link waiting for messages is detached with the error, so the SDK's receive returns
+// and recovers instead of waiting silently on a link that will never deliver.
+func TestSDKReceiveLinkDetachedWhenTheJournalStops(t *testing.T) {
+	em, err := Start(Config{DataDir: t.TempDir(), Queues: []broker.QueueConfig{{Name: "orders"}}})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		assert.Error(t, em.Close(), "Close reports the journal's failure")
+	})
+	client := newClient(t, em)
+	receiver := newReceiver(t, client, "orders", nil)
+	sender := newSender(t, client, "orders")
+	sendText(t, sender, "first")
+	first := receiveOne(t, receiver)
+	require.NoError(t, receiver.CompleteMessage(ctxT(t), first, nil))
+
+	got := make(chan error, 1)
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	go func() {
+		_, err := receiver.ReceiveMessages(ctx, 1, nil)
+		got <- err
+	}()
+	q, ok := em.Broker().Queue("orders")
+	require.True(t, ok)
+	_, _, _ = q.Send(&amqp.Message{Data: [][]byte{[]byte("x")}, ApplicationProperties: map[string]any{"odd": struct{ A int }{1}}}, 10)
+	err = <-got
+	assert.NoError(t, err, "the receive returns when the link is detached, not at its deadline")
+	assert.NoError(t, ctx.Err())
 }

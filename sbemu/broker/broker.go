@@ -208,6 +208,9 @@ func (b *Broker) AddQueue(cfg QueueConfig) error {
 // AddTopic creates a topic with its subscriptions while the broker runs;
 // see [Broker.AddQueue].
 func (b *Broker) AddTopic(cfg TopicConfig) error {
+	if err := b.storable(cfg); err != nil {
+		return err
+	}
 	return b.add(nil, []TopicConfig{cfg})
 }
 

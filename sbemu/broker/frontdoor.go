@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"fmt"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -23,7 +24,13 @@ import (
 // when a scheduled message falls due or a lock expires. Such a caller
 // waits with [Queue.TryReceive] and a timer set for the deadline
 // [Broker.Advance] returns.
+//
+// Persistence needs the journal's goroutine and a Close, so Options.DataDir
+// is refused here.
 func NewInProcess(opts Options, queues ...QueueConfig) (*Broker, error) {
+	if opts.DataDir != "" {
+		return nil, fmt.Errorf("%w: an in-process broker keeps no data directory (DataDir)", ErrInvalidConfig)
+	}
 	b, err := New(opts, queues...)
 	if err != nil {
 		return nil, err

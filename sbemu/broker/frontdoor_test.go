@@ -18,6 +18,7 @@ func TestNewInProcessLeavesNoGoroutine(t *testing.T) {
 		before := runtime.NumGoroutine()
 		b, err := NewInProcess(Options{}, QueueConfig{Name: "q"})
 		require.NoError(t, err)
+		synctest.Wait() // the stopped wake-up goroutine signals before it has quite exited
 		assert.Equal(t, before, runtime.NumGoroutine())
 		q, _ := b.Queue("q")
 		mustSend(t, q, newMsg("a", "x"))
@@ -28,6 +29,8 @@ func TestNewInProcessLeavesNoGoroutine(t *testing.T) {
 func TestNewInProcessRejectsBadConfig(t *testing.T) {
 	_, err := NewInProcess(Options{}, QueueConfig{Name: "a/b"})
 	assert.ErrorIs(t, err, ErrInvalidConfig)
+	_, err = NewInProcess(Options{DataDir: t.TempDir()}, QueueConfig{Name: "q"})
+	assert.ErrorIs(t, err, ErrInvalidConfig, "persistence needs a goroutine and a Close")
 }
 
 func TestNewInProcessCloseReturns(t *testing.T) {

@@ -352,6 +352,9 @@ func (b *Broker) changeRules(topic, sub string, change func([]RuleConfig) ([]Rul
 	if len(rules) == 0 {
 		rules = slices.Clone(noRules)
 	}
+	if err := b.storable(rules); err != nil {
+		return err
+	}
 	compiled, err := compileRules(path, rules)
 	if err != nil {
 		return err
@@ -483,6 +486,9 @@ func (q *Queue) removedError() error {
 // (limits, rules, forwarding targets and loops); on error nothing changes.
 // It receives the messages published from then on.
 func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
+	if err := b.storable(sc); err != nil {
+		return err
+	}
 	b.mu.Lock()
 	defer b.unlock()
 	if b.closed {

@@ -2,8 +2,10 @@ package broker
 
 import (
 	"context"
+	"encoding/gob"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
 	"os"
@@ -112,6 +114,22 @@ func (q *Queue) rememberID(id string, seq int64, now time.Time) {
 	if p := q.b.persist; p != nil && q.dedup.window > 0 && id != "" {
 		p.dedups = append(p.dedups, dedupChange{q: q, id: id, seq: seq, at: now})
 	}
+}
+
+// storable refuses, on a persistent broker, an entity configuration the
+// journal could not write: a correlation filter's property of a type the
+// journal's encoding does not know (an AMQP symbol, a UUID). Accepting it
+// would acknowledge a change that the next sync could not make durable,
+// and stop the journal. Values of Go's basic types, time.Time and
+// time.Duration are storable.
+func (b *Broker) storable(cfg any) error {
+	if b.persist == nil {
+		return nil
+	}
+	if err := gob.NewEncoder(io.Discard).Encode(cfg); err != nil {
+		return fmt.Errorf("%w: a persistent broker cannot store this configuration: %v", ErrInvalidConfig, err)
+	}
+	return nil
 }
 
 // configChanged notes that b.queueCfgs or b.topicCfgs changed.

@@ -85,7 +85,7 @@ func (r *recordEncoder) time(t time.Time) {
 func (r *recordEncoder) entities(cfg storedEntities) error {
 	var b bytes.Buffer
 	if err := gob.NewEncoder(&b).Encode(cfg); err != nil {
-		return fmt.Errorf("broker: encoding entity configuration: %w", err)
+		return fmt.Errorf("%w: encoding entity configuration: %w", ErrPersistence, err)
 	}
 	r.byte(opEntities)
 	r.bytes(b.Bytes())

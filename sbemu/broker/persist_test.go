@@ -593,3 +593,19 @@ func BenchmarkPersistGroupCommit(b *testing.B) {
 		})
 	}
 }
+
+// A rule whose correlation filter holds a value the journal cannot encode is refused on a persistent
+// broker, instead of being acknowledged and then stopping the journal.
+func TestPersistentBrokerRefusesAnUnstorableRule(t *testing.T) {
+	dir := t.TempDir()
+	b, err := New(Options{DataDir: dir, Topics: []TopicConfig{{Name: "t", Subscriptions: []SubscriptionConfig{{Name: "s"}}}}})
+	require.NoError(t, err)
+	defer b.Close()
+	bad := RuleConfig{Name: "odd", CorrelationFilter: &CorrelationFilter{Properties: map[string]any{"k": amqp.Symbol("x")}}}
+	require.ErrorIs(t, b.AddRule("t", "s", bad), ErrInvalidConfig)
+	require.ErrorIs(t, b.AddSubscription("t", SubscriptionConfig{Name: "s2", Rules: []RuleConfig{bad}}), ErrInvalidConfig)
+	require.NoError(t, b.Sync(context.Background()), "the journal still works")
+	good := RuleConfig{Name: "fine", CorrelationFilter: &CorrelationFilter{Properties: map[string]any{"k": "x"}}}
+	require.NoError(t, b.AddRule("t", "s", good))
+	require.NoError(t, b.Sync(context.Background()))
+}
