@@ -93,6 +93,10 @@ const (
 // connection; while it does, the consumer keeps receiving and handling, up to this many such settles.
 const extraSettleSlots = 64
 
+// gatherWindow bounds how long a receive loop waits for more prefetch places while messages received
+// ahead keep its handlers busy (see receiveLoop).
+const gatherWindow = 2 * time.Millisecond
+
 // receiveOptions shortens how long a receive that has its first message waits for more: the SDK's
 // default, 20 ms, was the whole p99 of how late scheduled retries reached their handler. Under load the
 // batch fills at once anyway, since the link's credit keeps messages streaming.
@@ -202,11 +206,14 @@ func (c *Consumer) Run(ctx context.Context) error {
 		detached:   context.WithoutCancel(settleBase),
 		slots:      make(chan struct{}, c.cfg.maxConcurrency),
 		settleCap:  int64(c.cfg.maxConcurrency + extraSettleSlots),
-		work:       make(chan job, c.cfg.maxConcurrency),
+		work:       make(chan job, c.cfg.maxConcurrency+c.cfg.prefetch),
 		holders:    make(map[*slotHolder]struct{}),
 	}
 	r.calls.r = r
 	defer r.calls.stop()
+	if c.cfg.prefetch > 0 {
+		r.prefetch = make(chan struct{}, c.cfg.prefetch)
+	}
 	loopErr := r.loop(ctx)
 	close(r.work) // nothing is dispatched any more: idle workers exit, busy ones when done
 
@@ -252,6 +259,14 @@ type run struct {
 	detached   context.Context // settleBase without its cancellation
 	slots      chan struct{}   // one per running handler
 	waiting    atomic.Int32    // receive loops waiting for a slot
+	// prefetch has one place per message received ahead of a free handler slot (Options.Prefetch); nil
+	// when prefetching is off. Such a message waits in its worker, its lock kept, until a handler slot
+	// frees up.
+	prefetch chan struct{}
+	// aheadWaiting counts the messages received ahead that wait for a handler slot. While there are
+	// some, the receive loops take no handler slot for a receive of their own: a freed slot goes to a
+	// message already here, not to a receive that may wait for the idle window holding it.
+	aheadWaiting atomic.Int32
 	// settling counts the messages whose handler returned and whose settle is in flight, up to
 	// settleCap. Nothing ever waits for one of these slots (see slotHolder), so it is a counter.
 	settling  atomic.Int64
@@ -401,9 +416,15 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		tm.idle.touch(quietSince)
 	}
 	for {
-		// Take one free slot (waiting if needed), then any others free now, and ask for that many.
+		// Take one free handler slot or prefetch place (waiting if needed), then any others free now, and
+		// ask for that many. A nil prefetch channel (prefetching off) is never ready.
+		h, pf := 0, 0 // handler slots and prefetch places taken
+		slots := r.freeSlots()
 		select {
-		case r.slots <- struct{}{}:
+		case slots <- struct{}{}:
+			h = 1
+		case r.prefetch <- struct{}{}:
+			pf = 1
 		default:
 			// Say that a source is waiting, so that another source blocked in an empty receive gives
 			// its slots back (see receive). While every slot is busy for long (long handlers) nothing is
@@ -420,8 +441,10 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 					timer = tm.start(max(idleProbeInterval-clk.Now().Sub(quietSince), 0))
 				}
 				select {
-				case r.slots <- struct{}{}:
-					got = true
+				case r.freeSlots() <- struct{}{}:
+					got, h = true, 1
+				case r.prefetch <- struct{}{}:
+					got, pf = true, 1
 				case <-ctx.Done():
 					tm.stop()
 					r.waiting.Add(-1)
@@ -446,25 +469,61 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			}
 			r.waiting.Add(-1)
 		}
-		n := 1
+		slots = r.freeSlots()
 	fill:
-		for n < c.cfg.batchSize {
+		for h+pf < c.cfg.batchSize {
 			select {
-			case r.slots <- struct{}{}:
-				n++
+			case slots <- struct{}{}:
+				h++
 			default:
 				break fill
 			}
 		}
+	ahead:
+		for r.prefetch != nil && h+pf < c.cfg.batchSize {
+			select {
+			case r.prefetch <- struct{}{}:
+				pf++
+			default:
+				break ahead
+			}
+		}
+		if tm.real && r.prefetch != nil && h+pf < c.cfg.batchSize/2 && r.aheadWaiting.Load() > 0 {
+			// Messages received ahead keep the handlers busy, so there is time to gather places for
+			// a fuller receive: a receive call costs the SDK and the broker about as much for one
+			// message as for a batch. The gathering ends when half a batch is free, when the messages
+			// ahead have all started, or after gatherWindow at most.
+			timer := tm.gather(gatherWindow)
+		gather:
+			for h+pf < c.cfg.batchSize/2 && r.aheadWaiting.Load() > 0 {
+				select {
+				case r.prefetch <- struct{}{}:
+					pf++
+				case <-timer:
+					break gather
+				case <-ctx.Done():
+					break gather
+				}
+			}
+			tm.stopGather()
+		}
+		n := h + pf
 		idleLeft := idleProbeInterval
 		if !fresh {
 			idleLeft = max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
 		}
 		msgs, err, idle, yielded := r.receive(ctx, tm, watch, src.Receiver, n, live.shared, idleLeft)
 		fresh = false
-		// Give back the slots the receive did not fill; the filled ones are released by their handlers.
+		// Give back the places the receive did not fill, prefetch places first; the filled ones are
+		// given back by their messages.
 		for i := len(msgs); i < n; i++ {
-			<-r.slots
+			if pf > 0 {
+				<-r.prefetch
+				pf--
+			} else {
+				<-r.slots
+				h--
+			}
 		}
 		if len(msgs) > 0 {
 			flaps = 0
@@ -473,7 +532,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 				tm.idle.touch(quietSince)
 			}
 			live.proven.Store(true)
-			r.dispatch(live, src, msgs, n)
+			r.dispatch(live, src, msgs, h, n)
 			fresh = len(msgs) <= n // a dispatch that waited for slots took time out of the idle window
 			continue
 		}
@@ -522,8 +581,22 @@ type loopTimer struct {
 	clk  Clock
 	real bool
 	t    *time.Timer // channel mode, made on first use
+	g    *time.Timer // bounds a gathering of prefetch places
 	idle idleWatch
 }
+
+// gather returns a channel that fires after d on the real clock; call stopGather after.
+func (lt *loopTimer) gather(d time.Duration) <-chan time.Time {
+	if lt.g == nil {
+		lt.g = time.NewTimer(d)
+	} else {
+		lt.g.Reset(d)
+	}
+	return lt.g.C
+}
+
+// stopGather stops the gathering timer.
+func (lt *loopTimer) stopGather() { lt.g.Stop() }
 
 func (r *run) newLoopTimer() *loopTimer {
 	_, real := r.c.cfg.clock.(realClock)
@@ -716,18 +789,22 @@ func (r *run) probe(ctx context.Context, live *liveConnection) error {
 // dispatch hands each received message to a worker. Each message holds a handler slot while its
 // handler runs and a settling slot while its settle is in flight, so that a settle stuck on a dead lock
 // (the SDK retries those for tens of seconds) never keeps new messages from being received and handled.
-func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, asked int) {
+func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, handlerSlots, asked int) {
 	c := r.c
 	for i, msg := range msgs {
 		if i >= asked {
 			// A receiver returned more than asked for: still never exceed MaxConcurrency.
 			r.slots <- struct{}{}
 		}
+		ahead := i >= handlerSlots && i < asked // holds a prefetch place, not a handler slot
+		if ahead {
+			r.aheadWaiting.Add(1) // before the loop takes its next slots (see freeSlots)
+		}
 		c.received.Add(1)
 		c.inFlight.Add(1)
 		r.busy.Add(1)
 		live.inFlight.Add(1)
-		j := job{live: live, src: src, msg: msg}
+		j := job{live: live, src: src, msg: msg, ahead: ahead}
 		if r.idle.Add(-1) >= 0 {
 			r.work <- j // claimed an idle worker: it takes this or an earlier message, never blocking here
 			continue
@@ -740,9 +817,10 @@ func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.Re
 
 // job is one received message for a worker.
 type job struct {
-	live *liveConnection
-	src  Source
-	msg  *azservicebus.ReceivedMessage
+	live  *liveConnection
+	src   Source
+	msg   *azservicebus.ReceivedMessage
+	ahead bool // received ahead: holds a prefetch place, and waits for a handler slot
 }
 
 // maxIdleWorkers is how many workers may wait for a message at once; a worker that finishes when that
@@ -789,7 +867,10 @@ func (r *run) worker(j job) {
 func (r *run) handle(ctx context.Context, j job, sl *slotHolder) {
 	defer r.busy.Add(-1)
 	defer j.live.inFlight.Done()
-	sl.state = holdsHandler
+	sl.state, sl.ahead = holdsHandler, false
+	if j.ahead {
+		sl.state, sl.ahead = holdsPrefetch, true // dispatch counted it
+	}
 	res := r.c.proc.process(ctx, r.settleBase, r.detached, j.src.Receiver, j.live.conn.Sender, j.src.EntityPath, j.msg, sl)
 	sl.done()
 	r.c.count(res)
@@ -801,7 +882,8 @@ func (r *run) handle(ctx context.Context, j job, sl *slotHolder) {
 // not pipelined), so no cycle of waits between the two pools can form.
 type slotHolder struct {
 	r     *run
-	state int                        // holdsHandler, holdsSettling or holdsNothing
+	state int                        // holdsHandler, holdsSettling, holdsPrefetch or holdsNothing
+	ahead bool                       // counted in r.aheadWaiting: received ahead, waiting for a slot
 	call  atomic.Pointer[settleCall] // the worker's broker call in flight, if any
 }
 
@@ -889,11 +971,15 @@ func (r *run) endCalls() {
 const (
 	holdsHandler = iota
 	holdsSettling
+	holdsPrefetch // received ahead of a free handler slot
 	holdsNothing
 )
 
-// release trades the handler slot for a settling slot, if one is free.
+// release trades the handler slot for a settling slot, if one is free. A message received ahead holds
+// none; it stops counting as one waiting for a slot (it waits for an earlier delivery, or is done
+// without a handler), so the receive loops may take the slots that free up meanwhile.
 func (s *slotHolder) release() {
+	s.stopWaiting()
 	if s.state != holdsHandler {
 		return
 	}
@@ -905,8 +991,21 @@ func (s *slotHolder) release() {
 	s.state = holdsSettling
 }
 
-// reacquire takes a handler slot again before a handler runs, waiting for one; false if ctx ended or
-// the lock was lost first (the message then holds no slot until done).
+// freeSlots is the handler slots a receive loop may take: none while messages received ahead wait for
+// one (a nil channel, never ready).
+func (r *run) freeSlots() chan struct{} {
+	if r.aheadWaiting.Load() > 0 {
+		return nil
+	}
+	return r.slots
+}
+
+// holding reports whether the message holds a handler slot, which its handler needs.
+func (s *slotHolder) holding() bool { return s.state == holdsHandler }
+
+// reacquire takes a handler slot (again) before a handler runs, waiting for one; false if ctx ended or
+// the lock was lost first (the message then holds no handler slot until done). A message received
+// ahead gives its prefetch place back once it has the slot, so the receive loop can fetch the next.
 func (s *slotHolder) reacquire(ctx context.Context, lockLost <-chan struct{}) bool {
 	if s.state == holdsHandler {
 		return true
@@ -915,14 +1014,37 @@ func (s *slotHolder) reacquire(ctx context.Context, lockLost <-chan struct{}) bo
 		s.r.settling.Add(-1) // waiting for a handler slot while holding a settling one could close a cycle
 		s.state = holdsNothing
 	}
+	if s.state == holdsPrefetch {
+		// Say that a message waits for a slot: the receive loops leave freed slots to it, and a receive
+		// on another source of the connection gives its slots back (see receive).
+		if !s.ahead {
+			s.ahead = true
+			s.r.aheadWaiting.Add(1)
+		}
+		s.r.waiting.Add(1)
+		defer s.r.waiting.Add(-1)
+		defer s.stopWaiting()
+	}
 	select {
 	case s.r.slots <- struct{}{}:
+		if s.state == holdsPrefetch {
+			s.stopWaiting() // before the place frees: a receive loop woken by it must see the count
+			<-s.r.prefetch
+		}
 		s.state = holdsHandler
 		return true
 	case <-ctx.Done():
 	case <-lockLost:
 	}
 	return false
+}
+
+// stopWaiting ends the message's count as one received ahead and waiting for a slot.
+func (s *slotHolder) stopWaiting() {
+	if s.ahead {
+		s.ahead = false
+		s.r.aheadWaiting.Add(-1)
+	}
 }
 
 // done gives back whatever slot is held.
@@ -932,7 +1054,11 @@ func (s *slotHolder) done() {
 		<-s.r.slots
 	case holdsSettling:
 		s.r.settling.Add(-1)
+	case holdsPrefetch:
+		s.stopWaiting()
+		<-s.r.prefetch
 	}
+	s.stopWaiting()
 	s.state = holdsNothing
 }
 

@@ -543,3 +543,47 @@ func TestWorkersAreReused(t *testing.T) {
 	// Other tests' timers firing meanwhile start goroutines too; one per message would be 3,000.
 	assert.Less(t, created, uint64(total/10), "goroutines created while draining (one per message would be %d)", total)
 }
+
+// With prefetching (the default), a message is received ahead of a free handler slot and waits for one
+// with its lock renewed, so it is not redelivered however long the running handler takes; with
+// Prefetch -1 it stays in the queue until a slot is free.
+func TestPrefetchedMessagesWaitWithTheirLocksKept(t *testing.T) {
+	for name, prefetch := range map[string]int{"prefetch on": 0, "prefetch off": -1} {
+		t.Run(name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := retrytest.NewBroker(nil, nil)
+				sendN(b, 2)
+				release := make(chan struct{})
+				var mu sync.Mutex
+				var deliveries []uint32
+				c, err := retry.NewConsumer(b.Connector(), func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+					mu.Lock()
+					deliveries = append(deliveries, m.DeliveryCount)
+					first := len(deliveries) == 1
+					mu.Unlock()
+					if first {
+						<-release
+					}
+					return nil
+				}, &retry.Options{MaxConcurrency: 1, Prefetch: prefetch, Logger: discardLogger()})
+				require.NoError(t, err)
+				stop := runConsumer(t, c)
+				<-time.After(3 * retrytest.DefaultLockDuration) // the first handler runs long; renewals keep it
+				synctest.Wait()
+				st := b.Stats()
+				if prefetch < 0 {
+					assert.Equal(t, 1, st.Active, "the second message stays in the queue")
+				} else {
+					assert.Equal(t, 0, st.Active, "the second message was received ahead")
+					assert.Equal(t, 2, c.Health().InFlight)
+				}
+				close(release)
+				require.NoError(t, b.WaitUntil(t.Context(), func() bool { return len(b.Completed()) == 2 }))
+				require.NoError(t, stop())
+				mu.Lock()
+				defer mu.Unlock()
+				assert.Equal(t, []uint32{1, 1}, deliveries, "neither was redelivered")
+			})
+		})
+	}
+}

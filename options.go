@@ -195,9 +195,16 @@ type Options struct {
 	// end of their settle.
 	MaxConcurrency int
 	// ReceiveBatchSize is the most messages asked for in one receive call; it is also bounded by the free
-	// handler slots, so the consumer never holds locks on messages it cannot start. Zero means
-	// MaxConcurrency (at most [MaxReceiveBatchSize]); larger values are invalid.
+	// handler slots plus the free prefetch places (see Prefetch). Zero means MaxConcurrency (at most
+	// [MaxReceiveBatchSize]); larger values are invalid.
 	ReceiveBatchSize int
+	// Prefetch is how many messages the consumer may hold beyond its free handler slots, received ahead
+	// so that a handler slot that frees up finds its next message waiting instead of waiting for a
+	// receive call; their locks are renewed while they wait. Zero means ReceiveBatchSize; a negative
+	// value turns prefetching off, so the consumer never holds a lock on a message it cannot start at
+	// once (worth it when handlers are slow and other consumers could take those messages meanwhile).
+	// There is no prefetching with DisableLockRenewal, whose waiting locks would run out.
+	Prefetch int
 	// SettleTimeout bounds every complete, dead-letter, renew and republish call. The SDK's own settle path
 	// can take about 50 s after a connection drop. Zero means [DefaultSettleTimeout] (30 s).
 	SettleTimeout time.Duration
@@ -270,6 +277,7 @@ type config struct {
 	retryBudget       time.Duration
 	maxConcurrency    int
 	batchSize         int
+	prefetch          int
 	settleTimeout     time.Duration
 	lockDuration      time.Duration
 	lockRenewInterval time.Duration
@@ -335,6 +343,9 @@ func (o *Options) validate() error {
 	if o.DescriptionLimit > MaxDescriptionLimit {
 		return &OptionError{Field: "DescriptionLimit", Reason: "must not exceed " + strconv.Itoa(MaxDescriptionLimit) + " bytes (the Service Bus property limit)"}
 	}
+	if o.Prefetch > MaxReceiveBatchSize {
+		return &OptionError{Field: "Prefetch", Reason: "must not exceed " + strconv.Itoa(MaxReceiveBatchSize)}
+	}
 	if o.ReceiveBatchSize > MaxReceiveBatchSize {
 		return &OptionError{Field: "ReceiveBatchSize", Reason: "must not exceed " + strconv.Itoa(MaxReceiveBatchSize) + " (the SDK's limit per receive call)"}
 	}
@@ -385,6 +396,14 @@ func (o *Options) resolve() (*config, error) {
 	// The default batch follows MaxConcurrency, which may legitimately exceed what one receive call can
 	// ask for; the consumer then simply receives in several calls.
 	c.batchSize = min(orInt(opts.ReceiveBatchSize, c.maxConcurrency), MaxReceiveBatchSize)
+	switch {
+	case opts.Prefetch < 0 || !c.lockRenewal:
+		c.prefetch = 0
+	case opts.Prefetch == 0:
+		c.prefetch = c.batchSize
+	default:
+		c.prefetch = opts.Prefetch
+	}
 	if c.backoff == nil {
 		c.backoff = Fibonacci{}
 	}

@@ -148,6 +148,9 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 // one again before a handler runs. Process without a consumer has none.
 type slots interface {
 	release()
+	// holding reports whether the delivery holds a handler slot; one received ahead of a free slot
+	// (prefetched) waits for one with reacquire before its handler runs.
+	holding() bool
 	reacquire(ctx context.Context, lockLost <-chan struct{}) bool
 	// startCall tells the consumer which broker call is in flight, so that a shutdown that gives up can
 	// end it; the consumer also ends it at its deadline (one timer serves all its workers' calls).
@@ -255,6 +258,18 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 		}
 	}
 
+	if sl != nil && !sl.holding() {
+		// Received ahead of a free handler slot: its lock is kept (renewed) while it waits for one.
+		if !sl.reacquire(ctx, lk.Done()) {
+			ob.now = clk.Now()
+			why := lk.why()
+			if why == nil {
+				why = ctx.Err()
+			}
+			return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, why, "stopped or lock lost while waiting for a handler slot"))
+		}
+		ob.now = clk.Now()
+	}
 	handlerStart := ob.now
 	handlerErr, lockLost := p.runHandler(ctx, lk, msg, env)
 	ob.now = clk.Now()
