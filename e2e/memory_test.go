@@ -30,11 +30,14 @@ const (
 	// memSettleAllowance mirrors extraSettleSlots in consumer.go: how many more messages than
 	// MaxConcurrency may be settling at once.
 	memSettleAllowance = 64
+	// memPrefetch is Options.Prefetch's default, ReceiveBatchSize, itself MaxConcurrency by default.
+	memPrefetch = memConcurrency
 	// memHeldBound is the most messages the consumer may hold between receiving one and the end of its
-	// settle: MaxConcurrency handler slots plus MaxConcurrency+64 settling slots (consumer.go). Messages
-	// the SDK has taken from the broker and not yet returned from ReceiveMessages come on top, at most
-	// one receive's worth (memConcurrency): the consumer never asks for more than its free handler slots.
-	memHeldBound = memConcurrency + (memConcurrency + memSettleAllowance)
+	// settle: MaxConcurrency handler slots, the prefetch places of messages received ahead, plus
+	// MaxConcurrency+64 settling slots (consumer.go). Messages the SDK has taken from the broker and not
+	// yet returned from ReceiveMessages come on top, at most one receive's worth (memConcurrency): the
+	// consumer never asks for more than its free handler slots and prefetch places.
+	memHeldBound = memConcurrency + memPrefetch + (memConcurrency + memSettleAllowance)
 	// memFixedAllowance is the heap a consumer needs whatever it holds: its client, connection and links,
 	// their read buffers, goroutine stacks and its registries.
 	memFixedAllowance = 16 << 20
