@@ -976,10 +976,17 @@ const (
 )
 
 // release trades the handler slot for a settling slot, if one is free. A message received ahead holds
-// none; it stops counting as one waiting for a slot (it waits for an earlier delivery, or is done
-// without a handler), so the receive loops may take the slots that free up meanwhile.
+// none: it gives its prefetch place back and stops counting as one waiting for a slot (it waits for an
+// earlier delivery, or is done without a handler), so that a receive loop blocked on the places wakes
+// and may take the handler slots that free up meanwhile; if it needs a slot later, it waits for one as
+// any message coming back from a wait does.
 func (s *slotHolder) release() {
-	s.stopWaiting()
+	if s.state == holdsPrefetch {
+		s.stopWaiting() // before the place frees: the receive loop woken by it must see the count
+		<-s.r.prefetch
+		s.state = holdsNothing
+		return
+	}
 	if s.state != holdsHandler {
 		return
 	}
