@@ -207,6 +207,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		slots:      make(chan struct{}, c.cfg.maxConcurrency),
 		settleCap:  int64(c.cfg.maxConcurrency + extraSettleSlots),
 		work:       make(chan job, c.cfg.maxConcurrency+c.cfg.prefetch),
+		stopping:   make(chan struct{}),
 		holders:    make(map[*slotHolder]struct{}),
 	}
 	r.calls.r = r
@@ -215,7 +216,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		r.prefetch = make(chan struct{}, c.cfg.prefetch)
 	}
 	loopErr := r.loop(ctx)
-	close(r.work) // nothing is dispatched any more: idle workers exit, busy ones when done
+	close(r.work)     // nothing is dispatched any more: idle workers exit, busy ones when done
+	close(r.stopping) // messages received ahead and not started yet are left for redelivery
 
 	// Shutdown: receiving has stopped. Handlers still running get the grace period with a live context,
 	// then one settle timeout after their cancellation. Only then are the connections closed, so that
@@ -263,6 +265,9 @@ type run struct {
 	// when prefetching is off. Such a message waits in its worker, its lock kept, until a handler slot
 	// frees up.
 	prefetch chan struct{}
+	// stopping is closed when receiving stops: a message received ahead that has not started by then is
+	// not started any more (Run gives handlers in flight the grace period, not new ones).
+	stopping chan struct{}
 	// aheadWaiting counts the messages received ahead that wait for a handler slot. While there are
 	// some, the receive loops take no handler slot for a receive of their own: a freed slot goes to a
 	// message already here, not to a receive that may wait for the idle window holding it.
@@ -982,9 +987,15 @@ const (
 // any message coming back from a wait does.
 func (s *slotHolder) release() {
 	if s.state == holdsPrefetch {
+		// Trade the place for a settling slot, as a handler slot is traded, so that what the consumer
+		// holds stays bounded; when none is free, keep the place.
 		s.stopWaiting() // before the place frees: the receive loop woken by it must see the count
+		if s.r.settling.Add(1) > s.r.settleCap {
+			s.r.settling.Add(-1)
+			return
+		}
 		<-s.r.prefetch
-		s.state = holdsNothing
+		s.state = holdsSettling
 		return
 	}
 	if s.state != holdsHandler {
@@ -1021,18 +1032,24 @@ func (s *slotHolder) reacquire(ctx context.Context, lockLost <-chan struct{}) bo
 		s.r.settling.Add(-1) // waiting for a handler slot while holding a settling one could close a cycle
 		s.state = holdsNothing
 	}
+	var stopping chan struct{} // nil (never ready) unless the message was received ahead
 	if s.state == holdsPrefetch {
-		// Say that a message waits for a slot: the receive loops leave freed slots to it, and a receive
-		// on another source of the connection gives its slots back (see receive).
+		// Say that a message waits for a slot: the receive loops leave freed slots to it. It does not
+		// count in r.waiting: a receive that yields its slots to it (see receive) holds none.
 		if !s.ahead {
 			s.ahead = true
 			s.r.aheadWaiting.Add(1)
 		}
-		s.r.waiting.Add(1)
-		defer s.r.waiting.Add(-1)
 		defer s.stopWaiting()
+		stopping = s.r.stopping
 	}
 	select {
+	case <-stopping:
+		return false
+	default:
+	}
+	select {
+	case <-stopping:
 	case s.r.slots <- struct{}{}:
 		if s.state == holdsPrefetch {
 			s.stopWaiting() // before the place frees: a receive loop woken by it must see the count

@@ -587,3 +587,77 @@ func TestPrefetchedMessagesWaitWithTheirLocksKept(t *testing.T) {
 		})
 	}
 }
+
+// When Run stops, a message received ahead that has not started is not started any more: handlers in
+// flight get the grace period, new ones do not. It is left for redelivery.
+func TestShutdownStartsNoMessageReceivedAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, 2)
+		var started []string
+		var mu sync.Mutex
+		c, err := retry.NewConsumer(b.Connector(), func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+			mu.Lock()
+			started = append(started, m.MessageID)
+			mu.Unlock()
+			<-time.After(20 * time.Second) // ignores ctx, within the grace
+			return nil
+		}, &retry.Options{MaxConcurrency: 1, Logger: discardLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		<-time.After(time.Second)
+		synctest.Wait()
+		require.Equal(t, 0, b.Stats().Active, "the second message was received ahead")
+		start := time.Now()
+		cancel()
+		require.NoError(t, <-done)
+		assert.Equal(t, 19*time.Second, time.Since(start), "Run waits for the handler in flight only")
+		mu.Lock()
+		assert.Equal(t, []string{"m-0"}, started, "the message received ahead is not started")
+		mu.Unlock()
+		assert.Len(t, b.Completed(), 1)
+		<-time.After(retrytest.DefaultLockDuration)
+		assert.Equal(t, 1, b.Stats().Active, "it comes back for redelivery")
+	})
+}
+
+// hangingDeadLetters never answers a dead-letter until its context ends.
+type hangingDeadLetters struct{ retry.Receiver }
+
+func (hangingDeadLetters) DeadLetterMessage(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.DeadLetterOptions) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+// Messages received ahead that never need a handler (here: invalid envelopes, whose dead-letters hang)
+// trade their prefetch place for a settling slot, so what the consumer holds stays bounded by
+// MaxConcurrency, Prefetch and the settle allowance, however many such messages the queue holds.
+func TestMessagesReceivedAheadStayBounded(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const limit = 2
+		b := retrytest.NewBroker(nil, nil)
+		for i := range 300 {
+			b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("bad-%d", i)), Body: []byte("x"),
+				ApplicationProperties: map[string]any{retry.PropAttempt: "not a number"}})
+		}
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := b.Connector()(ctx)
+			if err != nil {
+				return nil, err
+			}
+			conn.Receiver = hangingDeadLetters{conn.Receiver}
+			return conn, nil
+		}
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{MaxConcurrency: limit, Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		<-time.After(5 * time.Second) // well within the settle timeout: every dead-letter still hangs
+		synctest.Wait()
+		inFlight := c.Health().InFlight
+		t.Logf("held: %d", inFlight)
+		assert.LessOrEqual(t, inFlight, limit+limit+(limit+64), "handler slots, prefetch places, settles")
+		require.NoError(t, stop())
+	})
+}

@@ -266,6 +266,9 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 			if why == nil {
 				why = ctx.Err()
 			}
+			if why == nil {
+				why = context.Canceled // the consumer stopped receiving before a slot came free
+			}
 			return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, why, "stopped or lock lost while waiting for a handler slot"))
 		}
 		ob.now = clk.Now()
