@@ -830,10 +830,10 @@ type job struct {
 
 // maxIdleWorkers is how many workers may wait for a message at once; a worker that finishes when that
 // many are already waiting exits. A worker runs its message's settle too, after giving its handler slot
-// back, so a busy consumer has workers in handlers and more in settles, up to as many as there are
-// slots of both kinds: idle workers up to that number are kept, since each may be needed again at the
-// next burst, and starting and stopping workers on every burst would cost a goroutine per message
-// again. Idle workers are therefore at most MaxConcurrency plus the settle allowance: a constant.
+// back, so a busy consumer has workers in handlers and more in settles (and some holding messages
+// received ahead): idle workers up to the handler and settle slots are kept, since each may be needed
+// again at the next burst, and starting and stopping workers on every burst would cost a goroutine per
+// message again. Idle workers are therefore at most MaxConcurrency plus the settle allowance: a constant.
 func (r *run) maxIdleWorkers() int32 {
 	return int32(r.c.cfg.maxConcurrency + extraSettleSlots)
 }
@@ -868,7 +868,8 @@ func (r *run) worker(j job) {
 	}
 }
 
-// handle processes one message, which holds a handler slot, with the worker's slot holder.
+// handle processes one message, which holds a handler slot or (received ahead) a prefetch place, with
+// the worker's slot holder.
 func (r *run) handle(ctx context.Context, j job, sl *slotHolder) {
 	defer r.busy.Add(-1)
 	defer j.live.inFlight.Done()
@@ -881,10 +882,12 @@ func (r *run) handle(ctx context.Context, j job, sl *slotHolder) {
 	r.c.count(res)
 }
 
-// slotHolder moves one message between a handler slot (while its handler may run) and a settling slot
-// (while it waits for an earlier delivery of the same message, or for its settle). Trading never
-// blocks on the settling pool: when it is full the message keeps its handler slot (as if settles were
-// not pipelined), so no cycle of waits between the two pools can form.
+// slotHolder moves one message between a prefetch place (received ahead, until a handler slot frees up),
+// a handler slot (while its handler may run) and a settling slot (while it waits for an earlier delivery
+// of the same message, or for its settle). Trading never blocks on the settling pool: when it is full
+// the message keeps its handler slot or place (as if settles were not pipelined), and a message waits
+// for a handler slot only while holding no settling slot, so no cycle of waits between the pools can
+// form.
 type slotHolder struct {
 	r     *run
 	state int                        // holdsHandler, holdsSettling, holdsPrefetch or holdsNothing

@@ -203,7 +203,9 @@ type Options struct {
 	// receive call; their locks are renewed while they wait. Zero means ReceiveBatchSize; a negative
 	// value turns prefetching off, so the consumer never holds a lock on a message it cannot start at
 	// once (worth it when handlers are slow and other consumers could take those messages meanwhile).
-	// There is no prefetching with DisableLockRenewal, whose waiting locks would run out.
+	// There is no prefetching with DisableLockRenewal, whose waiting locks would run out. Values above
+	// [MaxReceiveBatchSize] are invalid. A message received ahead that has not started when Run stops
+	// is not started; the broker redelivers it when its lock runs out.
 	Prefetch int
 	// SettleTimeout bounds every complete, dead-letter, renew and republish call. The SDK's own settle path
 	// can take about 50 s after a connection drop. Zero means [DefaultSettleTimeout] (30 s).

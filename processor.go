@@ -143,9 +143,10 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 	return p.process(ctx, base, base, settler, p.sender, p.entity, msg, nil)
 }
 
-// slots is how the consumer lends a delivery its handler slot: release gives it back once the handler
-// has returned (or while the delivery waits for an earlier one of the same message), reacquire takes
-// one again before a handler runs. Process without a consumer has none.
+// slots is how the consumer lends a delivery its handler slot (or, for a delivery received ahead, a
+// prefetch place until a slot frees up): release gives it back once the handler has returned (or while
+// the delivery waits for an earlier one of the same message), reacquire takes one (again) before a
+// handler runs. Process without a consumer has none.
 type slots interface {
 	release()
 	// holding reports whether the delivery holds a handler slot; one received ahead of a free slot
@@ -164,9 +165,9 @@ type slots interface {
 // settled after Run returned), detached is settleBase without its cancellation (settle calls derive
 // from it, checking settleBase before they start, so that they cost no registration with a context
 // that every message shares), sender is the current connection's, and sl, if set, holds the
-// delivery's handler slot: it is given back once the handler has returned (or is skipped, or while an
-// earlier delivery is awaited), before the message is settled, so the consumer can start another
-// handler while this one's settle is still in flight.
+// delivery's handler slot or prefetch place: the slot is taken before the handler runs and given back
+// once it has returned (or is skipped, or while an earlier delivery is awaited), before the message is
+// settled, so the consumer can start another handler while this one's settle is still in flight.
 func (p *Processor) process(ctx, settleBase, detached context.Context, settler Settler, sender Sender, entity string, msg *azservicebus.ReceivedMessage, sl slots) (res Result) {
 	release := func() {
 		if sl != nil {
