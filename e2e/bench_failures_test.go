@@ -99,44 +99,13 @@ func BenchmarkConsumeIOBound(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sem := make(chan struct{}, concurrency)
-		var wg sync.WaitGroup
-		var done atomic.Int64
 		b.ResetTimer()
 		cpu := processCPU()
-		ctx := context.Background()
-		for received := 0; received < b.N; {
-			// Ask for as many as there are free slots, as the consumer does.
-			sem <- struct{}{}
-			n := 1
-			for n < concurrency && len(sem) < cap(sem) {
-				sem <- struct{}{}
-				n++
-			}
-			msgs, err := r.ReceiveMessages(ctx, n, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := len(msgs); i < n; i++ {
-				<-sem
-			}
-			received += len(msgs)
-			for _, m := range msgs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					work()
-					if err := r.CompleteMessage(ctx, m, nil); err == nil {
-						done.Add(1)
-					}
-				}()
-			}
-		}
-		wg.Wait()
+		// Ask for as many as there are free slots, as the consumer does.
+		done := slotLoop(b, r, concurrency, nil, work, nil)
 		b.StopTimer()
-		if done.Load() != int64(b.N) {
-			b.Fatalf("completed %d of %d", done.Load(), b.N)
+		if done != int64(b.N) {
+			b.Fatalf("completed %d of %d", done, b.N)
 		}
 		reportCPU(b, cpu)
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")

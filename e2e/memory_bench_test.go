@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -38,43 +37,11 @@ func BenchmarkConsumeMemory(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		sem := make(chan struct{}, concurrency)
-		var wg sync.WaitGroup
-		var done atomic.Int64
-		ctx := context.Background()
 		b.ResetTimer()
-		for received := 0; received < b.N; {
-			sem <- struct{}{}
-			n := 1
-			for n < concurrency && len(sem) < cap(sem) {
-				sem <- struct{}{}
-				n++
-			}
-			msgs, err := r.ReceiveMessages(ctx, n, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			for i := len(msgs); i < n; i++ {
-				<-sem
-			}
-			received += len(msgs)
-			for _, msg := range msgs {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					defer func() { <-sem }()
-					m.handling()
-					if err := r.CompleteMessage(ctx, msg, nil); err == nil {
-						done.Add(1)
-						m.settled()
-					}
-				}()
-			}
-		}
-		wg.Wait()
+		done := slotLoop(b, r, concurrency, nil, m.handling, m.settled)
 		b.StopTimer()
-		if done.Load() != int64(b.N) {
-			b.Fatalf("completed %d of %d", done.Load(), b.N)
+		if done != int64(b.N) {
+			b.Fatalf("completed %d of %d", done, b.N)
 		}
 		b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
 		m.report(b)
