@@ -842,11 +842,12 @@ func (r *run) maxIdleWorkers() int32 {
 // are idle.
 func (r *run) worker(j job) {
 	defer r.workers.Done()
-	// The worker's own context under the handlers' one: each handler's context registers with it, not
-	// with the context all workers share, so that starting a handler waits for no other worker.
+	// The worker's own context under the handlers' one: the slot holder follows it once and passes its
+	// end on to each handler's context, which therefore registers with no context shared by workers.
 	ctx, cancel := context.WithCancel(r.handlerCtx)
 	defer cancel()
-	sl := &slotHolder{r: r}
+	sl, unfollow := newSlotHolder(r, ctx)
+	defer unfollow()
 	r.holdersMu.Lock()
 	r.holders[sl] = struct{}{}
 	r.holdersMu.Unlock()
@@ -893,6 +894,63 @@ type slotHolder struct {
 	state int                        // holdsHandler, holdsSettling, holdsPrefetch or holdsNothing
 	ahead bool                       // counted in r.aheadWaiting: received ahead, waiting for a slot
 	call  atomic.Pointer[settleCall] // the worker's broker call in flight, if any
+
+	// The worker's context and its values without its cancellation, which handlers' contexts derive
+	// from: the worker's cancellation reaches the running handler's context through cancelHandler
+	// (registered once per worker with context.AfterFunc), so that starting a handler costs no lock and
+	// no map insert and delete in the worker's context.
+	ctx, values context.Context
+	hmu         sync.Mutex
+	hcancel     context.CancelCauseFunc // the running handler's, while it runs
+	hstopped    bool                    // ctx has ended
+}
+
+// newSlotHolder returns the slot holder of a worker whose context is ctx, and the function that stops
+// it following ctx.
+func newSlotHolder(r *run, ctx context.Context) (*slotHolder, func() bool) {
+	s := &slotHolder{r: r, ctx: ctx, values: context.WithoutCancel(ctx)}
+	return s, context.AfterFunc(ctx, s.cancelHandler)
+}
+
+// handlerParent derives a handler's context from the worker's values when ctx is the worker's own
+// context (an OnStart hook may have returned another, whose cancellation the stdlib then follows).
+func (s *slotHolder) handlerParent(ctx context.Context) (context.Context, bool) {
+	if ctx == s.ctx {
+		return s.values, true
+	}
+	return ctx, false
+}
+
+// watchHandler makes the end of the worker's context cancel the running handler's, as a derived
+// context would be: with the worker context's cause. A worker context already over cancels it at once.
+func (s *slotHolder) watchHandler(cancel context.CancelCauseFunc) {
+	s.hmu.Lock()
+	stopped := s.hstopped
+	if !stopped {
+		s.hcancel = cancel
+	}
+	s.hmu.Unlock()
+	if stopped {
+		cancel(context.Cause(s.ctx))
+	}
+}
+
+// unwatchHandler undoes watchHandler once the handler has returned.
+func (s *slotHolder) unwatchHandler() {
+	s.hmu.Lock()
+	s.hcancel = nil
+	s.hmu.Unlock()
+}
+
+// cancelHandler runs when the worker's context ends.
+func (s *slotHolder) cancelHandler() {
+	s.hmu.Lock()
+	s.hstopped = true
+	cancel := s.hcancel
+	s.hmu.Unlock()
+	if cancel != nil {
+		cancel(context.Cause(s.ctx))
+	}
 }
 
 // startCall records the worker's broker call in flight and has the run's call watch end it at its

@@ -362,6 +362,42 @@ func TestShutdownDrainsInFlightHandlers(t *testing.T) {
 	})
 }
 
+// The handler's context derives from the worker's values without registering with the worker's
+// context: Run's values and the envelope must still reach it, and the shutdown's cancellation too, for
+// every handler a worker runs (not only the first).
+func TestHandlerContextCarriesRunValuesAndShutdown(t *testing.T) {
+	type runKey struct{}
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, 5)
+		var seen []any
+		var attempts []int
+		last := make(chan struct{})
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			seen = append(seen, ctx.Value(runKey{}))
+			env, _ := retry.EnvelopeFromContext(ctx)
+			attempts = append(attempts, env.Attempt)
+			if m.MessageID != "m-4" {
+				return nil
+			}
+			close(last)
+			<-ctx.Done()
+			return context.Cause(ctx)
+		}, &retry.Options{MaxConcurrency: 1, Logger: discardLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(context.WithValue(t.Context(), runKey{}, "run-value"))
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		<-last
+		cancel()
+		require.NoError(t, <-done)
+		assert.Equal(t, []any{"run-value", "run-value", "run-value", "run-value", "run-value"}, seen)
+		assert.Equal(t, []int{1, 1, 1, 1, 1}, attempts)
+		assert.Len(t, b.Completed(), 4)
+		assert.Equal(t, 1, b.Stats().Locked, "the handler cancelled by the shutdown left its message for redelivery")
+	})
+}
+
 func TestRunTwiceAndRunAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := retrytest.NewBroker(nil, nil)

@@ -158,6 +158,13 @@ type slots interface {
 	// endCall says that the call has returned.
 	startCall(c *settleCall)
 	endCall()
+	// handlerParent returns what the handler's context of a delivery processed under ctx derives from:
+	// ctx itself, or, when ctx is the worker's own context, the worker's values without its
+	// cancellation, which the worker passes on to the handler's context itself (watchHandler), so that
+	// starting a handler registers with no context. unwatchHandler undoes watchHandler.
+	handlerParent(ctx context.Context) (parent context.Context, detached bool)
+	watchHandler(cancel context.CancelCauseFunc)
+	unwatchHandler()
 }
 
 // process is Process with the consumer's extras: settleBase is the context every settle, renewal and
@@ -275,7 +282,7 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 		ob.now = clk.Now()
 	}
 	handlerStart := ob.now
-	handlerErr, lockLost := p.runHandler(ctx, lk, msg, env)
+	handlerErr, lockLost := p.runHandler(ctx, lk, sl, msg, env)
 	ob.now = clk.Now()
 	ob.handler = ob.now.Sub(handlerStart)
 	release()
@@ -335,11 +342,21 @@ func (p *Processor) leftForRedelivery(msg *azservicebus.ReceivedMessage, env Env
 
 // runHandler runs the handler. It reports the handler's error and whether the lock was lost while it
 // ran (in which case nothing may be settled with this delivery's lock).
-func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, msg *azservicebus.ReceivedMessage, env *Envelope) (err error, lockLost bool) {
-	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, env))
+func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, sl slots, msg *azservicebus.ReceivedMessage, env *Envelope) (err error, lockLost bool) {
+	parent, detached := ctx, false
+	if sl != nil {
+		parent, detached = sl.handlerParent(ctx)
+	}
+	hctx, cancel := context.WithCancelCause(withEnvelope(parent, env))
+	if detached {
+		sl.watchHandler(cancel)
+	}
 	lk.watchHandler(cancel)
 	err = p.callHandler(hctx, msg)
 	lk.unwatchHandler()
+	if detached {
+		sl.unwatchHandler()
+	}
 	cancel(nil)
 	return err, lk.lost()
 }
