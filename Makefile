@@ -36,7 +36,7 @@ bench:
 	@echo "writing bench.txt: COUNT=$(COUNT), BENCHTIME=$(BENCHTIME) for the e2e benchmarks"
 	$(GO) test -run='^$$' -bench='^Benchmark(Process|ConsumerOverhead)$$' -benchmem -count=$(COUNT) . > bench.txt || { cat bench.txt; exit 1; }
 	$(GO) test -run='^$$' -bench='$(E2E_BENCHES)' -benchtime=$(BENCHTIME) -count=$(COUNT) -timeout=60m ./e2e/ >> bench.txt || { cat bench.txt; exit 1; }
-	$(BENCHSTAT) -col '/impl@(loop loop-slots retry retry-no-renewal)' bench.txt
+	$(BENCHSTAT) -col '/impl@(loop loop-slots loop-same-copy retry retry-no-renewal)' bench.txt
 	$(BENCHSTAT) -filter '.name:RetryLateness' retry=bench.txt
 
 # The end-to-end ratios of BENCHMARKS.md on a noisy machine: each round runs the loop and the library once
@@ -47,10 +47,10 @@ PAIRS_BENCHTIME ?= 20000x
 PAIRS := BenchmarkConsume BenchmarkConsumeWithFailures BenchmarkConsumeIOBound
 bench-pairs:
 	$(GO) test -c -o bench-e2e.test ./e2e/
-	@rm -f bench-pairs.txt; set -e; for i in $$(seq $(ROUNDS)); do for b in $(PAIRS); do for impl in loop loop-slots retry; do \
+	@rm -f bench-pairs.txt; set -e; for i in $$(seq $(ROUNDS)); do for b in $(PAIRS); do for impl in loop loop-slots loop-same-copy retry; do \
 	  (cd e2e && ../bench-e2e.test -test.run='^$$' -test.bench="^$$b\$$/impl=$$impl\$$" -test.benchtime=$(PAIRS_BENCHTIME)) | { grep '^Benchmark' || true; } >> bench-pairs.txt; \
 	done; done; echo "round $$i of $(ROUNDS)"; done
-	$(BENCHSTAT) -col '/impl@(loop loop-slots retry)' bench-pairs.txt
+	$(BENCHSTAT) -col '/impl@(loop loop-slots loop-same-copy retry)' bench-pairs.txt
 
 # Every benchmark of every package, once.
 bench-all:
