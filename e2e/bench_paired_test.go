@@ -408,8 +408,18 @@ type burstResult struct {
 	// prepare is how long scheduling the burst and the collection after it took, lead how far ahead of
 	// its start the burst was scheduled for T, release how long after T the broker had activated it all.
 	prepare, lead, release time.Duration
+	// cpuRead is when, relative to T, the CPU was read (negative: before T, as it must be).
+	cpuRead time.Duration
 	// exact is set when the release was seen before any message of the burst was received.
 	exact bool
+}
+
+// voidReason says why a void burst was void.
+func (r burstResult) voidReason() string {
+	if r.prepare > r.lead-pairedCPUAhead {
+		return fmt.Sprintf("preparing it took %v with a lead of %v", r.prepare, r.lead)
+	}
+	return fmt.Sprintf("the sleep after its preparation woke %v after T, so the CPU was read too late", r.cpuRead)
 }
 
 // pairedRatio names a library implementation and the baseline it is compared with.
@@ -470,7 +480,8 @@ func (s *burstScheduler) init(b *testing.B) {
 }
 
 // run measures one burst of k messages through p, redoing it with a longer lead (up to pairedTries
-// times in all) if its preparation ran past its start.
+// times in all) if it was void: its preparation, or the sleep after it, ran past the time to read the
+// CPU.
 func (s *burstScheduler) run(b *testing.B, p *pairedImpl, k int) burstResult {
 	b.Helper()
 	for try := 1; ; try++ {
@@ -479,9 +490,9 @@ func (s *burstScheduler) run(b *testing.B, p *pairedImpl, k int) burstResult {
 			return res
 		}
 		if try == pairedTries {
-			b.Fatalf("%s: preparing a burst ran past its start %d times (last took %v with a lead of %v)", p.name, try, res.prepare, res.lead)
+			b.Fatalf("%s: %d bursts in a row void (the last %s)", p.name, try, res.voidReason())
 		}
-		b.Logf("%s: preparing a burst took %v with a lead of %v; redoing it", p.name, res.prepare, res.lead)
+		b.Logf("%s: void burst (%s); redoing it", p.name, res.voidReason())
 	}
 }
 
@@ -530,7 +541,8 @@ func (s *burstScheduler) once(b *testing.B, p *pairedImpl, k int) (burstResult, 
 		time.Sleep(time.Until(at) - pairedCPUAhead)
 	}
 	cpu := processCPU()
-	onTime = onTime && time.Now().Before(at)
+	res.cpuRead = time.Since(at)
+	onTime = onTime && res.cpuRead < 0
 	time.Sleep(time.Until(at))
 	// The broker activates due messages lazily on every call, and from its wake-up goroutine: this call
 	// activates the burst if the wake-up has not yet, in one step under the broker's lock.
