@@ -1085,9 +1085,11 @@ func (s *slotHolder) holding() bool { return s.state == holdsHandler }
 // reacquire takes a handler slot (again) before a handler runs, waiting for one; false if ctx ended or
 // the lock was lost first (the message then holds no handler slot until done). A message received
 // ahead gives its prefetch place back once it has the slot, so the receive loop can fetch the next.
-func (s *slotHolder) reacquire(ctx context.Context, lockLost <-chan struct{}) bool {
+// waited reports whether it had to wait: a free slot is taken without a select on the lock, ctx and the
+// shutdown, which costs a lock's Done channel and the runtime's select set-up.
+func (s *slotHolder) reacquire(ctx context.Context, lock doner) (ok, waited bool) {
 	if s.state == holdsHandler {
-		return true
+		return true, false
 	}
 	if s.state == holdsSettling {
 		s.r.settling.Add(-1) // waiting for a handler slot while holding a settling one could close a cycle
@@ -1106,22 +1108,33 @@ func (s *slotHolder) reacquire(ctx context.Context, lockLost <-chan struct{}) bo
 	}
 	select {
 	case <-stopping:
-		return false
+		return false, false
+	default:
+	}
+	select {
+	case s.r.slots <- struct{}{}:
+		s.tookSlot()
+		return true, false
 	default:
 	}
 	select {
 	case <-stopping:
 	case s.r.slots <- struct{}{}:
-		if s.state == holdsPrefetch {
-			s.stopWaiting() // before the place frees: a receive loop woken by it must see the count
-			<-s.r.prefetch
-		}
-		s.state = holdsHandler
-		return true
+		s.tookSlot()
+		return true, true
 	case <-ctx.Done():
-	case <-lockLost:
+	case <-lock.Done():
 	}
-	return false
+	return false, true
+}
+
+// tookSlot records that reacquire took a handler slot; a message received ahead gives its place back.
+func (s *slotHolder) tookSlot() {
+	if s.state == holdsPrefetch {
+		s.stopWaiting() // before the place frees: a receive loop woken by it must see the count
+		<-s.r.prefetch
+	}
+	s.state = holdsHandler
 }
 
 // stopWaiting ends the message's count as one received ahead and waiting for a slot.

@@ -143,6 +143,10 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 	return p.process(ctx, base, base, settler, p.sender, p.entity, msg, nil)
 }
 
+// doner is what reacquire needs of a lock keeper: a channel closed when the lock is over, made only
+// when it is asked for.
+type doner interface{ Done() <-chan struct{} }
+
 // slots is how the consumer lends a delivery its handler slot (or, for a delivery received ahead, a
 // prefetch place until a slot frees up): release gives it back once the handler has returned (or while
 // the delivery waits for an earlier one of the same message), reacquire takes one (again) before a
@@ -152,7 +156,10 @@ type slots interface {
 	// holding reports whether the delivery holds a handler slot; one received ahead of a free slot
 	// (prefetched) waits for one with reacquire before its handler runs.
 	holding() bool
-	reacquire(ctx context.Context, lockLost <-chan struct{}) bool
+	// reacquire takes a handler slot, waiting for one unless one is free; waited reports whether it
+	// had to. It gives up when ctx ends or the lock is lost (lock.Done), which it looks at only if it
+	// waits.
+	reacquire(ctx context.Context, lock doner) (ok, waited bool)
 	// startCall tells the consumer which broker call is in flight, so that a shutdown that gives up can
 	// end it; the consumer also ends it at its deadline (one timer serves all its workers' calls).
 	// endCall says that the call has returned.
@@ -258,9 +265,11 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 				p.apply(ob, settleBase, lk, f, settler, sender, msg, d, &res)
 				return p.finish(ob, msg, *d.env, res)
 			}
-			if sl != nil && !sl.reacquire(ctx, lk.Done()) {
-				ob.now = clk.Now()
-				return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, lk.why(), "stopped or lock lost while waiting for a handler slot"))
+			if sl != nil {
+				if ok, _ := sl.reacquire(ctx, lk); !ok {
+					ob.now = clk.Now()
+					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, lk.why(), "stopped or lock lost while waiting for a handler slot"))
+				}
 			}
 			ob.now = clk.Now()
 		}
@@ -268,7 +277,8 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 
 	if sl != nil && !sl.holding() {
 		// Received ahead of a free handler slot: its lock is kept (renewed) while it waits for one.
-		if !sl.reacquire(ctx, lk.Done()) {
+		ok, waited := sl.reacquire(ctx, lk)
+		if !ok {
 			ob.now = clk.Now()
 			why := lk.why()
 			if why == nil {
@@ -279,7 +289,9 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 			}
 			return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, why, "stopped or lock lost while waiting for a handler slot"))
 		}
-		ob.now = clk.Now()
+		if waited {
+			ob.now = clk.Now()
+		}
 	}
 	handlerStart := ob.now
 	handlerErr, lockLost := p.runHandler(ctx, lk, sl, msg, env)
