@@ -208,6 +208,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		settleCap:  int64(c.cfg.maxConcurrency + extraSettleSlots),
 		work:       make(chan job, c.cfg.maxConcurrency+c.cfg.prefetch),
 		stopping:   make(chan struct{}),
+		gatherWake: make(chan struct{}, 1),
 		holders:    make(map[*slotHolder]struct{}),
 	}
 	r.calls.r = r
@@ -272,6 +273,11 @@ type run struct {
 	// some, the receive loops take no handler slot for a receive of their own: a freed slot goes to a
 	// message already here, not to a receive that may wait for the idle window holding it.
 	aheadWaiting atomic.Int32
+	// gatherFor is, while a receive loop gathers prefetch places, how many free places end its
+	// gathering (zero otherwise); a worker that frees a place or starts the last message received ahead
+	// then signals gatherWake, so that a gathering costs the loop one wake-up rather than one per place.
+	gatherFor  atomic.Int32
+	gatherWake chan struct{}
 	// settling counts the messages whose handler returned and whose settle is in flight, up to
 	// settleCap. Nothing ever waits for one of these slots (see slotHolder), so it is a counter.
 	settling  atomic.Int64
@@ -498,19 +504,32 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			// a fuller receive: a receive call costs the SDK and the broker about as much for one
 			// message as for a batch. The gathering ends when half a batch is free, when the messages
 			// ahead have all started, or after gatherWindow at most.
+			// The loop sleeps until enough places are free (gatherFor, gatherWake) instead of taking
+			// each as it frees up, which would wake it once per place.
 			timer := tm.gather(gatherWindow)
 		gather:
-			for h+pf < c.cfg.batchSize/2 && r.aheadWaiting.Load() > 0 {
+			for {
+				pf += r.takePlaces(c.cfg.batchSize - h - pf)
+				if h+pf >= c.cfg.batchSize/2 || r.aheadWaiting.Load() == 0 {
+					break
+				}
+				need := c.cfg.batchSize/2 - h - pf
+				r.gatherFor.Store(int32(need))
+				// A place freed between the take above and this store did not signal: look again.
+				if r.freePlaces() >= need || r.aheadWaiting.Load() == 0 {
+					continue
+				}
 				select {
-				case r.prefetch <- struct{}{}:
-					pf++
+				case <-r.gatherWake:
 				case <-timer:
 					break gather
 				case <-ctx.Done():
 					break gather
 				}
 			}
+			r.gatherFor.Store(0)
 			tm.stopGather()
+			pf += r.takePlaces(c.cfg.batchSize - h - pf)
 		}
 		n := h + pf
 		idleLeft := idleProbeInterval
@@ -1056,6 +1075,7 @@ func (s *slotHolder) release() {
 			return
 		}
 		<-s.r.prefetch
+		s.r.placeFreed()
 		s.state = holdsSettling
 		return
 	}
@@ -1068,6 +1088,34 @@ func (s *slotHolder) release() {
 	}
 	<-s.r.slots
 	s.state = holdsSettling
+}
+
+// takePlaces takes up to n free prefetch places without waiting and returns how many it took.
+func (r *run) takePlaces(n int) int {
+	took := 0
+	for took < n {
+		select {
+		case r.prefetch <- struct{}{}:
+			took++
+		default:
+			return took
+		}
+	}
+	return took
+}
+
+// freePlaces is how many prefetch places are free.
+func (r *run) freePlaces() int { return cap(r.prefetch) - len(r.prefetch) }
+
+// placeFreed wakes a gathering receive loop once enough places are free or no message received ahead
+// waits any more (see receiveLoop). Call it after freeing a place or ending a wait.
+func (r *run) placeFreed() {
+	if need := r.gatherFor.Load(); need > 0 && (r.freePlaces() >= int(need) || r.aheadWaiting.Load() == 0) {
+		select {
+		case r.gatherWake <- struct{}{}:
+		default:
+		}
+	}
 }
 
 // freeSlots is the handler slots a receive loop may take: none while messages received ahead wait for
@@ -1133,6 +1181,7 @@ func (s *slotHolder) tookSlot() {
 	if s.state == holdsPrefetch {
 		s.stopWaiting() // before the place frees: a receive loop woken by it must see the count
 		<-s.r.prefetch
+		s.r.placeFreed()
 	}
 	s.state = holdsHandler
 }
@@ -1141,7 +1190,9 @@ func (s *slotHolder) tookSlot() {
 func (s *slotHolder) stopWaiting() {
 	if s.ahead {
 		s.ahead = false
-		s.r.aheadWaiting.Add(-1)
+		if s.r.aheadWaiting.Add(-1) == 0 {
+			s.r.placeFreed() // a gathering ends when no message received ahead waits
+		}
 	}
 }
 
@@ -1155,6 +1206,7 @@ func (s *slotHolder) done() {
 	case holdsPrefetch:
 		s.stopWaiting()
 		<-s.r.prefetch
+		s.r.placeFreed()
 	}
 	s.stopWaiting()
 	s.state = holdsNothing
