@@ -48,4 +48,3 @@ func TestGatheringIsWokenOnceEnoughPlacesAreFree(t *testing.T) {
 	holders[3].done()
 	assert.False(t, woken(r), "no gathering any more")
 }
-
