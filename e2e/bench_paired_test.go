@@ -87,8 +87,9 @@ const (
 //     own goroutine, wait for the batch), loop-slots (slotLoop's strategy, TimeAfterFirstMessage 1 ms)
 //     and retry (retry.Consumer, MaxConcurrency 16, default options);
 //   - case=failures: every fifth message fails its first attempt; loop (impl=loop of
-//     BenchmarkConsumeWithFailures: schedule a copy an hour ahead, then complete) and retry (the
-//     consumer, the handler returning retry.RetryAfter an hour);
+//     BenchmarkConsumeWithFailures: schedule a copy an hour ahead, then complete), loop-same-copy (the
+//     same, its copy carrying what the library's does: sameCopy) and retry (the consumer, the handler
+//     returning retry.RetryAfter an hour);
 //   - case=iobound: a 20 ms handler with 256 at once; loop (slotLoop's strategy, as impl=loop of
 //     BenchmarkConsumeIOBound) and retry (MaxConcurrency 256).
 //
@@ -118,17 +119,21 @@ func BenchmarkPaired(b *testing.B) {
 	})
 	b.Run("case=failures", func(b *testing.B) {
 		const concurrency = 16
-		impls := []*pairedImpl{
-			startPairedImpl(b, "loop", func(ctx context.Context, e *env, p *pairedImpl) error {
+		failuresLoop := func(copyOf func(*azservicebus.ReceivedMessage) *azservicebus.Message) func(context.Context, *env, *pairedImpl) error {
+			return func(ctx context.Context, e *env, p *pairedImpl) error {
 				return withPairedReceiver(ctx, e, func(client *azservicebus.Client, r *azservicebus.Receiver) error {
 					s, err := client.NewSender(e.queue, nil)
 					if err != nil {
 						return err
 					}
 					defer closeBounded(s.Close)
-					return runBatchLoop(ctx, r, concurrency, scheduleCopyOfFailing(s), p)
+					return runBatchLoop(ctx, r, concurrency, scheduleCopyOfFailing(s, copyOf), p)
 				})
-			}),
+			}
+		}
+		impls := []*pairedImpl{
+			startPairedImpl(b, "loop", failuresLoop(plainCopy)),
+			startPairedImpl(b, "loop-same-copy", failuresLoop(sameCopy)),
 			startPairedImpl(b, "retry", runPairedConsumer(&retry.Options{MaxConcurrency: concurrency},
 				func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 					if failsFirst(m.MessageID) {
@@ -137,7 +142,7 @@ func BenchmarkPaired(b *testing.B) {
 					return nil
 				})),
 		}
-		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}})
+		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}, {"retry", "loop-same-copy"}})
 	})
 	b.Run("case=iobound", func(b *testing.B) {
 		const concurrency = 256
@@ -361,14 +366,12 @@ func completeAndCount(ctx context.Context, r *azservicebus.Receiver, m *azservic
 
 // scheduleCopyOfFailing is the failure step of impl=loop of BenchmarkConsumeWithFailures: for a
 // message that fails its first attempt (failsFirst) it schedules a copy an hour ahead through s.
-func scheduleCopyOfFailing(s *azservicebus.Sender) func(context.Context, *azservicebus.ReceivedMessage) error {
+func scheduleCopyOfFailing(s *azservicebus.Sender, copyOf func(*azservicebus.ReceivedMessage) *azservicebus.Message) func(context.Context, *azservicebus.ReceivedMessage) error {
 	return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		if !failsFirst(m.MessageID) {
 			return nil
 		}
-		id := m.MessageID + "-copy"
-		cp := &azservicebus.Message{MessageID: &id, Body: m.Body, ApplicationProperties: map[string]any{"attempt": int64(2)}}
-		_, err := s.ScheduleMessages(ctx, []*azservicebus.Message{cp}, time.Now().Add(time.Hour), nil)
+		_, err := s.ScheduleMessages(ctx, []*azservicebus.Message{copyOf(m)}, time.Now().Add(time.Hour), nil)
 		return err
 	}
 }
