@@ -915,13 +915,11 @@ type slotHolder struct {
 	call  atomic.Pointer[settleCall] // the worker's broker call in flight, if any
 
 	// The worker's context and its values without its cancellation, which handlers' contexts derive
-	// from: the worker's cancellation reaches the running handler's context through cancelHandler
-	// (registered once per worker with context.AfterFunc), so that starting a handler costs no lock and
-	// no map insert and delete in the worker's context.
+	// from: the worker's end reaches the running handler's context through its lock keeper (handler;
+	// cancelHandler runs once per worker, registered with context.AfterFunc), so that starting a
+	// handler costs no lock and no map insert and delete in the worker's context.
 	ctx, values context.Context
-	hmu         sync.Mutex
-	hcancel     context.CancelCauseFunc // the running handler's, while it runs
-	hstopped    bool                    // ctx has ended
+	handler     atomic.Pointer[lockKeeper] // the running handler's, while it runs
 }
 
 // newSlotHolder returns the slot holder of a worker whose context is ctx, and the function that stops
@@ -933,42 +931,24 @@ func newSlotHolder(r *run, ctx context.Context) (*slotHolder, func() bool) {
 
 // handlerParent derives a handler's context from the worker's values when ctx is the worker's own
 // context (an OnStart hook may have returned another, whose cancellation the stdlib then follows).
-func (s *slotHolder) handlerParent(ctx context.Context) (context.Context, bool) {
+func (s *slotHolder) handlerParent(ctx context.Context) (parent, worker context.Context) {
 	if ctx == s.ctx {
-		return s.values, true
+		return s.values, s.ctx
 	}
-	return ctx, false
+	return ctx, nil
 }
 
-// watchHandler makes the end of the worker's context cancel the running handler's, as a derived
-// context would be: with the worker context's cause. A worker context already over cancels it at once.
-func (s *slotHolder) watchHandler(cancel context.CancelCauseFunc) {
-	s.hmu.Lock()
-	stopped := s.hstopped
-	if !stopped {
-		s.hcancel = cancel
-	}
-	s.hmu.Unlock()
-	if stopped {
-		cancel(context.Cause(s.ctx))
-	}
-}
+// runsHandler records the lock keeper of the handler the worker runs (nil: none), whose context the
+// end of the worker's context cancels. The keeper's watchHandler looks at the worker's context after
+// registering the handler, so a handler that starts as the worker's context ends is cancelled either
+// way.
+func (s *slotHolder) runsHandler(lk *lockKeeper) { s.handler.Store(lk) }
 
-// unwatchHandler undoes watchHandler once the handler has returned.
-func (s *slotHolder) unwatchHandler() {
-	s.hmu.Lock()
-	s.hcancel = nil
-	s.hmu.Unlock()
-}
-
-// cancelHandler runs when the worker's context ends.
+// cancelHandler runs when the worker's context ends: it cancels the running handler's context with
+// the worker context's cause, as a derived context's cancellation would.
 func (s *slotHolder) cancelHandler() {
-	s.hmu.Lock()
-	s.hstopped = true
-	cancel := s.hcancel
-	s.hmu.Unlock()
-	if cancel != nil {
-		cancel(context.Cause(s.ctx))
+	if lk := s.handler.Load(); lk != nil {
+		lk.cancelHandler(context.Cause(s.ctx))
 	}
 }
 

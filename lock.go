@@ -172,9 +172,10 @@ func (lk *lockKeeper) Done() <-chan struct{} {
 	return lk.done
 }
 
-// watchHandler makes lose cancel the handler's context (cancel) until unwatchHandler is called.
-// A lock lost before the handler starts cancels it at once.
-func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc) {
+// watchHandler makes lose cancel the handler's context (cancel) until unwatchHandler is called, and
+// cancelHandler too: the consumer's worker calls it when its context (worker, if not nil) ends. A lock
+// lost, or a worker context ended, before the handler starts cancels it at once.
+func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc, worker context.Context) {
 	lk.mu.Lock()
 	lk.onLose = cancel
 	cause := lk.cause
@@ -182,7 +183,20 @@ func (lk *lockKeeper) watchHandler(cancel context.CancelCauseFunc) {
 	if cause == nil && lk.base.Err() != nil {
 		cause = context.Cause(lk.base)
 	}
+	if cause == nil && worker != nil && worker.Err() != nil {
+		cause = context.Cause(worker)
+	}
 	if cause != nil {
+		cancel(cause)
+	}
+}
+
+// cancelHandler cancels the handler's context with cause, if a handler runs, without ending the lock.
+func (lk *lockKeeper) cancelHandler(cause error) {
+	lk.mu.Lock()
+	cancel := lk.onLose
+	lk.mu.Unlock()
+	if cancel != nil {
 		cancel(cause)
 	}
 }

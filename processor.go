@@ -167,11 +167,11 @@ type slots interface {
 	endCall()
 	// handlerParent returns what the handler's context of a delivery processed under ctx derives from:
 	// ctx itself, or, when ctx is the worker's own context, the worker's values without its
-	// cancellation, which the worker passes on to the handler's context itself (watchHandler), so that
-	// starting a handler registers with no context. unwatchHandler undoes watchHandler.
-	handlerParent(ctx context.Context) (parent context.Context, detached bool)
-	watchHandler(cancel context.CancelCauseFunc)
-	unwatchHandler()
+	// cancellation, and then the worker's context too, whose end the worker passes on to the handler
+	// running under lk (runsHandler; nil once it has returned) through the lock keeper, so that starting
+	// a handler registers with no context.
+	handlerParent(ctx context.Context) (parent, worker context.Context)
+	runsHandler(lk *lockKeeper)
 }
 
 // process is Process with the consumer's extras: settleBase is the context every settle, renewal and
@@ -355,19 +355,19 @@ func (p *Processor) leftForRedelivery(msg *azservicebus.ReceivedMessage, env Env
 // runHandler runs the handler. It reports the handler's error and whether the lock was lost while it
 // ran (in which case nothing may be settled with this delivery's lock).
 func (p *Processor) runHandler(ctx context.Context, lk *lockKeeper, sl slots, msg *azservicebus.ReceivedMessage, env *Envelope) (err error, lockLost bool) {
-	parent, detached := ctx, false
+	parent, worker := ctx, context.Context(nil)
 	if sl != nil {
-		parent, detached = sl.handlerParent(ctx)
+		parent, worker = sl.handlerParent(ctx)
 	}
 	hctx, cancel := context.WithCancelCause(withEnvelope(parent, env))
-	if detached {
-		sl.watchHandler(cancel)
+	if worker != nil {
+		sl.runsHandler(lk)
 	}
-	lk.watchHandler(cancel)
+	lk.watchHandler(cancel, worker)
 	err = p.callHandler(hctx, msg)
 	lk.unwatchHandler()
-	if detached {
-		sl.unwatchHandler()
+	if worker != nil {
+		sl.runsHandler(nil)
 	}
 	cancel(nil)
 	return err, lk.lost()
