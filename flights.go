@@ -175,6 +175,13 @@ func (fs *flightShard) leave(f *flight, unsettled bool, now time.Time, ttl time.
 	defer fs.mu.Unlock()
 	defer f.end()
 	prior := f.prior
+	if prior == nil && !unsettled {
+		// The common case, settled with no earlier delivery: nothing to remember or hand back.
+		if fs.byKey[f.key] == f {
+			delete(fs.byKey, f.key)
+		}
+		return
+	}
 	f.mu.Lock()
 	if f.dec == nil && prior != nil {
 		if prior.ended() {

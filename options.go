@@ -289,6 +289,7 @@ type config struct {
 	errorText         func(error) string
 	retryStartup      bool
 	key               func(*azservicebus.ReceivedMessage) string
+	userKey           bool // key is Options.IdempotencyKey (which may panic), not defaultKey
 	logger            *slog.Logger
 	hooks             Hooks
 	reconnectDelays   []time.Duration
@@ -385,6 +386,7 @@ func (o *Options) resolve() (*config, error) {
 		errorText:         opts.ErrorText,
 		retryStartup:      opts.RetryStartupErrors,
 		key:               opts.IdempotencyKey,
+		userKey:           opts.IdempotencyKey != nil,
 		logger:            opts.Logger,
 		hooks:             opts.Hooks,
 		reconnectDelays:   opts.ReconnectDelays,
@@ -416,12 +418,7 @@ func (o *Options) resolve() (*config, error) {
 		_, c.maxDelay = b.Bounds()
 	}
 	if c.key == nil {
-		c.key = func(m *azservicebus.ReceivedMessage) string {
-			if v, ok := m.ApplicationProperties[PropResubmittedFrom].(string); ok && v != "" && len(v) <= maxEnvelopeString {
-				return v // a resubmitted dead letter keeps the key of its original
-			}
-			return m.MessageID
-		}
+		c.key = defaultKey
 	}
 	if c.logger == nil {
 		c.logger = slog.Default()
@@ -450,4 +447,13 @@ func orDur(v, def time.Duration) time.Duration {
 		return def
 	}
 	return v
+}
+
+// defaultKey is the idempotency key without Options.IdempotencyKey: the MessageID, or for a
+// resubmitted dead letter the key of its original.
+func defaultKey(m *azservicebus.ReceivedMessage) string {
+	if v, ok := m.ApplicationProperties[PropResubmittedFrom].(string); ok && v != "" && len(v) <= maxEnvelopeString {
+		return v // a resubmitted dead letter keeps the key of its original
+	}
+	return m.MessageID
 }

@@ -700,14 +700,27 @@ func seed(msg *azservicebus.ReceivedMessage, env Envelope, entity string, key fu
 
 // idempotencyKey returns the configured key, falling back to the sequence number and then the lock
 // token so that a message without a MessageID still gets a stable key.
-func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) (key string) {
+func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) string {
+	if p.cfg.userKey {
+		return p.userIdempotencyKey(msg)
+	}
+	return keyOrFallback(defaultKey(msg), msg)
+}
+
+// userIdempotencyKey is idempotencyKey with Options.IdempotencyKey, which may panic.
+func (p *Processor) userIdempotencyKey(msg *azservicebus.ReceivedMessage) (key string) {
 	defer func() {
 		if r := recover(); r != nil {
 			key = msg.MessageID // a panicking IdempotencyKey must not take the consumer down
 			p.log(context.Background(), slog.LevelError, "Options.IdempotencyKey panicked; using the MessageID", msg, Envelope{}, slog.Any("panic", r))
 		}
 	}()
-	if k := p.cfg.key(msg); k != "" {
+	return keyOrFallback(p.cfg.key(msg), msg)
+}
+
+// keyOrFallback returns k, or, if it is empty, the sequence number and then the lock token.
+func keyOrFallback(k string, msg *azservicebus.ReceivedMessage) string {
+	if k != "" {
 		return k
 	}
 	if msg.SequenceNumber != nil {
