@@ -55,12 +55,22 @@ bench-pairs:
 # The same ratios with far less noise (BenchmarkPaired in e2e/bench_paired_test.go): one process keeps
 # every implementation running on its own emulator and runs ROUNDS rounds of one burst of 5,000 messages
 # each, adjacent and in rotating order, then reports the medians of the per-round ratios with their
-# quartiles and 95 % intervals. It takes a few minutes on two cores; -v would log every round. ROUNDS is
-# 40 here unless set on the command line or in the environment (bench-pairs' 10 are too few for an
-# interval of the median).
+# quartiles and 95 % intervals. One run's median moves between runs by more than its own interval says,
+# so the benchmark runs RUNS times (each a process of its own, logging every round into
+# bench-paired-N.txt) and e2e/poolpaired.py takes the median of all their rounds together, with its 95 %
+# interval: the figures of BENCHMARKS.md. CASES picks the cases (a regexp: success|failures|iobound).
+# About two minutes per run and case on two cores. ROUNDS is 40 here unless set on the command line or
+# in the environment (bench-pairs' 10 are too few for an interval of the median).
+RUNS ?= 3
+CASES ?= success|failures|iobound
 bench-paired: ROUNDS := $(if $(filter file,$(origin ROUNDS)),40,$(ROUNDS))
 bench-paired:
-	$(GO) test -run='^$$' -bench='^BenchmarkPaired$$' -benchtime=$(ROUNDS)x -timeout=60m ./e2e/
+	$(GO) test -c -o bench-e2e.test ./e2e/
+	@rm -f bench-paired-*.txt; set -e; for i in $$(seq $(RUNS)); do \
+	  (cd e2e && ../bench-e2e.test -test.run='^$$' -test.bench='^BenchmarkPaired$$/^case=($(CASES))$$' -test.benchtime=$(ROUNDS)x -test.timeout=60m -test.v) > bench-paired-$$i.txt; \
+	  grep '^BenchmarkPaired/' bench-paired-$$i.txt | grep ns/op || true; echo "run $$i of $(RUNS)"; \
+	done
+	python3 e2e/poolpaired.py bench-paired-*.txt
 
 # Every benchmark of every package, once.
 bench-all:
