@@ -697,3 +697,56 @@ func TestMessagesReceivedAheadStayBounded(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// askingReceiver records how many messages each receive call asks for.
+type askingReceiver struct {
+	retry.Receiver
+	asked chan int
+}
+
+func (r *askingReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	select {
+	case r.asked <- n:
+	default:
+	}
+	return r.Receiver.ReceiveMessages(ctx, n, o)
+}
+
+// By default a receive asks for every free handler slot and prefetch place at once (ReceiveBatchSize
+// twice MaxConcurrency, Prefetch MaxConcurrency); the options bound it.
+func TestDefaultReceiveAsksForEverySlotAndPlace(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		opts retry.Options
+		want int
+	}{
+		{"defaults", retry.Options{MaxConcurrency: 4}, 8},
+		{"no prefetching", retry.Options{MaxConcurrency: 4, Prefetch: -1}, 4},
+		{"more prefetching", retry.Options{MaxConcurrency: 4, Prefetch: 6}, 8},
+		{"more prefetching, larger batch", retry.Options{MaxConcurrency: 4, Prefetch: 6, ReceiveBatchSize: 20}, 10},
+		{"smaller batch", retry.Options{MaxConcurrency: 4, ReceiveBatchSize: 3}, 3},
+		{"no renewal, no prefetching", retry.Options{MaxConcurrency: 4, DisableLockRenewal: true}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := retrytest.NewBroker(nil, nil)
+				asked := make(chan int, 1)
+				connect := func(ctx context.Context) (*retry.Connection, error) {
+					conn, err := b.Connector()(ctx)
+					if err != nil {
+						return nil, err
+					}
+					conn.Receiver = &askingReceiver{Receiver: conn.Receiver, asked: asked}
+					return conn, nil
+				}
+				opts := tc.opts
+				opts.Logger = discardLogger()
+				c, err := retry.NewConsumer(connect, okHandler, &opts)
+				require.NoError(t, err)
+				stop := runConsumer(t, c)
+				assert.Equal(t, tc.want, <-asked, "the first receive, with every slot and place free")
+				require.NoError(t, stop())
+			})
+		})
+	}
+}

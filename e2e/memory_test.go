@@ -30,7 +30,7 @@ const (
 	// memSettleAllowance mirrors extraSettleSlots in consumer.go: how many more messages than
 	// MaxConcurrency may be settling at once.
 	memSettleAllowance = 64
-	// memPrefetch is Options.Prefetch's default, ReceiveBatchSize, itself MaxConcurrency by default.
+	// memPrefetch is Options.Prefetch's default, MaxConcurrency.
 	memPrefetch = memConcurrency
 	// memHeldBound is the most messages the consumer may hold between receiving one and the end of its
 	// settle: MaxConcurrency handler slots, the prefetch places of messages received ahead, plus
