@@ -273,9 +273,12 @@ type run struct {
 	// some, the receive loops take no handler slot for a receive of their own: a freed slot goes to a
 	// message already here, not to a receive that may wait for the idle window holding it.
 	aheadWaiting atomic.Int32
-	// gatherFor is, while a receive loop gathers prefetch places, how many free places end its
-	// gathering (zero otherwise); a worker that frees a place or starts the last message received ahead
-	// then signals gatherWake, so that a gathering costs the loop one wake-up rather than one per place.
+	// gatherFor is, while a receive loop gathers prefetch places, how many more free places end its
+	// gathering (zero when none gathers this way); a worker that frees a place, or whose message
+	// received ahead stops waiting (the last such message ends a gathering), signals gatherWake, so
+	// that a gathering costs the loop one wake-up rather than one per place. One loop at a time owns
+	// it (several receive loops share the places on a connection with several sources); another loop
+	// that gathers meanwhile takes places one by one as they free up.
 	gatherFor  atomic.Int32
 	gatherWake chan struct{}
 	// settling counts the messages whose handler returned and whose settle is in flight, up to
@@ -504,30 +507,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			// a fuller receive: a receive call costs the SDK and the broker about as much for one
 			// message as for a batch. The gathering ends when half a batch is free, when the messages
 			// ahead have all started, or after gatherWindow at most.
-			// The loop sleeps until enough places are free (gatherFor, gatherWake) instead of taking
-			// each as it frees up, which would wake it once per place.
-			timer := tm.gather(gatherWindow)
-		gather:
-			for {
-				pf += r.takePlaces(c.cfg.batchSize - h - pf)
-				if h+pf >= c.cfg.batchSize/2 || r.aheadWaiting.Load() == 0 {
-					break
-				}
-				need := c.cfg.batchSize/2 - h - pf
-				r.gatherFor.Store(int32(need))
-				// A place freed between the take above and this store did not signal: look again.
-				if r.freePlaces() >= need || r.aheadWaiting.Load() == 0 {
-					continue
-				}
-				select {
-				case <-r.gatherWake:
-				case <-timer:
-					break gather
-				case <-ctx.Done():
-					break gather
-				}
-			}
-			r.gatherFor.Store(0)
+			pf = r.gatherPlaces(ctx, tm.gather(gatherWindow), h, pf, c.cfg.batchSize)
 			tm.stopGather()
 			pf += r.takePlaces(c.cfg.batchSize - h - pf)
 		}
@@ -544,6 +524,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			if pf > 0 {
 				<-r.prefetch
 				pf--
+				r.placeFreed() // another receive loop may be gathering
 			} else {
 				<-r.slots
 				h--
@@ -1070,6 +1051,57 @@ func (s *slotHolder) release() {
 	s.state = holdsSettling
 }
 
+// gatherPlaces takes prefetch places for a receive that holds h handler slots and pf places, up to
+// batch in all, until half a batch is held, no message received ahead waits any more, timer fires or
+// ctx ends, and returns how many places it holds then. It sleeps until enough places are free
+// (gatherFor, gatherWake) instead of taking each as it frees up, which would wake it once per place.
+func (r *run) gatherPlaces(ctx context.Context, timer <-chan time.Time, h, pf, batch int) int {
+	owner := false
+	defer func() {
+		if owner {
+			r.gatherFor.Store(0)
+		}
+	}()
+	for {
+		pf += r.takePlaces(batch - h - pf)
+		if h+pf >= batch/2 || r.aheadWaiting.Load() == 0 {
+			return pf
+		}
+		need := int32(batch/2 - h - pf)
+		if !owner && !r.gatherFor.CompareAndSwap(0, need) {
+			// Another receive loop gathers: take the places one by one as they free up.
+			select {
+			case r.prefetch <- struct{}{}:
+				pf++
+				continue
+			case <-timer:
+				return pf
+			case <-ctx.Done():
+				return pf
+			}
+		}
+		owner = true
+		r.gatherFor.Store(need)
+		// A place freed before the store did not signal: take again. It is a channel operation, like
+		// the worker's free, so a free it misses comes after the store and sees it; a message that
+		// stopped waiting before the store is seen by the load after it.
+		if took := r.takePlaces(batch - h - pf); took > 0 {
+			pf += took
+			continue
+		}
+		if r.aheadWaiting.Load() == 0 {
+			return pf
+		}
+		select {
+		case <-r.gatherWake:
+		case <-timer:
+			return pf
+		case <-ctx.Done():
+			return pf
+		}
+	}
+}
+
 // takePlaces takes up to n free prefetch places without waiting and returns how many it took.
 func (r *run) takePlaces(n int) int {
 	took := 0
@@ -1110,11 +1142,12 @@ func (r *run) freeSlots() chan struct{} {
 // holding reports whether the message holds a handler slot, which its handler needs.
 func (s *slotHolder) holding() bool { return s.state == holdsHandler }
 
-// reacquire takes a handler slot (again) before a handler runs, waiting for one; false if ctx ended or
-// the lock was lost first (the message then holds no handler slot until done). A message received
-// ahead gives its prefetch place back once it has the slot, so the receive loop can fetch the next.
-// waited reports whether it had to wait: a free slot is taken without a select on the lock, ctx and the
-// shutdown, which costs a lock's Done channel and the runtime's select set-up.
+// reacquire takes a handler slot (again) before a handler runs, waiting for one if none is free; false
+// if ctx has ended or the lock is over, before or while it waits (the message then holds no handler
+// slot until done). A message received ahead gives its prefetch place back once it has the slot, so
+// the receive loop can fetch the next. waited reports whether it had to wait: a free slot is taken
+// without a select on the lock, ctx and the shutdown, which costs a lock's Done channel and the
+// runtime's select set-up.
 func (s *slotHolder) reacquire(ctx context.Context, lock doner) (ok, waited bool) {
 	if s.state == holdsHandler {
 		return true, false
@@ -1138,6 +1171,9 @@ func (s *slotHolder) reacquire(ctx context.Context, lock doner) (ok, waited bool
 	case <-stopping:
 		return false, false
 	default:
+	}
+	if ctx.Err() != nil || lock.ended() {
+		return false, false
 	}
 	select {
 	case s.r.slots <- struct{}{}:

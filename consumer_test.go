@@ -372,6 +372,7 @@ func TestHandlerContextCarriesRunValuesAndShutdown(t *testing.T) {
 		sendN(b, 5)
 		var seen []any
 		var attempts []int
+		var cause error
 		last := make(chan struct{})
 		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 			seen = append(seen, ctx.Value(runKey{}))
@@ -382,7 +383,8 @@ func TestHandlerContextCarriesRunValuesAndShutdown(t *testing.T) {
 			}
 			close(last)
 			<-ctx.Done()
-			return context.Cause(ctx)
+			cause = context.Cause(ctx)
+			return cause
 		}, &retry.Options{MaxConcurrency: 1, Logger: discardLogger()})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(context.WithValue(t.Context(), runKey{}, "run-value"))
@@ -393,8 +395,40 @@ func TestHandlerContextCarriesRunValuesAndShutdown(t *testing.T) {
 		require.NoError(t, <-done)
 		assert.Equal(t, []any{"run-value", "run-value", "run-value", "run-value", "run-value"}, seen)
 		assert.Equal(t, []int{1, 1, 1, 1, 1}, attempts)
+		assert.ErrorIs(t, cause, context.Canceled, "the shutdown's cause")
 		assert.Len(t, b.Completed(), 4)
 		assert.Equal(t, 1, b.Stats().Locked, "the handler cancelled by the shutdown left its message for redelivery")
+	})
+}
+
+// An OnStart hook's context (a span, say) is the one the consumer's handler derives from: its values
+// reach the handler, and the shutdown still cancels it.
+func TestOnStartContextReachesTheConsumersHandler(t *testing.T) {
+	type hookKey struct{}
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		sendN(b, 3)
+		var seen []any
+		last := make(chan struct{})
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			seen = append(seen, ctx.Value(hookKey{}))
+			if m.MessageID != "m-2" {
+				return nil
+			}
+			close(last)
+			<-ctx.Done()
+			return ctx.Err()
+		}, &retry.Options{MaxConcurrency: 1, Logger: discardLogger(), Hooks: retry.Hooks{
+			OnStart: func(p retry.StartParams) context.Context {
+				return context.WithValue(p.Context, hookKey{}, "span-"+p.Message.MessageID)
+			},
+		}})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		<-last
+		require.NoError(t, stop())
+		assert.Equal(t, []any{"span-m-0", "span-m-1", "span-m-2"}, seen)
+		assert.Len(t, b.Completed(), 2)
 	})
 }
 

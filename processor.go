@@ -143,9 +143,12 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 	return p.process(ctx, base, base, settler, p.sender, p.entity, msg, nil)
 }
 
-// doner is what reacquire needs of a lock keeper: a channel closed when the lock is over, made only
-// when it is asked for.
-type doner interface{ Done() <-chan struct{} }
+// doner is what reacquire needs of a lock keeper: whether the lock is over, and a channel closed when
+// it is, made only when it is asked for.
+type doner interface {
+	ended() bool
+	Done() <-chan struct{}
+}
 
 // slots is how the consumer lends a delivery its handler slot (or, for a delivery received ahead, a
 // prefetch place until a slot frees up): release gives it back once the handler has returned (or while
