@@ -59,7 +59,7 @@ bench-pairs:
 # so the benchmark runs RUNS times (each a process of its own, logging every round into
 # bench-paired-N.txt) and e2e/poolpaired.py takes the median of all their rounds together, with its 95 %
 # interval: the figures of BENCHMARKS.md. CASES picks the cases (a regexp: success|failures|iobound).
-# About two minutes per run and case on two cores. ROUNDS is 40 here unless set on the command line or
+# About a minute per run and case on two cores. ROUNDS is 40 here unless set on the command line or
 # in the environment (bench-pairs' 10 are too few for an interval of the median).
 RUNS ?= 3
 CASES ?= success|failures|iobound

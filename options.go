@@ -199,8 +199,8 @@ type Options struct {
 	// more. While messages received ahead keep the handlers busy, the receive loop waits (up to 2 ms)
 	// until half a batch of places is free. Zero means twice MaxConcurrency (at most
 	// [MaxReceiveBatchSize]): a receive then asks for every free slot and place at once, which
-	// measured 4–11 % more throughput on loopback than batches of MaxConcurrency; larger values are
-	// invalid.
+	// measured about 8 % more throughput on loopback than batches of MaxConcurrency (BENCHMARKS.md);
+	// larger values are invalid.
 	ReceiveBatchSize int
 	// Prefetch is how many messages the consumer may hold beyond its free handler slots, received ahead
 	// so that a handler slot that frees up finds its next message waiting instead of waiting for a
