@@ -516,7 +516,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		if !fresh {
 			idleLeft = max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
 		}
-		msgs, err, idle, yielded := r.receive(ctx, tm, watch, src.Receiver, n, live.shared, idleLeft)
+		msgs, err, idle, yielded := r.receive(ctx, tm, watch, src.Receiver, n, live.shared, idleLeft, h > 0)
 		fresh = false
 		// Give back the places the receive did not fill, prefetch places first; the filled ones are
 		// given back by their messages.
@@ -722,7 +722,7 @@ func (w *idleWatch) stop() {
 // several sources (shared), a receive waiting on an empty entity also ends once another source waits for
 // a handler slot, after at least shareWindow, so that a quiet retry queue never holds the slots its
 // subscription needs; yielded reports that.
-func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver Receiver, n int, shared bool, idleLeft time.Duration) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
+func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver Receiver, n int, shared bool, idleLeft time.Duration, holdsSlots bool) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if watch {
@@ -732,7 +732,7 @@ func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver R
 		}
 		defer tm.idle.end()
 	} else {
-		go r.watchReceive(rctx, cancel, shared, idleLeft)
+		go r.watchReceive(rctx, cancel, shared, idleLeft, holdsSlots)
 	}
 	msgs, err = receiver.ReceiveMessages(rctx, n, &receiveOptions)
 	if len(msgs) == 0 && ctx.Err() == nil {
@@ -744,8 +744,10 @@ func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver R
 }
 
 // watchReceive ends a receive (rctx) after idleLeft, or, on a connection with several sources, once
-// another source waits for a slot after at least shareWindow.
-func (r *run) watchReceive(rctx context.Context, cancel context.CancelCauseFunc, shared bool, idleLeft time.Duration) {
+// another source waits for a slot after at least shareWindow: a receive loop (waiting), or, when the
+// receive holds handler slots (holdsSlots), a message received ahead (aheadWaiting), whose loop need not
+// wait at all while it finds free prefetch places.
+func (r *run) watchReceive(rctx context.Context, cancel context.CancelCauseFunc, shared bool, idleLeft time.Duration, holdsSlots bool) {
 	clk := r.c.cfg.clock
 	if !shared {
 		select {
@@ -764,7 +766,7 @@ func (r *run) watchReceive(rctx context.Context, cancel context.CancelCauseFunc,
 		select {
 		case <-clk.After(step):
 			waited += step
-			if r.waiting.Load() > 0 {
+			if r.waiting.Load() > 0 || (holdsSlots && r.aheadWaiting.Load() > 0) {
 				cancel(errYield)
 				return
 			}
@@ -1082,9 +1084,11 @@ func (r *run) gatherPlaces(ctx context.Context, timer <-chan time.Time, h, pf, b
 		}
 		owner = true
 		r.gatherFor.Store(need)
-		// A place freed before the store did not signal: take again. It is a channel operation, like
-		// the worker's free, so a free it misses comes after the store and sees it; a message that
-		// stopped waiting before the store is seen by the load after it.
+		// A place freed before the store did not signal: take again. A free that this take misses
+		// comes, in practice, after the store and sees it (a failed take reads the channel's count
+		// without its lock, so the memory model does not promise it: a wake-up lost that way costs at
+		// most the gathering window). A message that stopped waiting before the store is seen by the
+		// atomic load after it.
 		if took := r.takePlaces(batch - h - pf); took > 0 {
 			pf += took
 			continue

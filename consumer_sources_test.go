@@ -2,6 +2,7 @@ package retry_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -133,4 +134,44 @@ func TestSharedSourcesStillProbeAQuietConnection(t *testing.T) {
 		assert.LessOrEqual(t, time.Since(hungAt), 15*time.Second, "not ready within 15 s of the broker hanging")
 		require.NoError(t, stop())
 	})
+}
+
+// On a connection with several sources, a receive on a quiet source holds handler slots while it
+// waits. A few messages another source received ahead of a free slot (its loop still has prefetch
+// places, so it does not wait) must not wait for that receive's idle window to end: the quiet receive
+// gives its slots back, as it does to a receive loop waiting for one. They waited 3 s before.
+func TestMessagesReceivedAheadDoNotWaitForAQuietSource(t *testing.T) {
+	for _, opts := range []retry.Options{
+		{MaxConcurrency: 8, Prefetch: 16},
+		{MaxConcurrency: 8},
+	} {
+		t.Run(fmt.Sprintf("prefetch %d", opts.Prefetch), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				sub := retrytest.NewBroker(nil, nil)
+				retryQueue := retrytest.NewBroker(nil, nil)
+				connect := retrytest.SubscriptionConnector(sub, retryQueue, retry.SubscriptionPath("orders", "billing"), "billing-retry")
+				var handled atomic.Int32
+				opts.Logger = discardLogger()
+				c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
+					<-time.After(10 * time.Millisecond)
+					handled.Add(1)
+					return nil
+				}, &opts)
+				require.NoError(t, err)
+				stop := runConsumer(t, c)
+				for burst := range 3 {
+					// Quiet for longer than the idle window: both receive loops start their receives
+					// again meanwhile, and the quiet source's takes the free handler slots.
+					<-time.After(7 * time.Second)
+					start := time.Now()
+					sendN(sub, 5)
+					for handled.Load() < int32(5*(burst+1)) {
+						<-time.After(time.Millisecond)
+					}
+					assert.Less(t, time.Since(start), 500*time.Millisecond, "burst %d waited for the quiet source", burst)
+				}
+				require.NoError(t, stop())
+			})
+		})
+	}
 }

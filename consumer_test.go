@@ -747,7 +747,8 @@ func (r *askingReceiver) ReceiveMessages(ctx context.Context, n int, o *azservic
 }
 
 // By default a receive asks for every free handler slot and prefetch place at once (ReceiveBatchSize
-// twice MaxConcurrency, Prefetch MaxConcurrency); the options bound it.
+// twice MaxConcurrency, Prefetch MaxConcurrency), except for a single handler, which asks for one (a
+// receive that asks for more than is there waits for the rest); the options bound it.
 func TestDefaultReceiveAsksForEverySlotAndPlace(t *testing.T) {
 	for _, tc := range []struct {
 		name string
@@ -755,6 +756,7 @@ func TestDefaultReceiveAsksForEverySlotAndPlace(t *testing.T) {
 		want int
 	}{
 		{"defaults", retry.Options{MaxConcurrency: 4}, 8},
+		{"one handler", retry.Options{}, 1},
 		{"no prefetching", retry.Options{MaxConcurrency: 4, Prefetch: -1}, 4},
 		{"more prefetching", retry.Options{MaxConcurrency: 4, Prefetch: 6}, 8},
 		{"more prefetching, larger batch", retry.Options{MaxConcurrency: 4, Prefetch: 6, ReceiveBatchSize: 20}, 10},

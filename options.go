@@ -191,22 +191,25 @@ type Options struct {
 	RetryBudget time.Duration
 	// MaxConcurrency is the most handlers running at once. Zero means [DefaultMaxConcurrency] (1). A
 	// message whose handler returned no longer counts while it is settled, so a settle stuck on a dead
-	// lock does not stop new messages; up to MaxConcurrency+64 messages can be between receive and the
-	// end of their settle.
+	// lock does not stop new messages; up to MaxConcurrency handlers, Prefetch messages received ahead
+	// and MaxConcurrency+64 settles can be between receive and the end of their settle.
 	MaxConcurrency int
 	// ReceiveBatchSize is the most messages asked for in one receive call; it is also bounded by the free
 	// handler slots plus the free prefetch places (see Prefetch), so it never makes the consumer hold
 	// more. While messages received ahead keep the handlers busy, the receive loop waits (up to 2 ms)
 	// until half a batch of places is free. Zero means twice MaxConcurrency (at most
-	// [MaxReceiveBatchSize]): a receive then asks for every free slot and place at once, which
-	// measured about 8 % more throughput on loopback than batches of MaxConcurrency (BENCHMARKS.md);
-	// larger values are invalid.
+	// [MaxReceiveBatchSize]), or 1 with MaxConcurrency 1: a receive then asks for every free slot and
+	// place at once, which measured 8 % (success) to 15 % (failures) more throughput on loopback than
+	// batches of MaxConcurrency (BENCHMARKS.md). A single handler gains nothing from a batch of two, and
+	// a receive that asks for more messages than are there waits 1 ms for the rest. Larger values are
+	// invalid.
 	ReceiveBatchSize int
 	// Prefetch is how many messages the consumer may hold beyond its free handler slots, received ahead
 	// so that a handler slot that frees up finds its next message waiting instead of waiting for a
-	// receive call; their locks are renewed while they wait. Zero means MaxConcurrency; a negative
-	// value turns prefetching off, so the consumer never holds a lock on a message it cannot start at
-	// once (worth it when handlers are slow and other consumers could take those messages meanwhile).
+	// receive call; their locks are renewed while they wait. Zero means MaxConcurrency (at most
+	// [MaxReceiveBatchSize]); a negative value turns prefetching off, so the consumer never holds a
+	// lock on a message it cannot start at once (worth it when handlers are slow and other consumers
+	// could take those messages meanwhile).
 	// There is no prefetching with DisableLockRenewal, whose waiting locks would run out. Values above
 	// [MaxReceiveBatchSize] are invalid. A message received ahead that has not started when Run stops
 	// is not started; the broker redelivers it when its lock runs out.
@@ -403,7 +406,11 @@ func (o *Options) resolve() (*config, error) {
 	}
 	// The default batch follows MaxConcurrency, which may legitimately exceed what one receive call can
 	// ask for; the consumer then simply receives in several calls.
-	c.batchSize = min(orInt(opts.ReceiveBatchSize, 2*c.maxConcurrency), MaxReceiveBatchSize)
+	defaultBatch := 2 * c.maxConcurrency
+	if c.maxConcurrency == 1 {
+		defaultBatch = 1
+	}
+	c.batchSize = min(orInt(opts.ReceiveBatchSize, defaultBatch), MaxReceiveBatchSize)
 	switch {
 	case opts.Prefetch < 0 || !c.lockRenewal:
 		c.prefetch = 0

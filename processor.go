@@ -143,6 +143,18 @@ func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservice
 	return p.process(ctx, base, base, settler, p.sender, p.entity, msg, nil)
 }
 
+// slotLostCause is why a delivery got no handler slot: its lock ended, its context did, or the
+// consumer stopped receiving before a slot came free.
+func slotLostCause(lk *lockKeeper, ctx context.Context) error {
+	if why := lk.why(); why != nil {
+		return why
+	}
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	return context.Canceled
+}
+
 // doner is what reacquire needs of a lock keeper: whether the lock is over, and a channel closed when
 // it is, made only when it is asked for.
 type doner interface {
@@ -271,7 +283,7 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 			if sl != nil {
 				if ok, _ := sl.reacquire(ctx, lk); !ok {
 					ob.now = clk.Now()
-					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, lk.why(), "stopped or lock lost while waiting for a handler slot"))
+					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, slotLostCause(lk, ctx), "stopped or lock lost while waiting for a handler slot"))
 				}
 			}
 			ob.now = clk.Now()
@@ -283,14 +295,7 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 		ok, waited := sl.reacquire(ctx, lk)
 		if !ok {
 			ob.now = clk.Now()
-			why := lk.why()
-			if why == nil {
-				why = ctx.Err()
-			}
-			if why == nil {
-				why = context.Canceled // the consumer stopped receiving before a slot came free
-			}
-			return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, why, "stopped or lock lost while waiting for a handler slot"))
+			return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, slotLostCause(lk, ctx), "stopped or lock lost while waiting for a handler slot"))
 		}
 		if waited {
 			ob.now = clk.Now()
