@@ -79,7 +79,7 @@ func TestTwoGatheringsEndWhenTheirPlacesAreFree(t *testing.T) {
 			}()
 		}
 		for _, s := range holders[:8] {
-			time.Sleep(100 * time.Microsecond) // the bubble's clock: one message starts every 100 µs
+			<-time.After(100 * time.Microsecond) // the bubble's clock: one message starts every 100 µs
 			s.tookSlot()
 		}
 		for range 2 {

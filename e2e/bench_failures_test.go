@@ -6,7 +6,6 @@ import (
 	"context"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -61,35 +60,15 @@ func failuresLoop(b *testing.B, concurrency int, copyOf func(*azservicebus.Recei
 	if err != nil {
 		b.Fatal(err)
 	}
-	sem := make(chan struct{}, concurrency)
-	var wg sync.WaitGroup
-	var done atomic.Int64
 	b.ResetTimer()
 	cpu := processCPU()
-	ctx := context.Background()
-	for done.Load() < int64(b.N) {
-		msgs, err := r.ReceiveMessages(ctx, concurrency, nil)
-		if err != nil {
-			b.Fatal(err)
+	batchLoop(b, r, concurrency, func(m *azservicebus.ReceivedMessage) error {
+		if !failsFirst(m.MessageID) {
+			return nil
 		}
-		for _, m := range msgs {
-			sem <- struct{}{}
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				defer func() { <-sem }()
-				if failsFirst(m.MessageID) {
-					if _, err := s.ScheduleMessages(ctx, []*azservicebus.Message{copyOf(m)}, time.Now().Add(time.Hour), nil); err != nil {
-						return
-					}
-				}
-				if err := r.CompleteMessage(ctx, m, nil); err == nil {
-					done.Add(1)
-				}
-			}()
-		}
-		wg.Wait()
-	}
+		_, err := s.ScheduleMessages(context.Background(), []*azservicebus.Message{copyOf(m)}, time.Now().Add(time.Hour), nil)
+		return err
+	})
 	b.StopTimer()
 	reportCPU(b, cpu)
 	b.ReportMetric(float64(b.N)/b.Elapsed().Seconds(), "msgs/s")
