@@ -251,7 +251,7 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 	const n = 3
 	finish := make(chan struct{})
 	release := sync.OnceFunc(func() { close(finish) })
-	entered := make(chan struct{}, 4*n)
+	entered := make(chan context.Context, 4*n)
 	var (
 		mu        sync.Mutex
 		active    = map[string]int{}
@@ -273,7 +273,7 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 			mu.Unlock()
 		}()
 		select {
-		case entered <- struct{}{}:
+		case entered <- ctx:
 		default:
 		}
 		<-finish // work that ignores its context
@@ -286,9 +286,11 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 	waitRunning(t, c)
 	msgs, ids := messages("busy", n)
 	e.send(t, msgs...)
+	first := make([]context.Context, 0, n)
 	for range n {
 		select {
-		case <-entered:
+		case ctx := <-entered:
+			first = append(first, ctx)
 		case <-time.After(testTimeout):
 			t.Fatal("the handlers did not start")
 		}
@@ -296,9 +298,18 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 
 	drop := time.Now()
 	e.em.DropConnections()
-	require.Eventually(t, func() bool { return c.Health().Received >= 2*n }, testTimeout, 5*time.Millisecond,
-		"the redeliveries reach the consumer while the first handlers still run")
+	// A redelivery is counted as received before its worker finds the earlier handling and ends its
+	// lock, so wait for the first handlers' contexts to end rather than for the count: releasing them
+	// in between would let a handler finish before it learns that its lock is gone.
+	for _, ctx := range first {
+		select {
+		case <-ctx.Done():
+		case <-time.After(testTimeout):
+			t.Fatalf("a first handler's context did not end after the drop (received %d)", c.Health().Received)
+		}
+	}
 	redelivered := time.Since(drop)
+	assert.GreaterOrEqual(t, c.Health().Received, uint64(2*n), "the redeliveries reached the consumer while the first handlers still ran")
 	release()
 	out.waitFor(t, "every message completed", allCompleted(ids...))
 
