@@ -121,6 +121,7 @@ func (e Exponential) Delay(attempt int) time.Duration {
 // effective Floor above the effective Cap (see [validateBounds] for why the defaults count).
 func (e Exponential) Validate() error {
 	if e.Factor != 0 && (e.Factor < 1 || math.IsNaN(e.Factor) || math.IsInf(e.Factor, 0)) {
+		//lint:ignore ST1005 the message starts with the exported field it names
 		return fmt.Errorf("Factor (%v) must be a finite number of at least 1; zero means 2", e.Factor)
 	}
 	return validateBounds(e.Base, e.Floor, e.Cap)
@@ -212,6 +213,7 @@ func (j Jitter) Bounds() (floor, ceiling time.Duration) {
 // not be described as a fraction of its own.
 func (j Jitter) Validate() error {
 	if j.Fraction < 0 || j.Fraction > 1 || math.IsNaN(j.Fraction) {
+		//lint:ignore ST1005 the message starts with the exported field it names
 		return fmt.Errorf("Fraction (%v) must be in (0, 1]; zero means 0.2", j.Fraction)
 	}
 	if v, ok := j.inner().(interface{ Validate() error }); ok {
@@ -273,6 +275,7 @@ func validateBounds(base, floor, ceiling time.Duration) error {
 	}
 	switch {
 	case floor > ceiling:
+		//lint:ignore ST1005 the message starts with the exported field it names
 		return fmt.Errorf("Floor (%v) must not exceed %s", floor, capText)
 	case base > ceiling && floor == 0:
 		return fmt.Errorf("%s must not exceed %s: Floor is zero, so the floor is Base and lies above the cap", baseText, capText)

@@ -516,7 +516,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		if !fresh {
 			idleLeft = max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
 		}
-		msgs, err, idle, yielded := r.receive(ctx, tm, watch, src.Receiver, n, live.shared, idleLeft, h > 0)
+		msgs, idle, yielded, err := r.receive(ctx, tm, watch, src.Receiver, n, live.shared, idleLeft, h > 0)
 		fresh = false
 		// Give back the places the receive did not fill, prefetch places first; the filled ones are
 		// given back by their messages.
@@ -722,7 +722,7 @@ func (w *idleWatch) stop() {
 // several sources (shared), a receive waiting on an empty entity also ends once another source waits for
 // a handler slot, after at least shareWindow, so that a quiet retry queue never holds the slots its
 // subscription needs; yielded reports that.
-func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver Receiver, n int, shared bool, idleLeft time.Duration, holdsSlots bool) (msgs []*azservicebus.ReceivedMessage, err error, idle, yielded bool) {
+func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver Receiver, n int, shared bool, idleLeft time.Duration, holdsSlots bool) (msgs []*azservicebus.ReceivedMessage, idle, yielded bool, err error) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if watch {
@@ -740,7 +740,7 @@ func (r *run) receive(ctx context.Context, tm *loopTimer, watch bool, receiver R
 		idle = errors.Is(cause, errIdle)
 		yielded = errors.Is(cause, errYield)
 	}
-	return msgs, err, idle, yielded
+	return msgs, idle, yielded, err
 }
 
 // watchReceive ends a receive (rctx) after idleLeft, or, on a connection with several sources, once

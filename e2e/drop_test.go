@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -34,7 +35,7 @@ func messages(prefix string, n int) ([]*azservicebus.Message, []string) {
 	var ids []string
 	for i := range n {
 		id := fmt.Sprintf("%s-%d", prefix, i)
-		ms = append(ms, message(id))
+		ms = append(ms, sbtest.Message(id))
 		ids = append(ids, id)
 	}
 	return ms, ids
@@ -69,10 +70,10 @@ func copiesWithID(q *broker.Queue, id string) int {
 }
 
 // assertNoDeadLetters checks that nothing was dead-lettered, by the consumer or by the broker.
-func assertNoDeadLetters(t *testing.T, e *env, out *outcomes) {
+func assertNoDeadLetters(t *testing.T, e *env, out *sbtest.Outcomes) {
 	t.Helper()
 	assert.Zero(t, brokerQueue(t, e).Stats().DeadLettered, "nothing in the dead-letter queue")
-	for _, p := range out.snapshot() {
+	for _, p := range out.Snapshot() {
 		assert.NotEqual(t, retry.OutcomeDeadLettered, p.Result.Outcome, "%s dead-lettered", p.Message.MessageID)
 	}
 }
@@ -93,7 +94,7 @@ func TestDropMidHandlerCompletesWithinSeconds(t *testing.T) {
 	entered := make(chan struct{}, 4*inFlight)
 	var mu sync.Mutex
 	runs := map[string]int{}
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	c := runConsumer(t, newConnector(t, e.connStr, e.queue, nil), func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 		mu.Lock()
 		runs[m.MessageID]++
@@ -106,7 +107,7 @@ func TestDropMidHandlerCompletesWithinSeconds(t *testing.T) {
 			<-dropped // mid-way when the connection drops; then it finishes its work
 		}
 		return nil
-	}, &retry.Options{MaxConcurrency: inFlight, Hooks: retry.Hooks{OnProcessed: out.hook}})
+	}, &retry.Options{MaxConcurrency: inFlight, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	t.Cleanup(release) // before the consumer stops, should the test fail early
 	waitRunning(t, c)
 	before, beforeIDs := messages("before", inFlight)
@@ -124,14 +125,14 @@ func TestDropMidHandlerCompletesWithinSeconds(t *testing.T) {
 	release()
 	after, afterIDs := messages("after", inFlight)
 	e.send(t, after...)
-	out.waitFor(t, "new messages after the drop", allCompleted(afterIDs...))
+	out.WaitFor(t, "new messages after the drop", allCompleted(afterIDs...))
 	flowing := time.Since(drop)
-	out.waitFor(t, "every message completed", allCompleted(append(beforeIDs, afterIDs...)...))
+	out.WaitFor(t, "every message completed", allCompleted(append(beforeIDs, afterIDs...)...))
 	took := time.Since(drop)
 	h := c.Health()
 	t.Logf("after the drop: new messages completed in %v, all %d in %v; left for redelivery %d, receive failures %d, connects %d; %v",
 		flowing.Round(time.Millisecond), 2*inFlight, took.Round(time.Millisecond), h.LeftForRedelivery, h.ReceiveFailures, h.Connects,
-		summarize(out.snapshot()))
+		sbtest.Summarize(out.Snapshot()))
 	assert.LessOrEqual(t, took, flowAfterDrop, "every message completed within 5 s of the drop")
 
 	mu.Lock()
@@ -139,7 +140,7 @@ func TestDropMidHandlerCompletesWithinSeconds(t *testing.T) {
 		assert.Equal(t, 1, runs[id], "handler runs of %s", id)
 	}
 	mu.Unlock()
-	for _, p := range out.snapshot() {
+	for _, p := range out.Snapshot() {
 		if strings.HasPrefix(p.Message.MessageID, "before-") && p.Result.Outcome == retry.OutcomeCompleted {
 			assert.True(t, p.Result.Inherited, "%s: the redelivery applied the decided outcome", p.Message.MessageID)
 		}
@@ -169,7 +170,7 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 			entered := make(chan retry.Envelope, 1)
 			var mu sync.Mutex
 			runs := map[int]int{} // handler runs per attempt
-			out := newOutcomes()
+			out := sbtest.NewOutcomes()
 			c := runConsumer(t, newConnector(t, e.connStr, e.queue, nil), func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 				env, _ := retry.EnvelopeFromContext(ctx)
 				mu.Lock()
@@ -184,10 +185,10 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 					<-dropped
 				}
 				return errBoom
-			}, &retry.Options{Backoff: retry.Constant{Interval: delay}, Hooks: retry.Hooks{OnProcessed: out.hook}})
+			}, &retry.Options{Backoff: retry.Constant{Interval: delay}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 			t.Cleanup(release)
 			waitRunning(t, c)
-			e.send(t, message("chain-1"))
+			e.send(t, sbtest.Message("chain-1"))
 			var env retry.Envelope
 			select {
 			case env = <-entered:
@@ -198,7 +199,7 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 			drop := time.Now()
 			e.em.DropConnections()
 			release()
-			out.waitFor(t, "attempt 1 settled", func(ps []retry.ProcessedParams) bool {
+			out.WaitFor(t, "attempt 1 settled", func(ps []retry.ProcessedParams) bool {
 				for _, p := range ps {
 					if p.Result.Attempt == 1 && p.Result.Outcome == retry.OutcomeRetryScheduled {
 						return true
@@ -213,7 +214,7 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 			mu.Unlock()
 			assert.Equal(t, 1, successors, "live successors of attempt 1 (%s)", successor)
 
-			out.waitFor(t, "the chain completed", func(ps []retry.ProcessedParams) bool {
+			out.WaitFor(t, "the chain completed", func(ps []retry.ProcessedParams) bool {
 				return count(ps, "chain-1", retry.OutcomeCompleted) == 1
 			})
 			require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
@@ -224,14 +225,14 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 			mu.Unlock()
 			assertNoDeadLetters(t, e, out)
 			var lostComplete, inherited bool
-			for _, p := range out.snapshot() {
+			for _, p := range out.Snapshot() {
 				if p.Result.Attempt == 1 {
 					lostComplete = lostComplete || p.Result.PossibleDuplicate
 					inherited = inherited || p.Result.Inherited
 				}
 			}
 			t.Logf("attempt 1 settled %v after the drop; handler runs of attempt 1: %d; complete lost after the schedule: %v; redelivery inherited: %v; %v",
-				settled.Round(time.Millisecond), attempt1, lostComplete, inherited, summarize(out.snapshot()))
+				settled.Round(time.Millisecond), attempt1, lostComplete, inherited, sbtest.Summarize(out.Snapshot()))
 			if lostComplete {
 				assert.True(t, inherited, "the redelivery completed the original without running the handler")
 				assert.Equal(t, 1, attempt1)
@@ -259,7 +260,7 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 		maxActive int
 		lockLost  atomic.Int32
 	)
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	c := runConsumer(t, newConnector(t, e.connStr, e.queue, nil), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		id := m.MessageID
 		mu.Lock()
@@ -281,7 +282,7 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 			lockLost.Add(1)
 		}
 		return nil
-	}, &retry.Options{MaxConcurrency: 2*n + 2, Hooks: retry.Hooks{OnProcessed: out.hook}})
+	}, &retry.Options{MaxConcurrency: 2*n + 2, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	t.Cleanup(release)
 	waitRunning(t, c)
 	msgs, ids := messages("busy", n)
@@ -311,7 +312,7 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 	redelivered := time.Since(drop)
 	assert.GreaterOrEqual(t, c.Health().Received, uint64(2*n), "the redeliveries reached the consumer while the first handlers still ran")
 	release()
-	out.waitFor(t, "every message completed", allCompleted(ids...))
+	out.WaitFor(t, "every message completed", allCompleted(ids...))
 
 	mu.Lock()
 	assert.Equal(t, 1, maxActive, "handlers of one message at once")
@@ -320,14 +321,14 @@ func TestDropNeverRunsAMessageTwiceAtOnce(t *testing.T) {
 	}
 	mu.Unlock()
 	assert.Equal(t, int32(n), lockLost.Load(), "each interrupted handler saw ErrLockLost as its context's cause")
-	for _, p := range out.snapshot() {
+	for _, p := range out.Snapshot() {
 		if p.Result.Outcome == retry.OutcomeCompleted {
 			assert.True(t, p.Result.Inherited, "%s completed by its redelivery", p.Message.MessageID)
 		}
 	}
 	require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
 	assertNoDeadLetters(t, e, out)
-	t.Logf("redeliveries received %v after the drop; %v", redelivered.Round(time.Millisecond), summarize(out.snapshot()))
+	t.Logf("redeliveries received %v after the drop; %v", redelivered.Round(time.Millisecond), sbtest.Summarize(out.Snapshot()))
 }
 
 // TestDropDoesNotHoldNewMessagesBehindARepublish (item 9a, with a failing message in flight): when the
@@ -341,7 +342,7 @@ func TestDropDoesNotHoldNewMessagesBehindARepublish(t *testing.T) {
 	dropped := make(chan struct{})
 	release := sync.OnceFunc(func() { close(dropped) })
 	entered := make(chan struct{}, 1)
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	c := runConsumer(t, newConnector(t, e.connStr, e.queue, nil), func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 		if m.MessageID != "failing" {
 			return nil
@@ -352,10 +353,10 @@ func TestDropDoesNotHoldNewMessagesBehindARepublish(t *testing.T) {
 		default:
 		}
 		return errBoom
-	}, &retry.Options{Backoff: retry.Constant{Interval: time.Hour}, Hooks: retry.Hooks{OnProcessed: out.hook}})
+	}, &retry.Options{Backoff: retry.Constant{Interval: time.Hour}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	t.Cleanup(release)
 	waitRunning(t, c)
-	e.send(t, message("failing"))
+	e.send(t, sbtest.Message("failing"))
 	select {
 	case <-entered:
 	case <-time.After(testTimeout):
@@ -365,16 +366,16 @@ func TestDropDoesNotHoldNewMessagesBehindARepublish(t *testing.T) {
 	drop := time.Now()
 	e.em.DropConnections()
 	release()
-	e.send(t, message("bystander"))
-	out.waitFor(t, "the bystander completed", allCompleted("bystander"))
+	e.send(t, sbtest.Message("bystander"))
+	out.WaitFor(t, "the bystander completed", allCompleted("bystander"))
 	flowing := time.Since(drop)
-	out.waitFor(t, "the failing message's retry scheduled", func(ps []retry.ProcessedParams) bool {
+	out.WaitFor(t, "the failing message's retry scheduled", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "failing", retry.OutcomeRetryScheduled) == 1
 	})
 	republished := time.Since(drop)
-	ps := out.snapshot()
+	ps := out.Snapshot()
 	t.Logf("after the drop: bystander completed in %v, the failing message's retry settled in %v; %v",
-		flowing.Round(time.Millisecond), republished.Round(time.Millisecond), summarize(ps))
+		flowing.Round(time.Millisecond), republished.Round(time.Millisecond), sbtest.Summarize(ps))
 	assert.LessOrEqual(t, flowing, flowAfterDrop, "new messages flow within 5 s of the drop")
 	var order []string
 	for _, p := range ps {

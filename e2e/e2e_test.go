@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 )
 
@@ -89,24 +90,6 @@ func (e *env) send(t *testing.T, msgs ...*azservicebus.Message) {
 	require.NoError(t, s.Close(ctx))
 }
 
-// drain completes whatever a live queue still holds from earlier runs.
-func (e *env) drain(t *testing.T) {
-	t.Helper()
-	r, err := e.client(t).NewReceiverForQueue(e.queue, nil)
-	require.NoError(t, err)
-	for {
-		ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-		msgs, err := r.ReceiveMessages(ctx, 100, nil)
-		cancel()
-		if err != nil || len(msgs) == 0 {
-			return
-		}
-		for _, m := range msgs {
-			_ = r.CompleteMessage(t.Context(), m, nil)
-		}
-	}
-}
-
 // receiveDeadLetter takes the one message in the dead-letter queue with the SDK, completing it so a
 // live queue is left clean.
 func (e *env) receiveDeadLetter(t *testing.T) *azservicebus.ReceivedMessage {
@@ -120,57 +103,6 @@ func (e *env) receiveDeadLetter(t *testing.T) *azservicebus.ReceivedMessage {
 	require.Len(t, msgs, 1)
 	require.NoError(t, dlq.CompleteMessage(ctx, msgs[0], nil))
 	return msgs[0]
-}
-
-func message(id string) *azservicebus.Message {
-	return &azservicebus.Message{MessageID: &id, Body: []byte(`{"id":"` + id + `"}`)}
-}
-
-// outcomes collects the consumer's results, safe for concurrent hooks.
-type outcomes struct {
-	mu      sync.Mutex
-	results []retry.ProcessedParams
-	changed chan struct{}
-}
-
-func newOutcomes() *outcomes { return &outcomes{changed: make(chan struct{}, 1)} }
-
-func (o *outcomes) hook(p retry.ProcessedParams) {
-	o.mu.Lock()
-	o.results = append(o.results, p)
-	o.mu.Unlock()
-	select {
-	case o.changed <- struct{}{}:
-	default:
-	}
-}
-
-func (o *outcomes) snapshot() []retry.ProcessedParams {
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	return append([]retry.ProcessedParams(nil), o.results...)
-}
-
-// waitFor blocks until cond holds over the results, failing the test after testTimeout.
-func (o *outcomes) waitFor(t *testing.T, what string, cond func([]retry.ProcessedParams) bool) {
-	t.Helper()
-	deadline := time.NewTimer(testTimeout)
-	defer deadline.Stop()
-	for !cond(o.snapshot()) {
-		select {
-		case <-o.changed:
-		case <-deadline.C:
-			t.Fatalf("timed out waiting for %s; results: %v", what, summarize(o.snapshot()))
-		}
-	}
-}
-
-func summarize(ps []retry.ProcessedParams) []string {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = fmt.Sprintf("%s#%d:%s", p.Message.MessageID, p.Result.Attempt, p.Result.Outcome)
-	}
-	return out
 }
 
 func count(ps []retry.ProcessedParams, id string, outcome retry.Outcome) int {
@@ -225,11 +157,11 @@ func waitRunning(t *testing.T, c *retry.Consumer) {
 func TestSuccessCompletes(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return nil },
-		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
-	e.send(t, message("ok-1"), message("ok-2"))
-	out.waitFor(t, "both completed", func(ps []retry.ProcessedParams) bool {
+		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	e.send(t, sbtest.Message("ok-1"), sbtest.Message("ok-2"))
+	out.WaitFor(t, "both completed", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "ok-1", retry.OutcomeCompleted) == 1 && count(ps, "ok-2", retry.OutcomeCompleted) == 1
 	})
 	require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
@@ -238,7 +170,7 @@ func TestSuccessCompletes(t *testing.T) {
 func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	type delivery struct {
 		at       time.Time
 		env      retry.Envelope
@@ -259,16 +191,16 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{Backoff: retry.Constant{Interval: 700 * time.Millisecond}, Hooks: retry.Hooks{OnProcessed: out.hook}})
-	msg := message("flaky-1")
+	}, &retry.Options{Backoff: retry.Constant{Interval: 700 * time.Millisecond}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	msg := sbtest.Message("flaky-1")
 	msg.ApplicationProperties = map[string]any{"tenant": "acme", "n": int32(7)}
 	msg.CorrelationID = strPtr("corr-9")
 	e.send(t, msg)
-	out.waitFor(t, "attempt 2 completed", func(ps []retry.ProcessedParams) bool {
+	out.WaitFor(t, "attempt 2 completed", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "flaky-1", retry.OutcomeCompleted) == 1
 	})
 
-	ps := out.snapshot()
+	ps := out.Snapshot()
 	require.Equal(t, retry.OutcomeRetryScheduled, ps[0].Result.Outcome)
 	scheduledFor := ps[0].Result.ScheduledFor
 	mu.Lock()
@@ -295,14 +227,14 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
-		&retry.Options{MaxAttempts: 3, Hooks: retry.Hooks{OnProcessed: out.hook}})
-	e.send(t, message("poison-1"))
-	out.waitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool {
+		&retry.Options{MaxAttempts: 3, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	e.send(t, sbtest.Message("poison-1"))
+	out.WaitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "poison-1", retry.OutcomeDeadLettered) == 1
 	})
-	assert.Equal(t, 2, count(out.snapshot(), "poison-1", retry.OutcomeRetryScheduled))
+	assert.Equal(t, 2, count(out.Snapshot(), "poison-1", retry.OutcomeRetryScheduled))
 
 	m := e.receiveDeadLetter(t)
 	env, err := retry.DecodeEnvelope(m)
@@ -323,15 +255,15 @@ func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
 func TestInvalidRetryPropertiesDeadLettered(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	called := make(chan struct{}, 1)
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { called <- struct{}{}; return nil },
-		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
-	m := message("hostile-1")
+		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	m := sbtest.Message("hostile-1")
 	m.ApplicationProperties = map[string]any{retry.PropAttempt: "99999999999"}
 	e.send(t, m)
-	out.waitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool { return len(ps) == 1 })
-	p := out.snapshot()[0]
+	out.WaitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool { return len(ps) == 1 })
+	p := out.Snapshot()[0]
 	assert.Equal(t, retry.OutcomeDeadLettered, p.Result.Outcome)
 	assert.Equal(t, "RetryInvalidProperties", p.Result.DeadLetterReason)
 	assert.Empty(t, called, "the handler never saw it")
@@ -343,22 +275,22 @@ func TestDuplicateRepublishAbsorbed(t *testing.T) {
 	if e.em == nil {
 		t.Skip("needs fault injection")
 	}
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt == 1 {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{Backoff: retry.Constant{Interval: 3 * time.Second}, DisableLockRenewal: true, Hooks: retry.Hooks{OnProcessed: out.hook}})
+	}, &retry.Options{Backoff: retry.Constant{Interval: 3 * time.Second}, DisableLockRenewal: true, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	// The complete after the first republish fails, as if the lock were lost at that moment: the
 	// original comes back when its lock expires, fails again, and republishes the same MessageId.
 	e.em.RejectNextSettlements(1, "com.microsoft:message-lock-lost")
-	e.send(t, message("dup-1"))
-	out.waitFor(t, "attempt 2 completed", func(ps []retry.ProcessedParams) bool {
+	e.send(t, sbtest.Message("dup-1"))
+	out.WaitFor(t, "attempt 2 completed", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "dup-1", retry.OutcomeCompleted) == 1
 	})
 	require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
-	ps := out.snapshot()
+	ps := out.Snapshot()
 	var dupReported bool
 	attempt2 := 0
 	for _, p := range ps {
@@ -367,9 +299,9 @@ func TestDuplicateRepublishAbsorbed(t *testing.T) {
 			attempt2++
 		}
 	}
-	assert.True(t, dupReported, "the failed complete is reported as a possible duplicate: %v", summarize(ps))
-	assert.Equal(t, 2, count(ps, "dup-1", retry.OutcomeRetryScheduled)+count(ps, "dup-1", retry.OutcomeLeftForRedelivery), "%v", summarize(ps))
-	assert.Equal(t, 1, attempt2, "the second copy was dropped by duplicate detection: %v", summarize(ps))
+	assert.True(t, dupReported, "the failed complete is reported as a possible duplicate: %v", sbtest.Summarize(ps))
+	assert.Equal(t, 2, count(ps, "dup-1", retry.OutcomeRetryScheduled)+count(ps, "dup-1", retry.OutcomeLeftForRedelivery), "%v", sbtest.Summarize(ps))
+	assert.Equal(t, 1, attempt2, "the second copy was dropped by duplicate detection: %v", sbtest.Summarize(ps))
 }
 
 func TestDroppedConnectionRecoveredWithoutLoss(t *testing.T) {
@@ -379,7 +311,7 @@ func TestDroppedConnectionRecoveredWithoutLoss(t *testing.T) {
 		t.Skip("needs fault injection")
 	}
 	const total = 30
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	var mu sync.Mutex
 	handled := map[string]int{} // successful handler runs per message
 	c := startConsumer(t, e, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
@@ -396,14 +328,14 @@ func TestDroppedConnectionRecoveredWithoutLoss(t *testing.T) {
 		MaxConcurrency:   4,
 		ReconnectDelays:  []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond},
 		WatchdogInterval: 500 * time.Millisecond,
-		Hooks:            retry.Hooks{OnProcessed: out.hook},
+		Hooks:            retry.Hooks{OnProcessed: out.Hook},
 	})
 	var msgs []*azservicebus.Message
 	for i := range total {
-		msgs = append(msgs, message(fmt.Sprintf("m-%02d", i)))
+		msgs = append(msgs, sbtest.Message(fmt.Sprintf("m-%02d", i)))
 	}
 	e.send(t, msgs...)
-	out.waitFor(t, "some progress", func(ps []retry.ProcessedParams) bool { return len(ps) >= 5 })
+	out.WaitFor(t, "some progress", func(ps []retry.ProcessedParams) bool { return len(ps) >= 5 })
 	e.em.DropConnections()
 	// Nothing lost: every message was handled successfully and the queue ends empty. A complete that
 	// the drop cut off may have reached the broker (the message is gone) or not (it is redelivered and
@@ -432,21 +364,21 @@ func TestOutageRecoveredByReconnectLoop(t *testing.T) {
 	if e.em == nil {
 		t.Skip("needs fault injection")
 	}
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	var states []retry.State
 	var smu sync.Mutex
 	c := startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &retry.Options{
 		MaxConcurrency:   2,
 		ReconnectDelays:  []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond},
 		WatchdogInterval: 500 * time.Millisecond,
-		Hooks: retry.Hooks{OnProcessed: out.hook, OnStateChange: func(p retry.StateChangeParams) {
+		Hooks: retry.Hooks{OnProcessed: out.Hook, OnStateChange: func(p retry.StateChangeParams) {
 			smu.Lock()
 			states = append(states, p.To)
 			smu.Unlock()
 		}},
 	})
-	e.send(t, message("before"))
-	out.waitFor(t, "first message", func(ps []retry.ProcessedParams) bool { return count(ps, "before", retry.OutcomeCompleted) == 1 })
+	e.send(t, sbtest.Message("before"))
+	out.WaitFor(t, "first message", func(ps []retry.ProcessedParams) bool { return count(ps, "before", retry.OutcomeCompleted) == 1 })
 
 	e.em.RefuseConnections(time.Hour)
 	e.em.DropConnections()
@@ -465,8 +397,8 @@ func TestOutageRecoveredByReconnectLoop(t *testing.T) {
 		}
 	}
 	e.em.RefuseConnections(0) // the broker is back
-	e.send(t, message("after"))
-	out.waitFor(t, "message after the outage", func(ps []retry.ProcessedParams) bool { return count(ps, "after", retry.OutcomeCompleted) == 1 })
+	e.send(t, sbtest.Message("after"))
+	out.WaitFor(t, "message after the outage", func(ps []retry.ProcessedParams) bool { return count(ps, "after", retry.OutcomeCompleted) == 1 })
 	require.Eventually(t, func() bool { return c.Health().State == retry.StateRunning }, testTimeout, 10*time.Millisecond)
 	h := c.Health()
 	assert.GreaterOrEqual(t, h.ReceiveFailures, uint64(1))
@@ -484,25 +416,25 @@ func strPtr(s string) *string { return &s }
 func TestLargeMessages(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	longErr := errors.New(strings.Repeat("downstream unavailable; ", 60))
 	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt == 1 {
 			return longErr
 		}
 		return nil
-	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
-	big := message("big-1")
+	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	big := sbtest.Message("big-1")
 	big.Body = make([]byte, 200*1024)
 	// Sendable as it is (with a margin for the system properties a real namespace counts), but its copy
 	// adds the envelope and this long error, which takes it past the limit.
-	tooBig := message("too-big-1")
+	tooBig := sbtest.Message("too-big-1")
 	tooBig.Body = make([]byte, retry.DefaultMaxMessageSize-1500)
 	e.send(t, big, tooBig)
-	out.waitFor(t, "both settled", func(ps []retry.ProcessedParams) bool {
+	out.WaitFor(t, "both settled", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "big-1", retry.OutcomeCompleted) == 1 && count(ps, "too-big-1", retry.OutcomeDeadLettered) == 1
 	})
-	for _, p := range out.snapshot() {
+	for _, p := range out.Snapshot() {
 		if p.Envelope.Key == "too-big-1" {
 			assert.Equal(t, "RetryMessageTooLarge", p.Result.DeadLetterReason)
 		}
@@ -517,9 +449,9 @@ func TestLargeMessages(t *testing.T) {
 func TestMultiSectionBodyDeadLettered(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
-		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
+		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	s, err := e.client(t).NewSender(e.queue, nil)
 	require.NoError(t, err)
 	id := "multi-1"
@@ -527,8 +459,8 @@ func TestMultiSectionBodyDeadLettered(t *testing.T) {
 		Body:       azservicebus.AMQPAnnotatedMessageBody{Data: [][]byte{[]byte(`{"amount":`), []byte(`42}`)}},
 		Properties: &azservicebus.AMQPAnnotatedMessageProperties{MessageID: id},
 	}, nil))
-	out.waitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool { return len(ps) == 1 })
-	p := out.snapshot()[0]
+	out.WaitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool { return len(ps) == 1 })
+	p := out.Snapshot()[0]
 	assert.Equal(t, retry.OutcomeDeadLettered, p.Result.Outcome)
 	assert.Equal(t, "RetryUnsupportedBody", p.Result.DeadLetterReason)
 
@@ -545,7 +477,7 @@ func TestRepublishFailureLeavesOriginalForRedelivery(t *testing.T) {
 	if e.em == nil {
 		t.Skip("needs fault injection")
 	}
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	var mu sync.Mutex
 	var deliveries []uint32
 	c := startConsumer(t, e, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
@@ -557,20 +489,20 @@ func TestRepublishFailureLeavesOriginalForRedelivery(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook}})
+	}, &retry.Options{Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	waitRunning(t, c) // its connection check schedules a probe, which the fault below would refuse
 	e.em.RejectNextManagement(100, "com.microsoft:schedule-message", 503)
-	e.send(t, message("rp-1"))
-	out.waitFor(t, "a failed republish", func(ps []retry.ProcessedParams) bool {
+	e.send(t, sbtest.Message("rp-1"))
+	out.WaitFor(t, "a failed republish", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "rp-1", retry.OutcomeLeftForRedelivery) == 1
 	})
 	q, _ := e.em.Broker().Queue(e.queue)
 	assert.Equal(t, 1, q.Stats().Locked+q.Stats().Active, "the original is still there")
 	e.em.RejectNextManagement(0, "", 0) // the management node recovers
-	out.waitFor(t, "attempt 2 completed", func(ps []retry.ProcessedParams) bool {
+	out.WaitFor(t, "attempt 2 completed", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "rp-1", retry.OutcomeCompleted) == 1
 	})
-	ps := out.snapshot()
+	ps := out.Snapshot()
 	assert.ErrorContains(t, ps[0].Result.SettleErr, "503")
 	assert.Equal(t, 1, count(ps, "rp-1", retry.OutcomeRetryScheduled))
 	mu.Lock()
@@ -589,7 +521,7 @@ func TestLocksThatSurviveADisconnect(t *testing.T) {
 	if e.em == nil {
 		t.Skip("needs fault injection")
 	}
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	started := make(chan struct{}, 10)
 	var mu sync.Mutex
 	handled := 0
@@ -604,8 +536,8 @@ func TestLocksThatSurviveADisconnect(t *testing.T) {
 		handled++
 		mu.Unlock()
 		return nil
-	}, &retry.Options{SettleTimeout: 2 * time.Second, Hooks: retry.Hooks{OnProcessed: out.hook}})
-	e.send(t, message("keep-1"))
+	}, &retry.Options{SettleTimeout: 2 * time.Second, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	e.send(t, sbtest.Message("keep-1"))
 	<-started
 	e.em.DropConnections()
 	require.Eventually(t, func() bool {
@@ -613,8 +545,8 @@ func TestLocksThatSurviveADisconnect(t *testing.T) {
 		defer mu.Unlock()
 		return handled >= 1 && e.settled(t)
 	}, testTimeout, 10*time.Millisecond)
-	for _, p := range out.snapshot() {
+	for _, p := range out.Snapshot() {
 		assert.NotErrorIs(t, p.Result.SettleErr, retry.ErrLockLost, "renewal kept the lock: the handler was not cancelled")
 	}
-	t.Logf("outcomes: %v", summarize(out.snapshot()))
+	t.Logf("outcomes: %v", sbtest.Summarize(out.Snapshot()))
 }

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -79,7 +80,7 @@ func runConsumer(t *testing.T, connect retry.Connector, handler retry.Handler, o
 
 // runBounded runs c until Run returns by itself or within has passed; then it cancels Run and waits for
 // it. returned says whether Run ended on its own, and took how long that took.
-func runBounded(t *testing.T, c *retry.Consumer, within time.Duration) (err error, took time.Duration, returned bool) {
+func runBounded(t *testing.T, c *retry.Consumer, within time.Duration) (took time.Duration, returned bool, err error) {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -90,7 +91,7 @@ func runBounded(t *testing.T, c *retry.Consumer, within time.Duration) (err erro
 	defer timer.Stop()
 	select {
 	case err = <-done:
-		return err, time.Since(start), true
+		return time.Since(start), true, err
 	case <-timer.C:
 	}
 	cancel()
@@ -99,7 +100,7 @@ func runBounded(t *testing.T, c *retry.Consumer, within time.Duration) (err erro
 	case <-time.After(testTimeout):
 		t.Fatal("Run did not return after its context was cancelled")
 	}
-	return err, time.Since(start), false
+	return time.Since(start), false, err
 }
 
 // okHandler succeeds.
@@ -392,13 +393,13 @@ func TestHealthNotReadySoonAfterBrokerDies(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			parallel(t)
 			e := newEnv(t, queueSettings{})
-			out := newOutcomes()
+			out := sbtest.NewOutcomes()
 			states := newStateLog()
 			c := runConsumer(t, newConnector(t, e.connStr, e.queue, nil), okHandler,
-				&retry.Options{Hooks: retry.Hooks{OnProcessed: out.hook, OnStateChange: states.hook}})
+				&retry.Options{Hooks: retry.Hooks{OnProcessed: out.Hook, OnStateChange: states.hook}})
 			waitRunning(t, c)
-			e.send(t, message("before"))
-			out.waitFor(t, "a message before the outage", func(ps []retry.ProcessedParams) bool {
+			e.send(t, sbtest.Message("before"))
+			out.WaitFor(t, "a message before the outage", func(ps []retry.ProcessedParams) bool {
 				return count(ps, "before", retry.OutcomeCompleted) == 1
 			})
 			before := c.Health()
@@ -422,8 +423,8 @@ func TestHealthNotReadySoonAfterBrokerDies(t *testing.T) {
 			}
 			tc.revive(e.em)
 			waitRunning(t, c)
-			e.send(t, message("after"))
-			out.waitFor(t, "a message after the outage", func(ps []retry.ProcessedParams) bool {
+			e.send(t, sbtest.Message("after"))
+			out.WaitFor(t, "a message after the outage", func(ps []retry.ProcessedParams) bool {
 				return count(ps, "after", retry.OutcomeCompleted) == 1
 			})
 		})
@@ -443,13 +444,13 @@ func TestRefusedConnectionsFollowTheScheduleAndRecover(t *testing.T) {
 	const watchdogTries = 2 // failed watchdog tries observed before the broker returns
 	schedule := append(append([]time.Duration(nil), delays...), watchdog, watchdog, watchdog)
 	connect, tries := recordConnects(newConnector(t, e.connStr, e.queue, fastClient))
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	states := newStateLog()
 	c := runConsumer(t, connect, okHandler, &retry.Options{
 		ReconnectDelays:  delays,
 		WatchdogInterval: watchdog,
 		SettleTimeout:    5 * time.Second,
-		Hooks:            retry.Hooks{OnProcessed: out.hook, OnStateChange: states.hook},
+		Hooks:            retry.Hooks{OnProcessed: out.Hook, OnStateChange: states.hook},
 	})
 	waitRunning(t, c)
 	require.Len(t, tries.snapshot(), 1)
@@ -502,8 +503,8 @@ func TestRefusedConnectionsFollowTheScheduleAndRecover(t *testing.T) {
 		len(ts)-1, ts[len(ts)-1].end.Sub(outage).Round(time.Millisecond), gaps, during.Connects, during.ConnectFailures,
 		during.ReceiveFailures, recovered.Round(time.Millisecond))
 
-	e.send(t, message("after"))
-	out.waitFor(t, "a message after the outage", func(ps []retry.ProcessedParams) bool {
+	e.send(t, sbtest.Message("after"))
+	out.WaitFor(t, "a message after the outage", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "after", retry.OutcomeCompleted) == 1
 	})
 }
@@ -519,13 +520,13 @@ func TestFlappingConnectionEscalates(t *testing.T) {
 	proxy := newTCPCounter(t, e.em.Addr().String())
 	const watchdog = time.Second
 	connect, tries := recordConnects(newConnector(t, proxy.connectionString(e), e.queue, fastClient))
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	states := newStateLog()
 	c := runConsumer(t, connect, okHandler, &retry.Options{
 		ReconnectDelays:  []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond},
 		WatchdogInterval: watchdog,
 		SettleTimeout:    5 * time.Second,
-		Hooks:            retry.Hooks{OnProcessed: out.hook, OnStateChange: states.hook},
+		Hooks:            retry.Hooks{OnProcessed: out.Hook, OnStateChange: states.hook},
 	})
 	waitRunning(t, c)
 	acceptsBefore := proxy.accepts.Load()
@@ -580,8 +581,8 @@ func TestFlappingConnectionEscalates(t *testing.T) {
 	calm := time.Now()
 	require.Eventually(t, func() bool { return c.Health().Ready() }, watchdog+5*time.Second, 5*time.Millisecond)
 	t.Logf("ready %v after the flapping stopped", time.Since(calm).Round(time.Millisecond))
-	e.send(t, message("after"))
-	out.waitFor(t, "a message after the flapping", func(ps []retry.ProcessedParams) bool {
+	e.send(t, sbtest.Message("after"))
+	out.WaitFor(t, "a message after the flapping", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "after", retry.OutcomeCompleted) == 1
 	})
 }
@@ -597,7 +598,7 @@ func TestStartupMissingQueue(t *testing.T) {
 		e := newEnv(t, queueSettings{})
 		c, err := retry.NewConsumer(newConnector(t, e.connStr, "no-such-queue", nil), okHandler, &retry.Options{Logger: quietLogger()})
 		require.NoError(t, err)
-		err, took, returned := runBounded(t, c, 10*time.Second)
+		took, returned, err := runBounded(t, c, 10*time.Second)
 		require.True(t, returned, "Run kept retrying a missing queue: %+v", c.Health())
 		t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
 		require.ErrorIs(t, err, retry.ErrEntityNotFound)
@@ -615,12 +616,12 @@ func TestStartupMissingQueue(t *testing.T) {
 		require.NoError(t, err)
 		t.Cleanup(func() { _ = em1.Close() })
 		addr := em1.Addr().String()
-		out := newOutcomes()
+		out := sbtest.NewOutcomes()
 		c := runConsumer(t, newConnector(t, em1.ConnectionString(), "orders", fastClient), okHandler, &retry.Options{
 			RetryStartupErrors: true,
 			ReconnectDelays:    []time.Duration{100 * time.Millisecond, 200 * time.Millisecond},
 			WatchdogInterval:   500 * time.Millisecond,
-			Hooks:              retry.Hooks{OnProcessed: out.hook},
+			Hooks:              retry.Hooks{OnProcessed: out.Hook},
 		})
 		require.Eventually(t, func() bool { h := c.Health(); return h.ConnectFailures >= 3 && h.State == retry.StateWatchdog },
 			testTimeout, 5*time.Millisecond, "the consumer keeps trying, on to the watchdog: %+v", c.Health())
@@ -633,8 +634,8 @@ func TestStartupMissingQueue(t *testing.T) {
 		require.NoError(t, em1.Close())
 		e := startEmulator(t, sbemu.Config{Addr: addr, Queues: []broker.QueueConfig{ordersQueue(true, 0)}}, "orders")
 		waitRunning(t, c)
-		e.send(t, message("late"))
-		out.waitFor(t, "a message once the queue exists", func(ps []retry.ProcessedParams) bool {
+		e.send(t, sbtest.Message("late"))
+		out.WaitFor(t, "a message once the queue exists", func(ps []retry.ProcessedParams) bool {
 			return count(ps, "late", retry.OutcomeCompleted) == 1
 		})
 	})
@@ -659,7 +660,7 @@ func TestStartupWithoutSendRights(t *testing.T) {
 	t.Run("listen-only key", func(t *testing.T) {
 		parallel(t)
 		e := newEnv(t, queueSettings{})
-		e.send(t, message("untouched"))
+		e.send(t, sbtest.Message("untouched"))
 		// Peek works, scheduling is refused: what a key with Listen but not Send rights gets.
 		e.em.RejectNextManagement(1, "com.microsoft:schedule-message", 401)
 		var called atomic.Int32
@@ -667,7 +668,7 @@ func TestStartupWithoutSendRights(t *testing.T) {
 			func(context.Context, *azservicebus.ReceivedMessage) error { called.Add(1); return nil },
 			&retry.Options{Logger: quietLogger()})
 		require.NoError(t, err)
-		err, took, returned := runBounded(t, c, 10*time.Second)
+		took, returned, err := runBounded(t, c, 10*time.Second)
 		require.True(t, returned, "Run went on without the right to send: %+v", c.Health())
 		t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
 		require.ErrorIs(t, err, retry.ErrUnauthorized)
@@ -680,13 +681,13 @@ func TestStartupWithoutSendRights(t *testing.T) {
 	t.Run("wrong key", func(t *testing.T) {
 		parallel(t)
 		e := startEmulator(t, sbemu.Config{StrictAuth: true, Queues: []broker.QueueConfig{ordersQueue(true, 0)}}, "orders")
-		e.send(t, message("untouched"))
+		e.send(t, sbtest.Message("untouched"))
 		const wrongKey = "bm90LXRoZS1yaWdodC1rZXk="
 		bad := strings.Replace(e.connStr, "SharedAccessKey="+sbemu.DefaultKey, "SharedAccessKey="+wrongKey, 1)
 		require.NotEqual(t, e.connStr, bad)
 		c, err := retry.NewConsumer(newConnector(t, bad, e.queue, nil), okHandler, &retry.Options{Logger: quietLogger()})
 		require.NoError(t, err)
-		err, took, returned := runBounded(t, c, 10*time.Second)
+		took, returned, err := runBounded(t, c, 10*time.Second)
 		require.True(t, returned, "Run kept retrying a refused key: %+v", c.Health())
 		t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
 		require.ErrorIs(t, err, retry.ErrUnauthorized)
@@ -705,14 +706,14 @@ func TestConnectionCheckLeavesNoProbe(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
 	var handled atomic.Int32
-	out := newOutcomes()
+	out := sbtest.NewOutcomes()
 	c := runConsumer(t, newConnector(t, e.connStr, e.queue, fastClient),
 		func(context.Context, *azservicebus.ReceivedMessage) error { handled.Add(1); return nil },
 		&retry.Options{
 			ReconnectDelays:  []time.Duration{100 * time.Millisecond, 200 * time.Millisecond, 300 * time.Millisecond},
 			WatchdogInterval: 500 * time.Millisecond,
 			SettleTimeout:    5 * time.Second,
-			Hooks:            retry.Hooks{OnProcessed: out.hook},
+			Hooks:            retry.Hooks{OnProcessed: out.Hook},
 		})
 	waitRunning(t, c)
 	q := brokerQueue(t, e)
@@ -729,7 +730,7 @@ func TestConnectionCheckLeavesNoProbe(t *testing.T) {
 	assert.Empty(t, q.ScheduledMessages())
 
 	// What a probe looks like when it comes due because its cancellation was lost.
-	probe := message("sbretry-probe-lost")
+	probe := sbtest.Message("sbretry-probe-lost")
 	probe.ApplicationProperties = map[string]any{retry.PropProbe: retry.ProbeValue}
 	e.send(t, probe)
 	require.Eventually(t, func() bool { return c.Health().Received == 1 && e.settled(t) }, testTimeout, 10*time.Millisecond,
@@ -819,32 +820,32 @@ func TestSeparateSendConnectionString(t *testing.T) {
 	t.Run("same namespace", func(t *testing.T) {
 		parallel(t)
 		e := newEnv(t, queueSettings{})
-		out := newOutcomes()
+		out := sbtest.NewOutcomes()
 		runConsumer(t, newConnector(t, e.connStr, e.queue, &retry.ConnectOptions{SendConnectionString: e.connStr}),
 			failOnce(nil), &retry.Options{
 				Backoff: retry.Constant{Interval: 200 * time.Millisecond},
-				Hooks:   retry.Hooks{OnProcessed: out.hook},
+				Hooks:   retry.Hooks{OnProcessed: out.Hook},
 			})
-		e.send(t, message("split-1"))
-		out.waitFor(t, "the retry completed", func(ps []retry.ProcessedParams) bool {
+		e.send(t, sbtest.Message("split-1"))
+		out.WaitFor(t, "the retry completed", func(ps []retry.ProcessedParams) bool {
 			return count(ps, "split-1", retry.OutcomeCompleted) == 1
 		})
-		assert.Equal(t, 1, count(out.snapshot(), "split-1", retry.OutcomeRetryScheduled))
+		assert.Equal(t, 1, count(out.Snapshot(), "split-1", retry.OutcomeRetryScheduled))
 		require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
 	})
 	t.Run("copies go to the send namespace", func(t *testing.T) {
 		parallel(t)
 		e := newEnv(t, queueSettings{})
 		target := startEmulator(t, sbemu.Config{Queues: []broker.QueueConfig{ordersQueue(true, 0)}}, "orders")
-		out := newOutcomes()
+		out := sbtest.NewOutcomes()
 		seen := make(chan retry.Envelope, 1)
 		runConsumer(t, newConnector(t, e.connStr, e.queue, &retry.ConnectOptions{SendConnectionString: target.connStr}),
 			failOnce(seen), &retry.Options{
 				Backoff: retry.Constant{Interval: time.Hour},
-				Hooks:   retry.Hooks{OnProcessed: out.hook},
+				Hooks:   retry.Hooks{OnProcessed: out.Hook},
 			})
-		e.send(t, message("split-2"))
-		out.waitFor(t, "the retry scheduled", func(ps []retry.ProcessedParams) bool {
+		e.send(t, sbtest.Message("split-2"))
+		out.WaitFor(t, "the retry scheduled", func(ps []retry.ProcessedParams) bool {
 			return count(ps, "split-2", retry.OutcomeRetryScheduled) == 1
 		})
 		env := <-seen
@@ -856,14 +857,14 @@ func TestSeparateSendConnectionString(t *testing.T) {
 	t.Run("send key refused", func(t *testing.T) {
 		parallel(t)
 		e := startEmulator(t, sbemu.Config{StrictAuth: true, Queues: []broker.QueueConfig{ordersQueue(true, 0)}}, "orders")
-		e.send(t, message("untouched"))
+		e.send(t, sbtest.Message("untouched"))
 		const wrongKey = "c2VuZC1rZXktdGhhdC1pcy13cm9uZw=="
 		sendStr := strings.Replace(e.connStr, "SharedAccessKey="+sbemu.DefaultKey, "SharedAccessKey="+wrongKey, 1)
 		require.NotEqual(t, e.connStr, sendStr)
 		c, err := retry.NewConsumer(newConnector(t, e.connStr, e.queue, &retry.ConnectOptions{SendConnectionString: sendStr}),
 			okHandler, &retry.Options{Logger: quietLogger()})
 		require.NoError(t, err)
-		err, took, returned := runBounded(t, c, 10*time.Second)
+		took, returned, err := runBounded(t, c, 10*time.Second)
 		require.True(t, returned, "Run went on with a send key the namespace refuses: %+v", c.Health())
 		t.Logf("Run returned after %v: %v", took.Round(time.Millisecond), err)
 		require.ErrorIs(t, err, retry.ErrUnauthorized)

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -40,7 +41,7 @@ func TestConnectorWithACustomDialer(t *testing.T) {
 	defer client.Close(context.Background())
 	s, err := client.NewSender("q", nil)
 	require.NoError(t, err)
-	require.NoError(t, s.SendMessage(t.Context(), message("in-memory-1"), nil))
+	require.NoError(t, s.SendMessage(t.Context(), sbtest.Message("in-memory-1"), nil))
 	select {
 	case <-done:
 	case <-time.After(testTimeout):

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -152,7 +153,7 @@ func TestTopicRetriesReachOnlyTheFailingSubscription(t *testing.T) {
 	var seenA, seenB attempts
 	startSubscriber(t, te, "a", "orders-a-retry", 1, &seenA, nil)
 	startSubscriber(t, te, "b", "orders-b-retry", 2, &seenB, nil)
-	te.publish(t, message("order-1"))
+	te.publish(t, sbtest.Message("order-1"))
 
 	require.Eventually(t, func() bool {
 		return len(seenA.get()["order-1"]) == 2 && len(seenB.get()["order-1"]) == 3
@@ -207,7 +208,7 @@ func TestSubscriptionForwardingToAQueue(t *testing.T) {
 	go func() { done <- c.Run(ctx) }()
 	t.Cleanup(func() { cancel(); assert.NoError(t, <-done) })
 
-	te.publish(t, message("order-2"))
+	te.publish(t, sbtest.Message("order-2"))
 	require.Eventually(t, func() bool { return len(seen.get()["order-2"]) == 2 }, testTimeout, 10*time.Millisecond)
 	assert.Len(t, drainPlain(t, te, "c", time.Second), 1)
 	q, _ := te.em.Broker().Queue("orders-a")
@@ -246,10 +247,10 @@ func TestSubscriptionDeadLetterFoundByTheInspector(t *testing.T) {
 	parallel(t)
 	te := newTopicEnv(t, []broker.SubscriptionConfig{{Name: "a"}}, retryQueueConfig("orders-a-retry"))
 	var seen attempts
-	out := newOutcomes()
-	startSubscriber(t, te, "a", "orders-a-retry", 100, &seen, &retry.Options{MaxAttempts: 3, Hooks: retry.Hooks{OnProcessed: out.hook}})
-	te.publish(t, message("poison-7"))
-	out.waitFor(t, "the dead letter", func(ps []retry.ProcessedParams) bool {
+	out := sbtest.NewOutcomes()
+	startSubscriber(t, te, "a", "orders-a-retry", 100, &seen, &retry.Options{MaxAttempts: 3, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	te.publish(t, sbtest.Message("poison-7"))
+	out.WaitFor(t, "the dead letter", func(ps []retry.ProcessedParams) bool {
 		for _, p := range ps {
 			if p.Result.Outcome == retry.OutcomeDeadLettered {
 				return true
@@ -283,7 +284,7 @@ func TestSubscriptionDropBetweenScheduleAndComplete(t *testing.T) {
 			once.Do(func() { te.em.DropConnections(); close(dropped) }) // the complete that follows is lost
 		}
 	}}})
-	te.publish(t, message("order-9"))
+	te.publish(t, sbtest.Message("order-9"))
 	<-dropped
 	require.Eventually(t, func() bool { return len(seen.get()["order-9"]) >= 2 }, testTimeout, 10*time.Millisecond)
 	b := te.em.Broker()

@@ -2,6 +2,8 @@ package inspect
 
 import (
 	"testing"
+
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 // BenchmarkInspector10kPending measures what the inspector costs on a queue holding 10,000 pending
@@ -14,7 +16,7 @@ func BenchmarkInspector10kPending(b *testing.B) {
 	const n = 10_000
 	h := newHarness(b)
 	seedPending(b, h, n)
-	ctx := testContext(b)
+	ctx := sbtest.Context(b)
 	report := func(b *testing.B, scans []Scan) {
 		peeked, reqs := 0, 0
 		for _, s := range scans {

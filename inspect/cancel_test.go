@@ -10,32 +10,33 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 func TestCancelPendingRetry(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.send(t, message("cancel-1"), message("keep-1"))
-	c := h.startConsumer(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
+	h.Send(t, sbtest.Message("cancel-1"), sbtest.Message("keep-1"))
+	c := h.StartConsumer(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
 		retry.Options{Backoff: retry.Constant{Interval: time.Hour}, MaxConcurrency: 4})
-	c.out.waitFor(t, "two retries", func(ps []retry.ProcessedParams) bool {
-		return countOutcome(ps, retry.OutcomeRetryScheduled) >= 2
+	c.Out.WaitFor(t, "two retries", func(ps []retry.ProcessedParams) bool {
+		return sbtest.CountOutcome(ps, retry.OutcomeRetryScheduled) >= 2
 	})
-	c.stop()
-	h.send(t, message("ready-1")) // receivable: not pending
-	ps := c.out.snapshot()
-	target, ok := result(ps, "cancel-1", retry.OutcomeRetryScheduled)
+	c.Stop()
+	h.Send(t, sbtest.Message("ready-1")) // receivable: not pending
+	ps := c.Out.Snapshot()
+	target, ok := sbtest.Result(ps, "cancel-1", retry.OutcomeRetryScheduled)
 	require.True(t, ok)
 
 	in := h.inspector(t, nil)
-	ctx := testContext(t)
-	require.Equal(t, 2, h.stats(t).Scheduled)
+	ctx := sbtest.Context(t)
+	require.Equal(t, 2, h.Stats(t).Scheduled)
 
 	got, err := in.Cancel(ctx, target.SequenceNumber)
 	require.NoError(t, err)
 	assert.Equal(t, target.RetryMessageID, got.MessageID)
 	assert.Equal(t, 2, got.Attempt)
-	assert.Equal(t, 1, h.stats(t).Scheduled, "only keep-1's copy is left")
+	assert.Equal(t, 1, h.Stats(t).Scheduled, "only keep-1's copy is left")
 	st, err := in.Status(ctx, "cancel-1")
 	require.NoError(t, err)
 	assert.Empty(t, st.Pending)
@@ -48,23 +49,23 @@ func TestCancelPendingRetry(t *testing.T) {
 	require.Len(t, ready.Active, 1)
 	_, err = in.Cancel(ctx, ready.Active[0].SequenceNumber)
 	assert.ErrorIs(t, err, ErrNotPending, "a receivable copy is never cancelled")
-	assert.Equal(t, 1, h.stats(t).Active)
+	assert.Equal(t, 1, h.Stats(t).Active)
 }
 
 // TestCancelRefusesForeignScheduledMessage: a producer's own scheduled message is not a retry.
 func TestCancelRefusesForeignScheduledMessage(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	ctx := testContext(t)
-	s, err := h.client.NewSender(queueName, nil)
+	ctx := sbtest.Context(t)
+	s, err := h.Client.NewSender(sbtest.Queue, nil)
 	require.NoError(t, err)
 	defer func() { _ = s.Close(ctx) }()
-	seqs, err := s.ScheduleMessages(ctx, []*azservicebus.Message{message("newsletter")}, time.Now().Add(time.Hour), nil)
+	seqs, err := s.ScheduleMessages(ctx, []*azservicebus.Message{sbtest.Message("newsletter")}, time.Now().Add(time.Hour), nil)
 	require.NoError(t, err)
 	in := h.inspector(t, nil)
 	_, err = in.Cancel(ctx, seqs[0])
 	assert.ErrorIs(t, err, ErrNotPending)
-	assert.Equal(t, 1, h.stats(t).Scheduled)
+	assert.Equal(t, 1, h.Stats(t).Scheduled)
 
 	page, err := in.ListPending(ctx, PageOptions{})
 	require.NoError(t, err)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 func TestDeadLetterFilter(t *testing.T) {
@@ -44,19 +45,19 @@ func TestDeadLetterFilter(t *testing.T) {
 func TestDeadLettersFromRetryAndBroker(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	h.send(t, message("poison-1"))
-	c := h.startConsumer(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+	h.Send(t, sbtest.Message("poison-1"))
+	c := h.StartConsumer(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		return retry.RetryAfter(time.Millisecond, errBoom)
 	}, retry.Options{MaxAttempts: 3, Backoff: retry.Constant{Interval: 10 * time.Millisecond}})
-	c.out.waitFor(t, "dead letter", func(ps []retry.ProcessedParams) bool {
-		_, ok := result(ps, "poison-1", retry.OutcomeDeadLettered)
+	c.Out.WaitFor(t, "dead letter", func(ps []retry.ProcessedParams) bool {
+		_, ok := sbtest.Result(ps, "poison-1", retry.OutcomeDeadLettered)
 		return ok
 	})
-	c.stop()
+	c.Stop()
 
-	ctx := testContext(t)
-	h.send(t, message("manual-1"))
-	r, err := h.client.NewReceiverForQueue(queueName, nil)
+	ctx := sbtest.Context(t)
+	h.Send(t, sbtest.Message("manual-1"))
+	r, err := h.Client.NewReceiverForQueue(sbtest.Queue, nil)
 	require.NoError(t, err)
 	defer func() { _ = r.Close(ctx) }()
 	got, err := r.ReceiveMessages(ctx, 1, nil)
@@ -68,7 +69,7 @@ func TestDeadLettersFromRetryAndBroker(t *testing.T) {
 	list, err := in.DeadLetters(ctx, DeadLetterFilter{})
 	require.NoError(t, err)
 	require.Len(t, list.Items, 2)
-	assert.Equal(t, Scan{Entity: queueName + "/$DeadLetterQueue", Peeked: 2, Requests: 2}, list.Scan)
+	assert.Equal(t, Scan{Entity: sbtest.Queue + "/$DeadLetterQueue", Peeked: 2, Requests: 2}, list.Scan)
 	ours, manual := list.Items[0], list.Items[1]
 	assert.Equal(t, "RetryMaxAttemptsExceeded", ours.Reason)
 	assert.Equal(t, 3, ours.Attempt, "from sbretry-dead-letter-attempt")

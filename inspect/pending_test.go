@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 // seedPending sends n messages "job-<i>" whose first attempt fails with a delay chosen so that due
@@ -21,20 +22,20 @@ func seedPending(tb testing.TB, h *harness, n int) []retry.Result {
 	tb.Helper()
 	msgs := make([]*azservicebus.Message, n)
 	for i := range msgs {
-		msgs[i] = message("job-" + strconv.Itoa(i))
+		msgs[i] = sbtest.Message("job-" + strconv.Itoa(i))
 	}
-	h.send(tb, msgs...)
-	c := h.startConsumer(tb, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+	h.Send(tb, msgs...)
+	c := h.StartConsumer(tb, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 		i, _ := strconv.Atoi(m.MessageID[len("job-"):])
 		// (i*7) mod n is a permutation of 0..n-1 for n not divisible by 7: due order != send order.
 		return retry.RetryAfter(time.Hour+time.Duration((i*7)%n)*time.Minute, errBoom)
 	}, retry.Options{MaxConcurrency: 32})
-	c.out.waitFor(tb, "every retry scheduled", func(ps []retry.ProcessedParams) bool {
-		return countOutcome(ps, retry.OutcomeRetryScheduled) >= n
+	c.Out.WaitFor(tb, "every retry scheduled", func(ps []retry.ProcessedParams) bool {
+		return sbtest.CountOutcome(ps, retry.OutcomeRetryScheduled) >= n
 	})
-	c.stop()
+	c.Stop()
 	var out []retry.Result
-	for _, p := range c.out.snapshot() {
+	for _, p := range c.Out.Snapshot() {
 		if p.Result.Outcome == retry.OutcomeRetryScheduled {
 			out = append(out, p.Result)
 		}
@@ -50,7 +51,7 @@ func TestListPendingPagesByDueTime(t *testing.T) {
 	results := seedPending(t, h, n)
 	slices.SortFunc(results, func(a, b retry.Result) int { return a.ScheduledFor.Compare(b.ScheduledFor) })
 	in := h.inspector(t, &Options{PeekBatchSize: 6})
-	ctx := testContext(t)
+	ctx := sbtest.Context(t)
 
 	for _, limit := range []int{1, 7, 25, 100} {
 		t.Run(fmt.Sprintf("limit %d", limit), func(t *testing.T) {
@@ -85,7 +86,7 @@ func TestListPendingPagesByDueTime(t *testing.T) {
 	require.NoError(t, err)
 	assert.Len(t, page.Items, n, "the default limit (100) holds them all")
 	require.Len(t, page.Scans, 1)
-	assert.Equal(t, Scan{Entity: queueName, Peeked: n, Requests: 6}, page.Scans[0], "5 full batches of 6, then the empty reply")
+	assert.Equal(t, Scan{Entity: sbtest.Queue, Peeked: n, Requests: 6}, page.Scans[0], "5 full batches of 6, then the empty reply")
 
 	_, err = in.ListPending(ctx, PageOptions{Cursor: "not-a-cursor"})
 	assert.ErrorIs(t, err, ErrInvalidCursor)
@@ -98,7 +99,7 @@ func TestListPendingBoundedRead(t *testing.T) {
 	h := newHarness(t)
 	const n = 12
 	seedPending(t, h, n)
-	ctx := testContext(t)
+	ctx := sbtest.Context(t)
 	cases := []struct {
 		name            string
 		maxPeek, batch  int
@@ -117,7 +118,7 @@ func TestListPendingBoundedRead(t *testing.T) {
 			page, err := in.ListPending(ctx, PageOptions{Limit: 100})
 			require.NoError(t, err)
 			require.Len(t, page.Scans, 1)
-			assert.Equal(t, Scan{Entity: queueName, Peeked: tc.peeked, Requests: tc.reqs, Truncated: tc.truncated}, page.Scans[0])
+			assert.Equal(t, Scan{Entity: sbtest.Queue, Peeked: tc.peeked, Requests: tc.reqs, Truncated: tc.truncated}, page.Scans[0])
 			assert.Equal(t, tc.truncated, page.Truncated())
 			assert.Len(t, page.Items, tc.itemsAtMostSeen)
 			st, err := in.Status(ctx, "job-0")

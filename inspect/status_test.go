@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 // TestStatusPendingAndDeadLetter drives a real retry flow through the SDK and the emulator: one message
@@ -18,10 +19,10 @@ import (
 func TestStatusPendingAndDeadLetter(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	flaky := message("order-1")
+	flaky := sbtest.Message("order-1")
 	flaky.CorrelationID = ptr("corr-1")
-	h.send(t, flaky, message("poison-1"), message("fine-1"))
-	c := h.startConsumer(t, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+	h.Send(t, flaky, sbtest.Message("poison-1"), sbtest.Message("fine-1"))
+	c := h.StartConsumer(t, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 		switch m.MessageID {
 		case "order-1":
 			return errBoom
@@ -33,18 +34,18 @@ func TestStatusPendingAndDeadLetter(t *testing.T) {
 		Backoff:        retry.Constant{Interval: time.Hour},
 		IdempotencyKey: func(m *azservicebus.ReceivedMessage) string { return "key-" + m.MessageID },
 	})
-	c.out.waitFor(t, "retry, dead letter and success", func(ps []retry.ProcessedParams) bool {
+	c.Out.WaitFor(t, "retry, dead letter and success", func(ps []retry.ProcessedParams) bool {
 		return len(ps) >= 3
 	})
-	c.stop()
-	ps := c.out.snapshot()
-	retried, ok := result(ps, "order-1", retry.OutcomeRetryScheduled)
+	c.Stop()
+	ps := c.Out.Snapshot()
+	retried, ok := sbtest.Result(ps, "order-1", retry.OutcomeRetryScheduled)
 	require.True(t, ok)
-	_, ok = result(ps, "poison-1", retry.OutcomeDeadLettered)
+	_, ok = sbtest.Result(ps, "poison-1", retry.OutcomeDeadLettered)
 	require.True(t, ok)
 
 	in := h.inspector(t, nil)
-	ctx := testContext(t)
+	ctx := sbtest.Context(t)
 	for _, id := range []string{"order-1", "key-order-1", "corr-1", retried.RetryMessageID} {
 		t.Run("pending by "+id, func(t *testing.T) {
 			st, err := in.Status(ctx, id)
@@ -53,7 +54,7 @@ func TestStatusPendingAndDeadLetter(t *testing.T) {
 			assert.Empty(t, st.Active)
 			assert.Empty(t, st.DeadLetters)
 			p := st.Pending[0]
-			assert.Equal(t, queueName, p.Entity)
+			assert.Equal(t, sbtest.Queue, p.Entity)
 			assert.Equal(t, 2, p.Attempt)
 			assert.Equal(t, errBoom.Error(), p.LastError)
 			assert.Equal(t, retried.SequenceNumber, p.SequenceNumber)
@@ -74,9 +75,9 @@ func TestStatusPendingAndDeadLetter(t *testing.T) {
 	assert.Equal(t, errBoom.Error(), dl.Description)
 	assert.Equal(t, errBoom.Error(), dl.LastError)
 	assert.Equal(t, 1, dl.Attempt)
-	assert.Equal(t, queueName+"/$DeadLetterQueue", dl.Entity)
-	assert.WithinDuration(t, time.Now(), dl.DeadLetteredAt, testTimeout)
-	assert.Equal(t, queueName, dl.Source)
+	assert.Equal(t, sbtest.Queue+"/$DeadLetterQueue", dl.Entity)
+	assert.WithinDuration(t, time.Now(), dl.DeadLetteredAt, sbtest.Timeout)
+	assert.Equal(t, sbtest.Queue, dl.Source)
 	require.NotNil(t, dl.Message)
 	assert.JSONEq(t, `{"id":"poison-1"}`, string(dl.Message.Body))
 
@@ -86,8 +87,8 @@ func TestStatusPendingAndDeadLetter(t *testing.T) {
 	assert.Empty(t, st.Active)
 	assert.Empty(t, st.DeadLetters)
 	require.Len(t, st.Scans, 2)
-	assert.Equal(t, Scan{Entity: queueName, Peeked: 1, Requests: 2}, st.Scans[0], "the pending copy only: the probe was cancelled")
-	assert.Equal(t, Scan{Entity: queueName + "/$DeadLetterQueue", Peeked: 1, Requests: 2}, st.Scans[1])
+	assert.Equal(t, Scan{Entity: sbtest.Queue, Peeked: 1, Requests: 2}, st.Scans[0], "the pending copy only: the probe was cancelled")
+	assert.Equal(t, Scan{Entity: sbtest.Queue + "/$DeadLetterQueue", Peeked: 1, Requests: 2}, st.Scans[1])
 
 	_, err = in.Status(ctx, "")
 	assert.ErrorIs(t, err, ErrEmptyID)
@@ -100,8 +101,8 @@ func TestStatusActiveWhileProcessing(t *testing.T) {
 	h := newHarness(t)
 	entered := make(chan int)
 	release := make(chan struct{})
-	h.send(t, message("busy-1"))
-	c := h.startConsumer(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+	h.Send(t, sbtest.Message("busy-1"))
+	c := h.StartConsumer(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		env, _ := retry.EnvelopeFromContext(ctx)
 		entered <- env.Attempt
 		<-release
@@ -111,7 +112,7 @@ func TestStatusActiveWhileProcessing(t *testing.T) {
 		return nil
 	}, retry.Options{Backoff: retry.Constant{Interval: 10 * time.Millisecond}})
 	in := h.inspector(t, nil)
-	ctx := testContext(t)
+	ctx := sbtest.Context(t)
 	for attempt := 1; attempt <= 2; attempt++ {
 		select {
 		case got := <-entered:
@@ -134,8 +135,8 @@ func TestStatusActiveWhileProcessing(t *testing.T) {
 		}
 		release <- struct{}{}
 	}
-	c.out.waitFor(t, "completed", func(ps []retry.ProcessedParams) bool {
-		_, ok := result(ps, "busy-1", retry.OutcomeCompleted)
+	c.Out.WaitFor(t, "completed", func(ps []retry.ProcessedParams) bool {
+		_, ok := sbtest.Result(ps, "busy-1", retry.OutcomeCompleted)
 		return ok
 	})
 }

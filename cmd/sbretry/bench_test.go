@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 // BenchmarkCLI10kPending times whole commands, connection set-up included, against a queue holding
@@ -31,7 +33,7 @@ func BenchmarkCLI10kPending(b *testing.B) {
 			for b.Loop() {
 				var errOut bytes.Buffer
 				a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: &errOut, getenv: func(string) string { return "" }, now: time.Now}
-				code := a.run(testContext(b), append([]string{"--connection-string", h.em.ConnectionString(), "--queue", queueName}, args...))
+				code := a.run(sbtest.Context(b), append([]string{"--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue}, args...))
 				if code != exitOK {
 					b.Fatalf("exit %d: %s", code, errOut.String())
 				}

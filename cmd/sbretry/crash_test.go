@@ -9,6 +9,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 // TestRedriveCrashMidwayThenRerun stops a bulk redrive of n dead letters after the k-th fresh delivery
@@ -26,7 +28,7 @@ func TestRedriveCrashMidwayThenRerun(t *testing.T) {
 		{name: "context cancelled", crash: func(_ *harness, cancel context.CancelFunc) { cancel() }},
 		// The broker refuses the complete, as after a lost lock.
 		{name: "complete rejected by the broker", crash: func(h *harness, _ context.CancelFunc) {
-			h.em.RejectNextSettlements(1, "com.microsoft:message-lock-lost")
+			h.Em.RejectNextSettlements(1, "com.microsoft:message-lock-lost")
 		}},
 	}
 	for _, tc := range cases {
@@ -38,7 +40,7 @@ func TestRedriveCrashMidwayThenRerun(t *testing.T) {
 				ids[i] = fmt.Sprintf("perm-%d", i)
 			}
 			h.seed(t, ids...)
-			require.Equal(t, n, h.stats(t).DeadLettered)
+			require.Equal(t, n, h.Stats(t).DeadLettered)
 			var dead []string // the dead letters' resubmission ids, from the dry run
 			_, out, _ := h.cli(t, "", "dlq", "redrive", "--all", "--dry-run")
 			for _, l := range strings.Split(out, "\n") {
@@ -48,7 +50,7 @@ func TestRedriveCrashMidwayThenRerun(t *testing.T) {
 			}
 			require.Len(t, dead, n)
 
-			ctx, cancel := context.WithCancel(testContext(t))
+			ctx, cancel := context.WithCancel(sbtest.Context(t))
 			defer cancel()
 			var out1, err1 strings.Builder
 			a := &app{stdin: strings.NewReader(""), stdout: &out1, stderr: &err1, getenv: func(string) string { return "" }, now: time.Now,
@@ -57,12 +59,12 @@ func TestRedriveCrashMidwayThenRerun(t *testing.T) {
 						tc.crash(h, cancel)
 					}
 				}}}
-			code := a.run(ctx, []string{"--connection-string", h.em.ConnectionString(), "--queue", queueName, "dlq", "redrive", "--all"})
+			code := a.run(ctx, []string{"--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue, "dlq", "redrive", "--all"})
 			t.Logf("first run -> %d\n%s%s", code, out1.String(), err1.String())
 			require.Equal(t, exitError, code)
 			assert.Contains(t, err1.String(), fmt.Sprintf("redrive stopped after %d of %d", k-1, n))
 			assert.Contains(t, err1.String(), "run the same command again")
-			assert.Equal(t, n-(k-1), h.stats(t).DeadLettered, "the k-th dead letter is still there")
+			assert.Equal(t, n-(k-1), h.Stats(t).DeadLettered, "the k-th dead letter is still there")
 			assert.Len(t, h.activeIDs(t), k, "k fresh deliveries were sent")
 
 			code, out, errOut := h.cli(t, "", "dlq", "redrive", "--all")
@@ -75,8 +77,8 @@ func TestRedriveCrashMidwayThenRerun(t *testing.T) {
 			for _, id := range dead {
 				assert.Equal(t, 1, got[id], "%s resubmitted exactly once", id)
 			}
-			assert.Equal(t, 0, h.stats(t).DeadLettered)
-			assert.Equal(t, n, h.stats(t).Active, "nothing else in the queue")
+			assert.Equal(t, 0, h.Stats(t).DeadLettered)
+			assert.Equal(t, n, h.Stats(t).Active, "nothing else in the queue")
 		})
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 // dlqEntry is the part of `dlq list --json` the tests read.
@@ -38,7 +39,7 @@ func (h *harness) listJSON(t *testing.T, args ...string) []dlqEntry {
 		Scan        jsonScan   `json:"scan"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
-	assert.Equal(t, queueName+"/$DeadLetterQueue", list.Entity)
+	assert.Equal(t, sbtest.Queue+"/$DeadLetterQueue", list.Entity)
 	return list.DeadLetters
 }
 
@@ -86,7 +87,7 @@ func TestDLQListFilters(t *testing.T) {
 			assert.Equal(t, 1, e.Attempt)
 			assert.Equal(t, "RetryPermanentFailure", e.Reason)
 		}
-		assert.WithinDuration(t, time.Now(), e.DeadLetteredAt, testTimeout)
+		assert.WithinDuration(t, time.Now(), e.DeadLetteredAt, sbtest.Timeout)
 	}
 
 	code, out, _ := h.cli(t, "", "dlq", "list")
@@ -144,14 +145,14 @@ func TestRedriveBySequenceNumberAndDryRun(t *testing.T) {
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, "would resubmit 1 dead letters from orders/$DeadLetterQueue to orders:")
 	assert.Regexp(t, seq+` `+perm1.MessageID+` \(RetryPermanentFailure\) as sbretry-resubmit-[0-9a-f]{40}`, out)
-	assert.Equal(t, 3, h.stats(t).DeadLettered, "a dry run changes nothing")
+	assert.Equal(t, 3, h.Stats(t).DeadLettered, "a dry run changes nothing")
 	assert.Empty(t, h.activeIDs(t))
 
 	code, out, errOut := h.cli(t, "", "dlq", "redrive", "--seq", seq)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "resubmitted 1 dead letters from orders/$DeadLetterQueue to orders")
 	assert.Contains(t, errOut, "sbretry: redrive 1/1")
-	assert.Equal(t, 2, h.stats(t).DeadLettered, "the other dead letters were abandoned, not taken")
+	assert.Equal(t, 2, h.Stats(t).DeadLettered, "the other dead letters were abandoned, not taken")
 	assert.ElementsMatch(t, []string{"perm-2", "max-1"}, keys(h.listJSON(t)))
 
 	// The fresh delivery: a first delivery again, found by the original id.
@@ -177,11 +178,11 @@ func TestRedriveByReasonThenConsumerRunsItAgain(t *testing.T) {
 	assert.ElementsMatch(t, []string{"perm-1"}, keys(h.listJSON(t)))
 	// A consumer whose downstream recovered processes the resubmissions as first deliveries, with the
 	// original id as their key.
-	c := h.startConsumer(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, retry.Options{})
-	c.out.waitFor(t, "both resubmissions completed", func(ps []retry.ProcessedParams) bool {
-		return countOutcome(ps, retry.OutcomeCompleted) == 2
+	c := h.StartConsumer(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, retry.Options{})
+	c.Out.WaitFor(t, "both resubmissions completed", func(ps []retry.ProcessedParams) bool {
+		return sbtest.CountOutcome(ps, retry.OutcomeCompleted) == 2
 	})
-	for _, p := range c.out.snapshot() {
+	for _, p := range c.Out.Snapshot() {
 		assert.Equal(t, 1, p.Envelope.Attempt)
 		assert.Contains(t, []string{"max-1", "max-2"}, p.Envelope.Key)
 		assert.True(t, strings.HasPrefix(p.Message.MessageID, "sbretry-resubmit-"))
@@ -195,8 +196,8 @@ func TestRedriveOfLockedDeadLetterWaitsThenFails(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	h.seed(t, "perm-1", "perm-2")
-	ctx := testContext(t)
-	other, err := h.client.NewReceiverForQueue(queueName, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	ctx := sbtest.Context(t)
+	other, err := h.Client.NewReceiverForQueue(sbtest.Queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
 	require.NoError(t, err)
 	defer func() { _ = other.Close(ctx) }()
 	locked, err := other.ReceiveMessages(ctx, 1, nil)
@@ -213,5 +214,5 @@ func TestRedriveOfLockedDeadLetterWaitsThenFails(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "resubmitted 1 dead letters")
 	assert.Len(t, h.activeIDs(t), 2)
-	assert.Equal(t, 0, h.stats(t).DeadLettered)
+	assert.Equal(t, 0, h.Stats(t).DeadLettered)
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 func TestPendingCommandPaged(t *testing.T) {
@@ -56,12 +57,12 @@ func TestCancelCommand(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ps := h.seed(t, "pending-1", "pending-2")
-	r, ok := result(ps, "pending-1", retry.OutcomeRetryScheduled)
+	r, ok := sbtest.Result(ps, "pending-1", retry.OutcomeRetryScheduled)
 	require.True(t, ok)
 	code, out, _ := h.cli(t, "", "cancel", strconv.FormatInt(r.SequenceNumber, 10))
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, "cancelled the retry due at")
-	assert.Equal(t, 1, h.stats(t).Scheduled)
+	assert.Equal(t, 1, h.Stats(t).Scheduled)
 	code, _, errOut := h.cli(t, "", "cancel", strconv.FormatInt(r.SequenceNumber, 10))
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "no such message")

@@ -16,16 +16,16 @@ func TestPurgeAsksForConfirmation(t *testing.T) {
 	assert.Equal(t, exitError, code)
 	assert.Contains(t, errOut, "Delete 2 dead letters from orders/$DeadLetterQueue for good? Type yes to continue: ")
 	assert.Contains(t, errOut, "purge not confirmed; nothing was deleted")
-	assert.Equal(t, 3, h.stats(t).DeadLettered)
+	assert.Equal(t, 3, h.Stats(t).DeadLettered)
 
 	code, _, _ = h.cli(t, "", "dlq", "purge", "--all")
 	assert.Equal(t, exitError, code, "no answer is no")
-	assert.Equal(t, 3, h.stats(t).DeadLettered)
+	assert.Equal(t, 3, h.Stats(t).DeadLettered)
 
 	code, out, _ := h.cli(t, "", "dlq", "purge", "--all", "--dry-run")
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, "would delete 3 dead letters")
-	assert.Equal(t, 3, h.stats(t).DeadLettered)
+	assert.Equal(t, 3, h.Stats(t).DeadLettered)
 
 	code, out, errOut = h.cli(t, "yes\n", "dlq", "purge", "--reason", "RetryPermanentFailure")
 	require.Equal(t, exitOK, code, errOut)
@@ -35,6 +35,6 @@ func TestPurgeAsksForConfirmation(t *testing.T) {
 	code, out, _ = h.cli(t, "", "dlq", "purge", "--all", "--yes")
 	require.Equal(t, exitOK, code)
 	assert.Contains(t, out, "deleted 1 dead letters")
-	assert.Equal(t, 0, h.stats(t).DeadLettered)
+	assert.Equal(t, 0, h.Stats(t).DeadLettered)
 	assert.Empty(t, h.activeIDs(t), "a purge sends nothing")
 }

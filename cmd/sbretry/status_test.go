@@ -9,13 +9,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 func TestStatusCommand(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
 	ps := h.seed(t, "pending-1", "perm-1", "max-1")
-	retried, ok := result(ps, "pending-1", retry.OutcomeRetryScheduled)
+	retried, ok := sbtest.Result(ps, "pending-1", retry.OutcomeRetryScheduled)
 	require.True(t, ok)
 
 	code, out, errOut := h.cli(t, "", "status", "pending-1")
@@ -30,7 +31,7 @@ func TestStatusCommand(t *testing.T) {
 	assert.Regexp(t, `dead-lettered at [0-9T:.\-]+Z: RetryMaxAttemptsExceeded \(attempt 2\): timeout calling the ledger; sequence number \d+ in orders/\$DeadLetterQueue`, out)
 
 	// Flags may follow the command, and --json parses.
-	code, out, _ = cliNoEntity(t, "", "status", "perm-1", "--json", "--queue", queueName, "--connection-string", h.em.ConnectionString())
+	code, out, _ = cliNoEntity(t, "", "status", "perm-1", "--json", "--queue", sbtest.Queue, "--connection-string", h.Em.ConnectionString())
 	require.Equal(t, exitOK, code)
 	var st struct {
 		ID          string        `json:"id"`
