@@ -10,6 +10,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/cputime"
 )
 
 // BenchmarkConsumerOverhead measures what the consumer itself costs per message, without the SDK and
@@ -27,7 +28,7 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 		ctx := context.Background()
 		b.ReportAllocs()
 		b.ResetTimer()
-		cpu := processCPU()
+		cpu := cputime.Process()
 		var wg sync.WaitGroup
 		for received := 0; received < b.N; {
 			sem <- struct{}{}
@@ -76,7 +77,7 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 			stopped := make(chan error, 1)
 			b.ReportAllocs()
 			b.ResetTimer()
-			cpu := processCPU()
+			cpu := cputime.Process()
 			go func() { stopped <- c.Run(ctx) }()
 			<-src.all
 			b.StopTimer()
@@ -92,7 +93,7 @@ func BenchmarkConsumerOverhead(b *testing.B) {
 // reportCPU reports the process's CPU time per operation since start: on a shared machine it moves
 // less with the neighbours' load than the wall time does.
 func reportCPU(b *testing.B, start time.Duration) {
-	if end := processCPU(); end > 0 {
+	if end := cputime.Process(); end > 0 {
 		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/op")
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/cputime"
 )
 
 // failsFirst reports whether message id fails its first attempt: every fifth message (20 %).
@@ -61,7 +62,7 @@ func failuresLoop(b *testing.B, concurrency int, copyOf func(*azservicebus.Recei
 		b.Fatal(err)
 	}
 	b.ResetTimer()
-	cpu := processCPU()
+	cpu := cputime.Process()
 	batchLoop(b, r, concurrency, func(m *azservicebus.ReceivedMessage) error {
 		if !failsFirst(m.MessageID) {
 			return nil
@@ -113,7 +114,7 @@ func BenchmarkConsumeIOBound(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
-		cpu := processCPU()
+		cpu := cputime.Process()
 		// Ask for as many as there are free slots, as the consumer does.
 		done := slotLoop(b, r, concurrency, nil, work, nil)
 		b.StopTimer()
@@ -151,7 +152,7 @@ func runConsumerBench(b *testing.B, e *env, opts *retry.Options, handler retry.H
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
 	b.ResetTimer()
-	cpu := processCPU()
+	cpu := cputime.Process()
 	go func() { stopped <- c.Run(ctx) }()
 	select {
 	case <-all:

@@ -22,6 +22,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/cputime"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
@@ -419,7 +420,7 @@ func (bu *burst) settled() {
 	n := bu.settles.Add(1)
 	if n == bu.measured {
 		bu.end = time.Now()
-		bu.endCPU = processCPU()
+		bu.endCPU = cputime.Process()
 		close(bu.measuredDone)
 	}
 	if n == bu.total {
@@ -567,7 +568,7 @@ func (s *burstScheduler) once(b *testing.B, p *pairedImpl, k, cushion int) (burs
 	if onTime {
 		time.Sleep(time.Until(at) - pairedCPUAhead)
 	}
-	cpu := processCPU()
+	cpu := cputime.Process()
 	res.cpuRead = time.Since(at)
 	onTime = onTime && res.cpuRead < 0
 	time.Sleep(time.Until(at))

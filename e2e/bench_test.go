@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/cputime"
 )
 
 // BenchmarkConsume drains b.N messages from the emulator through the real SDK, side by side: two
@@ -32,7 +33,7 @@ func BenchmarkConsume(b *testing.B) {
 			b.Fatal(err)
 		}
 		b.ResetTimer()
-		cpu := processCPU()
+		cpu := cputime.Process()
 		batchLoop(b, r, concurrency, nil)
 		b.StopTimer()
 		reportCPU(b, cpu)
@@ -46,7 +47,7 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		opts := &azservicebus.ReceiveMessagesOptions{TimeAfterFirstMessage: time.Millisecond} // as the consumer
 		b.ResetTimer()
-		cpu := processCPU()
+		cpu := cputime.Process()
 		done := slotLoop(b, r, concurrency, opts, nil, nil)
 		b.StopTimer()
 		if done != int64(b.N) {
@@ -92,7 +93,7 @@ func benchEnv(b *testing.B) (*env, *azservicebus.Client) {
 // throughput does.
 func reportCPU(b *testing.B, start time.Duration) {
 	b.Helper()
-	if end := processCPU(); end > 0 {
+	if end := cputime.Process(); end > 0 {
 		b.ReportMetric(float64(end-start)/float64(b.N), "cpu-ns/msg")
 	}
 }

@@ -1,14 +1,13 @@
 //go:build unix
 
-package retry_test
+package cputime
 
 import (
 	"syscall"
 	"time"
 )
 
-// processCPU is the CPU time (user and system) this process has used so far.
-func processCPU() time.Duration {
+func process() time.Duration {
 	var ru syscall.Rusage
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		return 0
