@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sbretry/retry/internal/testcert"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -85,7 +86,7 @@ func TestPythonSDK(t *testing.T) {
 // to trust.
 func pythonEmulator(t *testing.T) (*sbemu.Emulator, string, string) {
 	t.Helper()
-	tlsCfg, ca := selfSignedTLS(t)
+	tlsCfg, ca := testcert.SelfSigned(t)
 	em := sbemu.StartT(t, sbemu.Config{
 		Addr:   pythonTLSAddr,
 		TLS:    tlsCfg,

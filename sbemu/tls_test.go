@@ -9,12 +9,14 @@ import (
 	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/internal/testcert"
 )
 
 // TestTLSListener serves amqps with Config.TLS and checks that a TLS client
 // sends and receives through it.
 func TestTLSListener(t *testing.T) {
-	cfg, caPath := selfSignedTLS(t)
+	cfg, caPath := testcert.SelfSigned(t)
 	em := startEmulator(t, Config{TLS: cfg})
 	pemBytes, err := os.ReadFile(caPath)
 	require.NoError(t, err)

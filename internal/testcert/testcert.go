@@ -1,4 +1,6 @@
-package conformance
+// Package testcert makes a throwaway TLS certificate for tests that serve on loopback (the emulator's
+// TLS tests and the SDK conformance suites).
+package testcert
 
 import (
 	"crypto/ecdsa"
@@ -18,9 +20,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// selfSignedTLS makes a certificate for localhost and 127.0.0.1, valid for
-// the test only, and writes it as a PEM file clients can trust.
-func selfSignedTLS(t *testing.T) (*tls.Config, string) {
+// SelfSigned makes a certificate for localhost and 127.0.0.1, valid for an hour either side of now,
+// and returns a server configuration holding it and the path of a PEM file (in the test's temporary
+// directory) that clients can trust as its CA.
+func SelfSigned(t testing.TB) (server *tls.Config, caPath string) {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	require.NoError(t, err)
