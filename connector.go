@@ -265,21 +265,34 @@ func QueueCredential(namespace string, credential azcore.TokenCredential, queue 
 	}), nil
 }
 
-// queueConnection opens the receiver of queue on client and its sender on sendClient (often the same
-// client); on failure it closes both.
-func queueConnection(ctx context.Context, client, sendClient *azservicebus.Client, queue, addr string, opts *ConnectOptions) (*Connection, error) {
-	closeAll := func(ctx context.Context) error {
+// closeClients returns the function that closes client and, if it is another one, sendClient: what a
+// connection that failed half-way through opening must give back.
+func closeClients(client, sendClient *azservicebus.Client) func(context.Context) error {
+	return func(ctx context.Context) error {
 		err := client.Close(ctx)
 		if sendClient != client {
 			err = errors.Join(err, sendClient.Close(ctx))
 		}
 		return err
 	}
+}
+
+// peekLockOptions are the user's receiver options (ConnectOptions.Receiver) with the receive mode the
+// consumer needs: PeekLock, since it settles every message itself.
+func peekLockOptions(opts *ConnectOptions) azservicebus.ReceiverOptions {
 	recvOpts := azservicebus.ReceiverOptions{}
 	if opts != nil && opts.Receiver != nil {
 		recvOpts = *opts.Receiver
 	}
 	recvOpts.ReceiveMode = azservicebus.ReceiveModePeekLock
+	return recvOpts
+}
+
+// queueConnection opens the receiver of queue on client and its sender on sendClient (often the same
+// client); on failure it closes both.
+func queueConnection(ctx context.Context, client, sendClient *azservicebus.Client, queue, addr string, opts *ConnectOptions) (*Connection, error) {
+	closeAll := closeClients(client, sendClient)
+	recvOpts := peekLockOptions(opts)
 	receiver, err := client.NewReceiverForQueue(queue, &recvOpts)
 	if err != nil {
 		_ = closeAll(ctx)

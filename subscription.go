@@ -2,7 +2,6 @@ package retry
 
 import (
 	"context"
-	"errors"
 	"fmt"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
@@ -77,18 +76,8 @@ func validateSubscription(topic, subscription, retryQueue string) error {
 
 // subscriptionConnection opens the subscription's receiver, and the retry queue's receiver and sender.
 func subscriptionConnection(ctx context.Context, client, sendClient *azservicebus.Client, topic, subscription, retryQueue, addr string, opts *ConnectOptions) (*Connection, error) {
-	closeAll := func(ctx context.Context) error {
-		err := client.Close(ctx)
-		if sendClient != client {
-			err = errors.Join(err, sendClient.Close(ctx))
-		}
-		return err
-	}
-	recvOpts := azservicebus.ReceiverOptions{}
-	if opts != nil && opts.Receiver != nil {
-		recvOpts = *opts.Receiver
-	}
-	recvOpts.ReceiveMode = azservicebus.ReceiveModePeekLock
+	closeAll := closeClients(client, sendClient)
+	recvOpts := peekLockOptions(opts)
 	path := SubscriptionPath(topic, subscription)
 	subReceiver, err := client.NewReceiverForSubscription(topic, subscription, &recvOpts)
 	if err != nil {

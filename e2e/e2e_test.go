@@ -8,6 +8,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -164,6 +165,36 @@ func TestSuccessCompletes(t *testing.T) {
 	out.WaitFor(t, "both completed", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "ok-1", retry.OutcomeCompleted) == 1 && count(ps, "ok-2", retry.OutcomeCompleted) == 1
 	})
+	require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
+}
+
+// TestReceiverOptionsKeepPeekLock: the connectors pass ConnectOptions.Receiver to the SDK but always
+// receive in PeekLock, which settling and retrying need. A user asking for ReceiveAndDelete still gets
+// a retry that is scheduled and then completed; in ReceiveAndDelete the broker would delete the message
+// on receipt and the consumer could settle nothing.
+func TestReceiverOptionsKeepPeekLock(t *testing.T) {
+	parallel(t)
+	e := newEnv(t, queueSettings{})
+	out := sbtest.NewOutcomes()
+	connect := newConnector(t, e.connStr, e.queue, &retry.ConnectOptions{
+		Receiver: &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete},
+	})
+	var calls atomic.Int32
+	runConsumer(t, connect, func(context.Context, *azservicebus.ReceivedMessage) error {
+		if calls.Add(1) == 1 {
+			return errors.New("first attempt fails")
+		}
+		return nil
+	}, &retry.Options{Backoff: retry.Constant{Interval: 50 * time.Millisecond}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	e.send(t, sbtest.Message("mode-1"))
+	out.WaitFor(t, "the retry completed", func(ps []retry.ProcessedParams) bool {
+		return count(ps, "mode-1", retry.OutcomeCompleted) == 1
+	})
+	ps := out.Snapshot()
+	require.Len(t, ps, 2, "%v", sbtest.Summarize(ps))
+	assert.Equal(t, retry.OutcomeRetryScheduled, ps[0].Result.Outcome)
+	assert.NoError(t, ps[0].Result.SettleErr, "the original was completed after its copy was scheduled")
+	assert.Equal(t, 2, ps[1].Result.Attempt)
 	require.Eventually(t, func() bool { return e.settled(t) }, testTimeout, 10*time.Millisecond)
 }
 
