@@ -265,8 +265,8 @@ func QueueCredential(namespace string, credential azcore.TokenCredential, queue 
 	}), nil
 }
 
-// closeClients returns the function that closes client and, if it is another one, sendClient: what a
-// connection that failed half-way through opening must give back.
+// closeClients returns the function that closes client and, if it is another one, sendClient: the
+// Close of the connection, and what a connection that failed half-way through opening gives back.
 func closeClients(client, sendClient *azservicebus.Client) func(context.Context) error {
 	return func(ctx context.Context) error {
 		err := client.Close(ctx)

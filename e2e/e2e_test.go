@@ -116,23 +116,44 @@ func count(ps []retry.ProcessedParams, id string, outcome retry.Outcome) int {
 	return n
 }
 
-// startConsumer runs a consumer until the test ends and returns it.
+// startConsumer runs a consumer on e until the test ends and returns it, with a quick backoff and
+// settle timeout unless opts says otherwise.
 func startConsumer(t *testing.T, e *env, handler retry.Handler, opts *retry.Options) *retry.Consumer {
 	t.Helper()
-	if opts.Logger == nil {
-		level := slog.LevelWarn + 100
-		if os.Getenv("E2E_DEBUG") != "" {
-			level = slog.LevelDebug
-		}
-		opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	}
 	if opts.Backoff == nil {
 		opts.Backoff = retry.Fibonacci{Base: 200 * time.Millisecond, Cap: 2 * time.Second}
 	}
 	if opts.SettleTimeout == 0 {
 		opts.SettleTimeout = 5 * time.Second
 	}
-	c, err := retry.NewConsumer(e.connector(), handler, opts)
+	return runConsumer(t, e.connector(), handler, opts)
+}
+
+// quietLogger is the suite's logger: silent unless E2E_DEBUG is set.
+func quietLogger() *slog.Logger {
+	level := slog.LevelWarn + 100
+	if os.Getenv("E2E_DEBUG") != "" {
+		level = slog.LevelDebug
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
+
+// newConnector is retry.QueueConnectionString for a string the test knows to be valid.
+func newConnector(t *testing.T, connStr, queue string, opts *retry.ConnectOptions) retry.Connector {
+	t.Helper()
+	connect, err := retry.QueueConnectionString(connStr, queue, opts)
+	require.NoError(t, err)
+	return connect
+}
+
+// runConsumer runs a consumer on connect until the test ends. Unlike startConsumer it keeps the
+// library's defaults (SettleTimeout 30 s, Fibonacci backoff) unless opts says otherwise.
+func runConsumer(t *testing.T, connect retry.Connector, handler retry.Handler, opts *retry.Options) *retry.Consumer {
+	t.Helper()
+	if opts.Logger == nil {
+		opts.Logger = quietLogger()
+	}
+	c, err := retry.NewConsumer(connect, handler, opts)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -10,9 +10,7 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,50 +31,9 @@ import (
 // namespace becoming unreachable.
 const notReadyBound = 15 * time.Second
 
-// quietLogger is the suite's logger: silent unless E2E_DEBUG is set.
-func quietLogger() *slog.Logger {
-	level := slog.LevelWarn + 100
-	if os.Getenv("E2E_DEBUG") != "" {
-		level = slog.LevelDebug
-	}
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-}
-
-// newConnector is retry.QueueConnectionString for a string the test knows to be valid.
-func newConnector(t *testing.T, connStr, queue string, opts *retry.ConnectOptions) retry.Connector {
-	t.Helper()
-	connect, err := retry.QueueConnectionString(connStr, queue, opts)
-	require.NoError(t, err)
-	return connect
-}
-
 // fastClient makes the SDK give up quickly (see fastRetries), so that each reconnect try of the
 // consumer is short and the schedule is what the test measures.
 var fastClient = &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}}
-
-// runConsumer runs a consumer on connect until the test ends. Unlike startConsumer it keeps the
-// library's defaults (SettleTimeout 30 s, Fibonacci backoff) unless opts says otherwise.
-func runConsumer(t *testing.T, connect retry.Connector, handler retry.Handler, opts *retry.Options) *retry.Consumer {
-	t.Helper()
-	if opts.Logger == nil {
-		opts.Logger = quietLogger()
-	}
-	c, err := retry.NewConsumer(connect, handler, opts)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case err := <-done:
-			assert.NoError(t, err)
-		case <-time.After(testTimeout):
-			t.Error("consumer did not stop")
-		}
-	})
-	return c
-}
 
 // runBounded runs c until Run returns by itself or within has passed; then it cancels Run and waits for
 // it. returned says whether Run ended on its own, and took how long that took.

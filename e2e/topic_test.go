@@ -184,6 +184,42 @@ func TestTopicRetriesReachOnlyTheFailingSubscription(t *testing.T) {
 	t.Logf("a saw %v, b saw %v, c saw %d delivery", seenA.get(), seenB.get(), len(c))
 }
 
+// TestSubscriptionReceiversKeepPeekLock: as for a queue (TestReceiverOptionsKeepPeekLock), a
+// subscription connection passes ConnectOptions.Receiver on but receives in PeekLock, on the
+// subscription and on its retry queue: attempt 1 comes from the subscription and attempt 2 from the
+// retry queue, and each is completed after its copy is scheduled.
+func TestSubscriptionReceiversKeepPeekLock(t *testing.T) {
+	parallel(t)
+	te := newTopicEnv(t, []broker.SubscriptionConfig{{Name: "a"}}, retryQueueConfig("orders-a-retry"))
+	connect, err := retry.SubscriptionConnectionString(te.connStr, "orders", "a", "orders-a-retry", &retry.ConnectOptions{
+		Client:   &azservicebus.ClientOptions{RetryOptions: fastRetries},
+		Receiver: &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete},
+	})
+	require.NoError(t, err)
+	out := sbtest.NewOutcomes()
+	runConsumer(t, connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt < 3 {
+			return errBoom
+		}
+		return nil
+	}, &retry.Options{Backoff: retry.Constant{Interval: 50 * time.Millisecond}, SettleTimeout: 5 * time.Second, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	te.publish(t, sbtest.Message("mode-2"))
+	out.WaitFor(t, "attempt 3 completed", func(ps []retry.ProcessedParams) bool {
+		return count(ps, "mode-2", retry.OutcomeCompleted) == 1
+	})
+	ps := out.Snapshot()
+	require.Len(t, ps, 3, "%v", sbtest.Summarize(ps))
+	for i, p := range ps[:2] {
+		assert.Equal(t, i+1, p.Result.Attempt)
+		assert.Equal(t, retry.OutcomeRetryScheduled, p.Result.Outcome)
+		assert.NoError(t, p.Result.SettleErr, "attempt %d was completed after its copy was scheduled", i+1)
+	}
+	b := te.em.Broker()
+	sub, _ := b.Subscription("orders", "a")
+	rq, _ := b.Queue("orders-a-retry")
+	require.Eventually(t, func() bool { return entityEmpty(sub) && entityEmpty(rq) }, testTimeout, 10*time.Millisecond)
+}
+
 // The zero-code layout: a subscription forwards to a queue, and a queue consumer retries on that queue.
 // The other subscription never sees a copy.
 func TestSubscriptionForwardingToAQueue(t *testing.T) {

@@ -3,6 +3,7 @@ package sbtest
 import (
 	"bytes"
 	"context"
+	"sync"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -27,6 +28,21 @@ func TestSendSplitsBatchesAndTheConsumerDrainsThem(t *testing.T) {
 		msgs[i] = Message(id)
 		msgs[i].Body = bytes.Repeat([]byte{'x'}, 100<<10) // two fit in a 256 KiB batch, not three
 	}
+	// Not all of them fit in one batch, so Send must split them.
+	s, err := h.Client.NewSender(Queue, nil)
+	require.NoError(t, err)
+	defer func() { _ = s.Close(Context(t)) }()
+	batch, err := s.NewMessageBatch(Context(t), nil)
+	require.NoError(t, err)
+	fit := 0
+	for _, m := range msgs {
+		if batch.AddMessage(m, nil) != nil {
+			break
+		}
+		fit++
+	}
+	require.Less(t, fit, len(msgs))
+
 	h.Send(t, msgs...)
 	require.Equal(t, len(ids), h.Stats(t).Active)
 
@@ -65,16 +81,22 @@ func TestResultIsTheLastOfItsOutcome(t *testing.T) {
 	assert.Equal(t, 1, CountOutcome(o.Snapshot(), retry.OutcomeCompleted))
 }
 
-// TestWaitForWakesOnEachResult waits for results recorded by another goroutine.
+// TestWaitForWakesOnEachResult waits for results recorded by another goroutine once WaitFor has looked
+// and found none, so WaitFor must be woken by the hook.
 func TestWaitForWakesOnEachResult(t *testing.T) {
 	o := NewOutcomes()
 	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		for range 3 {
-			o.Hook(retry.ProcessedParams{Result: retry.Result{Outcome: retry.OutcomeCompleted}})
-		}
-	}()
-	o.WaitFor(t, "three results", func(ps []retry.ProcessedParams) bool { return len(ps) == 3 })
+	var start sync.Once
+	o.WaitFor(t, "three results", func(ps []retry.ProcessedParams) bool {
+		start.Do(func() {
+			go func() {
+				defer close(done)
+				for range 3 {
+					o.Hook(retry.ProcessedParams{Result: retry.Result{Outcome: retry.OutcomeCompleted}})
+				}
+			}()
+		})
+		return len(ps) == 3
+	})
 	<-done
 }
