@@ -23,17 +23,11 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m,
-		// azservicebus v1.11.0: when a dropped connection makes several calls recover links at once,
-		// each negotiates a claim and starts a token-renewal goroutine, but only the last one's cancel
-		// function is kept, so the others run on after the client is closed. It is the SDK's leak, not
-		// ours (internal/amqpLinks.go initWithoutLocking); see the note in README.md.
-		goleak.IgnoreTopFunction("github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/internal.(*Namespace).startNegotiateClaimRenewer.func3"),
-	)
+	goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak())
 }
 
 // testTimeout bounds every test's waiting.
-const testTimeout = 30 * time.Second
+const testTimeout = sbtest.Timeout
 
 var errBoom = errors.New("downstream unavailable")
 
@@ -54,7 +48,7 @@ type queueSettings struct {
 }
 
 // fastRetries makes the SDK give up quickly, so recovery is the consumer's job and tests stay short.
-var fastRetries = azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}
+var fastRetries = sbtest.FastRetries
 
 func (e *env) client(t *testing.T) *azservicebus.Client {
 	t.Helper()

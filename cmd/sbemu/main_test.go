@@ -13,18 +13,16 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 func TestMain(m *testing.M) {
 	if args := os.Getenv(childArgsEnv); args != "" {
 		os.Exit(runAsChild(args))
 	}
-	goleak.VerifyTestMain(m,
-		// azservicebus v1.11.0 leaks one token-renewal goroutine per link
-		// recovery after a connection loss (README, Troubleshooting); the
-		// crash test loses connections on purpose.
-		goleak.IgnoreTopFunction("github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/internal.(*Namespace).startNegotiateClaimRenewer.func3"),
-	)
+	// The crash test loses connections on purpose, which leaks the SDK's renewal goroutines.
+	goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak())
 }
 
 func TestRunServesQueuesUntilCancelled(t *testing.T) {
