@@ -493,6 +493,13 @@ func (p *Processor) deadLetterDecision(env *Envelope, msg *azservicebus.Received
 		if _, ok := msg.ApplicationProperties[PropFirstSequenceNumber]; !ok {
 			props[PropFirstSequenceNumber] = env.FirstSequenceNumber
 		}
+		// A first delivery carries no envelope yet: record its key and correlation id, so that an
+		// operator finds the dead letter by them as by a retry copy's.
+		for name, v := range map[string]string{PropKey: env.Key, PropCorrelationID: env.CorrelationID, PropOriginalMessageID: env.OriginalMessageID} {
+			if _, ok := msg.ApplicationProperties[name]; !ok && v != "" {
+				props[name] = v
+			}
+		}
 	}
 	return &decision{kind: decideDeadLetter, env: env, handlerErr: cause, deadLetterPlan: &deadLetterPlan{reason: reason, desc: desc, props: props}}
 }

@@ -32,7 +32,7 @@ func TestCancelPendingRetry(t *testing.T) {
 	ctx := sbtest.Context(t)
 	require.Equal(t, 2, h.Stats(t).Scheduled)
 
-	got, err := in.Cancel(ctx, target.SequenceNumber)
+	got, err := in.Cancel(ctx, Ref{SequenceNumber: target.SequenceNumber})
 	require.NoError(t, err)
 	assert.Equal(t, target.RetryMessageID, got.MessageID)
 	assert.Equal(t, 2, got.Attempt)
@@ -41,13 +41,13 @@ func TestCancelPendingRetry(t *testing.T) {
 	require.NoError(t, err)
 	assert.Empty(t, st.Pending)
 
-	_, err = in.Cancel(ctx, target.SequenceNumber)
+	_, err = in.Cancel(ctx, Ref{SequenceNumber: target.SequenceNumber})
 	assert.ErrorIs(t, err, ErrNotFound, "cancelled already")
 
 	ready, err := in.Status(ctx, "ready-1")
 	require.NoError(t, err)
 	require.Len(t, ready.Active, 1)
-	_, err = in.Cancel(ctx, ready.Active[0].SequenceNumber)
+	_, err = in.Cancel(ctx, ready.Active[0].Ref())
 	assert.ErrorIs(t, err, ErrNotPending, "a receivable copy is never cancelled")
 	assert.Equal(t, 1, h.Stats(t).Active)
 }
@@ -63,7 +63,7 @@ func TestCancelRefusesForeignScheduledMessage(t *testing.T) {
 	seqs, err := s.ScheduleMessages(ctx, []*azservicebus.Message{sbtest.Message("newsletter")}, time.Now().Add(time.Hour), nil)
 	require.NoError(t, err)
 	in := h.inspector(t, nil)
-	_, err = in.Cancel(ctx, seqs[0])
+	_, err = in.Cancel(ctx, Ref{Entity: sbtest.Queue, SequenceNumber: seqs[0]})
 	assert.ErrorIs(t, err, ErrNotPending)
 	assert.Equal(t, 1, h.Stats(t).Scheduled)
 

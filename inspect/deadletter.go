@@ -2,7 +2,6 @@ package inspect
 
 import (
 	"context"
-	"errors"
 	"slices"
 	"strings"
 	"time"
@@ -12,8 +11,12 @@ import (
 
 // DeadLetterFilter selects dead letters; a zero field selects everything.
 type DeadLetterFilter struct {
-	// SequenceNumbers keeps only these dead-letter sequence numbers.
-	SequenceNumbers []int64
+	// Refs keeps only these dead letters, each named by its dead-letter queue and its sequence number
+	// there (see [Ref]: the two dead-letter queues of a subscription layout number their messages each
+	// on its own). [Inspector.DeadLetters] accepts a Ref without an entity when it reads one dead-letter
+	// queue only; [DeadLetterFilter.Match] matches a Ref by entity (ignoring case) and number, so a Ref
+	// without an entity matches nothing there.
+	Refs []Ref
 	// Reason keeps dead letters whose [DeadLetter.Reason] equals it, ignoring case.
 	Reason string
 	// Since and Until keep dead letters with Since <= DeadLetteredAt < Until.
@@ -25,7 +28,9 @@ type DeadLetterFilter struct {
 // Match reports whether dl passes every set field of f.
 func (f DeadLetterFilter) Match(dl DeadLetter) bool {
 	switch {
-	case len(f.SequenceNumbers) > 0 && !slices.Contains(f.SequenceNumbers, dl.SequenceNumber):
+	case len(f.Refs) > 0 && !slices.ContainsFunc(f.Refs, func(r Ref) bool {
+		return r.SequenceNumber == dl.SequenceNumber && r.Entity != "" && strings.EqualFold(r.Entity, dl.Entity)
+	}):
 		return false
 	case f.Reason != "" && !strings.EqualFold(f.Reason, dl.Reason):
 		return false
@@ -50,12 +55,33 @@ type DeadLetterList struct {
 	// [Options.RetryQueue] names another queue (nil otherwise): a chain whose last attempt came from the
 	// retry queue is dead-lettered there.
 	RetryQueueScan *Scan
+	// Missing are the Refs of the filter (with their entities resolved) that no listed item has: not in
+	// their dead-letter queue among the messages read, or not passing the other fields of the filter.
+	Missing []Ref
 }
 
-// DeadLetters lists the dead letters that pass f, reading the dead-letter queue up to
-// [Options.MaxPeek] messages.
+// Scans returns Scan and, when there is one, RetryQueueScan.
+func (l *DeadLetterList) Scans() []Scan {
+	if l.RetryQueueScan == nil {
+		return []Scan{l.Scan}
+	}
+	return []Scan{l.Scan, *l.RetryQueueScan}
+}
+
+// DeadLetters lists the dead letters that pass f, reading each dead-letter queue up to
+// [Options.MaxPeek] messages. The Refs of f are resolved first (see [Ref]); one without an entity while
+// two dead-letter queues are read returns [ErrAmbiguousRef], one naming another entity
+// [ErrUnknownEntity], and nothing is read.
 func (in *Inspector) DeadLetters(ctx context.Context, f DeadLetterFilter) (*DeadLetterList, error) {
+	if len(f.Refs) > 0 {
+		refs, err := in.resolveAll(f.Refs, in.deadSources(), "dead letter")
+		if err != nil {
+			return nil, err
+		}
+		f.Refs = refs
+	}
 	out := &DeadLetterList{}
+	defer func() { out.Missing = missingRefs(f.Refs, out.Items) }()
 	for i, src := range in.deadSources() {
 		entity := in.sourcePath(src)
 		sc, err := in.scan(ctx, src, func(m *azservicebus.ReceivedMessage) {
@@ -75,21 +101,31 @@ func (in *Inspector) DeadLetters(ctx context.Context, f DeadLetterFilter) (*Dead
 	return out, nil
 }
 
-// DeadLetter returns the dead letter with sequence number seq, with its body and properties in
-// [DeadLetter.Message]. It costs one peek of one message; a number not in the dead-letter queue
-// returns an error wrapping [ErrNotFound].
-func (in *Inspector) DeadLetter(ctx context.Context, seq int64) (*DeadLetter, error) {
-	var firstErr error
-	for _, src := range in.deadSources() {
-		m, err := in.peekOne(ctx, src, seq)
-		if err != nil {
-			if firstErr == nil || !errors.Is(err, ErrNotFound) {
-				firstErr = err
-			}
-			continue
+// missingRefs are the refs no item has.
+func missingRefs(refs []Ref, items []DeadLetter) []Ref {
+	var out []Ref
+	for _, r := range refs {
+		if !slices.ContainsFunc(items, func(d DeadLetter) bool { return d.Ref() == r }) {
+			out = append(out, r)
 		}
-		dl := decode(m).deadLetter(in.sourcePath(src))
-		return &dl, nil
 	}
-	return nil, firstErr
+	return out
+}
+
+// DeadLetter returns the dead letter r names, with its body and properties in [DeadLetter.Message]. r
+// names one of [Inspector.DeadLetterQueues] (a Ref without an entity is accepted when there is only
+// one) and the dead letter's sequence number there. It costs one peek of one message; a number not in
+// that dead-letter queue returns an error wrapping [ErrNotFound], a Ref the inspector cannot place
+// [ErrAmbiguousRef] or [ErrUnknownEntity].
+func (in *Inspector) DeadLetter(ctx context.Context, r Ref) (*DeadLetter, error) {
+	src, rr, err := in.resolve(r, in.deadSources(), "dead letter")
+	if err != nil {
+		return nil, err
+	}
+	m, err := in.peekOne(ctx, src, rr.SequenceNumber)
+	if err != nil {
+		return nil, err
+	}
+	dl := decode(m).deadLetter(rr.Entity)
+	return &dl, nil
 }

@@ -15,7 +15,7 @@ import (
 
 func TestDeadLetterFilter(t *testing.T) {
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	dl := DeadLetter{SequenceNumber: 7, Reason: "RetryMaxAttemptsExceeded", Description: "HTTP 503 from payments", LastError: "timeout talking to ledger", DeadLetteredAt: at}
+	dl := DeadLetter{Entity: "q/$DeadLetterQueue", SequenceNumber: 7, Reason: "RetryMaxAttemptsExceeded", Description: "HTTP 503 from payments", LastError: "timeout talking to ledger", DeadLetteredAt: at}
 	cases := []struct {
 		name string
 		f    DeadLetterFilter
@@ -24,8 +24,10 @@ func TestDeadLetterFilter(t *testing.T) {
 		{"zero filter", DeadLetterFilter{}, true},
 		{"reason ignoring case", DeadLetterFilter{Reason: "retrymaxattemptsexceeded"}, true},
 		{"other reason", DeadLetterFilter{Reason: "MaxDeliveryCountExceeded"}, false},
-		{"sequence listed", DeadLetterFilter{SequenceNumbers: []int64{3, 7}}, true},
-		{"sequence not listed", DeadLetterFilter{SequenceNumbers: []int64{3}}, false},
+		{"ref listed", DeadLetterFilter{Refs: []Ref{{Entity: "q/$DeadLetterQueue", SequenceNumber: 3}, {Entity: "Q/$deadletterqueue", SequenceNumber: 7}}}, true},
+		{"ref not listed", DeadLetterFilter{Refs: []Ref{{Entity: "q/$DeadLetterQueue", SequenceNumber: 3}}}, false},
+		{"same number in another entity", DeadLetterFilter{Refs: []Ref{{Entity: "retry/$DeadLetterQueue", SequenceNumber: 7}}}, false},
+		{"number without entity", DeadLetterFilter{Refs: []Ref{{SequenceNumber: 7}}}, false},
 		{"since inclusive", DeadLetterFilter{Since: at}, true},
 		{"since after", DeadLetterFilter{Since: at.Add(time.Second)}, false},
 		{"until exclusive", DeadLetterFilter{Until: at}, false},
@@ -87,10 +89,10 @@ func TestDeadLettersFromRetryAndBroker(t *testing.T) {
 	require.Len(t, only.Items, 1)
 	assert.Equal(t, "manual-1", only.Items[0].MessageID)
 
-	one, err := in.DeadLetter(ctx, manual.SequenceNumber)
+	one, err := in.DeadLetter(ctx, manual.Ref())
 	require.NoError(t, err)
 	assert.Equal(t, "manual-1", one.MessageID)
 	assert.JSONEq(t, `{"id":"manual-1"}`, string(one.Message.Body))
-	_, err = in.DeadLetter(ctx, manual.SequenceNumber+100)
+	_, err = in.DeadLetter(ctx, Ref{SequenceNumber: manual.SequenceNumber + 100})
 	assert.ErrorIs(t, err, ErrNotFound)
 }

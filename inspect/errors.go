@@ -22,8 +22,17 @@ var (
 	// a scheduled retry copy (it is already receivable, or a message the retry library did not
 	// schedule): cancelling it would delete a live message.
 	ErrNotPending = errors.New("inspect: not a pending retry")
-	// ErrNoRetryQueue is wrapped by [Inspector.Cancel] on a subscription when [Options.RetryQueue] is
-	// not set: a subscription's retry copies are scheduled on another entity, and only that entity can
-	// cancel them.
+	// ErrNoRetryQueue is wrapped by [New] for a subscription without [Options.RetryQueue]: a
+	// subscription's retry copies are scheduled on another entity, and its last attempts are
+	// dead-lettered there, so an inspector that read the subscription alone would answer "nothing
+	// pending" for a place it never looked.
 	ErrNoRetryQueue = errors.New("inspect: no retry queue configured for the subscription")
+	// ErrInvalidRef is wrapped by [ParseRef] and by the methods taking a [Ref] for a malformed one.
+	ErrInvalidRef = errors.New("inspect: invalid message reference")
+	// ErrAmbiguousRef is wrapped when a [Ref] without an entity could name a message in more than one
+	// of the entities read (see [Ref]); name the entity.
+	ErrAmbiguousRef = errors.New("inspect: sequence number without its entity")
+	// ErrUnknownEntity is wrapped when a [Ref] names an entity that cannot hold what is asked for (a
+	// dead letter outside the dead-letter queues read, a pending retry outside the retry entities).
+	ErrUnknownEntity = errors.New("inspect: entity not read by this inspector")
 )

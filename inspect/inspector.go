@@ -37,9 +37,10 @@ type Options struct {
 	// RetryQueue is the queue on which the consumer schedules its retry copies (the entity of its
 	// Sender), when that is not the inspected entity itself. For a queue, empty means the queue: the
 	// retry library's queue connectors republish to the queue they receive from. A subscription cannot
-	// be sent to, so its copies are scheduled elsewhere (typically a queue that forwards to the
-	// subscription's topic or to the consumer); set RetryQueue to that queue to see and cancel pending
-	// retries. It must name a queue: a topic cannot be peeked.
+	// be sent to, so its copies are scheduled on a queue of its own (the retryQueue argument of
+	// [retry.SubscriptionConnectionString]), and its last attempts are dead-lettered there: RetryQueue
+	// is required for a subscription, and [New] refuses one without it ([ErrNoRetryQueue]). It must
+	// name a queue: a topic cannot be peeked.
 	RetryQueue string
 }
 
@@ -98,7 +99,8 @@ const (
 // links opens the receivers and senders an Inspector uses; tests substitute fakes.
 type links interface {
 	peeker(s source) (peeker, error)
-	canceller() (canceller, error)
+	// canceller opens a sender on the queue behind s (sourceEntity for a queue, or sourceRetryQueue).
+	canceller(s source) (canceller, error)
 }
 
 // Inspector reads the retry state of one entity and its dead-letter queue. Create it with [New]; the
@@ -112,7 +114,8 @@ type Inspector struct {
 
 // New returns an Inspector over entity (a queue name, or "topic/Subscriptions/subscription") through
 // client. It does not contact Service Bus: a missing entity or a credential without Listen rights is
-// reported by the first call. Errors wrap [ErrInvalidEntity] or [ErrInvalidOptions].
+// reported by the first call. Errors wrap [ErrInvalidEntity], [ErrInvalidOptions], or for a
+// subscription without [Options.RetryQueue], [ErrNoRetryQueue].
 func New(client *azservicebus.Client, entity string, opts *Options) (*Inspector, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
@@ -125,6 +128,9 @@ func New(client *azservicebus.Client, entity string, opts *Options) (*Inspector,
 	if err != nil {
 		return nil, err
 	}
+	if e.IsSubscription() && o.RetryQueue == "" {
+		return nil, fmt.Errorf("%w %s: set Options.RetryQueue to the queue its consumer schedules retries on", ErrNoRetryQueue, e)
+	}
 	return newInspector(e, o, &clientLinks{client: client, entity: e, retryQueue: o.RetryQueue}), nil
 }
 
@@ -134,15 +140,6 @@ func newInspector(e Entity, o Options, l links) *Inspector {
 
 // Entity returns the inspected entity.
 func (in *Inspector) Entity() Entity { return in.entity }
-
-// retryQueue is the entity holding scheduled retry copies: the queue itself, RetryQueue, or "" for a
-// subscription without RetryQueue.
-func (in *Inspector) retryQueue() string {
-	if in.opts.RetryQueue != "" {
-		return in.opts.RetryQueue
-	}
-	return in.entity.Queue
-}
 
 // separateRetryQueue reports whether the retry queue is an entity of its own that scans must read.
 func (in *Inspector) separateRetryQueue() bool {
@@ -187,12 +184,14 @@ func (c *clientLinks) peeker(s source) (peeker, error) {
 	}
 }
 
-func (c *clientLinks) canceller() (canceller, error) {
-	q := c.retryQueue
-	if q == "" {
-		q = c.entity.Queue
+func (c *clientLinks) canceller(s source) (canceller, error) {
+	if s == sourceRetryQueue {
+		return c.client.NewSender(c.retryQueue, nil)
 	}
-	return c.client.NewSender(q, nil)
+	if c.entity.IsSubscription() {
+		return nil, fmt.Errorf("inspect: %s is a subscription, which cannot be sent to", c.entity)
+	}
+	return c.client.NewSender(c.entity.Queue, nil)
 }
 
 // closeQuietly closes a link the call opened, bounded even when ctx is already done: the close

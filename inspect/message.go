@@ -29,6 +29,9 @@ type Pending struct {
 	Envelope retry.Envelope
 }
 
+// Ref addresses the copy: [Inspector.Cancel] takes it.
+func (p Pending) Ref() Ref { return Ref{Entity: p.Entity, SequenceNumber: p.SequenceNumber} }
+
 // Active is a copy that is receivable now or locked by a consumer processing it; Service Bus peek does
 // not tell the two apart.
 type Active struct {
@@ -51,15 +54,24 @@ type Active struct {
 	Envelope retry.Envelope
 }
 
+// Ref addresses the message in its entity.
+func (a Active) Ref() Ref { return Ref{Entity: a.Entity, SequenceNumber: a.SequenceNumber} }
+
 // DeadLetter is a message in the entity's dead-letter queue.
 type DeadLetter struct {
-	// Entity is the dead-letter queue's path.
+	// Entity is the path of the dead-letter queue holding it: the entity's, or its retry queue's.
 	Entity string
-	// SequenceNumber is the message's sequence number in the dead-letter queue; [Inspector.DeadLetter]
-	// finds it by this number, and a redrive selects by it.
+	// SequenceNumber is the message's sequence number in that dead-letter queue, which counts on its
+	// own: only with Entity does it name the message ([DeadLetter.Ref]).
 	SequenceNumber int64
 	// MessageID is the dead letter's MessageID.
 	MessageID string
+	// Key is the idempotency key the consumer recorded on it, empty for a message the retry library
+	// did not dead-letter (or dead-lettered at its first attempt before v0.9, which did not record it).
+	Key string
+	// CorrelationID is the chain's correlation id as the consumer recorded it, else the message's own
+	// CorrelationID.
+	CorrelationID string
 	// Reason is the broker's DeadLetterReason ("RetryMaxAttemptsExceeded", "MaxDeliveryCountExceeded",
 	// ...), or the retry library's sbretry-dead-letter-reason when the broker's is missing.
 	Reason string
@@ -84,6 +96,18 @@ type DeadLetter struct {
 	// Message is the peeked dead letter, body and properties included, for display or resubmission
 	// ([retry.ResubmitMessage]).
 	Message *azservicebus.ReceivedMessage
+}
+
+// Ref addresses the dead letter: [Inspector.DeadLetter] and [DeadLetterFilter.Refs] take it.
+func (dl DeadLetter) Ref() Ref { return Ref{Entity: dl.Entity, SequenceNumber: dl.SequenceNumber} }
+
+// OriginalMessageID is the MessageID of the chain's first delivery, the id the producer knows: the
+// envelope's, else the dead letter's own MessageID.
+func (dl DeadLetter) OriginalMessageID() string {
+	if dl.EnvelopeErr == nil && dl.Envelope.OriginalMessageID != "" {
+		return dl.Envelope.OriginalMessageID
+	}
+	return dl.MessageID
 }
 
 // decoded is a peeked message with its envelope, decoded once.
@@ -177,9 +201,14 @@ func (d decoded) deadLetter(entity string) DeadLetter {
 		Entity:         entity,
 		SequenceNumber: seqOf(m),
 		MessageID:      m.MessageID,
+		Key:            d.env.Key,
+		CorrelationID:  d.env.CorrelationID,
 		Envelope:       d.env,
 		EnvelopeErr:    d.envErr,
 		Message:        m,
+	}
+	if dl.CorrelationID == "" && m.CorrelationID != nil {
+		dl.CorrelationID = *m.CorrelationID
 	}
 	props := m.ApplicationProperties
 	if m.DeadLetterReason != nil {

@@ -84,10 +84,10 @@ func (in *Inspector) peekOne(ctx context.Context, s source, seq int64) (*azservi
 	defer closeQuietly(ctx, p)
 	msgs, err := p.PeekMessages(ctx, 1, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &seq})
 	if err != nil {
-		return nil, fmt.Errorf("inspect: peeking %s at sequence number %d: %w", path, seq, err)
+		return nil, fmt.Errorf("inspect: peeking %s: %w", Ref{Entity: path, SequenceNumber: seq}, err)
 	}
 	if len(msgs) == 0 || msgs[0].SequenceNumber == nil || *msgs[0].SequenceNumber != seq {
-		return nil, fmt.Errorf("%w: sequence number %d in %s", ErrNotFound, seq, path)
+		return nil, fmt.Errorf("%w: %s", ErrNotFound, Ref{Entity: path, SequenceNumber: seq})
 	}
 	return msgs[0], nil
 }

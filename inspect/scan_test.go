@@ -48,7 +48,7 @@ func (l *fakeLinks) peeker(s source) (peeker, error) {
 	return l.live, nil
 }
 
-func (l *fakeLinks) canceller() (canceller, error) { return nil, errors.New("not in this test") }
+func (l *fakeLinks) canceller(source) (canceller, error) { return nil, errors.New("not in this test") }
 
 func scheduledCopy(seq int64, key string, due time.Time) *azservicebus.ReceivedMessage {
 	id := "copy-" + key
@@ -102,16 +102,29 @@ func TestScanRefusesRepliesThatDoNotAdvance(t *testing.T) {
 type stuckLinks struct{ m *azservicebus.ReceivedMessage }
 
 func (s *stuckLinks) peeker(source) (peeker, error) { return s, nil }
-func (s *stuckLinks) canceller() (canceller, error) { return nil, errors.New("unused") }
+func (s *stuckLinks) canceller(source) (canceller, error) { return nil, errors.New("unused") }
 func (s *stuckLinks) PeekMessages(context.Context, int, *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
 	return []*azservicebus.ReceivedMessage{s.m}, nil
 }
 func (s *stuckLinks) Close(context.Context) error { return nil }
 
-func TestCancelOnSubscriptionNeedsRetryQueue(t *testing.T) {
-	in := newInspector(Entity{Topic: "t", Subscription: "s"}, Options{MaxPeek: 10, PeekBatchSize: 5}, &fakeLinks{})
-	_, err := in.Cancel(context.Background(), 1)
+// TestSubscriptionNeedsRetryQueue: an inspector of a subscription alone would answer "nothing pending"
+// for the retry queue it never read.
+func TestSubscriptionNeedsRetryQueue(t *testing.T) {
+	client, err := azservicebus.NewClientFromConnectionString("Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true", nil)
+	require.NoError(t, err)
+	defer func() { _ = client.Close(context.Background()) }()
+	_, err = New(client, "events/Subscriptions/billing", nil)
 	assert.ErrorIs(t, err, ErrNoRetryQueue)
+	assert.ErrorContains(t, err, "Options.RetryQueue")
+	in, err := New(client, "events/Subscriptions/billing", &Options{RetryQueue: "billing-retry"})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"events/Subscriptions/billing/$DeadLetterQueue", "billing-retry/$DeadLetterQueue"}, in.DeadLetterQueues())
+	assert.Equal(t, []string{"billing-retry"}, in.RetryEntities())
+	q, err := New(client, "orders", nil)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"orders/$DeadLetterQueue"}, q.DeadLetterQueues())
+	assert.Equal(t, []string{"orders"}, q.RetryEntities())
 }
 
 func TestCursorRoundTrip(t *testing.T) {

@@ -93,6 +93,19 @@ func (in *Inspector) liveSources() []source {
 	return []source{sourceEntity}
 }
 
+// cancelSources are the queues that hold retry copies a Sender can cancel: the queue, the retry queue
+// when it is another queue, and for a subscription its retry queue only (a subscription cannot be sent
+// to, so nothing is ever scheduled on it by the retry library).
+func (in *Inspector) cancelSources() []source {
+	switch {
+	case in.entity.IsSubscription():
+		return []source{sourceRetryQueue}
+	case in.separateRetryQueue():
+		return []source{sourceEntity, sourceRetryQueue}
+	}
+	return []source{sourceEntity}
+}
+
 // comparePending orders pending retries by due time, then entity, then sequence number: a total order,
 // which the paging cursor relies on.
 func comparePending(a, b Pending) int {

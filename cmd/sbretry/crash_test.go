@@ -41,13 +41,7 @@ func TestRedriveCrashMidwayThenRerun(t *testing.T) {
 			}
 			h.seed(t, ids...)
 			require.Equal(t, n, h.Stats(t).DeadLettered)
-			var dead []string // the dead letters' resubmission ids, from the dry run
-			_, out, _ := h.cli(t, "", "dlq", "redrive", "--all", "--dry-run")
-			for _, l := range strings.Split(out, "\n") {
-				if i := strings.Index(l, " as "); i >= 0 {
-					dead = append(dead, strings.TrimSpace(l[i+4:]))
-				}
-			}
+			dead := h.dryRunResubmitIDs(t, "--all") // the dead letters' resubmission ids
 			require.Len(t, dead, n)
 
 			ctx, cancel := context.WithCancel(sbtest.Context(t))
@@ -59,7 +53,7 @@ func TestRedriveCrashMidwayThenRerun(t *testing.T) {
 						tc.crash(h, cancel)
 					}
 				}}}
-			code := a.run(ctx, []string{"--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue, "dlq", "redrive", "--all"})
+			code := a.run(ctx, append(append([]string{"--connection-string", h.Em.ConnectionString()}, h.entityFlags()...), "dlq", "redrive", "--all"))
 			t.Logf("first run -> %d\n%s%s", code, out1.String(), err1.String())
 			require.Equal(t, exitError, code)
 			assert.Contains(t, err1.String(), fmt.Sprintf("redrive stopped after %d of %d", k-1, n))

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -46,11 +45,11 @@ func (f *filterFlags) filter(now time.Time, selection bool) (inspect.DeadLetterF
 		}
 	}
 	if f.seq != "" {
-		seqs, err := parseSeqs(f.seq)
+		refs, err := parseRefs(f.seq)
 		if err != nil {
 			return out, usagef("--seq: %v", err)
 		}
-		out.SequenceNumbers = seqs
+		out.Refs = refs
 	}
 	out.Reason, out.Contains = f.reason, f.contains
 	var err error
@@ -63,18 +62,20 @@ func (f *filterFlags) filter(now time.Time, selection bool) (inspect.DeadLetterF
 	return out, nil
 }
 
-// parseSeqs parses "5,7,9" into distinct sequence numbers in ascending order.
-func parseSeqs(s string) ([]int64, error) {
-	var out []int64
+// parseRefs parses a comma-separated list of REFs ("5,7" or "billing-retry/$DeadLetterQueue:5,...")
+// into distinct refs in the order given. Entity names never contain a comma.
+func parseRefs(s string) ([]inspect.Ref, error) {
+	var out []inspect.Ref
 	for _, part := range strings.Split(s, ",") {
-		n, err := strconv.ParseInt(strings.TrimSpace(part), 10, 64)
-		if err != nil || n < 0 {
-			return nil, fmt.Errorf("%q is not a sequence number", part)
+		r, err := inspect.ParseRef(part)
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a sequence number or ENTITY:SEQ", strings.TrimSpace(part))
 		}
-		out = append(out, n)
+		if !slices.Contains(out, r) {
+			out = append(out, r)
+		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out), nil
+	return out, nil
 }
 
 // parseWhen parses an RFC 3339 time or a duration back from now ("2h"); empty is the zero time.
@@ -99,6 +100,7 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	var f filterFlags
 	fs := newFlagSet("dlq list", &c)
 	f.register(fs, false)
+	wide := fs.Bool("wide", false, "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -119,33 +121,51 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	a.warnTruncated(list.Scan)
+	scans := list.Scans()
+	a.warnTruncated(scans...)
 	if c.json {
 		out := struct {
 			Entity      string           `json:"entity"`
 			DeadLetters []jsonDeadLetter `json:"deadLetters"`
-			Scan        jsonScan         `json:"scan"`
-		}{Entity: s.entity.DeadLetterPath(), DeadLetters: []jsonDeadLetter{}, Scan: scansJSON([]inspect.Scan{list.Scan})[0]}
+			Scans       []jsonScan       `json:"scans"`
+		}{Entity: s.entity.Path(), DeadLetters: []jsonDeadLetter{}, Scans: scansJSON(scans)}
 		for _, d := range list.Items {
 			out.DeadLetters = append(out.DeadLetters, deadLetterJSON(d))
 		}
 		return writeJSON(a.stdout, out)
 	}
 	if len(list.Items) == 0 {
-		fmt.Fprintf(a.stdout, "no matching dead letters (read %d messages of %s)\n", list.Scan.Peeked, list.Scan.Entity)
+		fmt.Fprintf(a.stdout, "no matching dead letters (read %s)\n", describeScans(scans))
 		return nil
 	}
+	// ENTITY and SEQ first: together they are the REF that dlq show, redrive and purge take.
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "SEQ\tDEAD-LETTERED\tREASON\tATTEMPT\tMESSAGE ID\tDESCRIPTION")
+	head := "ENTITY\tSEQ\tDEAD-LETTERED\tREASON\tATTEMPT\tORIGINAL ID"
+	if *wide {
+		head += "\tMESSAGE ID\tKEY"
+	}
+	fmt.Fprintln(tw, head+"\tDESCRIPTION")
 	for _, d := range list.Items {
-		fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\t%s\n", d.SequenceNumber, formatTime(d.DeadLetteredAt), d.Reason, d.Attempt,
-			d.MessageID, clip(redact.String(d.Description), 60))
+		line := fmt.Sprintf("%s\t%d\t%s\t%s\t%d\t%s", d.Entity, d.SequenceNumber, formatTime(d.DeadLetteredAt), d.Reason, d.Attempt,
+			clip(d.OriginalMessageID(), 60))
+		if *wide {
+			line += "\t" + d.MessageID + "\t" + clip(d.Key, 60)
+		}
+		fmt.Fprintln(tw, line+"\t"+clip(redact.String(d.Description), 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	fmt.Fprintf(a.stdout, "%d dead letters\n", len(list.Items))
 	return nil
+}
+
+// orUnknown says "not recorded" for an empty field, rather than printing nothing.
+func orUnknown(s string) string {
+	if s == "" {
+		return "(not recorded)"
+	}
+	return s
 }
 
 // dlqShow prints one dead letter in full: what the retry library recorded, every application
@@ -159,18 +179,18 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 		return err
 	}
 	if len(pos) != 1 {
-		return usagef("dlq show needs exactly one SEQ")
+		return usagef("dlq show needs exactly one REF (ENTITY:SEQ, or SEQ)")
 	}
-	seq, err := strconv.ParseInt(pos[0], 10, 64)
-	if err != nil || seq < 0 {
-		return usagef("dlq show: %q is not a sequence number", pos[0])
+	ref, err := inspect.ParseRef(pos[0])
+	if err != nil {
+		return usagef("dlq show: %q is not a sequence number or ENTITY:SEQ", pos[0])
 	}
 	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	d, err := s.inspector.DeadLetter(ctx, seq)
+	d, err := s.inspector.DeadLetter(ctx, ref)
 	if err != nil {
 		return err
 	}
@@ -188,20 +208,21 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 	w := a.stdout
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
 	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	row("entity", d.Entity)
 	row("sequence number", d.SequenceNumber)
 	row("message id", d.MessageID)
+	row("original message id", d.OriginalMessageID())
 	row("reason", d.Reason)
 	row("description", redact.String(d.Description))
 	row("attempt", d.Attempt)
 	row("dead-lettered at", formatTime(d.DeadLetteredAt))
 	row("last error", redact.String(d.LastError))
 	row("source", d.Source)
+	row("key", orUnknown(d.Key))
+	row("correlation id", orUnknown(d.CorrelationID))
 	if d.EnvelopeErr != nil {
 		row("envelope", redact.String(d.EnvelopeErr.Error()))
 	} else {
-		row("key", d.Envelope.Key)
-		row("correlation id", d.Envelope.CorrelationID)
-		row("original message id", d.Envelope.OriginalMessageID)
 		if _, ok := m.ApplicationProperties[retry.PropFirstEnqueuedTime]; ok {
 			// Without the property, the envelope falls back to this delivery's (the dead letter's) own
 			// enqueue time, which is not the first one.

@@ -18,6 +18,8 @@ import (
 
 // dlqEntry is the part of `dlq list --json` the tests read.
 type dlqEntry struct {
+	Ref            string    `json:"ref"`
+	Entity         string    `json:"entity"`
 	SequenceNumber int64     `json:"sequenceNumber"`
 	MessageID      string    `json:"messageId"`
 	Reason         string    `json:"reason"`
@@ -26,6 +28,7 @@ type dlqEntry struct {
 	DeadLetteredAt time.Time `json:"deadLetteredAt"`
 	LastError      string    `json:"lastError"`
 	Key            string    `json:"key"`
+	CorrelationID  string    `json:"correlationId"`
 	Original       string    `json:"originalMessageId"`
 }
 
@@ -36,10 +39,10 @@ func (h *harness) listJSON(t *testing.T, args ...string) []dlqEntry {
 	var list struct {
 		Entity      string     `json:"entity"`
 		DeadLetters []dlqEntry `json:"deadLetters"`
-		Scan        jsonScan   `json:"scan"`
+		Scans       []jsonScan `json:"scans"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &list))
-	assert.Equal(t, sbtest.Queue+"/$DeadLetterQueue", list.Entity)
+	assert.Equal(t, h.Entity, list.Entity)
 	return list.DeadLetters
 }
 
@@ -92,8 +95,14 @@ func TestDLQListFilters(t *testing.T) {
 
 	code, out, _ := h.cli(t, "", "dlq", "list")
 	require.Equal(t, exitOK, code)
-	assert.Contains(t, out, "SEQ")
+	assert.Regexp(t, `(?m)^ENTITY\s+SEQ\s+DEAD-LETTERED\s+REASON\s+ATTEMPT\s+ORIGINAL ID\s+DESCRIPTION$`, out)
+	assert.Regexp(t, `(?m)^orders/\$DeadLetterQueue\s+\d+\s+\S+\s+RetryMaxAttemptsExceeded\s+2\s+max-1\s+timeout calling the ledger$`, out,
+		"the original id, not the retry copy's sbretry-<hash>-2")
 	assert.Contains(t, out, "3 dead letters")
+	code, out, _ = h.cli(t, "", "dlq", "list", "--wide")
+	require.Equal(t, exitOK, code)
+	assert.Regexp(t, `(?m)^ENTITY\s+SEQ\s+DEAD-LETTERED\s+REASON\s+ATTEMPT\s+ORIGINAL ID\s+MESSAGE ID\s+KEY\s+DESCRIPTION$`, out)
+	assert.Regexp(t, `\s+max-1\s+sbretry-[0-9a-f]+-2\s+max-1\s+`, out)
 
 	code, _, errOut := h.cli(t, "", "dlq", "list", "--since", "yesterday")
 	assert.Equal(t, exitUsage, code)
@@ -112,18 +121,27 @@ func TestDLQShow(t *testing.T) {
 	for _, want := range []string{"reason:", "RetryPermanentFailure", "invalid payload in perm-1", "tenant = acme", retry.PropDeadLetterAttempt + " = 1", `body (15 bytes):` + "\n" + `{"id":"perm-1"}`} {
 		assert.Contains(t, out, want)
 	}
+	// A first-attempt dead letter has no envelope of its own; the consumer recorded its key and
+	// correlation id on it.
+	assert.Regexp(t, `(?m)^key: +perm-1$`, out)
+	assert.Regexp(t, `(?m)^correlation id: +corr-perm-1$`, out)
+	assert.Regexp(t, `(?m)^entity: +orders/\$DeadLetterQueue$`, out)
 	code, out, _ = h.cli(t, "", "dlq", "show", seq, "--json")
 	require.Equal(t, exitOK, code)
 	var j struct {
+		dlqEntry
 		Body       string         `json:"body"`
 		Properties map[string]any `json:"properties"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &j))
 	assert.JSONEq(t, `{"id":"perm-1"}`, j.Body)
 	assert.Equal(t, "acme", j.Properties["tenant"])
+	assert.Equal(t, "perm-1", j.Key)
+	assert.Equal(t, "corr-perm-1", j.CorrelationID)
+	assert.Equal(t, "orders/$DeadLetterQueue:"+seq, j.Ref)
 
 	code, _, errOut := h.cli(t, "", "dlq", "show", "999")
-	assert.Equal(t, exitError, code)
+	assert.Equal(t, exitNotFound, code)
 	assert.Contains(t, errOut, "no such message")
 }
 
@@ -143,14 +161,14 @@ func TestRedriveBySequenceNumberAndDryRun(t *testing.T) {
 
 	code, out, _ := h.cli(t, "", "dlq", "redrive", "--seq", seq, "--dry-run")
 	require.Equal(t, exitOK, code)
-	assert.Contains(t, out, "would resubmit 1 dead letters from orders/$DeadLetterQueue to orders:")
-	assert.Regexp(t, seq+` `+perm1.MessageID+` \(RetryPermanentFailure\) as sbretry-resubmit-[0-9a-f]{40}`, out)
+	assert.Contains(t, out, "would resubmit 1 dead letters to orders:")
+	assert.Regexp(t, `orders/\$DeadLetterQueue +`+seq+` +RetryPermanentFailure +perm-1 +`+perm1.MessageID+` +sbretry-resubmit-[0-9a-f]{40}`, out)
 	assert.Equal(t, 3, h.Stats(t).DeadLettered, "a dry run changes nothing")
 	assert.Empty(t, h.activeIDs(t))
 
 	code, out, errOut := h.cli(t, "", "dlq", "redrive", "--seq", seq)
 	require.Equal(t, exitOK, code, errOut)
-	assert.Contains(t, out, "resubmitted 1 dead letters from orders/$DeadLetterQueue to orders")
+	assert.Contains(t, out, "resubmitted 1 dead letters to orders")
 	assert.Contains(t, errOut, "sbretry: redrive 1/1")
 	assert.Equal(t, 2, h.Stats(t).DeadLettered, "the other dead letters were abandoned, not taken")
 	assert.ElementsMatch(t, []string{"perm-2", "max-1"}, keys(h.listJSON(t)))
@@ -164,7 +182,8 @@ func TestRedriveBySequenceNumberAndDryRun(t *testing.T) {
 	// The same --seq again: already done, reported, not an error.
 	code, out, errOut = h.cli(t, "", "dlq", "redrive", "--seq", seq)
 	require.Equal(t, exitOK, code)
-	assert.Contains(t, errOut, "not in orders/$DeadLetterQueue")
+	assert.Contains(t, errOut, "not in their dead-letter queue")
+	assert.Contains(t, errOut, "orders/$DeadLetterQueue:"+seq)
 	assert.Contains(t, out, "nothing to redrive")
 	assert.Len(t, h.activeIDs(t), 1)
 }
@@ -206,7 +225,7 @@ func TestRedriveOfLockedDeadLetterWaitsThenFails(t *testing.T) {
 
 	code, _, errOut := h.cli(t, "", "dlq", "redrive", "--all", "--wait", "300ms")
 	assert.Equal(t, exitError, code)
-	assert.Contains(t, errOut, "1 selected dead letters were not received within --wait 300ms, probably locked by another receiver")
+	assert.Contains(t, errOut, "1 selected dead letters were not received within --wait 300ms, probably locked by another receiver: orders/$DeadLetterQueue:")
 	assert.Contains(t, errOut, "redrive stopped after 1 of 2")
 
 	require.NoError(t, other.AbandonMessage(ctx, locked[0], nil))

@@ -2,13 +2,12 @@ package main
 
 import (
 	"bytes"
-	"context"
+	"encoding/json"
 	"errors"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -23,15 +22,30 @@ func TestMain(m *testing.M) {
 
 var errBoom = errors.New("downstream unavailable")
 
-// harness is the shared one-queue harness (internal/sbtest) with the command's helpers.
+// harness is the shared harness (internal/sbtest) with the command's helpers.
 type harness struct{ *sbtest.Harness }
 
+// newHarness is the one-queue layout.
 func newHarness(tb testing.TB) *harness {
 	tb.Helper()
 	return &harness{sbtest.New(tb)}
 }
 
-// cli runs the command with the emulator's connection string and the queue; stdin feeds prompts.
+// newSubscriptionHarness is the README's subscription layout: a subscription and its retry queue.
+func newSubscriptionHarness(tb testing.TB) *harness {
+	tb.Helper()
+	return &harness{sbtest.NewSubscription(tb)}
+}
+
+// entityFlags name the harness's entity as an operator would.
+func (h *harness) entityFlags() []string {
+	if h.RetryQueue == "" {
+		return []string{"--queue", sbtest.Queue}
+	}
+	return []string{"--topic", sbtest.Topic, "--subscription", sbtest.Subscription, "--retry-queue", h.RetryQueue}
+}
+
+// cli runs the command with the emulator's connection string and the entity; stdin feeds prompts.
 func (h *harness) cli(tb testing.TB, stdin string, args ...string) (code int, stdout, stderr string) {
 	tb.Helper()
 	return h.cliWith(tb, hooks{}, stdin, args...)
@@ -41,7 +55,7 @@ func (h *harness) cliWith(tb testing.TB, hk hooks, stdin string, args ...string)
 	tb.Helper()
 	var out, errOut bytes.Buffer
 	a := &app{stdin: strings.NewReader(stdin), stdout: &out, stderr: &errOut, getenv: func(string) string { return "" }, now: time.Now, hooks: hk}
-	full := append([]string{"--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue}, args...)
+	full := append(append([]string{"--connection-string", h.Em.ConnectionString()}, h.entityFlags()...), args...)
 	code = a.run(sbtest.Context(tb), full)
 	tb.Logf("sbretry %s -> %d\nstdout:\n%sstderr:\n%s", strings.Join(args, " "), code, out.String(), errOut.String())
 	return code, out.String(), errOut.String()
@@ -56,49 +70,18 @@ func cliNoEntity(tb testing.TB, stdin string, args ...string) (code int, stdout,
 	return code, out.String(), errOut.String()
 }
 
-// seed sends one message per id and runs a consumer until each reached its stage: "pending-*" fail once
-// and are retried in an hour, "perm-*" fail permanently, "max-*" fail every attempt (MaxAttempts 2, so
-// they are dead-lettered after one retry). It returns the consumer's results.
+// seed is [sbtest.Harness.Seed].
 func (h *harness) seed(tb testing.TB, ids ...string) []retry.ProcessedParams {
 	tb.Helper()
-	msgs := make([]*azservicebus.Message, len(ids))
-	for i, id := range ids {
-		msgs[i] = sbtest.Message(id)
-		msgs[i].ApplicationProperties = map[string]any{"tenant": "acme"}
-	}
-	h.Send(tb, msgs...)
-	c := h.StartConsumer(tb, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
-		id := env.OriginalMessageID
-		switch {
-		case strings.HasPrefix(id, "pending-"):
-			return errBoom // the backoff: an hour
-		case strings.HasPrefix(id, "perm-"):
-			return retry.Permanent(errors.New("invalid payload in " + id))
-		case strings.HasPrefix(id, "max-"):
-			return retry.RetryAfter(10*time.Millisecond, errors.New("timeout calling the ledger"))
-		}
-		return nil
-	}, retry.Options{MaxAttempts: 2, Backoff: retry.Constant{Interval: time.Hour}, MaxConcurrency: 8})
-	c.Out.WaitFor(tb, "every message at its stage", func(ps []retry.ProcessedParams) bool {
-		for _, id := range ids {
-			want := retry.OutcomeDeadLettered
-			if strings.HasPrefix(id, "pending-") {
-				want = retry.OutcomeRetryScheduled
-			}
-			if _, ok := sbtest.Result(ps, id, want); !ok {
-				return false
-			}
-		}
-		return true
-	})
-	c.Stop()
-	return c.Out.Snapshot()
+	return h.Seed(tb, ids...)
 }
 
 // activeIDs counts the receivable messages of the queue by MessageID.
-func (h *harness) activeIDs(tb testing.TB) map[string]int {
-	q, ok := h.Em.Broker().Queue(sbtest.Queue)
+func (h *harness) activeIDs(tb testing.TB) map[string]int { return h.activeIn(tb, sbtest.Queue) }
+
+// activeIn counts the receivable messages of the queue name by MessageID.
+func (h *harness) activeIn(tb testing.TB, name string) map[string]int {
+	q, ok := h.Em.Broker().Queue(name)
 	require.True(tb, ok)
 	out := map[string]int{}
 	for _, m := range q.ActiveMessages() {
@@ -125,3 +108,25 @@ func timeMust(tb testing.TB, s string) time.Time {
 type stringsBuilder = strings.Builder
 
 func countLines(s string) int { return strings.Count(s, "\n") }
+
+// dryRunResubmitIDs runs a redrive dry run with the selection args and returns the MessageIDs it says
+// the fresh deliveries will carry.
+func (h *harness) dryRunResubmitIDs(tb testing.TB, args ...string) []string {
+	tb.Helper()
+	rep := h.actionJSON(tb, "", append([]string{"dlq", "redrive", "--dry-run"}, args...)...)
+	require.True(tb, rep.DryRun)
+	ids := make([]string, len(rep.Items))
+	for i, it := range rep.Items {
+		ids[i] = it.ResubmitMessageID
+	}
+	return ids
+}
+
+// actionJSON runs a redrive, purge or cancel with --json and decodes what it printed.
+func (h *harness) actionJSON(tb testing.TB, stdin string, args ...string) jsonAction {
+	tb.Helper()
+	_, out, _ := h.cli(tb, stdin, append(args, "--json")...)
+	var rep jsonAction
+	require.NoError(tb, json.Unmarshal([]byte(out), &rep), out)
+	return rep
+}

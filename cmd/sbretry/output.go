@@ -57,6 +57,7 @@ func scansJSON(scans []inspect.Scan) []jsonScan {
 }
 
 type jsonPending struct {
+	Ref               string    `json:"ref"`
 	Entity            string    `json:"entity"`
 	SequenceNumber    int64     `json:"sequenceNumber"`
 	MessageID         string    `json:"messageId"`
@@ -70,13 +71,14 @@ type jsonPending struct {
 
 func pendingJSON(p inspect.Pending) jsonPending {
 	return jsonPending{
-		Entity: p.Entity, SequenceNumber: p.SequenceNumber, MessageID: p.MessageID, DueTime: p.DueTime.UTC(),
+		Ref: p.Ref().String(), Entity: p.Entity, SequenceNumber: p.SequenceNumber, MessageID: p.MessageID, DueTime: p.DueTime.UTC(),
 		Attempt: p.Attempt, LastError: redact.String(p.LastError), Key: p.Envelope.Key,
 		CorrelationID: p.Envelope.CorrelationID, OriginalMessageID: p.Envelope.OriginalMessageID,
 	}
 }
 
 type jsonActive struct {
+	Ref            string    `json:"ref"`
 	Entity         string    `json:"entity"`
 	SequenceNumber int64     `json:"sequenceNumber"`
 	MessageID      string    `json:"messageId"`
@@ -88,12 +90,13 @@ type jsonActive struct {
 
 func activeJSON(a inspect.Active) jsonActive {
 	return jsonActive{
-		Entity: a.Entity, SequenceNumber: a.SequenceNumber, MessageID: a.MessageID, Attempt: a.Attempt,
+		Ref: a.Ref().String(), Entity: a.Entity, SequenceNumber: a.SequenceNumber, MessageID: a.MessageID, Attempt: a.Attempt,
 		EnqueuedTime: a.EnqueuedTime.UTC(), DeliveryCount: a.DeliveryCount, LastError: redact.String(a.LastError),
 	}
 }
 
 type jsonDeadLetter struct {
+	Ref               string    `json:"ref"`
 	Entity            string    `json:"entity"`
 	SequenceNumber    int64     `json:"sequenceNumber"`
 	MessageID         string    `json:"messageId"`
@@ -114,14 +117,13 @@ type jsonDeadLetter struct {
 
 func deadLetterJSON(d inspect.DeadLetter) jsonDeadLetter {
 	j := jsonDeadLetter{
-		Entity: d.Entity, SequenceNumber: d.SequenceNumber, MessageID: d.MessageID, Reason: d.Reason,
+		Ref: d.Ref().String(), Entity: d.Entity, SequenceNumber: d.SequenceNumber, MessageID: d.MessageID, Reason: d.Reason,
 		Description: redact.String(d.Description), Attempt: d.Attempt, DeadLetteredAt: d.DeadLetteredAt.UTC(),
 		LastError: redact.String(d.LastError), Source: d.Source,
+		Key: d.Key, CorrelationID: d.CorrelationID, OriginalMessageID: d.OriginalMessageID(),
 	}
 	if d.EnvelopeErr != nil {
 		j.EnvelopeError = redact.String(d.EnvelopeErr.Error())
-	} else {
-		j.Key, j.CorrelationID, j.OriginalMessageID = d.Envelope.Key, d.Envelope.CorrelationID, d.Envelope.OriginalMessageID
 	}
 	return j
 }

@@ -3,6 +3,8 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
+	"slices"
 	"text/tabwriter"
 
 	"github.com/sbretry/retry/inspect"
@@ -15,6 +17,7 @@ func (a *app) pending(ctx context.Context, args []string) error {
 	fs := newFlagSet("pending", &c)
 	limit := fs.Int("limit", defaultPageLimit, "")
 	cursor := fs.String("cursor", "", "")
+	wide := fs.Bool("wide", false, "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -52,11 +55,19 @@ func (a *app) pending(ctx context.Context, args []string) error {
 		fmt.Fprintf(a.stdout, "no pending retries (read %s)\n", describeScans(page.Scans))
 		return nil
 	}
+	// ENTITY and SEQ first: together they are the REF that cancel takes.
 	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "DUE\tATTEMPT\tSEQ\tKEY\tMESSAGE ID\tLAST ERROR")
+	head := "ENTITY\tSEQ\tDUE\tATTEMPT\tORIGINAL ID"
+	if *wide {
+		head += "\tMESSAGE ID\tKEY"
+	}
+	fmt.Fprintln(tw, head+"\tLAST ERROR")
 	for _, p := range page.Items {
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%s\t%s\t%s\n", formatTime(p.DueTime), p.Attempt, p.SequenceNumber,
-			clip(p.Envelope.Key, 40), p.MessageID, clip(redact.String(p.LastError), 60))
+		line := fmt.Sprintf("%s\t%d\t%s\t%d\t%s", p.Entity, p.SequenceNumber, formatTime(p.DueTime), p.Attempt, clip(p.Envelope.OriginalMessageID, 60))
+		if *wide {
+			line += "\t" + p.MessageID + "\t" + clip(p.Envelope.Key, 60)
+		}
+		fmt.Fprintln(tw, line+"\t"+clip(redact.String(p.LastError), 60))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -67,35 +78,110 @@ func (a *app) pending(ctx context.Context, args []string) error {
 	return nil
 }
 
-// cancel cancels one pending retry. The inspector refuses a sequence number that is not a scheduled
-// retry copy, so a typo cannot delete a live message.
+// cancelReport is a cancel, as --json prints it: the pending retries previewed, and which were
+// cancelled.
+type cancelReport struct {
+	dryRun bool
+	items  []inspect.Pending
+	done   int
+}
+
+type jsonCancel struct {
+	Action   string        `json:"action"`
+	DryRun   bool          `json:"dryRun"`
+	Selected int           `json:"selected"`
+	Done     int           `json:"done"`
+	Items    []jsonPending `json:"items"`
+	Error    string        `json:"error,omitempty"`
+}
+
+func (r *cancelReport) toJSON(err error) any {
+	out := jsonCancel{Action: "cancel", DryRun: r.dryRun, Selected: len(r.items), Done: r.done, Items: make([]jsonPending, len(r.items))}
+	for i, p := range r.items {
+		out.Items[i] = pendingJSON(p)
+	}
+	if err != nil {
+		out.Error = redact.String(err.Error())
+	}
+	return out
+}
+
+// cancel cancels pending retries, each named by a REF. Every one is first checked by the inspector,
+// which refuses a message that is not a scheduled retry copy, so a typo cannot delete a live message;
+// the checked list is the preview, printed by the dry run and before the confirmation, and the real run
+// cancels exactly that list, in order, stopping at the first failure.
 func (a *app) cancel(ctx context.Context, args []string) error {
 	var c common
 	fs := newFlagSet("cancel", &c)
+	dryRun := fs.Bool("dry-run", false, "")
+	yes := fs.Bool("yes", false, "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
-	if len(pos) != 1 {
-		return usagef("cancel needs exactly one SEQ")
+	if len(pos) == 0 {
+		return usagef("cancel needs at least one REF (ENTITY:SEQ, or SEQ)")
 	}
-	seqs, err := parseSeqs(pos[0])
-	if err != nil || len(seqs) != 1 {
-		return usagef("cancel needs one sequence number, got %q", pos[0])
+	var refs []inspect.Ref
+	for _, p := range pos {
+		rs, err := parseRefs(p)
+		if err != nil {
+			return usagef("cancel: %v", err)
+		}
+		refs = append(refs, rs...)
 	}
 	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	p, err := s.inspector.Cancel(ctx, seqs[0])
-	if err != nil {
-		return err
+	rep := &cancelReport{dryRun: *dryRun}
+	for _, r := range refs {
+		p, err := s.inspector.PendingRetry(ctx, r)
+		if err != nil {
+			return err // nothing was cancelled yet
+		}
+		if !slices.ContainsFunc(rep.items, func(q inspect.Pending) bool { return q.Ref() == p.Ref() }) {
+			rep.items = append(rep.items, *p)
+		}
 	}
-	if c.json {
-		return writeJSON(a.stdout, pendingJSON(*p))
+	if !c.json || !*yes {
+		w := a.stdout
+		if c.json {
+			w = a.stderr // the preview for the confirmation; stdout is the JSON
+		}
+		verb := "cancelling"
+		if *dryRun {
+			verb = "would cancel"
+		}
+		fmt.Fprintf(w, "%s %d pending retries:\n", verb, len(rep.items))
+		if err := printPending(w, rep.items); err != nil {
+			return err
+		}
 	}
-	fmt.Fprintf(a.stdout, "cancelled the retry due at %s (attempt %d) of %s; sequence number %d, message id %s\n",
-		formatTime(p.DueTime), p.Attempt, p.Envelope.Key, p.SequenceNumber, p.MessageID)
-	return nil
+	if *dryRun {
+		return a.finish(c.json, rep, nil, "")
+	}
+	if !*yes {
+		if err := a.confirm(fmt.Sprintf("Cancel the %d pending retries listed above? They will never run.", len(rep.items)), "cancel"); err != nil {
+			return a.finish(c.json, rep, err, "")
+		}
+	}
+	for _, p := range rep.items {
+		if _, err := s.inspector.Cancel(ctx, p.Ref()); err != nil {
+			return a.finish(c.json, rep, fmt.Errorf("cancel stopped after %d of %d: %w", rep.done, len(rep.items), err), "")
+		}
+		rep.done++
+	}
+	return a.finish(c.json, rep, nil, fmt.Sprintf("cancelled %d pending retries", rep.done))
+}
+
+// printPending writes the preview of a cancel, one pending retry a line.
+func printPending(w io.Writer, items []inspect.Pending) error {
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "  ENTITY\tSEQ\tDUE\tATTEMPT\tKEY\tMESSAGE ID")
+	for _, p := range items {
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\n", p.Entity, p.SequenceNumber, formatTime(p.DueTime), p.Attempt, clip(p.Envelope.Key, 60), p.MessageID)
+	}
+	return tw.Flush()
 }

@@ -25,10 +25,12 @@ func TestPendingCommandPaged(t *testing.T) {
 		code, out, errOut := h.cli(t, "", args...)
 		require.Equal(t, exitOK, code, errOut)
 		lines := strings.Split(strings.TrimSpace(out), "\n")
-		require.True(t, strings.HasPrefix(lines[0], "DUE"), out)
+		require.Regexp(t, `^ENTITY\s+SEQ\s+DUE\s+ATTEMPT\s+ORIGINAL ID\s+LAST ERROR$`, lines[0])
 		for _, l := range lines[1:] {
 			if !strings.HasPrefix(l, "more:") {
-				seen = append(seen, strings.Fields(l)[3]) // the key column
+				f := strings.Fields(l)
+				assert.Equal(t, sbtest.Queue, f[0], "the entity column")
+				seen = append(seen, f[4]) // the original id
 			}
 		}
 		m := cursor.FindStringSubmatch(out)
@@ -59,11 +61,33 @@ func TestCancelCommand(t *testing.T) {
 	ps := h.seed(t, "pending-1", "pending-2")
 	r, ok := sbtest.Result(ps, "pending-1", retry.OutcomeRetryScheduled)
 	require.True(t, ok)
-	code, out, _ := h.cli(t, "", "cancel", strconv.FormatInt(r.SequenceNumber, 10))
+	seq := strconv.FormatInt(r.SequenceNumber, 10)
+
+	code, out, _ := h.cli(t, "", "cancel", seq, "--dry-run")
 	require.Equal(t, exitOK, code)
-	assert.Contains(t, out, "cancelled the retry due at")
+	assert.Contains(t, out, "would cancel 1 pending retries:")
+	assert.Regexp(t, `orders +`+seq+` +\S+ +2 +pending-1 +`+r.RetryMessageID, out)
+	assert.Equal(t, 2, h.Stats(t).Scheduled, "a dry run cancels nothing")
+
+	for _, answer := range []string{"", "y\n", "Yes\n"} {
+		code, _, errOut := h.cli(t, answer, "cancel", seq)
+		assert.Equal(t, exitError, code)
+		assert.Contains(t, errOut, "Cancel the 1 pending retries listed above? They will never run. Type yes to continue: ")
+		assert.Contains(t, errOut, "cancel not confirmed")
+		assert.Equal(t, 2, h.Stats(t).Scheduled, "%q is not yes", answer)
+	}
+
+	code, out, _ = h.cli(t, "yes\n", "cancel", seq)
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "cancelling 1 pending retries:")
+	assert.Contains(t, out, "cancelled 1 pending retries")
 	assert.Equal(t, 1, h.Stats(t).Scheduled)
-	code, _, errOut := h.cli(t, "", "cancel", strconv.FormatInt(r.SequenceNumber, 10))
-	assert.Equal(t, exitError, code)
+	code, _, errOut := h.cli(t, "", "cancel", seq, "--yes")
+	assert.Equal(t, exitNotFound, code)
 	assert.Contains(t, errOut, "no such message")
+
+	// A receivable message is never cancelled, whatever the answer.
+	code, _, errOut = h.cli(t, "", "cancel", "orders:999", "--yes")
+	assert.Equal(t, exitNotFound, code)
+	assert.Contains(t, errOut, "orders:999")
 }

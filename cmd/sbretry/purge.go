@@ -1,19 +1,17 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"errors"
 	"fmt"
-	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// dlqPurge deletes the selected dead letters, after a confirmation on stdin unless --yes. It takes the
-// same selection flags as a redrive and the same path through the dead-letter queue (peek to select,
-// peek-lock receive, complete exactly the selected sequence numbers, abandon the rest), with a
-// complete as the only step: a purge interrupted part way is finished by running it again.
+// dlqPurge deletes the selected dead letters, after the confirmation word unless --yes. It takes the
+// same selection flags as a redrive and the same path through the dead-letter queues (peek to select,
+// print the plan, peek-lock receive each queue, complete exactly the planned dead letters in their own
+// queue, abandon the rest), with a complete as the only step: a purge interrupted part way is finished
+// by running it again.
 func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	var c common
 	var f filterFlags
@@ -45,32 +43,41 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if len(sel.items) == 0 {
-		fmt.Fprintf(a.stdout, "nothing to purge (read %d messages of %s)\n", sel.scan.Peeked, sel.scan.Entity)
-		return nil
+	plan := make([]*planItem, len(sel.items))
+	for i, d := range sel.items {
+		plan[i] = &planItem{dead: d}
+	}
+	rep := &actionReport{action: "purge", dryRun: *dryRun, plan: plan, missing: sel.missing}
+	if len(plan) == 0 {
+		return a.finish(c.json, rep, nil, fmt.Sprintf("nothing to purge (read %s)", describeScans(sel.scans)))
+	}
+	if !c.json {
+		verb := "deleting"
+		if *dryRun {
+			verb = "would delete"
+		}
+		fmt.Fprintf(a.stdout, "%s %d dead letters:\n", verb, len(plan))
+		if err := printPlan(a.stdout, plan, false); err != nil {
+			return err
+		}
 	}
 	if *dryRun {
-		fmt.Fprintf(a.stdout, "would delete %d dead letters from %s:\n", len(sel.items), s.entity.DeadLetterPath())
-		for _, d := range sel.items {
-			fmt.Fprintf(a.stdout, "  %d %s (%s)\n", d.SequenceNumber, d.MessageID, d.Reason)
-		}
-		return nil
+		return a.finish(c.json, rep, nil, "")
 	}
-	// The count shown comes from the selection, so the operator confirms what will actually be
-	// deleted. Anything but yes, including end of input (a script that forgot --yes), is a no.
+	// The count shown comes from the plan, so the operator confirms what will actually be deleted.
 	if !*yes {
-		fmt.Fprintf(a.stderr, "Delete %d dead letters from %s for good? Type yes to continue: ", len(sel.items), s.entity.DeadLetterPath())
-		line, _ := bufio.NewReader(a.stdin).ReadString('\n')
-		if answer := strings.ToLower(strings.TrimSpace(line)); answer != "yes" && answer != "y" {
-			return errors.New("purge not confirmed; nothing was deleted")
+		if err := a.confirm(fmt.Sprintf("Delete the %d dead letters listed above for good?", len(plan)), "purge"); err != nil {
+			return a.finish(c.json, rep, err, "")
 		}
 	}
-	done, err := a.drainSelected(ctx, s, sel, *wait, "purge", func(ctx context.Context, r dlqReceiver, m *azservicebus.ReceivedMessage) error {
+	done, err := a.drainSelected(ctx, s, sel, plan, *wait, "purge", func(ctx context.Context, r dlqReceiver, it *planItem, m *azservicebus.ReceivedMessage) error {
+		if err := checkPlanned(it, m); err != nil {
+			return err
+		}
 		return r.CompleteMessage(ctx, m, nil)
 	})
 	if err != nil {
-		return fmt.Errorf("purge stopped after %d of %d: %w; run the same command again to finish", done, len(sel.items), err)
+		err = fmt.Errorf("purge stopped after %d of %d: %w; run the same command again to finish", done, len(plan), err)
 	}
-	fmt.Fprintf(a.stdout, "deleted %d dead letters from %s\n", done, s.entity.DeadLetterPath())
-	return nil
+	return a.finish(c.json, rep, err, fmt.Sprintf("deleted %d dead letters", done))
 }

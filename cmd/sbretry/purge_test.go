@@ -14,13 +14,22 @@ func TestPurgeAsksForConfirmation(t *testing.T) {
 
 	code, _, errOut := h.cli(t, "no\n", "dlq", "purge", "--reason", "RetryPermanentFailure")
 	assert.Equal(t, exitError, code)
-	assert.Contains(t, errOut, "Delete 2 dead letters from orders/$DeadLetterQueue for good? Type yes to continue: ")
-	assert.Contains(t, errOut, "purge not confirmed; nothing was deleted")
+	assert.Contains(t, errOut, "Delete the 2 dead letters listed above for good? Type yes to continue: ")
+	assert.Contains(t, errOut, "purge not confirmed")
+	assert.Contains(t, errOut, "nothing was done")
 	assert.Equal(t, 3, h.Stats(t).DeadLettered)
 
 	code, _, _ = h.cli(t, "", "dlq", "purge", "--all")
 	assert.Equal(t, exitError, code, "no answer is no")
 	assert.Equal(t, 3, h.Stats(t).DeadLettered)
+
+	// Only the exact word: "y" and "YES" are a no.
+	for _, answer := range []string{"y\n", "YES\n", "yes please\n"} {
+		code, _, errOut = h.cli(t, answer, "dlq", "purge", "--all")
+		assert.Equal(t, exitError, code, answer)
+		assert.Contains(t, errOut, `the answer must be "yes"`)
+		assert.Equal(t, 3, h.Stats(t).DeadLettered, answer)
+	}
 
 	code, out, _ := h.cli(t, "", "dlq", "purge", "--all", "--dry-run")
 	require.Equal(t, exitOK, code)

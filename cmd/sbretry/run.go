@@ -16,11 +16,12 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// Exit codes.
+// Exit codes, documented in the package documentation: scripts depend on them.
 const (
-	exitOK    = 0
-	exitError = 1
-	exitUsage = 2
+	exitOK       = 0 // done, or found
+	exitError    = 1 // an error, a refused confirmation, or an action that stopped part way
+	exitUsage    = 2 // the command line cannot run: a bad flag, a missing or ambiguous entity
+	exitNotFound = 3 // status, dlq show, cancel: nothing matches what was asked for
 )
 
 // envConnectionString names the environment variable read when --connection-string is not given.
@@ -37,25 +38,29 @@ const (
 // every command is safe to run again.
 var clientRetries = azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
 
-const usageText = `usage: sbretry [--connection-string S] (--queue Q | --topic T --subscription S) COMMAND ...
+const usageText = `usage: sbretry [--connection-string S] (--queue Q | --topic T --subscription S --retry-queue R) COMMAND ...
 
 commands:
   status KEY          pending retries, active copies and dead letters of a key, correlation id or message id
-  pending             pending retries by due time (--limit N, --cursor C)
-  cancel SEQ          cancel one pending retry by sequence number
-  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT)
-  dlq show SEQ        one dead letter with its properties and body
-  dlq redrive         resubmit dead letters as fresh first deliveries (--seq N,M | --reason R | --all; --dry-run; --redrive-to QUEUE)
-  dlq purge           delete dead letters (same selection; asks for confirmation unless --yes)
+  pending             pending retries by due time (--limit N, --cursor C, --wide)
+  cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)
+  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --wide)
+  dlq show REF        one dead letter with its properties and body
+  dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --all; --dry-run; --redrive-to QUEUE)
+  dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
+
+a REF names a message by its entity and sequence number, as the listings show them:
+  'billing-retry/$DeadLetterQueue:17' (quote the $); a bare 17 is enough where only one entity can hold it.
 
 common flags (before or after the command):
   --connection-string S  default $SERVICEBUS_CONNECTION_STRING
   --queue Q | --topic T --subscription S
-  --retry-queue Q        queue holding the consumer's retry copies, if not the entity
+  --retry-queue Q        queue holding the consumer's retry copies: required for a subscription
   --max-peek N           read at most N messages per entity (default 10000)
   --timeout D            bound on the whole command (default 5m)
-  --json                 JSON output for jq
+  --json                 JSON output for jq (every command, dry runs included)
 times (--since, --until) are RFC 3339 ("2026-12-01T10:00:00Z") or a duration back from now ("2h").
+exit codes: 0 done or found, 1 error, 2 usage, 3 not found (status, dlq show, cancel).
 `
 
 // app is one invocation of the command: its streams, environment and test hooks.
@@ -100,6 +105,15 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(a.stderr, "sbretry: %s\n\n%s", redact.String(ue.msg), usageText)
 		return exitUsage
+	case isRefError(err):
+		// A selection the command cannot place: the operator must name the entity. Nothing was done.
+		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
+		return exitUsage
+	case errors.Is(err, errNothingFound):
+		return exitNotFound
+	case errors.Is(err, inspect.ErrNotFound):
+		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
+		return exitNotFound
 	default:
 		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
 		return exitError
@@ -154,6 +168,18 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.dlqPurge(ctx, rest)
 	}
 	return usagef("unknown command %q", name)
+}
+
+// isRefError reports an error about a message reference or an entity the command line named: an
+// ambiguous or malformed REF, an entity the command does not read, a subscription without its retry
+// queue.
+func isRefError(err error) bool {
+	for _, target := range []error{inspect.ErrAmbiguousRef, inspect.ErrInvalidRef, inspect.ErrUnknownEntity, inspect.ErrNoRetryQueue} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
 }
 
 // takesValue reports whether a flag (of any command) consumes the next argument.
@@ -247,6 +273,11 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 	e, err := c.entity()
 	if err != nil {
 		return nil, nil, nil, err
+	}
+	if e.IsSubscription() && c.retryQueue == "" {
+		// Never answer "nothing" for a place not looked at: the retry library's subscription
+		// consumers always have a retry queue, and only the operator knows its name.
+		return nil, nil, nil, usagef("subscription %s: give --retry-queue QUEUE, the queue its consumer schedules retries on: its pending retries and its last attempts' dead letters are there, and an answer without them would leave them out", e)
 	}
 	if c.maxPeek <= 0 {
 		return nil, nil, nil, usagef("--max-peek must be positive")

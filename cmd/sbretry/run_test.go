@@ -14,6 +14,7 @@ func TestUsageErrors(t *testing.T) {
 	t.Parallel()
 	const cs = "Endpoint=sb://127.0.0.1:1;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true"
 	q := []string{"--connection-string", cs, "--queue", "orders"}
+	sub := []string{"--connection-string", cs, "--topic", "events", "--subscription", "billing"}
 	cases := []struct {
 		name string
 		args []string
@@ -35,7 +36,15 @@ func TestUsageErrors(t *testing.T) {
 		{"bad limit", append(q, "pending", "--limit", "0"), "--limit must be positive"},
 		{"bad max-peek", append(q, "status", "k", "--max-peek", "0"), "--max-peek must be positive"},
 		{"dead-letter path as queue", []string{"--connection-string", cs, "--queue", "orders/$DeadLetterQueue", "status", "k"}, "name a queue"},
-		{"show without seq", append(q, "dlq", "show"), "dlq show needs exactly one SEQ"},
+		{"show without seq", append(q, "dlq", "show"), "dlq show needs exactly one REF"},
+		{"show with a bad ref", append(q, "dlq", "show", ":3"), `":3" is not a sequence number or ENTITY:SEQ`},
+		{"cancel without ref", append(q, "cancel"), "cancel needs at least one REF"},
+		{"bad ref in --seq", append(q, "dlq", "purge", "--seq", "orders/$DeadLetterQueue:x"), `is not a sequence number or ENTITY:SEQ`},
+		// Never answer "nothing" for a place not looked at: a subscription's retries are in its retry queue.
+		{"status of a subscription without its retry queue", append(sub, "status", "k"), "give --retry-queue QUEUE"},
+		{"pending of a subscription without its retry queue", append(sub, "pending"), "give --retry-queue QUEUE"},
+		{"dlq list of a subscription without its retry queue", append(sub, "dlq", "list"), "give --retry-queue QUEUE"},
+		{"cancel on a subscription without its retry queue", append(sub, "cancel", "3"), "give --retry-queue QUEUE"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,7 +10,8 @@ import (
 )
 
 // status prints everything the entity says about one key: "will be retried at T (attempt n)",
-// "active now", "dead-lettered at T: reason".
+// "active now", "dead-lettered at T: reason", each with the REF (entity and sequence number) that the
+// other commands take. A key found nowhere exits with exitNotFound, after saying what was read.
 func (a *app) status(ctx context.Context, args []string) error {
 	var c common
 	fs := newFlagSet("status", &c)
@@ -49,7 +50,10 @@ func (a *app) status(ctx context.Context, args []string) error {
 		for _, d := range st.DeadLetters {
 			out.DeadLetters = append(out.DeadLetters, deadLetterJSON(d))
 		}
-		return writeJSON(a.stdout, out)
+		if err := writeJSON(a.stdout, out); err != nil {
+			return err
+		}
+		return nothingFound(st)
 	}
 	// One line per finding, in the words an on-call engineer searches for; the relative due time
 	// saves a mental subtraction across time zones.
@@ -57,16 +61,16 @@ func (a *app) status(ctx context.Context, args []string) error {
 	fmt.Fprintf(w, "%s on %s:\n", st.ID, s.entity)
 	now := a.now()
 	for _, p := range st.Pending {
-		fmt.Fprintf(w, "  will be retried at %s (attempt %d), %s; sequence number %d, message id %s",
-			formatTime(p.DueTime), p.Attempt, relative(p.DueTime, now), p.SequenceNumber, p.MessageID)
+		fmt.Fprintf(w, "  will be retried at %s (attempt %d), %s; sequence number %d in %s, message id %s",
+			formatTime(p.DueTime), p.Attempt, relative(p.DueTime, now), p.SequenceNumber, p.Entity, p.MessageID)
 		if p.LastError != "" {
 			fmt.Fprintf(w, "; last error: %s", clip(redact.String(p.LastError), 200))
 		}
 		fmt.Fprintln(w)
 	}
 	for _, x := range st.Active {
-		fmt.Fprintf(w, "  active now (attempt %d): receivable or being processed, enqueued at %s; sequence number %d, message id %s, delivery count %d\n",
-			x.Attempt, formatTime(x.EnqueuedTime), x.SequenceNumber, x.MessageID, x.DeliveryCount)
+		fmt.Fprintf(w, "  active now (attempt %d): receivable or being processed, enqueued at %s; sequence number %d in %s, message id %s, delivery count %d\n",
+			x.Attempt, formatTime(x.EnqueuedTime), x.SequenceNumber, x.Entity, x.MessageID, x.DeliveryCount)
 	}
 	for _, d := range st.DeadLetters {
 		fmt.Fprintf(w, "  dead-lettered at %s: %s", formatTime(d.DeadLetteredAt), d.Reason)
@@ -80,6 +84,14 @@ func (a *app) status(ctx context.Context, args []string) error {
 	}
 	if len(st.Pending)+len(st.Active)+len(st.DeadLetters) == 0 {
 		fmt.Fprintf(w, "  nothing pending, active or dead-lettered (read %s)\n", describeScans(st.Scans))
+	}
+	return nothingFound(st)
+}
+
+// nothingFound is errNothingFound when st found nothing: the command then exits with exitNotFound.
+func nothingFound(st *inspect.Status) error {
+	if len(st.Pending)+len(st.Active)+len(st.DeadLetters) == 0 {
+		return errNothingFound
 	}
 	return nil
 }

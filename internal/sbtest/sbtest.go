@@ -1,16 +1,19 @@
 // Package sbtest is the test harness shared by the packages whose tests drive the emulator through the
 // real SDK: a collector of a consumer's results that tests wait on (e2e, inspect, cmd/sbretry), and for
-// inspect and cmd/sbretry an emulator with one queue, a client on it, a sender that batches, and a
-// retry.Consumer on the queue.
+// inspect and cmd/sbretry an emulator in one of two layouts (one queue, or the README's subscription
+// with its retry queue), a client on it, a sender that batches, a retry.Consumer on the entity, and a
+// seed that brings messages to known stages (pending, dead-lettered at the first or the last attempt).
 //
 // It is for tests only; it fails the test it is given rather than returning errors.
 package sbtest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -31,6 +34,18 @@ const Timeout = 30 * time.Second
 // Queue is the name of the harness's queue.
 const Queue = "orders"
 
+// The subscription layout of [NewSubscription], as the README sets it up: the topic Topic, its
+// subscription Subscription, and RetryQueue, the queue the subscription's consumer schedules its retry
+// copies on and receives them from.
+const (
+	Topic        = "events"
+	Subscription = "billing"
+	RetryQueue   = "billing-retry"
+)
+
+// SubscriptionPath is the entity path of the layout's subscription.
+const SubscriptionPath = Topic + "/Subscriptions/" + Subscription
+
 // FastRetries makes the SDK give up quickly on loopback.
 var FastRetries = azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond}
 
@@ -43,20 +58,47 @@ func IgnoreSDKLeak() goleak.Option {
 	return goleak.IgnoreTopFunction("github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/internal.(*Namespace).startNegotiateClaimRenewer.func3")
 }
 
-// Harness is one emulator with one queue ([Queue], duplicate detection on) and a client on it. Both are
-// closed when the test ends.
+// Harness is one emulator and a client on it, in one of two layouts: one queue ([Queue], from [New]),
+// or a subscription with its retry queue ([NewSubscription]); duplicate detection is on everywhere. Both
+// are closed when the test ends.
 type Harness struct {
 	Em     *sbemu.Emulator
 	Client *azservicebus.Client
+	// Entity is what the consumer receives from: [Queue], or [SubscriptionPath].
+	Entity string
+	// SendTo is where [Harness.Send] sends: the queue, or the topic.
+	SendTo string
+	// RetryQueue is the subscription's retry queue; empty in the queue layout.
+	RetryQueue string
 }
 
-// New starts the harness of tb.
+// New starts the one-queue harness of tb.
 func New(tb testing.TB) *Harness {
 	tb.Helper()
-	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{
+	h := start(tb, sbemu.Config{Queues: []broker.QueueConfig{{
 		Name:                     Queue,
 		DuplicateDetectionWindow: 10 * time.Minute,
 	}}})
+	h.Entity, h.SendTo = Queue, Queue
+	return h
+}
+
+// NewSubscription starts the subscription layout of tb: the topic [Topic] with the subscription
+// [Subscription], and the queue [RetryQueue].
+func NewSubscription(tb testing.TB) *Harness {
+	tb.Helper()
+	dedup := 10 * time.Minute
+	h := start(tb, sbemu.Config{
+		Topics: []broker.TopicConfig{{Name: Topic, DuplicateDetectionWindow: dedup, Subscriptions: []broker.SubscriptionConfig{{Name: Subscription}}}},
+		Queues: []broker.QueueConfig{{Name: RetryQueue, DuplicateDetectionWindow: dedup}},
+	})
+	h.Entity, h.SendTo, h.RetryQueue = SubscriptionPath, Topic, RetryQueue
+	return h
+}
+
+func start(tb testing.TB, cfg sbemu.Config) *Harness {
+	tb.Helper()
+	em, err := sbemu.Start(cfg)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, em.Close()) })
 	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{RetryOptions: FastRetries})
@@ -69,12 +111,18 @@ func New(tb testing.TB) *Harness {
 	return &Harness{Em: em, Client: client}
 }
 
-// Send sends msgs to the queue, in as many batches as their size needs.
+// Send sends msgs to [Harness.SendTo], in as many batches as their size needs.
 func (h *Harness) Send(tb testing.TB, msgs ...*azservicebus.Message) {
+	tb.Helper()
+	h.SendToEntity(tb, h.SendTo, msgs...)
+}
+
+// SendToEntity sends msgs to the queue or topic named entity, in as many batches as their size needs.
+func (h *Harness) SendToEntity(tb testing.TB, entity string, msgs ...*azservicebus.Message) {
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	defer cancel()
-	s, err := h.Client.NewSender(Queue, nil)
+	s, err := h.Client.NewSender(entity, nil)
 	require.NoError(tb, err)
 	defer func() { _ = s.Close(ctx) }()
 	for len(msgs) > 0 {
@@ -94,10 +142,21 @@ func (h *Harness) Send(tb testing.TB, msgs ...*azservicebus.Message) {
 	}
 }
 
-// Stats is the queue's message counts in the emulator.
+// Stats is the message counts of [Harness.Entity] in the emulator.
 func (h *Harness) Stats(tb testing.TB) broker.Stats {
 	tb.Helper()
-	q, ok := h.Em.Broker().Queue(Queue)
+	if h.RetryQueue == "" {
+		return h.QueueStats(tb, Queue)
+	}
+	q, ok := h.Em.Broker().Subscription(Topic, Subscription)
+	require.True(tb, ok)
+	return q.Stats()
+}
+
+// QueueStats is the message counts of the queue name in the emulator.
+func (h *Harness) QueueStats(tb testing.TB, name string) broker.Stats {
+	tb.Helper()
+	q, ok := h.Em.Broker().Queue(name)
 	require.True(tb, ok)
 	return q.Stats()
 }
@@ -190,13 +249,18 @@ type Consumer struct {
 	Stop func()
 }
 
-// StartConsumer runs a consumer of the queue with handler and opts, whose OnProcessed hook and Logger
+// StartConsumer runs a consumer of [Harness.Entity] with handler and opts, whose OnProcessed hook and Logger
 // it replaces (the logs are discarded) and whose SettleTimeout defaults to 5 s.
 func (h *Harness) StartConsumer(tb testing.TB, handler retry.Handler, opts retry.Options) *Consumer {
 	tb.Helper()
-	connect, err := retry.QueueConnectionString(h.Em.ConnectionString(), Queue, &retry.ConnectOptions{
-		Client: &azservicebus.ClientOptions{RetryOptions: FastRetries},
-	})
+	copts := &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: FastRetries}}
+	var connect retry.Connector
+	var err error
+	if h.RetryQueue == "" {
+		connect, err = retry.QueueConnectionString(h.Em.ConnectionString(), Queue, copts)
+	} else {
+		connect, err = retry.SubscriptionConnectionString(h.Em.ConnectionString(), Topic, Subscription, h.RetryQueue, copts)
+	}
 	require.NoError(tb, err)
 	out := NewOutcomes()
 	opts.Hooks.OnProcessed = out.Hook
@@ -229,4 +293,51 @@ func Context(tb testing.TB) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), Timeout)
 	tb.Cleanup(cancel)
 	return ctx
+}
+
+// ErrDownstream is the error of the "pending-*" messages of [Harness.Seed].
+var ErrDownstream = errors.New("downstream unavailable")
+
+// Seed sends one message per id (with the application property tenant=acme, and the CorrelationID
+// "corr-" + id) and runs a consumer until each reached its stage: "pending-*" fail once with
+// [ErrDownstream] and are retried in an hour, "perm-*" fail permanently at their first attempt, "max-*"
+// fail every attempt (MaxAttempts 2, so they are dead-lettered after one retry: in the subscription
+// layout, from the retry queue). It returns the consumer's results.
+func (h *Harness) Seed(tb testing.TB, ids ...string) []retry.ProcessedParams {
+	tb.Helper()
+	msgs := make([]*azservicebus.Message, len(ids))
+	for i, id := range ids {
+		msgs[i] = Message(id)
+		msgs[i].ApplicationProperties = map[string]any{"tenant": "acme"}
+		corr := "corr-" + id
+		msgs[i].CorrelationID = &corr
+	}
+	h.Send(tb, msgs...)
+	c := h.StartConsumer(tb, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		env, _ := retry.EnvelopeFromContext(ctx)
+		id := env.OriginalMessageID
+		switch {
+		case strings.HasPrefix(id, "pending-"):
+			return ErrDownstream // the backoff: an hour
+		case strings.HasPrefix(id, "perm-"):
+			return retry.Permanent(errors.New("invalid payload in " + id))
+		case strings.HasPrefix(id, "max-"):
+			return retry.RetryAfter(10*time.Millisecond, errors.New("timeout calling the ledger"))
+		}
+		return nil
+	}, retry.Options{MaxAttempts: 2, Backoff: retry.Constant{Interval: time.Hour}, MaxConcurrency: 8})
+	c.Out.WaitFor(tb, "every message at its stage", func(ps []retry.ProcessedParams) bool {
+		for _, id := range ids {
+			want := retry.OutcomeDeadLettered
+			if strings.HasPrefix(id, "pending-") {
+				want = retry.OutcomeRetryScheduled
+			}
+			if _, ok := Result(ps, id, want); !ok {
+				return false
+			}
+		}
+		return true
+	})
+	c.Stop()
+	return c.Out.Snapshot()
 }

@@ -1,0 +1,147 @@
+package inspect
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/internal/sbtest"
+)
+
+func TestParseRef(t *testing.T) {
+	cases := []struct {
+		in   string
+		want Ref
+		bad  bool
+	}{
+		{in: "17", want: Ref{SequenceNumber: 17}},
+		{in: " 17 ", want: Ref{SequenceNumber: 17}},
+		{in: "billing-retry/$DeadLetterQueue:17", want: Ref{Entity: "billing-retry/$DeadLetterQueue", SequenceNumber: 17}},
+		{in: "events/Subscriptions/billing:0", want: Ref{Entity: "events/Subscriptions/billing", SequenceNumber: 0}},
+		{in: ":17", bad: true},
+		{in: "q:", bad: true},
+		{in: "q:-1", bad: true},
+		{in: "q:x", bad: true},
+		{in: "", bad: true},
+		{in: "-3", bad: true},
+	}
+	for _, tc := range cases {
+		got, err := ParseRef(tc.in)
+		if tc.bad {
+			assert.ErrorIs(t, err, ErrInvalidRef, tc.in)
+			continue
+		}
+		require.NoError(t, err, tc.in)
+		assert.Equal(t, tc.want, got, tc.in)
+		again, err := ParseRef(got.String())
+		require.NoError(t, err)
+		assert.Equal(t, got, again, "String is what ParseRef reads")
+	}
+}
+
+// subscriptionLayout seeds the README's subscription layout so that sequence numbers collide: perm-1
+// is dead-lettered at its first attempt from the subscription, max-1 after its retry from the retry
+// queue, and each is number 1 of its own dead-letter queue; pending-1 waits in the retry queue.
+func subscriptionLayout(t *testing.T) (*sbtest.Harness, *Inspector, DeadLetter, DeadLetter) {
+	t.Helper()
+	h := sbtest.NewSubscription(t)
+	h.Seed(t, "perm-1", "max-1", "pending-1")
+	in, err := New(h.Client, sbtest.SubscriptionPath, &Options{RetryQueue: sbtest.RetryQueue})
+	require.NoError(t, err)
+	list, err := in.DeadLetters(sbtest.Context(t), DeadLetterFilter{})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 2)
+	sub, rq := list.Items[0], list.Items[1]
+	require.Equal(t, sbtest.SubscriptionPath+"/$DeadLetterQueue", sub.Entity)
+	require.Equal(t, sbtest.RetryQueue+"/$DeadLetterQueue", rq.Entity)
+	require.Equal(t, sub.SequenceNumber, rq.SequenceNumber, "the layout must collide for this test to mean anything")
+	require.Equal(t, "perm-1", sub.OriginalMessageID())
+	require.Equal(t, "max-1", rq.OriginalMessageID())
+	return h, in, sub, rq
+}
+
+// TestRefsNameTheEntity: in the subscription layout the two dead-letter queues both hold a number 1;
+// every lookup and selection by Ref finds the one named, a bare number is refused as ambiguous, and an
+// entity the inspector does not read is refused.
+func TestRefsNameTheEntity(t *testing.T) {
+	t.Parallel()
+	_, in, sub, rq := subscriptionLayout(t)
+	ctx := sbtest.Context(t)
+
+	for _, want := range []DeadLetter{sub, rq} {
+		got, err := in.DeadLetter(ctx, want.Ref())
+		require.NoError(t, err)
+		assert.Equal(t, want.MessageID, got.MessageID)
+		assert.Equal(t, want.Entity, got.Entity)
+
+		list, err := in.DeadLetters(ctx, DeadLetterFilter{Refs: []Ref{want.Ref()}})
+		require.NoError(t, err)
+		require.Len(t, list.Items, 1)
+		assert.Equal(t, want.MessageID, list.Items[0].MessageID)
+		assert.Empty(t, list.Missing)
+	}
+	// Case as an operator might type it.
+	upper := Ref{Entity: "BILLING-RETRY/$DEADLETTERQUEUE", SequenceNumber: rq.SequenceNumber}
+	got, err := in.DeadLetter(ctx, upper)
+	require.NoError(t, err)
+	assert.Equal(t, rq.MessageID, got.MessageID)
+
+	bare := Ref{SequenceNumber: sub.SequenceNumber}
+	_, err = in.DeadLetter(ctx, bare)
+	assert.ErrorIs(t, err, ErrAmbiguousRef)
+	assert.ErrorContains(t, err, sub.Ref().String())
+	assert.ErrorContains(t, err, rq.Ref().String())
+	_, err = in.DeadLetters(ctx, DeadLetterFilter{Refs: []Ref{bare}})
+	assert.ErrorIs(t, err, ErrAmbiguousRef)
+
+	// The retry queue itself is not a dead-letter queue: a pending retry's ref never selects a dead
+	// letter with the same number.
+	_, err = in.DeadLetter(ctx, Ref{Entity: sbtest.RetryQueue, SequenceNumber: rq.SequenceNumber})
+	assert.ErrorIs(t, err, ErrUnknownEntity)
+	_, err = in.DeadLetter(ctx, Ref{Entity: "orders/$DeadLetterQueue", SequenceNumber: 1})
+	assert.ErrorIs(t, err, ErrUnknownEntity)
+
+	gone := Ref{Entity: rq.Entity, SequenceNumber: rq.SequenceNumber + 100}
+	list, err := in.DeadLetters(ctx, DeadLetterFilter{Refs: []Ref{rq.Ref(), gone}})
+	require.NoError(t, err)
+	require.Len(t, list.Items, 1)
+	assert.Equal(t, []Ref{gone}, list.Missing)
+}
+
+// TestFirstAttemptDeadLetterKeepsItsKey: a message dead-lettered at its first attempt carries no
+// envelope of its own; the consumer records its key and correlation id on the dead letter.
+func TestFirstAttemptDeadLetterKeepsItsKey(t *testing.T) {
+	t.Parallel()
+	_, _, sub, rq := subscriptionLayout(t)
+	assert.Equal(t, 1, sub.Attempt)
+	assert.Equal(t, "perm-1", sub.Key)
+	assert.Equal(t, "corr-perm-1", sub.CorrelationID)
+	assert.Equal(t, "max-1", rq.Key)
+	assert.Equal(t, "corr-max-1", rq.CorrelationID)
+}
+
+// TestCancelInTheSubscriptionLayout: pending retries are in the retry queue, which a bare number
+// names; the subscription holds none.
+func TestCancelInTheSubscriptionLayout(t *testing.T) {
+	t.Parallel()
+	h, in, _, _ := subscriptionLayout(t)
+	ctx := sbtest.Context(t)
+	st, err := in.Status(ctx, "pending-1")
+	require.NoError(t, err)
+	require.Len(t, st.Pending, 1)
+	p := st.Pending[0]
+	assert.Equal(t, sbtest.RetryQueue, p.Entity)
+
+	_, err = in.Cancel(ctx, Ref{Entity: sbtest.SubscriptionPath, SequenceNumber: p.SequenceNumber})
+	assert.ErrorIs(t, err, ErrUnknownEntity)
+	preview, err := in.PendingRetry(ctx, Ref{SequenceNumber: p.SequenceNumber})
+	require.NoError(t, err)
+	assert.Equal(t, p.Ref(), preview.Ref())
+	assert.Equal(t, 1, h.QueueStats(t, sbtest.RetryQueue).Scheduled, "a preview cancels nothing")
+	got, err := in.Cancel(context.Background(), Ref{SequenceNumber: p.SequenceNumber})
+	require.NoError(t, err)
+	assert.Equal(t, p.MessageID, got.MessageID)
+	assert.Equal(t, 0, h.QueueStats(t, sbtest.RetryQueue).Scheduled)
+}
