@@ -101,7 +101,7 @@ func TestScanRefusesRepliesThatDoNotAdvance(t *testing.T) {
 
 type stuckLinks struct{ m *azservicebus.ReceivedMessage }
 
-func (s *stuckLinks) peeker(source) (peeker, error) { return s, nil }
+func (s *stuckLinks) peeker(source) (peeker, error)       { return s, nil }
 func (s *stuckLinks) canceller(source) (canceller, error) { return nil, errors.New("unused") }
 func (s *stuckLinks) PeekMessages(context.Context, int, *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
 	return []*azservicebus.ReceivedMessage{s.m}, nil
