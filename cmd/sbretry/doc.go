@@ -4,23 +4,42 @@
 // Usage:
 //
 //	sbretry [entity flags] status KEY           pending retries, active copies and dead letters of one message
-//	sbretry [entity flags] pending [--limit N] [--cursor C]
+//	sbretry [entity flags] pending [--limit N] [--cursor C] [--wide]
 //	                                            pending retries by due time, one page at a time
-//	sbretry [entity flags] cancel SEQ           cancel one pending retry by its sequence number
-//	sbretry [entity flags] dlq list [--reason R] [--since T] [--until T] [--contains TEXT]
-//	sbretry [entity flags] dlq show SEQ
-//	sbretry [entity flags] dlq redrive (--seq N,M | --reason R | --all) [filters] [--dry-run] [--redrive-to QUEUE]
-//	sbretry [entity flags] dlq purge   (--seq N,M | --reason R | --all) [filters] [--dry-run] [--yes]
+//	sbretry [entity flags] cancel REF... [--dry-run] [--yes]
+//	                                            cancel pending retries
+//	sbretry [entity flags] dlq list [--reason R] [--since T] [--until T] [--contains TEXT] [--wide]
+//	sbretry [entity flags] dlq show REF
+//	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--redrive-to QUEUE]
+//	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--yes]
 //
 // Entity flags (they may also follow the subcommand):
 //
 //	--connection-string S   the namespace's connection string; default $SERVICEBUS_CONNECTION_STRING
 //	--queue Q               a queue, or
-//	--topic T --subscription S
-//	--retry-queue Q         the queue the consumer schedules its retry copies on, if not the entity itself
+//	--topic T --subscription S --retry-queue R
+//	                        a subscription and the queue its consumer schedules retry copies on
+//	--retry-queue Q         for a queue: the queue holding its retry copies, if not the queue itself
 //	--max-peek N            read at most N messages from each entity (default 10000)
 //	--timeout D             bound on the whole command (default 5m)
-//	--json                  machine-readable output on stdout, for jq
+//	--json                  machine-readable output on stdout, for jq: every command, dry runs included
+//
+// # Entities and references
+//
+// Every listing names the entity of each row, and every command that acts on messages takes them as
+// REFs: ENTITY:SEQ, the entity as the listing spells it and the sequence number there
+// ('orders-billing-retry/$DeadLetterQueue:17'; quote the $ for the shell). Service Bus counts sequence
+// numbers per entity, and a dead-letter queue counts its own, so in the subscription layout the
+// subscription's dead-letter queue and its retry queue's both hold a number 17: a bare 17 is accepted
+// only where one entity can hold the message (a queue's dead letters, a subscription's pending retries,
+// which are all in its retry queue), and refused with exit code 2, naming both candidates, where two
+// can. A redrive or purge that selects in both dead-letter queues (--reason, --all) settles each dead
+// letter in its own queue.
+//
+// A subscription needs --retry-queue: its pending retries and the dead letters of its last attempts are
+// there, and an answer that left them out would say "nothing pending" about a place it never looked.
+// The queue is the retryQueue argument of retry.SubscriptionConnectionString; Service Bus records no
+// link between the two, so the operator names it.
 //
 // Reading is peek-based (package github.com/sbretry/retry/inspect): it never locks or changes a message,
 // and it is bounded by --max-peek; when the bound is hit, a warning on stderr says the answer covers the
@@ -31,8 +50,11 @@
 // A redrive turns each selected dead letter into a fresh first delivery with retry.ResubmitMessage
 // (retry properties stripped, so it gets the full retry schedule again; a new MessageID derived from
 // the dead letter, so it is not dropped as a duplicate of the original), sends it, and only then
-// completes the dead letter. The dead-letter queue is received in peek-lock mode; exactly the selected
-// sequence numbers are completed, every other message received on the way is abandoned untouched.
+// completes the dead letter. Both the dry run and the real run first print the plan: one line per dead
+// letter with its entity, sequence number, original id, MessageID and the MessageID it will be
+// resubmitted as. The real run then receives each dead-letter queue of the plan in peek-lock mode and
+// completes exactly the planned dead letters there; every other message received on the way is
+// abandoned untouched, and a received dead letter that does not match its line of the plan is refused.
 // If the command dies between the send and the complete, the dead letter is still there; re-running
 // the same command sends the same MessageID again, which the target's duplicate detection drops, and
 // completes it. So a re-run after a crash never sends a message twice, provided duplicate detection is
@@ -42,16 +64,37 @@
 // was killed a moment ago, on a namespace that keeps a dead connection's locks until they expire) is not
 // received within --wait (default 5s); the redrive then says which ones and exits 1. Run it again after
 // the entity's lock duration, or with a longer --wait. Dead letters that were removed meanwhile are
-// reported on stderr and are not an error, so a re-run with the same --seq list succeeds.
+// reported on stderr (and in the JSON's "missing") and are not an error, so a re-run with the same
+// --seq list succeeds.
 //
 // A subscription cannot be sent to, and sending to its topic would deliver the message to every
 // subscription of the topic, not just the one it was dead-lettered from. Redriving a subscription's
 // dead letters therefore needs --redrive-to QUEUE: a queue that reaches that subscription's consumer
-// only (its forwarding or retry queue); the topic itself is refused.
+// only (its retry queue, or a forwarding queue); the topic itself is refused.
+//
+// # Purge and cancel
+//
+// Both print their plan (the dead letters, or the pending retries, by entity and sequence number),
+// then ask on stderr for the exact word yes (not y, not YES; end of input is a no) unless --yes is
+// given; --dry-run prints the plan and stops. cancel checks every REF first and refuses, before
+// cancelling anything, one that is not a scheduled retry copy, so a mistyped number never deletes a
+// live message.
+//
+// # JSON
+//
+// With --json, status, pending, dlq list and dlq show print what they found; redrive, purge and cancel
+// print {"action", "dryRun", "selected", "done", "items", "missing", "error"}, with each item's "ref",
+// "entity", "sequenceNumber", "done" and, for a redrive, "resubmitMessageId", also when the command
+// stopped part way (then "error" says why and the exit code is 1).
 //
 // # Exit codes
 //
-// 0 success, 1 an error (including a refused confirmation and a redrive that stopped part way: re-run
-// it), 2 a usage error. Errors are printed with every secret redacted; the connection string is never
-// printed.
+//	0  done, or found
+//	1  an error: Service Bus refused, a confirmation was refused, an action stopped part way (re-run it)
+//	2  a usage error: a bad flag, a missing --retry-queue, a REF that is ambiguous or names an entity
+//	   the command does not read; nothing was done
+//	3  not found: status found nothing for the KEY where it looked, dlq show or cancel found no message
+//	   at the REF
+//
+// Errors are printed with every secret redacted; the connection string is never printed.
 package main

@@ -86,8 +86,21 @@ func TestCancelCommand(t *testing.T) {
 	assert.Equal(t, exitNotFound, code)
 	assert.Contains(t, errOut, "no such message")
 
-	// A receivable message is never cancelled, whatever the answer.
 	code, _, errOut = h.cli(t, "", "cancel", "orders:999", "--yes")
 	assert.Equal(t, exitNotFound, code)
 	assert.Contains(t, errOut, "orders:999")
+
+	// --json, dry run and real run alike.
+	other, ok := sbtest.Result(ps, "pending-2", retry.OutcomeRetryScheduled)
+	require.True(t, ok)
+	ref := "orders:" + strconv.FormatInt(other.SequenceNumber, 10)
+	dry := h.actionJSON(t, "", "cancel", ref, "--dry-run")
+	assert.Equal(t, "cancel", dry.Action)
+	assert.True(t, dry.DryRun)
+	assert.Equal(t, 1, dry.Selected)
+	assert.Equal(t, 0, dry.Done)
+	rep := h.actionJSON(t, "", "cancel", ref, "--yes")
+	assert.Equal(t, 1, rep.Done)
+	assert.Empty(t, rep.Error)
+	assert.Equal(t, 0, h.Stats(t).Scheduled)
 }
