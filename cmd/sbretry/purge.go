@@ -66,6 +66,13 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	}
 	// The count shown comes from the plan, so the operator confirms what will actually be deleted.
 	if !*yes {
+		if c.json {
+			// stdout is the JSON; the operator confirms what stderr shows.
+			fmt.Fprintf(a.stderr, "deleting %d dead letters:\n", len(plan))
+			if err := printPlan(a.stderr, plan, false); err != nil {
+				return err
+			}
+		}
 		if err := a.confirm(fmt.Sprintf("Delete the %d dead letters listed above for good?", len(plan)), "purge"); err != nil {
 			return a.finish(c.json, rep, err, "")
 		}
