@@ -262,6 +262,9 @@ func TestRetryQueueLayoutWithAProcessor(t *testing.T) {
 	due, ok := b.AdvanceToNextScheduled(mock)
 	require.True(t, ok, "the copy is scheduled in the retry queue")
 	assert.Equal(t, res.ScheduledFor, due)
+	b.Fail(retrytest.OpReceive, 1, nil) // a fault applies to the retry queue's calls too
+	_, err = retries.ReceiveMessages(t.Context(), 5, nil)
+	require.ErrorIs(t, err, retrytest.ErrInjected)
 	msgs, err = retries.ReceiveMessages(t.Context(), 5, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
