@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/benbjohnson/clock"
@@ -110,6 +111,8 @@ func ExampleBrokerOptions_subscriptions() {
 // Service Bus would put it in: a message refused on its first delivery in the subscription's, one that
 // spent its attempts in the retry queue's, where its last attempt came from.
 func ExampleBrokerOptions_retryQueue() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds every receive
+	defer cancel()
 	mock := clock.NewMock()
 	broker, err := retrytest.New(mock, &retrytest.BrokerOptions{
 		EntityPath:         "orders/Subscriptions/billing",
@@ -154,11 +157,11 @@ func ExampleBrokerOptions_retryQueue() {
 	start := mock.Now()
 	process := func(from string, r retry.Receiver, n int) {
 		for range n {
-			msgs, err := r.ReceiveMessages(context.Background(), 1, nil)
+			msgs, err := r.ReceiveMessages(ctx, 1, nil)
 			if err != nil {
 				panic(err)
 			}
-			res := proc.Process(context.Background(), r, msgs[0])
+			res := proc.Process(ctx, r, msgs[0])
 			fmt.Printf("t=%-3s %-7s from %-8s attempt %d: %s\n", mock.Now().Sub(start), msgs[0].Body, from, res.Attempt, res.Outcome)
 		}
 	}

@@ -10,8 +10,8 @@ import (
 
 // The layout of [retry.SubscriptionConnectionString]: a topic subscription whose consumer schedules its
 // retries to a queue of its own. One broker holds it (BrokerOptions.EntityPath naming the subscription,
-// BrokerOptions.RetryQueue the queue; the entities are built in options.go), or, before that existed,
-// two brokers joined by SubscriptionConnector.
+// BrokerOptions.RetryQueue the queue; options.go builds the entities), or two brokers joined by the
+// deprecated SubscriptionConnector.
 
 // RetryQueueReceiver returns a receiver of the retry queue of a broker configured with
 // [BrokerOptions.RetryQueue], for tests that drive a [retry.Processor] themselves: the retry copies

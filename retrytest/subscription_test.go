@@ -47,6 +47,14 @@ func sendBodies(t *testing.T, b *retrytest.Broker, bodies ...string) {
 	}
 }
 
+// within bounds a test's broker calls: a receive that finds nothing fails the test after 10 s instead
+// of waiting for the test binary's timeout.
+func within(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 // A subscription path is an entity path like any other: the broker is that topic with that one
 // subscription, Receiver reads it, and its dead letters name it. It was refused ("name must not
 // contain '/'").
@@ -55,7 +63,7 @@ func TestEntityPathNamesASubscription(t *testing.T) {
 	b, err := retrytest.New(mock, &retrytest.BrokerOptions{EntityPath: billingPath, MaxDeliveryCount: 1})
 	require.NoError(t, err)
 	sendBodies(t, b, "order-1")
-	msgs, err := b.Receiver().ReceiveMessages(t.Context(), 1, nil)
+	msgs, err := b.Receiver().ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
 	assert.Equal(t, "order-1", string(msgs[0].Body))
 	_, err = b.SubscriptionReceiver("billing")
@@ -77,7 +85,7 @@ func TestEntityPathNamesASubscription(t *testing.T) {
 		_, err := b.Send(&azservicebus.Message{Body: []byte(region), ApplicationProperties: map[string]any{"region": region}})
 		require.NoError(t, err)
 	}
-	msgs, err = b.Receiver().ReceiveMessages(t.Context(), 5, nil)
+	msgs, err = b.Receiver().ReceiveMessages(within(t), 5, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	assert.Equal(t, "eu", string(msgs[0].Body))
@@ -90,25 +98,25 @@ func TestSubscriptionConnectorCountsAFailedAttemptAsRetried(t *testing.T) {
 	mock := clock.NewMock()
 	sub := retrytest.NewBroker(mock, &retrytest.BrokerOptions{EntityPath: "orders", Subscriptions: []broker.SubscriptionConfig{{Name: "billing"}}})
 	retryQueue := retrytest.NewBroker(mock, &retrytest.BrokerOptions{EntityPath: billingRQ})
-	conn, err := retrytest.SubscriptionConnector(sub, retryQueue, billingPath, billingRQ)(t.Context())
+	conn, err := retrytest.SubscriptionConnector(sub, retryQueue, billingPath, billingRQ)(within(t))
 	require.NoError(t, err)
 	t.Cleanup(func() { assert.NoError(t, conn.Close(context.Background())) })
 	p, err := retry.NewProcessor(conn.Sender, failFirstAttempts(1), &retry.Options{Clock: mock, EntityPath: billingPath, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	sendBodies(t, sub, "order-1")
 
-	msgs, err := conn.Receiver.ReceiveMessages(t.Context(), 1, nil)
+	msgs, err := conn.Receiver.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(t.Context(), conn.Receiver, msgs[0]).Outcome)
+	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(within(t), conn.Receiver, msgs[0]).Outcome)
 	st := sub.Stats()
 	assert.Equal(t, 0, st.Succeeded, "a failed attempt is not a success")
 	assert.Equal(t, 1, st.Retried)
 
 	_, ok := retryQueue.AdvanceToNextScheduled(mock)
 	require.True(t, ok)
-	msgs, err = conn.Also[0].Receiver.ReceiveMessages(t.Context(), 1, nil)
+	msgs, err = conn.Also[0].Receiver.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeCompleted, p.Process(t.Context(), conn.Also[0].Receiver, msgs[0]).Outcome)
+	require.Equal(t, retry.OutcomeCompleted, p.Process(within(t), conn.Also[0].Receiver, msgs[0]).Outcome)
 	st = retryQueue.Stats()
 	assert.Equal(t, 1, st.Succeeded)
 	assert.Equal(t, 1, st.Scheduled)
@@ -127,15 +135,15 @@ func TestStatsTellSubscriptionsApart(t *testing.T) {
 	sendBodies(t, b, "order-1")
 
 	billing := b.Receiver()
-	msgs, err := billing.ReceiveMessages(t.Context(), 1, nil)
+	msgs, err := billing.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(t.Context(), billing, msgs[0]).Outcome)
+	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(within(t), billing, msgs[0]).Outcome)
 	audit, err := b.SubscriptionReceiver("audit")
 	require.NoError(t, err)
-	msgs, err = audit.ReceiveMessages(t.Context(), 1, nil)
+	msgs, err = audit.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
 	require.EqualValues(t, 1, *msgs[0].SequenceNumber)
-	require.NoError(t, audit.CompleteMessage(t.Context(), msgs[0], nil))
+	require.NoError(t, audit.CompleteMessage(within(t), msgs[0], nil))
 	st := b.Stats()
 	assert.Equal(t, 1, st.Retried, "billing's failed attempt")
 	assert.Equal(t, 1, st.Succeeded, "audit's completion")
@@ -253,9 +261,9 @@ func TestRetryQueueLayoutWithAProcessor(t *testing.T) {
 	retries, err := b.RetryQueueReceiver()
 	require.NoError(t, err)
 
-	msgs, err := billing.ReceiveMessages(t.Context(), 1, nil)
+	msgs, err := billing.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
-	res := p.Process(t.Context(), billing, msgs[0])
+	res := p.Process(within(t), billing, msgs[0])
 	require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
 	assert.Equal(t, retrytest.Stats{Active: 3, Pending: 1, Retried: 1, Scheduled: 1}, b.Stats(), "order-2 in billing, both in audit, the copy in the retry queue")
 
@@ -263,9 +271,9 @@ func TestRetryQueueLayoutWithAProcessor(t *testing.T) {
 	require.True(t, ok, "the copy is scheduled in the retry queue")
 	assert.Equal(t, res.ScheduledFor, due)
 	b.Fail(retrytest.OpReceive, 1, nil) // a fault applies to the retry queue's calls too
-	_, err = retries.ReceiveMessages(t.Context(), 5, nil)
+	_, err = retries.ReceiveMessages(within(t), 5, nil)
 	require.ErrorIs(t, err, retrytest.ErrInjected)
-	msgs, err = retries.ReceiveMessages(t.Context(), 5, nil)
+	msgs, err = retries.ReceiveMessages(within(t), 5, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
 	cp := msgs[0]
@@ -275,13 +283,13 @@ func TestRetryQueueLayoutWithAProcessor(t *testing.T) {
 	assert.Equal(t, uint32(1), cp.DeliveryCount)
 	assert.Equal(t, due, *cp.EnqueuedTime)
 	assert.Equal(t, 30*time.Second, cp.LockedUntil.Sub(*cp.EnqueuedTime), "locked like the subscription")
-	require.Equal(t, retry.OutcomeCompleted, p.Process(t.Context(), retries, cp).Outcome)
+	require.Equal(t, retry.OutcomeCompleted, p.Process(within(t), retries, cp).Outcome)
 
-	msgs, err = billing.ReceiveMessages(t.Context(), 5, nil)
+	msgs, err = billing.ReceiveMessages(within(t), 5, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1, "no copy came back through the subscription")
 	assert.Equal(t, "order-2", string(msgs[0].Body))
-	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(t.Context(), billing, msgs[0]).Outcome)
+	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(within(t), billing, msgs[0]).Outcome)
 	assert.Equal(t, retrytest.Stats{Active: 2, Pending: 1, Succeeded: 1, Retried: 2, Scheduled: 2}, b.Stats())
 	assert.Len(t, b.Completed(), 3)
 }
@@ -306,15 +314,15 @@ func TestRetryQueueFollowsTheSubscriptionsSettings(t *testing.T) {
 	// The complete after the schedule fails: the redelivery (another process, say) republishes the
 	// same copy, which duplicate detection drops.
 	b.FailNextCompletes(1, nil)
-	msgs, err := billing.ReceiveMessages(t.Context(), 1, nil)
+	msgs, err := billing.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
-	require.True(t, p.Process(t.Context(), billing, msgs[0]).PossibleDuplicate)
+	require.True(t, p.Process(within(t), billing, msgs[0]).PossibleDuplicate)
 	mock.Add(20 * time.Second)
 	other, err := retry.NewProcessor(b.Sender(), failFirstAttempts(1), &retry.Options{Clock: mock, EntityPath: billingPath, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
-	msgs, err = billing.ReceiveMessages(t.Context(), 1, nil)
+	msgs, err = billing.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeRetryScheduled, other.Process(t.Context(), billing, msgs[0]).Outcome)
+	require.Equal(t, retry.OutcomeRetryScheduled, other.Process(within(t), billing, msgs[0]).Outcome)
 	st := b.Stats()
 	assert.Equal(t, 2, st.Scheduled)
 	assert.Equal(t, 1, st.Duplicates)
@@ -322,7 +330,7 @@ func TestRetryQueueFollowsTheSubscriptionsSettings(t *testing.T) {
 	assert.Equal(t, 1, st.Retried)
 
 	for range 2 {
-		msgs, err := retries.ReceiveMessages(t.Context(), 1, nil)
+		msgs, err := retries.ReceiveMessages(within(t), 1, nil)
 		require.NoError(t, err)
 		assert.Equal(t, 20*time.Second, msgs[0].LockedUntil.Sub(mock.Now()), "the subscription's lock duration")
 		mock.Add(20 * time.Second) // never settled
