@@ -348,3 +348,42 @@ func TestRetryQueueReceiverNeedsARetryQueue(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "BrokerOptions.RetryQueue")
 }
+
+// The Connector of the layout is the connection retry.SubscriptionConnectionString makes: the
+// subscription as its receiver, the retry queue as a second source, each named by its entity path, and a
+// sender to the retry queue. The consumed subscription is the one EntityPath names, else the first.
+func TestRetryQueueConnectorNamesItsEntities(t *testing.T) {
+	cases := []struct {
+		name string
+		opts retrytest.BrokerOptions
+	}{
+		{"subscription path alone", retrytest.BrokerOptions{EntityPath: billingPath, RetryQueue: billingRQ}},
+		{"topic and subscriptions", retrytest.BrokerOptions{EntityPath: "orders", RetryQueue: billingRQ, Subscriptions: []broker.SubscriptionConfig{{Name: "billing"}, {Name: "audit"}}}},
+		{"subscription path among subscriptions", retrytest.BrokerOptions{EntityPath: "orders/subscriptions/BILLING", RetryQueue: billingRQ, Subscriptions: []broker.SubscriptionConfig{{Name: "audit"}, {Name: "billing"}}}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, err := retrytest.New(clock.NewMock(), &tc.opts)
+			require.NoError(t, err)
+			conn, err := b.Connector()(within(t))
+			require.NoError(t, err)
+			t.Cleanup(func() { assert.NoError(t, conn.Close(context.Background())) })
+			assert.Equal(t, billingPath, conn.EntityPath)
+			require.Len(t, conn.Also, 1)
+			assert.Equal(t, billingRQ, conn.Also[0].EntityPath)
+
+			sendBodies(t, b, "order-1")
+			msgs, err := conn.Receiver.ReceiveMessages(within(t), 5, nil)
+			require.NoError(t, err)
+			require.Len(t, msgs, 1, "the subscription's copy")
+			require.NoError(t, conn.Receiver.CompleteMessage(within(t), msgs[0], nil))
+			_, err = conn.Sender.ScheduleMessages(within(t), []*azservicebus.Message{{Body: []byte("copy")}}, time.Time{}, nil)
+			require.NoError(t, err)
+			msgs, err = conn.Also[0].Receiver.ReceiveMessages(within(t), 5, nil)
+			require.NoError(t, err)
+			require.Len(t, msgs, 1)
+			assert.Equal(t, "copy", string(msgs[0].Body), "scheduled to the retry queue")
+			assert.Equal(t, 1, b.Stats().Connects)
+		})
+	}
+}
