@@ -184,17 +184,17 @@ func stepOf(props map[string]any, seq int64) chainStep {
 	return st
 }
 
-// chainSource is the entity, in lower case, on which the chain of a message with application
-// properties props started: the envelope's source for a copy, src for a first delivery, and "" (not
-// known) for a copy that names none.
+// chainSource is the entity on which the chain of a message with application properties props
+// started: the envelope's source for a copy, src for a first delivery, and "" (not known) for a copy
+// that names none. Entity paths are compared ignoring case, as Service Bus names them.
 func chainSource(props map[string]any, src *broker.Queue) string {
 	if s, ok := props[retry.PropSource].(string); ok {
-		return strings.ToLower(s)
+		return s
 	}
 	if _, copied := props[retry.PropAttempt]; copied {
 		return ""
 	}
-	return strings.ToLower(src.Name())
+	return src.Name()
 }
 
 // recordSuccessorLocked notes that a retry copy with application properties props was scheduled, for
@@ -205,7 +205,7 @@ func (b *Broker) recordSuccessorLocked(props map[string]any) {
 	}
 	st := stepOf(props, -1)
 	src, _ := props[retry.PropSource].(string)
-	b.successors[st] = append(b.successors[st], strings.ToLower(src))
+	b.successors[st] = append(b.successors[st], src)
 }
 
 // hasSuccessorLocked reports whether a retry copy was scheduled for the attempt after step of the chain
@@ -217,14 +217,14 @@ func (b *Broker) recordSuccessorLocked(props map[string]any) {
 // number alone, as is a message whose own source is not known. b.mu must be held.
 func (b *Broker) hasSuccessorLocked(step chainStep, source string) bool {
 	for _, s := range b.successors[chainStep{firstSeq: step.firstSeq, attempt: step.attempt + 1}] {
-		if s == source || s == "" || source == "" || !b.isSourceLocked(s) {
+		if s == "" || source == "" || strings.EqualFold(s, source) || !b.isSourceLocked(s) {
 			return true
 		}
 	}
 	return false
 }
 
-// isSourceLocked reports whether path (in lower case) names one of the entities receivers read.
+// isSourceLocked reports whether path names one of the entities receivers read.
 func (b *Broker) isSourceLocked(path string) bool {
 	return slices.ContainsFunc(b.sources, func(q *broker.Queue) bool { return strings.EqualFold(q.Name(), path) })
 }
