@@ -37,7 +37,7 @@ const (
 //
 // [Broker.Send] publishes to the topic, [Broker.Connector] receives from the subscription and the retry
 // queue and schedules copies to the retry queue, and [Broker.Stats] and [Broker.DeadLettered] cover
-// both entities.
+// the subscription, the retry queue and the topic's other subscriptions, if any.
 type BrokerOptions struct {
 	// EntityPath names the queue, or the topic, or a subscription of a topic as
 	// "topic/Subscriptions/name" (see [retry.SubscriptionPath]); it shows in DeadLetterSource. A
