@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -30,12 +32,19 @@ type Broker struct {
 	// err is the configuration error of a broker from [NewBroker]; every operation returns it.
 	err error
 
-	// model holds the entity; target is where sends and schedules go (the queue or the topic) and
-	// sources are where receivers read (the queue itself, or the topic's subscriptions in order).
-	// None of them change after construction.
-	model   *broker.Broker
-	target  *broker.Queue
-	sources []*broker.Queue
+	// model holds the entities. name is the queue or topic; target is where sends go (the queue or
+	// the topic) and scheduleTarget where a Sender schedules (the target, or the retry queue);
+	// consumed is what Receiver and Connector read (the queue, or the consumed subscription);
+	// retryQueue is the subscription's retry queue, nil without one; sources are every entity
+	// receivers can read, for inspection (the queue, or the subscriptions in order and then the retry
+	// queue). None of them change after construction.
+	model          *broker.Broker
+	name           string
+	target         *broker.Queue
+	scheduleTarget *broker.Queue
+	consumed       *broker.Queue
+	retryQueue     *broker.Queue
+	sources        []*broker.Queue
 
 	// mu guards everything below. It is taken before the model's own lock, never after.
 	mu       sync.Mutex
@@ -43,7 +52,7 @@ type Broker struct {
 	nextConn uint64
 
 	scheduled  []ScheduledMessage
-	successors map[chainStep]bool // retry copies scheduled, by chain and attempt
+	successors map[chainStep][]string // sources of the retry copies scheduled, by chain and attempt
 	succeeded  int
 	retried    int
 	completed  []completion
@@ -78,6 +87,9 @@ type ScheduledMessage struct {
 
 // DeadLetteredMessage is one message in a dead-letter queue.
 type DeadLetteredMessage struct {
+	// Entity is the path of the entity whose dead-letter queue holds the message: the queue, a
+	// subscription ("topic/Subscriptions/name") or the retry queue, where Service Bus would put it.
+	Entity string
 	// Message is the dead-lettered message as a receiver of the dead-letter queue would see it, with
 	// DeadLetterReason, DeadLetterErrorDescription, DeadLetterSource and EnqueuedSequenceNumber (its
 	// number before it was dead-lettered) set; SequenceNumber is its number in the dead-letter queue
@@ -97,7 +109,7 @@ func New(clk retry.Clock, opts *BrokerOptions) (*Broker, error) {
 		clock:      clk,
 		changed:    make(chan struct{}),
 		faults:     make(map[Op]*fault),
-		successors: make(map[chainStep]bool),
+		successors: make(map[chainStep][]string),
 	}
 	if opts != nil {
 		b.opts = *opts
@@ -105,20 +117,29 @@ func New(clk retry.Clock, opts *BrokerOptions) (*Broker, error) {
 	if b.clock == nil {
 		b.clock = realClock{}
 	}
-	queues, topics, err := b.opts.modelConfig()
+	l, err := b.opts.layout()
 	if err == nil {
-		b.model, err = broker.NewInProcess(broker.Options{Clock: b.clock, Topics: topics}, queues...)
+		b.model, err = broker.NewInProcess(broker.Options{Clock: b.clock, Topics: l.topics}, l.queues...)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("retrytest: %w", err)
 	}
-	b.target, _ = b.model.Queue(b.opts.entityPath())
-	if len(topics) == 0 {
+	b.name = l.name
+	b.target, _ = b.model.Queue(l.name)
+	b.scheduleTarget, b.consumed = b.target, b.target
+	if len(l.topics) == 0 {
 		b.sources = []*broker.Queue{b.target}
+		return b, nil
 	}
-	for _, sc := range b.opts.Subscriptions {
-		sub, _ := b.model.Subscription(b.opts.entityPath(), sc.Name)
+	for _, sc := range l.topics[0].Subscriptions {
+		sub, _ := b.model.Subscription(l.name, sc.Name)
 		b.sources = append(b.sources, sub)
+	}
+	b.consumed, _ = b.model.Subscription(l.name, l.consumed)
+	if l.retryQueue != "" {
+		b.retryQueue, _ = b.model.Queue(l.retryQueue)
+		b.scheduleTarget = b.retryQueue
+		b.sources = append(b.sources, b.retryQueue)
 	}
 	return b, nil
 }
@@ -143,7 +164,8 @@ func (b *Broker) Err() error { return b.err }
 
 // chainStep names one attempt of a retry chain by the chain's first sequence number, as the retry
 // envelope records it, so the broker can tell an original completed after its retry was scheduled from
-// one whose handler succeeded.
+// one whose handler succeeded. Sequence numbers are counted per entity, so a step is also told apart
+// by the entity its chain started on (see [Broker.hasSuccessorLocked]).
 type chainStep struct {
 	firstSeq int64
 	attempt  int
@@ -160,6 +182,51 @@ func stepOf(props map[string]any, seq int64) chainStep {
 		st.attempt = int(v)
 	}
 	return st
+}
+
+// chainSource is the entity on which the chain of a message with application properties props
+// started: the envelope's source for a copy, src for a first delivery, and "" (not known) for a copy
+// that names none. Entity paths are compared ignoring case, as Service Bus names them.
+func chainSource(props map[string]any, src *broker.Queue) string {
+	if s, ok := props[retry.PropSource].(string); ok {
+		return s
+	}
+	if _, copied := props[retry.PropAttempt]; copied {
+		return ""
+	}
+	return src.Name()
+}
+
+// recordSuccessorLocked notes that a retry copy with application properties props was scheduled, for
+// the completion of its original. b.mu must be held.
+func (b *Broker) recordSuccessorLocked(props map[string]any) {
+	if _, ok := props[retry.PropAttempt]; !ok {
+		return
+	}
+	st := stepOf(props, -1)
+	src, _ := props[retry.PropSource].(string)
+	b.successors[st] = append(b.successors[st], src)
+}
+
+// hasSuccessorLocked reports whether a retry copy was scheduled for the attempt after step of the chain
+// that started on source: the original of a failed attempt is completed too, and must not count as a
+// success. Sequence numbers are counted per entity, so on a topic the first delivery on one subscription
+// and another on a second subscription can share one; a copy whose source names one of this broker's
+// entities belongs only to chains of that entity. A copy that names none of them, or none at all (a
+// processor with no EntityPath, or one that names the entity otherwise), is matched by the sequence
+// number alone, as is a message whose own source is not known. b.mu must be held.
+func (b *Broker) hasSuccessorLocked(step chainStep, source string) bool {
+	for _, s := range b.successors[chainStep{firstSeq: step.firstSeq, attempt: step.attempt + 1}] {
+		if s == "" || source == "" || strings.EqualFold(s, source) || !b.isSourceLocked(s) {
+			return true
+		}
+	}
+	return false
+}
+
+// isSourceLocked reports whether path names one of the entities receivers read.
+func (b *Broker) isSourceLocked(path string) bool {
+	return slices.ContainsFunc(b.sources, func(q *broker.Queue) bool { return strings.EqualFold(q.Name(), path) })
 }
 
 // realClock reads the time package directly, so that a broker created inside a testing/synctest
@@ -302,8 +369,7 @@ func (b *Broker) complete(conn *connection, src *broker.Queue, msg *azservicebus
 		return sdkError(err)
 	}
 	b.completed = append(b.completed, completion{msg: d.Message})
-	st := stepOf(d.Message.ApplicationProperties, d.SequenceNumber)
-	if b.successors[chainStep{firstSeq: st.firstSeq, attempt: st.attempt + 1}] {
+	if b.hasSuccessorLocked(stepOf(d.Message.ApplicationProperties, d.SequenceNumber), chainSource(d.Message.ApplicationProperties, src)) {
 		b.retried++
 	} else {
 		b.succeeded++
@@ -354,23 +420,21 @@ func (b *Broker) renew(conn *connection, src *broker.Queue, msg *azservicebus.Re
 	return nil
 }
 
-// schedule stores copies of msgs due at at and records each for [Broker.Scheduled]. Like the SDK, it
+// schedule stores copies of msgs due at at in target and records each for [Broker.Scheduled], and the
+// retry copies among them for the completion of their originals, here and in also (the broker the
+// originals are received from, when another: see [SubscriptionConnector]; nil otherwise). Like the SDK, it
 // converts and encodes every message before sending any, so a nil or unencodable message stores
 // nothing; like the emulator, it then stores them in order and stops at the first the broker refuses
 // (too large). A duplicate (with duplicate detection on) is recorded with Duplicate set and reported
 // as a success, as Service Bus does, which is what makes the processor's deterministic MessageIDs safe.
-func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservicebus.Message, at time.Time) ([]int64, error) {
+func (b *Broker) schedule(ctx context.Context, conn *connection, target *broker.Queue, also *Broker, msgs []*azservicebus.Message, at time.Time) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
 	if b.err != nil {
 		return nil, b.err
 	}
-	type encoded struct {
-		m    *amqp.Message
-		size int
-	}
-	enc := make([]encoded, len(msgs))
+	enc := make([]encodedMessage, len(msgs))
 	for i, msg := range msgs {
 		if msg == nil {
 			return nil, errNilMessage
@@ -384,8 +448,32 @@ func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservi
 		if err != nil {
 			return nil, err
 		}
-		enc[i] = encoded{m, size}
+		enc[i] = encodedMessage{m, size}
 	}
+	seqs, err := b.scheduleEncoded(conn, target, msgs, enc, at)
+	if also != nil && also != b && len(seqs) > 0 {
+		// After b.mu is released: one broker's lock is never taken inside another's.
+		also.mu.Lock()
+		for _, m := range msgs[:len(seqs)] {
+			also.recordSuccessorLocked(m.ApplicationProperties)
+		}
+		also.mu.Unlock()
+	}
+	if err != nil {
+		return nil, err // what ScheduleMessages returns on a refusal, though earlier messages were stored
+	}
+	return seqs, nil
+}
+
+// encodedMessage is a message converted and measured for the broker model.
+type encodedMessage struct {
+	m    *amqp.Message
+	size int
+}
+
+// scheduleEncoded stores the encoded msgs in target in order, stopping at the first the broker
+// refuses, and returns the sequence numbers of those it stored, also with the refusal's error.
+func (b *Broker) scheduleEncoded(conn *connection, target *broker.Queue, msgs []*azservicebus.Message, enc []encodedMessage, at time.Time) ([]int64, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if err := conn.checkLocked(); err != nil {
@@ -397,9 +485,9 @@ func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservi
 	defer b.notifyLocked()
 	seqs := make([]int64, 0, len(msgs))
 	for i, e := range enc {
-		seq, dup, err := b.target.Send(e.m, e.size)
+		seq, dup, err := target.Send(e.m, e.size)
 		if err != nil {
-			return nil, sdkError(err)
+			return seqs, sdkError(err)
 		}
 		m := msgs[i]
 		rec := ScheduledMessage{At: at, SequenceNumber: seq, Duplicate: dup, Message: cloneMessage(m), Attempt: attemptOf(m)}
@@ -410,9 +498,7 @@ func (b *Broker) schedule(ctx context.Context, conn *connection, msgs []*azservi
 		if dup {
 			b.duplicates++
 		}
-		if _, ok := m.ApplicationProperties[retry.PropAttempt]; ok {
-			b.successors[stepOf(m.ApplicationProperties, -1)] = true
-		}
+		b.recordSuccessorLocked(m.ApplicationProperties)
 		seqs = append(seqs, seq)
 	}
 	return seqs, nil

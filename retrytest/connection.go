@@ -2,7 +2,6 @@ package retrytest
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"time"
 
@@ -55,12 +54,12 @@ func (b *Broker) newConnection() *connection {
 }
 
 // Receiver returns a receiver on the broker, for tests that drive a [retry.Processor] themselves. On a
-// topic it receives from the first subscription.
+// topic it receives from the subscription [BrokerOptions.EntityPath] names, else the first.
 func (b *Broker) Receiver() retry.Receiver { return b.receiverOn(b.newConnection()) }
 
-// receiverOn returns a receiver of the first source on conn.
+// receiverOn returns a receiver of the consumed entity on conn.
 func (b *Broker) receiverOn(conn *connection) *receiver {
-	return &receiver{conn: conn, src: b.sources[0]}
+	return &receiver{conn: conn, src: b.consumed}
 }
 
 // SubscriptionReceiver returns a receiver of the topic subscription named name (ignoring case), on a
@@ -69,19 +68,30 @@ func (b *Broker) SubscriptionReceiver(name string) (retry.Receiver, error) {
 	if b.err != nil {
 		return nil, b.err
 	}
-	sub, ok := b.model.Subscription(b.opts.entityPath(), name)
+	sub, ok := b.model.Subscription(b.name, name)
 	if !ok {
-		return nil, fmt.Errorf("retrytest: no subscription %q on %q", name, b.opts.entityPath())
+		return nil, fmt.Errorf("retrytest: no subscription %q on %q", name, b.name)
 	}
 	return &receiver{conn: b.newConnection(), src: sub}, nil
 }
 
-// Sender returns a sender on the broker: what it schedules lands in the same queue.
-func (b *Broker) Sender() retry.Sender { return &sender{conn: b.newConnection()} }
+// Sender returns a sender on the broker, the one a [retry.Processor] schedules its copies with: they
+// land in the queue itself, in the topic, or in the retry queue when [BrokerOptions.RetryQueue] is
+// set.
+func (b *Broker) Sender() retry.Sender { return b.senderOn(b.newConnection()) }
+
+// senderOn returns a sender to the schedule target on conn.
+func (b *Broker) senderOn(conn *connection) *sender {
+	return &sender{conn: conn, target: b.scheduleTarget}
+}
 
 // Connector returns a [retry.Connector] that builds a fresh receiver and sender on every call (failing
 // while [OpConnect] faults are set). Closing the connection closes both. On a topic the receiver reads
-// the first subscription and the sender publishes to the topic.
+// the subscription [BrokerOptions.EntityPath] names, else the first, and the sender publishes to the
+// topic. With [BrokerOptions.RetryQueue] it is the connection [retry.SubscriptionConnectionString]
+// makes: it receives from the subscription and from the retry queue (a second [retry.Source]), names
+// each by its entity path ("topic/Subscriptions/name" and the retry queue's name, which the chains'
+// [retry.Envelope.Source] then records), and schedules the retry copies to the retry queue.
 func (b *Broker) Connector() retry.Connector {
 	return func(ctx context.Context) (*retry.Connection, error) {
 		if err := ctx.Err(); err != nil {
@@ -99,7 +109,12 @@ func (b *Broker) Connector() retry.Connector {
 		b.notifyLocked()
 		b.mu.Unlock()
 		conn := b.newConnection()
-		return &retry.Connection{Receiver: b.receiverOn(conn), Sender: &sender{conn: conn}, Close: conn.close}, nil
+		c := &retry.Connection{Receiver: b.receiverOn(conn), Sender: b.senderOn(conn), Close: conn.close}
+		if b.retryQueue != nil {
+			c.EntityPath = b.consumed.Name()
+			c.Also = []retry.Source{{Receiver: &receiver{conn: conn, src: b.retryQueue}, EntityPath: b.retryQueue.Name()}}
+		}
+		return c, nil
 	}
 }
 
@@ -144,49 +159,17 @@ func (r *receiver) RenewMessageLock(ctx context.Context, msg *azservicebus.Recei
 
 func (r *receiver) Close(ctx context.Context) error { return r.conn.close(ctx) }
 
-// sender implements [retry.Sender] on a connection; what it schedules lands in the same broker.
-type sender struct{ conn *connection }
+// sender implements [retry.Sender] on a connection; what it schedules lands in target, an entity of
+// the connection's broker. also, when set, is the broker the originals of the copies are received
+// from, which must learn of them too (see [SubscriptionConnector]).
+type sender struct {
+	conn   *connection
+	target *broker.Queue
+	also   *Broker
+}
 
 func (s *sender) ScheduleMessages(ctx context.Context, msgs []*azservicebus.Message, at time.Time, _ *azservicebus.ScheduleMessagesOptions) ([]int64, error) {
-	return s.conn.b.schedule(ctx, s.conn, msgs, at)
+	return s.conn.b.schedule(ctx, s.conn, s.target, s.also, msgs, at)
 }
 
 func (s *sender) Close(ctx context.Context) error { return s.conn.close(ctx) }
-
-// SubscriptionConnector returns a [retry.Connector] for the layout of [retry.SubscriptionConnectionString]:
-// messages are received from sub (a queue standing for a topic subscription whose entity path is
-// subPath, or a topic broker, whose first subscription it reads) and from retryQueue (path retryPath),
-// and retry copies are scheduled to retryQueue. A handler for a
-// subscription can be unit-tested with it exactly as it runs against Service Bus.
-func SubscriptionConnector(sub, retryQueue *Broker, subPath, retryPath string) retry.Connector {
-	return func(ctx context.Context) (*retry.Connection, error) {
-		if err := ctx.Err(); err != nil {
-			return nil, err
-		}
-		for _, b := range []*Broker{sub, retryQueue} {
-			if b.err != nil {
-				return nil, b.err
-			}
-			b.mu.Lock()
-			err := b.takeFaultLocked(OpConnect)
-			if err == nil {
-				b.connects++
-				b.notifyLocked()
-			}
-			b.mu.Unlock()
-			if err != nil {
-				return nil, err
-			}
-		}
-		subConn, retryConn := sub.newConnection(), retryQueue.newConnection()
-		return &retry.Connection{
-			Receiver:   sub.receiverOn(subConn),
-			EntityPath: subPath,
-			Sender:     &sender{conn: retryConn},
-			Also:       []retry.Source{{Receiver: retryQueue.receiverOn(retryConn), EntityPath: retryPath}},
-			Close: func(ctx context.Context) error {
-				return errors.Join(subConn.close(ctx), retryConn.close(ctx))
-			},
-		}, nil
-	}
-}

@@ -14,8 +14,29 @@
 // dead-lettered with MaxDeliveryCountExceeded; every message gets a MessageID if it has none. With
 // [BrokerOptions.Subscriptions] the entity is a topic whose subscriptions select copies by their rules
 // (TrueFilter, CorrelationFilter, SQL filters and actions). Fault switches make the next N connects,
-// receives, sends, completes, dead-letters or renewals fail. Inspection helpers report what was
-// scheduled (when, for which attempt, with which MessageID), completed and dead-lettered.
+// receives, sends, completes, dead-letters or renewals fail, on whichever of the broker's entities the
+// call is made. Inspection helpers report what was scheduled (when, for which attempt, with which
+// MessageID), completed and dead-lettered.
+//
+// # A subscription with its retry queue
+//
+// A topic subscription consumed with retries has its copies scheduled to a retry queue of its own (see
+// [retry.SubscriptionConnectionString]), so that the topic's other subscriptions never see them. One
+// broker is that whole layout:
+//
+//	b, err := retrytest.New(mock, &retrytest.BrokerOptions{
+//		EntityPath: "orders/Subscriptions/billing", // the consumed subscription
+//		RetryQueue: "orders-billing-retry",
+//	})
+//
+// [Broker.Send] publishes to the topic; [Broker.Connector] gives a [retry.Consumer] the connection the
+// real connector makes (receive from the subscription and the retry queue, schedule to the retry
+// queue); for a [retry.Processor], [Broker.Sender] schedules to the retry queue and
+// [Broker.Receiver] and [Broker.RetryQueueReceiver] read the two entities. A copy becomes receivable in
+// the retry queue when due, as a new message there. [Broker.Stats] and [Broker.DeadLettered] cover the
+// topic, its subscriptions and the retry queue: the original of a failed attempt counts as Retried,
+// whichever entity it came from, and a message that fails for good is in the dead-letter queue of the
+// entity its last attempt came from ([DeadLetteredMessage.Entity]), as on Service Bus.
 //
 // Messages are translated to and from the model's AMQP form the way the SDK does on the wire, so a
 // handler sees the fields it would see from the SDK: DeliveryCount, SequenceNumber, EnqueuedTime,

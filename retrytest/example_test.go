@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/benbjohnson/clock"
@@ -102,4 +103,92 @@ func ExampleBrokerOptions_subscriptions() {
 	// all: order from eu
 	// all: order from us
 	// eu: order from eu
+}
+
+// The README's topic layout in one broker: the billing subscription's consumer schedules its retries to
+// a queue of its own, so audit, another team's subscription of the same topic, never sees a retry. A
+// failed attempt counts as Retried, not Succeeded, and each dead letter is in the dead-letter queue
+// Service Bus would put it in: a message refused on its first delivery in the subscription's, one that
+// spent its attempts in the retry queue's, where its last attempt came from.
+func ExampleBrokerOptions_retryQueue() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // bounds every receive
+	defer cancel()
+	mock := clock.NewMock()
+	broker, err := retrytest.New(mock, &retrytest.BrokerOptions{
+		EntityPath:         "orders/Subscriptions/billing",
+		RetryQueue:         "orders-billing-retry",
+		Subscriptions:      []sbbroker.SubscriptionConfig{{Name: "billing"}, {Name: "audit"}},
+		DuplicateDetection: true,
+	})
+	if err != nil {
+		panic(err)
+	}
+	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		env, _ := retry.EnvelopeFromContext(ctx)
+		switch {
+		case string(msg.Body) == "order-3":
+			return retry.Permanent(errors.New("unknown customer"))
+		case string(msg.Body) == "order-2", env.Attempt < 3:
+			return errors.New("payment service unavailable")
+		}
+		return nil
+	}
+	// broker.Sender schedules to the retry queue; broker.Connector gives a Consumer the same layout.
+	proc, err := retry.NewProcessor(broker.Sender(), handler, &retry.Options{
+		MaxAttempts: 3,
+		EntityPath:  "orders/Subscriptions/billing",
+		Clock:       mock,
+		Logger:      slog.New(slog.DiscardHandler),
+	})
+	if err != nil {
+		panic(err)
+	}
+	billing := broker.Receiver() // the subscription EntityPath names
+	retries, err := broker.RetryQueueReceiver()
+	if err != nil {
+		panic(err)
+	}
+	for _, id := range []string{"order-1", "order-2", "order-3"} {
+		if _, err := broker.Send(&azservicebus.Message{MessageID: &id, Body: []byte(id)}); err != nil {
+			panic(err)
+		}
+	}
+
+	start := mock.Now()
+	process := func(from string, r retry.Receiver, n int) {
+		for range n {
+			msgs, err := r.ReceiveMessages(ctx, 1, nil)
+			if err != nil {
+				panic(err)
+			}
+			res := proc.Process(ctx, r, msgs[0])
+			fmt.Printf("t=%-3s %-7s from %-8s attempt %d: %s\n", mock.Now().Sub(start), msgs[0].Body, from, res.Attempt, res.Outcome)
+		}
+	}
+	process("billing", billing, 3)
+	for {
+		if _, ok := broker.AdvanceToNextScheduled(mock); !ok {
+			break
+		}
+		process("retries", retries, 2)
+	}
+
+	st := broker.Stats()
+	fmt.Printf("succeeded %d, retried %d, scheduled %d, dead-lettered %d, waiting in audit %d\n",
+		st.Succeeded, st.Retried, st.Scheduled, st.DeadLettered, st.Active)
+	for _, dl := range broker.DeadLettered() {
+		fmt.Printf("dead letter %s in %s: %s\n", dl.Message.Body, dl.Entity, dl.Reason)
+	}
+
+	// Output:
+	// t=0s  order-1 from billing  attempt 1: retry-scheduled
+	// t=0s  order-2 from billing  attempt 1: retry-scheduled
+	// t=0s  order-3 from billing  attempt 1: dead-lettered
+	// t=10s order-1 from retries  attempt 2: retry-scheduled
+	// t=10s order-2 from retries  attempt 2: retry-scheduled
+	// t=20s order-1 from retries  attempt 3: completed
+	// t=20s order-2 from retries  attempt 3: dead-lettered
+	// succeeded 1, retried 4, scheduled 4, dead-lettered 2, waiting in audit 3
+	// dead letter order-3 in orders/Subscriptions/billing: RetryPermanentFailure
+	// dead letter order-2 in orders-billing-retry: RetryMaxAttemptsExceeded
 }

@@ -61,9 +61,9 @@ func (b *Broker) Completed() []*azservicebus.ReceivedMessage {
 	return out
 }
 
-// DeadLettered returns the messages in the dead-letter queue (of every subscription, in subscription
-// order, on a topic), each queue in the order the messages arrived there, after applying what is due
-// now: messages dead-lettered by a handler, by the retry package, and by the broker itself
+// DeadLettered returns the messages in the dead-letter queue (on a topic, of every subscription in
+// subscription order, then of the retry queue), each queue in the order the messages arrived there,
+// after applying what is due now: messages dead-lettered by a handler, by the retry package, and by the broker itself
 // (MaxDeliveryCountExceeded, TTLExpiredException).
 func (b *Broker) DeadLettered() []DeadLetteredMessage {
 	b.mu.Lock()
@@ -74,7 +74,7 @@ func (b *Broker) DeadLettered() []DeadLetteredMessage {
 		dlq, _ := b.model.Queue(src.Name() + broker.DeadLetterSuffix)
 		for _, d := range dlq.Peek(0, math.MaxInt) {
 			rm := receivedMessage(d.Message, headerDeliveryCount(d.Message), [16]byte{})
-			dl := DeadLetteredMessage{Message: rm}
+			dl := DeadLetteredMessage{Message: rm, Entity: src.Name()}
 			if rm.DeadLetterReason != nil {
 				dl.Reason = *rm.DeadLetterReason
 			}
@@ -92,13 +92,14 @@ func (b *Broker) DeadLettered() []DeadLetteredMessage {
 // count failures; Succeeded does not.
 type Stats struct {
 	// Active are receivable now, Pending scheduled for later, Locked received and not yet settled. On a
-	// topic they add up every subscription (and the topic's scheduled messages).
+	// topic they add up every subscription, the topic's scheduled messages and the retry queue.
 	Active, Pending, Locked int
 	// Succeeded counts completions with no retry copy scheduled for them: the handler succeeded.
 	Succeeded int
 	// Retried counts originals completed after their retry copy was scheduled: the attempt failed.
 	Retried int
-	// DeadLettered counts the messages in the dead-letter queue, with our reasons or the broker's.
+	// DeadLettered counts the messages in the dead-letter queues (a topic's subscriptions' and the
+	// retry queue's), with our reasons or the broker's.
 	DeadLettered int
 	// Scheduled counts ScheduleMessages copies, including those duplicate detection dropped.
 	Scheduled int
@@ -132,17 +133,23 @@ func (b *Broker) Stats() Stats {
 }
 
 // AdvanceToNextScheduled moves clk (a mock clock such as benbjohnson/clock's *Mock) to the due time of
-// the earliest scheduled message, so that it becomes receivable, and returns that time. It reports false,
-// leaving the clock alone, when nothing is scheduled.
+// the earliest scheduled message (in the queue, the topic or the retry queue), so that it becomes
+// receivable, and returns that time. It reports false, leaving the clock alone, when nothing is
+// scheduled.
 func (b *Broker) AdvanceToNextScheduled(clk interface {
 	Now() time.Time
 	Add(time.Duration)
 }) (time.Time, bool) {
 	b.mu.Lock()
 	var next time.Time
-	for _, s := range b.target.ScheduledMessages() {
-		if next.IsZero() || s.At.Before(next) {
-			next = s.At
+	for _, q := range []*broker.Queue{b.target, b.retryQueue} {
+		if q == nil {
+			continue
+		}
+		for _, s := range q.ScheduledMessages() {
+			if next.IsZero() || s.At.Before(next) {
+				next = s.At
+			}
 		}
 	}
 	b.mu.Unlock()

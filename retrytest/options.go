@@ -2,6 +2,8 @@ package retrytest
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/sbretry/retry/sbemu/broker"
@@ -22,14 +24,38 @@ const (
 	DefaultMaxMessageSize = broker.DefaultMaxMessageSize
 )
 
-// BrokerOptions configures a [Broker]: the settings of its one entity, a queue unless Subscriptions
-// are given. The zero value of each field means the Service Bus default; negative durations and sizes,
-// and a LockDuration above 5 minutes, are invalid (see [New]). The settings mean exactly what the
-// fields of the same meaning on [broker.QueueConfig] mean to the emulator.
+// BrokerOptions configures a [Broker]: the settings of its entity, a queue unless EntityPath names a
+// subscription or Subscriptions are given, and of the subscription's retry queue when RetryQueue is
+// set. The zero value of each field means the Service Bus default; negative durations and sizes, and a
+// LockDuration above 5 minutes, are invalid (see [New]). The settings mean exactly what the fields of
+// the same meaning on [broker.QueueConfig] mean to the emulator.
+//
+// The layout of [retry.SubscriptionConnectionString], a topic subscription whose consumer schedules its
+// retries to a queue of its own, is one broker:
+//
+//	retrytest.BrokerOptions{EntityPath: "orders/Subscriptions/billing", RetryQueue: "orders-billing-retry"}
+//
+// [Broker.Send] publishes to the topic, [Broker.Connector] receives from the subscription and the retry
+// queue and schedules copies to the retry queue, and [Broker.Stats] and [Broker.DeadLettered] cover
+// the subscription, the retry queue and the topic's other subscriptions, if any.
 type BrokerOptions struct {
-	// EntityPath names the queue or topic, which shows in DeadLetterSource. Empty means
+	// EntityPath names the queue, or the topic, or a subscription of a topic as
+	// "topic/Subscriptions/name" (see [retry.SubscriptionPath]); it shows in DeadLetterSource. A
+	// subscription path makes the entity that topic, and the named subscription the one that
+	// [Broker.Receiver] and [Broker.Connector] read: without Subscriptions the topic has just that
+	// subscription, with the default rule; with Subscriptions it must be one of them. Empty means
 	// [DefaultEntityPath].
 	EntityPath string
+
+	// RetryQueue, when set, adds the consumed subscription's retry queue, a queue of that name: the
+	// layout of [retry.SubscriptionConnectionString]. [Broker.Sender] and the Connector's sender then
+	// schedule to it (never to the topic, where every subscription would get the copies), the
+	// Connector receives from it besides the subscription, and [Broker.RetryQueueReceiver] reads it.
+	// It is configured like the consumed subscription (lock duration, MaxDeliveryCount, default
+	// time-to-live, dead-lettering on expiration) and shares the topic's duplicate detection and
+	// MaxMessageSize. It needs a topic (a subscription EntityPath or Subscriptions); a queue's retries go
+	// back to the queue itself. Empty means no retry queue.
+	RetryQueue string
 
 	// LockDuration is how long a peek-lock lasts. Zero means [DefaultLockDuration]; at most 5 minutes.
 	// On a topic it is the default of subscriptions that set none.
@@ -65,10 +91,11 @@ type BrokerOptions struct {
 	MaxMessageSize int
 
 	// Subscriptions, when not empty, make the entity a topic with these subscriptions, their rules,
-	// lock durations, delivery limits and TTLs: Send and every Sender publish to the topic, each
-	// subscription gets the copies its rules select, [Broker.Receiver] and [Broker.Connector] receive
-	// from the first subscription and [Broker.SubscriptionReceiver] from any. Inspection methods cover
-	// every subscription. Forwarding is not supported (there is no other entity to forward to).
+	// lock durations, delivery limits and TTLs: Send publishes to the topic (and so does every Sender
+	// unless RetryQueue is set), each subscription gets the copies its rules select,
+	// [Broker.Receiver] and [Broker.Connector] receive from the subscription EntityPath names, else
+	// the first, and [Broker.SubscriptionReceiver] from any. Inspection methods cover every
+	// subscription. Forwarding is not supported.
 	Subscriptions []broker.SubscriptionConfig
 
 	// ReleaseLocksOnClose returns the messages locked through a connection to the queue when the
@@ -97,24 +124,63 @@ func (o BrokerOptions) duplicateWindow() time.Duration {
 	return 0
 }
 
-// modelConfig translates o into the configuration of the broker model: one queue, or one topic with
-// its subscriptions. The model validates it.
-func (o BrokerOptions) modelConfig() ([]broker.QueueConfig, []broker.TopicConfig, error) {
-	if len(o.Subscriptions) == 0 {
-		return []broker.QueueConfig{{
-			Name:                     o.entityPath(),
+// layout is what a [BrokerOptions] describes, ready for the broker model: its entities, the one sends
+// go to, the one receivers read and the retry queue.
+type layout struct {
+	queues []broker.QueueConfig
+	topics []broker.TopicConfig
+	// name is the queue or the topic; consumed the subscription receivers read (empty for a queue);
+	// retryQueue the retry queue (empty for none).
+	name, consumed, retryQueue string
+}
+
+// splitSubscriptionPath splits "topic/Subscriptions/name" (the segment in any case, as Service Bus
+// reads it) into its topic and subscription; ok is false for any other path.
+func splitSubscriptionPath(path string) (topic, sub string, ok bool) {
+	i := strings.Index(strings.ToLower(path), strings.ToLower(broker.SubscriptionsSegment))
+	if i < 0 {
+		return "", "", false
+	}
+	return path[:i], path[i+len(broker.SubscriptionsSegment):], true
+}
+
+// layout translates o into the configuration of the broker model: one queue, or one topic with its
+// subscriptions and possibly a retry queue. The model validates names and settings; layout refuses
+// what only retrytest cannot do.
+func (o BrokerOptions) layout() (layout, error) {
+	invalid := func(format string, args ...any) (layout, error) {
+		return layout{}, fmt.Errorf("%w: %s", broker.ErrInvalidConfig, fmt.Sprintf(format, args...))
+	}
+	l := layout{name: o.entityPath(), retryQueue: o.RetryQueue}
+	topic, consumed, isSub := splitSubscriptionPath(l.name)
+	if !isSub && len(o.Subscriptions) == 0 {
+		if o.RetryQueue != "" {
+			return invalid("RetryQueue %q needs a topic subscription (EntityPath \"topic/Subscriptions/name\" or Subscriptions): a queue's retries go back to the queue itself", o.RetryQueue)
+		}
+		l.queues = []broker.QueueConfig{{
+			Name:                     l.name,
 			LockDuration:             o.LockDuration,
 			MaxDeliveryCount:         o.MaxDeliveryCount,
 			DuplicateDetectionWindow: o.duplicateWindow(),
 			DefaultTTL:               o.DefaultMessageTimeToLive,
 			DeadLetterOnExpiration:   o.DeadLetteringOnMessageExpiration,
 			MaxMessageSize:           o.MaxMessageSize,
-		}}, nil, nil
+		}}
+		return l, nil
 	}
-	subs := make([]broker.SubscriptionConfig, len(o.Subscriptions))
-	for i, sc := range o.Subscriptions {
+	subs := o.Subscriptions
+	if isSub {
+		l.name = topic
+		if len(subs) == 0 {
+			subs = []broker.SubscriptionConfig{{Name: consumed}}
+		} else if !slices.ContainsFunc(subs, func(sc broker.SubscriptionConfig) bool { return strings.EqualFold(sc.Name, consumed) }) {
+			return invalid("EntityPath %q names subscription %q, which is not among Subscriptions", o.EntityPath, consumed)
+		}
+	}
+	cfgs := make([]broker.SubscriptionConfig, len(subs))
+	for i, sc := range subs {
 		if sc.ForwardTo != "" || sc.ForwardDeadLetteredMessagesTo != "" {
-			return nil, nil, fmt.Errorf("%w: subscription %q: forwarding is not supported by retrytest", broker.ErrInvalidConfig, sc.Name)
+			return invalid("subscription %q: forwarding is not supported by retrytest", sc.Name)
 		}
 		if sc.LockDuration == 0 {
 			sc.LockDuration = o.LockDuration
@@ -123,13 +189,37 @@ func (o BrokerOptions) modelConfig() ([]broker.QueueConfig, []broker.TopicConfig
 			sc.MaxDeliveryCount = o.MaxDeliveryCount
 		}
 		sc.DeadLetterOnExpiration = sc.DeadLetterOnExpiration || o.DeadLetteringOnMessageExpiration
-		subs[i] = sc
+		cfgs[i] = sc
 	}
-	return nil, []broker.TopicConfig{{
-		Name:                     o.entityPath(),
+	if !isSub {
+		consumed = cfgs[0].Name
+	}
+	l.consumed = consumed
+	l.topics = []broker.TopicConfig{{
+		Name:                     l.name,
 		DuplicateDetectionWindow: o.duplicateWindow(),
 		DefaultTTL:               o.DefaultMessageTimeToLive,
 		MaxMessageSize:           o.MaxMessageSize,
-		Subscriptions:            subs,
-	}}, nil
+		Subscriptions:            cfgs,
+	}}
+	if strings.EqualFold(o.RetryQueue, l.name) {
+		return invalid("RetryQueue %q must not be the topic: every subscription would get the retries", o.RetryQueue)
+	}
+	if o.RetryQueue != "" {
+		sc := cfgs[slices.IndexFunc(cfgs, func(sc broker.SubscriptionConfig) bool { return strings.EqualFold(sc.Name, consumed) })]
+		ttl := o.DefaultMessageTimeToLive
+		if sc.DefaultTTL > 0 && (ttl == 0 || sc.DefaultTTL < ttl) {
+			ttl = sc.DefaultTTL // a subscription's own default can only shorten the topic's
+		}
+		l.queues = []broker.QueueConfig{{
+			Name:                     o.RetryQueue,
+			LockDuration:             sc.LockDuration,
+			MaxDeliveryCount:         sc.MaxDeliveryCount,
+			DuplicateDetectionWindow: o.duplicateWindow(),
+			DefaultTTL:               ttl,
+			DeadLetterOnExpiration:   sc.DeadLetterOnExpiration,
+			MaxMessageSize:           o.MaxMessageSize,
+		}}
+	}
+	return l, nil
 }

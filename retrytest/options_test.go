@@ -30,6 +30,13 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 		{"subscription rule that does not parse", retrytest.BrokerOptions{Subscriptions: []broker.SubscriptionConfig{{Name: "s", Rules: []broker.RuleConfig{{Name: "r", SQLFilter: "region = "}}}}}},
 		{"duplicate subscription", retrytest.BrokerOptions{Subscriptions: []broker.SubscriptionConfig{{Name: "s"}, {Name: "S"}}}},
 		{"subscription forwarding", retrytest.BrokerOptions{Subscriptions: []broker.SubscriptionConfig{{Name: "s", ForwardTo: "elsewhere"}}}},
+		{"subscription path without a subscription", retrytest.BrokerOptions{EntityPath: "orders/Subscriptions/"}},
+		{"subscription path without a topic", retrytest.BrokerOptions{EntityPath: "/Subscriptions/billing"}},
+		{"subscription path with another slash", retrytest.BrokerOptions{EntityPath: "orders/Subscriptions/billing/more"}},
+		{"subscription path not among the subscriptions", retrytest.BrokerOptions{EntityPath: "orders/Subscriptions/billing", Subscriptions: []broker.SubscriptionConfig{{Name: "audit"}}}},
+		{"retry queue of a queue", retrytest.BrokerOptions{EntityPath: "orders", RetryQueue: "orders-retry"}},
+		{"retry queue with a slash", retrytest.BrokerOptions{EntityPath: "orders/Subscriptions/billing", RetryQueue: "orders/retry"}},
+		{"retry queue named like its topic", retrytest.BrokerOptions{EntityPath: "orders/Subscriptions/billing", RetryQueue: "Orders"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -48,6 +55,8 @@ func TestNewRejectsInvalidOptions(t *testing.T) {
 			_, err = b.Connector()(t.Context())
 			assert.ErrorIs(t, err, broker.ErrInvalidConfig)
 			_, err = b.SubscriptionReceiver("s")
+			assert.ErrorIs(t, err, broker.ErrInvalidConfig)
+			_, err = b.RetryQueueReceiver()
 			assert.ErrorIs(t, err, broker.ErrInvalidConfig)
 			assert.Equal(t, retrytest.Stats{}, b.Stats())
 		})

@@ -3,6 +3,8 @@ package retrytest_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
@@ -50,10 +52,27 @@ type deadLetter struct {
 	Body, Reason, Description, Source string
 }
 
-// entity is a scenario's configuration: a queue, or a topic with subscriptions.
+// entity is a scenario's configuration: a queue, or a topic with subscriptions, and then possibly the
+// retry queue of its first subscription (the layout of retry.SubscriptionConnectionString). The retry
+// queue's settings must be those retrytest gives it: the first subscription's lock duration and
+// MaxDeliveryCount, the topic's duplicate detection window.
 type entity struct {
-	queue *broker.QueueConfig
-	topic *broker.TopicConfig
+	queue      *broker.QueueConfig
+	topic      *broker.TopicConfig
+	retryQueue *broker.QueueConfig
+}
+
+// layoutDoor is a door on the subscription layout: besides the topic and its subscriptions, the first
+// subscription's retry queue, and the door's clock for a retry.Processor.
+type layoutDoor interface {
+	door
+	// retrySender schedules to the retry queue.
+	retrySender(t *testing.T) retry.Sender
+	// retryReceiver is the (one, cached) peek-lock receiver of the retry queue.
+	retryReceiver(t *testing.T) retry.Receiver
+	// retryDeadLetters receives and completes everything in the retry queue's dead-letter queue.
+	retryDeadLetters(t *testing.T) []deadLetter
+	clock() retry.Clock
 }
 
 // doorFactory builds a door for an entity with its clock at start.
@@ -133,6 +152,29 @@ var parityScenarios = []struct {
 		}}},
 		run:  runTopicFanOut,
 		want: map[string][]string{"all": {"eu-small", "us-big"}, "eu": {"eu-small"}, "big": {"us-big"}, "left": nil},
+	},
+	{
+		name: "subscription with its retry queue: copies go to the retry queue and dead letters where Service Bus puts them",
+		entity: entity{
+			topic: &broker.TopicConfig{Name: "orders", DuplicateDetectionWindow: 10 * time.Minute, Subscriptions: []broker.SubscriptionConfig{
+				{Name: "billing", LockDuration: 30 * time.Second, MaxDeliveryCount: 5},
+				{Name: "audit"},
+			}},
+			retryQueue: &broker.QueueConfig{Name: "orders-billing-retry", LockDuration: 30 * time.Second, MaxDeliveryCount: 5, DuplicateDetectionWindow: 10 * time.Minute},
+		},
+		run: runSubscriptionLayout,
+		want: layoutOutcome{
+			Attempts: map[string][]string{
+				"flaky":   {"orders/Subscriptions/billing #1 retry-scheduled", "orders-billing-retry #2 retry-scheduled", "orders-billing-retry #3 completed"},
+				"poison":  {"orders/Subscriptions/billing #1 retry-scheduled", "orders-billing-retry #2 retry-scheduled", "orders-billing-retry #3 dead-lettered"},
+				"invalid": {"orders/Subscriptions/billing #1 dead-lettered"},
+			},
+			CopyLockedFor:    30 * time.Second,
+			CopyDelivery:     1,
+			Audit:            []string{"flaky", "poison", "invalid"},
+			SubscriptionDead: []deadLetter{{Body: "invalid", Reason: "RetryPermanentFailure", Description: "no such customer", Source: "orders/Subscriptions/billing"}},
+			RetryQueueDead:   []deadLetter{{Body: "poison", Reason: "RetryMaxAttemptsExceeded", Description: "payment service unavailable", Source: "orders-billing-retry"}},
+		},
 	},
 	{
 		name:   "lock expiry redelivers with a higher DeliveryCount",
@@ -322,6 +364,77 @@ func runLockExpiry(t *testing.T, d door) any {
 	return out
 }
 
+type layoutOutcome struct {
+	Attempts         map[string][]string // by body: "entity #attempt outcome"
+	CopyLockedFor    time.Duration       // a retry copy's lock, received from the retry queue
+	CopyDelivery     uint32              // and its DeliveryCount
+	Audit            []string            // what the other subscription got
+	AuditCopies      int                 // retry copies among them
+	SubscriptionDead []deadLetter
+	RetryQueueDead   []deadLetter
+	Left             counts
+}
+
+// runSubscriptionLayout runs a retry.Processor on the first subscription with the retry queue as its
+// sender, the way retry.SubscriptionConnectionString connects a consumer: a message that succeeds at its
+// third attempt, one that fails every attempt, and one refused for good at its first.
+func runSubscriptionLayout(t *testing.T, d door) any {
+	ld := d.(layoutDoor)
+	const sub = "billing"
+	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		env, _ := retry.EnvelopeFromContext(ctx)
+		switch {
+		case string(msg.Body) == "invalid":
+			return retry.Permanent(errors.New("no such customer"))
+		case string(msg.Body) == "poison", env.Attempt < 3:
+			return errors.New("payment service unavailable")
+		}
+		return nil
+	}
+	out := layoutOutcome{Attempts: map[string][]string{}}
+	p, err := retry.NewProcessor(ld.retrySender(t), handler, &retry.Options{
+		MaxAttempts: 3, Backoff: retry.Constant{Interval: 10 * time.Second}, Clock: ld.clock(),
+		EntityPath: broker.SubscriptionPath("orders", sub), Logger: slog.New(slog.DiscardHandler),
+	})
+	require.NoError(t, err)
+	for _, body := range []string{"flaky", "poison", "invalid"} {
+		require.NoError(t, d.send(t, &azservicebus.Message{Body: []byte(body)}))
+	}
+	process := func(r retry.Receiver, entity string, n int) {
+		for got := 0; got < n; {
+			msgs, err := r.ReceiveMessages(ctx(t), n-got, nil)
+			require.NoError(t, err)
+			for _, m := range msgs {
+				if entity != broker.SubscriptionPath("orders", sub) {
+					out.CopyLockedFor, out.CopyDelivery = m.LockedUntil.Sub(*m.EnqueuedTime), m.DeliveryCount
+				}
+				res := p.Process(ctx(t), r, m)
+				body := string(m.Body)
+				out.Attempts[body] = append(out.Attempts[body], fmt.Sprintf("%s #%d %s", entity, res.Attempt, res.Outcome))
+			}
+			got += len(msgs)
+		}
+	}
+	process(d.receiver(t, sub), broker.SubscriptionPath("orders", sub), 3)
+	for range 2 {
+		d.advance(10 * time.Second)
+		process(ld.retryReceiver(t), "orders-billing-retry", 2)
+	}
+	for len(out.Audit) < 3 {
+		for _, m := range receive(t, d, "audit", 3-len(out.Audit)) {
+			out.Audit = append(out.Audit, string(m.Body))
+			if _, ok := m.ApplicationProperties[retry.PropAttempt]; ok {
+				out.AuditCopies++
+			}
+			require.NoError(t, d.receiver(t, "audit").CompleteMessage(ctx(t), m, nil))
+		}
+	}
+	out.SubscriptionDead = d.deadLetters(t, sub)
+	out.RetryQueueDead = ld.retryDeadLetters(t)
+	out.Left = d.counts(t)
+	return out
+}
+
 // --- helpers shared by the scenarios ---
 
 func ptr[T any](v T) *T { return &v }
@@ -368,10 +481,11 @@ func parityStart(d door) time.Time {
 // --- the retrytest door ---
 
 type retrytestDoor struct {
-	b         *retrytest.Broker
-	clock     *clock.Mock
-	start     time.Time
-	receivers map[string]retry.Receiver
+	b          *retrytest.Broker
+	mock       *clock.Mock
+	start      time.Time
+	retryQueue string // "" without one
+	receivers  map[string]retry.Receiver
 }
 
 // openRetrytestDoor configures a Broker with the entity's settings, through BrokerOptions.
@@ -392,9 +506,17 @@ func openRetrytestDoor(t *testing.T, e entity, start time.Time) door {
 			DefaultMessageTimeToLive: tc.DefaultTTL, MaxMessageSize: tc.MaxMessageSize, Subscriptions: tc.Subscriptions,
 		}
 	}
+	if rq := e.retryQueue; rq != nil {
+		opts.EntityPath = broker.SubscriptionPath(e.topic.Name, e.topic.Subscriptions[0].Name)
+		opts.RetryQueue = rq.Name
+	}
 	b, err := retrytest.New(mock, &opts)
 	require.NoError(t, err)
-	return &retrytestDoor{b: b, clock: mock, start: start, receivers: map[string]retry.Receiver{}}
+	d := &retrytestDoor{b: b, mock: mock, start: start, receivers: map[string]retry.Receiver{}}
+	if e.retryQueue != nil {
+		d.retryQueue = e.retryQueue.Name
+	}
+	return d
 }
 
 func (d *retrytestDoor) send(_ *testing.T, m *azservicebus.Message) error {
@@ -424,40 +546,65 @@ func (d *retrytestDoor) receiver(t *testing.T, sub string) retry.Receiver {
 	return r
 }
 
-func (d *retrytestDoor) deadLetters(_ *testing.T, _ string) []deadLetter {
+// deadLetters lists the dead letters of sub (a subscription's name, "" for the queue, or a retry
+// queue's path).
+func (d *retrytestDoor) deadLetters(_ *testing.T, sub string) []deadLetter {
 	var out []deadLetter
 	for _, dl := range d.b.DeadLettered() {
+		if sub != "" && dl.Entity != sub && !strings.HasSuffix(strings.ToLower(dl.Entity), strings.ToLower(broker.SubscriptionsSegment+sub)) {
+			continue
+		}
 		out = append(out, deadLetter{Body: string(dl.Message.Body), Reason: dl.Reason, Description: dl.Description, Source: *dl.Message.DeadLetterSource})
 	}
 	return out
 }
+
+func (d *retrytestDoor) retrySender(*testing.T) retry.Sender { return d.b.Sender() }
+
+func (d *retrytestDoor) retryReceiver(t *testing.T) retry.Receiver {
+	if r, ok := d.receivers[d.retryQueue]; ok {
+		return r
+	}
+	r, err := d.b.RetryQueueReceiver()
+	require.NoError(t, err)
+	d.receivers[d.retryQueue] = r
+	return r
+}
+
+func (d *retrytestDoor) retryDeadLetters(t *testing.T) []deadLetter {
+	return d.deadLetters(t, d.retryQueue)
+}
+
+func (d *retrytestDoor) clock() retry.Clock { return d.mock }
 
 func (d *retrytestDoor) counts(*testing.T) counts {
 	st := d.b.Stats()
 	return counts{Available: st.Active, Scheduled: st.Pending}
 }
 
-func (d *retrytestDoor) advance(dur time.Duration) { d.clock.Add(dur) }
+func (d *retrytestDoor) advance(dur time.Duration) { d.mock.Add(dur) }
 
 // --- the SDK door: azservicebus against the emulator on loopback ---
 
 type sdkDoor struct {
-	em        *sbemu.Emulator
-	client    *azservicebus.Client
-	clock     *clock.Mock
-	start     time.Time
-	name      string // the queue or topic
-	topic     bool
-	subs      []string
-	sender    *azservicebus.Sender
-	receivers map[string]*azservicebus.Receiver
+	em         *sbemu.Emulator
+	client     *azservicebus.Client
+	mock       *clock.Mock
+	start      time.Time
+	name       string // the queue or topic
+	topic      bool
+	subs       []string
+	retryQueue string // "" without one
+	sender     *azservicebus.Sender
+	retrySend  *azservicebus.Sender
+	receivers  map[string]*azservicebus.Receiver
 }
 
 func openSDKDoor(t *testing.T, e entity, start time.Time) door {
 	mock := clock.NewMock()
 	mock.Set(start)
 	cfg := sbemu.Config{Clock: mock}
-	d := &sdkDoor{clock: mock, start: start, receivers: map[string]*azservicebus.Receiver{}}
+	d := &sdkDoor{mock: mock, start: start, receivers: map[string]*azservicebus.Receiver{}}
 	if e.queue != nil {
 		cfg.Queues = []broker.QueueConfig{*e.queue}
 		d.name = e.queue.Name
@@ -468,6 +615,10 @@ func openSDKDoor(t *testing.T, e entity, start time.Time) door {
 			d.subs = append(d.subs, s.Name)
 		}
 	}
+	if rq := e.retryQueue; rq != nil {
+		cfg.Queues = append(cfg.Queues, *rq)
+		d.retryQueue = rq.Name
+	}
 	d.em = sbemu.StartT(t, cfg)
 	client, err := azservicebus.NewClientFromConnectionString(d.em.ConnectionString(), &azservicebus.ClientOptions{
 		RetryOptions: azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 20 * time.Millisecond, MaxRetryDelay: 200 * time.Millisecond},
@@ -477,6 +628,10 @@ func openSDKDoor(t *testing.T, e entity, start time.Time) door {
 	d.client = client
 	d.sender, err = client.NewSender(d.name, nil)
 	require.NoError(t, err)
+	if d.retryQueue != "" {
+		d.retrySend, err = client.NewSender(d.retryQueue, nil)
+		require.NoError(t, err)
+	}
 	return d
 }
 
@@ -496,6 +651,8 @@ func (d *sdkDoor) receiver(t *testing.T, sub string) retry.Receiver {
 	return d.sdkReceiver(t, sub, nil)
 }
 
+// sdkReceiver is the cached receiver of sub: a subscription's name, "" for the queue, or the retry
+// queue's name; of its dead-letter queue with opts.
 func (d *sdkDoor) sdkReceiver(t *testing.T, sub string, opts *azservicebus.ReceiverOptions) *azservicebus.Receiver {
 	key := sub
 	if opts != nil {
@@ -506,9 +663,12 @@ func (d *sdkDoor) sdkReceiver(t *testing.T, sub string, opts *azservicebus.Recei
 	}
 	var r *azservicebus.Receiver
 	var err error
-	if sub == "" {
+	switch {
+	case sub == "":
 		r, err = d.client.NewReceiverForQueue(d.name, opts)
-	} else {
+	case sub == d.retryQueue:
+		r, err = d.client.NewReceiverForQueue(d.retryQueue, opts)
+	default:
 		r, err = d.client.NewReceiverForSubscription(d.name, sub, opts)
 	}
 	require.NoError(t, err)
@@ -516,10 +676,13 @@ func (d *sdkDoor) sdkReceiver(t *testing.T, sub string, opts *azservicebus.Recei
 	return r
 }
 
-// path is the entity path of sub, or of the queue.
+// path is the entity path of sub: the queue, a subscription or the retry queue.
 func (d *sdkDoor) path(sub string) string {
-	if sub == "" {
+	switch sub {
+	case "":
 		return d.name
+	case d.retryQueue:
+		return d.retryQueue
 	}
 	return broker.SubscriptionPath(d.name, sub)
 }
@@ -554,6 +717,9 @@ func (d *sdkDoor) counts(t *testing.T) counts {
 		}
 		topic, _ := d.em.Broker().Queue(d.name)
 		c.Scheduled += topic.Stats().Scheduled
+		if d.retryQueue != "" {
+			paths = append(paths, d.retryQueue)
+		}
 	}
 	for _, p := range paths {
 		q, ok := d.em.Broker().Queue(p)
@@ -565,7 +731,17 @@ func (d *sdkDoor) counts(t *testing.T) counts {
 	return c
 }
 
-func (d *sdkDoor) advance(dur time.Duration) { d.clock.Add(dur) }
+func (d *sdkDoor) advance(dur time.Duration) { d.mock.Add(dur) }
+
+func (d *sdkDoor) retrySender(*testing.T) retry.Sender { return d.retrySend }
+
+func (d *sdkDoor) retryReceiver(t *testing.T) retry.Receiver {
+	return d.sdkReceiver(t, d.retryQueue, nil)
+}
+
+func (d *sdkDoor) retryDeadLetters(t *testing.T) []deadLetter { return d.deadLetters(t, d.retryQueue) }
+
+func (d *sdkDoor) clock() retry.Clock { return d.mock }
 
 func deref(s *string) string {
 	if s == nil {
