@@ -354,6 +354,15 @@ func fitsLimits(m *azservicebus.Message, maxMessageSize int) bool {
 	return header <= maxHeaderSize && framing+header+len(m.Body) <= maxMessageSize
 }
 
+// propertiesSize estimates the encoded size of application properties, as fitsLimits counts them.
+func propertiesSize(props map[string]any) int {
+	n := 0
+	for k, v := range props {
+		n += len(k) + 5 + valueSize(v)
+	}
+	return n
+}
+
 func valueSize(v any) int {
 	switch x := v.(type) {
 	case string:

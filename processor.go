@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"sync"
 	"time"
@@ -494,11 +495,16 @@ func (p *Processor) deadLetterDecision(env *Envelope, msg *azservicebus.Received
 			props[PropFirstSequenceNumber] = env.FirstSequenceNumber
 		}
 		// A first delivery carries no envelope yet: record its key and correlation id, so that an
-		// operator finds the dead letter by them as by a retry copy's.
+		// operator finds the dead letter by them as by a retry copy's; unless they would take the
+		// message's properties over the header limit, where the dead-letter itself would fail.
+		identity := map[string]any{}
 		for name, v := range map[string]string{PropKey: env.Key, PropCorrelationID: env.CorrelationID, PropOriginalMessageID: env.OriginalMessageID} {
 			if _, ok := msg.ApplicationProperties[name]; !ok && v != "" {
-				props[name] = v
+				identity[name] = v
 			}
+		}
+		if propertiesSize(msg.ApplicationProperties)+propertiesSize(props)+propertiesSize(identity) <= maxHeaderSize {
+			maps.Copy(props, identity)
 		}
 	}
 	return &decision{kind: decideDeadLetter, env: env, handlerErr: cause, deadLetterPlan: &deadLetterPlan{reason: reason, desc: desc, props: props}}

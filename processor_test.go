@@ -301,3 +301,32 @@ func TestCopyOverHeaderLimitsDeadLetters(t *testing.T) {
 	f.broker.Send(&azservicebus.Message{MessageID: strPtr("ok"), Body: []byte("x"), ApplicationProperties: map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024)}})
 	assert.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome)
 }
+
+// TestFirstAttemptDeadLetterRecordsItsIdentity: a message dead-lettered at its first attempt has no
+// envelope of its own, so the dead letter records its key, correlation id and original MessageID for
+// the operator tools; near the header limit they are left out rather than making the dead-letter fail.
+func TestFirstAttemptDeadLetterRecordsItsIdentity(t *testing.T) {
+	permanent := func(context.Context, *azservicebus.ReceivedMessage) error { return retry.Permanent(errBoom) }
+	f := newFixture(t, permanent, nil)
+	_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("order-7"), CorrelationID: strPtr("trace-7"), Body: []byte("x")})
+	require.NoError(t, err)
+	require.Equal(t, retry.OutcomeDeadLettered, f.process().Outcome)
+	dead := f.broker.DeadLettered()
+	require.Len(t, dead, 1)
+	props := dead[0].Message.ApplicationProperties
+	assert.Equal(t, "order-7", props[retry.PropKey])
+	assert.Equal(t, "trace-7", props[retry.PropCorrelationID])
+	assert.Equal(t, "order-7", props[retry.PropOriginalMessageID])
+	env, err := retry.DecodeEnvelope(dead[0].Message)
+	require.NoError(t, err)
+	assert.Equal(t, "order-7", env.Key)
+
+	g := newFixture(t, permanent, nil)
+	big := map[string]any{"a": strings.Repeat("x", 32*1024-40), "b": strings.Repeat("x", 32*1024-40)}
+	_, err = g.broker.Send(&azservicebus.Message{MessageID: strPtr("big-7"), Body: []byte("x"), ApplicationProperties: big})
+	require.NoError(t, err)
+	require.Equal(t, retry.OutcomeDeadLettered, g.process().Outcome)
+	dead = g.broker.DeadLettered()
+	require.Len(t, dead, 1)
+	assert.NotContains(t, dead[0].Message.ApplicationProperties, retry.PropKey, "no room under the header limit")
+}

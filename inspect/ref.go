@@ -46,6 +46,10 @@ func ParseRef(s string) (Ref, error) {
 		if entity == "" {
 			return Ref{}, fmt.Errorf("%w: %q has an empty entity before the colon", ErrInvalidRef, s)
 		}
+		// "billing-retry/:6" is what a shell leaves of an unquoted "billing-retry/$DeadLetterQueue:6".
+		if strings.HasSuffix(entity, "/") || strings.Contains(entity, "//") {
+			return Ref{}, fmt.Errorf("%w: %q has an empty path segment (quote a $DeadLetterQueue path in the shell: '...$DeadLetterQueue:N')", ErrInvalidRef, s)
+		}
 	}
 	n, err := strconv.ParseInt(num, 10, 64)
 	if err != nil || n < 0 {
@@ -83,7 +87,7 @@ func (in *Inspector) resolve(r Ref, candidates []source, what string) (source, R
 			ErrAmbiguousRef, what, r.SequenceNumber, strings.Join(paths, " and "), strings.Join(qualified, " or "))
 	}
 	for i, p := range paths {
-		if strings.EqualFold(strings.TrimSuffix(r.Entity, "/"), p) {
+		if strings.EqualFold(r.Entity, p) {
 			return candidates[i], in.refOf(candidates[i], r.SequenceNumber), nil
 		}
 	}

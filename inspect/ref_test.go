@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"errors"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,6 +12,7 @@ import (
 )
 
 func TestParseRef(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		in   string
 		want Ref
@@ -26,6 +28,8 @@ func TestParseRef(t *testing.T) {
 		{in: "q:x", bad: true},
 		{in: "", bad: true},
 		{in: "-3", bad: true},
+		{in: "billing-retry/:6", bad: true}, // an unquoted $DeadLetterQueue, emptied by the shell
+		{in: "events//billing:6", bad: true},
 	}
 	for _, tc := range cases {
 		got, err := ParseRef(tc.in)
@@ -144,4 +148,28 @@ func TestCancelInTheSubscriptionLayout(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, p.MessageID, got.MessageID)
 	assert.Equal(t, 0, h.QueueStats(t, sbtest.RetryQueue).Scheduled)
+}
+
+// FuzzParseRef: whatever the input, ParseRef returns a Ref whose String parses back to it, or an error
+// wrapping ErrInvalidRef; never a panic.
+func FuzzParseRef(f *testing.F) {
+	for _, s := range []string{"17", "billing-retry/$DeadLetterQueue:17", "events/Subscriptions/billing:0", ":1", "a:b:3", "q:-1", "x/:2"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		r, err := ParseRef(s)
+		if err != nil {
+			if !errors.Is(err, ErrInvalidRef) {
+				t.Fatalf("ParseRef(%q): %v does not wrap ErrInvalidRef", s, err)
+			}
+			return
+		}
+		if r.SequenceNumber < 0 {
+			t.Fatalf("ParseRef(%q) = %+v: negative sequence number", s, r)
+		}
+		again, err := ParseRef(r.String())
+		if err != nil || again != r {
+			t.Fatalf("ParseRef(%q) = %+v, but its String %q parses to %+v, %v", s, r, r.String(), again, err)
+		}
+	})
 }
