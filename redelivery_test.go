@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,4 +165,51 @@ func TestRedeliveryAfterASlowCompleteIsNotRunAgain(t *testing.T) {
 		assert.True(t, again.Inherited)
 		assert.Equal(t, int32(1), calls.Load(), "the handler ran once")
 	})
+}
+
+// failingFirstCompletes fails the complete of every first delivery (lock token 1) and accepts the rest,
+// as when each message's first lock died with a connection.
+type failingFirstCompletes struct{ chainSettler }
+
+func (failingFirstCompletes) CompleteMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	if m.LockToken[0] == 1 {
+		return &azservicebus.Error{Code: azservicebus.CodeLockLost}
+	}
+	return nil
+}
+
+// deliveryOf returns delivery tok of the message with sequence number seq.
+func deliveryOf(seq int64, tok byte) *azservicebus.ReceivedMessage {
+	enq := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lu := time.Now().Add(time.Minute)
+	return &azservicebus.ReceivedMessage{MessageID: fmt.Sprintf("m-%d", seq), SequenceNumber: &seq, EnqueuedTime: &enq, LockedUntil: &lu, LockToken: [16]byte{tok}, Body: []byte("x")}
+}
+
+// A decided outcome stays remembered while the number outstanding is far below the promised bound,
+// however many other messages were redelivered and finished meanwhile: the redelivery of a message whose
+// handler succeeded never runs it a second time.
+func TestRememberedOutcomeOutlastsFinishedRedeliveries(t *testing.T) {
+	var calls sync.Map // seq -> *atomic.Int32
+	p, err := retry.NewProcessor(&gatedSender{gate: make(chan struct{})}, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		n, _ := calls.LoadOrStore(*m.SequenceNumber, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return nil
+	}, &retry.Options{LockDuration: time.Minute, DisableLockRenewal: true, Logger: discardLogger()})
+	require.NoError(t, err)
+	st := failingFirstCompletes{}
+	live := int64(1)
+	require.Equal(t, retry.OutcomeLeftForRedelivery, p.Process(t.Context(), st, deliveryOf(live, 1)).Outcome)
+	// 20,000 other messages, each failing its first complete and finished by its redelivery: at most two
+	// outcomes are outstanding at any moment.
+	for seq := int64(2); seq < 20_002; seq++ {
+		require.Equal(t, retry.OutcomeLeftForRedelivery, p.Process(t.Context(), st, deliveryOf(seq, 1)).Outcome)
+		res := p.Process(t.Context(), st, deliveryOf(seq, 2))
+		require.True(t, res.Inherited)
+		require.Equal(t, retry.OutcomeCompleted, res.Outcome)
+	}
+	res := p.Process(t.Context(), st, deliveryOf(live, 2))
+	assert.True(t, res.Inherited, "the live outcome was forgotten")
+	assert.Equal(t, retry.OutcomeCompleted, res.Outcome)
+	n, _ := calls.Load(live)
+	assert.Equal(t, int32(1), n.(*atomic.Int32).Load(), "the successful handler ran again")
 }
