@@ -72,7 +72,9 @@ type Health struct {
 	InFlight int
 	// Counters since the consumer was created.
 	Received, Completed, RetriesScheduled, DeadLettered, LeftForRedelivery, PossibleDuplicates uint64
-	// Warnings are the connection's settings warnings (see Connection.Settings), read once per Run.
+	// Warnings are the connection's settings warnings (see Connection.Settings), read once per Run, each
+	// naming its entity; or, when the settings could not be read, one warning saying so, naming the
+	// entity and why (for the built-in connectors, the administration endpoint).
 	Warnings []string
 	// Connects counts successful connector calls; ConnectFailures and ReceiveFailures count failures
 	// (ReceiveFailures includes link and connection errors the SDK recovered from on its own, and failed
@@ -419,13 +421,22 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) {
 	c := r.c
 	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
+	entity := conn.EntityPath
+	if entity == "" {
+		entity = c.cfg.entityPath
+	}
 	ws, err := conn.Settings(sctx, c.cfg.settleTimeout)
 	if err != nil {
-		c.cfg.logger.Debug("entity settings not checked", errAttr(err))
+		// Unknown settings may be the weak ones: an operator must know the check did not run.
+		text := redact.String(err.Error())
+		c.cfg.logger.Warn("entity settings not checked: duplicate detection and MaxDeliveryCount are unknown",
+			slog.String("entity", entity), slog.String("error", text))
+		w := fmt.Sprintf("%s: settings not checked, so duplicate detection and MaxDeliveryCount are unknown: %s", entity, text)
+		c.update(func(h *Health) { h.Warnings = []string{w} })
 		return
 	}
 	for _, w := range ws {
-		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("warning", w))
+		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("entity", entity), slog.String("warning", w))
 	}
 	c.update(func(h *Health) { h.Warnings = append([]string(nil), ws...) })
 }
