@@ -213,3 +213,29 @@ func TestRememberedOutcomeOutlastsFinishedRedeliveries(t *testing.T) {
 	n, _ := calls.Load(live)
 	assert.Equal(t, int32(1), n.(*atomic.Int32).Load(), "the successful handler ran again")
 }
+
+// At the promised bound, 10,000 outstanding outcomes (each message's complete failed), every one is
+// still remembered when its redelivery comes: none of the handlers runs a second time, whatever the
+// sequence numbers.
+func TestTenThousandOutstandingOutcomesAreAllRemembered(t *testing.T) {
+	const promised = 10_000
+	var calls atomic.Int32
+	p, err := retry.NewProcessor(&gatedSender{gate: make(chan struct{})}, func(context.Context, *azservicebus.ReceivedMessage) error {
+		calls.Add(1)
+		return nil
+	}, &retry.Options{LockDuration: time.Minute, DisableLockRenewal: true, Logger: discardLogger()})
+	require.NoError(t, err)
+	st := failingFirstCompletes{}
+	seq := func(i int) int64 { return 1_000_000 + 7*int64(i) } // a filtered subscription's stride
+	for i := range promised {
+		require.Equal(t, retry.OutcomeLeftForRedelivery, p.Process(t.Context(), st, deliveryOf(seq(i), 1)).Outcome)
+	}
+	forgotten := 0
+	for i := range promised {
+		if res := p.Process(t.Context(), st, deliveryOf(seq(i), 2)); !res.Inherited {
+			forgotten++
+		}
+	}
+	assert.Zero(t, forgotten, "outcomes forgotten at the promised number")
+	assert.Equal(t, int32(promised), calls.Load(), "handlers that ran twice: %d", calls.Load()-promised)
+}
