@@ -292,3 +292,33 @@ func (nopSettler) DeadLetterMessage(context.Context, *azservicebus.ReceivedMessa
 func (nopSettler) RenewMessageLock(context.Context, *azservicebus.ReceivedMessage, *azservicebus.RenewMessageLockOptions) error {
 	return nil
 }
+
+// A copy whose remaining lifetime is under a millisecond would travel as a TimeToLive of 0, which the
+// broker reads as no TTL at all, and live forever: the message is dead-lettered as expired instead.
+func TestSubMillisecondLifetimeDeadLettersAsExpired(t *testing.T) {
+	for name, tc := range map[string]struct {
+		left    time.Duration // the copy's lifetime once due
+		outcome retry.Outcome
+	}{
+		"half a millisecond": {500 * time.Microsecond, retry.OutcomeDeadLettered},
+		"a nanosecond":       {time.Nanosecond, retry.OutcomeDeadLettered},
+		"one millisecond":    {time.Millisecond, retry.OutcomeRetryScheduled},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+			msg := sampleMessage()
+			ttl := 10*time.Second + tc.left // the first retry is due after 10 s
+			msg.TimeToLive = &ttl
+			f.broker.Send(msg)
+			res := f.process()
+			require.Equal(t, tc.outcome, res.Outcome)
+			if tc.outcome == retry.OutcomeDeadLettered {
+				assert.Equal(t, "RetryMessageExpired", res.DeadLetterReason)
+				assert.Empty(t, f.broker.Scheduled())
+				return
+			}
+			c := f.broker.Scheduled()[0].Message
+			assert.Equal(t, tc.left, *c.TimeToLive)
+		})
+	}
+}

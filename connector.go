@@ -45,9 +45,11 @@ type Connection struct {
 	Check func(ctx context.Context) error
 	// Settings, if set, reads the entity's settings and returns warnings about those that weaken the crash
 	// contract (duplicate detection off or too short a window, a low MaxDeliveryCount), given the
-	// consumer's settle timeout. The consumer calls it once after its first connect and reports the
-	// warnings in its log and in Health.Warnings; an error (the administration API is not reachable, or
-	// the credential lacks Manage rights) is logged at debug level only.
+	// consumer's settle timeout; each warning names the entity whose setting it is. The consumer calls it
+	// once after its first connect and reports the warnings in its log and in Health.Warnings. An error
+	// (the administration API is not reachable, or the credential lacks Manage rights) means the settings
+	// are unknown: the consumer runs on, and says so in its log and in Health.Warnings, naming the entity
+	// and the error, which should name the endpoint it could not read.
 	Settings func(ctx context.Context, settleTimeout time.Duration) ([]string, error)
 	// Ping, if set, is a cheap liveness probe (the built-in connectors peek at one message). The
 	// consumer calls it when the connection has been quiet for a few seconds or the SDK reported a
@@ -96,7 +98,9 @@ type ConnectOptions struct {
 	SendCredential azcore.TokenCredential
 	// CheckSettings makes the connection read the entity's settings through the administration API at
 	// start and warn about those that weaken the crash contract (see [Connection.Settings]). It needs a
-	// credential with Manage rights; without them the check is skipped.
+	// credential with Manage rights and a reachable administration endpoint (https://<namespace>/);
+	// without them the check cannot run, which the consumer reports as a warning naming the entity and
+	// the endpoint.
 	CheckSettings bool
 	// Admin is passed to the administration client CheckSettings uses (for the emulator:
 	// sbemu's AdminClientOptions).
@@ -104,25 +108,26 @@ type ConnectOptions struct {
 }
 
 // settingsCheck returns a Connection.Settings for entity (with its retry queue, for a subscription)
-// through an administration client made by newAdmin, or nil when opts does not ask for it.
-func settingsCheck(opts *ConnectOptions, entity, retryQueue string, newAdmin func(*admin.ClientOptions) (*admin.Client, error)) func(context.Context, time.Duration) ([]string, error) {
+// through an administration client made by newAdmin, which addresses endpoint, or nil when opts does
+// not ask for it. Each warning starts with the path of the entity whose setting it is; an error names
+// the entity and the endpoint.
+func settingsCheck(opts *ConnectOptions, entity, retryQueue, endpoint string, newAdmin func(*admin.ClientOptions) (*admin.Client, error)) func(context.Context, time.Duration) ([]string, error) {
 	if opts == nil || !opts.CheckSettings {
 		return nil
 	}
 	return func(ctx context.Context, settleTimeout time.Duration) ([]string, error) {
 		ac, err := newAdmin(opts.Admin)
-		if err != nil {
-			return nil, err
+		if err == nil {
+			var ws []entitycheck.Warning
+			if ws, err = entitycheck.Check(ctx, ac, entity, &entitycheck.Options{SettleTimeout: settleTimeout, RetryQueue: retryQueue}); err == nil {
+				out := make([]string, 0, len(ws))
+				for _, w := range ws {
+					out = append(out, w.Entity+": "+w.Message)
+				}
+				return out, nil
+			}
 		}
-		ws, err := entitycheck.Check(ctx, ac, entity, &entitycheck.Options{SettleTimeout: settleTimeout, RetryQueue: retryQueue})
-		if err != nil {
-			return nil, redact.Wrap(err)
-		}
-		out := make([]string, 0, len(ws))
-		for _, w := range ws {
-			out = append(out, w.Message)
-		}
-		return out, nil
+		return nil, redact.Wrap(fmt.Errorf("retry: reading the settings of %s through the administration API at %s: %w", entity, endpoint, err))
 	}
 }
 
@@ -147,6 +152,7 @@ func QueueConnectionString(connectionString, queue string, opts *ConnectOptions)
 // unless ConnectOptions names other rights for it.
 type clients struct {
 	host, addr string
+	adminURL   string // the administration endpoint the admin client addresses, for messages
 	opts       *azservicebus.ClientOptions
 	newClient  func() (*azservicebus.Client, error)
 	newSender  func() (*azservicebus.Client, error) // nil: the receiving client sends too
@@ -179,6 +185,7 @@ func connectionStringClients(connectionString string, opts *ConnectOptions) (*cl
 	cl.newAdmin = func(o *admin.ClientOptions) (*admin.Client, error) {
 		return admin.NewClientFromConnectionString(connectionString, o)
 	}
+	cl.adminURL = "https://" + connectionStringNamespace(connectionString) + "/"
 	return cl, nil
 }
 
@@ -203,6 +210,7 @@ func credentialClients(namespace string, credential azcore.TokenCredential, opts
 	}
 	cl.newClient = func() (*azservicebus.Client, error) { return azservicebus.NewClient(namespace, credential, cl.opts) }
 	cl.newAdmin = func(o *admin.ClientOptions) (*admin.Client, error) { return admin.NewClient(namespace, credential, o) }
+	cl.adminURL = "https://" + cl.host + "/"
 	return cl, nil
 }
 
@@ -234,7 +242,7 @@ func (cl *clients) connector(opts *ConnectOptions, entity, retryQueue string, bu
 		}
 		conn, err := build(ctx, client, sendClient)
 		if conn != nil {
-			conn.Settings = settingsCheck(opts, entity, retryQueue, cl.newAdmin)
+			conn.Settings = settingsCheck(opts, entity, retryQueue, cl.adminURL, cl.newAdmin)
 		}
 		return conn, err
 	}
@@ -425,6 +433,20 @@ func isProbe(msg *azservicebus.ReceivedMessage) bool {
 // connectionStringEndpoint returns the host of a connection string's Endpoint and the address the SDK
 // connects to: the Endpoint's port if it has one, else 5672 for the development emulator (plain AMQP)
 // and 5671 (AMQP over TLS) otherwise. Both are empty if there is no Endpoint.
+// connectionStringNamespace is the host (and port, if given) of s's Endpoint, as the administration
+// client addresses it.
+func connectionStringNamespace(s string) string {
+	for _, part := range strings.Split(s, ";") {
+		k, v, ok := strings.Cut(part, "=")
+		if ok && strings.EqualFold(strings.TrimSpace(k), "Endpoint") {
+			if u, err := url.Parse(strings.TrimSpace(v)); err == nil {
+				return u.Host
+			}
+		}
+	}
+	return ""
+}
+
 func connectionStringEndpoint(s string) (host, addr string) {
 	port := "5671"
 	for _, part := range strings.Split(s, ";") {

@@ -25,16 +25,17 @@ func TestExplainTimeoutsAddsTheDialError(t *testing.T) {
 }
 
 func TestConnectionStringEndpoint(t *testing.T) {
-	for name, tc := range map[string]struct{ in, host, addr string }{
-		"namespace":         {"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", "ns.servicebus.windows.net", "ns.servicebus.windows.net:5671"},
-		"emulator":          {"Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true", "localhost", "localhost:5672"},
-		"emulator and port": {"Endpoint=sb://127.0.0.1:4000;UseDevelopmentEmulator=true", "127.0.0.1", "127.0.0.1:4000"},
-		"no endpoint":       {"SharedAccessKeyName=k", "", ""},
+	for name, tc := range map[string]struct{ in, host, addr, namespace string }{
+		"namespace":         {"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", "ns.servicebus.windows.net", "ns.servicebus.windows.net:5671", "ns.servicebus.windows.net"},
+		"emulator":          {"Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true", "localhost", "localhost:5672", "localhost"},
+		"emulator and port": {"Endpoint=sb://127.0.0.1:4000;UseDevelopmentEmulator=true", "127.0.0.1", "127.0.0.1:4000", "127.0.0.1:4000"},
+		"no endpoint":       {"SharedAccessKeyName=k", "", "", ""},
 	} {
 		t.Run(name, func(t *testing.T) {
 			host, addr := connectionStringEndpoint(tc.in)
 			assert.Equal(t, tc.host, host)
 			assert.Equal(t, tc.addr, addr)
+			assert.Equal(t, tc.namespace, connectionStringNamespace(tc.in), "the administration client's host")
 		})
 	}
 }

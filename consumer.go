@@ -31,6 +31,10 @@ const (
 	StateWatchdog
 	// StateStopped: Run has returned.
 	StateStopped
+	// StateDraining: Run's context has ended. The consumer receives nothing more and waits for the
+	// handlers and settles in flight (up to ShutdownGrace plus one SettleTimeout); it is not ready, but
+	// still live, until Run returns ([StateStopped]). It follows whichever state the consumer was in.
+	StateDraining
 )
 
 func (s State) String() string {
@@ -47,6 +51,8 @@ func (s State) String() string {
 		return "watchdog"
 	case StateStopped:
 		return "stopped"
+	case StateDraining:
+		return "draining"
 	}
 	return "unknown"
 }
@@ -66,7 +72,9 @@ type Health struct {
 	InFlight int
 	// Counters since the consumer was created.
 	Received, Completed, RetriesScheduled, DeadLettered, LeftForRedelivery, PossibleDuplicates uint64
-	// Warnings are the connection's settings warnings (see Connection.Settings), read once per Run.
+	// Warnings are the connection's settings warnings (see Connection.Settings), read once per Run, each
+	// naming its entity; or, when the settings could not be read, one warning saying so, naming the
+	// entity and why (for the built-in connectors, the administration endpoint).
 	Warnings []string
 	// Connects counts successful connector calls; ConnectFailures and ReceiveFailures count failures
 	// (ReceiveFailures includes link and connection errors the SDK recovered from on its own, and failed
@@ -128,6 +136,9 @@ type Consumer struct {
 
 	mu     sync.Mutex
 	health Health // everything but the message counters, which are below (Health adds them)
+	// stateMu serializes state changes with their hook calls, so that OnStateChange sees the changes in
+	// the order they happened although the draining state is entered from ctx's AfterFunc.
+	stateMu sync.Mutex
 
 	// The per-message counters are atomics, so that counting costs the workers no shared lock.
 	received, completed, retries, deadLettered, left, duplicates atomic.Uint64
@@ -173,9 +184,9 @@ func (c *Consumer) Health() Health {
 	return h
 }
 
-// Run receives and processes messages until ctx ends. It then stops receiving, gives in-flight handlers
-// ShutdownGrace to finish (after which their contexts are cancelled) and one SettleTimeout more to
-// return and settle, closes the connection and returns nil. If handlers are still running then, Run
+// Run receives and processes messages until ctx ends. It then reports [StateDraining] (not ready),
+// stops receiving, gives in-flight handlers ShutdownGrace to finish (after which their contexts are
+// cancelled) and one SettleTimeout more to return and settle, closes the connection and returns nil. If handlers are still running then, Run
 // closes the connection anyway, settles nothing more, and returns a [*ShutdownError] saying how many;
 // those goroutines end whenever their handlers return.
 //
@@ -216,6 +227,13 @@ func (c *Consumer) Run(ctx context.Context) error {
 	if c.cfg.prefetch > 0 {
 		r.prefetch = make(chan struct{}, c.cfg.prefetch)
 	}
+	// From the moment ctx ends the consumer is draining: not ready, so that a readiness probe takes it
+	// out of rotation while its handlers finish, and still live until Run returns.
+	drainEntered := make(chan struct{})
+	stopDrain := context.AfterFunc(ctx, func() {
+		defer close(drainEntered)
+		c.setState(StateDraining, nil)
+	})
 	loopErr := r.loop(ctx)
 	close(r.work)     // nothing is dispatched any more: idle workers exit, busy ones when done
 	close(r.stopping) // messages received ahead and not started yet are left for redelivery
@@ -250,6 +268,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 		r.endCalls() // settle calls in flight derive from no context abandon reaches
 	}
 	r.closeAll(ctx)
+	if !stopDrain() {
+		<-drainEntered // stopped comes after draining, never before
+	}
 	c.setState(StateStopped, loopErr)
 	return errors.Join(loopErr, err)
 }
@@ -400,13 +421,22 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) {
 	c := r.c
 	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
+	entity := conn.EntityPath
+	if entity == "" {
+		entity = c.cfg.entityPath
+	}
 	ws, err := conn.Settings(sctx, c.cfg.settleTimeout)
 	if err != nil {
-		c.cfg.logger.Debug("entity settings not checked", errAttr(err))
+		// Unknown settings may be the weak ones: an operator must know the check did not run.
+		text := redact.String(err.Error())
+		c.cfg.logger.Warn("entity settings not checked: duplicate detection and MaxDeliveryCount are unknown",
+			slog.String("entity", entity), slog.String("error", text))
+		w := fmt.Sprintf("%s: settings not checked, so duplicate detection and MaxDeliveryCount are unknown: %s", entity, text)
+		c.update(func(h *Health) { h.Warnings = []string{w} })
 		return
 	}
 	for _, w := range ws {
-		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("warning", w))
+		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("entity", entity), slog.String("warning", w))
 	}
 	c.update(func(h *Health) { h.Warnings = append([]string(nil), ws...) })
 }
@@ -1318,12 +1348,15 @@ func (c *Consumer) recordFailure(f func(*Health), err error) {
 	})
 }
 
-// setState moves to s and runs the state hook outside the lock.
+// setState moves to s and runs the state hook outside the health lock. A draining consumer moves
+// only to stopped: a reconnect that was under way as Run's context ended does not make it ready again.
 func (c *Consumer) setState(s State, err error) {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
 	now := c.cfg.clock.Now()
 	c.mu.Lock()
 	from := c.health.State
-	if from == s {
+	if from == s || (from == StateDraining && s != StateStopped) {
 		c.mu.Unlock()
 		return
 	}

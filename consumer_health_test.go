@@ -1,9 +1,12 @@
 package retry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -481,5 +484,36 @@ func TestIdleWindowRestartsWithEachMessage(t *testing.T) {
 		require.Equal(t, int32(1), lc.pings.Load(), "probed once the messages stopped")
 		assert.Equal(t, 35*time.Second, time.Duration(probedAt.Load()), "5 s after the last message")
 		require.NoError(t, stop())
+	})
+}
+
+// A connection whose settings cannot be read is reported, not skipped in silence: one warning in
+// Health naming the entity and the error, and a warning in the log.
+func TestUnreadableSettingsAreAWarning(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		var logs bytes.Buffer
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := b.Connector()(ctx)
+			if conn != nil {
+				conn.EntityPath = "orders"
+				conn.Settings = func(context.Context, time.Duration) ([]string, error) {
+					return nil, errors.New("administration API at https://ns.example/ unreachable")
+				}
+			}
+			return conn, err
+		}
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait()
+		ws := c.Health().Warnings
+		require.NoError(t, stop())
+		require.Len(t, ws, 1)
+		assert.True(t, strings.HasPrefix(ws[0], "orders: settings not checked"), ws[0])
+		assert.Contains(t, ws[0], "https://ns.example/")
+		assert.Contains(t, logs.String(), "level=WARN")
+		assert.Contains(t, logs.String(), "entity=orders")
+		assert.Contains(t, logs.String(), "https://ns.example/")
 	})
 }

@@ -225,7 +225,7 @@ func TestReconnectThenWatchdog(t *testing.T) {
 		assert.Equal(t, uint64(2), h.Connects)
 		assert.Contains(t, h.LastError, "namespace unreachable")
 		smu.Lock()
-		assert.Equal(t, []retry.State{retry.StateConnecting, retry.StateRunning, retry.StateReconnecting, retry.StateWatchdog, retry.StateRunning, retry.StateStopped}, states)
+		assert.Equal(t, []retry.State{retry.StateConnecting, retry.StateRunning, retry.StateReconnecting, retry.StateWatchdog, retry.StateRunning, retry.StateDraining, retry.StateStopped}, states)
 		smu.Unlock()
 	})
 }

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -9,8 +10,8 @@ import (
 
 // Limits of the in-process memory of decided outcomes (see flights).
 const (
-	// maxRememberedOutcomes bounds how many unsettled outcomes a processor remembers: each of the
-	// registry's shards keeps at most its share.
+	// maxRememberedOutcomes bounds how many unsettled outcomes a processor remembers at once, in all:
+	// an outcome is forgotten early only while more than this many are outstanding, the oldest first.
 	maxRememberedOutcomes = 10000
 	// minRememberOutcome is the shortest time an unsettled outcome is remembered; the redelivery it waits
 	// for comes when the lock runs out (at most 5 minutes on Service Bus), or at once after a drop.
@@ -87,12 +88,16 @@ type flight struct {
 	key  flightKey
 	lock *lockKeeper
 
-	mu         sync.Mutex
-	over       bool          // the delivery's handling has ended
-	done       chan struct{} // closed when it has; made on demand (finished), as few deliveries are awaited
-	dec        *decision
-	remembered time.Time // when a remembered outcome is forgotten; zero while in flight
-	prior      *flight   // the earlier delivery this one superseded, until that one is done (fs.mu)
+	mu    sync.Mutex
+	over  bool          // the delivery's handling has ended
+	done  chan struct{} // closed when it has; made on demand (finished), as few deliveries are awaited
+	dec   *decision
+	prior *flight // the earlier delivery this one superseded, until that one is done (fs.mu)
+
+	// The outcome memory's list, guarded by its mutex (see outcomeMemory).
+	remembered   time.Time // when the remembered outcome is forgotten
+	older, newer *flight
+	listed       bool // in the memory's list: its outcome counts against the bound
 }
 
 // flights is the processor's registry of deliveries by message. It guarantees that one consumer never
@@ -103,13 +108,15 @@ type flight struct {
 //
 // It is split into shards by message, each with its own lock, so that the workers registering and
 // removing deliveries do not all wait for one lock; every delivery of a message, and so every chain, is
-// in one shard.
+// in one shard. The remembered outcomes are counted and aged in one list for all shards (mem), so that
+// the bound holds for the total however the messages fall into shards, and only outcomes still waiting
+// for their redelivery count: one that a redelivery has taken over leaves the list at once.
 type flights struct {
 	shards [flightShards]flightShard
+	mem    outcomeMemory
 }
 
-// flightShards is how many shards the registry has; each remembers at most its share of
-// maxRememberedOutcomes.
+// flightShards is how many shards the registry has.
 const (
 	flightShardBits = 4
 	flightShards    = 1 << flightShardBits
@@ -125,7 +132,8 @@ func (fs *flights) shard(key flightKey) *flightShard {
 // enter registers f (a zero flight) as a new delivery of key and returns the earlier delivery of the
 // same message, if one is still in flight or remembered.
 func (fs *flights) enter(f *flight, key flightKey, lk *lockKeeper, now time.Time) (prior *flight) {
-	return fs.shard(key).enter(f, key, lk, now)
+	fs.forget(fs.mem.expired(now))
+	return fs.shard(key).enter(f, key, lk, &fs.mem)
 }
 
 // priorOf returns the delivery f superseded, if f still links to it.
@@ -133,25 +141,41 @@ func (fs *flights) priorOf(f *flight) *flight { return fs.shard(f.key).priorOf(f
 
 // leave ends f's handling (see flightShard.leave).
 func (fs *flights) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
-	fs.shard(f.key).leave(f, unsettled, now, ttl)
+	fs.forget(fs.shard(f.key).leave(f, unsettled, now, ttl, &fs.mem))
+}
+
+// forget removes the outcomes the memory let go of from their shards, unless a redelivery has taken
+// their place meanwhile. It takes each one's shard lock, so it is called with none held.
+func (fs *flights) forget(gone []*flight) {
+	for _, old := range gone {
+		sh := fs.shard(old.key)
+		sh.mu.Lock()
+		if sh.byKey[old.key] == old {
+			delete(sh.byKey, old.key)
+		}
+		sh.mu.Unlock()
+	}
 }
 
 // flightShard is one shard of the registry.
 type flightShard struct {
-	mu      sync.Mutex
-	byKey   map[flightKey]*flight
-	forgets []*flight // remembered outcomes, oldest first
+	mu    sync.Mutex
+	byKey map[flightKey]*flight
 }
 
-func (fs *flightShard) enter(f *flight, key flightKey, lk *lockKeeper, now time.Time) (prior *flight) {
+// enter registers f; a remembered outcome it supersedes leaves mem's count, as this delivery now
+// carries it (it inherits it, or is itself remembered when it leaves).
+func (fs *flightShard) enter(f *flight, key flightKey, lk *lockKeeper, mem *outcomeMemory) (prior *flight) {
 	f.key, f.lock = key, lk
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	if fs.byKey == nil {
 		fs.byKey = make(map[flightKey]*flight)
 	}
-	fs.forgetLocked(now)
 	prior = fs.byKey[key]
+	if prior != nil {
+		mem.drop(prior)
+	}
 	f.prior = prior
 	fs.byKey[key] = f
 	return prior
@@ -163,14 +187,15 @@ func (fs *flightShard) priorOf(f *flight) *flight {
 	return f.prior
 }
 
-// leave ends f's handling. An unsettled decision is remembered until now+ttl for the redelivery;
-// anything else is forgotten. A delivery already superseded by a newer one leaves that one in place.
+// leave ends f's handling. An unsettled decision is remembered in mem until now+ttl for the
+// redelivery; anything else is forgotten. A delivery already superseded by a newer one leaves that one
+// in place. It returns the outcomes mem let go of meanwhile, for flights.forget.
 //
 // A delivery that leaves without a decision of its own (it gave up waiting for its earlier delivery,
 // whose lock had died, say) must not break the chain: if that earlier one is still running, the entry
 // goes back to it, so its decision is remembered when it ends and the next redelivery waits for it;
 // if it has ended, its decision becomes this delivery's.
-func (fs *flightShard) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration) {
+func (fs *flightShard) leave(f *flight, unsettled bool, now time.Time, ttl time.Duration, mem *outcomeMemory) (gone []*flight) {
 	fs.mu.Lock()
 	defer fs.mu.Unlock()
 	defer f.end()
@@ -180,7 +205,7 @@ func (fs *flightShard) leave(f *flight, unsettled bool, now time.Time, ttl time.
 		if fs.byKey[f.key] == f {
 			delete(fs.byKey, f.key)
 		}
-		return
+		return nil
 	}
 	f.mu.Lock()
 	if f.dec == nil && prior != nil {
@@ -190,41 +215,114 @@ func (fs *flightShard) leave(f *flight, unsettled bool, now time.Time, ttl time.
 		} else if fs.byKey[f.key] == f {
 			fs.byKey[f.key] = prior // the earlier delivery runs on: keep the chain
 			f.mu.Unlock()
-			return
+			return nil
 		}
 	} else {
 		f.prior = nil
 	}
 	f.mu.Unlock()
 	if fs.byKey[f.key] != f {
-		return
+		return nil
 	}
 	f.mu.Lock()
 	keep := unsettled && f.dec != nil
-	if keep {
-		f.remembered = now.Add(ttl)
-	}
 	f.mu.Unlock()
 	if !keep {
 		delete(fs.byKey, f.key)
-		return
+		return nil
 	}
-	fs.forgets = append(fs.forgets, f)
-	fs.forgetLocked(now)
+	// Listed under the shard lock, so that a redelivery entering meanwhile finds it listed and drops it.
+	return mem.remember(f, now, now.Add(ttl))
 }
 
-// forgetLocked drops remembered outcomes that expired, and the oldest ones beyond the shard's bound.
-func (fs *flightShard) forgetLocked(now time.Time) {
-	for len(fs.forgets) > 0 {
-		old := fs.forgets[0]
-		if len(fs.forgets) <= maxRememberedOutcomes/flightShards && now.Before(old.remembered) {
-			return
-		}
-		fs.forgets[0] = nil
-		fs.forgets = fs.forgets[1:]
-		if fs.byKey[old.key] == old {
-			delete(fs.byKey, old.key)
-		}
+// outcomeMemory lists the remembered outcomes of all shards, oldest first, as an intrusive doubly
+// linked list so that an outcome taken over by its redelivery leaves it at once. Its mutex is taken
+// after a shard's, never before: the outcomes it lets go of are removed from their shards by the
+// caller (flights.forget) once it holds no lock. Only unsettled outcomes pass through it, so the hot
+// path (a delivery settled at its first try) never takes its lock.
+type outcomeMemory struct {
+	mu             sync.Mutex
+	oldest, newest *flight
+	n              int
+	// listed counts the outcomes in the list, and due is when the oldest is to be forgotten (Unix
+	// nanoseconds): enter reads both without the lock to tell whether anything has expired.
+	listed atomic.Int64
+	due    atomic.Int64
+}
+
+// remember lists f, whose outcome is forgotten at until, and returns what had to go to make room
+// (beyond maxRememberedOutcomes, the oldest) or had expired by now.
+func (m *outcomeMemory) remember(f *flight, now, until time.Time) (gone []*flight) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	f.remembered, f.listed, f.older, f.newer = until, true, m.newest, nil
+	if m.newest != nil {
+		m.newest.newer = f
+	} else {
+		m.oldest = f
+	}
+	m.newest = f
+	m.n++
+	for m.oldest != nil && (m.n > maxRememberedOutcomes || !now.Before(m.oldest.remembered)) {
+		gone = append(gone, m.unlinkLocked(m.oldest))
+	}
+	m.publishLocked()
+	return gone
+}
+
+// drop takes f out of the list, if it is listed: its outcome is no longer waiting to be inherited.
+func (m *outcomeMemory) drop(f *flight) {
+	if m.listed.Load() == 0 {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if f.listed {
+		m.unlinkLocked(f)
+		m.publishLocked()
+	}
+}
+
+// expired takes out and returns the outcomes whose time has passed at now; without taking the lock
+// when none has.
+func (m *outcomeMemory) expired(now time.Time) (gone []*flight) {
+	if m.listed.Load() == 0 || now.UnixNano() < m.due.Load() {
+		return nil
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for m.oldest != nil && !now.Before(m.oldest.remembered) {
+		gone = append(gone, m.unlinkLocked(m.oldest))
+	}
+	m.publishLocked()
+	return gone
+}
+
+// len is how many outcomes are listed.
+func (m *outcomeMemory) len() int { return int(m.listed.Load()) }
+
+// unlinkLocked takes f out of the list and returns it.
+func (m *outcomeMemory) unlinkLocked(f *flight) *flight {
+	if f.older != nil {
+		f.older.newer = f.newer
+	} else {
+		m.oldest = f.newer
+	}
+	if f.newer != nil {
+		f.newer.older = f.older
+	} else {
+		m.newest = f.older
+	}
+	f.older, f.newer, f.listed = nil, nil, false
+	m.n--
+	return f
+}
+
+// publishLocked updates the counters read without the lock.
+func (m *outcomeMemory) publishLocked() {
+	m.listed.Store(int64(m.n))
+	if m.oldest != nil {
+		m.due.Store(m.oldest.remembered.UnixNano())
 	}
 }
 

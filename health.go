@@ -28,8 +28,9 @@ type healthBody struct {
 }
 
 // HealthHandler returns an http.Handler for readiness or liveness probes built on [Consumer.Health].
-// With ready true it answers 200 only while the consumer is running (Health.Ready) and 503 otherwise;
-// with ready false (liveness) it answers 200 unless the consumer has stopped. The body is a JSON
+// With ready true it answers 200 only while the consumer is running (Health.Ready) and 503 otherwise,
+// from the moment Run's context ends too ([StateDraining]); with ready false (liveness) it answers 200
+// unless the consumer has stopped, so a draining consumer is not restarted while its handlers finish. The body is a JSON
 // document with the state, the last (redacted) error and the counters.
 func HealthHandler(c *Consumer, ready bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {

@@ -129,3 +129,54 @@ func TestHealthHandler(t *testing.T) {
 		assert.Equal(t, http.StatusServiceUnavailable, code, "a stopped consumer is not live")
 	})
 }
+
+// From the moment Run's context ends the consumer is draining: not ready (readiness 503) while its
+// handlers finish, still live (liveness 200) until Run returns, then stopped.
+func TestHealthWhileDraining(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := retrytest.NewBroker(nil, nil)
+		started, release := make(chan struct{}), make(chan struct{})
+		var states []retry.State
+		c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
+			close(started)
+			<-release // finishes within the grace period
+			return nil
+		}, &retry.Options{ShutdownGrace: time.Minute, Logger: discardLogger(), Hooks: retry.Hooks{
+			OnStateChange: func(p retry.StateChangeParams) { states = append(states, p.To) },
+		}})
+		require.NoError(t, err)
+		probe := func(ready bool) (int, string) {
+			rec := httptest.NewRecorder()
+			retry.HealthHandler(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			var body struct{ State string }
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+			return rec.Code, body.State
+		}
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		sendN(b, 1)
+		<-started
+		require.True(t, c.Health().Ready())
+
+		cancel()
+		synctest.Wait() // Run's context has ended; the handler still runs
+		h := c.Health()
+		assert.Equal(t, retry.StateDraining, h.State)
+		assert.Equal(t, "draining", h.State.String())
+		assert.False(t, h.Ready())
+		code, state := probe(true)
+		assert.Equal(t, http.StatusServiceUnavailable, code, "readiness while draining")
+		assert.Equal(t, "draining", state)
+		code, _ = probe(false)
+		assert.Equal(t, http.StatusOK, code, "liveness while draining")
+
+		close(release)
+		require.NoError(t, <-done)
+		assert.Equal(t, retry.StateStopped, c.Health().State)
+		code, _ = probe(false)
+		assert.Equal(t, http.StatusServiceUnavailable, code)
+		assert.Len(t, b.Completed(), 1, "the handler in flight finished and was completed")
+		assert.Equal(t, []retry.State{retry.StateConnecting, retry.StateRunning, retry.StateDraining, retry.StateStopped}, states)
+	})
+}

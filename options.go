@@ -95,7 +95,8 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 type Hooks struct {
 	// OnStart runs once per delivery before the handler. The context it returns (which must derive from
 	// StartParams.Context) becomes the handler's context and the Context of the later hooks, so a
-	// tracer can start a span here. Returning nil keeps the context.
+	// tracer can start a span here. Returning nil keeps the context. A deadline set on it times the
+	// handler out: a failure once it has expired is a failed attempt, retried with its backoff.
 	OnStart func(StartParams) context.Context
 	// OnRetryCopy runs before a retry copy is scheduled, so a tracer can carry its trace context into
 	// the copy's application properties (attempt n+1 then links to attempt n). It may add properties;

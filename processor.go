@@ -131,8 +131,10 @@ func newProcessor(sender Sender, handler Handler, cfg *config) *Processor {
 // that carries the [Envelope] and is cancelled when ctx ends or the lock is lost. The lock is renewed
 // from the start until the message is settled, independently of ctx: a loop that cancels ctx to shut
 // down still has its in-flight messages settled. Settle calls are bounded by the settle timeout and by
-// the lock's remaining time. A handler that fails after ctx ended is not settled: the broker redelivers
-// the message.
+// the lock's remaining time. A handler that fails after ctx was cancelled is not settled: the broker
+// redelivers the message without an attempt counted. A deadline is not a cancellation: a handler that
+// fails because a deadline expired (ctx's, one set by Hooks.OnStart, or the handler's own) has made a
+// failed attempt, retried with its backoff like any other.
 func (p *Processor) Process(ctx context.Context, settler Settler, msg *azservicebus.ReceivedMessage) Result {
 	if p == nil || p.cfg == nil {
 		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNotConfigured}
@@ -242,6 +244,10 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 	}
 	*env = seed(msg, *env, entity, p.idempotencyKey)
 	res.Attempt = env.Attempt
+	// stop is the caller's context: its cancellation is a shutdown. The handler's context (OnStart's,
+	// and whatever the handler derives from it) may carry deadlines of its own, and a deadline that
+	// expires is a failed attempt, never a shutdown.
+	stop := ctx
 	ctx = p.started(ob, msg, *env)
 	p.keepLock(lk, settleBase, settler, msg, env, now)
 	defer lk.stop()
@@ -266,9 +272,9 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 				case <-lk.Done():
 					ob.now = clk.Now()
 					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"))
-				case <-ctx.Done():
+				case <-stop.Done():
 					ob.now = clk.Now()
-					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, ctx.Err(), "stopped while waiting for an earlier delivery of the message"))
+					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, stop.Err(), "stopped while waiting for an earlier delivery of the message"))
 				}
 				d = pr.decision()
 			}
@@ -282,9 +288,9 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 				return p.finish(ob, msg, *d.env, res)
 			}
 			if sl != nil {
-				if ok, _ := sl.reacquire(ctx, lk); !ok {
+				if ok, _ := sl.reacquire(stop, lk); !ok {
 					ob.now = clk.Now()
-					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, slotLostCause(lk, ctx), "stopped or lock lost while waiting for a handler slot"))
+					return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, slotLostCause(lk, stop), "stopped or lock lost while waiting for a handler slot"))
 				}
 			}
 			ob.now = clk.Now()
@@ -293,10 +299,10 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 
 	if sl != nil && !sl.holding() {
 		// Received ahead of a free handler slot: its lock is kept (renewed) while it waits for one.
-		ok, waited := sl.reacquire(ctx, lk)
+		ok, waited := sl.reacquire(stop, lk)
 		if !ok {
 			ob.now = clk.Now()
-			return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, slotLostCause(lk, ctx), "stopped or lock lost while waiting for a handler slot"))
+			return p.finish(ob, msg, *env, p.leftForRedelivery(msg, *env, slotLostCause(lk, stop), "stopped or lock lost while waiting for a handler slot"))
 		}
 		if waited {
 			ob.now = clk.Now()
@@ -323,7 +329,7 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 	case handlerErr == nil:
 		d = &dv.dec
 		*d = decision{kind: decideComplete, env: env}
-	case ctx.Err() != nil:
+	case stopped(stop):
 		// Shutdown cancelled the handler; leave the message for redelivery rather than count an attempt.
 		res.Outcome = OutcomeLeftForRedelivery
 		p.log(ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, *env, errAttr(handlerErr))
@@ -338,6 +344,13 @@ func (p *Processor) process(ctx, settleBase, detached context.Context, settler S
 	}
 	return p.finish(ob, msg, *env, res)
 }
+
+// stopped reports whether the caller's context was cancelled: only that is a shutdown, which leaves a
+// failed delivery for redelivery without counting its attempt. A context that ended at its deadline
+// (a caller's per-message timeout) makes the failure a failed attempt, as a handler's own timeout does:
+// otherwise a handler that keeps timing out would be redelivered at once, with no backoff, until the
+// broker dead-letters it for its delivery count.
+func stopped(ctx context.Context) bool { return errors.Is(ctx.Err(), context.Canceled) }
 
 // delivery is the state of one delivery, allocated once: what the hooks see, the envelope, the lock,
 // the entry in the in-flight registry and a success's decision.
@@ -427,6 +440,10 @@ func (p *Processor) decideFailure(ob *observed, msg *azservicebus.ReceivedMessag
 		// A TimeToLive travels as 32-bit milliseconds; no honest expiry leaves more, so a larger one is a
 		// forged property and is cut rather than wrapped around into a copy that dies at once.
 		left := min(env.ExpiresAt.Sub(at), maxTimeToLive)
+		if left < time.Millisecond {
+			// Whole milliseconds on the wire, and 0 means no TTL: a copy with less left would never expire.
+			return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true)
+		}
 		ttl = &left
 	}
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -329,4 +330,62 @@ func TestFirstAttemptDeadLetterRecordsItsIdentity(t *testing.T) {
 	dead = g.broker.DeadLettered()
 	require.Len(t, dead, 1)
 	assert.NotContains(t, dead[0].Message.ApplicationProperties, retry.PropKey, "no room under the header limit")
+}
+
+// A deadline on the handler's context that expires is a failed attempt with its backoff, wherever the
+// deadline comes from; only a cancellation of the caller's context leaves the message uncounted.
+func TestHandlerDeadlineIsAFailedAttempt(t *testing.T) {
+	waitForDeadline := func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}
+	ownTimeout := func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		wctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+		defer cancel()
+		<-wctx.Done()
+		return fmt.Errorf("calling the downstream service: %w", wctx.Err())
+	}
+	cases := []struct {
+		name    string
+		handler retry.Handler
+		onStart bool // Hooks.OnStart sets a 50 ms deadline
+		callers bool // the caller's context has a 50 ms deadline
+	}{
+		{name: "set by OnStart", handler: waitForDeadline, onStart: true},
+		{name: "the handler's own", handler: ownTimeout},
+		{name: "the caller's", handler: waitForDeadline, callers: true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				var cancels []context.CancelFunc
+				defer func() {
+					for _, c := range cancels {
+						c()
+					}
+				}()
+				opts := &retry.Options{LockDuration: time.Minute}
+				if tc.onStart {
+					opts.Hooks.OnStart = func(p retry.StartParams) context.Context {
+						ctx, cancel := context.WithTimeout(p.Context, 50*time.Millisecond)
+						cancels = append(cancels, cancel)
+						return ctx
+					}
+				}
+				b, r, p := bubbleProcessor(t, tc.handler, opts)
+				b.Send(sampleMessage())
+				ctx := t.Context()
+				if tc.callers {
+					var cancel context.CancelFunc
+					ctx, cancel = context.WithTimeout(ctx, 50*time.Millisecond)
+					cancels = append(cancels, cancel)
+				}
+				res := p.Process(ctx, r, receiveNow(t, r))
+				assert.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
+				assert.ErrorIs(t, res.HandlerErr, context.DeadlineExceeded)
+				assert.Positive(t, res.Delay, "the retry gets its backoff")
+				assert.Len(t, b.Scheduled(), 1)
+			})
+		})
+	}
 }

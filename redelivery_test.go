@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -164,4 +165,77 @@ func TestRedeliveryAfterASlowCompleteIsNotRunAgain(t *testing.T) {
 		assert.True(t, again.Inherited)
 		assert.Equal(t, int32(1), calls.Load(), "the handler ran once")
 	})
+}
+
+// failingFirstCompletes fails the complete of every first delivery (lock token 1) and accepts the rest,
+// as when each message's first lock died with a connection.
+type failingFirstCompletes struct{ chainSettler }
+
+func (failingFirstCompletes) CompleteMessage(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	if m.LockToken[0] == 1 {
+		return &azservicebus.Error{Code: azservicebus.CodeLockLost}
+	}
+	return nil
+}
+
+// deliveryOf returns delivery tok of the message with sequence number seq.
+func deliveryOf(seq int64, tok byte) *azservicebus.ReceivedMessage {
+	enq := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	lu := time.Now().Add(time.Minute)
+	return &azservicebus.ReceivedMessage{MessageID: fmt.Sprintf("m-%d", seq), SequenceNumber: &seq, EnqueuedTime: &enq, LockedUntil: &lu, LockToken: [16]byte{tok}, Body: []byte("x")}
+}
+
+// A decided outcome stays remembered while the number outstanding is far below the promised bound,
+// however many other messages were redelivered and finished meanwhile: the redelivery of a message whose
+// handler succeeded never runs it a second time.
+func TestRememberedOutcomeOutlastsFinishedRedeliveries(t *testing.T) {
+	var calls sync.Map // seq -> *atomic.Int32
+	p, err := retry.NewProcessor(&gatedSender{gate: make(chan struct{})}, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		n, _ := calls.LoadOrStore(*m.SequenceNumber, new(atomic.Int32))
+		n.(*atomic.Int32).Add(1)
+		return nil
+	}, &retry.Options{LockDuration: time.Minute, DisableLockRenewal: true, Logger: discardLogger()})
+	require.NoError(t, err)
+	st := failingFirstCompletes{}
+	live := int64(1)
+	require.Equal(t, retry.OutcomeLeftForRedelivery, p.Process(t.Context(), st, deliveryOf(live, 1)).Outcome)
+	// 12,000 other messages (more than the bound), each failing its first complete and finished by its
+	// redelivery: at most two outcomes are outstanding at any moment.
+	for seq := int64(2); seq < 12_002; seq++ {
+		require.Equal(t, retry.OutcomeLeftForRedelivery, p.Process(t.Context(), st, deliveryOf(seq, 1)).Outcome)
+		res := p.Process(t.Context(), st, deliveryOf(seq, 2))
+		require.True(t, res.Inherited)
+		require.Equal(t, retry.OutcomeCompleted, res.Outcome)
+	}
+	res := p.Process(t.Context(), st, deliveryOf(live, 2))
+	assert.True(t, res.Inherited, "the live outcome was forgotten")
+	assert.Equal(t, retry.OutcomeCompleted, res.Outcome)
+	n, _ := calls.Load(live)
+	assert.Equal(t, int32(1), n.(*atomic.Int32).Load(), "the successful handler ran again")
+}
+
+// At the promised bound, 10,000 outstanding outcomes (each message's complete failed), every one is
+// still remembered when its redelivery comes: none of the handlers runs a second time, whatever the
+// sequence numbers.
+func TestTenThousandOutstandingOutcomesAreAllRemembered(t *testing.T) {
+	const promised = 10_000
+	var calls atomic.Int32
+	p, err := retry.NewProcessor(&gatedSender{gate: make(chan struct{})}, func(context.Context, *azservicebus.ReceivedMessage) error {
+		calls.Add(1)
+		return nil
+	}, &retry.Options{LockDuration: time.Minute, DisableLockRenewal: true, Logger: discardLogger()})
+	require.NoError(t, err)
+	st := failingFirstCompletes{}
+	seq := func(i int) int64 { return 1_000_000 + 7*int64(i) } // a filtered subscription's stride
+	for i := range promised {
+		require.Equal(t, retry.OutcomeLeftForRedelivery, p.Process(t.Context(), st, deliveryOf(seq(i), 1)).Outcome)
+	}
+	forgotten := 0
+	for i := range promised {
+		if res := p.Process(t.Context(), st, deliveryOf(seq(i), 2)); !res.Inherited {
+			forgotten++
+		}
+	}
+	assert.Zero(t, forgotten, "outcomes forgotten at the promised number")
+	assert.Equal(t, int32(promised), calls.Load(), "handlers that ran twice: %d", calls.Load()-promised)
 }

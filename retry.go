@@ -37,9 +37,11 @@ import (
 // dead-letter at once, or with [RetryAfter] to choose the delay yourself.
 //
 // The context carries the message's [Envelope] (see [EnvelopeFromContext]) and is cancelled when the
-// message lock is lost or the consumer shuts down; a handler that ignores it delays shutdown. The
-// message is the processor's: do not settle it yourself, and do not read msg.LockedUntil while the
-// handler runs, because lock renewal updates it concurrently.
+// message lock is lost or the consumer shuts down; a handler that ignores it delays shutdown. A failure
+// after the shutdown cancelled it leaves the message for redelivery without counting an attempt; a
+// failure because a deadline expired (the handler's own, or one set by [Hooks].OnStart) is a failed
+// attempt like any other. The message is the processor's: do not settle it yourself, and do not read
+// msg.LockedUntil while the handler runs, because lock renewal updates it concurrently.
 type Handler func(ctx context.Context, msg *azservicebus.ReceivedMessage) error
 
 // Settler is the part of a receiver that settles messages. [Processor.Process] needs nothing else, so a

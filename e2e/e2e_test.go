@@ -298,6 +298,49 @@ func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
 	assert.Equal(t, int64(3), m.ApplicationProperties[retry.PropAttempt])
 }
 
+// A handler whose context has a deadline (here set by Hooks.OnStart) that keeps expiring makes failed
+// attempts, each retried with its backoff, until MaxAttempts dead-letters it with our reason: the timeouts
+// must not pass for a shutdown, which would leave the message to the broker's redeliveries until it
+// dead-letters it for MaxDeliveryCountExceeded, with no backoff and no attempt counted.
+func TestHandlerTimeoutsAreRetriedWithBackoff(t *testing.T) {
+	parallel(t)
+	e := newEnv(t, queueSettings{lockDuration: time.Second, maxDeliveryCount: 2})
+	out := sbtest.NewOutcomes()
+	var mu sync.Mutex
+	var cancels []context.CancelFunc
+	t.Cleanup(func() {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, c := range cancels {
+			c()
+		}
+	})
+	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		<-ctx.Done()
+		return ctx.Err()
+	}, &retry.Options{MaxAttempts: 3, Backoff: retry.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}, Hooks: retry.Hooks{
+		OnProcessed: out.Hook,
+		OnStart: func(p retry.StartParams) context.Context {
+			ctx, cancel := context.WithTimeout(p.Context, 100*time.Millisecond)
+			mu.Lock()
+			cancels = append(cancels, cancel)
+			mu.Unlock()
+			return ctx
+		},
+	}})
+	e.send(t, sbtest.Message("slow-1"))
+	out.WaitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool {
+		return count(ps, "slow-1", retry.OutcomeDeadLettered) == 1
+	})
+	assert.Equal(t, 2, count(out.Snapshot(), "slow-1", retry.OutcomeRetryScheduled), "each timeout is a failed attempt")
+	assert.Zero(t, count(out.Snapshot(), "slow-1", retry.OutcomeLeftForRedelivery))
+	m := e.receiveDeadLetter(t)
+	require.NotNil(t, m.DeadLetterReason)
+	assert.Equal(t, "RetryMaxAttemptsExceeded", *m.DeadLetterReason)
+	assert.Equal(t, int64(3), m.ApplicationProperties[retry.PropDeadLetterAttempt])
+	assert.Contains(t, m.ApplicationProperties[retry.PropLastError], context.DeadlineExceeded.Error())
+}
+
 func TestInvalidRetryPropertiesDeadLettered(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})

@@ -11,6 +11,8 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -829,4 +831,54 @@ func TestSeparateSendConnectionString(t *testing.T) {
 		assert.Zero(t, c.Health().Received, "nothing was received")
 		assert.Equal(t, broker.Stats{Active: 1}, brokerQueue(t, e).Stats())
 	})
+}
+
+// From the moment Run's context ends, the consumer reports draining: the readiness probe answers 503
+// while a handler still finishes its message within ShutdownGrace, the liveness probe 200; the message
+// is completed through the broker and Run returns stopped.
+func TestDrainingIsNotReady(t *testing.T) {
+	parallel(t)
+	e := newEnv(t, queueSettings{})
+	states := newStateLog()
+	started, release := make(chan struct{}), make(chan struct{})
+	c, err := retry.NewConsumer(e.connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
+		close(started)
+		<-release
+		return nil
+	}, &retry.Options{ShutdownGrace: testTimeout, Logger: quietLogger(), Hooks: retry.Hooks{OnStateChange: states.hook}})
+	require.NoError(t, err)
+	probe := func(ready bool) int {
+		rec := httptest.NewRecorder()
+		retry.HealthHandler(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		return rec.Code
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	e.send(t, sbtest.Message("slow-1"))
+	select {
+	case <-started:
+	case <-time.After(testTimeout):
+		t.Fatal("the handler never started")
+	}
+	require.Equal(t, http.StatusOK, probe(true))
+
+	stopAt := time.Now()
+	cancel()
+	states.waitFor(t, retry.StateDraining, stopAt, testTimeout)
+	assert.False(t, c.Health().Ready())
+	assert.Equal(t, http.StatusServiceUnavailable, probe(true), "readiness while draining")
+	assert.Equal(t, http.StatusOK, probe(false), "liveness while draining")
+
+	close(release)
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(testTimeout):
+		t.Fatal("Run did not return")
+	}
+	assert.Equal(t, []retry.State{retry.StateDraining, retry.StateStopped}, states.since(stopAt))
+	assert.Equal(t, uint64(1), c.Health().Completed)
+	assert.True(t, e.settled(t), "the message in flight was completed")
 }

@@ -3,13 +3,18 @@
 package e2e
 
 import (
+	"bytes"
 	"context"
 	"log/slog"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -47,4 +52,68 @@ func TestSettingsWarningsAtStart(t *testing.T) {
 	assert.Contains(t, strings.ToLower(weak), "duplicate detection")
 	assert.Contains(t, weak, "MaxDeliveryCount")
 	assert.Empty(t, warnings("good"))
+}
+
+// A settings check that cannot reach the administration API is not skipped in silence: the log and
+// Health().Warnings say that the settings of the entity were not checked, naming the entity and the
+// endpoint, and the consumer runs on. Every settings warning names its entity.
+func TestSettingsCheckThatCannotRunIsReported(t *testing.T) {
+	parallel(t)
+	em := sbemu.StartT(t, sbemu.Config{Queues: []broker.QueueConfig{{Name: "weak", MaxDeliveryCount: 2}}})
+	run := func(admin *admin.ClientOptions) ([]string, string) {
+		var logs syncBuffer
+		connect, err := retry.QueueConnectionString(em.ConnectionString(), "weak", &retry.ConnectOptions{
+			Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}, CheckSettings: true, Admin: admin,
+		})
+		require.NoError(t, err)
+		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		waitRunning(t, c)
+		ws := c.Health().Warnings
+		cancel()
+		require.NoError(t, <-done)
+		return ws, logs.String()
+	}
+
+	// No admin options: the SDK's admin client addresses the AMQP endpoint over HTTPS, which cannot answer.
+	unreachable := &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}}
+	ws, logs := run(unreachable)
+	endpoint := "https://" + strings.TrimPrefix(strings.Split(em.ConnectionString(), ";")[0], "Endpoint=sb://") + "/"
+	require.Len(t, ws, 1, "one warning: the settings were not checked")
+	assert.Contains(t, ws[0], "weak")
+	assert.Contains(t, ws[0], "not checked")
+	assert.Contains(t, ws[0], endpoint)
+	assert.Contains(t, logs, "settings not checked")
+	assert.Contains(t, logs, "weak")
+	assert.Contains(t, logs, endpoint)
+	assert.NotContains(t, logs, "SharedAccessKey=")
+
+	// Reachable: each warning names its entity.
+	ws, logs = run(em.AdminClientOptions())
+	require.Len(t, ws, 2)
+	for _, w := range ws {
+		assert.True(t, strings.HasPrefix(w, "weak: "), "a warning that does not name its entity: %q", w)
+	}
+	assert.Contains(t, logs, "weak: ")
+}
+
+// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
 }
