@@ -47,7 +47,9 @@ func (f DeadLetterFilter) Match(dl DeadLetter) bool {
 
 // DeadLetterList is the result of [Inspector.DeadLetters].
 type DeadLetterList struct {
-	// Items are the matching dead letters in sequence-number order (the order they were dead-lettered).
+	// Items are the matching dead letters: those of the entity's dead-letter queue, then those of the
+	// retry queue's, each in sequence-number order (the order they were dead-lettered there). Numbers of
+	// different queues are not comparable: each item's Entity says which queue it is in.
 	Items []DeadLetter
 	// Scan says what was read from the entity's dead-letter queue.
 	Scan Scan

@@ -4,8 +4,10 @@
 // [retry.DecodeEnvelope], and the dead-letter properties such as [retry.PropDeadLetterAttempt]), so it
 // needs nothing but the entity itself: no side database, no cooperation from running consumers.
 //
-// An [Inspector] works on one entity (a queue, or a subscription path "topic/Subscriptions/sub") and
-// its dead-letter queue, through an *azservicebus.Client:
+// An [Inspector] works on one entity (a queue, or a subscription path "topic/Subscriptions/sub"), the
+// retry queue its consumer schedules copies on when that is another queue (required for a
+// subscription: [Options.RetryQueue]), and the dead-letter queues of both, through an
+// *azservicebus.Client:
 //
 //	client, err := azservicebus.NewClientFromConnectionString(connStr, nil)
 //	...
@@ -15,11 +17,20 @@
 //		fmt.Printf("will be retried at %v (attempt %d)\n", p.DueTime, p.Attempt)
 //	}
 //
+// # Entities and references
+//
+// Every result carries the path of the entity it was found in, and every call that acts on one message
+// takes a [Ref]: that entity and the message's sequence number there. Service Bus counts sequence
+// numbers per entity, and each dead-letter queue counts its own, so in the subscription layout the
+// subscription's dead-letter queue and its retry queue's both hold a number 1: a number alone names a
+// message only where one entity can hold it, and the Inspector refuses it ([ErrAmbiguousRef]) where two
+// can.
+//
 // # How it reads
 //
 // Everything is read with PeekMessages, which neither locks nor changes a message, so inspecting a
 // live entity never disturbs its consumers. The one exception is [Inspector.Cancel], which cancels a
-// scheduled retry copy by its sequence number through a Sender's CancelScheduledMessages.
+// scheduled retry copy by its [Ref] through a Sender's CancelScheduledMessages.
 //
 // Service Bus peek returns every message still in the entity, including scheduled ones that are not
 // yet receivable: those come back with State [azservicebus.MessageStateScheduled] and their due time

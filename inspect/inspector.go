@@ -103,7 +103,8 @@ type links interface {
 	canceller(s source) (canceller, error)
 }
 
-// Inspector reads the retry state of one entity and its dead-letter queue. Create it with [New]; the
+// Inspector reads the retry state of one entity: the entity, its retry queue when that is another
+// queue (always, for a subscription), and the dead-letter queues of both. Create it with [New]; the
 // zero value is not usable. It is safe for concurrent use and holds no resources between calls (see
 // the package documentation), so it needs no Close; close the client when done.
 type Inspector struct {
