@@ -75,7 +75,12 @@
 //
 // Unknown entities are refused at attach time with amqp:not-found, unknown
 // management operations with status 501, and with [Config.StrictAuth] a
-// put-token that is not a valid signature for the configured key gets 401.
+// put-token that is not a valid signature for the configured key, or whose
+// audience is neither the entity nor a prefix of it, gets 401. A token
+// covers its links until it expires on [Config.Clock]: then, unless the
+// client has put a fresh one, the links are detached with
+// amqp:link:detach-forced ("Code: RenewToken"), as Service Bus does
+// (token_expiry.go).
 //
 // # Serving a connection
 //

@@ -79,9 +79,15 @@ type Config struct {
 	KeyName, Key string
 
 	// StrictAuth makes the "$cbs" node verify every put-token request: the
-	// token must be a SharedAccessSignature signed with Key for KeyName and
-	// not yet expired, or the request is answered 401 and links to entities
-	// without a valid token are refused. False accepts any token, as
+	// token must be a SharedAccessSignature signed with Key for KeyName, not
+	// yet expired on Clock, and for the entity or a prefix of it (a
+	// namespace token, sr=sb://host/, covers every entity; prefixes are
+	// matched by path segment, ignoring case), or the request is answered
+	// 401 and links to entities without a valid token are refused. As on
+	// Service Bus, a link whose token expires without a fresh put-token is
+	// detached with amqp:link:detach-forced, on Clock; the SDK then puts a
+	// new token and re-attaches. The administration API checks its
+	// Authorization header the same way. False accepts any token, as
 	// Microsoft's emulator does.
 	StrictAuth bool
 
