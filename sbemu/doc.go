@@ -155,7 +155,14 @@
 //	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), em.AdminClientOptions())
 //
 // Other clients can use [Emulator.AdminEndpoint]'s host as the namespace
-// and trust [Emulator.AdminCertificatePEM] or [Emulator.AdminRootCAs].
+// and trust [Emulator.AdminCertificatePEM] or [Emulator.AdminRootCAs], the
+// certificate authority that signs the API's certificate. With
+// [Config.DataDir] that authority is kept in the directory ([AdminCAFile])
+// and stays the same across restarts, and the running emulator's addresses
+// are in [EndpointsFile]; a client in another process (a dead-letter
+// monitor next to cmd/sbemu -data DIR) builds its admin client options from
+// the directory with [AdminClientOptionsFromDir] and keeps working across
+// restarts of the emulator.
 // With [Config.StrictAuth] every request needs a SAS token signed with the
 // key whose audience covers the URL (401 otherwise). A create of a taken
 // name answers 409, a read, update or delete of a missing entity 404, an
