@@ -133,3 +133,17 @@ func TestAMQPRenewedTokenKeepsTheLink(t *testing.T) {
 	require.True(t, errors.As(err, &refused), "a new attach with only an expired token is refused: %v", err)
 	assert.Equal(t, amqp.ErrCond(condUnauthorized), refused.Condition)
 }
+
+// TestSDKLaxAuthLinksOutliveTheClock: without StrictAuth tokens are not
+// checked, so moving the clock far ahead detaches nothing.
+func TestSDKLaxAuthLinksOutliveTheClock(t *testing.T) {
+	mock := clock.NewMock()
+	mock.Set(time.Now())
+	em := startEmulator(t, Config{Clock: mock})
+	client := newClient(t, em)
+	sender := newSender(t, client, "queue")
+	sendText(t, sender, "first")
+	mock.Add(48 * time.Hour)
+	assert.Equal(t, 1, em.attachedEntityLinks())
+	sendText(t, sender, "second")
+}
