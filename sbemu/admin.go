@@ -33,7 +33,9 @@ import (
 // serves the API over TLS on a port of its own and hands out an HTTP
 // transport ([Emulator.AdminClientOptions], [Emulator.AdminHTTPClient])
 // that sends every request, whatever its URL, to that port and trusts the
-// self-signed certificate made at start.
+// emulator's certificate authority (admin_cert.go); a client in another
+// process gets the same from the data directory with
+// [AdminClientOptionsFromDir] (endpoints.go).
 
 // adminServerName is the TLS server name the emulator's own transport asks
 // for; the certificate also names 127.0.0.1, ::1, localhost, the listen

@@ -148,9 +148,10 @@
 // transfer counts), SizeInBytes and MessageCount. The admin client always
 // calls "https://<connection string host>/", which here is the plain-AMQP
 // port, so the API listens on a port of its own ([Config.AdminAddr], a
-// free loopback port by default) with a self-signed certificate made at
-// start, and [Emulator.AdminClientOptions] gives the admin client a
-// transport that sends every request there and trusts that certificate:
+// free loopback port by default) with a certificate signed by the
+// emulator's own certificate authority, and [Emulator.AdminClientOptions]
+// gives the admin client a transport that sends every request there and
+// trusts that authority:
 //
 //	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), em.AdminClientOptions())
 //
