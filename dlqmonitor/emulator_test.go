@@ -205,3 +205,24 @@ func TestMonitorFollowsARestartedEmulator(t *testing.T) {
 	assert.Equal(t, int64(1), res[0].Count, "the dead letter was kept")
 	assert.True(t, m.Health().OK())
 }
+
+// BenchmarkPollFromDir measures one poll of one entity through the admin
+// client options built from a data directory (a new TLS connection per
+// request, the endpoints file read each time), to compare with
+// BenchmarkPollPerEntity/entities=1 (kept-alive connections).
+func BenchmarkPollFromDir(b *testing.B) {
+	dir := b.TempDir()
+	em := sbemu.StartT(b, sbemu.Config{DataDir: dir, Queues: []broker.QueueConfig{{Name: "orders"}}})
+	opts, err := sbemu.AdminClientOptionsFromDir(dir)
+	require.NoError(b, err)
+	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), opts)
+	require.NoError(b, err)
+	m, err := dlqmonitor.New(ac, []string{"orders"}, nil)
+	require.NoError(b, err)
+	ctx := context.Background()
+	for b.Loop() {
+		if r := m.Poll(ctx); r[0].Err != nil {
+			b.Fatal(r[0].Err)
+		}
+	}
+}

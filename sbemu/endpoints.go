@@ -82,9 +82,11 @@ func (e *Emulator) writeEndpoints() error {
 	if err != nil {
 		return err
 	}
-	if err := writeFileAtomic(filepath.Join(e.cfg.DataDir, EndpointsFile), append(data, '\n'), 0o644); err != nil {
+	path := filepath.Join(e.cfg.DataDir, EndpointsFile)
+	if err := writeFileAtomic(path, append(data, '\n'), 0o644); err != nil {
 		return fmt.Errorf("sbemu: writing %s: %w", EndpointsFile, err)
 	}
+	e.log.Info("sbemu: endpoints written for other processes", "file", path, "adminCA", filepath.Join(e.cfg.DataDir, AdminCAFile))
 	return nil
 }
 
@@ -109,13 +111,13 @@ func (e *Emulator) removeEndpoints() {
 //	ac, err := admin.NewClientFromConnectionString(connStr, opts) // connStr as cmd/sbemu printed it
 //	m, err := dlqmonitor.New(ac, []string{"orders"}, nil)
 //
-// Each connection reads the directory's [EndpointsFile] and [AdminCAFile]
-// afresh, so the options keep working across restarts of the emulator,
-// even when its admin port changes; the certificate authority is kept in
-// the directory, so it stays the same. Connections are not kept alive
-// between requests, for the same reason and so that nothing is left to
-// close. A failure to connect names the admin endpoint and the file it came
-// from.
+// Each new connection reads the directory's [EndpointsFile] and
+// [AdminCAFile] afresh, so the options keep working across restarts of the
+// emulator, even when its admin port changes (a stopping emulator closes
+// its connections, so the next request connects anew); the certificate
+// authority is kept in the directory, so it stays the same. Idle
+// connections close after 30 seconds: nothing needs closing. A failure to
+// connect names the admin endpoint and the file it came from.
 //
 // It fails at once when dir holds no certificate authority (no emulator
 // ever ran with it); an emulator that is merely stopped makes the requests
@@ -130,7 +132,12 @@ func AdminClientOptionsFromDir(dir string) (*admin.ClientOptions, error) {
 			return dialAdminFromDir(ctx, &dialer, dir)
 		},
 		TLSHandshakeTimeout: 10 * time.Second,
-		DisableKeepAlives:   true,
+		// Kept-alive connections make a request about 0.5 ms instead of
+		// about 26 ms with a connection each (BenchmarkPollFromDir in
+		// dlqmonitor, loopback); they close after IdleConnTimeout, or when
+		// the emulator stops, so nothing is left for the caller to close.
+		MaxIdleConnsPerHost: 4,
+		IdleConnTimeout:     30 * time.Second,
 	}
 	return &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: &http.Client{Transport: tr, Timeout: time.Minute}}}, nil
 }
