@@ -73,8 +73,9 @@ type conn struct {
 	// Lifecycle: done means "stop producing frames", kill means "the socket
 	// is gone, stop waiting on it" (it also ends a hang early); ctx is the
 	// parent of every link context, so canceling it unblocks every delivery
-	// goroutine's broker receive. wg counts the delivery goroutines only; the
-	// writer is tracked by writerDone.
+	// goroutine's broker receive. wg counts the delivery goroutines and,
+	// under StrictAuth, the token-expiry watch (token_expiry.go); the writer
+	// is tracked by writerDone.
 	ctx    context.Context // canceled when the connection ends
 	cancel context.CancelFunc
 	done   chan struct{} // closed when serve starts tearing down
