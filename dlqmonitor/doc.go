@@ -20,8 +20,27 @@
 // of "<entity>" under the namespace), so the cost on the namespace is
 // small and bounded: see [Options.Interval] and [Options.Timeout]. The
 // admin client needs Manage rights on the namespace or the entities (the
-// API does not accept Listen or Send tokens). Against the sbemu emulator,
-// pass sbemu's Emulator.AdminClientOptions to the admin client.
+// API does not accept Listen or Send tokens).
+//
+// # Health
+//
+// A monitor that cannot read the counts alerts nobody, so its failures are
+// counted: [Monitor.Health] reports the polls, the failed reads, the
+// latest error and each entity's state, and [HealthHandler] serves it as a
+// readiness probe that answers 503 while the latest poll failed to read an
+// entity. Every error names the entity and, when the administration
+// client's error carries the request URL, the endpoint.
+//
+// # Against the sbemu emulator
+//
+// In the same process, pass sbemu's Emulator.AdminClientOptions to the
+// admin client. Next to a standalone cmd/sbemu started with -data DIR,
+// build them from the directory, which keeps the emulator's certificate
+// authority and names its admin address; the monitor then keeps working
+// across restarts of the emulator:
+//
+//	opts, err := sbemu.AdminClientOptionsFromDir("./sbemu-data")
+//	ac, err := admin.NewClientFromConnectionString(connStr, opts) // the line cmd/sbemu printed
 //
 // The monitor only reads: it never peeks, receives or changes anything, so
 // it can run next to consumers and next to operators redriving dead letters.

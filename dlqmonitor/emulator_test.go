@@ -2,7 +2,9 @@ package dlqmonitor_test
 
 import (
 	"context"
+	"crypto/x509"
 	"fmt"
+	"net/http"
 	"testing"
 	"time"
 
@@ -127,5 +129,100 @@ func BenchmarkPollPerEntity(b *testing.B) {
 			}
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n)/1e3, "µs/entity")
 		})
+	}
+}
+
+// TestMonitorErrorsNameTheEndpoint gives the monitor an admin client that
+// does not trust the emulator's certificate: the error says which endpoint
+// it could not read, not only "x509: certificate signed by unknown
+// authority", and counts in the monitor's health. Before, the error named
+// the entity only, and nothing counted it.
+func TestMonitorErrorsNameTheEndpoint(t *testing.T) {
+	em := sbemu.StartT(t, sbemu.Config{Queues: []broker.QueueConfig{{Name: "orders"}}})
+	opts := em.AdminClientOptions()
+	tr := opts.Transport.(*http.Client).Transport.(*http.Transport)
+	tr.TLSClientConfig.RootCAs = x509.NewCertPool() // trusts nothing
+	opts.Retry.MaxRetries = -1
+	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), opts)
+	require.NoError(t, err)
+	m, err := dlqmonitor.New(ac, []string{"orders"}, nil)
+	require.NoError(t, err)
+
+	res := m.Poll(context.Background())
+	require.Error(t, res[0].Err)
+	endpoint := "https://" + em.Addr().String() + "/"
+	assert.Contains(t, res[0].Err.Error(), "reading orders at "+endpoint)
+	assert.Contains(t, res[0].Err.Error(), "x509")
+	h := m.Health()
+	assert.False(t, h.OK())
+	assert.Equal(t, uint64(1), h.Failures)
+	assert.Contains(t, h.LastError, endpoint)
+}
+
+// TestMonitorFollowsARestartedEmulator is the monitor next to
+// cmd/sbemu -data DIR, with its admin client built from DIR alone: it
+// reads the count, reports (in its errors and health) that the emulator is
+// gone while it is down, and reads the kept count again once the emulator
+// is back on new ports, with nothing changed on the monitor's side. Before,
+// such a monitor trusted the first run's certificate and failed forever
+// after a restart with "x509: certificate signed by unknown authority".
+func TestMonitorFollowsARestartedEmulator(t *testing.T) {
+	dir := t.TempDir()
+	cfg := sbemu.Config{DataDir: dir, Queues: []broker.QueueConfig{{Name: "orders"}}}
+	first, err := sbemu.Start(cfg)
+	require.NoError(t, err)
+	connStr := first.ConnectionString()
+	client, err := azservicebus.NewClientFromConnectionString(connStr, nil)
+	require.NoError(t, err)
+	sender, err := client.NewSender("orders", nil)
+	require.NoError(t, err)
+	receiver, err := client.NewReceiverForQueue("orders", nil)
+	require.NoError(t, err)
+	deadLetterOne(t, sender, receiver)
+	require.NoError(t, client.Close(context.Background()))
+
+	opts, err := sbemu.AdminClientOptionsFromDir(dir)
+	require.NoError(t, err)
+	opts.Retry.MaxRetries = -1
+	ac, err := admin.NewClientFromConnectionString(connStr, opts)
+	require.NoError(t, err)
+	m, err := dlqmonitor.New(ac, []string{"orders"}, nil)
+	require.NoError(t, err)
+	res := m.Poll(context.Background())
+	require.NoError(t, res[0].Err)
+	assert.Equal(t, int64(1), res[0].Count)
+
+	require.NoError(t, first.Close())
+	res = m.Poll(context.Background())
+	require.Error(t, res[0].Err)
+	assert.Contains(t, res[0].Err.Error(), "reading orders at https://"+first.Addr().String()+"/")
+	assert.Contains(t, res[0].Err.Error(), "no emulator is running with the data directory "+dir)
+	assert.False(t, m.Health().OK())
+
+	sbemu.StartT(t, cfg)
+	res = m.Poll(context.Background())
+	require.NoError(t, res[0].Err, "the same monitor reads the restarted emulator")
+	assert.Equal(t, int64(1), res[0].Count, "the dead letter was kept")
+	assert.True(t, m.Health().OK())
+}
+
+// BenchmarkPollFromDir measures one poll of one entity through the admin
+// client options built from a data directory (a new TLS connection per
+// request, the endpoints file read each time), to compare with
+// BenchmarkPollPerEntity/entities=1 (kept-alive connections).
+func BenchmarkPollFromDir(b *testing.B) {
+	dir := b.TempDir()
+	em := sbemu.StartT(b, sbemu.Config{DataDir: dir, Queues: []broker.QueueConfig{{Name: "orders"}}})
+	opts, err := sbemu.AdminClientOptionsFromDir(dir)
+	require.NoError(b, err)
+	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), opts)
+	require.NoError(b, err)
+	m, err := dlqmonitor.New(ac, []string{"orders"}, nil)
+	require.NoError(b, err)
+	ctx := context.Background()
+	for b.Loop() {
+		if r := m.Poll(ctx); r[0].Err != nil {
+			b.Fatal(r[0].Err)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package dlqmonitor_test
 import (
 	"context"
 	"log"
+	"net/http"
 	"os"
 	"os/signal"
 
@@ -65,4 +66,25 @@ func Example_metrics() {
 		log.Fatal(err)
 	}
 	_ = m.Run(context.Background())
+}
+
+// ExampleHealthHandler serves the monitor's readiness next to its polls:
+// the probe answers 503 while the monitor cannot read the dead-letter
+// counts. It needs a namespace, so it only compiles here.
+func ExampleHealthHandler() {
+	ac, err := admin.NewClientFromConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), nil)
+	if err != nil {
+		log.Fatal(err)
+	}
+	m, err := dlqmonitor.New(ac, []string{"orders"}, &dlqmonitor.Options{
+		OnError: func(p dlqmonitor.ErrorParams) { log.Print(p.Err) }, // names the entity and the endpoint
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	http.Handle("/ready", dlqmonitor.HealthHandler(m))
+	go func() { log.Print(http.ListenAndServe("127.0.0.1:8080", nil)) }()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	_ = m.Run(ctx)
 }

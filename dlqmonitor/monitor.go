@@ -68,6 +68,8 @@ type Monitor struct {
 	// pollMu serialises polls and guards last.
 	pollMu sync.Mutex
 	last   []int64 // the count of the previous successful read, per entity
+
+	health healthState // what Health reports (health.go)
 }
 
 // New returns a monitor of the given entities: queue names and
@@ -104,6 +106,7 @@ func New(client AdminClient, entities []string, opts *Options) (*Monitor, error)
 			seen[key] = true
 		}
 		m.entities = append(m.entities, e)
+		m.health.h.Entities = append(m.health.h.Entities, EntityHealth{Entity: path})
 	}
 	return m, nil
 }
@@ -136,8 +139,9 @@ func (m *Monitor) Run(ctx context.Context) error {
 	}
 }
 
-// Poll reads every entity's dead-letter count once, now, calls the hooks
-// and returns the results in configuration order. Run calls it; call it
+// Poll reads every entity's dead-letter count once, now, calls the hooks,
+// records the outcome in [Monitor.Health] and returns the results in
+// configuration order. Run calls it; call it
 // yourself for a check on demand. Each read is bounded by Options.Timeout;
 // when ctx ends Poll stops at once, reporting the entities it did not read
 // with ctx's error and without calling OnError for them.
@@ -168,6 +172,10 @@ func (m *Monitor) Poll(ctx context.Context) []Result {
 			m.opts.OnDeadLetters(DeadLetterParams{Entity: e.path, Count: count, New: fresh, Time: now})
 		}
 	}
+	// A poll cut short by ctx says nothing about the namespace.
+	if ctx.Err() == nil {
+		m.health.record(results, m.opts.Clock.Now())
+	}
 	if m.opts.OnPoll != nil {
 		m.opts.OnPoll(PollParams{Results: results, Duration: time.Since(began)})
 	}
@@ -182,7 +190,7 @@ func (m *Monitor) read(ctx context.Context, e entity) (int64, error) {
 		resp, err := m.client.GetSubscriptionRuntimeProperties(ctx, e.topic, e.sub, nil)
 		switch {
 		case err != nil:
-			return 0, fmt.Errorf("dlqmonitor: reading %s: %w", e.path, err)
+			return 0, readError(e.path, err)
 		case resp == nil:
 			return 0, fmt.Errorf("%w: %s", ErrNotFound, e.path)
 		}
@@ -191,9 +199,20 @@ func (m *Monitor) read(ctx context.Context, e entity) (int64, error) {
 	resp, err := m.client.GetQueueRuntimeProperties(ctx, e.path, nil)
 	switch {
 	case err != nil:
-		return 0, fmt.Errorf("dlqmonitor: reading %s: %w", e.path, err)
+		return 0, readError(e.path, err)
 	case resp == nil:
 		return 0, fmt.Errorf("%w: %s", ErrNotFound, e.path)
 	}
 	return int64(resp.DeadLetterMessageCount), nil
+}
+
+// readError wraps a failed read so that it names the entity and, when the
+// client's error carries it, the endpoint: "x509: certificate signed by
+// unknown authority" alone does not say which namespace or emulator is
+// meant.
+func readError(path string, err error) error {
+	if endpoint := endpointOf(err); endpoint != "" {
+		return fmt.Errorf("dlqmonitor: reading %s at %s: %w", path, endpoint, err)
+	}
+	return fmt.Errorf("dlqmonitor: reading %s: %w", path, err)
 }

@@ -95,7 +95,10 @@ type ErrorParams struct {
 	// Entity is the path as configured.
 	Entity string
 	// Err is the redacted error; [ErrNotFound] when the entity does not
-	// exist.
+	// exist. It names the entity and, when the administration client's
+	// error carries a request URL, the endpoint ("dlqmonitor: reading
+	// orders at https://ns.servicebus.windows.net/: ..."). Every failed
+	// read also counts in [Monitor.Health].
 	Err error
 	// Time is when the read failed.
 	Time time.Time

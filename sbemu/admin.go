@@ -2,20 +2,13 @@ package sbemu
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/big"
 	"net"
 	"net/http"
-	"strings"
 	"sync"
 	"time"
 
@@ -40,7 +33,9 @@ import (
 // serves the API over TLS on a port of its own and hands out an HTTP
 // transport ([Emulator.AdminClientOptions], [Emulator.AdminHTTPClient])
 // that sends every request, whatever its URL, to that port and trusts the
-// self-signed certificate made at start.
+// emulator's certificate authority (admin_cert.go); a client in another
+// process gets the same from the data directory with
+// [AdminClientOptionsFromDir] (endpoints.go).
 
 // adminServerName is the TLS server name the emulator's own transport asks
 // for; the certificate also names 127.0.0.1, ::1, localhost, the listen
@@ -53,8 +48,8 @@ type adminServer struct {
 	ln      net.Listener
 	mem     *memListener // with Config.InMemory; nil otherwise
 	srv     *http.Server
-	pool    *x509.CertPool
-	cert    *x509.Certificate
+	pool    *x509.CertPool // holds ca's certificate only
+	ca      *adminCA       // signs the server certificate (admin_cert.go)
 	started time.Time
 	served  chan struct{} // closed when Serve has returned
 
@@ -71,7 +66,8 @@ type entityMeta struct {
 	userMetadata     *string
 }
 
-// startAdmin creates the certificate and starts serving the API on
+// startAdmin loads or creates the certificate authority, makes the server
+// certificate and starts serving the API on
 // cfg.AdminAddr (or in memory).
 func (e *Emulator) startAdmin() error {
 	a := &adminServer{e: e, meta: map[string]*entityMeta{}, served: make(chan struct{}), started: e.cfg.Clock.Now()}
@@ -79,13 +75,17 @@ func (e *Emulator) startAdmin() error {
 	if !e.cfg.InMemory {
 		host, _, _ = net.SplitHostPort(e.ln.Addr().String())
 	}
-	cert, err := newAdminCertificate(host)
+	ca, err := loadOrCreateAdminCA(e.cfg.DataDir, e.log)
+	if err != nil {
+		return err
+	}
+	cert, err := ca.serverCertificate(host)
 	if err != nil {
 		return fmt.Errorf("sbemu: creating the admin API certificate: %w", err)
 	}
-	a.cert = cert.Leaf
+	a.ca = ca
 	a.pool = x509.NewCertPool()
-	a.pool.AddCert(cert.Leaf)
+	a.pool.AddCert(ca.cert)
 	if e.cfg.InMemory {
 		a.mem = newMemListener()
 		a.ln = a.mem
@@ -147,16 +147,17 @@ func (e *Emulator) AdminEndpoint() string {
 	return "https://" + e.admin.ln.Addr().String() + "/"
 }
 
-// AdminCertificatePEM returns the admin certificate in PEM form, for
-// clients that read trust anchors from a file (NODE_EXTRA_CA_CERTS for the
-// JavaScript SDK, REQUESTS_CA_BUNDLE or SSL_CERT_FILE for Python, curl
-// --cacert). It is public: it holds no private key.
-func (e *Emulator) AdminCertificatePEM() []byte {
-	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: e.admin.cert.Raw})
-}
+// AdminCertificatePEM returns, in PEM form, the certificate authority that
+// signs the admin API's server certificate: the one certificate a client
+// needs to trust, for clients that read trust anchors from a file
+// (NODE_EXTRA_CA_CERTS for the JavaScript SDK, REQUESTS_CA_BUNDLE or
+// SSL_CERT_FILE for Python, curl --cacert). With [Config.DataDir] it is the
+// [AdminCAFile] kept there, the same across restarts on that directory;
+// without, it is made at start. It is public: it holds no private key.
+func (e *Emulator) AdminCertificatePEM() []byte { return e.admin.ca.certPEM() }
 
-// AdminRootCAs returns a pool holding the emulator's self-signed admin
-// certificate, made when the emulator started.
+// AdminRootCAs returns a pool holding the certificate authority of
+// [Emulator.AdminCertificatePEM].
 func (e *Emulator) AdminRootCAs() *x509.CertPool { return e.admin.pool.Clone() }
 
 // AdminHTTPClient returns an HTTP client that sends every request, whatever
@@ -194,44 +195,4 @@ func (e *Emulator) AdminHTTPClient() *http.Client {
 // Retries keep the SDK's defaults.
 func (e *Emulator) AdminClientOptions() *admin.ClientOptions {
 	return &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Transport: e.AdminHTTPClient()}}
-}
-
-// newAdminCertificate makes a self-signed ECDSA P-256 certificate valid for
-// a day (longer than any test) for the admin server's names.
-func newAdminCertificate(host string) (tls.Certificate, error) {
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	serial, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 62))
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	now := time.Now()
-	tmpl := &x509.Certificate{
-		SerialNumber:          serial,
-		Subject:               pkix.Name{CommonName: "sbemu admin API", Organization: []string{"sbemu"}},
-		NotBefore:             now.Add(-time.Hour),
-		NotAfter:              now.Add(24 * time.Hour),
-		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		BasicConstraintsValid: true,
-		IsCA:                  true,
-		DNSNames:              []string{adminServerName, "localhost", InMemoryHost},
-		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1), net.IPv6loopback},
-	}
-	if ip := net.ParseIP(host); ip != nil && !ip.IsLoopback() && !ip.IsUnspecified() {
-		tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-	} else if host != "" && ip == nil && !strings.EqualFold(host, "localhost") {
-		tmpl.DNSNames = append(tmpl.DNSNames, host)
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	leaf, err := x509.ParseCertificate(der)
-	if err != nil {
-		return tls.Certificate{}, err
-	}
-	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key, Leaf: leaf}, nil
 }

@@ -13,9 +13,11 @@ const (
 
 // handlePutToken answers a "$cbs" request. Without StrictAuth every token
 // is accepted (202). With it, the token must be a shared access signature
-// for the request's audience signed with the configured key (401
-// otherwise), and the audience's entity becomes attachable on this
-// connection. The token itself is never logged.
+// whose audience covers the request's name (the entity's address or a
+// prefix of it, such as the namespace) signed with the configured key (401
+// otherwise), and the named entity becomes attachable on this connection
+// until the token expires (token_expiry.go). The token itself is never
+// logged.
 func (c *conn) handlePutToken(req *amqp.Message) *amqp.Message {
 	op, _ := req.ApplicationProperties["operation"].(string)
 	if op != cbsOperationPutToken {
@@ -32,12 +34,13 @@ func (c *conn) handlePutToken(req *amqp.Message) *amqp.Message {
 			c.log.Info("sbemu: put-token refused", "audience", audience, "reason", "unsupported token type "+tokenType)
 			return rpcReply(401, "sbemu: unsupported token type "+quote(tokenType), nil)
 		}
-		if err := verifySAS(token, c.em.cfg.KeyName, c.em.cfg.Key, audience, c.em.cfg.Clock.Now()); err != nil {
+		expiry, err := verifySAS(token, c.em.cfg.KeyName, c.em.cfg.Key, audience, c.em.cfg.Clock.Now())
+		if err != nil {
 			c.log.Info("sbemu: put-token refused", "audience", audience, "reason", err.Error())
 			return rpcReply(401, err.Error(), nil)
 		}
+		c.authorize(path, expiry)
 	}
-	c.authorize(path)
 	c.log.Debug("sbemu: put-token accepted", "audience", audience)
 	// The SDK's CBS client treats any 2xx status as success.
 	return rpcReply(202, "Accepted", nil)

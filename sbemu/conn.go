@@ -73,8 +73,9 @@ type conn struct {
 	// Lifecycle: done means "stop producing frames", kill means "the socket
 	// is gone, stop waiting on it" (it also ends a hang early); ctx is the
 	// parent of every link context, so canceling it unblocks every delivery
-	// goroutine's broker receive. wg counts the delivery goroutines only; the
-	// writer is tracked by writerDone.
+	// goroutine's broker receive. wg counts the delivery goroutines and,
+	// under StrictAuth, the token-expiry watch (token_expiry.go); the writer
+	// is tracked by writerDone.
 	ctx    context.Context // canceled when the connection ends
 	cancel context.CancelFunc
 	done   chan struct{} // closed when serve starts tearing down
@@ -87,10 +88,13 @@ type conn struct {
 	// writer saw (later errors are its consequences and are not recorded).
 	// Code holding mu never takes a session's mutex.
 	mu         sync.Mutex
-	sessions   map[uint16]*session // by channel (the emulator reuses the client's number)
-	authorized map[string]bool     // lower-case entity paths with an accepted token (strict mode)
-	ending     map[uint16]bool     // channels whose session the emulator ended, awaiting the client's end
+	sessions   map[uint16]*session  // by channel (the emulator reuses the client's number)
+	authorized map[string]time.Time // lower-case entity path -> token expiry (strict mode)
+	ending     map[uint16]bool      // channels whose session the emulator ended, awaiting the client's end
 	failErr    error
+
+	// authChanged (capacity 1) wakes watchTokenExpiry after a put-token.
+	authChanged chan struct{}
 }
 
 func newConn(e *Emulator, id uint64, nc net.Conn) *conn {
@@ -99,21 +103,22 @@ func newConn(e *Emulator, id uint64, nc net.Conn) *conn {
 	ctx, cancel := context.WithCancel(context.Background())
 	log := e.log.With("conn", id, "remote", nc.RemoteAddr().String())
 	return &conn{
-		em:         e,
-		id:         id,
-		nc:         nc,
-		br:         bufio.NewReaderSize(nc, 64*1024),
-		log:        log,
-		dbg:        log.Enabled(ctx, slog.LevelDebug),
-		out:        newOutbound(),
-		writerDone: make(chan struct{}),
-		ctx:        ctx,
-		cancel:     cancel,
-		done:       make(chan struct{}),
-		kill:       make(chan struct{}),
-		sessions:   make(map[uint16]*session),
-		authorized: make(map[string]bool),
-		ending:     make(map[uint16]bool),
+		em:          e,
+		id:          id,
+		nc:          nc,
+		br:          bufio.NewReaderSize(nc, 64*1024),
+		log:         log,
+		dbg:         log.Enabled(ctx, slog.LevelDebug),
+		out:         newOutbound(),
+		writerDone:  make(chan struct{}),
+		ctx:         ctx,
+		cancel:      cancel,
+		done:        make(chan struct{}),
+		kill:        make(chan struct{}),
+		sessions:    make(map[uint16]*session),
+		authorized:  make(map[string]time.Time),
+		authChanged: make(chan struct{}, 1),
+		ending:      make(map[uint16]bool),
 	}
 }
 
@@ -131,6 +136,12 @@ func (c *conn) serve() {
 	}
 	writerStarted = true
 	go c.writeLoop()
+	if c.em.cfg.StrictAuth {
+		// Counted in c.wg, so teardown waits for it like for the delivery
+		// goroutines; it ends with c.ctx.
+		c.wg.Add(1)
+		go c.watchTokenExpiry()
+	}
 	if c.overLimit {
 		c.closeWithError(condResourceLimit, limitError("connection", c.em.cfg.Limits.MaxConnections))
 		return

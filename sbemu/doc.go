@@ -75,7 +75,12 @@
 //
 // Unknown entities are refused at attach time with amqp:not-found, unknown
 // management operations with status 501, and with [Config.StrictAuth] a
-// put-token that is not a valid signature for the configured key gets 401.
+// put-token that is not a valid signature for the configured key, or whose
+// audience is neither the entity nor a prefix of it, gets 401. A token
+// covers its links until it expires on [Config.Clock]: then, unless the
+// client has put a fresh one, the links are detached with
+// amqp:link:detach-forced ("Code: RenewToken"), as Service Bus does
+// (token_expiry.go).
 //
 // # Serving a connection
 //
@@ -143,14 +148,22 @@
 // transfer counts), SizeInBytes and MessageCount. The admin client always
 // calls "https://<connection string host>/", which here is the plain-AMQP
 // port, so the API listens on a port of its own ([Config.AdminAddr], a
-// free loopback port by default) with a self-signed certificate made at
-// start, and [Emulator.AdminClientOptions] gives the admin client a
-// transport that sends every request there and trusts that certificate:
+// free loopback port by default) with a certificate signed by the
+// emulator's own certificate authority, and [Emulator.AdminClientOptions]
+// gives the admin client a transport that sends every request there and
+// trusts that authority:
 //
 //	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), em.AdminClientOptions())
 //
 // Other clients can use [Emulator.AdminEndpoint]'s host as the namespace
-// and trust [Emulator.AdminCertificatePEM] or [Emulator.AdminRootCAs].
+// and trust [Emulator.AdminCertificatePEM] or [Emulator.AdminRootCAs], the
+// certificate authority that signs the API's certificate. With
+// [Config.DataDir] that authority is kept in the directory ([AdminCAFile])
+// and stays the same across restarts, and the running emulator's addresses
+// are in [EndpointsFile]; a client in another process (a dead-letter
+// monitor next to cmd/sbemu -data DIR) builds its admin client options from
+// the directory with [AdminClientOptionsFromDir] and keeps working across
+// restarts of the emulator.
 // With [Config.StrictAuth] every request needs a SAS token signed with the
 // key whose audience covers the URL (401 otherwise). A create of a taken
 // name answers 409, a read, update or delete of a missing entity 404, an

@@ -79,9 +79,15 @@ type Config struct {
 	KeyName, Key string
 
 	// StrictAuth makes the "$cbs" node verify every put-token request: the
-	// token must be a SharedAccessSignature signed with Key for KeyName and
-	// not yet expired, or the request is answered 401 and links to entities
-	// without a valid token are refused. False accepts any token, as
+	// token must be a SharedAccessSignature signed with Key for KeyName, not
+	// yet expired on Clock, and for the entity or a prefix of it (a
+	// namespace token, sr=sb://host/, covers every entity; prefixes are
+	// matched by path segment, ignoring case), or the request is answered
+	// 401 and links to entities without a valid token are refused. As on
+	// Service Bus, a link whose token expires without a fresh put-token is
+	// detached with amqp:link:detach-forced, on Clock; the SDK then puts a
+	// new token and re-attaches. The administration API checks its
+	// Authorization header the same way. False accepts any token, as
 	// Microsoft's emulator does.
 	StrictAuth bool
 
@@ -124,6 +130,13 @@ type Config struct {
 	// with the delivery counted, as if their locks had expired. Empty
 	// means memory only, as Microsoft's emulator. See
 	// [broker.Options.DataDir].
+	//
+	// The directory also keeps the admin API's certificate authority
+	// ([AdminCAFile], and its key in [AdminCAKeyFile], mode 0600), made by
+	// the first start and reused by every later one, so clients that trust
+	// it keep trusting the emulator across restarts; and, while the
+	// emulator runs (unless InMemory), its addresses in [EndpointsFile], so
+	// that [AdminClientOptionsFromDir] can reach it from another process.
 	DataDir string
 }
 
@@ -228,6 +241,15 @@ func Start(cfg Config) (*Emulator, error) {
 		b.Close()
 		return nil, err
 	}
+	if cfg.DataDir != "" && !cfg.InMemory {
+		// Clients in other processes find the listeners here (endpoints.go).
+		if err := e.writeEndpoints(); err != nil {
+			e.stopAdmin()
+			_ = ln.Close()
+			b.Close()
+			return nil, err
+		}
+	}
 	e.log.Info("sbemu: listening", "addr", ln.Addr().String(), "queues", len(cfg.Queues), "topics", len(cfg.Topics), "strictAuth", cfg.StrictAuth, "dataDir", cfg.DataDir)
 	e.wg.Add(1)
 	go e.acceptLoop(ln)
@@ -279,6 +301,9 @@ func (e *Emulator) Close() error {
 		conns := e.snapshotConnsLocked()
 		e.mu.Unlock()
 		close(e.done)
+		// First, so that clients in other processes stop finding an
+		// emulator that is going away.
+		e.removeEndpoints()
 		// A hang would otherwise keep connection goroutines blocked in waitHang
 		// and make wg.Wait below wait for the hang's full duration.
 		e.faults.EndHang()

@@ -327,14 +327,18 @@ func (l *link) stop() (detachSent bool) {
 // registered until the client's detach arrives, so its handle cannot be
 // reused early. Nothing else is sent on the link afterwards: a frame for a
 // handle the client has already released would make it end the session.
+//
+// It may be called from any goroutine (fault injection and token expiry
+// call it from outside the reader): a link whose session has ended, or
+// that is no longer registered, gets no detach, since a frame for a
+// session the client has ended would make it close the connection.
 func (l *link) forceDetach(cond wire.Symbol, desc string) {
 	l.s.mu.Lock()
-	l.mu.Lock()
-	if l.detachSent || l.stopped {
-		l.mu.Unlock()
+	if !l.activeLocked() {
 		l.s.mu.Unlock()
 		return
 	}
+	l.mu.Lock()
 	l.detachSent = true
 	l.mu.Unlock()
 	// The detach goes out under s.mu so no later transfer of this link can

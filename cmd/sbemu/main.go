@@ -13,9 +13,10 @@
 //
 // Once listening it prints the connection string on its own line (starting
 // with "Endpoint=sb://"); pass it to azservicebus.NewClientFromConnectionString.
-// The administration API (HTTPS, self-signed certificate) listens on
-// -admin-addr and is logged at start; -admin-cert writes its certificate
-// for clients to trust. It stops cleanly on SIGINT or SIGTERM.
+// The administration API (HTTPS) listens on -admin-addr and is logged at
+// start; its certificate is signed by a certificate authority of the
+// emulator's own, which -admin-cert writes (PEM) for clients to trust. It
+// stops cleanly on SIGINT or SIGTERM.
 //
 // -data DIR keeps entities, messages, scheduled messages, dead letters,
 // sequence numbers and duplicate-detection history in DIR, so they survive
@@ -23,6 +24,32 @@
 // is acknowledged only once it is on disk. Entities stored there win over
 // -config and -queue ones of the same name; new ones are added. Locks do
 // not survive: locked messages come back with the delivery counted.
+//
+// # Files in the -data directory for other processes
+//
+// Besides its journal, sbemu keeps in DIR what a client in another process
+// (a dead-letter monitor, an admin script) needs to reach it:
+//
+//	admin-ca.pem      the admin API's certificate authority (PEM, public):
+//	                  trust it; made by the first start, reused by every
+//	                  later one, so trust survives restarts
+//	admin-ca-key.pem  its private key (PKCS #8 PEM, mode 0600); delete both
+//	                  files to get a new authority
+//	endpoints.json    while sbemu runs (removed on a clean stop): the AMQP
+//	                  and admin addresses, as {"amqpAddr", "adminAddr",
+//	                  "adminEndpoint", "adminCAFile", "adminServerName"}
+//
+// A Go program builds admin client options from them:
+//
+//	opts, err := sbemu.AdminClientOptionsFromDir("./sbemu-data")
+//	ac, err := admin.NewClientFromConnectionString(connStr, opts)
+//
+// connStr is the line sbemu printed; the options read endpoints.json and
+// admin-ca.pem at every connection, so they keep working when sbemu
+// restarts on another admin port. Other clients trust admin-ca.pem
+// (NODE_EXTRA_CA_CERTS, REQUESTS_CA_BUNDLE, curl --cacert) and connect to
+// adminAddr. Without -data nothing is written (except -admin-cert) and the
+// authority is new at every start.
 package main
 
 import (
@@ -92,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		keepLocks  = fs.Bool("keep-locks-on-disconnect", false, "keep a dropped connection's locks until they expire instead of returning its messages at once")
 		idle       = fs.Duration("idle-timeout", sbemu.DefaultIdleTimeout, "close connections silent for this long (negative disables)")
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:0", "TCP address of the HTTPS administration API (port 0: any free port)")
-		adminCert  = fs.String("admin-cert", "", "write the administration API's self-signed certificate (PEM) to this file")
+		adminCert  = fs.String("admin-cert", "", "write the administration API's certificate authority (PEM) to this file; with -data it is the same across restarts")
 		dataDir    = fs.String("data", "", "keep entities and messages in this directory across restarts and crashes (empty: memory only)")
 		limits     sbemu.Limits
 	)
