@@ -305,9 +305,9 @@ func currentJournal(t *testing.T, dir string) string {
 }
 
 // TestPersistTornTail damages the end of the log as a crash in the middle
-// of a write would, and garbles a record in the middle as a bad disk
-// would: everything before the damage survives, nothing after it, and the
-// reopened broker journals on normally.
+// of a write would (see persist_damage.go for the rule): everything before
+// the damage survives, the torn record does not, and the reopened broker
+// journals on normally.
 func TestPersistTornTail(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -315,12 +315,21 @@ func TestPersistTornTail(t *testing.T) {
 		want   int // messages left of 5
 	}{
 		{"last record cut short", func(d []byte, starts []int) []byte { return d[:len(d)-3] }, 4},
-		{"only the last header written", func(d []byte, starts []int) []byte { return d[:starts[4]+5] }, 4},
-		{"garbage appended", func(d []byte, _ []int) []byte { return append(d, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5) }, 5},
-		{"checksum mismatch in the third", func(d []byte, starts []int) []byte {
-			d[starts[2]+recordHeaderSize+1] ^= 0xff
+		{"only part of the last header written", func(d []byte, starts []int) []byte { return d[:starts[4]+5] }, 4},
+		{"last header written, its payload not", func(d []byte, starts []int) []byte { return d[:starts[4]+recordHeaderSize+1] }, 4},
+		{"garbage appended, shorter than a header", func(d []byte, _ []int) []byte { return append(d, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5) }, 5},
+		{"last record fails its checksum", func(d []byte, starts []int) []byte {
+			d[starts[4]+recordHeaderSize+1] ^= 0xff
 			return d
-		}, 2},
+		}, 4},
+		{"last header fails its checksum", func(d []byte, starts []int) []byte {
+			d[starts[4]] ^= 0x01
+			return d
+		}, 4},
+		{"last record zeroed, the file extended with zeros", func(d []byte, starts []int) []byte {
+			clear(d[starts[4]+recordHeaderSize:])
+			return append(d, make([]byte, 4096)...)
+		}, 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -335,13 +344,7 @@ func TestPersistTornTail(t *testing.T) {
 			path := currentJournal(t, dir)
 			data, err := os.ReadFile(path)
 			require.NoError(t, err)
-			var starts []int
-			for off := len(journalMagic); off < len(data); {
-				starts = append(starts, off)
-				_, rest, ok := nextRecord(data[off:])
-				require.True(t, ok)
-				off = len(data) - len(rest)
-			}
+			starts := recordStarts(t, data)
 			require.Len(t, starts, 5, "one record per send")
 			require.NoError(t, os.WriteFile(path, tc.damage(data, starts), 0o644))
 
@@ -359,6 +362,20 @@ func TestPersistTornTail(t *testing.T) {
 			assert.Equal(t, "after", string(last[0].Message.GetData()))
 		})
 	}
+}
+
+// recordStarts returns the offset of every record of an intact journal
+// file's contents.
+func recordStarts(t *testing.T, data []byte) []int {
+	t.Helper()
+	var starts []int
+	for off := len(journalMagic); off < len(data); {
+		starts = append(starts, off)
+		_, size, fault := readFrame(data[off:])
+		require.Equal(t, frameOK, fault, "record at %d", off)
+		off += size
+	}
+	return starts
 }
 
 // TestPersistCompaction makes the journal compact every few records and
@@ -488,7 +505,7 @@ func FuzzReplayJournal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		img := newImage()
 		img.setEntities(storedEntities{Queues: []QueueConfig{{Name: "q"}}})
-		_, _ = img.replayJournal(data)
+		_ = img.replayJournal("journal-fuzz", data, -1)
 		keys := make([]string, 0, len(img.stored))
 		for k := range img.stored {
 			keys = append(keys, k)
