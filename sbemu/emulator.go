@@ -125,6 +125,13 @@ type Config struct {
 	// means memory only, as Microsoft's emulator. See
 	// [broker.Options.DataDir].
 	DataDir string
+
+	// TruncateDamagedJournal lets Start open a DataDir whose journal is
+	// damaged in the middle, which a crash cannot cause: the journal is
+	// cut at its last good record and what was dropped is logged. False
+	// makes Start refuse it with a [*broker.DamageError] naming the file
+	// and offset. See [broker.Options.TruncateDamagedJournal].
+	TruncateDamagedJournal bool
 }
 
 // withDefaults returns a copy of c with every zero field replaced by its
@@ -195,7 +202,10 @@ type Emulator struct {
 // Start returns; call [Emulator.Close] to stop it.
 func Start(cfg Config) (*Emulator, error) {
 	cfg = cfg.withDefaults()
-	b, err := broker.New(broker.Options{Clock: cfg.Clock, Topics: cfg.Topics, DataDir: cfg.DataDir}, cfg.Queues...)
+	b, err := broker.New(broker.Options{
+		Clock: cfg.Clock, Topics: cfg.Topics,
+		DataDir: cfg.DataDir, TruncateDamagedJournal: cfg.TruncateDamagedJournal, Logger: cfg.Logger,
+	}, cfg.Queues...)
 	if err != nil {
 		return nil, fmt.Errorf("sbemu: creating broker: %w", err)
 	}

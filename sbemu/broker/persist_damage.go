@@ -252,8 +252,8 @@ func loadImage(dir string, stop *journalDamage) (*image, uint64, *journalDamage,
 		}
 		switch {
 		case found != nil:
-			// After the damage: dropped too, and a record here means the
-			// damage was not at the end of the journal.
+			// After the damage: dropped too, and an intact record here
+			// means the damage was not at the end of the journal.
 			found.later = append(found.later, g)
 			found.Dropped += int64(max(len(data)-len(journalMagic), 0))
 			if len(data) > len(journalMagic) && intactRecordIn(data[len(journalMagic):]) {
