@@ -51,6 +51,11 @@ import (
 // of the node holding it; a settle with a lock token from before the
 // restart fails with lock-lost, and the message is redelivered.
 //
+// Reading the directory back (persist_damage.go) cuts off a torn tail,
+// the unfinished last record a crash leaves, and refuses other damage
+// unless told to truncate. A failed write or fsync stops the journal for
+// good (persist_faults.go).
+//
 // Configuration on reopen: the stored entities (including those created,
 // changed or deleted at run time) win; configured entities that are not
 // stored (a queue, a topic, or a subscription of a stored topic) are added.
@@ -278,7 +283,7 @@ func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 // openPersistent is [New] with a data directory: it loads the stored
 // state, builds the broker from it and the configuration, and starts a new
 // journal generation with a fresh snapshot, which also cuts off a torn
-// tail of the old log.
+// tail of the old log (or, with TruncateDamagedJournal, the damage).
 func openPersistent(opts Options, queues []QueueConfig) (*Broker, error) {
 	dir := opts.DataDir
 	if opts.CompactAfter < 0 {

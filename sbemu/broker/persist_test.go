@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -492,7 +495,9 @@ func TestPersistCorruptSnapshotIsAnError(t *testing.T) {
 }
 
 // FuzzReplayJournal feeds arbitrary bytes to the log reader: it must
-// report damage or corruption, never panic.
+// report damage or corruption, never panic, and a damage report must
+// point inside the file, name it, and call a torn tail only damage that
+// no intact record follows.
 func FuzzReplayJournal(f *testing.F) {
 	r := &recordEncoder{}
 	r.lastSeq("q", 4)
@@ -505,7 +510,17 @@ func FuzzReplayJournal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		img := newImage()
 		img.setEntities(storedEntities{Queues: []QueueConfig{{Name: "q"}}})
-		_ = img.replayJournal("journal-fuzz", data, -1)
+		if d := img.replayJournal("journal-fuzz", data, -1); d != nil {
+			if d.Offset < 0 || d.Offset > int64(len(data)) || d.Dropped != int64(len(data))-d.Offset {
+				t.Fatalf("damage %+v outside a file of %d bytes", d, len(data))
+			}
+			if !strings.Contains(d.Error(), "journal-fuzz at offset") {
+				t.Fatalf("error %q does not name the file and offset", d.Error())
+			}
+			if d.torn && (d.applied || intactRecordIn(data[d.Offset+1:])) {
+				t.Fatalf("torn tail %+v with an intact record after it", d)
+			}
+		}
 		keys := make([]string, 0, len(img.stored))
 		for k := range img.stored {
 			keys = append(keys, k)
@@ -515,6 +530,30 @@ func FuzzReplayJournal(f *testing.F) {
 			for seq, m := range img.stored[k].msgs {
 				_, _ = restoreEntry(m, seq, k)
 			}
+		}
+	})
+}
+
+// FuzzReplaySnapshot feeds arbitrary bytes to the snapshot reader: a
+// DamageError naming the file and an offset inside it, or success, never a
+// panic.
+func FuzzReplaySnapshot(f *testing.F) {
+	r := &recordEncoder{}
+	_ = r.entities(storedEntities{Queues: []QueueConfig{{Name: "q"}}}) // encodable
+	r.lastSeq("q", 4)
+	_ = r.put("q", 3, newEntry(newMsg("id", "body"), 4)) // cannot fail for this message
+	r.byte(opEnd)
+	header := binary.LittleEndian.AppendUint64([]byte(snapshotMagic), 7)
+	f.Add(appendFramed(header, r.buf))
+	f.Add(header)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := newImage().replaySnapshot("snapshot", data)
+		if err == nil {
+			return
+		}
+		var de *DamageError
+		if !errors.As(err, &de) || de.Offset < 0 || de.Offset > int64(len(data)) || !strings.Contains(err.Error(), "snapshot at offset") {
+			t.Fatalf("error %v is not a DamageError inside the file", err)
 		}
 	})
 }
