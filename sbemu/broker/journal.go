@@ -31,6 +31,7 @@ import (
 //	snapshot              the state after every record of journal-<gen>s older than its gen
 //	journal-<gen>         records made after the snapshot of that generation
 //	snapshot.tmp          a snapshot being written; ignored and replaced
+//	journal-<gen>.damaged a log that TruncateDamagedJournal cut short, kept for inspection; ignored
 //	lock                  held (flock) by the broker using the directory
 //
 // A record is framed as length (uint32, little-endian), CRC-32C of the

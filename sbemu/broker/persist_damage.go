@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"log/slog"
 	"os"
@@ -126,6 +127,10 @@ func blank(data []byte) bool {
 	return true
 }
 
+// zeroHeaderSum is the header checksum of an empty record: the only
+// header whose first eight bytes are zero.
+var zeroHeaderSum = crc32.Checksum(make([]byte, 8), castagnoli)
+
 // intactRecordIn reports whether an intact record (header and payload
 // passing their checksums) starts at any byte offset of data.
 func intactRecordIn(data []byte) bool {
@@ -133,6 +138,11 @@ func intactRecordIn(data []byte) bool {
 		// The length first: most offsets of arbitrary bytes announce more
 		// than is left, and are rejected without a checksum.
 		if n := binary.LittleEndian.Uint32(data[p:]); uint64(n) > uint64(len(data)-p-recordHeaderSize) {
+			continue
+		}
+		// Zeros (a file a crash extended) without a checksum each: a zero
+		// length and payload sum need zeroHeaderSum to be a record.
+		if binary.LittleEndian.Uint64(data[p:]) == 0 && binary.LittleEndian.Uint32(data[p+8:]) != zeroHeaderSum {
 			continue
 		}
 		if _, _, fault := readFrame(data[p:]); fault == frameOK {
