@@ -272,6 +272,24 @@ func TestPersistTornTailIsLogged(t *testing.T) {
 	assert.Contains(t, out, fmt.Sprintf("offset=%d", f.starts[4]))
 }
 
+// TestPersistTornTailBeforeAnEmptyLaterJournal: a start that crashed after
+// creating the next journal (header only, or part of it) and before its
+// snapshot leaves the torn tail of the previous one in the middle of the
+// files, but with no record after it: still a torn tail.
+func TestPersistTornTailBeforeAnEmptyLaterJournal(t *testing.T) {
+	for _, later := range []string{journalMagic, journalMagic[:3], ""} {
+		t.Run(fmt.Sprintf("%d header bytes", len(later)), func(t *testing.T) {
+			f := newFiveSends(t)
+			require.NoError(t, os.WriteFile(f.path, f.data[:len(f.data)-3], 0o644))
+			next := filepath.Join(f.dir, journalName(journalGen(t, f.path)+1))
+			require.NoError(t, os.WriteFile(next, []byte(later), 0o644))
+			b := openPersistBroker(t, f.dir, newPersistClock(), Options{})
+			orders, _ := b.Queue("orders")
+			assert.Equal(t, 4, orders.Stats().Active)
+		})
+	}
+}
+
 // TestDamageErrorMatching: the error type is reachable with errors.As
 // through the wrapping of New, and a decoding failure keeps its cause.
 func TestDamageErrorMatching(t *testing.T) {
