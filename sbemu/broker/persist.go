@@ -533,14 +533,17 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 
 // restoreEntry decodes one stored message.
 func restoreEntry(m *storedMessage, seq int64, path string) (*entry, error) {
-	msg := new(amqp.Message)
-	if err := msg.UnmarshalBinary(m.msg); err != nil {
-		return nil, fmt.Errorf("%w: message %d of %q: %v", ErrDamaged, seq, path, err)
+	// Replay decoded and checked it (persist_record.go), so these errors
+	// are for a storedMessage built some other way.
+	msg := m.decoded
+	if msg == nil {
+		msg = new(amqp.Message)
+		if err := msg.UnmarshalBinary(m.msg); err != nil {
+			return nil, fmt.Errorf("%w: message %d of %q: %v", ErrDamaged, seq, path, err)
+		}
 	}
-	switch m.state {
-	case stateScheduled, stateAvailable, stateLocked:
-	default:
-		return nil, fmt.Errorf("%w: message %d of %q in state %d", ErrDamaged, seq, path, m.state)
+	if err := checkState(m.state, seq, path); err != nil {
+		return nil, err
 	}
 	e := newEntry(msg, m.size)
 	e.seq = seq

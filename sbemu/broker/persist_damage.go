@@ -33,9 +33,9 @@ import (
 // record.
 //
 // Mid-journal damage is anything else: a bad record with an intact one
-// after it; a record whose checksums pass but which does not decode
-// (written whole by a broker, so a bug or a file from another version,
-// never a crash); a journal file whose header is not this version's. The
+// after it; a record whose checksums pass but which does not decode, or
+// holds a message that does not (written whole by a broker, so a bug or a
+// file from another version, never a crash); a journal file whose header is not this version's. The
 // records after such damage were written after the damaged one was
 // synced, so they may have been acknowledged, and dropping them would
 // lose what clients were told had happened. A start refuses such a
@@ -75,7 +75,8 @@ type DamageError struct {
 	// be read; the records before it are intact.
 	Offset int64
 	// Dropped is how many bytes from Offset on would be lost by
-	// truncating there: the rest of Path and every later journal file.
+	// truncating there: the rest of Path and the records of every later
+	// journal file (their 8-byte file headers not counted).
 	Dropped int64
 	// Reason says what is wrong at Offset.
 	Reason string

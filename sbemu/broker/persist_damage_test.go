@@ -116,6 +116,14 @@ var midJournalDamage = []struct {
 		require.NoError(t, os.WriteFile(f.path, data, 0o644))
 		return func(f fiveSends) int { return f.starts[2] }
 	}, 2},
+	{"a message that passes its checksums but does not decode", func(t *testing.T, f fiveSends) func(fiveSends) int {
+		r := &recordEncoder{}
+		r.putEncoded("orders", 6, &entry{state: stateAvailable}, []byte{0x00, 0x53, 0x77, 0xff})
+		bad := appendFramed(nil, r.buf)
+		data := append(append(append([]byte(nil), f.data[:f.starts[2]]...), bad...), f.data[f.starts[2]:]...)
+		require.NoError(t, os.WriteFile(f.path, data, 0o644))
+		return func(f fiveSends) int { return f.starts[2] }
+	}, 2},
 	{"a torn last record with records in a later journal", func(t *testing.T, f fiveSends) func(fiveSends) int {
 		require.NoError(t, os.WriteFile(f.path, f.data[:len(f.data)-3], 0o644))
 		later := filepath.Join(f.dir, journalName(journalGen(t, f.path)+1))

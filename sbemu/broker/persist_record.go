@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"strings"
 	"time"
+
+	"github.com/Azure/go-amqp"
 )
 
 // The payload of a journal or snapshot record is a sequence of operations,
@@ -235,7 +237,17 @@ type storedMessage struct {
 	scheduledAt   time.Time
 	expiresAt     time.Time
 	expiryCap     time.Time
-	msg           []byte // encoded amqp.Message, decoded when the broker is rebuilt
+	msg           []byte        // encoded amqp.Message, reused by the snapshot written at open
+	decoded       *amqp.Message // msg, decoded at replay
+}
+
+// checkState refuses a stored state that no message can be in.
+func checkState(state entryState, seq int64, path string) error {
+	switch state {
+	case stateScheduled, stateAvailable, stateLocked:
+		return nil
+	}
+	return fmt.Errorf("%w: message %d of %q in state %d", ErrDamaged, seq, path, state)
 }
 
 // storedEntity is the durable state of one queue, topic, subscription or
@@ -355,18 +367,35 @@ func (img *image) applyOp(d *recordDecoder) error {
 			expiryCap:     d.time(),
 			msg:           d.bytes(),
 		}
+		if d.err != nil {
+			return d.err
+		}
+		// Decoded now, not when the broker is rebuilt, so that a message
+		// that does not decode is reported at its record (file and
+		// offset), which a truncation can cut.
+		m.decoded = new(amqp.Message)
+		if err := m.decoded.UnmarshalBinary(m.msg); err != nil {
+			return fmt.Errorf("%w: message %d of %q: %v", ErrDamaged, seq, path, err)
+		}
+		if err := checkState(m.state, seq, path); err != nil {
+			return err
+		}
 		s.msgs[seq] = m
 		s.lastSeq = max(s.lastSeq, seq)
 	case opMeta:
 		seq := d.varint()
 		state, count := entryState(d.byte()), uint32(d.uvarint())
+		if d.err != nil {
+			return d.err
+		}
 		m, ok := s.msgs[seq]
-		if !ok && d.err == nil {
+		if !ok {
 			return fmt.Errorf("%w: update of unknown message %d of %q", ErrDamaged, seq, path)
 		}
-		if ok {
-			m.state, m.deliveryCount = state, count
+		if err := checkState(state, seq, path); err != nil {
+			return err
 		}
+		m.state, m.deliveryCount = state, count
 	case opDelete:
 		delete(s.msgs, d.varint())
 	case opDedup:
