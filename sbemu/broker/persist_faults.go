@@ -26,9 +26,10 @@ import (
 // error, for every change, including those that were already waiting for
 // the failed batch. The AMQP server and the administration API send every
 // answer from them, so a send, a settlement, a management request and an
-// administration call each get an error, a delivery is never transferred
-// and a waiting receive link is detached: no client is told of a change
-// after the failure, and the failed change itself is never acknowledged.
+// administration call each get an error, and a receive link is detached
+// instead of transferring its next message: no client is told of a
+// change after the failure, and the failed change itself is never
+// acknowledged.
 // cmd/sbemu exits when the journal fails. Reopening the directory starts
 // from what was acknowledged.
 
