@@ -192,6 +192,19 @@
 // of the same name; new configured ones are added. See durable.go and the
 // broker's persist.go.
 //
+// Start cuts off the torn tail a crash leaves at the end of the journal,
+// and refuses a directory damaged anywhere else with a
+// [*broker.DamageError] naming the file and offset, since the records
+// after the damage may have been acknowledged;
+// [Config.TruncateDamagedJournal] (cmd/sbemu -truncate-damaged-journal)
+// cuts the journal at its last good record instead and logs what was
+// dropped. If a write or fsync of the journal fails while serving, the
+// emulator stops acknowledging: every send, settlement, management
+// request and administration call is answered with an error (the SDK
+// sees amqp:internal-error), no message is delivered, and the failure is
+// logged at Error level; cmd/sbemu exits. Tests cause such a failure with
+// Broker().InjectJournalFault.
+//
 // # What is not emulated
 //
 // No message sessions, no

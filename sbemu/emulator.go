@@ -138,6 +138,13 @@ type Config struct {
 	// emulator runs (unless InMemory), its addresses in [EndpointsFile], so
 	// that [AdminClientOptionsFromDir] can reach it from another process.
 	DataDir string
+
+	// TruncateDamagedJournal lets Start open a DataDir whose journal is
+	// damaged in the middle, which a crash cannot cause: the journal is
+	// cut at its last good record and what was dropped is logged. False
+	// makes Start refuse it with a [*broker.DamageError] naming the file
+	// and offset. See [broker.Options.TruncateDamagedJournal].
+	TruncateDamagedJournal bool
 }
 
 // withDefaults returns a copy of c with every zero field replaced by its
@@ -208,7 +215,10 @@ type Emulator struct {
 // Start returns; call [Emulator.Close] to stop it.
 func Start(cfg Config) (*Emulator, error) {
 	cfg = cfg.withDefaults()
-	b, err := broker.New(broker.Options{Clock: cfg.Clock, Topics: cfg.Topics, DataDir: cfg.DataDir}, cfg.Queues...)
+	b, err := broker.New(broker.Options{
+		Clock: cfg.Clock, Topics: cfg.Topics,
+		DataDir: cfg.DataDir, TruncateDamagedJournal: cfg.TruncateDamagedJournal, Logger: cfg.Logger,
+	}, cfg.Queues...)
 	if err != nil {
 		return nil, fmt.Errorf("sbemu: creating broker: %w", err)
 	}

@@ -131,3 +131,59 @@ func TestSDKReceiveLinkDetachedWhenTheJournalStops(t *testing.T) {
 	assert.NoError(t, err, "the receive returns when the link is detached, not at its deadline")
 	assert.NoError(t, ctx.Err())
 }
+
+// TestSDKJournalFailureIsNeverAcknowledged makes the journal's next write
+// or fsync fail under the real SDK: the send that needed it fails (it must
+// not succeed), so does a complete after it, the emulator's Close reports
+// the failure, and an emulator started on the same directory has exactly
+// what was acknowledged: both messages sent before, the completed one
+// included, and not the failed send.
+func TestSDKJournalFailureIsNeverAcknowledged(t *testing.T) {
+	for _, fault := range []broker.JournalFault{broker.JournalWriteFault, broker.JournalSyncFault} {
+		t.Run(map[broker.JournalFault]string{broker.JournalWriteFault: "write", broker.JournalSyncFault: "fsync"}[fault], func(t *testing.T) {
+			cfg := Config{DataDir: t.TempDir(), Queues: []broker.QueueConfig{{Name: "orders"}}}
+			em, err := Start(cfg)
+			require.NoError(t, err)
+			closed := false
+			t.Cleanup(func() {
+				if !closed {
+					_ = em.Close()
+				}
+			})
+			ctx := ctxT(t)
+			client := newClient(t, em)
+			sender := newSender(t, client, "orders")
+			sendText(t, sender, "kept-1")
+			sendText(t, sender, "kept-2")
+			receiver := newReceiver(t, client, "orders", nil)
+			got := receiveN(t, ctx, receiver, 1)
+			require.Equal(t, "kept-1", string(got[0].Body))
+
+			require.NoError(t, em.Broker().InjectJournalFault(fault))
+			err = sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("lost"), MessageID: to.Ptr("lost")}, nil)
+			require.Error(t, err, "SendMessage must fail when its message could not be made durable")
+			assert.Contains(t, err.Error(), "persistence failed")
+			// The complete is refused too; the SDK then recovers its
+			// connection, whose authentication the stopped journal refuses
+			// as well, and would retry until its context ends.
+			completeCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			defer cancel()
+			assert.Error(t, receiver.CompleteMessage(completeCtx, got[0], nil), "nor is a complete acknowledged after the failure")
+			require.NoError(t, client.Close(ctx))
+			closed = true
+			assert.Error(t, em.Close(), "Close reports the journal's failure")
+
+			ctx = ctxT(t)
+			em2 := StartT(t, cfg)
+			client2 := newClient(t, em2)
+			receiver2 := newReceiver(t, client2, "orders", nil)
+			peeked, err := receiver2.PeekMessages(ctx, 10, nil)
+			require.NoError(t, err)
+			var bodies []string
+			for _, m := range peeked {
+				bodies = append(bodies, string(m.Body))
+			}
+			assert.Equal(t, []string{"kept-1", "kept-2"}, bodies)
+		})
+	}
+}

@@ -25,6 +25,24 @@
 // -config and -queue ones of the same name; new ones are added. Locks do
 // not survive: locked messages come back with the delivery counted.
 //
+// A crash can leave the last journal record unfinished (a torn tail); the
+// next start cuts it off and logs it. Damage anywhere else (a bad record
+// with intact ones after it, or a damaged snapshot) stops the start with
+// an error naming the file and the byte offset, because the records
+// after it may have been acknowledged. -truncate-damaged-journal starts
+// anyway, cutting the journal at its last good record: what is dropped
+// (file, offset, bytes) is logged, and the damaged file is kept next to
+// the new one as journal-<gen>.damaged. A damaged snapshot cannot be cut.
+//
+// If writing or fsyncing the journal fails while serving, the emulator
+// answers every client with an error from then on and exits, rather than
+// serve a state its disk does not have; the next start begins from what
+// was acknowledged.
+//
+// Exit status: 0 after SIGINT or SIGTERM, 1 when the journal failed while
+// serving, 2 on a usage or start-up error (a damaged data directory
+// included).
+//
 // # Files in the -data directory for other processes
 //
 // Besides its journal, sbemu keeps in DIR what a client in another process
@@ -69,20 +87,40 @@ import (
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
-// main exits with status 2 on a usage or start-up error; stop is called
-// explicitly there because os.Exit skips deferred calls.
+// main exits with status 1 when the journal failed while serving and 2 on
+// a usage or start-up error; stop is called explicitly there because
+// os.Exit skips deferred calls.
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if err := run(ctx, os.Args[1:], os.Stdout, os.Stderr); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return // usage already printed
-		}
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	if code := exitCode(err); code != 0 {
 		fmt.Fprintln(os.Stderr, err)
 		stop()
-		os.Exit(2)
+		os.Exit(code)
 	}
 }
+
+// exitCode is the documented exit status for run's error: 0 for none (or
+// -h, whose usage is already printed), 1 when the journal failed while
+// serving, 2 for everything else.
+func exitCode(err error) int {
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.Is(err, errJournalStopped):
+		return 1
+	}
+	return 2
+}
+
+// errJournalStopped is wrapped by run's error when the emulator stopped
+// because its journal could no longer write (see [broker.Broker.JournalFailed]).
+var errJournalStopped = errors.New("sbemu: stopped: the journal of the data directory failed")
+
+// testHookStarted, when set by a test, is called with the emulator once it
+// listens, before the connection string is printed.
+var testHookStarted func(*sbemu.Emulator)
 
 // queueNames collects repeated -queue flags.
 type queueNames []string
@@ -121,6 +159,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:0", "TCP address of the HTTPS administration API (port 0: any free port)")
 		adminCert  = fs.String("admin-cert", "", "write the administration API's certificate authority (PEM) to this file; with -data it is the same across restarts")
 		dataDir    = fs.String("data", "", "keep entities and messages in this directory across restarts and crashes (empty: memory only)")
+		truncate   = fs.Bool("truncate-damaged-journal", false, "with -data: start even if the journal is damaged before its end, cutting it at the last good record (later records are lost; logged)")
 		limits     sbemu.Limits
 	)
 	// Every limit of sbemu.Limits; 0 keeps its default, negative removes it.
@@ -167,10 +206,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.IdleTimeout = *idle
 	cfg.Limits = limits
 	cfg.DataDir = *dataDir
+	cfg.TruncateDamagedJournal = *truncate
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
 	em, err := sbemu.Start(cfg)
 	if err != nil {
 		return err
+	}
+	if testHookStarted != nil {
+		testHookStarted(em)
 	}
 	if *adminCert != "" {
 		if err := os.WriteFile(*adminCert, em.AdminCertificatePEM(), 0o644); err != nil {
@@ -184,7 +227,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		_ = em.Close()
 		return fmt.Errorf("sbemu: writing connection string: %w", err)
 	}
-	<-ctx.Done()
+	var stopped error
+	select {
+	case <-ctx.Done():
+	case <-em.Broker().JournalFailed():
+		// Every answer is an error from now on (the broker logged why):
+		// stop, so that clients and supervisors see it.
+		stopped = fmt.Errorf("%w (%s): %w", errJournalStopped, *dataDir, em.Broker().Sync(context.Background()))
+	}
 	// Close waits for every connection to drain; bound it so a stuck
 	// client cannot keep the process alive after a signal. The buffer lets
 	// the goroutine finish even if the timeout wins.
@@ -192,8 +242,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	go func() { done <- em.Close() }()
 	select {
 	case err := <-done:
+		if stopped != nil {
+			return stopped // Close reports the same failure
+		}
 		return err
 	case <-time.After(30 * time.Second):
-		return errors.New("sbemu: timed out closing the emulator")
+		return errors.Join(stopped, errors.New("sbemu: timed out closing the emulator"))
 	}
 }

@@ -2,6 +2,7 @@ package broker
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 )
@@ -142,4 +143,20 @@ type Options struct {
 	// large state stay rare). Zero means [DefaultCompactAfter] (64 MiB);
 	// negative is invalid. Only used with DataDir.
 	CompactAfter int64
+
+	// TruncateDamagedJournal lets [New] start on a data directory whose
+	// journal is damaged in the middle (not a torn tail, which is always
+	// cut off; see persist_damage.go): the journal is cut at the last good
+	// record, what was dropped (file, offset, bytes) is logged at Warn
+	// level, the damaged files are kept as <name>.damaged, and the
+	// records after the damage, which may have been acknowledged, are
+	// lost. False (the default) makes New refuse such a directory with a
+	// [*DamageError]. A damaged snapshot is refused either way. Only used
+	// with DataDir.
+	TruncateDamagedJournal bool
+
+	// Logger receives what persistence has to say: a torn tail cut off at
+	// open (Info), a truncation (Warn), the failure that stopped the
+	// journal (Error). Nil discards it. Only used with DataDir.
+	Logger *slog.Logger
 }

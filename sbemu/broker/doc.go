@@ -52,6 +52,16 @@
 // delivered message is waited for with [Broker.WaitStored]. See
 // persist.go for the design and journal.go for the files.
 //
+// [New] cuts off a torn tail, the unfinished last record a crash leaves,
+// and refuses any other damage with a [*DamageError] naming the file and
+// offset, unless [Options.TruncateDamagedJournal] says to cut the journal
+// at its last good record (persist_damage.go has the exact rule). A
+// failed write or fsync stops the journal for good: from then on every
+// Sync, AfterSync and WaitStored reports the error, so nothing after it is
+// acknowledged, and [Broker.JournalFailed] is closed.
+// [Broker.InjectJournalFault] makes the next write or fsync fail, for
+// tests (persist_faults.go).
+//
 // # Deliberate simplifications
 //
 // There are no sessions, deferral or transactions. Entities can be added

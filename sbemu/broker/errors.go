@@ -46,10 +46,12 @@ var (
 
 	// ErrPersistence wraps every failure of [Options.DataDir]: a data
 	// directory that cannot be opened, read, locked (another broker uses
-	// it) or written. Once a write or fsync failed, the broker keeps
-	// working in memory, but [Broker.Sync] and [Broker.AfterSync] report
-	// the error, so the AMQP server answers errors instead of
-	// acknowledgements it could not keep.
+	// it) or written, or that is damaged ([ErrDamaged]). Once a write or
+	// fsync failed, the journal stops for good: the broker's calls still
+	// run in memory, but [Broker.Sync], [Broker.AfterSync] and
+	// [Broker.WaitStored] report the error for every change from then on,
+	// so the AMQP server answers errors instead of acknowledgements it
+	// could not keep (persist_faults.go).
 	ErrPersistence = errors.New("broker: persistence failed")
 )
 

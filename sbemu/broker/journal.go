@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/crc32"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -30,13 +31,21 @@ import (
 //	snapshot              the state after every record of journal-<gen>s older than its gen
 //	journal-<gen>         records made after the snapshot of that generation
 //	snapshot.tmp          a snapshot being written; ignored and replaced
+//	journal-<gen>.damaged a log that TruncateDamagedJournal cut short, kept for inspection; ignored
 //	lock                  held (flock) by the broker using the directory
 //
 // A record is framed as length (uint32, little-endian), CRC-32C of the
-// payload (uint32) and the payload, so a record torn by a crash is
-// recognised and everything from it on is ignored: it was never
-// acknowledged, because acknowledgements wait for the fsync that follows
-// the write.
+// payload (uint32), CRC-32C of those eight header bytes (uint32) and the
+// payload. The header's own checksum lets a reader trust a length before
+// the payload it announces is there: a record torn by a crash (its length
+// reaching past the end of the file) is told apart from a damaged length
+// in the middle of the log. Which damage a start may cut off silently (a
+// torn tail, never acknowledged, because acknowledgements wait for the
+// fsync that follows the write) and which stops it is decided in
+// persist_damage.go.
+//
+// A failed write or fsync stops the journal for good (persist_faults.go
+// says why and what the broker does then).
 //
 // Compaction: when the log has grown by [Options.CompactAfter] bytes (and at
 // least by the size of the last snapshot, so rewriting stays proportional
@@ -50,14 +59,15 @@ import (
 // next start deletes).
 
 const (
-	journalMagic  = "SBEMUJ01" // first bytes of every journal file
-	snapshotMagic = "SBEMUS01" // first bytes of the snapshot, followed by its generation
+	journalMagic  = "SBEMUJ02" // first bytes of every journal file
+	snapshotMagic = "SBEMUS02" // first bytes of the snapshot, followed by its generation
 	snapshotFile  = "snapshot"
 	snapshotTemp  = "snapshot.tmp"
 	lockFile      = "lock"
 
-	// recordHeaderSize is the length and checksum in front of each payload.
-	recordHeaderSize = 8
+	// recordHeaderSize is the length and the two checksums in front of
+	// each payload.
+	recordHeaderSize = 12
 	// maxRecordSize refuses absurd lengths read from a damaged file before
 	// allocating for them; real records are far smaller (one broker call,
 	// or up to snapshotChunk bytes of a snapshot).
@@ -99,6 +109,9 @@ type JournalStats struct {
 type journal struct {
 	dir          string
 	compactAfter int64
+	log          *slog.Logger
+	faults       journalFaults // armed by Broker.InjectJournalFault
+	failed       chan struct{} // closed when err is set (Broker.JournalFailed)
 
 	mu       sync.Mutex
 	pending  []byte // framed records appended and not yet taken by the goroutine
@@ -116,9 +129,10 @@ type journal struct {
 	done chan struct{} // closed when the goroutine returns
 
 	// Owned by the goroutine (and by openJournal before it starts).
-	file  *os.File
-	gen   uint64
-	spare []byte
+	file     journalFile
+	gen      uint64
+	fileSize int64 // bytes of file known to be on disk: its header and every synced record
+	spare    []byte
 }
 
 // syncWaiter is a callback for the moment position pos is durable.
@@ -135,16 +149,19 @@ type snapshotRequest struct {
 
 // newJournal starts the journal goroutine on an open log file of
 // generation gen. lastSnap is the size of the snapshot just written.
-func newJournal(dir string, f *os.File, gen uint64, compactAfter, lastSnap int64) *journal {
+func newJournal(dir string, f *os.File, gen uint64, compactAfter, lastSnap int64, log *slog.Logger) *journal {
 	j := &journal{
 		dir:          dir,
 		compactAfter: compactAfter,
+		log:          log,
+		failed:       make(chan struct{}),
 		lastSnap:     lastSnap,
 		wake:         make(chan struct{}, 1),
 		done:         make(chan struct{}),
-		file:         f,
 		gen:          gen,
+		fileSize:     int64(len(journalMagic)),
 	}
+	j.file = j.faults.wrap(f)
 	j.stats.Snapshots = 1
 	go j.run()
 	return j
@@ -172,9 +189,17 @@ func (j *journal) appendRecord(payload []byte) int64 {
 
 // appendFramed appends one record (header and payload) to dst.
 func appendFramed(dst, payload []byte) []byte {
-	dst = binary.LittleEndian.AppendUint32(dst, uint32(len(payload)))
-	dst = binary.LittleEndian.AppendUint32(dst, crc32.Checksum(payload, castagnoli))
+	var h [recordHeaderSize]byte
+	putRecordHeader(h[:], payload)
+	dst = append(dst, h[:]...)
 	return append(dst, payload...)
+}
+
+// putRecordHeader fills the recordHeaderSize bytes of h for payload.
+func putRecordHeader(h, payload []byte) {
+	binary.LittleEndian.PutUint32(h, uint32(len(payload)))
+	binary.LittleEndian.PutUint32(h[4:], crc32.Checksum(payload, castagnoli))
+	binary.LittleEndian.PutUint32(h[8:], crc32.Checksum(h[:8], castagnoli))
 }
 
 // signal wakes the goroutine; j.mu must be held.
@@ -242,11 +267,29 @@ func (j *journal) afterPosition(pos int64, fn func(error)) {
 // waiter, present and future, gets err.
 func (j *journal) fail(err error) {
 	j.mu.Lock()
-	if j.err == nil {
-		j.err = err
-	}
+	j.setErr(err)
 	j.signal()
 	j.mu.Unlock()
+}
+
+// setErr records the journal's first failure, logs it and closes
+// j.failed; later failures are consequences of the first and are
+// dropped. j.mu must be held.
+func (j *journal) setErr(err error) {
+	if err == nil || j.err != nil {
+		return
+	}
+	j.err = err
+	close(j.failed)
+	j.log.Error("broker: the journal stopped; every acknowledgement fails until the broker is reopened on its directory",
+		"dir", j.dir, "err", err)
+}
+
+// failure returns the error that stopped the journal, or nil.
+func (j *journal) failure() error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	return j.err
 }
 
 // statsNow returns a copy of the counters.
@@ -267,8 +310,8 @@ func (j *journal) close() error {
 	j.mu.Lock()
 	defer j.mu.Unlock()
 	if j.file != nil {
-		if err := j.file.Close(); err != nil && j.err == nil {
-			j.err = persistErr("closing journal", err)
+		if err := j.file.Close(); err != nil {
+			j.setErr(persistErr("closing journal", err))
 		}
 		j.file = nil
 	}
@@ -307,9 +350,7 @@ func (j *journal) run() {
 		}
 
 		j.mu.Lock()
-		if err != nil && j.err == nil {
-			j.err = err
-		}
+		j.setErr(err)
 		if j.err == nil {
 			j.durable = end
 		}
@@ -359,16 +400,35 @@ func (j *journal) writeOut(data []byte, end int64, snap *snapshotRequest) (int64
 	return syncs + 1, nil
 }
 
-// writeSync appends data to the log file and fsyncs it.
+// writeSync appends data to the log file and fsyncs it. On failure it
+// cuts the file back to what was synced before (see cutBack).
 func (j *journal) writeSync(data []byte) error {
 	if _, err := j.file.Write(data); err != nil {
-		return persistErr("writing journal", err)
+		j.cutBack()
+		return persistErr("writing journal "+j.path(), err)
 	}
 	if err := j.file.Sync(); err != nil {
-		return persistErr("syncing journal", err)
+		j.cutBack()
+		return persistErr("syncing journal "+j.path(), err)
 	}
+	j.fileSize += int64(len(data))
 	return nil
 }
+
+// cutBack truncates the log to its synced size after a failed write or
+// fsync, so the records of the failed batch, whose waiters all get the
+// error, do not come back at the next start as if they had been
+// acknowledged. Best effort: if the file cannot be cut either, those
+// records may survive, as any change that was applied but not yet
+// acknowledged may survive a crash.
+func (j *journal) cutBack() {
+	if err := j.file.Truncate(j.fileSize); err == nil {
+		_ = j.file.Sync()
+	}
+}
+
+// path is the file name of the current log.
+func (j *journal) path() string { return filepath.Join(j.dir, journalName(j.gen)) }
 
 // rotate starts the next generation's log and writes snapshot (the state
 // at the end of the current log) as that generation's snapshot, then
@@ -380,7 +440,7 @@ func (j *journal) rotate(snapshot []byte) error {
 		return err
 	}
 	old, oldGen := j.file, j.gen
-	j.file, j.gen = f, gen
+	j.file, j.gen, j.fileSize = j.faults.wrap(f), gen, int64(len(journalMagic))
 	_ = old.Close() // synced above; nothing is lost if closing fails
 	if err := writeSnapshot(j.dir, gen, snapshot); err != nil {
 		return err
@@ -397,15 +457,15 @@ func createJournalFile(dir string, gen uint64) (*os.File, error) {
 	path := filepath.Join(dir, journalName(gen))
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return nil, persistErr("creating journal", err)
+		return nil, persistErr("creating journal "+path, err)
 	}
 	if _, err := f.Write([]byte(journalMagic)); err != nil {
 		_ = f.Close()
-		return nil, persistErr("writing journal header", err)
+		return nil, persistErr("writing journal header of "+path, err)
 	}
 	if err := f.Sync(); err != nil {
 		_ = f.Close()
-		return nil, persistErr("syncing journal", err)
+		return nil, persistErr("syncing journal "+path, err)
 	}
 	if err := syncDir(dir); err != nil {
 		_ = f.Close()
@@ -420,7 +480,7 @@ func writeSnapshot(dir string, gen uint64, records []byte) error {
 	tmp := filepath.Join(dir, snapshotTemp)
 	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o644)
 	if err != nil {
-		return persistErr("creating snapshot", err)
+		return persistErr("creating snapshot "+tmp, err)
 	}
 	header := binary.LittleEndian.AppendUint64([]byte(snapshotMagic), gen)
 	_, err = f.Write(header)
@@ -435,10 +495,10 @@ func writeSnapshot(dir string, gen uint64, records []byte) error {
 	}
 	if err != nil {
 		_ = os.Remove(tmp)
-		return persistErr("writing snapshot", err)
+		return persistErr("writing snapshot "+tmp, err)
 	}
 	if err := os.Rename(tmp, filepath.Join(dir, snapshotFile)); err != nil {
-		return persistErr("installing snapshot", err)
+		return persistErr("installing snapshot "+tmp, err)
 	}
 	return syncDir(dir)
 }

@@ -3,10 +3,9 @@ package broker
 import (
 	"context"
 	"encoding/gob"
-	"errors"
 	"fmt"
 	"io"
-	"io/fs"
+	"log/slog"
 	"maps"
 	"os"
 	"path/filepath"
@@ -51,6 +50,11 @@ import (
 // dead-letter queue. Service Bus, too, cannot honour a lock across the loss
 // of the node holding it; a settle with a lock token from before the
 // restart fails with lock-lost, and the message is redelivered.
+//
+// Reading the directory back (persist_damage.go) cuts off a torn tail,
+// the unfinished last record a crash leaves, and refuses other damage
+// unless told to truncate. A failed write or fsync stops the journal for
+// good (persist_faults.go).
 //
 // Configuration on reopen: the stored entities (including those created,
 // changed or deleted at run time) win; configured entities that are not
@@ -279,7 +283,7 @@ func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 // openPersistent is [New] with a data directory: it loads the stored
 // state, builds the broker from it and the configuration, and starts a new
 // journal generation with a fresh snapshot, which also cuts off a torn
-// tail of the old log.
+// tail of the old log (or, with TruncateDamagedJournal, the damage).
 func openPersistent(opts Options, queues []QueueConfig) (*Broker, error) {
 	dir := opts.DataDir
 	if opts.CompactAfter < 0 {
@@ -304,7 +308,15 @@ func openPersistent(opts Options, queues []QueueConfig) (*Broker, error) {
 // openLocked does the work of openPersistent once the directory is locked.
 func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 	dir := opts.DataDir
-	img, gen, err := loadImage(dir)
+	log := opts.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	img, gen, damage, err := loadImage(dir, nil)
+	if err != nil {
+		return nil, err
+	}
+	img, damaged, err := handleDamage(opts, log, img, damage)
 	if err != nil {
 		return nil, err
 	}
@@ -334,7 +346,7 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 		compactAfter = DefaultCompactAfter
 	}
 	b.mu.Lock()
-	err = b.attachJournal(dir, f, gen, compactAfter, encoded)
+	err = b.attachJournal(dir, f, gen, compactAfter, encoded, damaged, log)
 	b.mu.Unlock()
 	if err != nil {
 		_ = f.Close()
@@ -346,8 +358,10 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 
 // attachJournal writes the snapshot of generation gen and makes f, that
 // generation's empty log, the broker's journal; b.mu must be held, so the
-// snapshot is exactly the state the new log continues from.
-func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter int64, encoded map[*entry][]byte) error {
+// snapshot is exactly the state the new log continues from. The logs of
+// the generations in damaged, which a truncation cut short, are kept
+// aside rather than deleted.
+func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter int64, encoded map[*entry][]byte, damaged []uint64, log *slog.Logger) error {
 	snap, err := b.encodeSnapshot(encoded)
 	if err != nil {
 		return err
@@ -355,51 +369,13 @@ func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter 
 	if err := writeSnapshot(dir, gen, snap); err != nil {
 		return err
 	}
-	removeStaleFiles(dir, gen)
+	removeStaleFiles(dir, gen, damaged)
 	b.persist = &persistence{
-		j:     newJournal(dir, f, gen, compactAfter, int64(len(snap))),
+		j:     newJournal(dir, f, gen, compactAfter, int64(len(snap)), log),
 		dirty: map[dirtyKey]*entry{},
 		seqs:  map[*Queue]struct{}{},
 	}
 	return nil
-}
-
-// loadImage replays the snapshot and the logs after it. It returns the
-// highest generation found, so the next one is new.
-func loadImage(dir string) (*image, uint64, error) {
-	img := newImage()
-	var snapGen uint64
-	data, err := os.ReadFile(filepath.Join(dir, snapshotFile))
-	switch {
-	case err == nil:
-		if snapGen, err = img.replaySnapshot(data); err != nil {
-			return nil, 0, err
-		}
-	case !errors.Is(err, fs.ErrNotExist):
-		return nil, 0, persistErr("reading snapshot", err)
-	}
-	gens, err := journalGenerations(dir)
-	if err != nil {
-		return nil, 0, err
-	}
-	top := snapGen
-	torn := false
-	for _, g := range gens {
-		top = max(top, g)
-		// Older logs are already in the snapshot; after a damaged record
-		// nothing can have been acknowledged.
-		if g < snapGen || torn {
-			continue
-		}
-		data, err := os.ReadFile(filepath.Join(dir, journalName(g)))
-		if err != nil {
-			return nil, 0, persistErr("reading journal", err)
-		}
-		if torn, err = img.replayJournal(data); err != nil {
-			return nil, 0, err
-		}
-	}
-	return img, top, nil
 }
 
 // journalGenerations lists the generations of the logs in dir, ascending.
@@ -423,14 +399,21 @@ func journalGenerations(dir string) ([]uint64, error) {
 }
 
 // removeStaleFiles deletes the logs older than generation gen, which its
-// snapshot covers, and a leftover temporary snapshot. Failures only leave
-// files that the next start deletes again.
-func removeStaleFiles(dir string, gen uint64) {
+// snapshot covers, and a leftover temporary snapshot; the logs of the
+// generations in damaged are renamed to <name>.damaged instead. Failures
+// only leave files that the next start deletes again.
+func removeStaleFiles(dir string, gen uint64, damaged []uint64) {
 	gens, _ := journalGenerations(dir)
 	for _, g := range gens {
-		if g < gen {
-			_ = os.Remove(filepath.Join(dir, journalName(g)))
+		if g >= gen {
+			continue
 		}
+		path := filepath.Join(dir, journalName(g))
+		if slices.Contains(damaged, g) {
+			_ = os.Rename(path, path+damagedSuffix)
+			continue
+		}
+		_ = os.Remove(path)
 	}
 	_ = os.Remove(filepath.Join(dir, snapshotTemp))
 }
@@ -504,7 +487,7 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 	for _, k := range keys {
 		q := b.storedQueue(k)
 		if q == nil {
-			return nil, fmt.Errorf("%w: state for unknown entity %q", errCorrupt, img.stored[k].path)
+			return nil, fmt.Errorf("%w: state for unknown entity %q", ErrDamaged, img.stored[k].path)
 		}
 		q.lastSeq = max(q.lastSeq, img.stored[k].lastSeq)
 	}
@@ -550,14 +533,17 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 
 // restoreEntry decodes one stored message.
 func restoreEntry(m *storedMessage, seq int64, path string) (*entry, error) {
-	msg := new(amqp.Message)
-	if err := msg.UnmarshalBinary(m.msg); err != nil {
-		return nil, fmt.Errorf("%w: message %d of %q: %v", errCorrupt, seq, path, err)
+	// Replay decoded and checked it (persist_record.go), so these errors
+	// are for a storedMessage built some other way.
+	msg := m.decoded
+	if msg == nil {
+		msg = new(amqp.Message)
+		if err := msg.UnmarshalBinary(m.msg); err != nil {
+			return nil, fmt.Errorf("%w: message %d of %q: %v", ErrDamaged, seq, path, err)
+		}
 	}
-	switch m.state {
-	case stateScheduled, stateAvailable, stateLocked:
-	default:
-		return nil, fmt.Errorf("%w: message %d of %q in state %d", errCorrupt, seq, path, m.state)
+	if err := checkState(m.state, seq, path); err != nil {
+		return nil, err
 	}
 	e := newEntry(msg, m.size)
 	e.seq = seq
@@ -642,10 +628,16 @@ func (q *Queue) storedPosition(e *entry) int64 {
 // sequence number a crash could hand out again). It returns at once
 // without [Options.DataDir] and when the message was stored earlier, the
 // usual case; only a message received right after it was sent waits for
-// the fsync of its send.
+// the fsync of its send. Once the journal stopped ([Broker.JournalFailed])
+// it returns the journal's error for every delivery.
 func (b *Broker) WaitStored(ctx context.Context, d *Delivery) error {
-	if b.persist == nil || d.storedAt == 0 {
+	if b.persist == nil {
 		return nil
+	}
+	if d.storedAt == 0 {
+		// Stored before the journal started (restored at open): nothing to
+		// wait for, but a broker whose journal stopped transfers nothing.
+		return b.persist.j.failure()
 	}
 	done := make(chan error, 1)
 	b.persist.j.afterPosition(d.storedAt, func(err error) { done <- err })

@@ -8,6 +8,8 @@ import (
 	"hash/crc32"
 	"strings"
 	"time"
+
+	"github.com/Azure/go-amqp"
 )
 
 // The payload of a journal or snapshot record is a sequence of operations,
@@ -133,9 +135,7 @@ func (r *recordEncoder) beginRecord() int {
 
 // endRecord fills in the header of the record begun at start.
 func (r *recordEncoder) endRecord(start int) {
-	payload := r.buf[start+recordHeaderSize:]
-	binary.LittleEndian.PutUint32(r.buf[start:], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(r.buf[start+4:], crc32.Checksum(payload, castagnoli))
+	putRecordHeader(r.buf[start:start+recordHeaderSize], r.buf[start+recordHeaderSize:])
 }
 
 func (r *recordEncoder) meta(path string, seq int64, e *entry) {
@@ -160,10 +160,6 @@ func (r *recordEncoder) dedup(path, id string, seq int64, at time.Time) {
 	r.time(at)
 }
 
-// errCorrupt marks a record that passed its checksum but does not decode:
-// a bug or a file from an incompatible version, never a torn write.
-var errCorrupt = fmt.Errorf("%w: corrupt data directory", ErrPersistence)
-
 // recordDecoder reads one payload; the first error sticks and every later
 // read returns zero values.
 type recordDecoder struct {
@@ -173,7 +169,7 @@ type recordDecoder struct {
 
 func (d *recordDecoder) fail(what string) {
 	if d.err == nil {
-		d.err = fmt.Errorf("%w: truncated %s", errCorrupt, what)
+		d.err = fmt.Errorf("%w: truncated %s", ErrDamaged, what)
 	}
 	d.buf = nil
 }
@@ -241,7 +237,17 @@ type storedMessage struct {
 	scheduledAt   time.Time
 	expiresAt     time.Time
 	expiryCap     time.Time
-	msg           []byte // encoded amqp.Message, decoded when the broker is rebuilt
+	msg           []byte        // encoded amqp.Message, reused by the snapshot written at open
+	decoded       *amqp.Message // msg, decoded at replay
+}
+
+// checkState refuses a stored state that no message can be in.
+func checkState(state entryState, seq int64, path string) error {
+	switch state {
+	case stateScheduled, stateAvailable, stateLocked:
+		return nil
+	}
+	return fmt.Errorf("%w: message %d of %q in state %d", ErrDamaged, seq, path, state)
 }
 
 // storedEntity is the durable state of one queue, topic, subscription or
@@ -272,7 +278,7 @@ func newImage() *image {
 func (img *image) entity(path string) (*storedEntity, error) {
 	key := strings.ToLower(path)
 	if !img.valid[key] {
-		return nil, fmt.Errorf("%w: record for unknown entity %q", errCorrupt, path)
+		return nil, fmt.Errorf("%w: record for unknown entity %q", ErrDamaged, path)
 	}
 	s, ok := img.stored[key]
 	if !ok {
@@ -329,7 +335,7 @@ func (img *image) applyOp(d *recordDecoder) error {
 			return d.err
 		}
 		if err := gob.NewDecoder(bytes.NewReader(raw)).Decode(&cfg); err != nil {
-			return fmt.Errorf("%w: entity configuration: %v", errCorrupt, err)
+			return fmt.Errorf("%w: entity configuration: %v", ErrDamaged, err)
 		}
 		img.setEntities(cfg)
 		return nil
@@ -361,94 +367,100 @@ func (img *image) applyOp(d *recordDecoder) error {
 			expiryCap:     d.time(),
 			msg:           d.bytes(),
 		}
+		if d.err != nil {
+			return d.err
+		}
+		// Decoded now, not when the broker is rebuilt, so that a message
+		// that does not decode is reported at its record (file and
+		// offset), which a truncation can cut.
+		m.decoded = new(amqp.Message)
+		if err := m.decoded.UnmarshalBinary(m.msg); err != nil {
+			return fmt.Errorf("%w: message %d of %q: %v", ErrDamaged, seq, path, err)
+		}
+		if err := checkState(m.state, seq, path); err != nil {
+			return err
+		}
 		s.msgs[seq] = m
 		s.lastSeq = max(s.lastSeq, seq)
 	case opMeta:
 		seq := d.varint()
 		state, count := entryState(d.byte()), uint32(d.uvarint())
+		if d.err != nil {
+			return d.err
+		}
 		m, ok := s.msgs[seq]
-		if !ok && d.err == nil {
-			return fmt.Errorf("%w: update of unknown message %d of %q", errCorrupt, seq, path)
+		if !ok {
+			return fmt.Errorf("%w: update of unknown message %d of %q", ErrDamaged, seq, path)
 		}
-		if ok {
-			m.state, m.deliveryCount = state, count
+		if err := checkState(state, seq, path); err != nil {
+			return err
 		}
+		m.state, m.deliveryCount = state, count
 	case opDelete:
 		delete(s.msgs, d.varint())
 	case opDedup:
 		id, seq, at := d.string(), d.varint(), d.time()
 		s.dedup[id] = dedupRecord{seq: seq, at: at}
 	default:
-		return fmt.Errorf("%w: unknown operation %d", errCorrupt, op)
+		return fmt.Errorf("%w: unknown operation %d", ErrDamaged, op)
 	}
 	return d.err
 }
 
-// nextRecord splits the first framed record off data. ok is false when
-// data does not start with a complete, intact record: the torn or damaged
-// tail of a log.
-func nextRecord(data []byte) (payload, rest []byte, ok bool) {
+// frameFault says why readFrame found no intact record.
+type frameFault int
+
+const (
+	frameOK frameFault = iota
+	// frameIncomplete: the data ends inside the record, before the end of
+	// its header or of the payload an intact header announces.
+	frameIncomplete
+	// frameBadHeader: the header fails its own checksum, so its length
+	// cannot be trusted and the record's end is unknown.
+	frameBadHeader
+	// frameTooLarge: an intact header announcing more than any record can
+	// hold.
+	frameTooLarge
+	// frameBadPayload: an intact header whose payload fails its checksum.
+	frameBadPayload
+)
+
+// String is the fault as an error message says it.
+func (f frameFault) String() string {
+	switch f {
+	case frameIncomplete:
+		return "the record is incomplete"
+	case frameBadHeader:
+		return "the record header fails its checksum"
+	case frameTooLarge:
+		return "the record header announces an impossible length"
+	case frameBadPayload:
+		return "the record fails its checksum"
+	}
+	return "intact record"
+}
+
+// readFrame splits the first framed record off data: its payload and its
+// size, header included. size is also set for frameBadPayload, whose
+// header (and so whose end) is intact.
+func readFrame(data []byte) (payload []byte, size int, fault frameFault) {
 	if len(data) < recordHeaderSize {
-		return nil, data, false
+		return nil, 0, frameIncomplete
+	}
+	if crc32.Checksum(data[:8], castagnoli) != binary.LittleEndian.Uint32(data[8:]) {
+		return nil, 0, frameBadHeader
 	}
 	n := binary.LittleEndian.Uint32(data)
-	sum := binary.LittleEndian.Uint32(data[4:])
-	if n > maxRecordSize || uint64(len(data)-recordHeaderSize) < uint64(n) {
-		return nil, data, false
+	if n > maxRecordSize {
+		return nil, 0, frameTooLarge
 	}
-	payload = data[recordHeaderSize : recordHeaderSize+int(n)]
-	if crc32.Checksum(payload, castagnoli) != sum {
-		return nil, data, false
+	size = recordHeaderSize + int(n)
+	if len(data) < size {
+		return nil, 0, frameIncomplete
 	}
-	return payload, data[recordHeaderSize+int(n):], true
-}
-
-// replayJournal applies the records of one log file's contents and
-// reports whether it stopped at a damaged record (and so everything after
-// it, in this file and in later ones, must be ignored). A file too short
-// for its header was created by a crash before anything went into it.
-func (img *image) replayJournal(data []byte) (torn bool, err error) {
-	if len(data) < len(journalMagic) {
-		return len(data) > 0, nil
+	payload = data[recordHeaderSize:size]
+	if crc32.Checksum(payload, castagnoli) != binary.LittleEndian.Uint32(data[4:]) {
+		return nil, size, frameBadPayload
 	}
-	if string(data[:len(journalMagic)]) != journalMagic {
-		return false, fmt.Errorf("%w: journal without its header", errCorrupt)
-	}
-	data = data[len(journalMagic):]
-	for len(data) > 0 {
-		payload, rest, ok := nextRecord(data)
-		if !ok {
-			return true, nil
-		}
-		if err := img.apply(payload); err != nil {
-			return false, err
-		}
-		data = rest
-	}
-	return false, nil
-}
-
-// replaySnapshot applies a snapshot file's contents and returns its
-// generation. Unlike a log, a snapshot must be intact: it was renamed into
-// place only after it was synced.
-func (img *image) replaySnapshot(data []byte) (uint64, error) {
-	if len(data) < len(snapshotMagic)+8 || string(data[:len(snapshotMagic)]) != snapshotMagic {
-		return 0, fmt.Errorf("%w: snapshot without its header", errCorrupt)
-	}
-	gen := binary.LittleEndian.Uint64(data[len(snapshotMagic):])
-	data = data[len(snapshotMagic)+8:]
-	for len(data) > 0 {
-		payload, rest, ok := nextRecord(data)
-		if !ok {
-			return 0, fmt.Errorf("%w: damaged snapshot record", errCorrupt)
-		}
-		if err := img.apply(payload); err != nil {
-			return 0, err
-		}
-		data = rest
-	}
-	if !img.complete {
-		return 0, fmt.Errorf("%w: incomplete snapshot", errCorrupt)
-	}
-	return gen, nil
+	return payload, size, frameOK
 }

@@ -2,10 +2,13 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -305,9 +308,9 @@ func currentJournal(t *testing.T, dir string) string {
 }
 
 // TestPersistTornTail damages the end of the log as a crash in the middle
-// of a write would, and garbles a record in the middle as a bad disk
-// would: everything before the damage survives, nothing after it, and the
-// reopened broker journals on normally.
+// of a write would (see persist_damage.go for the rule): everything before
+// the damage survives, the torn record does not, and the reopened broker
+// journals on normally.
 func TestPersistTornTail(t *testing.T) {
 	cases := []struct {
 		name   string
@@ -315,12 +318,21 @@ func TestPersistTornTail(t *testing.T) {
 		want   int // messages left of 5
 	}{
 		{"last record cut short", func(d []byte, starts []int) []byte { return d[:len(d)-3] }, 4},
-		{"only the last header written", func(d []byte, starts []int) []byte { return d[:starts[4]+5] }, 4},
-		{"garbage appended", func(d []byte, _ []int) []byte { return append(d, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5) }, 5},
-		{"checksum mismatch in the third", func(d []byte, starts []int) []byte {
-			d[starts[2]+recordHeaderSize+1] ^= 0xff
+		{"only part of the last header written", func(d []byte, starts []int) []byte { return d[:starts[4]+5] }, 4},
+		{"last header written, its payload not", func(d []byte, starts []int) []byte { return d[:starts[4]+recordHeaderSize+1] }, 4},
+		{"garbage appended, shorter than a header", func(d []byte, _ []int) []byte { return append(d, 0xde, 0xad, 0xbe, 0xef, 1, 2, 3, 4, 5) }, 5},
+		{"last record fails its checksum", func(d []byte, starts []int) []byte {
+			d[starts[4]+recordHeaderSize+1] ^= 0xff
 			return d
-		}, 2},
+		}, 4},
+		{"last header fails its checksum", func(d []byte, starts []int) []byte {
+			d[starts[4]] ^= 0x01
+			return d
+		}, 4},
+		{"last record zeroed, the file extended with zeros", func(d []byte, starts []int) []byte {
+			clear(d[starts[4]+recordHeaderSize:])
+			return append(d, make([]byte, 4096)...)
+		}, 4},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -335,13 +347,7 @@ func TestPersistTornTail(t *testing.T) {
 			path := currentJournal(t, dir)
 			data, err := os.ReadFile(path)
 			require.NoError(t, err)
-			var starts []int
-			for off := len(journalMagic); off < len(data); {
-				starts = append(starts, off)
-				_, rest, ok := nextRecord(data[off:])
-				require.True(t, ok)
-				off = len(data) - len(rest)
-			}
+			starts := recordStarts(t, data)
 			require.Len(t, starts, 5, "one record per send")
 			require.NoError(t, os.WriteFile(path, tc.damage(data, starts), 0o644))
 
@@ -359,6 +365,20 @@ func TestPersistTornTail(t *testing.T) {
 			assert.Equal(t, "after", string(last[0].Message.GetData()))
 		})
 	}
+}
+
+// recordStarts returns the offset of every record of an intact journal
+// file's contents.
+func recordStarts(t *testing.T, data []byte) []int {
+	t.Helper()
+	var starts []int
+	for off := len(journalMagic); off < len(data); {
+		starts = append(starts, off)
+		_, size, fault := readFrame(data[off:])
+		require.Equal(t, frameOK, fault, "record at %d", off)
+		off += size
+	}
+	return starts
 }
 
 // TestPersistCompaction makes the journal compact every few records and
@@ -475,7 +495,9 @@ func TestPersistCorruptSnapshotIsAnError(t *testing.T) {
 }
 
 // FuzzReplayJournal feeds arbitrary bytes to the log reader: it must
-// report damage or corruption, never panic.
+// report damage or corruption, never panic, and a damage report must
+// point inside the file, name it, and call a torn tail only damage that
+// no intact record follows.
 func FuzzReplayJournal(f *testing.F) {
 	r := &recordEncoder{}
 	r.lastSeq("q", 4)
@@ -488,7 +510,17 @@ func FuzzReplayJournal(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		img := newImage()
 		img.setEntities(storedEntities{Queues: []QueueConfig{{Name: "q"}}})
-		_, _ = img.replayJournal(data)
+		if d := img.replayJournal("journal-fuzz", data, -1); d != nil {
+			if d.Offset < 0 || d.Offset > int64(len(data)) || d.Dropped != int64(len(data))-d.Offset {
+				t.Fatalf("damage %+v outside a file of %d bytes", d, len(data))
+			}
+			if !strings.Contains(d.Error(), "journal-fuzz at offset") {
+				t.Fatalf("error %q does not name the file and offset", d.Error())
+			}
+			if d.torn && (d.applied || intactRecordIn(data[d.Offset+1:])) {
+				t.Fatalf("torn tail %+v with an intact record after it", d)
+			}
+		}
 		keys := make([]string, 0, len(img.stored))
 		for k := range img.stored {
 			keys = append(keys, k)
@@ -498,6 +530,30 @@ func FuzzReplayJournal(f *testing.F) {
 			for seq, m := range img.stored[k].msgs {
 				_, _ = restoreEntry(m, seq, k)
 			}
+		}
+	})
+}
+
+// FuzzReplaySnapshot feeds arbitrary bytes to the snapshot reader: a
+// DamageError naming the file and an offset inside it, or success, never a
+// panic.
+func FuzzReplaySnapshot(f *testing.F) {
+	r := &recordEncoder{}
+	_ = r.entities(storedEntities{Queues: []QueueConfig{{Name: "q"}}}) // encodable
+	r.lastSeq("q", 4)
+	_ = r.put("q", 3, newEntry(newMsg("id", "body"), 4)) // cannot fail for this message
+	r.byte(opEnd)
+	header := binary.LittleEndian.AppendUint64([]byte(snapshotMagic), 7)
+	f.Add(appendFramed(header, r.buf))
+	f.Add(header)
+	f.Fuzz(func(t *testing.T, data []byte) {
+		_, err := newImage().replaySnapshot("snapshot", data)
+		if err == nil {
+			return
+		}
+		var de *DamageError
+		if !errors.As(err, &de) || de.Offset < 0 || de.Offset > int64(len(data)) || !strings.Contains(err.Error(), "snapshot at offset") {
+			t.Fatalf("error %v is not a DamageError inside the file", err)
 		}
 	})
 }
