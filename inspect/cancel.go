@@ -48,11 +48,10 @@ func (in *Inspector) pendingAt(ctx context.Context, r Ref) (source, *Pending, er
 	if err != nil {
 		return 0, nil, err
 	}
-	m, err := in.peekOne(ctx, s, rr.SequenceNumber)
+	d, err := in.peekAt(ctx, s, rr)
 	if err != nil {
 		return 0, nil, err
 	}
-	d := decode(m)
 	switch {
 	case !d.isScheduled():
 		return 0, nil, fmt.Errorf("%w: %s is receivable or being processed, not scheduled", ErrNotPending, rr)

@@ -5,8 +5,6 @@ import (
 	"slices"
 	"strings"
 	"time"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
 // DeadLetterFilter selects dead letters; a zero field selects everything.
@@ -86,8 +84,8 @@ func (in *Inspector) DeadLetters(ctx context.Context, f DeadLetterFilter) (*Dead
 	defer func() { out.Missing = missingRefs(f.Refs, out.Items) }()
 	for i, src := range in.deadSources() {
 		entity := in.sourcePath(src)
-		sc, err := in.scan(ctx, src, func(m *azservicebus.ReceivedMessage) {
-			if dl := decode(m).deadLetter(entity); f.Match(dl) {
+		sc, err := in.scan(ctx, src, func(d decoded) {
+			if dl := d.deadLetter(entity); f.Match(dl) {
 				out.Items = append(out.Items, dl)
 			}
 		})
@@ -124,10 +122,10 @@ func (in *Inspector) DeadLetter(ctx context.Context, r Ref) (*DeadLetter, error)
 	if err != nil {
 		return nil, err
 	}
-	m, err := in.peekOne(ctx, src, rr.SequenceNumber)
+	d, err := in.peekAt(ctx, src, rr)
 	if err != nil {
 		return nil, err
 	}
-	dl := decode(m).deadLetter(rr.Entity)
+	dl := d.deadLetter(rr.Entity)
 	return &dl, nil
 }

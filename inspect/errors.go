@@ -35,4 +35,7 @@ var (
 	// ErrUnknownEntity is wrapped when a [Ref] names an entity that cannot hold what is asked for (a
 	// dead letter outside the dead-letter queues read, a pending retry outside the retry entities).
 	ErrUnknownEntity = errors.New("inspect: entity not read by this inspector")
+	// ErrOtherEntity is wrapped when a [Ref] names a message of the retry queue whose chain belongs to
+	// another entity (see [Scan.Foreign]): the inspector never acts on another consumer's messages.
+	ErrOtherEntity = errors.New("inspect: message of another entity")
 )

@@ -9,8 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
 // PageOptions selects one page of [Inspector.ListPending].
@@ -65,8 +63,7 @@ func (in *Inspector) ListPending(ctx context.Context, opts PageOptions) (*Pendin
 	page := &PendingPage{}
 	for _, s := range in.liveSources() {
 		entity := in.sourcePath(s)
-		sc, err := in.scan(ctx, s, func(m *azservicebus.ReceivedMessage) {
-			d := decode(m)
+		sc, err := in.scan(ctx, s, func(d decoded) {
 			if !d.isScheduled() || !d.isRetryCopy() || d.isProbe() {
 				return
 			}

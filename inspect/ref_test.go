@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"testing"
+	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -172,4 +175,56 @@ func FuzzParseRef(f *testing.F) {
 			t.Fatalf("ParseRef(%q) = %+v, but its String %q parses to %+v, %v", s, r, r.String(), again, err)
 		}
 	})
+}
+
+// TestRetryQueueMessagesOfAnotherEntityAreLeftOut: a retry queue shared with another subscription's
+// consumer, or named by mistake, holds chains of another entity (their sbretry-source says so). They
+// never appear in an answer, are counted in Scan.Foreign, and a Ref to one is refused.
+func TestRetryQueueMessagesOfAnotherEntityAreLeftOut(t *testing.T) {
+	t.Parallel()
+	h := sbtest.NewSubscription(t)
+	ctx := sbtest.Context(t)
+	other := "events/Subscriptions/audit"
+	props := func() map[string]any {
+		return map[string]any{retry.PropAttempt: int64(2), retry.PropKey: "order-9", retry.PropOriginalMessageID: "order-9", retry.PropSource: other}
+	}
+	s, err := h.Client.NewSender(sbtest.RetryQueue, nil)
+	require.NoError(t, err)
+	defer func() { _ = s.Close(ctx) }()
+	seqs, err := s.ScheduleMessages(ctx, []*azservicebus.Message{{MessageID: ptr("audit-copy"), Body: []byte("x"), ApplicationProperties: props()}}, time.Now().Add(time.Hour), nil)
+	require.NoError(t, err)
+	require.NoError(t, s.SendMessage(ctx, &azservicebus.Message{MessageID: ptr("audit-dead"), Body: []byte("x"), ApplicationProperties: props()}, nil))
+	r, err := h.Client.NewReceiverForQueue(sbtest.RetryQueue, nil)
+	require.NoError(t, err)
+	defer func() { _ = r.Close(ctx) }()
+	got, err := r.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.NoError(t, r.DeadLetterMessage(ctx, got[0], nil))
+
+	in, err := New(h.Client, sbtest.SubscriptionPath, &Options{RetryQueue: sbtest.RetryQueue})
+	require.NoError(t, err)
+	st, err := in.Status(ctx, "order-9")
+	require.NoError(t, err)
+	assert.Empty(t, st.Pending)
+	assert.Empty(t, st.DeadLetters)
+	foreign := 0
+	for _, sc := range st.Scans {
+		foreign += sc.Foreign
+	}
+	assert.Equal(t, 2, foreign, "the copy in the retry queue and the dead letter in its dead-letter queue")
+	page, err := in.ListPending(ctx, PageOptions{})
+	require.NoError(t, err)
+	assert.Empty(t, page.Items)
+	list, err := in.DeadLetters(ctx, DeadLetterFilter{})
+	require.NoError(t, err)
+	assert.Empty(t, list.Items)
+	require.NotNil(t, list.RetryQueueScan)
+	assert.Equal(t, 1, list.RetryQueueScan.Foreign)
+
+	_, err = in.Cancel(ctx, Ref{Entity: sbtest.RetryQueue, SequenceNumber: seqs[0]})
+	assert.ErrorIs(t, err, ErrOtherEntity)
+	assert.Equal(t, 1, h.QueueStats(t, sbtest.RetryQueue).Scheduled, "not cancelled")
+	_, err = in.DeadLetter(ctx, Ref{Entity: sbtest.RetryQueue + "/$DeadLetterQueue", SequenceNumber: 1})
+	assert.ErrorIs(t, err, ErrOtherEntity)
 }

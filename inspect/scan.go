@@ -3,6 +3,7 @@ package inspect
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
@@ -19,6 +20,11 @@ type Scan struct {
 	// messages with higher sequence numbers were not read. An entity holding exactly MaxPeek messages
 	// also reports Truncated: telling the two apart would take one more peek beyond the bound.
 	Truncated bool
+	// Foreign counts the messages of a retry queue (or its dead-letter queue) whose envelope names
+	// another entity as the chain's source ([retry.PropSource]): they belong to another consumer that
+	// shares the queue, or [Options.RetryQueue] names the wrong queue. They are left out of every
+	// answer, so that nothing acts on another entity's messages.
+	Foreign int
 }
 
 // Truncated reports whether any of scans stopped at the bound.
@@ -35,7 +41,7 @@ func Truncated(scans []Scan) bool {
 // each peeked message, until the entity has no more messages or MaxPeek messages were read. The
 // position is passed explicitly on every request (FromSequenceNumber), so the receiver's own
 // peek cursor plays no part and the scan can be repeated.
-func (in *Inspector) scan(ctx context.Context, s source, visit func(*azservicebus.ReceivedMessage)) (Scan, error) {
+func (in *Inspector) scan(ctx context.Context, s source, visit func(decoded)) (Scan, error) {
 	sc := Scan{Entity: in.sourcePath(s)}
 	p, err := in.links.peeker(s)
 	if err != nil {
@@ -64,13 +70,42 @@ func (in *Inspector) scan(ctx context.Context, s source, visit func(*azservicebu
 			if m.SequenceNumber != nil && *m.SequenceNumber >= from {
 				from = *m.SequenceNumber + 1
 			}
-			visit(m)
+			d := decode(m)
+			if in.foreign(s, d) {
+				sc.Foreign++
+				continue
+			}
+			visit(d)
 		}
 		if from == start {
 			// No sequence number moved us forward: asking again would return the same messages.
 			return sc, fmt.Errorf("inspect: peeking %s: reply without sequence numbers beyond %d", sc.Entity, start)
 		}
 	}
+}
+
+// foreign reports a message of a separate retry queue (or its dead-letter queue) whose chain started on
+// another entity than the inspected one. Messages without a source (a resubmission, a copy written
+// before the source was recorded) are the entity's.
+func (in *Inspector) foreign(s source, d decoded) bool {
+	if s != sourceRetryQueue && s != sourceRetryDeadLetter {
+		return false
+	}
+	return d.envErr == nil && d.env.Source != "" && !strings.EqualFold(d.env.Source, in.entity.Path())
+}
+
+// peekAt returns the decoded message r names in the entity behind s: an error wrapping [ErrNotFound]
+// when there is none, [ErrOtherEntity] when it belongs to another entity's chain (see [Scan.Foreign]).
+func (in *Inspector) peekAt(ctx context.Context, s source, r Ref) (decoded, error) {
+	m, err := in.peekOne(ctx, s, r.SequenceNumber)
+	if err != nil {
+		return decoded{}, err
+	}
+	d := decode(m)
+	if in.foreign(s, d) {
+		return decoded{}, fmt.Errorf("%w: %s belongs to a chain of %s, not of %s (is the retry queue shared, or the wrong one?)", ErrOtherEntity, r, d.env.Source, in.entity)
+	}
+	return d, nil
 }
 
 // peekOne returns the message with sequence number seq in the entity behind s, or an error wrapping

@@ -4,8 +4,6 @@ import (
 	"context"
 	"slices"
 	"strings"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
 // Status is everything the entity says about one key, correlation id or message id.
@@ -42,8 +40,7 @@ func (in *Inspector) Status(ctx context.Context, id string) (*Status, error) {
 	st := &Status{ID: id}
 	for _, s := range in.liveSources() {
 		entity := in.sourcePath(s)
-		sc, err := in.scan(ctx, s, func(m *azservicebus.ReceivedMessage) {
-			d := decode(m)
+		sc, err := in.scan(ctx, s, func(d decoded) {
 			if d.isProbe() || !d.matches(id) {
 				return
 			}
@@ -60,8 +57,8 @@ func (in *Inspector) Status(ctx context.Context, id string) (*Status, error) {
 	}
 	for _, src := range in.deadSources() {
 		entity := in.sourcePath(src)
-		sc, err := in.scan(ctx, src, func(m *azservicebus.ReceivedMessage) {
-			if d := decode(m); d.matches(id) {
+		sc, err := in.scan(ctx, src, func(d decoded) {
+			if d.matches(id) {
 				st.DeadLetters = append(st.DeadLetters, d.deadLetter(entity))
 			}
 		})
