@@ -10,9 +10,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
+	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -137,3 +139,14 @@ func unescape(s string) string {
 }
 
 func regexpMust(p string) *regexp.Regexp { return regexp.MustCompile(p) }
+
+// azservicebusDLQ opens a dead-letter queue.
+var azservicebusDLQ = azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter}
+
+// originalID is the retry envelope's original MessageID of m, else its MessageID.
+func originalID(m *azservicebus.ReceivedMessage) string {
+	if env, err := retry.DecodeEnvelope(m); err == nil && env.OriginalMessageID != "" {
+		return env.OriginalMessageID
+	}
+	return m.MessageID
+}
