@@ -53,7 +53,7 @@ func serve(t *testing.T, h *sbtest.Harness, c *Console) *site {
 }
 
 // get fetches path and returns the status and body.
-func (s *site) get(t *testing.T, path string) (int, string) {
+func (s *site) get(t testing.TB, path string) (int, string) {
 	t.Helper()
 	resp, err := s.client.Get(s.srv.URL + path)
 	require.NoError(t, err)
@@ -66,7 +66,7 @@ func (s *site) get(t *testing.T, path string) (int, string) {
 var csrfPattern = regexp.MustCompile(`name="csrf" (?:value|content)="([0-9a-f]+)"`)
 
 // token is the CSRF token of the page at path (the visit also sets the cookie).
-func (s *site) token(t *testing.T, path string) string {
+func (s *site) token(t testing.TB, path string) string {
 	t.Helper()
 	code, body := s.get(t, path)
 	require.Equal(t, http.StatusOK, code, body)
@@ -76,7 +76,7 @@ func (s *site) token(t *testing.T, path string) string {
 }
 
 // post submits form to path as a browser on the console's own page would.
-func (s *site) post(t *testing.T, path string, form url.Values) (int, string) {
+func (s *site) post(t testing.TB, path string, form url.Values) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, s.srv.URL+path, strings.NewReader(form.Encode()))
 	require.NoError(t, err)
