@@ -58,8 +58,11 @@ func statusOf(err error) int {
 	return http.StatusBadGateway
 }
 
-// request is an action form, as preview and run read it.
+// request is an action form, as preview and run read it. Both steps post the same fields, plus the
+// digest and the confirmation on the run, so that the run re-plans from what the preview was given and
+// never from anything the browser could have changed in between.
 type request struct {
+	// action is redrive, purge or cancel; e is the entity the form names.
 	action string
 	e      *entity
 	group  string        // a whole group (redrive, purge); empty for a selection
@@ -102,6 +105,8 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request) (*request,
 			req.refs = append(req.refs, ref)
 		}
 	}
+	// A form names either a group or refs: with both, which one the operator meant is a guess, and a
+	// destructive action does not guess.
 	if req.group != "" && len(req.refs) > 0 {
 		c.fail(w, r, http.StatusBadRequest, "give a failure group or selected references, not both")
 		return nil, false
@@ -140,6 +145,8 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 	default:
 		var sel *dlqaction.Selection
 		if req.group != "" {
+			// A whole group: read the dead letters again and take the group as it is now. The digest
+			// then tells the run whether it is still the group the preview showed.
 			groups, s, err := req.e.groups(ctx)
 			if err != nil {
 				return nil, err
@@ -150,6 +157,9 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 			}
 			sel = &dlqaction.Selection{Items: groups[i].Items, Scans: s.Scans}
 		} else {
+			// Selected refs: the inspector resolves each against the entity's dead-letter queues (a ref
+			// naming another entity is a 400), and any that is gone makes the whole action a conflict,
+			// so a preview or run never silently acts on fewer messages than the operator ticked.
 			s, err := dlqaction.Select(ctx, req.e.in, inspect.DeadLetterFilter{Refs: req.refs})
 			if err != nil {
 				return nil, err
@@ -160,6 +170,8 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 			}
 			sel = s
 		}
+		// The redrive's target is fixed by the console's configuration, never by the form: a form that
+		// named a queue could send customer messages anywhere the client may send.
 		if req.action == actionRedrive {
 			out.plan = dlqaction.NewRedrivePlan(sel, req.e.target, 0)
 		} else {
@@ -169,6 +181,8 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 			lines = append(lines, it.Ref().String()+"="+it.DeadLetter.MessageID)
 		}
 	}
+	// Keyed with the process's secret, so a form cannot be given a digest for a selection it made up;
+	// a restarted console refuses old previews, which is safe.
 	out.digest = c.mac(append([]string{"action", req.action, req.e.cfg.Path, req.group}, lines...)...)
 	return out, nil
 }
@@ -176,6 +190,7 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 // errConflict marks an action refused because what it would act on changed since the preview.
 var errConflict = errors.New("changed since the preview")
 
+// count is the number of messages the plan acts on.
 func (p *planned) count() int {
 	if p.plan != nil {
 		return len(p.plan.Items)
@@ -197,6 +212,8 @@ func (p *planned) refs() []string {
 	return out
 }
 
+// actionContext bounds one action request by Options.ActionTimeout. An action cut short reports how
+// far it got, and running it again finishes it (see internal/dlqaction).
 func (c *Console) actionContext(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), c.opts.ActionTimeout)
 }
@@ -224,6 +241,8 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// planFailed shows why an action could not be planned: 409 when its messages changed since the
+// preview, 404 or 400 for what the request named, 502 for Service Bus.
 func (c *Console) planFailed(w http.ResponseWriter, r *http.Request, err error) {
 	status := statusOf(err)
 	if errors.Is(err, errConflict) {
@@ -240,6 +259,8 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := c.actionContext(r)
 	defer cancel()
+	// Plan again from Service Bus, then compare with the preview's digest: the run acts on exactly
+	// the refs and MessageIDs the operator saw, or on nothing.
 	p, err := c.plan(ctx, req)
 	if err != nil {
 		c.planFailed(w, r, err)
@@ -253,6 +274,8 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusConflict, "%s changed since the preview (it now holds %s): nothing was done; preview it again", what, plural(p.count(), "message"))
 		return
 	}
+	// A purge cannot be undone: the operator types the word or the count, as the CLI asks for the
+	// word. The count proves they read how many; "y" or "YES" prove nothing.
 	if req.action == actionPurge {
 		answer := strings.TrimSpace(r.PostFormValue("confirm"))
 		if answer != confirmWord && answer != strconv.Itoa(p.count()) {
@@ -269,10 +292,14 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 		c.renderResult(w, r, req, p, done, err, warnings)
 		return
 	}
+	// Cancel re-checks each pending retry before cancelling it: one that activated or changed since
+	// the preview stops the action there.
 	done, err = dlqaction.Cancel(ctx, req.e.in, p.pending)
 	c.renderResult(w, r, req, p, done, err, nil)
 }
 
+// renderResult shows what an action did, item by item, and when it stopped part way, why and how to
+// finish it. A refused dead letter (changed since its preview) is a 409, a Service Bus error a 502.
 func (c *Console) renderResult(w http.ResponseWriter, r *http.Request, req *request, p *planned, done int, err error, warnings []string) {
 	status, msg := http.StatusOK, ""
 	if err != nil {
@@ -292,6 +319,7 @@ func (c *Console) renderResult(w http.ResponseWriter, r *http.Request, req *requ
 	})
 }
 
+// hmacEqual compares two digests without leaking, through timing, how much of a guess was right.
 func hmacEqual(a, b string) bool {
 	return len(a) == len(b) && subtleEqual(a, b)
 }

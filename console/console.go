@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"io/fs"
 	"net/http"
+	"net/url"
 	"strconv"
 	"strings"
 	"time"
@@ -68,6 +69,8 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 		if err != nil {
 			return nil, err
 		}
+		// Service Bus names are case-insensitive: "Orders" and "orders" are one entity, and the
+		// console's ?e= lookups match them the same way.
 		key := strings.ToLower(pe.Path())
 		if c.byPath[key] != nil {
 			return nil, fmt.Errorf("%w: entity %s given twice", ErrInvalidOptions, pe.Path())
@@ -81,12 +84,15 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 		c.entities = append(c.entities, e)
 		c.byPath[key] = e
 	}
+	// One sample per poll over the window, plus the one being replaced.
 	c.ring = newRing(int(o.Window/o.PollInterval) + 1)
 	c.tmpl, err = template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.html")
 	if err != nil {
 		return nil, fmt.Errorf("console: templates: %w", err)
 	}
 	c.handler = c.routes()
+	// The token check wraps everything, static files included: nothing about the namespace is served
+	// to someone without it.
 	if o.AccessToken != "" {
 		c.handler = requireToken(o.AccessToken, c.handler)
 	}
@@ -99,6 +105,9 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	c.handler.ServeHTTP(w, r)
 }
 
+// routes maps the console's paths. Reads are GET; the two action steps are POST only, which the mux
+// enforces by method (anything else on them is a 405), so a link, an image or a prefetch can never
+// change state.
 func (c *Console) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
@@ -116,18 +125,32 @@ func (c *Console) routes() http.Handler {
 	return mux
 }
 
-// page is what every template gets.
+// page is what every template gets: the title, the CSRF token for its forms, the base every relative
+// link resolves against, and the page's own data.
 type page struct {
 	Title string
 	CSRF  string
+	Base  string
 	Data  any
+}
+
+// basePath is the path the console is mounted at, with a trailing slash: "/" when it serves the root,
+// "/ops/" under http.StripPrefix("/ops", c). Every link of the pages is relative to it (through the
+// page's <base>), so the console works wherever a service mounts it. StripPrefix shortens r.URL.Path
+// but leaves r.RequestURI as the client sent it; the difference is the prefix.
+func basePath(r *http.Request) string {
+	u, err := url.ParseRequestURI(r.RequestURI)
+	if err != nil || !strings.HasSuffix(u.Path, r.URL.Path) {
+		return "/"
+	}
+	return strings.TrimSuffix(u.Path[:len(u.Path)-len(r.URL.Path)], "/") + "/"
 }
 
 // render executes the named template into a buffer first, so that a failing template becomes a clean
 // error page, not half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	var buf bytes.Buffer
-	if err := c.tmpl.ExecuteTemplate(&buf, name, page{Title: title, CSRF: c.csrfToken(w, r), Data: data}); err != nil {
+	if err := c.tmpl.ExecuteTemplate(&buf, name, page{Title: title, CSRF: c.csrfToken(w, r), Base: basePath(r), Data: data}); err != nil {
 		http.Error(w, "sbretry console: rendering "+name+": "+redact.String(err.Error()), http.StatusInternalServerError)
 		return
 	}
@@ -156,6 +179,7 @@ func (c *Console) entityOf(w http.ResponseWriter, r *http.Request) (*entity, boo
 	return e, true
 }
 
+// entityList names the configured entities, for messages about an unknown one.
 func (c *Console) entityList() string {
 	names := make([]string, len(c.entities))
 	for i, e := range c.entities {
@@ -177,6 +201,7 @@ func intParam(r *http.Request, name string, def int) (int, error) {
 	return n, nil
 }
 
+// itoa is strconv.Itoa, short for messages.
 func itoa(n int) string { return strconv.Itoa(n) }
 
 // plural is "1 dead letter" or "3 dead letters".
@@ -187,6 +212,9 @@ func plural(n int, noun string) string {
 	return strconv.Itoa(n) + " " + noun + "s"
 }
 
+// templateFuncs are the helpers the templates call: times in UTC (operators compare them across
+// regions), redaction of any text a message carries, plurals, and clipping of long errors in tables
+// (the message page shows them whole).
 var templateFuncs = template.FuncMap{
 	"time": func(t time.Time) string {
 		if t.IsZero() {

@@ -34,6 +34,8 @@ func NormalizeError(s string) string {
 // Fingerprint identifies a failure: the hash of the dead-letter reason and the normalized error
 // ([NormalizeError]), as 12 hexadecimal digits. Dead letters with the same fingerprint form one group.
 func Fingerprint(reason, errText string) string {
+	// 48 bits keep URLs short; a collision between two failure patterns of one entity would merge two
+	// groups on a page, and every action still lists and checks exact refs.
 	sum := sha256.Sum256([]byte(reason + "\x00" + NormalizeError(errText)))
 	return hex.EncodeToString(sum[:6])
 }

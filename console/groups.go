@@ -38,7 +38,9 @@ func errorText(d inspect.DeadLetter) string {
 	return redact.String(d.Description)
 }
 
-// groupDeadLetters groups items by fingerprint, the largest group first (then the most recent).
+// groupDeadLetters groups items by fingerprint, the largest group first (then the most recent), so the
+// failure that matters most is at the top. Each group keeps its items in read order, which is the
+// order a redrive receives them in.
 func groupDeadLetters(items []inspect.DeadLetter) []*Group {
 	byID := map[string]*Group{}
 	var out []*Group

@@ -45,7 +45,13 @@ func newSite(t *testing.T, h *sbtest.Harness, opts *Options) *site {
 
 func serve(t *testing.T, h *sbtest.Harness, c *Console) *site {
 	t.Helper()
-	srv := httptest.NewServer(c)
+	return serveHandler(t, h, c, c)
+}
+
+// serveHandler serves handler, which mounts c somewhere.
+func serveHandler(t *testing.T, h *sbtest.Harness, c *Console, handler http.Handler) *site {
+	t.Helper()
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	jar, err := cookiejar.New(nil)
 	require.NoError(t, err)

@@ -73,6 +73,7 @@ type Options struct {
 	ActionTimeout time.Duration
 }
 
+// withDefaults validates o and returns a copy with every zero field replaced by its default.
 func (o *Options) withDefaults() (Options, error) {
 	var c Options
 	if o != nil {
@@ -123,6 +124,8 @@ func (e Entity) validate() (inspect.Entity, string, error) {
 	if pe.IsSubscription() && e.RetryQueue == "" {
 		return pe, "", fmt.Errorf("%w: subscription %s needs its RetryQueue", ErrInvalidOptions, e.Path)
 	}
+	// A subscription's default target is its retry queue: the one queue known to reach that
+	// subscription's consumer only. Its topic would fan the message out to every subscription.
 	to := e.RedriveTo
 	if to == "" && pe.IsSubscription() {
 		to = e.RetryQueue

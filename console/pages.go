@@ -14,9 +14,12 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// readTimeout bounds the Service Bus reads of one page.
+// readTimeout bounds the Service Bus reads of one page, so that a broker that stops answering gives the
+// operator an error page instead of a spinner that never ends.
 const readTimeout = 30 * time.Second
 
+// readContext bounds one page's reads; the request's own context also ends them when the browser
+// goes away.
 func readContext(r *http.Request) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(r.Context(), readTimeout)
 }
@@ -32,12 +35,15 @@ func (c *Console) latest(ctx context.Context) []Sample {
 	return samples
 }
 
+// overviewRow is one entity's line of the overview.
 type overviewRow struct {
 	Path       string
 	RetryQueue string
 	Counts     EntityCounts
 }
 
+// overview shows every entity's latest counts and the alerts; the charts fetch their history from
+// seriesJSON, so the page itself stays cheap however long the window is.
 func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	ctx, cancel := readContext(r)
 	defer cancel()
@@ -82,12 +88,14 @@ func (c *Console) seriesJSON(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, out)
 }
 
+// writeJSON writes v as the response; an encoding error can only be a broken connection by then.
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// timelineBuckets is the number of bars of the pending-retry timeline.
+// timelineBuckets is the number of bars of the pending-retry timeline: enough to see a burst, few
+// enough that each bar stays readable at a laptop's width.
 const timelineBuckets = 48
 
 // timeline counts pending retries by due time in equal buckets from now to the latest due.
@@ -99,8 +107,11 @@ type timeline struct {
 	Truncated bool `json:"truncated"`
 }
 
+// timelineOf buckets the entity's pending retries by due time, from now (or the earliest overdue one)
+// to the latest, in whole minutes.
 func (c *Console) timelineOf(ctx context.Context, e *entity) (*timeline, error) {
-	// One page as large as the peek bound lists every pending retry read, earliest first.
+	// One page as large as the peek bound lists every pending retry read, earliest first; the scan is
+	// the same whatever the page size, so asking for all costs memory, not round trips.
 	pg, err := e.in.ListPending(ctx, inspect.PageOptions{Limit: c.opts.MaxPeek})
 	if err != nil {
 		return nil, err
@@ -128,6 +139,7 @@ func (c *Console) timelineOf(ctx context.Context, e *entity) (*timeline, error) 
 	return t, nil
 }
 
+// timelineJSON is the data of the pending page's chart.
 func (c *Console) timelineJSON(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {
@@ -143,6 +155,8 @@ func (c *Console) timelineJSON(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, t)
 }
 
+// pendingPage lists one page of the entity's pending retries by due time. The cursor is the
+// inspector's: it names the last item shown, so pages stay consistent while retries activate.
 func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {
@@ -164,6 +178,8 @@ func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// deadLettersPage shows the entity's failure groups, largest first, with the scans that say how much
+// of each dead-letter queue was read.
 func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {
@@ -181,6 +197,9 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
+// groupPage shows one failure group and one page of its dead letters. The group is found again on
+// every visit (groups are not stored: a console may be one of several replicas); one that is gone gets
+// a 404 that says it may have been redriven or purged.
 func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {
@@ -205,6 +224,7 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	g := groups[i]
+	// Only one page of rows is rendered: a group of 10,000 is a 20 kB page, not a 2 MB one.
 	start := min(pageNo*c.opts.PageSize, len(g.Items))
 	end := min(start+c.opts.PageSize, len(g.Items))
 	next := -1
@@ -220,6 +240,9 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 // property is one application property as the message page shows it.
 type property struct{ Name, Value string }
 
+// messagePage shows one dead letter, named by an entity-qualified ref. Every text the message or the
+// broker wrote is redacted before it is shown; the body only with Options.ShowBodies, and binary bodies
+// only as their size.
 func (c *Console) messagePage(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {

@@ -8,8 +8,10 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// EntityCounts is one entity's counts in a [Sample].
+// EntityCounts is one entity's counts in a [Sample], as [inspect.Inspector.Counts] reads them.
 type EntityCounts struct {
+	// Active counts messages receivable now or being processed, Pending the pending retries, and
+	// DeadLetters the dead letters of every dead-letter queue of the entity.
 	Active, Pending, DeadLetters int
 	// Truncated says a read stopped at [Options.MaxPeek]: the counts are lower bounds.
 	Truncated bool
@@ -19,20 +21,25 @@ type EntityCounts struct {
 
 // Sample is one poll of every entity.
 type Sample struct {
+	// At is when the poll started.
 	At time.Time
-	// Counts are by entity path, in the order the entities were given.
+	// Counts are one per entity, in the order the entities were given to [New].
 	Counts []EntityCounts
 }
 
-// ring keeps the latest samples, oldest first, up to its capacity. It is safe for concurrent use.
+// ring keeps the latest samples, oldest first, up to its capacity: Window/PollInterval+1, so that the
+// charts span the whole window and memory stays bounded whatever the uptime. It is safe for
+// concurrent use: Run adds while pages read.
 type ring struct {
 	mu      sync.Mutex
 	samples []Sample
 	size    int
 }
 
+// newRing returns an empty ring of size samples (at least two, so that an alert can compare).
 func newRing(size int) *ring { return &ring{size: max(size, 2)} }
 
+// add appends s, dropping the oldest sample when the ring is full.
 func (r *ring) add(s Sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -51,7 +58,9 @@ func (r *ring) snapshot() []Sample {
 	return append([]Sample(nil), r.samples...)
 }
 
-// poll reads every entity once, concurrently, and returns the sample.
+// poll reads every entity once, concurrently (one goroutine per entity, each with its own links), and
+// returns the sample. An entity that cannot be read gets its redacted error instead of counts, so one
+// missing entity does not blank the overview.
 func (c *Console) poll(ctx context.Context) Sample {
 	s := Sample{At: c.now(), Counts: make([]EntityCounts, len(c.entities))}
 	var wg sync.WaitGroup
@@ -81,6 +90,8 @@ func (c *Console) Run(ctx context.Context) error {
 			return nil
 		case <-t.C:
 		}
+		// A poll that ctx cut short still lands in the ring, with its errors: the overview shows that
+		// the read failed rather than stale counts.
 		c.ring.add(c.poll(ctx))
 		if c.polled != nil {
 			c.polled()
@@ -89,8 +100,9 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 }
 
-// Alert flags an entity on the overview.
+// Alert flags an entity on the overview, the way package dlqmonitor would report it.
 type Alert struct {
+	// Entity is the path of the entity flagged.
 	Entity string
 	// Message says why, for people.
 	Message string

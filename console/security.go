@@ -11,7 +11,8 @@ import (
 	"strings"
 )
 
-// Cookie and form field names.
+// Cookie and form field names. The cookies are HttpOnly and SameSite=Strict: scripts cannot read them,
+// and another site's form never carries them.
 const (
 	csrfCookie  = "sbretry_csrf"
 	csrfField   = "csrf"
@@ -47,7 +48,7 @@ func (c *Console) csrfToken(w http.ResponseWriter, r *http.Request) string {
 		b := make([]byte, 16)
 		_, _ = rand.Read(b)
 		v = hex.EncodeToString(b)
-		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		http.SetCookie(w, &http.Cookie{Name: csrfCookie, Value: v, Path: basePath(r), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
 	}
 	return c.mac("csrf", v)
 }
@@ -55,6 +56,8 @@ func (c *Console) csrfToken(w http.ResponseWriter, r *http.Request) string {
 // checkCSRF verifies a state-changing request: its Origin (or Referer) names this host, and its form
 // token is the HMAC of its CSRF cookie. It returns the reason it refuses, or "".
 func (c *Console) checkCSRF(r *http.Request) string {
+	// Browsers send Origin with every cross-site POST, and with same-site form posts too; a client
+	// that sends neither header is not a browser on one of our pages, so it is refused.
 	if origin := r.Header.Get("Origin"); origin != "" && origin != "null" {
 		if !sameHost(origin, r.Host) {
 			return "the request came from another site (Origin " + origin + ")"
@@ -70,6 +73,7 @@ func (c *Console) checkCSRF(r *http.Request) string {
 	if err != nil {
 		return "the CSRF cookie is missing: reload the page and try again"
 	}
+	// The token is bound to this browser's cookie: a token copied from another session fails.
 	want := c.mac("csrf", ck.Value)
 	if !hmac.Equal([]byte(want), []byte(r.PostFormValue(csrfField))) {
 		return "the CSRF token does not match: reload the page and try again"
@@ -87,6 +91,8 @@ func sameHost(u, host string) bool {
 // bearer header, or the cookie that a visit with ?token= sets (that visit is then redirected to the
 // same URL without the token, so it leaves the address bar). Comparison is in constant time.
 func requireToken(token string, next http.Handler) http.Handler {
+	// Hashing both sides makes the compared values equal in length, so the comparison's time does not
+	// reveal the token's length either.
 	want := sha256.Sum256([]byte(token))
 	ok := func(got string) bool {
 		g := sha256.Sum256([]byte(got))
@@ -98,10 +104,14 @@ func requireToken(token string, next http.Handler) http.Handler {
 				http.Error(w, "sbretry console: the access token is wrong", http.StatusUnauthorized)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
-			q := r.URL.Query()
+			http.SetCookie(w, &http.Cookie{Name: tokenCookie, Value: t, Path: basePath(r), HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+			// Redirect to the address the browser asked for (prefix and all), without the token.
+			u, err := url.ParseRequestURI(r.RequestURI)
+			if err != nil {
+				u = r.URL
+			}
+			q := u.Query()
 			q.Del(tokenParam)
-			u := *r.URL
 			u.RawQuery = q.Encode()
 			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
 			return
