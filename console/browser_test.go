@@ -126,7 +126,6 @@ func TestBrowserRedriveAGroup(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`body[data-charts="ready"]`)),
 		chromedp.WaitVisible(chromedp.CSS(".uplot")),
 	))
-	screenshot(t, tab, "console-overview.png")
 
 	require.NoError(t, chromedp.Do(tab,
 		chromedp.Click(chromedp.CSS(`tr[data-entity="orders"] a.dlq-link`)),
@@ -160,6 +159,30 @@ func TestBrowserRedriveAGroup(t *testing.T) {
 	summary, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("result-summary")))
 	require.NoError(t, err)
 	assert.Equal(t, "Resubmitted 2 of 2 to orders", summary)
+
+	// The overview afterwards: a few more polls, so that its charts show the dead letters leaving and
+	// the fresh deliveries arriving.
+	for range 3 {
+		select {
+		case <-polls:
+		case <-time.After(sbtest.Timeout):
+			t.Fatal("no poll")
+		}
+	}
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(s.srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-charts="ready"]`)),
+	))
+	screenshot(t, tab, "console-overview.png")
+
+	// The pending-retry timeline draws its bars too.
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Click(chromedp.CSS(`tr[data-entity="orders"] a[href^="pending"]`)),
+		chromedp.WaitVisible(chromedp.ID("pending")),
+		chromedp.WaitVisible(chromedp.CSS(`body[data-charts="ready"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#timeline-chart .uplot")),
+	))
+	screenshot(t, tab, "console-pending.png")
 
 	// The broker, through the SDK: the previewed refs are gone from the dead-letter queue, max-1 stays,
 	// and the queue holds the fresh deliveries under the previewed MessageIDs.

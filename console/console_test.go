@@ -68,7 +68,7 @@ func TestOverviewShowsEveryEntity(t *testing.T) {
 	code, js := s.get(t, "/api/series")
 	require.Equal(t, http.StatusOK, code)
 	var series struct {
-		Times    []int64 `json:"times"`
+		Times    []float64 `json:"times"`
 		Entities []struct {
 			Entity      string `json:"entity"`
 			DeadLetters []int  `json:"deadLetters"`
@@ -78,6 +78,16 @@ func TestOverviewShowsEveryEntity(t *testing.T) {
 	require.Len(t, series.Entities, 1)
 	assert.Equal(t, []int{2}, series.Entities[0].DeadLetters)
 	assert.Len(t, series.Times, 1)
+
+	// Samples less than a second apart keep distinct, increasing times (uPlot needs them so).
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	s.c.ring.add(Sample{At: at.Add(50 * time.Millisecond), Counts: []EntityCounts{{DeadLetters: 1}}})
+	s.c.ring.add(Sample{At: at.Add(100 * time.Millisecond), Counts: []EntityCounts{{DeadLetters: 3}}})
+	_, js = s.get(t, "/api/series")
+	require.NoError(t, json.Unmarshal([]byte(js), &series))
+	require.Len(t, series.Times, 3)
+	assert.Equal(t, []float64{float64(at.Unix()) + 0.05, float64(at.Unix()) + 0.1}, series.Times[1:])
+	assert.Equal(t, []int{2, 1, 3}, series.Entities[0].DeadLetters)
 }
 
 // TestRunKeepsAWindowOfSamples: Run polls into the ring, which keeps Window/PollInterval+1 samples, and

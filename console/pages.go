@@ -72,11 +72,13 @@ func (c *Console) seriesJSON(w http.ResponseWriter, r *http.Request) {
 		DeadLetters []int  `json:"deadLetters"`
 	}
 	out := struct {
-		Times    []int64  `json:"times"`
-		Entities []series `json:"entities"`
-	}{Times: make([]int64, len(samples))}
+		Times    []float64 `json:"times"`
+		Entities []series  `json:"entities"`
+	}{Times: make([]float64, len(samples))}
 	for i, s := range samples {
-		out.Times[i] = s.At.Unix()
+		// Seconds with milliseconds: uPlot needs strictly increasing x values, and polls may come
+		// more often than once a second.
+		out.Times[i] = float64(s.At.UnixMilli()) / 1000
 	}
 	for i, e := range c.entities {
 		s := series{Entity: e.cfg.Path, Active: make([]int, len(samples)), Pending: make([]int, len(samples)), DeadLetters: make([]int, len(samples))}

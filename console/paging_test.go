@@ -89,3 +89,38 @@ func TestActionStoppedPartWay(t *testing.T) {
 	require.NoError(t, other.AbandonMessage(ctx, locked[0], nil))
 	assert.Equal(t, 1, h.Stats(t).DeadLettered, "the locked one is still there")
 }
+
+// TestBadActionForms: every malformed action form is refused with a 4xx that says why, and nothing is
+// read or changed.
+func TestBadActionForms(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	h.Seed(t, "perm-1")
+	s := newSite(t, h, nil)
+	tok := s.token(t, "/")
+	for _, tc := range []struct {
+		name string
+		form url.Values
+		code int
+		want string
+	}{
+		{"unknown entity", url.Values{"e": {"nope"}, "action": {"purge"}, "g": {"x"}}, http.StatusNotFound, "unknown entity"},
+		{"unknown action", url.Values{"e": {"orders"}, "action": {"delete"}, "g": {"x"}}, http.StatusBadRequest, "unknown action"},
+		{"malformed ref", url.Values{"e": {"orders"}, "action": {"purge"}, "ref": {"seventeen"}}, http.StatusBadRequest, "malformed reference"},
+		{"bare ref", url.Values{"e": {"orders"}, "action": {"purge"}, "ref": {"1"}}, http.StatusBadRequest, "has no entity"},
+		{"ref of another entity", url.Values{"e": {"orders"}, "action": {"purge"}, "ref": {"other/$DeadLetterQueue:1"}}, http.StatusBadRequest, "other/$DeadLetterQueue:1"},
+		{"group and refs", url.Values{"e": {"orders"}, "action": {"purge"}, "g": {"x"}, "ref": {"orders/$DeadLetterQueue:1"}}, http.StatusBadRequest, "not both"},
+		{"nothing", url.Values{"e": {"orders"}, "action": {"purge"}}, http.StatusBadRequest, "nothing selected"},
+		{"unknown group", url.Values{"e": {"orders"}, "action": {"redrive"}, "g": {"000000000000"}}, http.StatusConflict, "no failure group"},
+		{"cancel of a group", url.Values{"e": {"orders"}, "action": {"cancel"}, "g": {"x"}}, http.StatusBadRequest, "not a failure group"},
+		{"cancel of a dead letter", url.Values{"e": {"orders"}, "action": {"cancel"}, "ref": {"orders/$DeadLetterQueue:1"}}, http.StatusBadRequest, "orders/$DeadLetterQueue:1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.form.Set("csrf", tok)
+			code, body := s.post(t, "/action/preview", tc.form)
+			assert.Equal(t, tc.code, code, body)
+			assert.Contains(t, unescape(body), tc.want)
+		})
+	}
+	assert.Equal(t, 1, h.Stats(t).DeadLettered)
+}

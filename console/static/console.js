@@ -55,7 +55,7 @@
       .then(function (r) { return r.json(); })
       .then(function (d) {
         if (!d.total) { el.textContent = "No pending retries."; return; }
-        var title = d.total + " pending retries by due time" + (d.truncated ? " (among the messages read)" : "");
+        var title = d.total + (d.total === 1 ? " pending retry" : " pending retries") + " by due time" + (d.truncated ? " (among the messages read)" : "");
         chart(el, title, d.starts, [{ label: "due", values: d.counts }], true);
       })
       .catch(function (e) { el.textContent = "chart unavailable: " + e; })
