@@ -35,7 +35,9 @@
 // cookie; their Origin (or, without one, Referer) must name the host they were sent to. With
 // [Options.AccessToken] set, every request must present the token (a bearer header, or the cookie a
 // first visit with ?token= sets), compared in constant time; without it, protect the handler with your
-// own middleware or bind it to loopback, as sbretry serve does.
+// own middleware or bind it to loopback, as sbretry serve does (which then also refuses Host names
+// that are not loopback ones, against DNS rebinding). Behind a reverse proxy, pass the original Host
+// header on: the Origin check compares the two.
 //
 // # Cost
 //

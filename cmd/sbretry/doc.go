@@ -104,6 +104,10 @@
 //	--show-bodies        show message bodies on the message page (default off: they hold customer data)
 //	--max-peek N         the peek bound per entity and read (default 10000)
 //
+// Without --token the console answers only to loopback names in the Host header (localhost,
+// 127.0.0.1, [::1]): a guard against DNS rebinding, where another site's name is pointed at 127.0.0.1.
+// Prefer $SBRETRY_CONSOLE_TOKEN to --token: a flag is visible in the process list.
+//
 // The connection string never reaches a page. State-changing requests are POST forms with a CSRF
 // token and an Origin check.
 //

@@ -121,7 +121,11 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", *listen, err)
 	}
-	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second}
+	var handler http.Handler = con
+	if *token == "" {
+		handler = loopbackHostsOnly(con)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	polled := make(chan error, 1)
@@ -152,3 +156,22 @@ func (a *app) serve(ctx context.Context, args []string) error {
 }
 
 var _ flag.Value = (*entityList)(nil)
+
+// loopbackHostsOnly refuses requests whose Host header is not a loopback name or address. Without a
+// token the console's only protection is that it listens on loopback, and DNS rebinding defeats that: a
+// page of another site whose name is made to resolve to 127.0.0.1 would be same-origin with the
+// console under that name, read its pages and post its forms. The browser still sends that name as
+// the Host, so refusing every other name closes the hole.
+func loopbackHostsOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			host = r.Host
+		}
+		if !isLoopback(strings.Trim(host, "[]")) {
+			http.Error(w, "sbretry console: without --token it answers only to loopback names (localhost, 127.0.0.1, [::1]), not to "+r.Host, http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}

@@ -89,6 +89,23 @@ func TestServeOnLoopback(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(body), `data-entity="orders-other"`, "the --entity one is shown too")
 	assert.NotContains(t, errOut.String(), h.Em.ConnectionString())
+
+	// DNS rebinding: another site's name pointed at 127.0.0.1 is refused.
+	req, err := http.NewRequest(http.MethodGet, "http://"+addr+"/", nil)
+	require.NoError(t, err)
+	req.Host = "evil.example:8080"
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	body, err = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.NoError(t, err)
+	assert.Equal(t, http.StatusMisdirectedRequest, resp.StatusCode)
+	assert.Contains(t, string(body), "only to loopback names")
+	req.Host = "localhost:8080"
+	resp, err = client.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode)
 	cancel()
 	select {
 	case code := <-done:

@@ -2,6 +2,7 @@ package dlqaction
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -113,4 +114,48 @@ func TestTarget(t *testing.T) {
 			assert.Equal(t, tc.want, got)
 		})
 	}
+}
+
+func TestExecuteValidates(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	in := newInspector(t, h)
+	ctx := sbtest.Context(t)
+	empty := &Selection{}
+	_, err := Execute(ctx, h.Client, in, NewPurgePlan(empty), &Options{Wait: -1})
+	assert.ErrorContains(t, err, "Wait")
+	_, err = Execute(ctx, h.Client, in, NewRedrivePlan(empty, "", 0), nil)
+	assert.ErrorContains(t, err, "without a target")
+	_, err = Execute(ctx, h.Client, in, &Plan{Action: "copy"}, nil)
+	assert.ErrorContains(t, err, "unknown action")
+	done, err := Execute(ctx, h.Client, in, NewPurgePlan(empty), nil)
+	assert.NoError(t, err)
+	assert.Equal(t, 0, done)
+}
+
+// TestExecuteWarnsAboutDeadLettersThatLeft: a planned dead letter removed before the run is a warning,
+// not an error, so a re-run after a partial one succeeds.
+func TestExecuteWarnsAboutDeadLettersThatLeft(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	h.Seed(t, "perm-1", "perm-2")
+	in := newInspector(t, h)
+	ctx := sbtest.Context(t)
+	sel, err := Select(ctx, in, inspect.DeadLetterFilter{})
+	require.NoError(t, err)
+	first := NewPurgePlan(&Selection{Items: sel.Items[:1], Scans: sel.Scans})
+	_, err = Execute(ctx, h.Client, in, first, nil)
+	require.NoError(t, err)
+	var warned []string
+	var progress []int
+	plan := NewPurgePlan(sel)
+	done, err := Execute(ctx, h.Client, in, plan, &Options{Wait: 200 * time.Millisecond,
+		Warn: func(m string) { warned = append(warned, m) }, Progress: func(d int) { progress = append(progress, d) }})
+	require.NoError(t, err)
+	assert.Equal(t, 1, done)
+	require.Len(t, warned, 1)
+	assert.Contains(t, warned[0], "1 selected dead letters left orders/$DeadLetterQueue meanwhile")
+	assert.Equal(t, []int{1}, progress)
+	assert.Equal(t, []inspect.Ref{sel.Items[0].Ref(), sel.Items[1].Ref()}, plan.Refs())
+	assert.Equal(t, []string{"orders/$DeadLetterQueue"}, plan.Entities())
 }
