@@ -238,6 +238,7 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "preview.html", "Preview: "+req.action, map[string]any{
 		"Action": req.action, "Entity": req.e.cfg.Path, "Group": req.group, "Plan": p.plan, "Pending": p.pending,
 		"Refs": p.refs(), "Digest": p.digest, "Count": p.count(), "Target": req.e.target, "Confirm": confirmWord,
+		"Truncated": p.plan != nil && inspect.Truncated(p.plan.Scans),
 	})
 }
 

@@ -124,3 +124,16 @@ func TestBadActionForms(t *testing.T) {
 	}
 	assert.Equal(t, 1, h.Stats(t).DeadLettered)
 }
+
+// TestPreviewSaysWhenAGroupWasReadInPart: with the peek bound below the dead letters' count, a group is
+// what was read, and the preview says so.
+func TestPreviewSaysWhenAGroupWasReadInPart(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	h.Seed(t, "perm-1", "perm-2")
+	s := newSite(t, h, &Options{MaxPeek: 1})
+	code, body, _, refs := s.preview(t, url.Values{"action": {"purge"}, "g": {s.groups(t)[0]}})
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Len(t, refs, 1)
+	assert.Contains(t, body, `id="truncated"`)
+}
