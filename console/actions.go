@@ -151,7 +151,7 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 			if err != nil {
 				return nil, err
 			}
-			i := slices.IndexFunc(groups, func(g *Group) bool { return g.ID == req.group })
+			i := slices.IndexFunc(groups, func(g *failureGroup) bool { return g.ID == req.group })
 			if i < 0 {
 				return nil, fmt.Errorf("%w: %s has no failure group %s any more (redriven or purged meanwhile?)", errConflict, req.e.cfg.Path, req.group)
 			}

@@ -81,8 +81,8 @@ func TestOverviewShowsEveryEntity(t *testing.T) {
 
 	// Samples less than a second apart keep distinct, increasing times (uPlot needs them so).
 	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	s.c.ring.add(Sample{At: at.Add(50 * time.Millisecond), Counts: []EntityCounts{{DeadLetters: 1}}})
-	s.c.ring.add(Sample{At: at.Add(100 * time.Millisecond), Counts: []EntityCounts{{DeadLetters: 3}}})
+	s.c.ring.add(sample{At: at.Add(50 * time.Millisecond), Counts: []entityCounts{{DeadLetters: 1}}})
+	s.c.ring.add(sample{At: at.Add(100 * time.Millisecond), Counts: []entityCounts{{DeadLetters: 3}}})
 	_, js = s.get(t, "/api/series")
 	require.NoError(t, json.Unmarshal([]byte(js), &series))
 	require.Len(t, series.Times, 3)
@@ -132,7 +132,7 @@ func TestRunKeepsAWindowOfSamples(t *testing.T) {
 	}
 	close(polled)
 
-	grown := []Sample{{Counts: []EntityCounts{{DeadLetters: 1}}}, {Counts: []EntityCounts{{DeadLetters: 4}}}}
+	grown := []sample{{Counts: []entityCounts{{DeadLetters: 1}}}, {Counts: []entityCounts{{DeadLetters: 4}}}}
 	alerts := c.alerts(grown)
 	require.Len(t, alerts, 1)
 	assert.Equal(t, "3 new dead letters since the previous poll", alerts[0].Message)

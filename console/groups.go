@@ -11,8 +11,8 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// Group is the dead letters of one entity that share a reason and a fingerprint of their last error.
-type Group struct {
+// failureGroup is the dead letters of one entity that share a reason and a fingerprint of their last error.
+type failureGroup struct {
 	// ID is the [Fingerprint] of Reason and the error.
 	ID string
 	// Reason is the dead-letter reason.
@@ -41,15 +41,15 @@ func errorText(d inspect.DeadLetter) string {
 // groupDeadLetters groups items by fingerprint, the largest group first (then the most recent), so the
 // failure that matters most is at the top. Each group keeps its items in read order, which is the
 // order a redrive receives them in.
-func groupDeadLetters(items []inspect.DeadLetter) []*Group {
-	byID := map[string]*Group{}
-	var out []*Group
+func groupDeadLetters(items []inspect.DeadLetter) []*failureGroup {
+	byID := map[string]*failureGroup{}
+	var out []*failureGroup
 	for _, d := range items {
 		text := errorText(d)
 		id := Fingerprint(d.Reason, text)
 		g := byID[id]
 		if g == nil {
-			g = &Group{ID: id, Reason: d.Reason, Pattern: NormalizeError(text), FirstSeen: d.DeadLetteredAt, LastSeen: d.DeadLetteredAt, Example: d}
+			g = &failureGroup{ID: id, Reason: d.Reason, Pattern: NormalizeError(text), FirstSeen: d.DeadLetteredAt, LastSeen: d.DeadLetteredAt, Example: d}
 			byID[id] = g
 			out = append(out, g)
 		}
@@ -62,7 +62,7 @@ func groupDeadLetters(items []inspect.DeadLetter) []*Group {
 			g.LastSeen, g.Example = d.DeadLetteredAt, d
 		}
 	}
-	slices.SortStableFunc(out, func(a, b *Group) int {
+	slices.SortStableFunc(out, func(a, b *failureGroup) int {
 		if c := cmp.Compare(b.Count, a.Count); c != 0 {
 			return c
 		}
@@ -73,7 +73,7 @@ func groupDeadLetters(items []inspect.DeadLetter) []*Group {
 
 // groups reads the entity's dead letters and groups them; the selection's scans say whether the read
 // was truncated.
-func (e *entity) groups(ctx context.Context) ([]*Group, *dlqaction.Selection, error) {
+func (e *entity) groups(ctx context.Context) ([]*failureGroup, *dlqaction.Selection, error) {
 	sel, err := dlqaction.Select(ctx, e.in, inspect.DeadLetterFilter{})
 	if err != nil {
 		return nil, nil, err

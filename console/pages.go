@@ -26,7 +26,7 @@ func readContext(r *http.Request) (context.Context, context.CancelFunc) {
 
 // latest returns the ring's samples, polling once first when it has none (no Run, or before its first
 // poll), so the overview always shows current counts.
-func (c *Console) latest(ctx context.Context) []Sample {
+func (c *Console) latest(ctx context.Context) []sample {
 	samples := c.ring.snapshot()
 	if len(samples) == 0 {
 		c.ring.add(c.poll(ctx))
@@ -39,7 +39,7 @@ func (c *Console) latest(ctx context.Context) []Sample {
 type overviewRow struct {
 	Path       string
 	RetryQueue string
-	Counts     EntityCounts
+	Counts     entityCounts
 }
 
 // overview shows every entity's latest counts and the alerts; the charts fetch their history from
@@ -220,7 +220,7 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := r.FormValue("g")
-	i := slices.IndexFunc(groups, func(g *Group) bool { return g.ID == id })
+	i := slices.IndexFunc(groups, func(g *failureGroup) bool { return g.ID == id })
 	if i < 0 {
 		c.fail(w, r, http.StatusNotFound, "%s has no failure group %q among the dead letters read: it may have been redriven or purged meanwhile", e.cfg.Path, id)
 		return

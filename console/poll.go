@@ -8,8 +8,8 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// EntityCounts is one entity's counts in a [Sample], as [inspect.Inspector.Counts] reads them.
-type EntityCounts struct {
+// entityCounts is one entity's counts in a sample, as [inspect.Inspector.Counts] reads them.
+type entityCounts struct {
 	// Active counts messages receivable now or being processed, Pending the pending retries, and
 	// DeadLetters the dead letters of every dead-letter queue of the entity.
 	Active, Pending, DeadLetters int
@@ -19,12 +19,12 @@ type EntityCounts struct {
 	Err string
 }
 
-// Sample is one poll of every entity.
-type Sample struct {
+// sample is one poll of every entity.
+type sample struct {
 	// At is when the poll started.
 	At time.Time
 	// Counts are one per entity, in the order the entities were given to [New].
-	Counts []EntityCounts
+	Counts []entityCounts
 }
 
 // ring keeps the latest samples, oldest first, up to its capacity: Window/PollInterval+1, so that the
@@ -32,7 +32,7 @@ type Sample struct {
 // concurrent use: Run adds while pages read.
 type ring struct {
 	mu      sync.Mutex
-	samples []Sample
+	samples []sample
 	size    int
 }
 
@@ -40,7 +40,7 @@ type ring struct {
 func newRing(size int) *ring { return &ring{size: max(size, 2)} }
 
 // add appends s, dropping the oldest sample when the ring is full.
-func (r *ring) add(s Sample) {
+func (r *ring) add(s sample) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.samples = append(r.samples, s)
@@ -52,26 +52,26 @@ func (r *ring) add(s Sample) {
 }
 
 // snapshot returns a copy of the samples, oldest first.
-func (r *ring) snapshot() []Sample {
+func (r *ring) snapshot() []sample {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Sample(nil), r.samples...)
+	return append([]sample(nil), r.samples...)
 }
 
 // poll reads every entity once, concurrently (one goroutine per entity, each with its own links), and
 // returns the sample. An entity that cannot be read gets its redacted error instead of counts, so one
 // missing entity does not blank the overview.
-func (c *Console) poll(ctx context.Context) Sample {
-	s := Sample{At: c.now(), Counts: make([]EntityCounts, len(c.entities))}
+func (c *Console) poll(ctx context.Context) sample {
+	s := sample{At: c.now(), Counts: make([]entityCounts, len(c.entities))}
 	var wg sync.WaitGroup
 	for i, e := range c.entities {
 		wg.Go(func() {
 			n, err := e.in.Counts(ctx)
 			if err != nil {
-				s.Counts[i] = EntityCounts{Err: redact.String(err.Error())}
+				s.Counts[i] = entityCounts{Err: redact.String(err.Error())}
 				return
 			}
-			s.Counts[i] = EntityCounts{Active: n.Active, Pending: n.Pending, DeadLetters: n.DeadLetters, Truncated: n.Truncated()}
+			s.Counts[i] = entityCounts{Active: n.Active, Pending: n.Pending, DeadLetters: n.DeadLetters, Truncated: n.Truncated()}
 		})
 	}
 	wg.Wait()
@@ -100,8 +100,8 @@ func (c *Console) Run(ctx context.Context) error {
 	}
 }
 
-// Alert flags an entity on the overview, the way package dlqmonitor would report it.
-type Alert struct {
+// alert flags an entity on the overview, the way package dlqmonitor would report it.
+type alert struct {
 	// Entity is the path of the entity flagged.
 	Entity string
 	// Message says why, for people.
@@ -110,23 +110,23 @@ type Alert struct {
 
 // alerts are the dlqmonitor-style alerts of the latest sample: an entity whose dead letters reach the
 // threshold, or grew since the sample before, or could not be read.
-func (c *Console) alerts(samples []Sample) []Alert {
+func (c *Console) alerts(samples []sample) []alert {
 	if len(samples) == 0 {
 		return nil
 	}
 	last := samples[len(samples)-1]
-	var out []Alert
+	var out []alert
 	for i, e := range c.entities {
 		n := last.Counts[i]
 		switch {
 		case n.Err != "":
-			out = append(out, Alert{Entity: e.cfg.Path, Message: "could not be read: " + n.Err})
+			out = append(out, alert{Entity: e.cfg.Path, Message: "could not be read: " + n.Err})
 			continue
 		case len(samples) > 1 && n.DeadLetters > samples[len(samples)-2].Counts[i].DeadLetters:
 			prev := samples[len(samples)-2].Counts[i].DeadLetters
-			out = append(out, Alert{Entity: e.cfg.Path, Message: plural(n.DeadLetters-prev, "new dead letter") + " since the previous poll"})
+			out = append(out, alert{Entity: e.cfg.Path, Message: plural(n.DeadLetters-prev, "new dead letter") + " since the previous poll"})
 		case n.DeadLetters >= c.opts.AlertThreshold:
-			out = append(out, Alert{Entity: e.cfg.Path, Message: plural(n.DeadLetters, "dead letter") + " (threshold " + itoa(c.opts.AlertThreshold) + ")"})
+			out = append(out, alert{Entity: e.cfg.Path, Message: plural(n.DeadLetters, "dead letter") + " (threshold " + itoa(c.opts.AlertThreshold) + ")"})
 		}
 	}
 	return out
