@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -143,9 +144,15 @@ func TestExecuteWarnsAboutDeadLettersThatLeft(t *testing.T) {
 	ctx := sbtest.Context(t)
 	sel, err := Select(ctx, in, inspect.DeadLetterFilter{})
 	require.NoError(t, err)
-	first := NewPurgePlan(&Selection{Items: sel.Items[:1], Scans: sel.Scans})
-	_, err = Execute(ctx, h.Client, in, first, nil)
+	// Someone else takes the first dead letter: one message, so no other is locked on the way.
+	other, err := h.Client.NewReceiverForQueue(sbtest.Queue, &azservicebus.ReceiverOptions{
+		SubQueue: azservicebus.SubQueueDeadLetter, ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete})
 	require.NoError(t, err)
+	taken, err := other.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, taken, 1)
+	require.Equal(t, sel.Items[0].SequenceNumber, *taken[0].SequenceNumber)
+	require.NoError(t, other.Close(ctx))
 	var warned []string
 	var progress []int
 	plan := NewPurgePlan(sel)
