@@ -12,6 +12,9 @@
 //	sbretry [entity flags] dlq show REF
 //	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--redrive-to QUEUE]
 //	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--yes]
+//	sbretry [entity flags] serve [--listen ADDR] [--token T] [--entity PATH[=RETRYQUEUE]]...
+//	                             [--poll-interval D] [--window D] [--show-bodies]
+//	                                            the web console
 //
 // Entity flags (they may also follow the subcommand):
 //
@@ -79,6 +82,34 @@
 // given; --dry-run prints the plan and stops. cancel checks every REF first and refuses, before
 // cancelling anything, one that is not a scheduled retry copy, so a mistyped number never deletes a
 // live message.
+//
+// # Serve
+//
+// serve runs the web console of package github.com/sbretry/retry/console for the entity of the entity
+// flags and every --entity (repeatable: a queue, or topic/Subscriptions/sub=RETRYQUEUE for a
+// subscription and its retry queue), until interrupted; it waits up to 10s for requests in flight.
+// The console shows the entities' counts over time, pending retries by due time, dead letters grouped
+// by failure, and one message at a time, and redrives, purges and cancels with a preview of exactly
+// what it will do.
+//
+//	--listen ADDR        the address to serve on (default 127.0.0.1:8080, loopback only)
+//	--token T            the access token every request must present (default $SBRETRY_CONSOLE_TOKEN):
+//	                     required for any address that is not loopback (an empty host, 0.0.0.0, a LAN
+//	                     address). Open http://ADDR/?token=T once; the console sets a cookie and
+//	                     redirects to the address without it. Scripts send Authorization: Bearer T.
+//	                     The token is compared in constant time.
+//	--entity P[=R]       another entity to show (repeatable)
+//	--poll-interval D    how often the overview's counts are read (default 15s)
+//	--window D           how much history the overview's charts keep in memory (default 1h)
+//	--show-bodies        show message bodies on the message page (default off: they hold customer data)
+//	--max-peek N         the peek bound per entity and read (default 10000)
+//
+// Without --token the console answers only to loopback names in the Host header (localhost,
+// 127.0.0.1, [::1]): a guard against DNS rebinding, where another site's name is pointed at 127.0.0.1.
+// Prefer $SBRETRY_CONSOLE_TOKEN to --token: a flag is visible in the process list.
+//
+// The connection string never reaches a page. State-changing requests are POST forms with a CSRF
+// token and an Origin check.
 //
 // # JSON
 //

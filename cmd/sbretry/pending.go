@@ -4,10 +4,10 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"slices"
 	"text/tabwriter"
 
 	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/dlqaction"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -135,16 +135,11 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeAll()
-	rep := &cancelReport{dryRun: *dryRun}
-	for _, r := range refs {
-		p, err := s.inspector.PendingRetry(ctx, r)
-		if err != nil {
-			return err // nothing was cancelled yet
-		}
-		if !slices.ContainsFunc(rep.items, func(q inspect.Pending) bool { return q.Ref() == p.Ref() }) {
-			rep.items = append(rep.items, *p)
-		}
+	items, err := dlqaction.PreviewCancel(ctx, s.inspector, refs)
+	if err != nil {
+		return err // nothing was cancelled yet
 	}
+	rep := &cancelReport{dryRun: *dryRun, items: items}
 	if !c.json || !*yes {
 		w := a.stdout
 		if c.json {
@@ -167,11 +162,10 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 			return a.finish(c.json, rep, err, "")
 		}
 	}
-	for _, p := range rep.items {
-		if _, err := s.inspector.Cancel(ctx, p.Ref()); err != nil {
-			return a.finish(c.json, rep, fmt.Errorf("cancel stopped after %d of %d: %w", rep.done, len(rep.items), err), "")
-		}
-		rep.done++
+	done, err := dlqaction.Cancel(ctx, s.inspector, rep.items)
+	rep.done = done
+	if err != nil {
+		return a.finish(c.json, rep, err, "")
 	}
 	return a.finish(c.json, rep, nil, fmt.Sprintf("cancelled %d pending retries", rep.done))
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/internal/dlqaction"
 )
 
 // dlqPurge deletes the selected dead letters, after the confirmation word unless --yes. It takes the
@@ -43,21 +43,18 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	plan := make([]*planItem, len(sel.items))
-	for i, d := range sel.items {
-		plan[i] = &planItem{dead: d}
-	}
-	rep := &actionReport{action: "purge", dryRun: *dryRun, plan: plan, missing: sel.missing}
-	if len(plan) == 0 {
-		return a.finish(c.json, rep, nil, fmt.Sprintf("nothing to purge (read %s)", describeScans(sel.scans)))
+	plan := dlqaction.NewPurgePlan(sel)
+	rep := &actionReport{plan: plan, dryRun: *dryRun}
+	if len(plan.Items) == 0 {
+		return a.finish(c.json, rep, nil, fmt.Sprintf("nothing to purge (read %s)", describeScans(sel.Scans)))
 	}
 	if !c.json {
 		verb := "deleting"
 		if *dryRun {
 			verb = "would delete"
 		}
-		fmt.Fprintf(a.stdout, "%s %d dead letters:\n", verb, len(plan))
-		if err := printPlan(a.stdout, plan, false); err != nil {
+		fmt.Fprintf(a.stdout, "%s %d dead letters:\n", verb, len(plan.Items))
+		if err := printPlan(a.stdout, plan); err != nil {
 			return err
 		}
 	}
@@ -68,23 +65,18 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	if !*yes {
 		if c.json {
 			// stdout is the JSON; the operator confirms what stderr shows.
-			fmt.Fprintf(a.stderr, "deleting %d dead letters:\n", len(plan))
-			if err := printPlan(a.stderr, plan, false); err != nil {
+			fmt.Fprintf(a.stderr, "deleting %d dead letters:\n", len(plan.Items))
+			if err := printPlan(a.stderr, plan); err != nil {
 				return err
 			}
 		}
-		if err := a.confirm(fmt.Sprintf("Delete the %d dead letters listed above for good?", len(plan)), "purge"); err != nil {
+		if err := a.confirm(fmt.Sprintf("Delete the %d dead letters listed above for good?", len(plan.Items)), "purge"); err != nil {
 			return a.finish(c.json, rep, err, "")
 		}
 	}
-	done, err := a.drainSelected(ctx, s, sel, plan, *wait, "purge", func(ctx context.Context, r dlqReceiver, it *planItem, m *azservicebus.ReceivedMessage) error {
-		if err := checkPlanned(it, m); err != nil {
-			return err
-		}
-		return r.CompleteMessage(ctx, m, nil)
-	})
+	done, err := a.execute(ctx, s, plan, *wait)
 	if err != nil {
-		err = fmt.Errorf("purge stopped after %d of %d: %w; run the same command again to finish", done, len(plan), err)
+		err = fmt.Errorf("purge stopped after %d of %d: %w; run the same command again to finish", done, len(plan.Items), err)
 	}
 	return a.finish(c.json, rep, err, fmt.Sprintf("deleted %d dead letters", done))
 }

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/dlqaction"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -49,11 +50,8 @@ func (a *app) finish(asJSON bool, r report, err error, summary string) error {
 // actionReport is a redrive or purge: the plan, what of it was done, and the refs asked for that were
 // not there.
 type actionReport struct {
-	action  string
-	dryRun  bool
-	target  string
-	plan    []*planItem
-	missing []inspect.Ref
+	plan   *dlqaction.Plan
+	dryRun bool
 }
 
 type jsonRef struct {
@@ -88,10 +86,11 @@ type jsonAction struct {
 }
 
 func (r *actionReport) toJSON(err error) any {
-	out := jsonAction{Action: r.action, DryRun: r.dryRun, Target: r.target, Selected: len(r.plan), Done: countDone(r.plan),
-		Items: make([]jsonPlanItem, len(r.plan)), Missing: refsJSON(r.missing)}
-	for i, it := range r.plan {
-		out.Items[i] = jsonPlanItem{jsonDeadLetter: deadLetterJSON(it.dead), ResubmitMessageID: it.resubmitID, Done: it.done}
+	p := r.plan
+	out := jsonAction{Action: string(p.Action), DryRun: r.dryRun, Target: p.Target, Selected: len(p.Items), Done: p.Done(),
+		Items: make([]jsonPlanItem, len(p.Items)), Missing: refsJSON(p.Missing)}
+	for i, it := range p.Items {
+		out.Items[i] = jsonPlanItem{jsonDeadLetter: deadLetterJSON(it.DeadLetter), ResubmitMessageID: it.ResubmitID, Done: it.Done}
 	}
 	if err != nil {
 		out.Error = redact.String(err.Error())

@@ -48,6 +48,8 @@ commands:
   dlq show REF        one dead letter with its properties and body
   dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --all; --dry-run; --redrive-to QUEUE)
   dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
+  serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback;
+                      --entity PATH[=RETRYQUEUE] repeatable; --poll-interval D; --window D; --show-bodies)
 
 a REF names a message by its entity and sequence number, as the listings show them:
   'billing-retry/$DeadLetterQueue:17' (quote the $); a bare 17 is enough where only one entity can hold it.
@@ -77,6 +79,8 @@ type hooks struct {
 	// afterResubmit runs in a redrive after the n-th fresh delivery was sent and before its dead
 	// letter is completed.
 	afterResubmit func(n int, seq int64)
+	// serving runs once serve listens, with the address it listens on.
+	serving func(addr string)
 }
 
 // run executes the command line args and returns the exit code. It is main without the process: tests
@@ -166,6 +170,8 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.dlqRedrive(ctx, rest)
 	case "dlq purge":
 		return a.dlqPurge(ctx, rest)
+	case "serve":
+		return a.serve(ctx, rest)
 	}
 	return usagef("unknown command %q", name)
 }
@@ -186,7 +192,8 @@ func isRefError(err error) bool {
 func takesValue(arg string) bool {
 	switch strings.TrimLeft(arg, "-") {
 	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
-		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait":
+		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait",
+		"listen", "token", "entity", "poll-interval", "window":
 		return true
 	}
 	return false

@@ -1,4 +1,4 @@
-package main
+package dlqaction
 
 import (
 	"context"
@@ -11,22 +11,22 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// dlqReceiver lists the methods of *azservicebus.Receiver that a redrive or purge calls on the
+// Receiver lists the methods of *azservicebus.Receiver that a redrive or purge calls on the
 // dead-letter queue, received in peek-lock mode.
-type dlqReceiver interface {
+type Receiver interface {
 	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
 	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
 	AbandonMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.AbandonMessageOptions) error
 }
 
-var _ dlqReceiver = (*azservicebus.Receiver)(nil)
+var _ Receiver = (*azservicebus.Receiver)(nil)
 
 // receiveBatch is how many dead letters one receive asks for. Their locks run while the batch is
 // worked through one send at a time, so it stays small.
 const receiveBatch = 50
 
-// settleTimeout bounds the abandons at the end of a drain, which run even when the command's context
-// is done, so that the messages it held are released at once instead of when their locks expire.
+// settleTimeout bounds the abandons at the end of a drain and the closing of links, which run even
+// when the caller's context is done, so that the messages it held are released at once instead of when their locks expire.
 const settleTimeout = 10 * time.Second
 
 // drain receives the dead-letter queue in peek-lock mode until every sequence number in want was
@@ -38,7 +38,7 @@ const settleTimeout = 10 * time.Second
 // drain stops at the first error of each, leaving the rest for a re-run; and when a receive waits
 // wait without a message, it returns with the sequence numbers not received in missing (they were
 // removed meanwhile, or are locked by another receiver).
-func drain(ctx context.Context, r dlqReceiver, want []int64, wait time.Duration, holdLimit int,
+func drain(ctx context.Context, r Receiver, want []int64, wait time.Duration, holdLimit int, peekLimitName string,
 	each func(ctx context.Context, m *azservicebus.ReceivedMessage) error, progress func(done int)) (done int, missing []int64, err error) {
 	remaining := make(map[int64]bool, len(want))
 	for _, s := range want {
@@ -54,7 +54,7 @@ func drain(ctx context.Context, r dlqReceiver, want []int64, wait time.Duration,
 	}()
 	for len(remaining) > 0 {
 		if len(held) >= holdLimit {
-			return done, nil, fmt.Errorf("received %d other dead letters before the selected ones; raise --max-peek or narrow the selection", len(held))
+			return done, nil, fmt.Errorf("received %d other dead letters before the selected ones; raise %s or narrow the selection", len(held), peekLimitName)
 		}
 		rctx, cancel := context.WithTimeout(ctx, wait)
 		msgs, err := r.ReceiveMessages(rctx, min(receiveBatch, holdLimit-len(held)), nil)

@@ -1,4 +1,4 @@
-package main
+package dlqaction
 
 import (
 	"context"
@@ -9,6 +9,9 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sbretry/retry/internal/sbtest"
 )
 
 // fakeDLQ delivers its messages in order, batch by batch, then blocks until the receive's context
@@ -62,7 +65,7 @@ func TestDrain(t *testing.T) {
 	t.Run("completes exactly the selection and abandons the rest", func(t *testing.T) {
 		f := &fakeDLQ{queue: fakeMessages(1, 2, 3, 4, 5, 6)}
 		var progress []int
-		done, missing, err := drain(context.Background(), f, []int64{2, 5}, time.Second, 100, complete(f), func(d int) { progress = append(progress, d) })
+		done, missing, err := drain(context.Background(), f, []int64{2, 5}, time.Second, 100, "--max-peek", complete(f), func(d int) { progress = append(progress, d) })
 		require.NoError(t, err)
 		assert.Equal(t, 2, done)
 		assert.Empty(t, missing)
@@ -72,7 +75,7 @@ func TestDrain(t *testing.T) {
 	})
 	t.Run("selected messages that never come are reported missing", func(t *testing.T) {
 		f := &fakeDLQ{queue: fakeMessages(1, 2)}
-		done, missing, err := drain(context.Background(), f, []int64{2, 9}, 20*time.Millisecond, 100, complete(f), func(int) {})
+		done, missing, err := drain(context.Background(), f, []int64{2, 9}, 20*time.Millisecond, 100, "--max-peek", complete(f), func(int) {})
 		require.NoError(t, err)
 		assert.Equal(t, 1, done)
 		assert.Equal(t, []int64{9}, missing)
@@ -80,7 +83,7 @@ func TestDrain(t *testing.T) {
 	})
 	t.Run("the first failure stops and releases everything held", func(t *testing.T) {
 		f := &fakeDLQ{queue: fakeMessages(1, 2, 3, 4), failOn: 2}
-		done, _, err := drain(context.Background(), f, []int64{2, 3}, time.Second, 100, complete(f), func(int) {})
+		done, _, err := drain(context.Background(), f, []int64{2, 3}, time.Second, 100, "--max-peek", complete(f), func(int) {})
 		assert.ErrorContains(t, err, "dead letter 2: lock lost")
 		assert.Equal(t, 0, done)
 		assert.Empty(t, f.completed)
@@ -88,7 +91,7 @@ func TestDrain(t *testing.T) {
 	})
 	t.Run("holding is bounded", func(t *testing.T) {
 		f := &fakeDLQ{queue: fakeMessages(1, 2, 3, 4, 5)}
-		_, _, err := drain(context.Background(), f, []int64{5}, time.Second, 2, complete(f), func(int) {})
+		_, _, err := drain(context.Background(), f, []int64{5}, time.Second, 2, "--max-peek", complete(f), func(int) {})
 		assert.ErrorContains(t, err, "received 2 other dead letters")
 		assert.Empty(t, f.completed)
 	})
@@ -96,18 +99,11 @@ func TestDrain(t *testing.T) {
 		f := &fakeDLQ{}
 		ctx, cancel := context.WithCancel(context.Background())
 		cancel()
-		_, _, err := drain(ctx, f, []int64{1}, time.Second, 10, complete(f), func(int) {})
+		_, _, err := drain(ctx, f, []int64{1}, time.Second, 10, "--max-peek", complete(f), func(int) {})
 		assert.ErrorIs(t, err, context.Canceled)
 	})
 }
 
-func TestProgressLines(t *testing.T) {
-	t.Parallel()
-	var b stringsBuilder
-	p := newProgress(&b, "redrive", 40)
-	for i := 1; i <= 40; i++ {
-		p.update(i)
-	}
-	assert.Equal(t, 10, countLines(b.String()), "a line per tenth in a log: %q", b.String())
-	assert.Contains(t, b.String(), "sbretry: redrive 40/40\n")
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak())
 }

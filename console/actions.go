@@ -1,0 +1,326 @@
+package console
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/dlqaction"
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// The actions a form may ask for.
+const (
+	actionRedrive = "redrive"
+	actionPurge   = "purge"
+	actionCancel  = "cancel"
+)
+
+// confirmWord is one of the two answers a purge accepts; the other is the number of dead letters the
+// preview listed.
+const confirmWord = "yes"
+
+// parseQualifiedRef parses ENTITY:SEQ and refuses a bare number: a page always knows the entity.
+func parseQualifiedRef(s string) (inspect.Ref, error) {
+	r, err := inspect.ParseRef(s)
+	if err != nil {
+		return r, fmt.Errorf("malformed reference %q: want ENTITY:SEQ, as the listings link it", s)
+	}
+	if r.Entity == "" {
+		return r, fmt.Errorf("reference %q has no entity: want ENTITY:SEQ (sequence numbers are counted per entity)", s)
+	}
+	return r, nil
+}
+
+// isBadInput reports errors caused by what the request named, not by Service Bus.
+func isBadInput(err error) bool {
+	for _, target := range []error{inspect.ErrInvalidRef, inspect.ErrAmbiguousRef, inspect.ErrUnknownEntity, inspect.ErrInvalidCursor, inspect.ErrNotPending} {
+		if errors.Is(err, target) {
+			return true
+		}
+	}
+	return false
+}
+
+// statusOf maps an inspector error to a status: 404 not found, 400 bad input, else 502 (Service Bus).
+func statusOf(err error) int {
+	switch {
+	case errors.Is(err, inspect.ErrNotFound):
+		return http.StatusNotFound
+	case isBadInput(err):
+		return http.StatusBadRequest
+	}
+	return http.StatusBadGateway
+}
+
+// request is an action form, as preview and run read it. Both steps post the same fields, plus the
+// digest and the confirmation on the run, so that the run re-plans from what the preview was given and
+// never from anything the browser could have changed in between.
+type request struct {
+	// action is redrive, purge or cancel; e is the entity the form names.
+	action string
+	e      *entity
+	group  string        // a whole group (redrive, purge); empty for a selection
+	refs   []inspect.Ref // a selection
+}
+
+// readRequest checks the method's CSRF protection and parses the form, writing the error page itself.
+func (c *Console) readRequest(w http.ResponseWriter, r *http.Request) (*request, bool) {
+	r.Body = http.MaxBytesReader(w, r.Body, 8<<20)
+	if err := r.ParseForm(); err != nil {
+		c.fail(w, r, http.StatusBadRequest, "unreadable form: %v", err)
+		return nil, false
+	}
+	if why := c.checkCSRF(r); why != "" {
+		c.fail(w, r, http.StatusForbidden, "refused: %s; nothing was done", why)
+		return nil, false
+	}
+	e, ok := c.entityOf(w, r)
+	if !ok {
+		return nil, false
+	}
+	req := &request{action: r.PostFormValue("action"), e: e, group: r.PostFormValue("g")}
+	switch req.action {
+	case actionRedrive, actionPurge, actionCancel:
+	default:
+		c.fail(w, r, http.StatusBadRequest, "unknown action %q: want redrive, purge or cancel", req.action)
+		return nil, false
+	}
+	if req.action == actionCancel && req.group != "" {
+		c.fail(w, r, http.StatusBadRequest, "cancel takes pending retries, not a failure group")
+		return nil, false
+	}
+	for _, s := range r.PostForm["ref"] {
+		ref, err := parseQualifiedRef(s)
+		if err != nil {
+			c.fail(w, r, http.StatusBadRequest, "%v", err)
+			return nil, false
+		}
+		if !slices.Contains(req.refs, ref) {
+			req.refs = append(req.refs, ref)
+		}
+	}
+	// A form names either a group or refs: with both, which one the operator meant is a guess, and a
+	// destructive action does not guess.
+	if req.group != "" && len(req.refs) > 0 {
+		c.fail(w, r, http.StatusBadRequest, "give a failure group or selected references, not both")
+		return nil, false
+	}
+	if req.group == "" && len(req.refs) == 0 {
+		c.fail(w, r, http.StatusBadRequest, "nothing selected: tick at least one message, or act on the whole group")
+		return nil, false
+	}
+	return req, true
+}
+
+// planned is what an action will act on, read fresh from Service Bus.
+type planned struct {
+	plan    *dlqaction.Plan   // redrive, purge
+	pending []inspect.Pending // cancel
+	digest  string
+}
+
+// plan reads the request's messages and builds the plan and its digest: the keyed hash of the action,
+// the entity, the group, and every ref with its MessageID. The preview puts the digest in its form; the
+// run recomputes it from a fresh read and acts only if both are equal, so it acts on exactly what the
+// preview showed. A selected ref that is gone makes a conflict error.
+func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
+	out := &planned{}
+	var lines []string
+	switch req.action {
+	case actionCancel:
+		items, err := dlqaction.PreviewCancel(ctx, req.e.in, req.refs)
+		if err != nil {
+			return nil, err
+		}
+		out.pending = items
+		for _, p := range items {
+			lines = append(lines, p.Ref().String()+"="+p.MessageID)
+		}
+	default:
+		var sel *dlqaction.Selection
+		if req.group != "" {
+			// A whole group: read the dead letters again and take the group as it is now. The digest
+			// then tells the run whether it is still the group the preview showed.
+			groups, s, err := req.e.groups(ctx)
+			if err != nil {
+				return nil, err
+			}
+			i := slices.IndexFunc(groups, func(g *failureGroup) bool { return g.ID == req.group })
+			if i < 0 {
+				return nil, fmt.Errorf("%w: %s has no failure group %s any more (redriven or purged meanwhile?)", errConflict, req.e.cfg.Path, req.group)
+			}
+			sel = &dlqaction.Selection{Items: groups[i].Items, Scans: s.Scans}
+		} else {
+			// Selected refs: the inspector resolves each against the entity's dead-letter queues (a ref
+			// naming another entity is a 400), and any that is gone makes the whole action a conflict,
+			// so a preview or run never silently acts on fewer messages than the operator ticked.
+			s, err := dlqaction.Select(ctx, req.e.in, inspect.DeadLetterFilter{Refs: req.refs})
+			if err != nil {
+				return nil, err
+			}
+			if len(s.Missing) > 0 {
+				return nil, fmt.Errorf("%w: %s no longer in their dead-letter queue (redriven or purged meanwhile?): %s",
+					errConflict, plural(len(s.Missing), "selected message is"), dlqaction.JoinRefs(s.Missing))
+			}
+			sel = s
+		}
+		// The redrive's target is fixed by the console's configuration, never by the form: a form that
+		// named a queue could send customer messages anywhere the client may send.
+		if req.action == actionRedrive {
+			out.plan = dlqaction.NewRedrivePlan(sel, req.e.target, 0)
+		} else {
+			out.plan = dlqaction.NewPurgePlan(sel)
+		}
+		for _, it := range out.plan.Items {
+			lines = append(lines, it.Ref().String()+"="+it.DeadLetter.MessageID)
+		}
+	}
+	// Keyed with the process's secret, so a form cannot be given a digest for a selection it made up;
+	// a restarted console refuses old previews, which is safe.
+	out.digest = c.mac(append([]string{"action", req.action, req.e.cfg.Path, req.group}, lines...)...)
+	return out, nil
+}
+
+// errConflict marks an action refused because what it would act on changed since the preview.
+var errConflict = errors.New("changed since the preview")
+
+// count is the number of messages the plan acts on.
+func (p *planned) count() int {
+	if p.plan != nil {
+		return len(p.plan.Items)
+	}
+	return len(p.pending)
+}
+
+// refs are the refs the plan acts on, for the preview's form.
+func (p *planned) refs() []string {
+	var out []string
+	if p.plan != nil {
+		for _, r := range p.plan.Refs() {
+			out = append(out, r.String())
+		}
+	}
+	for _, q := range p.pending {
+		out = append(out, q.Ref().String())
+	}
+	return out
+}
+
+// actionContext bounds one action request by Options.ActionTimeout. An action cut short reports how
+// far it got, and running it again finishes it (see internal/dlqaction).
+func (c *Console) actionContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), c.opts.ActionTimeout)
+}
+
+// preview shows exactly what an action will do; it changes nothing.
+func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
+	req, ok := c.readRequest(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := c.actionContext(r)
+	defer cancel()
+	p, err := c.plan(ctx, req)
+	if err != nil {
+		c.planFailed(w, r, err)
+		return
+	}
+	if p.count() == 0 {
+		c.fail(w, r, http.StatusBadRequest, "nothing to %s", req.action)
+		return
+	}
+	c.render(w, r, http.StatusOK, "preview.html", "Preview: "+req.action, map[string]any{
+		"Action": req.action, "Entity": req.e.cfg.Path, "Group": req.group, "Plan": p.plan, "Pending": p.pending,
+		"Refs": p.refs(), "Digest": p.digest, "Count": p.count(), "Target": req.e.target, "Confirm": confirmWord,
+		"Truncated": p.plan != nil && inspect.Truncated(p.plan.Scans),
+	})
+}
+
+// planFailed shows why an action could not be planned: 409 when its messages changed since the
+// preview, 404 or 400 for what the request named, 502 for Service Bus.
+func (c *Console) planFailed(w http.ResponseWriter, r *http.Request, err error) {
+	status := statusOf(err)
+	if errors.Is(err, errConflict) {
+		status = http.StatusConflict
+	}
+	c.fail(w, r, status, "%v; nothing was done", err)
+}
+
+// runAction carries out a previewed action, refusing it whole when its messages changed since.
+func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
+	req, ok := c.readRequest(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := c.actionContext(r)
+	defer cancel()
+	// Plan again from Service Bus, then compare with the preview's digest: the run acts on exactly
+	// the refs and MessageIDs the operator saw, or on nothing.
+	p, err := c.plan(ctx, req)
+	if err != nil {
+		c.planFailed(w, r, err)
+		return
+	}
+	if !hmacEqual(p.digest, r.PostFormValue("digest")) {
+		what := "the selection"
+		if req.group != "" {
+			what = "the failure group"
+		}
+		c.fail(w, r, http.StatusConflict, "%s changed since the preview (it now holds %s): nothing was done; preview it again", what, plural(p.count(), "message"))
+		return
+	}
+	// A purge cannot be undone: the operator types the word or the count, as the CLI asks for the
+	// word. The count proves they read how many; "y" or "YES" prove nothing.
+	if req.action == actionPurge {
+		answer := strings.TrimSpace(r.PostFormValue("confirm"))
+		if answer != confirmWord && answer != strconv.Itoa(p.count()) {
+			c.fail(w, r, http.StatusBadRequest, "purge not confirmed: type %q or the number of dead letters (%d); nothing was done", confirmWord, p.count())
+			return
+		}
+	}
+	var done int
+	if p.plan != nil {
+		var warnings []string
+		done, err = dlqaction.Execute(ctx, c.client, req.e.in, p.plan, &dlqaction.Options{
+			Wait: c.opts.ReceiveWait, Warn: func(m string) { warnings = append(warnings, m) },
+		})
+		c.renderResult(w, r, req, p, done, err, warnings)
+		return
+	}
+	// Cancel re-checks each pending retry before cancelling it: one that activated or changed since
+	// the preview stops the action there.
+	done, err = dlqaction.Cancel(ctx, req.e.in, p.pending)
+	c.renderResult(w, r, req, p, done, err, nil)
+}
+
+// renderResult shows what an action did, item by item, and when it stopped part way, why and how to
+// finish it. A refused dead letter (changed since its preview) is a 409, a Service Bus error a 502.
+func (c *Console) renderResult(w http.ResponseWriter, r *http.Request, req *request, p *planned, done int, err error, warnings []string) {
+	status, msg := http.StatusOK, ""
+	if err != nil {
+		status = http.StatusBadGateway
+		if errors.Is(err, dlqaction.ErrChanged) {
+			status = http.StatusConflict
+		}
+		msg = fmt.Sprintf("%s stopped after %d of %d: %s; the rest was not touched, and running the same action again finishes it", req.action, done, p.count(), redact.String(err.Error()))
+	}
+	cancelled := make([]bool, len(p.pending))
+	for i := range min(done, len(p.pending)) {
+		cancelled[i] = true
+	}
+	c.render(w, r, status, "result.html", "Result: "+req.action, map[string]any{
+		"Action": req.action, "Entity": req.e.cfg.Path, "Plan": p.plan, "Pending": p.pending, "Cancelled": cancelled,
+		"Done": done, "Count": p.count(), "Error": msg, "Warnings": warnings, "Target": req.e.target,
+	})
+}
+
+// hmacEqual compares two digests without leaking, through timing, how much of a guess was right.
+func hmacEqual(a, b string) bool {
+	return len(a) == len(b) && subtleEqual(a, b)
+}

@@ -1,0 +1,158 @@
+package console
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/http/cookiejar"
+	"net/http/httptest"
+	"net/url"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
+)
+
+// benchEmulator starts an emulator with the queues names and a client on it.
+func benchEmulator(b *testing.B, names []string) (*sbemu.Emulator, *azservicebus.Client) {
+	b.Helper()
+	qs := make([]broker.QueueConfig, len(names))
+	for i, n := range names {
+		qs[i] = broker.QueueConfig{Name: n}
+	}
+	em, err := sbemu.Start(sbemu.Config{Queues: qs})
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = em.Close() })
+	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries})
+	require.NoError(b, err)
+	b.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), sbtest.Timeout)
+		defer cancel()
+		_ = client.Close(ctx)
+	})
+	return em, client
+}
+
+// fill sends active messages to queue through the SDK, then dead-letters dead of them in the broker
+// directly (receiving and dead-lettering 10,000 messages over AMQP would only slow the set-up), with
+// last errors that fall into groups failure groups and differ in their numbers.
+func fill(b *testing.B, em *sbemu.Emulator, client *azservicebus.Client, queue string, active, dead, groups int) {
+	b.Helper()
+	h := &sbtest.Harness{Em: em, Client: client}
+	msgs := make([]*azservicebus.Message, active+dead)
+	for i := range msgs {
+		msgs[i] = sbtest.Message(fmt.Sprintf("%s-%d", queue, i))
+	}
+	h.SendToEntity(b, queue, msgs...)
+	q, ok := em.Broker().Queue(queue)
+	require.True(b, ok)
+	for i := range dead {
+		d, ok := q.TryReceive(broker.PeekLock, 0)
+		require.True(b, ok)
+		lastErr := fmt.Sprintf("failure kind %d: order %d rejected after %dms (trace 0x%x)", i%groups, i, 100+i%900, i*7919)
+		require.NoError(b, q.DeadLetter(d.LockToken, "RetryMaxAttemptsExceeded", "", map[string]any{"sbretry-last-error": lastErr}))
+	}
+}
+
+// get serves one request on c and fails b unless it is 200.
+func get(b *testing.B, c *Console, path string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	c.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))
+	if rec.Code != http.StatusOK {
+		b.Fatalf("%s: %d %s", path, rec.Code, rec.Body.String())
+	}
+	return rec
+}
+
+// BenchmarkOverview20Entities renders the overview of 20 queues, each with 200 active messages and 50
+// dead letters, on the emulator through the SDK:
+//
+//	go test -run='^$' -bench=BenchmarkOverview20Entities -benchtime=20x ./console
+//
+// "poll" reads every entity (what the page costs when it has no sample, and what each poll of Run
+// costs); "from the ring" is the page once Run has polled.
+func BenchmarkOverview20Entities(b *testing.B) {
+	names := make([]string, 20)
+	for i := range names {
+		names[i] = fmt.Sprintf("queue-%02d", i)
+	}
+	em, client := benchEmulator(b, names)
+	entities := make([]Entity, len(names))
+	for i, n := range names {
+		fill(b, em, client, n, 200, 50, 3)
+		entities[i] = Entity{Path: n}
+	}
+	c, err := New(client, entities, nil)
+	require.NoError(b, err)
+	b.Run("poll", func(b *testing.B) {
+		for b.Loop() {
+			c.ring = newRing(2)
+			get(b, c, "/")
+		}
+		b.ReportMetric(float64(len(names)*(200+50)), "peeked/op")
+	})
+	b.Run("from the ring", func(b *testing.B) {
+		get(b, c, "/")
+		for b.Loop() {
+			get(b, c, "/")
+		}
+	})
+}
+
+var benchGroupLink = regexp.MustCompile(`data-group="([0-9a-f]+)"`)
+
+// BenchmarkGroupPage10k renders the dead-letter groups and the largest group's page of a queue holding
+// 10,000 dead letters in 4 failure groups, and the preview of redriving that whole group:
+//
+//	go test -run='^$' -bench=BenchmarkGroupPage10k -benchtime=10x ./console
+//
+// Every page peeks the whole dead-letter queue (up to MaxPeek), because Service Bus can only be read
+// in sequence order: grouping needs every message's last error.
+func BenchmarkGroupPage10k(b *testing.B) {
+	const n = 10_000
+	em, client := benchEmulator(b, []string{"orders"})
+	fill(b, em, client, "orders", 0, n, 4)
+	for _, bc := range []struct {
+		name    string
+		maxPeek int
+	}{{"MaxPeek 10000", 0}, {"MaxPeek 2000", 2000}} {
+		c, err := New(client, []Entity{{Path: "orders"}}, &Options{MaxPeek: bc.maxPeek})
+		require.NoError(b, err)
+		page := get(b, c, "/deadletters?e=orders").Body.String()
+		m := benchGroupLink.FindStringSubmatch(page)
+		require.NotNil(b, m)
+		group := "/group?e=orders&g=" + m[1]
+		b.Run("dead letters/"+bc.name, func(b *testing.B) {
+			for b.Loop() {
+				get(b, c, "/deadletters?e=orders")
+			}
+		})
+		b.Run("group page/"+bc.name, func(b *testing.B) {
+			var size int
+			for b.Loop() {
+				size = get(b, c, group).Body.Len()
+			}
+			b.ReportMetric(float64(size), "bytes/page")
+		})
+		b.Run("group redrive preview/"+bc.name, func(b *testing.B) {
+			srv := httptest.NewServer(c)
+			defer srv.Close()
+			jar, err := cookiejar.New(nil)
+			require.NoError(b, err)
+			s := &site{c: c, srv: srv, client: &http.Client{Jar: jar, Timeout: time.Minute}}
+			form := url.Values{"action": {"redrive"}, "g": {m[1]}, "e": {"orders"}, "csrf": {s.token(b, "/")}}
+			for b.Loop() {
+				code, body := s.post(b, "/action/preview", form)
+				if code != http.StatusOK {
+					b.Fatalf("preview: %d %s", code, body)
+				}
+			}
+		})
+	}
+}

@@ -1,0 +1,53 @@
+// Package console is the operations console of the retry library: an [http.Handler] that shows, for
+// the queues and subscriptions it is given, what is failing and why, what will be retried and when,
+// and lets an operator put it right with the same safety as the sbretry command.
+//
+// # Pages
+//
+//   - the overview: active messages, pending retries and dead letters per entity, polled in the
+//     background ([Console.Run]) into an in-memory ring covering [Options.Window], drawn as charts,
+//     with an alert per entity whose dead letters reach [Options.AlertThreshold] or grew since the
+//     previous poll;
+//   - an entity's pending retries: a timeline of how many come due when, and the list, paged;
+//   - an entity's dead letters grouped by reason and by a fingerprint of the last error: the error
+//     text with numbers, ids and hex values replaced by placeholders, hashed ([Fingerprint]), so that
+//     "order 17 failed" and "order 18 failed" are one group; each group with its count, first and last
+//     seen, and an example;
+//   - a group's dead letters, paged, and one message: envelope, attempt, last error (redacted), the
+//     properties, and the body only when [Options.ShowBodies] is set.
+//
+// # Actions
+//
+// Redrive (selected dead letters or a whole group), purge (the same, with a typed confirmation: the
+// word yes or the number of dead letters shown) and cancel (pending retries) go through package
+// internal/dlqaction, like the CLI. Each first shows a preview of exactly the entity-qualified refs it
+// will act on, and for a redrive the MessageID each fresh delivery will carry. The preview's form
+// carries those refs and a keyed digest of them with their MessageIDs; the run reads the dead letters
+// again, and if the selection or the group is no longer exactly what was previewed it refuses with a
+// message saying so and does nothing. Then it acts on exactly those refs and shows the result,
+// including how far it got if Service Bus stopped it part way (running it again finishes it).
+//
+// # Security
+//
+// The handler never sees a connection string (it is given a client), and every error, description,
+// last error and property shown is redacted (internal/redact). State-changing requests are POST only,
+// and carry a CSRF token: an HMAC, under a per-process random key, of a random value in a SameSite=Strict
+// cookie; their Origin (or, without one, Referer) must name the host they were sent to. With
+// [Options.AccessToken] set, every request must present the token (a bearer header, or the cookie a
+// first visit with ?token= sets), compared in constant time; without it, protect the handler with your
+// own middleware or bind it to loopback, as sbretry serve does (which then also refuses Host names
+// that are not loopback ones, against DNS rebinding). Behind a reverse proxy, pass the original Host
+// header on: the Origin check compares the two.
+//
+// # Cost
+//
+// Every read is a bounded peek (package inspect): each poll, overview and page reads each entity up to
+// [Options.MaxPeek] messages, and says so on the page when a read stopped at the bound. Service Bus can
+// only be peeked in sequence order, so a dead-letter page or a group page reads the whole dead-letter
+// queue (grouping needs every message's last error) whatever the page size, and costs time in
+// proportion to min(dead letters, MaxPeek): on the in-process emulator 25 to 30 ms per 1,000 dead
+// letters, so 10,000 take 0.25 to 0.3 s. A poll of the overview reads every message of
+// every entity up to MaxPeek (20 queues of 250 messages: 0.12 to 0.16 s); the overview itself then renders
+// from the ring in well under a millisecond. Lower MaxPeek to bound a page's cost on huge entities: the
+// page then says its figures cover the messages read only.
+package console

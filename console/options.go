@@ -1,0 +1,138 @@
+package console
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/dlqaction"
+)
+
+// Defaults applied by [New] to zero fields of [Options].
+const (
+	// DefaultPollInterval is how often [Console.Run] reads every entity for the overview's charts.
+	DefaultPollInterval = 15 * time.Second
+	// DefaultWindow is how far back the overview's charts reach.
+	DefaultWindow = time.Hour
+	// DefaultMaxPeek bounds the messages one read peeks from each entity: lower than the CLI's,
+	// because a page reads every time it is shown.
+	DefaultMaxPeek = inspect.DefaultMaxPeek
+	// DefaultPageSize is the number of rows of a paged list.
+	DefaultPageSize = 50
+	// DefaultAlertThreshold is the dead-letter count at which an entity is flagged.
+	DefaultAlertThreshold = 1
+	// DefaultActionTimeout bounds one redrive, purge or cancel request.
+	DefaultActionTimeout = 2 * time.Minute
+)
+
+// ErrInvalidOptions is wrapped by the errors [New] returns for invalid [Options] or entities.
+var ErrInvalidOptions = errors.New("console: invalid options")
+
+// Entity is one queue or subscription the console shows.
+type Entity struct {
+	// Path is a queue name, or "topic/Subscriptions/subscription".
+	Path string
+	// RetryQueue is the queue the entity's consumer schedules its retry copies on, when that is not the
+	// entity itself: required for a subscription (see [inspect.Options.RetryQueue]).
+	RetryQueue string
+	// RedriveTo is the queue a redrive sends fresh deliveries to. Empty means the queue itself, and for
+	// a subscription its RetryQueue, which reaches that subscription's consumer only (its topic would
+	// deliver to every subscription and is refused).
+	RedriveTo string
+}
+
+// Options configures a [Console]. A nil *Options means every default; a zero field means its default.
+type Options struct {
+	// PollInterval is how often [Console.Run] reads the entities. Zero means [DefaultPollInterval]
+	// (15 s); negative is invalid.
+	PollInterval time.Duration
+	// Window is how much history the overview keeps in memory and charts: Window/PollInterval samples.
+	// Zero means [DefaultWindow] (1 h); negative, or shorter than PollInterval, is invalid.
+	Window time.Duration
+	// MaxPeek bounds the messages one read peeks from each entity ([inspect.Options.MaxPeek]). Zero
+	// means [DefaultMaxPeek] (10,000); negative is invalid.
+	MaxPeek int
+	// PageSize is the rows of a paged list. Zero means [DefaultPageSize] (50); negative is invalid.
+	PageSize int
+	// AlertThreshold is the dead-letter count at which the overview flags an entity (it also flags one
+	// whose count grew since the previous poll). Zero means [DefaultAlertThreshold] (1); negative is
+	// invalid.
+	AlertThreshold int
+	// ShowBodies shows message bodies on the message page. Off by default: bodies hold customer data.
+	ShowBodies bool
+	// AccessToken, when set, is required on every request (see the package documentation). Empty
+	// means none: protect the handler yourself or serve it on loopback only.
+	AccessToken string
+	// ReceiveWait is how long a redrive or purge waits for a dead letter to be received
+	// ([dlqaction.Options.Wait]). Zero means [dlqaction.DefaultWait] (5 s); negative is invalid.
+	ReceiveWait time.Duration
+	// ActionTimeout bounds one action request. Zero means [DefaultActionTimeout] (2 min); negative is
+	// invalid.
+	ActionTimeout time.Duration
+}
+
+// withDefaults validates o and returns a copy with every zero field replaced by its default.
+func (o *Options) withDefaults() (Options, error) {
+	var c Options
+	if o != nil {
+		c = *o
+	}
+	for name, d := range map[string]time.Duration{"PollInterval": c.PollInterval, "Window": c.Window, "ReceiveWait": c.ReceiveWait, "ActionTimeout": c.ActionTimeout} {
+		if d < 0 {
+			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, name, d)
+		}
+	}
+	for name, n := range map[string]int{"MaxPeek": c.MaxPeek, "PageSize": c.PageSize, "AlertThreshold": c.AlertThreshold} {
+		if n < 0 {
+			return c, fmt.Errorf("%w: %s %d is negative", ErrInvalidOptions, name, n)
+		}
+	}
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	defInt := func(n *int, v int) {
+		if *n == 0 {
+			*n = v
+		}
+	}
+	def(&c.PollInterval, DefaultPollInterval)
+	def(&c.Window, DefaultWindow)
+	def(&c.ReceiveWait, dlqaction.DefaultWait)
+	def(&c.ActionTimeout, DefaultActionTimeout)
+	defInt(&c.MaxPeek, DefaultMaxPeek)
+	defInt(&c.PageSize, DefaultPageSize)
+	defInt(&c.AlertThreshold, DefaultAlertThreshold)
+	if c.Window < c.PollInterval {
+		return c, fmt.Errorf("%w: Window %v is shorter than PollInterval %v", ErrInvalidOptions, c.Window, c.PollInterval)
+	}
+	return c, nil
+}
+
+// validate checks an entity and returns its parsed path and redrive target.
+func (e Entity) validate() (inspect.Entity, string, error) {
+	pe, err := inspect.ParseEntity(e.Path)
+	if err != nil {
+		return pe, "", fmt.Errorf("%w: entity: %w", ErrInvalidOptions, err)
+	}
+	if strings.Contains(e.RetryQueue, "/") || strings.Contains(e.RedriveTo, "/") {
+		return pe, "", fmt.Errorf("%w: entity %s: RetryQueue and RedriveTo must name queues", ErrInvalidOptions, e.Path)
+	}
+	if pe.IsSubscription() && e.RetryQueue == "" {
+		return pe, "", fmt.Errorf("%w: subscription %s needs its RetryQueue", ErrInvalidOptions, e.Path)
+	}
+	// A subscription's default target is its retry queue: the one queue known to reach that
+	// subscription's consumer only. Its topic would fan the message out to every subscription.
+	to := e.RedriveTo
+	if to == "" && pe.IsSubscription() {
+		to = e.RetryQueue
+	}
+	target, err := dlqaction.Target(pe, to)
+	if err != nil {
+		return pe, "", fmt.Errorf("%w: entity %s: %w", ErrInvalidOptions, e.Path, err)
+	}
+	return pe, target, nil
+}

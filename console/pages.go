@@ -1,0 +1,283 @@
+package console
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"sort"
+	"time"
+	"unicode/utf8"
+
+	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// readTimeout bounds the Service Bus reads of one page, so that a broker that stops answering gives the
+// operator an error page instead of a spinner that never ends.
+const readTimeout = 30 * time.Second
+
+// readContext bounds one page's reads; the request's own context also ends them when the browser
+// goes away.
+func readContext(r *http.Request) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(r.Context(), readTimeout)
+}
+
+// latest returns the ring's samples, polling once first when it has none (no Run, or before its first
+// poll), so the overview always shows current counts.
+func (c *Console) latest(ctx context.Context) []sample {
+	samples := c.ring.snapshot()
+	if len(samples) == 0 {
+		c.ring.add(c.poll(ctx))
+		samples = c.ring.snapshot()
+	}
+	return samples
+}
+
+// overviewRow is one entity's line of the overview.
+type overviewRow struct {
+	Path       string
+	RetryQueue string
+	Counts     entityCounts
+}
+
+// overview shows every entity's latest counts and the alerts; the charts fetch their history from
+// seriesJSON, so the page itself stays cheap however long the window is.
+func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := readContext(r)
+	defer cancel()
+	samples := c.latest(ctx)
+	last := samples[len(samples)-1]
+	rows := make([]overviewRow, len(c.entities))
+	for i, e := range c.entities {
+		rows[i] = overviewRow{Path: e.cfg.Path, RetryQueue: e.cfg.RetryQueue, Counts: last.Counts[i]}
+	}
+	c.render(w, r, http.StatusOK, "overview.html", "Overview", map[string]any{
+		"Rows": rows, "Alerts": c.alerts(samples), "At": last.At, "Samples": len(samples),
+		"Window": c.opts.Window, "Interval": c.opts.PollInterval,
+	})
+}
+
+// seriesJSON is the overview's history for the charts: times in Unix seconds and, per entity, the
+// three series, aligned as uPlot takes them.
+func (c *Console) seriesJSON(w http.ResponseWriter, r *http.Request) {
+	ctx, cancel := readContext(r)
+	defer cancel()
+	samples := c.latest(ctx)
+	type series struct {
+		Entity      string `json:"entity"`
+		Active      []int  `json:"active"`
+		Pending     []int  `json:"pending"`
+		DeadLetters []int  `json:"deadLetters"`
+	}
+	out := struct {
+		Times    []float64 `json:"times"`
+		Entities []series  `json:"entities"`
+	}{Times: make([]float64, len(samples))}
+	for i, s := range samples {
+		// Seconds with milliseconds: uPlot needs strictly increasing x values, and polls may come
+		// more often than once a second.
+		out.Times[i] = float64(s.At.UnixMilli()) / 1000
+	}
+	for i, e := range c.entities {
+		s := series{Entity: e.cfg.Path, Active: make([]int, len(samples)), Pending: make([]int, len(samples)), DeadLetters: make([]int, len(samples))}
+		for j, sm := range samples {
+			s.Active[j], s.Pending[j], s.DeadLetters[j] = sm.Counts[i].Active, sm.Counts[i].Pending, sm.Counts[i].DeadLetters
+		}
+		out.Entities = append(out.Entities, s)
+	}
+	writeJSON(w, out)
+}
+
+// writeJSON writes v as the response; an encoding error can only be a broken connection by then.
+func writeJSON(w http.ResponseWriter, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// timelineBuckets is the number of bars of the pending-retry timeline: enough to see a burst, few
+// enough that each bar stays readable at a laptop's width.
+const timelineBuckets = 48
+
+// timeline counts pending retries by due time in equal buckets from now to the latest due.
+type timeline struct {
+	Starts []int64 `json:"starts"` // bucket starts, Unix seconds
+	Counts []int   `json:"counts"`
+	Total  int     `json:"total"`
+	// Truncated says a read stopped at the peek bound: later retries are missing.
+	Truncated bool `json:"truncated"`
+}
+
+// timelineOf buckets the entity's pending retries by due time, from now (or the earliest overdue one)
+// to the latest, in whole minutes.
+func (c *Console) timelineOf(ctx context.Context, e *entity) (*timeline, error) {
+	// One page as large as the peek bound lists every pending retry read, earliest first; the scan is
+	// the same whatever the page size, so asking for all costs memory, not round trips.
+	pg, err := e.in.ListPending(ctx, inspect.PageOptions{Limit: c.opts.MaxPeek})
+	if err != nil {
+		return nil, err
+	}
+	t := &timeline{Total: len(pg.Items), Truncated: pg.Truncated()}
+	if len(pg.Items) == 0 {
+		return t, nil
+	}
+	from := c.now()
+	if pg.Items[0].DueTime.Before(from) {
+		from = pg.Items[0].DueTime
+	}
+	from = from.Truncate(time.Minute)
+	span := pg.Items[len(pg.Items)-1].DueTime.Sub(from) + time.Minute
+	step := max((span+timelineBuckets-1)/timelineBuckets, time.Minute).Round(time.Minute)
+	n := int(span/step) + 1
+	t.Starts, t.Counts = make([]int64, n), make([]int, n)
+	for i := range n {
+		t.Starts[i] = from.Add(time.Duration(i) * step).Unix()
+	}
+	for _, p := range pg.Items {
+		i := min(max(int(p.DueTime.Sub(from)/step), 0), n-1)
+		t.Counts[i]++
+	}
+	return t, nil
+}
+
+// timelineJSON is the data of the pending page's chart.
+func (c *Console) timelineJSON(w http.ResponseWriter, r *http.Request) {
+	e, ok := c.entityOf(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	t, err := c.timelineOf(ctx, e)
+	if err != nil {
+		http.Error(w, redact.String(err.Error()), http.StatusBadGateway)
+		return
+	}
+	writeJSON(w, t)
+}
+
+// pendingPage lists one page of the entity's pending retries by due time. The cursor is the
+// inspector's: it names the last item shown, so pages stay consistent while retries activate.
+func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
+	e, ok := c.entityOf(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	pg, err := e.in.ListPending(ctx, inspect.PageOptions{Limit: c.opts.PageSize, Cursor: r.FormValue("cursor")})
+	if err != nil {
+		status := http.StatusBadGateway
+		if isBadInput(err) {
+			status = http.StatusBadRequest
+		}
+		c.fail(w, r, status, "listing the pending retries of %s: %v", e.cfg.Path, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "pending.html", "Pending retries of "+e.cfg.Path, map[string]any{
+		"Entity": e.cfg.Path, "Items": pg.Items, "Next": pg.Next, "Truncated": pg.Truncated(), "First": r.FormValue("cursor") == "",
+	})
+}
+
+// deadLettersPage shows the entity's failure groups, largest first, with the scans that say how much
+// of each dead-letter queue was read.
+func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
+	e, ok := c.entityOf(w, r)
+	if !ok {
+		return
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	groups, sel, err := e.groups(ctx)
+	if err != nil {
+		c.fail(w, r, http.StatusBadGateway, "reading the dead letters of %s: %v", e.cfg.Path, err)
+		return
+	}
+	c.render(w, r, http.StatusOK, "deadletters.html", "Dead letters of "+e.cfg.Path, map[string]any{
+		"Entity": e.cfg.Path, "Groups": groups, "Total": len(sel.Items), "Truncated": inspect.Truncated(sel.Scans), "Scans": sel.Scans,
+	})
+}
+
+// groupPage shows one failure group and one page of its dead letters. The group is found again on
+// every visit (groups are not stored: a console may be one of several replicas); one that is gone gets
+// a 404 that says it may have been redriven or purged.
+func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
+	e, ok := c.entityOf(w, r)
+	if !ok {
+		return
+	}
+	pageNo, err := intParam(r, "page", 0)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	groups, sel, err := e.groups(ctx)
+	if err != nil {
+		c.fail(w, r, http.StatusBadGateway, "reading the dead letters of %s: %v", e.cfg.Path, err)
+		return
+	}
+	id := r.FormValue("g")
+	i := slices.IndexFunc(groups, func(g *failureGroup) bool { return g.ID == id })
+	if i < 0 {
+		c.fail(w, r, http.StatusNotFound, "%s has no failure group %q among the dead letters read: it may have been redriven or purged meanwhile", e.cfg.Path, id)
+		return
+	}
+	g := groups[i]
+	// Only one page of rows is rendered: a group of 10,000 is a 20 kB page, not a 2 MB one.
+	start := min(pageNo*c.opts.PageSize, len(g.Items))
+	end := min(start+c.opts.PageSize, len(g.Items))
+	next := -1
+	if end < len(g.Items) {
+		next = pageNo + 1
+	}
+	c.render(w, r, http.StatusOK, "group.html", "Failure group "+g.ID, map[string]any{
+		"Entity": e.cfg.Path, "Group": g, "Items": g.Items[start:end], "From": start + 1, "To": end,
+		"Page": pageNo, "Next": next, "Prev": pageNo - 1, "Truncated": inspect.Truncated(sel.Scans), "Target": e.target,
+	})
+}
+
+// property is one application property as the message page shows it.
+type property struct{ Name, Value string }
+
+// messagePage shows one dead letter, named by an entity-qualified ref. Every text the message or the
+// broker wrote is redacted before it is shown; the body only with Options.ShowBodies, and binary bodies
+// only as their size.
+func (c *Console) messagePage(w http.ResponseWriter, r *http.Request) {
+	e, ok := c.entityOf(w, r)
+	if !ok {
+		return
+	}
+	ref, err := parseQualifiedRef(r.FormValue("ref"))
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	d, err := e.in.DeadLetter(ctx, ref)
+	if err != nil {
+		c.fail(w, r, statusOf(err), "%s: %v", ref, err)
+		return
+	}
+	m := d.Message
+	props := make([]property, 0, len(m.ApplicationProperties))
+	for k, v := range m.ApplicationProperties {
+		props = append(props, property{Name: k, Value: redact.String(fmt.Sprint(v))})
+	}
+	sort.Slice(props, func(i, j int) bool { return props[i].Name < props[j].Name })
+	data := map[string]any{
+		"Entity": e.cfg.Path, "D": d, "Props": props, "ShowBodies": c.opts.ShowBodies, "BodySize": len(m.Body),
+		"Group": Fingerprint(d.Reason, errorText(*d)), "Target": e.target,
+	}
+	if c.opts.ShowBodies {
+		if utf8.Valid(m.Body) {
+			data["Body"] = redact.String(string(m.Body))
+		} else {
+			data["Body"] = fmt.Sprintf("(%d bytes of binary data)", len(m.Body))
+		}
+	}
+	c.render(w, r, http.StatusOK, "message.html", "Dead letter "+ref.String(), data)
+}
