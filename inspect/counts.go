@@ -2,8 +2,6 @@ package inspect
 
 import (
 	"context"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
 // Counts is how many messages of each kind an entity holds, as one bounded read sees them.
@@ -28,8 +26,7 @@ func (c *Counts) Truncated() bool { return Truncated(c.Scans) }
 func (in *Inspector) Counts(ctx context.Context) (*Counts, error) {
 	c := &Counts{}
 	for _, s := range in.liveSources() {
-		sc, err := in.scan(ctx, s, func(m *azservicebus.ReceivedMessage) {
-			d := decode(m)
+		sc, err := in.scan(ctx, s, func(d decoded) {
 			switch {
 			case !d.isScheduled():
 				c.Active++
@@ -43,7 +40,7 @@ func (in *Inspector) Counts(ctx context.Context) (*Counts, error) {
 		}
 	}
 	for _, s := range in.deadSources() {
-		sc, err := in.scan(ctx, s, func(*azservicebus.ReceivedMessage) { c.DeadLetters++ })
+		sc, err := in.scan(ctx, s, func(decoded) { c.DeadLetters++ })
 		c.Scans = append(c.Scans, sc)
 		if err != nil {
 			return c, err
