@@ -235,3 +235,23 @@ func TestRedriveOfLockedDeadLetterWaitsThenFails(t *testing.T) {
 	assert.Len(t, h.activeIDs(t), 2)
 	assert.Equal(t, 0, h.Stats(t).DeadLettered)
 }
+
+// TestRedriveReportsWhatWasSent: a redrive whose complete is refused after the send stops, exits 1,
+// and its JSON says the fresh delivery was sent although the dead letter is not done.
+func TestRedriveReportsWhatWasSent(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.seed(t, "perm-1")
+	h.Em.RejectNextSettlements(1, "com.microsoft:message-lock-lost")
+	code, out, errOut := h.cli(t, "", "dlq", "redrive", "--all", "--json")
+	assert.Equal(t, exitError, code, errOut)
+	var rep jsonAction
+	require.NoError(t, json.Unmarshal([]byte(out), &rep))
+	require.Len(t, rep.Items, 1)
+	require.NotNil(t, rep.Items[0].Sent)
+	assert.True(t, *rep.Items[0].Sent)
+	assert.False(t, rep.Items[0].Done)
+	assert.Equal(t, 0, rep.Done)
+	assert.Contains(t, rep.Error, "redrive stopped after 0 of 1")
+	assert.Len(t, h.activeIDs(t), 1, "the fresh delivery is in the queue")
+}

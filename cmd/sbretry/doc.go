@@ -34,9 +34,10 @@
 // ('orders-billing-retry/$DeadLetterQueue:17'; quote the $ for the shell). Service Bus counts sequence
 // numbers per entity, and a dead-letter queue counts its own, so in the subscription layout the
 // subscription's dead-letter queue and its retry queue's both hold a number 17: a bare 17 is accepted
-// only where one entity can hold the message (a queue's dead letters, a subscription's pending retries,
-// which are all in its retry queue), and refused with exit code 2, naming both candidates, where two
-// can. A redrive or purge that selects in both dead-letter queues (--reason, --all) settles each dead
+// only where one entity can hold the message (the dead letters of a queue without a --retry-queue of
+// its own, a subscription's pending retries, which are all in its retry queue), and refused with exit
+// code 2, naming both candidates, where two can. A redrive or purge that selects in both dead-letter
+// queues (--reason, --all) settles each dead
 // letter in its own queue.
 //
 // A subscription needs --retry-queue: its pending retries and the dead letters of its last attempts are
@@ -113,10 +114,14 @@
 //
 // # JSON
 //
-// With --json, status, pending, dlq list and dlq show print what they found; redrive, purge and cancel
-// print {"action", "dryRun", "selected", "done", "items", "missing", "error"}, with each item's "ref",
-// "entity", "sequenceNumber", "done" and, for a redrive, "resubmitMessageId", also when the command
-// stopped part way (then "error" says why and the exit code is 1).
+// With --json, status, pending, dlq list and dlq show print what they found. redrive and purge print
+// {"action", "dryRun", "target" (redrive), "selected", "done", "items", "missing", "error"}, each item
+// with its "ref", "entity", "sequenceNumber", "done" and, for a redrive, "resubmitMessageId" and "sent"
+// (the fresh delivery went out; "done" can still be false when completing the dead letter failed).
+// cancel prints {"action", "dryRun", "selected", "done", "items", "error"}, each item a pending retry.
+// Both are printed also when the command stopped part way; then "error" says why and the exit code is 1.
+// Messages of the retry queue whose chain belongs to another entity (sbretry-source) are left out of
+// every answer, with a warning on stderr: the retry queue may be shared, or named by mistake.
 //
 // # Exit codes
 //

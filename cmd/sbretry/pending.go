@@ -165,7 +165,7 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 	done, err := dlqaction.Cancel(ctx, s.inspector, rep.items)
 	rep.done = done
 	if err != nil {
-		return a.finish(c.json, rep, err, "")
+		return a.finish(c.json, rep, stopped(err), "")
 	}
 	return a.finish(c.json, rep, nil, fmt.Sprintf("cancelled %d pending retries", rep.done))
 }

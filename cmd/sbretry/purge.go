@@ -76,7 +76,7 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	}
 	done, err := a.execute(ctx, s, plan, *wait)
 	if err != nil {
-		err = fmt.Errorf("purge stopped after %d of %d: %w; run the same command again to finish", done, len(plan.Items), err)
+		err = stopped(fmt.Errorf("purge stopped after %d of %d: %w; run the same command again to finish", done, len(plan.Items), err))
 	}
 	return a.finish(c.json, rep, err, fmt.Sprintf("deleted %d dead letters", done))
 }

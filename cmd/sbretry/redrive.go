@@ -88,7 +88,7 @@ func (a *app) dlqRedrive(ctx context.Context, args []string) error {
 	// the package documentation.
 	done, err := a.execute(ctx, s, plan, *wait)
 	if err != nil {
-		err = fmt.Errorf("redrive stopped after %d of %d: %w; run the same command again to finish", done, len(plan.Items), err)
+		err = stopped(fmt.Errorf("redrive stopped after %d of %d: %w; run the same command again to finish", done, len(plan.Items), err))
 	}
 	return a.finish(c.json, rep, err, fmt.Sprintf("resubmitted %d dead letters to %s", done, target))
 }

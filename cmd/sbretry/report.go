@@ -71,7 +71,10 @@ type jsonPlanItem struct {
 	jsonDeadLetter
 	// ResubmitMessageID is the MessageID of the fresh delivery (redrive only).
 	ResubmitMessageID string `json:"resubmitMessageId,omitempty"`
-	Done              bool   `json:"done"`
+	// Sent says a redrive sent the fresh delivery (redrive only); done can still be false then, when
+	// completing the dead letter failed.
+	Sent *bool `json:"sent,omitempty"`
+	Done bool  `json:"done"`
 }
 
 type jsonAction struct {
@@ -91,6 +94,9 @@ func (r *actionReport) toJSON(err error) any {
 		Items: make([]jsonPlanItem, len(p.Items)), Missing: refsJSON(p.Missing)}
 	for i, it := range p.Items {
 		out.Items[i] = jsonPlanItem{jsonDeadLetter: deadLetterJSON(it.DeadLetter), ResubmitMessageID: it.ResubmitID, Done: it.Done}
+		if p.Action == dlqaction.Redrive {
+			out.Items[i].Sent = &it.Sent
+		}
 	}
 	if err != nil {
 		out.Error = redact.String(err.Error())

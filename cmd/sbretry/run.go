@@ -97,8 +97,10 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
 
-func (a *app) run(ctx context.Context, args []string) int {
-	err := a.dispatch(ctx, args)
+func (a *app) run(ctx context.Context, args []string) int { return a.exitCode(a.dispatch(ctx, args)) }
+
+// exitCode reports err on stderr (redacted) and returns the exit code for it.
+func (a *app) exitCode(err error) int {
 	var ue *usageError
 	switch {
 	case err == nil:
@@ -109,6 +111,10 @@ func (a *app) run(ctx context.Context, args []string) int {
 	case errors.As(err, &ue):
 		fmt.Fprintf(a.stderr, "sbretry: %s\n\n%s", redact.String(ue.msg), usageText)
 		return exitUsage
+	case errors.As(err, new(*stoppedError)):
+		// Part of the action was done: an error whatever the cause, never "not found" or "usage".
+		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
+		return exitError
 	case isRefError(err):
 		// A selection the command cannot place: the operator must name the entity. Nothing was done.
 		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
@@ -174,6 +180,21 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.serve(ctx, rest)
 	}
 	return usagef("unknown command %q", name)
+}
+
+// stoppedError is an action (redrive, purge, cancel) that stopped part way: it exits with exitError
+// whatever its cause, since part of the action may be done and a re-run finishes it.
+type stoppedError struct{ err error }
+
+func (e *stoppedError) Error() string { return e.err.Error() }
+func (e *stoppedError) Unwrap() error { return e.err }
+
+// stopped marks err, when there is one, as an action that stopped part way.
+func stopped(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &stoppedError{err: err}
 }
 
 // isRefError reports an error about a message reference or an entity the command line named: an
@@ -322,6 +343,9 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 // warnTruncated tells the operator on stderr when a scan stopped at --max-peek.
 func (a *app) warnTruncated(scans ...inspect.Scan) {
 	for _, s := range scans {
+		if s.Foreign > 0 {
+			fmt.Fprintf(a.stderr, "sbretry: warning: %d messages of %s belong to retry chains of another entity (sbretry-source) and were left out: is --retry-queue shared, or the wrong queue?\n", s.Foreign, s.Entity)
+		}
 		if s.Truncated {
 			fmt.Fprintf(a.stderr, "sbretry: warning: read only the first %d messages of %s (--max-peek); the answer covers those only\n", s.Peeked, s.Entity)
 		}

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 
+	"github.com/sbretry/retry/inspect"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -125,4 +127,16 @@ func TestParseWhen(t *testing.T) {
 		_, err := parseWhen(bad, now)
 		assert.Error(t, err, bad)
 	}
+}
+
+// TestStoppedActionsExitOne: an action that stopped part way exits 1 whatever its cause, even one that
+// alone would mean "not found" or "usage": part of it may be done.
+func TestStoppedActionsExitOne(t *testing.T) {
+	t.Parallel()
+	var errOut bytes.Buffer
+	a := &app{stderr: &errOut}
+	assert.Equal(t, exitNotFound, a.exitCode(inspect.ErrNotFound))
+	assert.Equal(t, exitError, a.exitCode(stopped(fmt.Errorf("cancel stopped after 1 of 2: %w", inspect.ErrNotFound))))
+	assert.Equal(t, exitError, a.exitCode(stopped(inspect.ErrAmbiguousRef)))
+	assert.Nil(t, stopped(nil))
 }

@@ -21,6 +21,9 @@ func (a *app) selectDeadLetters(ctx context.Context, s *session, f inspect.DeadL
 		return nil, err
 	}
 	a.warnTruncated(sel.Scans...)
+	if n := len(sel.Unaddressable); n > 0 {
+		fmt.Fprintf(a.stderr, "sbretry: warning: %d selected dead letters came without a sequence number and are left alone: nothing can name them\n", n)
+	}
 	if len(sel.Missing) > 0 {
 		fmt.Fprintf(a.stderr, "sbretry: warning: %d of the requested dead letters are not in their dead-letter queue or do not pass the filters (already redriven or purged?): %s\n",
 			len(sel.Missing), joinRefs(sel.Missing))

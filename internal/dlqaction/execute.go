@@ -85,6 +85,9 @@ func Execute(ctx context.Context, client *azservicebus.Client, in *inspect.Inspe
 		if p.Target == "" {
 			return 0, fmt.Errorf("dlqaction: a redrive plan without a target")
 		}
+		if err := p.checkResubmitIDs(); err != nil {
+			return 0, err
+		}
 		sender, err := client.NewSender(p.Target, nil)
 		if err != nil {
 			return 0, fmt.Errorf("opening a sender on %s: %w", p.Target, err)
@@ -115,6 +118,7 @@ func redriveEach(sender *azservicebus.Sender, p *Plan, o Options) func(ctx conte
 		if err := sender.SendMessage(ctx, fresh, nil); err != nil {
 			return fmt.Errorf("sending to %s: %w", p.Target, err)
 		}
+		it.Sent = true
 		sent++
 		if o.AfterResubmit != nil {
 			o.AfterResubmit(sent, *m.SequenceNumber)

@@ -1,6 +1,7 @@
 package dlqaction
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -165,4 +166,23 @@ func TestExecuteWarnsAboutDeadLettersThatLeft(t *testing.T) {
 	assert.Equal(t, []int{1}, progress)
 	assert.Equal(t, []inspect.Ref{sel.Items[0].Ref(), sel.Items[1].Ref()}, plan.Refs())
 	assert.Equal(t, []string{"orders/$DeadLetterQueue"}, plan.Entities())
+}
+
+// TestExecuteRefusesDuplicateResubmitIDs: two dead letters with the same sequence number and MessageID
+// in two dead-letter queues would be resubmitted with one MessageID; duplicate detection would drop
+// the second send while its dead letter was completed. The plan is refused before anything is done.
+func TestExecuteRefusesDuplicateResubmitIDs(t *testing.T) {
+	t.Parallel()
+	seq := int64(1)
+	dead := func(entity string) inspect.DeadLetter {
+		return inspect.DeadLetter{Entity: entity, SequenceNumber: seq, MessageID: "same",
+			Message: &azservicebus.ReceivedMessage{MessageID: "same", SequenceNumber: &seq}}
+	}
+	sel := &Selection{Items: []inspect.DeadLetter{dead("events/Subscriptions/billing/$DeadLetterQueue"), dead("billing-retry/$DeadLetterQueue")}}
+	p := NewRedrivePlan(sel, "billing-retry", 0)
+	require.Equal(t, p.Items[0].ResubmitID, p.Items[1].ResubmitID)
+	done, err := Execute(context.Background(), nil, nil, p, nil)
+	assert.ErrorIs(t, err, ErrDuplicateResubmit)
+	assert.Equal(t, 0, done)
+	assert.False(t, p.Items[0].Sent || p.Items[1].Sent)
 }

@@ -35,6 +35,10 @@ type Selection struct {
 	// Missing are the refs of the filter that are not in their dead-letter queue among the messages
 	// read, or do not pass the filter's other fields (already redriven or purged, say).
 	Missing []inspect.Ref
+	// Unaddressable are dead letters the filter selected that came back without a sequence number:
+	// nothing can name them, so no action takes them. Service Bus always sets one; this guards against
+	// a broker that does not.
+	Unaddressable []inspect.DeadLetter
 }
 
 // Select peeks the dead-letter queues of in and keeps what f selects. Refs of f that are absent are
@@ -45,7 +49,15 @@ func Select(ctx context.Context, in *inspect.Inspector, f inspect.DeadLetterFilt
 	if err != nil {
 		return nil, err
 	}
-	return &Selection{Items: list.Items, Scans: list.Scans(), Missing: list.Missing}, nil
+	sel := &Selection{Scans: list.Scans(), Missing: list.Missing}
+	for _, d := range list.Items {
+		if d.SequenceNumber < 0 {
+			sel.Unaddressable = append(sel.Unaddressable, d)
+			continue
+		}
+		sel.Items = append(sel.Items, d)
+	}
+	return sel, nil
 }
 
 // scanOf is the scan of the dead-letter queue entity.
@@ -65,6 +77,9 @@ type Item struct {
 	DeadLetter inspect.DeadLetter
 	// ResubmitID is the MessageID of the fresh delivery (redrive only).
 	ResubmitID string
+	// Sent is set once a redrive sent the fresh delivery; Done may still be false then, when the
+	// complete that follows failed (a re-run sends the same MessageID, which duplicate detection drops).
+	Sent bool
 	// Done is set once the dead letter was settled by [Execute].
 	Done bool
 }
@@ -147,6 +162,23 @@ func (p *Plan) Entities() []string {
 		}
 	}
 	return out
+}
+
+// ErrDuplicateResubmit is returned by [Execute] for a redrive plan in which two dead letters would be
+// resubmitted with the same MessageID (the same sequence number and MessageID in two dead-letter
+// queues): duplicate detection would drop the second send while its dead letter was completed.
+var ErrDuplicateResubmit = errors.New("two dead letters of the plan would be resubmitted with the same MessageID")
+
+// checkResubmitIDs refuses a redrive plan whose fresh deliveries would share a MessageID.
+func (p *Plan) checkResubmitIDs() error {
+	seen := make(map[string]inspect.Ref, len(p.Items))
+	for _, it := range p.Items {
+		if other, dup := seen[it.ResubmitID]; dup {
+			return fmt.Errorf("%w: %s and %s (%s); redrive them one at a time, each after the other's duplicate-detection window", ErrDuplicateResubmit, other, it.Ref(), it.ResubmitID)
+		}
+		seen[it.ResubmitID] = it.Ref()
+	}
+	return nil
 }
 
 // ErrChanged is returned for a received dead letter that does not match the line of the plan it was
