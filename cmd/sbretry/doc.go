@@ -37,8 +37,7 @@
 // only where one entity can hold the message (the dead letters of a queue without a --retry-queue of
 // its own, a subscription's pending retries, which are all in its retry queue), and refused with exit
 // code 2, naming both candidates, where two can. A redrive or purge that selects in both dead-letter
-// queues (--reason, --all) settles each dead
-// letter in its own queue.
+// queues (--reason, --all) settles each dead letter in its own queue.
 //
 // A subscription needs --retry-queue: its pending retries and the dead letters of its last attempts are
 // there, and an answer that left them out would say "nothing pending" about a place it never looked.
