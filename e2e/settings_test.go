@@ -3,11 +3,9 @@
 package e2e
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/syncbuf"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -61,7 +60,7 @@ func TestSettingsCheckThatCannotRunIsReported(t *testing.T) {
 	parallel(t)
 	em := sbemu.StartT(t, sbemu.Config{Queues: []broker.QueueConfig{{Name: "weak", MaxDeliveryCount: 2}}})
 	run := func(admin *admin.ClientOptions) ([]string, string) {
-		var logs syncBuffer
+		var logs syncbuf.Buffer
 		connect, err := retry.QueueConnectionString(em.ConnectionString(), "weak", &retry.ConnectOptions{
 			Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}, CheckSettings: true, Admin: admin,
 		})
@@ -98,22 +97,4 @@ func TestSettingsCheckThatCannotRunIsReported(t *testing.T) {
 		assert.True(t, strings.HasPrefix(w, "weak: "), "a warning that does not name its entity: %q", w)
 	}
 	assert.Contains(t, logs, "weak: ")
-}
-
-// syncBuffer is a bytes.Buffer safe for the logger's concurrent writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }

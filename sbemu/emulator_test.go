@@ -1,12 +1,10 @@
 package sbemu
 
 import (
-	"bytes"
 	"context"
 	"log/slog"
 	"net"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -14,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sbretry/retry/internal/syncbuf"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
@@ -76,26 +75,8 @@ func TestLockTokenToDeliveryTagMatchesTheSDK(t *testing.T) {
 	assert.Equal(t, token[:], lockTokenToDeliveryTag([16]byte(tag)), "the swap is its own inverse, as the SDK relies on")
 }
 
-// syncBuffer is a goroutine-safe log sink.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 func TestLogsNeverContainSecrets(t *testing.T) {
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	const key = "super-secret-key-value"
 	em := startEmulator(t, Config{
 		StrictAuth: true,

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -12,7 +11,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -21,32 +19,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sbretry/retry/internal/syncbuf"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
-// lockedBuffer collects the command's log while it runs.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // running is one in-process run of the command.
 type running struct {
 	cs     string
-	log    *lockedBuffer
+	log    *syncbuf.Buffer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -57,7 +38,7 @@ func startRunning(t *testing.T, args ...string) *running {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	pr, pw := io.Pipe()
-	r := &running{log: &lockedBuffer{}, cancel: cancel, done: make(chan error, 1)}
+	r := &running{log: &syncbuf.Buffer{}, cancel: cancel, done: make(chan error, 1)}
 	go func() {
 		r.done <- run(ctx, append([]string{"-addr", "127.0.0.1:0", "-admin-addr", "127.0.0.1:0"}, args...), pw, r.log)
 		_ = pw.Close()

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"bytes"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,35 +8,17 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/internal/syncbuf"
 )
 
-// syncBuffer is a bytes.Buffer safe for the journal's goroutine to log to
-// while the test reads it.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // testLogger logs as text into a buffer the test can read.
-func testLogger() (*slog.Logger, *syncBuffer) {
-	buf := &syncBuffer{}
+func testLogger() (*slog.Logger, *syncbuf.Buffer) {
+	buf := &syncbuf.Buffer{}
 	return slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug})), buf
 }
 
