@@ -158,14 +158,29 @@ func TestAdminQueueRuntimeProperties(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, missing)
 
-	// A receiver holds a lock: deleting would strand it, so it is refused.
+}
+
+// TestAdminDeleteQueueWithLockedMessages: a queue whose messages are locked
+// by a receiver is deleted all the same, as on Service Bus (the SDK's live
+// test TestAdminClient_GetQueueRuntimeProperties deletes one), and the
+// receiver's settlement then fails with the queue gone.
+func TestAdminDeleteQueueWithLockedMessages(t *testing.T) {
+	em := startEmulator(t, Config{Queues: []broker.QueueConfig{{Name: "work"}}})
+	ac := newAdminClient(t, em)
+	client := newClient(t, em)
+	ctx := ctxT(t)
+	sendText(t, newSender(t, client, "work"), "in flight")
+	receiver := newReceiver(t, client, "work", nil)
 	locked := receiveOne(t, receiver)
-	_, err = ac.DeleteQueue(ctx, "work", nil)
-	requireStatus(t, err, http.StatusConflict)
-	assert.Contains(t, err.Error(), "locked by receivers")
-	require.NoError(t, receiver.CompleteMessage(ctx, locked, nil))
-	_, err = ac.DeleteQueue(ctx, "work", nil)
+
+	_, err := ac.DeleteQueue(ctx, "work", nil)
 	require.NoError(t, err)
+	got, err := ac.GetQueue(ctx, "work", nil)
+	require.NoError(t, err)
+	assert.Nil(t, got, "the queue is gone")
+	err = receiver.CompleteMessage(ctx, locked, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "amqp:not-found")
 }
 
 func TestAdminTopicsSubscriptionsAndRules(t *testing.T) {

@@ -130,6 +130,9 @@ func settleErrorState(err error) wire.DeliveryState {
 		return lockLostState("sbemu: the message lock was lost (expired, already settled or released)")
 	case errors.Is(err, broker.ErrNotSupported):
 		return &wire.Rejected{Error: &wire.Error{Condition: condNotAllowed, Description: "sbemu: " + err.Error()}}
+	case errors.Is(err, broker.ErrUnknownQueue):
+		// The entity was deleted while the message was locked.
+		return &wire.Rejected{Error: &wire.Error{Condition: condNotFound, Description: "sbemu: " + err.Error()}}
 	default:
 		return &wire.Rejected{Error: &wire.Error{Condition: condInternalError, Description: "sbemu: " + err.Error()}}
 	}
