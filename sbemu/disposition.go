@@ -127,7 +127,7 @@ func (s *session) settle(sd *sentDelivery, state wire.DeliveryState) wire.Delive
 func settleErrorState(err error) wire.DeliveryState {
 	switch {
 	case errors.Is(err, broker.ErrLockLost):
-		return lockLostState("sbemu: the message lock was lost (expired, already settled or released)")
+		return lockLostState("sbemu: the lock expired, or the message was settled or released")
 	case errors.Is(err, broker.ErrNotSupported):
 		return &wire.Rejected{Error: &wire.Error{Condition: condNotAllowed, Description: "sbemu: " + err.Error()}}
 	case errors.Is(err, broker.ErrUnknownQueue):
@@ -138,9 +138,10 @@ func settleErrorState(err error) wire.DeliveryState {
 	}
 }
 
-// lockLostState is the outcome the SDK surfaces as CodeLockLost.
-func lockLostState(desc string) wire.DeliveryState {
-	return &wire.Rejected{Error: &wire.Error{Condition: condLockLost, Description: desc}}
+// lockLostState is the outcome the SDK surfaces as CodeLockLost, described
+// as Service Bus describes it, followed by the emulator's detail.
+func lockLostState(detail string) wire.DeliveryState {
+	return &wire.Rejected{Error: &wire.Error{Condition: condLockLost, Description: lockLostDescription + " " + detail}}
 }
 
 // deadLetterInfo extracts DeadLetterReason and DeadLetterErrorDescription
