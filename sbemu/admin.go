@@ -68,7 +68,7 @@ type adminServer struct {
 // entityMeta is what the broker does not keep but the API reports.
 type entityMeta struct {
 	created, updated time.Time
-	userMetadata     *string
+	echoedSettings   // admin_echoed.go
 }
 
 // startAdmin creates the certificate and starts serving the API on

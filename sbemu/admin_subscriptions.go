@@ -72,15 +72,21 @@ func (a *adminServer) subscription(w http.ResponseWriter, r *http.Request, topic
 				return apiErrorf(http.StatusConflict, "sbemu: subscription %q already exists", broker.SubscriptionPath(topic, sub))
 			case !create && !exists:
 				return apiErrorf(http.StatusNotFound, "sbemu: no subscription %q", broker.SubscriptionPath(topic, sub))
-			case create:
+			}
+			path := broker.SubscriptionPath(tn, sub)
+			settings, err := subscriptionEchoed(req.Content.Subscription).apply(a.previousLocked(path, create), create)
+			if err != nil {
+				return err
+			}
+			if create {
 				err = b.AddSubscription(tn, cfg)
-			default:
+			} else {
 				err = b.UpdateSubscription(tn, cfg)
 			}
 			if err != nil {
 				return brokerStatus(err)
 			}
-			a.touchLocked(broker.SubscriptionPath(tn, sub), create, req.Content.Subscription.UserMetadata)
+			a.touchLocked(path, create, settings)
 			return nil
 		})
 		if err != nil {
@@ -170,16 +176,16 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 		DeadLetteringOnFilterEvaluationExceptions: ptr(false),
 		MessageCount:                              ptr(int64(rt.Total())),
 		MaxDeliveryCount:                          ptr(int32(mdc)),
-		EnableBatchedOperations:                   ptr(true),
+		EnableBatchedOperations:                   ptr(!m.unbatched),
 		Status:                                    ptr("Active"),
-		ForwardTo:                                 forwardURL(r, sc.ForwardTo),
+		ForwardTo:                                 forwardURL(r, sc.ForwardTo, m.forwardScheme),
 		CreatedAt:                                 apiTime(m.created),
 		UpdatedAt:                                 apiTime(m.updated),
 		AccessedAt:                                apiTime(m.updated),
 		CountDetails:                              counts(rt),
 		UserMetadata:                              m.userMetadata,
-		ForwardDeadLetteredMessagesTo:             forwardURL(r, sc.ForwardDeadLetteredMessagesTo),
-		AutoDeleteOnIdle:                          ptr(timeSpanMax),
+		ForwardDeadLetteredMessagesTo:             forwardURL(r, sc.ForwardDeadLetteredMessagesTo, m.forwardDeadLetterScheme),
+		AutoDeleteOnIdle:                          m.reportedAutoDelete(),
 	}
 	return a.entry(r, path, sc.Name, m, d)
 }
@@ -248,7 +254,7 @@ func (a *adminServer) rule(w http.ResponseWriter, r *http.Request, topic, sub, n
 			if err != nil {
 				return brokerStatus(err)
 			}
-			a.touchLocked(broker.SubscriptionPath(topic, sub)+"/rules/"+name, create, nil)
+			a.touchLocked(broker.SubscriptionPath(topic, sub)+"/rules/"+name, create, echoedSettings{})
 			return nil
 		})
 		if err != nil {
