@@ -69,6 +69,10 @@ func brokerStatus(err error) error {
 
 // serveHTTP authenticates and routes one request.
 func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if isHealthProbe(r) {
+		serveHealth(w, r)
+		return
+	}
 	if a.e.persistent && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		dw := &durableWriter{ResponseWriter: w, r: r, b: a.e.broker}
 		// Also when the handler wrote nothing and net/http answers 200.

@@ -3,6 +3,7 @@ package sbemu
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -528,4 +529,30 @@ func TestAudienceCovers(t *testing.T) {
 			assert.Equal(t, tc.want, audienceCovers(tc.audience, tc.resource))
 		})
 	}
+}
+
+// TestAdminHealthProbe: GET /health without credentials answers 200, as
+// Microsoft's emulator does; a signed request for /health still reaches an
+// entity named "health".
+func TestAdminHealthProbe(t *testing.T) {
+	em := startEmulator(t, Config{StrictAuth: true, Queues: []broker.QueueConfig{{Name: "health"}}})
+	hc := em.AdminHTTPClient()
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, err := http.NewRequestWithContext(ctxT(t), method, em.AdminEndpoint()+"health", nil)
+		require.NoError(t, err)
+		resp, err := hc.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, http.StatusOK, resp.StatusCode, method)
+		if method == http.MethodGet {
+			assert.Equal(t, "Healthy\n", string(body))
+		}
+	}
+
+	q, err := newAdminClient(t, em).GetQueue(ctxT(t), "health", nil)
+	require.NoError(t, err)
+	require.NotNil(t, q, "the SDK's signed GET /health is the queue")
+	assert.Equal(t, "health", q.QueueName)
 }
