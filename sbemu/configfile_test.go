@@ -141,6 +141,7 @@ func FuzzConfigFromJSON(f *testing.F) {
 	require.NoError(f, err)
 	f.Add(sample)
 	f.Add([]byte(`{"UserConfig": {"Namespaces": [{"Queues": [{"Name": "q"}]}]}}`))
+	f.Add([]byte("// c\n{\"UserConfig\": {\"Namespaces\": [{\"Queues\": [{\"Name\": \"q//\\\"\"}]}]}} // d"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = ConfigFromJSON(data)
 	})
