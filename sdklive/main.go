@@ -37,6 +37,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sbretry/retry/sbemu"
@@ -58,11 +59,12 @@ func main() {
 
 // options are the runner's flags.
 type options struct {
-	timeout time.Duration
-	filter  *regexp.Regexp
-	results string
-	keep    bool
-	patch   string
+	timeout  time.Duration
+	parallel int
+	filter   *regexp.Regexp
+	results  string
+	keep     bool
+	patch    string
 }
 
 func run(ctx context.Context, args []string, stdout io.Writer) error {
@@ -72,6 +74,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		pattern = fs.String("run", "", "run only the live tests whose name matches this regular expression")
 	)
 	fs.DurationVar(&opts.timeout, "timeout", 90*time.Second, "time limit of each test")
+	fs.IntVar(&opts.parallel, "parallel", 1, "tests run at once, each in its own process against its own emulator")
 	fs.StringVar(&opts.results, "results", "", "also write the per-test results as a Markdown table to this file")
 	fs.BoolVar(&opts.keep, "keep", false, "keep the working directory (SDK copy, binaries, per-test logs) and print its path")
 	fs.StringVar(&opts.patch, "patch", "", "harness patch to apply (default: harness.patch next to this program's source)")
@@ -81,6 +84,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	var err error
 	if opts.filter, err = regexp.Compile(*pattern); err != nil {
 		return fmt.Errorf("-run: %w", err)
+	}
+	if opts.parallel < 1 {
+		return fmt.Errorf("-parallel %d: must be at least 1", opts.parallel)
 	}
 	if opts.patch == "" {
 		opts.patch = filepath.Join("sdklive", "harness.patch")
@@ -124,22 +130,24 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	if err := os.MkdirAll(logs, 0o755); err != nil {
 		return err
 	}
-	var results []result
-	passed, ran := 0, 0
+	var selected []testCase
 	for _, tc := range all {
-		if !opts.filter.MatchString(tc.name) {
-			continue
+		if opts.filter.MatchString(tc.name) {
+			selected = append(selected, tc)
 		}
-		ran++
-		r, err := runOne(ctx, tc, opts.timeout, logs)
-		if err != nil {
-			return err
-		}
+	}
+	runTest := func(ctx context.Context, tc testCase) (result, error) { return runOne(ctx, tc, opts.timeout, logs) }
+	results, err := runAll(ctx, selected, opts.parallel, runTest, func(r result) {
+		fmt.Fprintf(stdout, "%s %-8s %s (%.1fs)%s\n", r.status, pkgLabel(r.tc.pkg), r.tc.name, r.elapsed.Seconds(), reasonSuffix(r.reason))
+	})
+	if err != nil {
+		return err
+	}
+	passed, ran := 0, len(results)
+	for _, r := range results {
 		if r.status == "PASS" {
 			passed++
 		}
-		results = append(results, r)
-		fmt.Fprintf(stdout, "%s %-8s %s (%.1fs)%s\n", r.status, pkgLabel(tc.pkg), tc.name, r.elapsed.Seconds(), reasonSuffix(r.reason))
 	}
 	if ran != total {
 		fmt.Fprintf(stdout, "%d/%d passed (%d of %d live tests selected by -run)\n", passed, ran, ran, total)
@@ -187,6 +195,72 @@ func prepareSDK(ctx context.Context, work, patch string) (string, error) {
 		return "", fmt.Errorf("applying %s: %w\n%s", patch, err, out)
 	}
 	return dst, nil
+}
+
+// runAll runs the tests with run, parallel at a time, and reports each
+// result to report in the order of tests (a result waits for those before
+// it). It stops at the first error of the runner itself, after the tests
+// under way have finished.
+func runAll(ctx context.Context, tests []testCase, parallel int, run func(context.Context, testCase) (result, error), report func(result)) ([]result, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	type done struct {
+		i   int
+		r   result
+		err error
+	}
+	jobs := make(chan int)
+	out := make(chan done)
+	var wg sync.WaitGroup
+	for range min(parallel, max(len(tests), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				r, err := run(ctx, tests[i])
+				if err == nil {
+					err = ctx.Err() // a test killed by the cancellation is not a result
+				}
+				out <- done{i: i, r: r, err: err}
+			}
+		}()
+	}
+	go func() {
+		defer close(jobs)
+		for i := range tests {
+			select {
+			case jobs <- i:
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	go func() {
+		wg.Wait()
+		close(out)
+	}()
+	results := make([]result, len(tests))
+	finished := make([]bool, len(tests))
+	next := 0
+	var firstErr error
+	for d := range out {
+		if d.err != nil {
+			if firstErr == nil {
+				firstErr = d.err
+				cancel()
+			}
+			continue
+		}
+		results[d.i], finished[d.i] = d.r, true
+		for next < len(tests) && finished[next] {
+			report(results[next])
+			next++
+		}
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	return results, nil
 }
 
 // testCase is one live test of one SDK package.

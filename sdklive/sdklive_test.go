@@ -1,8 +1,10 @@
 package main
 
 import (
+	"context"
 	"crypto/tls"
 	"crypto/x509"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -116,4 +118,48 @@ func TestFrontDoorRoutesAMQPAndHTTPS(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	assert.Equal(t, "admin", string(body))
 	assert.Equal(t, door.Addr(), <-hosts, "the admin API sees the namespace the client asked for")
+}
+
+// TestRunAllReportsInOrder: with tests finishing out of order, results are
+// reported in the order of the tests, each once.
+func TestRunAllReportsInOrder(t *testing.T) {
+	tests := []testCase{{name: "A"}, {name: "B"}, {name: "C"}, {name: "D"}}
+	release := map[string]chan struct{}{}
+	for _, tc := range tests {
+		release[tc.name] = make(chan struct{})
+	}
+	run := func(_ context.Context, tc testCase) (result, error) {
+		<-release[tc.name]
+		return result{tc: tc, status: "PASS"}, nil
+	}
+	// D and B finish first; A's result unblocks the report of A and B.
+	go func() {
+		close(release["D"])
+		close(release["B"])
+		close(release["A"])
+		close(release["C"])
+	}()
+	var reported []string
+	results, err := runAll(context.Background(), tests, 4, run, func(r result) { reported = append(reported, r.tc.name) })
+	require.NoError(t, err)
+	assert.Equal(t, []string{"A", "B", "C", "D"}, reported)
+	require.Len(t, results, 4)
+	assert.Equal(t, "C", results[2].tc.name)
+}
+
+// TestRunAllStopsAtARunnerError: an error of the runner itself ends the run
+// and is returned; tests not yet started do not start.
+func TestRunAllStopsAtARunnerError(t *testing.T) {
+	tests := []testCase{{name: "A"}, {name: "B"}, {name: "C"}}
+	var started []string
+	run := func(_ context.Context, tc testCase) (result, error) {
+		started = append(started, tc.name)
+		if tc.name == "A" {
+			return result{}, errors.New("no emulator")
+		}
+		return result{tc: tc, status: "PASS"}, nil
+	}
+	_, err := runAll(context.Background(), tests, 1, run, func(result) {})
+	require.EqualError(t, err, "no emulator")
+	assert.LessOrEqual(t, len(started), 2, "at most the test already handed to the worker runs after the error")
 }
