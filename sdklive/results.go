@@ -2,6 +2,8 @@ package main
 
 import (
 	"fmt"
+	"html"
+	"net/url"
 	"os"
 	"regexp"
 	"strings"
@@ -55,7 +57,7 @@ func verdict(name, out string) (status, reason string) {
 				}
 				parts = append(parts, cm[1])
 			}
-			return status, clip(strings.Join(parts, " "))
+			return status, clip(summarizeHTTPError(strings.Join(parts, " ")))
 		}
 	}
 	for _, l := range lines {
@@ -69,6 +71,31 @@ func verdict(name, out string) (status, reason string) {
 		}
 	}
 	return status, ""
+}
+
+var (
+	// httpErrorShape matches azcore's ResponseError text: the request line,
+	// a rule, then "RESPONSE 400: 400 Bad Request" and the body.
+	httpErrorShape = regexp.MustCompile(`^(.*?)(?:\b(?:GET|PUT|DELETE|POST) (\S+))\s*-{10,}\s*RESPONSE (\d{3})`)
+	// errorDetail is the emulator's (and Service Bus's) error detail.
+	errorDetail = regexp.MustCompile(`<Detail>(.*?)</Detail>`)
+)
+
+// summarizeHTTPError shortens an admin API failure to its request, status
+// and detail, which is the part that says why; other text is unchanged.
+func summarizeHTTPError(s string) string {
+	m := httpErrorShape.FindStringSubmatch(s)
+	if m == nil {
+		return s
+	}
+	out := strings.TrimSpace(m[1]) + " " + m[3]
+	if u, err := url.Parse(m[2]); err == nil {
+		out += " " + u.Path
+	}
+	if d := errorDetail.FindStringSubmatch(s); d != nil {
+		out += ": " + html.UnescapeString(d[1])
+	}
+	return out
 }
 
 // clip shortens s to maxReason bytes (on a rune boundary) and makes it one line.

@@ -163,3 +163,9 @@ func TestRunAllStopsAtARunnerError(t *testing.T) {
 	require.EqualError(t, err, "no emulator")
 	assert.LessOrEqual(t, len(started), 2, "at most the test already handed to the worker runs after the error")
 }
+
+func TestSummarizeHTTPError(t *testing.T) {
+	in := "Received unexpected error: PUT https://127.0.0.1:1/queue-1 -------------------------------------------------------------------------------- RESPONSE 400: 400 Bad Request ERROR CODE: 400 -------------------------------------------------------------------------------- <Error><Code>400</Code><Detail>sbemu: rule &#34;$Default&#34;: no</Detail></Error> ---"
+	assert.Equal(t, `Received unexpected error: 400 /queue-1: sbemu: rule "$Default": no`, summarizeHTTPError(in))
+	assert.Equal(t, "plain", summarizeHTTPError("plain"))
+}
