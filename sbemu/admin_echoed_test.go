@@ -4,9 +4,11 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -126,4 +128,35 @@ func TestAdminForwardToKeepsTheGivenScheme(t *testing.T) {
 			assert.Equal(t, tt.want, *sub.ForwardTo)
 		})
 	}
+}
+
+// TestAdminAccessedAtIsZeroUntilUsed: an entity nobody has sent to or
+// received from reports a zero AccessedAt, as Service Bus does (the SDK's
+// live tests testCreateQueue and testTopicCreation); a send and a receive
+// set it.
+func TestAdminAccessedAtIsZeroUntilUsed(t *testing.T) {
+	clk := clock.NewMock()
+	clk.Set(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
+	em := startEmulator(t, Config{Clock: clk, Queues: []broker.QueueConfig{{Name: "work"}}, Topics: []broker.TopicConfig{{Name: "events", Subscriptions: []broker.SubscriptionConfig{{Name: "s"}}}}})
+	ac := newAdminClient(t, em)
+	ctx := ctxT(t)
+
+	q, err := ac.GetQueueRuntimeProperties(ctx, "work", nil)
+	require.NoError(t, err)
+	assert.True(t, q.AccessedAt.IsZero(), "never used: %v", q.AccessedAt)
+	topic, err := ac.GetTopicRuntimeProperties(ctx, "events", nil)
+	require.NoError(t, err)
+	assert.True(t, topic.AccessedAt.IsZero(), "never used: %v", topic.AccessedAt)
+
+	client := newClient(t, em)
+	sendText(t, newSender(t, client, "work"), "x")
+	q, err = ac.GetQueueRuntimeProperties(ctx, "work", nil)
+	require.NoError(t, err)
+	assert.True(t, q.AccessedAt.Equal(clk.Now()), "a send sets it: %v", q.AccessedAt)
+
+	clk.Add(time.Minute)
+	receiveOne(t, newReceiver(t, client, "work", nil))
+	q, err = ac.GetQueueRuntimeProperties(ctx, "work", nil)
+	require.NoError(t, err)
+	assert.True(t, q.AccessedAt.Equal(clk.Now()), "a receive sets it: %v", q.AccessedAt)
 }

@@ -181,7 +181,7 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 		ForwardTo:                                 forwardURL(r, sc.ForwardTo, m.forwardScheme),
 		CreatedAt:                                 apiTime(m.created),
 		UpdatedAt:                                 apiTime(m.updated),
-		AccessedAt:                                apiTime(m.updated),
+		AccessedAt:                                apiTime(rt.AccessedAt),
 		CountDetails:                              counts(rt),
 		UserMetadata:                              m.userMetadata,
 		ForwardDeadLetteredMessagesTo:             forwardURL(r, sc.ForwardDeadLetteredMessagesTo, m.forwardDeadLetterScheme),

@@ -51,7 +51,7 @@ const sdkModule = "github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 var packages = []string{".", "admin", "internal"}
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil && !errors.Is(err, flag.ErrHelp) {
 		fmt.Fprintln(os.Stderr, "sdklive:", err)
 		os.Exit(2)
 	}
@@ -77,7 +77,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.IntVar(&opts.parallel, "parallel", 1, "tests run at once, each in its own process against its own emulator")
 	fs.StringVar(&opts.results, "results", "", "also write the per-test results as a Markdown table to this file")
 	fs.BoolVar(&opts.keep, "keep", false, "keep the working directory (SDK copy, binaries, per-test logs) and print its path")
-	fs.StringVar(&opts.patch, "patch", "", "harness patch to apply (default: harness.patch next to this program's source)")
+	fs.StringVar(&opts.patch, "patch", "", "harness patch to apply (default sdklive/harness.patch: run from the repository root)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

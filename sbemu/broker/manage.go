@@ -45,6 +45,12 @@ type Runtime struct {
 	// SizeInBytes is the encoded size of every message the entity and its
 	// dead-letter queue hold.
 	SizeInBytes int64
+	// AccessedAt is when a client last sent to the entity or received from
+	// it or its dead-letter queue; zero means never, which Service Bus
+	// reports as 0001-01-01 (the SDK's live tests testCreateQueue and
+	// testTopicCreation expect a zero AccessedAt for an unused entity). It
+	// is not kept across restarts.
+	AccessedAt time.Time
 }
 
 // Total is Service Bus's MessageCount: every message the entity holds,
@@ -57,7 +63,7 @@ func (q *Queue) Runtime() Runtime {
 	b.mu.Lock()
 	defer b.unlock()
 	q.refresh()
-	var r Runtime
+	r := Runtime{AccessedAt: q.accessedAt}
 	for _, e := range q.entries {
 		if e.state == stateScheduled {
 			r.Scheduled++

@@ -48,6 +48,9 @@ type Queue struct {
 	// removed is set when the entity is deleted (manage.go): sends and
 	// receives through a *Queue obtained earlier then fail.
 	removed bool
+	// accessedAt is when a client last sent to the entity or received from
+	// it or its dead-letter queue (Runtime.AccessedAt); zero means never.
+	accessedAt time.Time
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
@@ -113,6 +116,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	now := b.clock.Now()
 	q.advance(now)
 	defer q.armTimer(now)
+	q.accessedAt = now
 
 	id := messageID(m)
 	if seq, dup := q.dedup.lookup(id, now); dup {

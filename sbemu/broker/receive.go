@@ -142,6 +142,11 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 		return nil
 	}
 	e := q.available[0]
+	if q.parent != nil {
+		q.parent.accessedAt = now
+	} else {
+		q.accessedAt = now
+	}
 	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e), storedAt: q.storedPosition(e)}
 	// Without a lock there is nothing to settle or return, so the entry goes at
 	// once: at-most-once delivery, the trade-off of this mode on Service Bus.
