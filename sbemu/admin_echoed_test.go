@@ -130,10 +130,11 @@ func TestAdminForwardToKeepsTheGivenScheme(t *testing.T) {
 	}
 }
 
-// TestAdminAccessedAtIsZeroUntilUsed: an entity nobody has sent to or
-// received from reports a zero AccessedAt, as Service Bus does (the SDK's
-// live tests testCreateQueue and testTopicCreation); a send and a receive
-// set it.
+// TestAdminAccessedAtIsZeroUntilUsed: a queue or topic nobody has sent to
+// or received from reports a zero AccessedAt, a subscription its creation,
+// as Service Bus does (the SDK's live tests testCreateQueue,
+// testTopicCreation and TestAdminClient_ListSubscriptionRuntimeProperties);
+// a send and a receive set it.
 func TestAdminAccessedAtIsZeroUntilUsed(t *testing.T) {
 	clk := clock.NewMock()
 	clk.Set(time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC))
@@ -147,6 +148,9 @@ func TestAdminAccessedAtIsZeroUntilUsed(t *testing.T) {
 	topic, err := ac.GetTopicRuntimeProperties(ctx, "events", nil)
 	require.NoError(t, err)
 	assert.True(t, topic.AccessedAt.IsZero(), "never used: %v", topic.AccessedAt)
+	sub, err := ac.GetSubscriptionRuntimeProperties(ctx, "events", "s", nil)
+	require.NoError(t, err)
+	assert.False(t, sub.AccessedAt.IsZero(), "a subscription counts as accessed from its creation")
 
 	client := newClient(t, em)
 	sendText(t, newSender(t, client, "work"), "x")

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -181,7 +182,7 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 		ForwardTo:                                 forwardURL(r, sc.ForwardTo, m.forwardScheme),
 		CreatedAt:                                 apiTime(m.created),
 		UpdatedAt:                                 apiTime(m.updated),
-		AccessedAt:                                apiTime(rt.AccessedAt),
+		AccessedAt:                                apiTime(subscriptionAccessedAt(rt, m)),
 		CountDetails:                              counts(rt),
 		UserMetadata:                              m.userMetadata,
 		ForwardDeadLetteredMessagesTo:             forwardURL(r, sc.ForwardDeadLetteredMessagesTo, m.forwardDeadLetterScheme),
@@ -382,4 +383,16 @@ func (a *adminServer) ruleEntry(r *http.Request, topic, sub string, rc broker.Ru
 		Filter: f, Action: act, CreatedAt: apiTime(m.created), Name: name,
 	}
 	return a.entry(r, path, name, m, d)
+}
+
+// subscriptionAccessedAt is a subscription's AccessedAt: its last receive,
+// or its creation before any. Unlike a new queue or topic (zero), Service
+// Bus reports a new subscription as accessed (the SDK's live test
+// TestAdminClient_ListSubscriptionRuntimeProperties requires a non-zero
+// AccessedAt for subscriptions nobody has used).
+func subscriptionAccessedAt(rt broker.Runtime, m entityMeta) time.Time {
+	if rt.AccessedAt.IsZero() {
+		return m.created
+	}
+	return rt.AccessedAt
 }
