@@ -63,7 +63,7 @@ type adminServer struct {
 // entityMeta is what the broker does not keep but the API reports.
 type entityMeta struct {
 	created, updated time.Time
-	userMetadata     *string
+	echoedSettings   // admin_echoed.go
 }
 
 // startAdmin loads or creates the certificate authority, makes the server

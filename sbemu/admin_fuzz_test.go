@@ -17,6 +17,8 @@ func FuzzAdminPut(f *testing.F) {
 		`<entry><content><SubscriptionDescription><DefaultRuleDescription><Filter xmlns:i="http://www.w3.org/2001/XMLSchema-instance" i:type="SqlFilter"><SqlExpression>a = 1</SqlExpression></Filter><Name>r</Name></DefaultRuleDescription></SubscriptionDescription></content></entry>`,
 		`<entry><content><RuleDescription><Filter xmlns:i="http://www.w3.org/2001/XMLSchema-instance" i:type="CorrelationFilter"><Properties><KeyValueOfstringanyType><Key>k</Key><Value i:type="d:int">x</Value></KeyValueOfstringanyType></Properties></Filter></RuleDescription></content></entry>`,
 		`<entry><content><QueueDescription><LockDuration>P99999999999D</LockDuration></QueueDescription></content></entry>`,
+		`<entry><content><TopicDescription><AutoDeleteOnIdle>PT7M</AutoDeleteOnIdle><EnablePartitioning>true</EnablePartitioning><MaxSizeInMegabytes>2147483647</MaxSizeInMegabytes></TopicDescription></content></entry>`,
+		`<entry><content><QueueDescription><AutoDeleteOnIdle>PT1S</AutoDeleteOnIdle><MaxSizeInMegabytes>-1</MaxSizeInMegabytes><ForwardTo>sb://%zz/q</ForwardTo></QueueDescription></content></entry>`,
 		`not xml`,
 	}
 	for _, s := range seeds {

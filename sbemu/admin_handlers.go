@@ -69,6 +69,10 @@ func brokerStatus(err error) error {
 
 // serveHTTP authenticates and routes one request.
 func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
+	if isHealthProbe(r) {
+		serveHealth(w, r)
+		return
+	}
 	if a.e.persistent && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		dw := &durableWriter{ResponseWriter: w, r: r, b: a.e.broker}
 		// Also when the handler wrote nothing and net/http answers 200.
@@ -178,6 +182,11 @@ func (a *adminServer) entry(r *http.Request, path, title string, m entityMeta, b
 func (a *adminServer) metaFor(path string) entityMeta {
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	return a.metaLocked(path)
+}
+
+// metaLocked is metaFor with a.mu held.
+func (a *adminServer) metaLocked(path string) entityMeta {
 	if m, ok := a.meta[strings.ToLower(path)]; ok {
 		return *m
 	}
@@ -185,7 +194,7 @@ func (a *adminServer) metaFor(path string) entityMeta {
 }
 
 // touch records a create or update of path; a.mu must be held.
-func (a *adminServer) touchLocked(path string, created bool, userMetadata *string) {
+func (a *adminServer) touchLocked(path string, created bool, settings echoedSettings) {
 	now := a.e.cfg.Clock.Now()
 	key := strings.ToLower(path)
 	m, ok := a.meta[key]
@@ -197,7 +206,7 @@ func (a *adminServer) touchLocked(path string, created bool, userMetadata *strin
 		a.meta[key] = m
 	}
 	m.updated = now
-	m.userMetadata = userMetadata
+	m.echoedSettings = settings
 }
 
 // forgetLocked drops the records of path and everything under it.
@@ -344,15 +353,20 @@ func (a *adminServer) putQueue(w http.ResponseWriter, r *http.Request, name stri
 			return apiErrorf(http.StatusConflict, "sbemu: an entity named %q already exists", name)
 		case !create && !isQueue:
 			return apiErrorf(http.StatusNotFound, "sbemu: no queue %q", name)
-		case create:
+		}
+		settings, err := queueEchoed(d).apply(a.previousLocked(name, create), create)
+		if err != nil {
+			return err
+		}
+		if create {
 			err = b.AddQueue(cfg)
-		default:
+		} else {
 			err = b.UpdateQueue(cfg)
 		}
 		if err != nil {
 			return brokerStatus(err)
 		}
-		a.touchLocked(name, create, d.UserMetadata)
+		a.touchLocked(name, create, settings)
 		return nil
 	})
 	if err != nil {
@@ -378,15 +392,20 @@ func (a *adminServer) putTopic(w http.ResponseWriter, r *http.Request, name stri
 			return apiErrorf(http.StatusConflict, "sbemu: an entity named %q already exists", name)
 		case !create && !isTopic:
 			return apiErrorf(http.StatusNotFound, "sbemu: no topic %q", name)
-		case create:
+		}
+		settings, err := topicEchoed(d).apply(a.previousLocked(name, create), create)
+		if err != nil {
+			return err
+		}
+		if create {
 			err = b.AddTopic(cfg)
-		default:
+		} else {
 			err = b.UpdateTopic(cfg)
 		}
 		if err != nil {
 			return brokerStatus(err)
 		}
-		a.touchLocked(name, create, d.UserMetadata)
+		a.touchLocked(name, create, settings)
 		return nil
 	})
 	if err != nil {
@@ -493,15 +512,6 @@ func topicConfigFrom(name string, d *topicDescription) (broker.TopicConfig, erro
 	return cfg, nil
 }
 
-// forwardURL reports a forwarding target as the service does, an sb://
-// URL on the namespace.
-func forwardURL(r *http.Request, name string) *string {
-	if name == "" {
-		return nil
-	}
-	return ptr("sb://" + r.Host + "/" + name)
-}
-
 // queueEntry describes a queue with its runtime counts. Every field the
 // SDK's newQueueRuntimePropertiesItem parses is written: CountDetails, and
 // CreatedAt/UpdatedAt/AccessedAt in RFC 3339 (an empty time fails
@@ -520,26 +530,26 @@ func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEnt
 	d := &queueDescription{
 		Xmlns: serviceBusNamespace, XmlnsI: xsiNamespace,
 		LockDuration:                        ptr(formatISODuration(qc.LockDuration)),
-		MaxSizeInMegabytes:                  ptr(int32(maxSizeInMegabytes)),
+		MaxSizeInMegabytes:                  ptr(m.reportedMaxSize()),
 		RequiresDuplicateDetection:          ptr(qc.DuplicateDetectionWindow > 0),
 		RequiresSession:                     ptr(false),
 		DefaultMessageTimeToLive:            ttlString(qc.DefaultTTL),
 		DeadLetteringOnMessageExpiration:    ptr(qc.DeadLetterOnExpiration),
 		DuplicateDetectionHistoryTimeWindow: ptr(formatISODuration(window)),
 		MaxDeliveryCount:                    ptr(int32(qc.MaxDeliveryCount)),
-		EnableBatchedOperations:             ptr(true),
+		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		MessageCount:                        ptr(int64(rt.Total())),
 		Status:                              ptr("Active"),
-		ForwardTo:                           forwardURL(r, qc.ForwardTo),
+		ForwardTo:                           forwardURL(r, qc.ForwardTo, m.forwardScheme),
 		CreatedAt:                           apiTime(m.created),
 		UpdatedAt:                           apiTime(m.updated),
-		AccessedAt:                          apiTime(m.updated),
+		AccessedAt:                          apiTime(rt.AccessedAt),
 		SupportOrdering:                     ptr(true),
 		CountDetails:                        counts(rt),
-		AutoDeleteOnIdle:                    ptr(timeSpanMax),
-		EnablePartitioning:                  ptr(false),
-		ForwardDeadLetteredMessagesTo:       forwardURL(r, qc.ForwardDeadLetteredMessagesTo),
+		AutoDeleteOnIdle:                    m.reportedAutoDelete(),
+		EnablePartitioning:                  ptr(m.partitioned),
+		ForwardDeadLetteredMessagesTo:       forwardURL(r, qc.ForwardDeadLetteredMessagesTo, m.forwardDeadLetterScheme),
 		UserMetadata:                        m.userMetadata,
 		MaxMessageSizeInKilobytes:           ptr(int64(qc.MaxMessageSize / 1024)),
 	}
@@ -589,22 +599,22 @@ func (a *adminServer) topicEntry(r *http.Request, tc broker.TopicConfig) atomEnt
 	d := &topicDescription{
 		Xmlns: serviceBusNamespace, XmlnsI: xsiNamespace,
 		DefaultMessageTimeToLive:            ttlString(tc.DefaultTTL),
-		MaxSizeInMegabytes:                  ptr(int32(maxSizeInMegabytes)),
+		MaxSizeInMegabytes:                  ptr(m.reportedMaxSize()),
 		RequiresDuplicateDetection:          ptr(tc.DuplicateDetectionWindow > 0),
 		DuplicateDetectionHistoryTimeWindow: ptr(formatISODuration(window)),
-		EnableBatchedOperations:             ptr(true),
+		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		FilteringMessagesBeforePublishing:   ptr(false),
 		Status:                              ptr("Active"),
 		UserMetadata:                        m.userMetadata,
 		CreatedAt:                           apiTime(m.created),
 		UpdatedAt:                           apiTime(m.updated),
-		AccessedAt:                          apiTime(m.updated),
+		AccessedAt:                          apiTime(rt.AccessedAt),
 		SupportOrdering:                     ptr(true),
 		CountDetails:                        counts(rt),
 		SubscriptionCount:                   ptr(clampInt32(len(tc.Subscriptions))),
-		AutoDeleteOnIdle:                    ptr(timeSpanMax),
-		EnablePartitioning:                  ptr(false),
+		AutoDeleteOnIdle:                    m.reportedAutoDelete(),
+		EnablePartitioning:                  ptr(m.partitioned),
 		SQLFilterCount:                      ptr(sqlFilters),
 		CorrelationFilterCount:              ptr(correlationFilters),
 		MaxMessageSizeInKilobytes:           ptr(int64(size / 1024)),
@@ -649,4 +659,37 @@ func (d *durableWriter) Write(p []byte) (int, error) {
 		return len(p), nil // the error answer replaced it
 	}
 	return d.ResponseWriter.Write(p)
+}
+
+// previousLocked is the echoed settings of an entity about to be updated,
+// or the zero value for one about to be created; a.mu must be held.
+func (a *adminServer) previousLocked(path string, create bool) echoedSettings {
+	if create {
+		return echoedSettings{}
+	}
+	return a.metaLocked(path).echoedSettings
+}
+
+// queueEchoed, topicEchoed and subscriptionEchoed pick the echoed settings
+// out of an entity description (admin_echoed.go).
+func queueEchoed(d *queueDescription) echoedRequest {
+	return echoedRequest{
+		kind: "Queue", userMetadata: d.UserMetadata, autoDeleteOnIdle: d.AutoDeleteOnIdle,
+		partitioning: d.EnablePartitioning, maxSizeInMegabytes: d.MaxSizeInMegabytes, batched: d.EnableBatchedOperations,
+		forwardTo: d.ForwardTo, forwardDeadLetter: d.ForwardDeadLetteredMessagesTo,
+	}
+}
+
+func topicEchoed(d *topicDescription) echoedRequest {
+	return echoedRequest{
+		kind: "Topic", userMetadata: d.UserMetadata, autoDeleteOnIdle: d.AutoDeleteOnIdle,
+		partitioning: d.EnablePartitioning, maxSizeInMegabytes: d.MaxSizeInMegabytes, batched: d.EnableBatchedOperations,
+	}
+}
+
+func subscriptionEchoed(d *subscriptionDescription) echoedRequest {
+	return echoedRequest{
+		kind: "Subscription", userMetadata: d.UserMetadata, autoDeleteOnIdle: d.AutoDeleteOnIdle,
+		batched: d.EnableBatchedOperations, forwardTo: d.ForwardTo, forwardDeadLetter: d.ForwardDeadLetteredMessagesTo,
+	}
 }

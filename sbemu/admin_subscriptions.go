@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -72,15 +73,21 @@ func (a *adminServer) subscription(w http.ResponseWriter, r *http.Request, topic
 				return apiErrorf(http.StatusConflict, "sbemu: subscription %q already exists", broker.SubscriptionPath(topic, sub))
 			case !create && !exists:
 				return apiErrorf(http.StatusNotFound, "sbemu: no subscription %q", broker.SubscriptionPath(topic, sub))
-			case create:
+			}
+			path := broker.SubscriptionPath(tn, sub)
+			settings, err := subscriptionEchoed(req.Content.Subscription).apply(a.previousLocked(path, create), create)
+			if err != nil {
+				return err
+			}
+			if create {
 				err = b.AddSubscription(tn, cfg)
-			default:
+			} else {
 				err = b.UpdateSubscription(tn, cfg)
 			}
 			if err != nil {
 				return brokerStatus(err)
 			}
-			a.touchLocked(broker.SubscriptionPath(tn, sub), create, req.Content.Subscription.UserMetadata)
+			a.touchLocked(path, create, settings)
 			return nil
 		})
 		if err != nil {
@@ -170,16 +177,16 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 		DeadLetteringOnFilterEvaluationExceptions: ptr(false),
 		MessageCount:                              ptr(int64(rt.Total())),
 		MaxDeliveryCount:                          ptr(int32(mdc)),
-		EnableBatchedOperations:                   ptr(true),
+		EnableBatchedOperations:                   ptr(!m.unbatched),
 		Status:                                    ptr("Active"),
-		ForwardTo:                                 forwardURL(r, sc.ForwardTo),
+		ForwardTo:                                 forwardURL(r, sc.ForwardTo, m.forwardScheme),
 		CreatedAt:                                 apiTime(m.created),
 		UpdatedAt:                                 apiTime(m.updated),
-		AccessedAt:                                apiTime(m.updated),
+		AccessedAt:                                apiTime(subscriptionAccessedAt(rt, m)),
 		CountDetails:                              counts(rt),
 		UserMetadata:                              m.userMetadata,
-		ForwardDeadLetteredMessagesTo:             forwardURL(r, sc.ForwardDeadLetteredMessagesTo),
-		AutoDeleteOnIdle:                          ptr(timeSpanMax),
+		ForwardDeadLetteredMessagesTo:             forwardURL(r, sc.ForwardDeadLetteredMessagesTo, m.forwardDeadLetterScheme),
+		AutoDeleteOnIdle:                          m.reportedAutoDelete(),
 	}
 	return a.entry(r, path, sc.Name, m, d)
 }
@@ -248,7 +255,7 @@ func (a *adminServer) rule(w http.ResponseWriter, r *http.Request, topic, sub, n
 			if err != nil {
 				return brokerStatus(err)
 			}
-			a.touchLocked(broker.SubscriptionPath(topic, sub)+"/rules/"+name, create, nil)
+			a.touchLocked(broker.SubscriptionPath(topic, sub)+"/rules/"+name, create, echoedSettings{})
 			return nil
 		})
 		if err != nil {
@@ -376,4 +383,16 @@ func (a *adminServer) ruleEntry(r *http.Request, topic, sub string, rc broker.Ru
 		Filter: f, Action: act, CreatedAt: apiTime(m.created), Name: name,
 	}
 	return a.entry(r, path, name, m, d)
+}
+
+// subscriptionAccessedAt is a subscription's AccessedAt: its last receive,
+// or its creation before any. Unlike a new queue or topic (zero), Service
+// Bus reports a new subscription as accessed (the SDK's live test
+// TestAdminClient_ListSubscriptionRuntimeProperties requires a non-zero
+// AccessedAt for subscriptions nobody has used).
+func subscriptionAccessedAt(rt broker.Runtime, m entityMeta) time.Time {
+	if rt.AccessedAt.IsZero() {
+		return m.created
+	}
+	return rt.AccessedAt
 }

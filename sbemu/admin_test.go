@@ -3,6 +3,7 @@ package sbemu
 import (
 	"context"
 	"errors"
+	"io"
 	"net/http"
 	"testing"
 	"testing/synctest"
@@ -158,14 +159,29 @@ func TestAdminQueueRuntimeProperties(t *testing.T) {
 	require.NoError(t, err)
 	assert.Nil(t, missing)
 
-	// A receiver holds a lock: deleting would strand it, so it is refused.
+}
+
+// TestAdminDeleteQueueWithLockedMessages: a queue whose messages are locked
+// by a receiver is deleted all the same, as on Service Bus (the SDK's live
+// test TestAdminClient_GetQueueRuntimeProperties deletes one), and the
+// receiver's settlement then fails with the queue gone.
+func TestAdminDeleteQueueWithLockedMessages(t *testing.T) {
+	em := startEmulator(t, Config{Queues: []broker.QueueConfig{{Name: "work"}}})
+	ac := newAdminClient(t, em)
+	client := newClient(t, em)
+	ctx := ctxT(t)
+	sendText(t, newSender(t, client, "work"), "in flight")
+	receiver := newReceiver(t, client, "work", nil)
 	locked := receiveOne(t, receiver)
-	_, err = ac.DeleteQueue(ctx, "work", nil)
-	requireStatus(t, err, http.StatusConflict)
-	assert.Contains(t, err.Error(), "locked by receivers")
-	require.NoError(t, receiver.CompleteMessage(ctx, locked, nil))
-	_, err = ac.DeleteQueue(ctx, "work", nil)
+
+	_, err := ac.DeleteQueue(ctx, "work", nil)
 	require.NoError(t, err)
+	got, err := ac.GetQueue(ctx, "work", nil)
+	require.NoError(t, err)
+	assert.Nil(t, got, "the queue is gone")
+	err = receiver.CompleteMessage(ctx, locked, nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "amqp:not-found")
 }
 
 func TestAdminTopicsSubscriptionsAndRules(t *testing.T) {
@@ -513,4 +529,30 @@ func TestAudienceCovers(t *testing.T) {
 			assert.Equal(t, tc.want, audienceCovers(tc.audience, tc.resource))
 		})
 	}
+}
+
+// TestAdminHealthProbe: GET /health without credentials answers 200, as
+// Microsoft's emulator does; a signed request for /health still reaches an
+// entity named "health".
+func TestAdminHealthProbe(t *testing.T) {
+	em := startEmulator(t, Config{StrictAuth: true, Queues: []broker.QueueConfig{{Name: "health"}}})
+	hc := em.AdminHTTPClient()
+	for _, method := range []string{http.MethodGet, http.MethodHead} {
+		req, err := http.NewRequestWithContext(ctxT(t), method, em.AdminEndpoint()+"health", nil)
+		require.NoError(t, err)
+		resp, err := hc.Do(req)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		assert.Equal(t, http.StatusOK, resp.StatusCode, method)
+		if method == http.MethodGet {
+			assert.Equal(t, "Healthy\n", string(body))
+		}
+	}
+
+	q, err := newAdminClient(t, em).GetQueue(ctxT(t), "health", nil)
+	require.NoError(t, err)
+	require.NotNil(t, q, "the SDK's signed GET /health is the queue")
+	assert.Equal(t, "health", q.QueueName)
 }

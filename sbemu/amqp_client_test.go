@@ -2,12 +2,18 @@ package sbemu
 
 import (
 	"errors"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
+	"github.com/benbjohnson/clock"
+	"github.com/google/uuid"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // dialAMQP connects a plain go-amqp client (SASL PLAIN) to em, for the
@@ -72,6 +78,79 @@ func TestSDKUnsupportedManagementOperationFailsFast(t *testing.T) {
 	}
 }
 
+// amqpRequest sends one request to node ("$cbs" or "<entity>/$management")
+// on links of its own and returns the reply.
+func amqpRequest(t *testing.T, session *amqp.Session, node string, msg *amqp.Message) *amqp.Message {
+	t.Helper()
+	id := uuid.NewString()
+	replyTo := node + "-reply-" + id
+	receiver, err := session.NewReceiver(ctxT(t), node, &amqp.ReceiverOptions{TargetAddress: replyTo})
+	require.NoError(t, err)
+	defer func() { _ = receiver.Close(ctxT(t)) }()
+	sender, err := session.NewSender(ctxT(t), node, nil)
+	require.NoError(t, err)
+	defer func() { _ = sender.Close(ctxT(t)) }()
+	msg.Properties = &amqp.MessageProperties{MessageID: id, ReplyTo: &replyTo}
+	require.NoError(t, sender.Send(ctxT(t), msg, nil))
+	reply, err := receiver.Receive(ctxT(t), nil)
+	require.NoError(t, err)
+	require.NoError(t, receiver.AcceptMessage(ctxT(t), reply))
+	assert.Equal(t, id, reply.Properties.CorrelationID)
+	return reply
+}
+
+// TestAMQPManagementFailuresNameTheirErrorCondition: a failed management
+// reply carries errorCondition, which the JavaScript SDK maps to its error
+// codes (requests.go); a lost lock's 410 is described in Service Bus's words.
+func TestAMQPManagementFailuresNameTheirErrorCondition(t *testing.T) {
+	em := startEmulator(t, Config{})
+	session := dialAMQP(t, em)
+
+	renew := amqpRequest(t, session, "queue/$management", &amqp.Message{
+		ApplicationProperties: map[string]any{"operation": "com.microsoft:renew-lock"},
+		Value:                 map[string]any{"lock-tokens": []amqp.UUID{{1, 2, 3}}},
+	})
+	assert.Equal(t, int32(410), renew.ApplicationProperties["statusCode"])
+	assert.EqualValues(t, "com.microsoft:message-lock-lost", renew.ApplicationProperties["errorCondition"]) // go-amqp reads a symbol as a string
+	desc, _ := renew.ApplicationProperties["statusDescription"].(string)
+	assert.True(t, strings.HasPrefix(desc, "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue."), desc)
+
+	unknown := amqpRequest(t, session, "queue/$management", &amqp.Message{
+		ApplicationProperties: map[string]any{"operation": "com.microsoft:no-such-operation"},
+		Value:                 map[string]any{},
+	})
+	assert.Equal(t, int32(501), unknown.ApplicationProperties["statusCode"])
+	assert.EqualValues(t, "amqp:not-implemented", unknown.ApplicationProperties["errorCondition"])
+
+	peek := amqpRequest(t, session, "queue/$management", &amqp.Message{
+		ApplicationProperties: map[string]any{"operation": "com.microsoft:peek-message"},
+		Value:                 map[string]any{"from-sequence-number": int64(1), "message-count": int32(1)},
+	})
+	assert.Equal(t, int32(204), peek.ApplicationProperties["statusCode"])
+	assert.NotContains(t, peek.ApplicationProperties, "errorCondition", "a success names no error")
+}
+
+// TestSDKLockLostIsDescribedAsServiceBusDoes: renewing and settling a lost
+// lock fail with CodeLockLost and Service Bus's description, which the SDK's
+// live test TestReceiverRenewMessageLock checks for.
+func TestSDKLockLostIsDescribedAsServiceBusDoes(t *testing.T) {
+	clk := clock.NewMock()
+	em := startEmulator(t, Config{Clock: clk, Queues: []broker.QueueConfig{{Name: "q", LockDuration: time.Minute}}})
+	client := newClient(t, em)
+	sendText(t, newSender(t, client, "q"), "short-lived lock")
+	receiver := newReceiver(t, client, "q", nil)
+	msg := receiveOne(t, receiver)
+	clk.Add(2 * time.Minute)
+
+	const serviceBusText = "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue"
+	err := receiver.RenewMessageLock(ctxT(t), msg, nil)
+	requireCode(t, err, azservicebus.CodeLockLost)
+	assert.Contains(t, err.Error(), "status code 410 and description: "+serviceBusText)
+	err = receiver.CompleteMessage(ctxT(t), msg, nil)
+	requireCode(t, err, azservicebus.CodeLockLost)
+	assert.Contains(t, err.Error(), serviceBusText)
+}
+
 // TestAMQPManagementRepliesUseServiceBusStatusNames checks the reply
 // property names: "statusCode"/"statusDescription" on the management node,
 // which the JavaScript SDK reads, and "status-code" on $cbs (see requests.go).
@@ -80,19 +159,7 @@ func TestAMQPManagementRepliesUseServiceBusStatusNames(t *testing.T) {
 	session := dialAMQP(t, em)
 	request := func(node string, msg *amqp.Message) *amqp.Message {
 		t.Helper()
-		replyTo := node + "-reply"
-		receiver, err := session.NewReceiver(ctxT(t), node, &amqp.ReceiverOptions{TargetAddress: replyTo})
-		require.NoError(t, err)
-		sender, err := session.NewSender(ctxT(t), node, nil)
-		require.NoError(t, err)
-		id := "req-" + node
-		msg.Properties = &amqp.MessageProperties{MessageID: id, ReplyTo: &replyTo}
-		require.NoError(t, sender.Send(ctxT(t), msg, nil))
-		reply, err := receiver.Receive(ctxT(t), nil)
-		require.NoError(t, err)
-		require.NoError(t, receiver.AcceptMessage(ctxT(t), reply))
-		assert.Equal(t, id, reply.Properties.CorrelationID)
-		return reply
+		return amqpRequest(t, session, node, msg)
 	}
 
 	peek := request("queue/$management", &amqp.Message{

@@ -1,6 +1,10 @@
 package sbemu
 
-import "github.com/sbretry/retry/sbemu/internal/wire"
+import (
+	"github.com/Azure/go-amqp"
+
+	"github.com/sbretry/retry/sbemu/internal/wire"
+)
 
 // AMQP and Service Bus error conditions the emulator sends. The SDK maps
 // each to an error code or a recovery kind (azservicebus internal/errors.go),
@@ -21,3 +25,42 @@ const (
 	condDeadLetter         wire.Symbol = "com.microsoft:dead-letter"
 	condResourceLimit      wire.Symbol = "amqp:resource-limit-exceeded"
 )
+
+// lockLostDescription is the description Service Bus gives a lost message
+// lock, on a settlement and on a renewal's 410 alike, as users quote it
+// (Azure/azure-sdk-for-java#25121 and #40655); the Go SDK's live test
+// TestReceiverRenewMessageLock checks that its beginning comes through.
+// Service Bus goes on with a reference and tracking id; the emulator adds
+// what it knows instead.
+const lockLostDescription = "The lock supplied is invalid. Either the lock expired, or the message has already been removed from the queue. For more information please see https://aka.ms/ServiceBusExceptions ."
+
+// conditionForStatus is the error condition of a failed management reply
+// with status code (the errorCondition property, see requests.go), for
+// replies that do not name one themselves. The pairs are those the
+// JavaScript SDK's ConditionStatusMapper maps back to statuses
+// (@azure/core-amqp errors.ts), with the message-lock reading of 410, the
+// only lock the emulator's management node reports on.
+func conditionForStatus(code int32) amqp.Symbol {
+	switch code {
+	case 400:
+		return "com.microsoft:argument-error"
+	case 401:
+		return amqp.Symbol(condUnauthorized)
+	case 404:
+		return amqp.Symbol(condNotFound)
+	case 408:
+		return "com.microsoft:timeout"
+	case 409:
+		return "com.microsoft:entity-already-exists"
+	case 410:
+		return amqp.Symbol(condLockLost)
+	case 413:
+		return amqp.Symbol(condMessageSizeExceded)
+	case 501:
+		return amqp.Symbol(condNotImplemented)
+	case 503:
+		return "com.microsoft:server-busy"
+	default:
+		return amqp.Symbol(condInternalError)
+	}
+}

@@ -68,7 +68,7 @@ func ConfigFromJSON(data []byte) (Config, error) {
 			Logging json.RawMessage
 		}
 	}
-	if err := decodeStrict(data, &file); err != nil {
+	if err := decodeStrict(blankComments(data), &file); err != nil {
 		return Config{}, fmt.Errorf("sbemu: config: %w", err)
 	}
 	if file.UserConfig == nil {
@@ -449,4 +449,43 @@ func ruleFromJSON(raw json.RawMessage) (broker.RuleConfig, error) {
 		r.SQLAction = p.Action.SqlExpression
 	}
 	return r, nil
+}
+
+// blankComments returns data with every "//" comment (to the end of its
+// line, outside JSON strings) overwritten with spaces. Microsoft's emulator
+// ships its default Config.json with "//" comment lines and reads it
+// leniently; encoding/json does not, and refused that file with "invalid
+// character '/'". Blanking rather than removing keeps the byte offsets of
+// any later syntax error pointing at the right place. A "//" inside a
+// string ("sb://host/queue") is data, not a comment. data is not modified.
+func blankComments(data []byte) []byte {
+	var out []byte // copied on the first comment only
+	inString, escaped := false, false
+	for i := 0; i < len(data); i++ {
+		c := data[i]
+		switch {
+		case inString:
+			switch {
+			case escaped:
+				escaped = false
+			case c == '\\':
+				escaped = true
+			case c == '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == '/' && i+1 < len(data) && data[i+1] == '/':
+			if out == nil {
+				out = bytes.Clone(data)
+			}
+			for ; i < len(data) && data[i] != '\n'; i++ {
+				out[i] = ' '
+			}
+		}
+	}
+	if out == nil {
+		return data
+	}
+	return out
 }

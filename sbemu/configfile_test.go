@@ -141,7 +141,60 @@ func FuzzConfigFromJSON(f *testing.F) {
 	require.NoError(f, err)
 	f.Add(sample)
 	f.Add([]byte(`{"UserConfig": {"Namespaces": [{"Queues": [{"Name": "q"}]}]}}`))
+	f.Add([]byte("// c\n{\"UserConfig\": {\"Namespaces\": [{\"Queues\": [{\"Name\": \"q//\\\"\"}]}]}} // d"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		_, _ = ConfigFromJSON(data)
 	})
+}
+
+// TestConfigFromJSONSkipsLineComments: Microsoft's emulator ships its
+// default Config.json with "//" comment lines, which must load; a "//"
+// inside a string stays.
+func TestConfigFromJSONSkipsLineComments(t *testing.T) {
+	data := []byte(`// Service Bus emulator configuration
+{
+  "UserConfig": {
+    // One namespace, as the emulator serves.
+    "Namespaces": [
+      {
+        "Name": "sbemulatorns",
+        "Queues": [ { "Name": "orders" } ], // trailing comment
+        "Topics": [
+          {
+            "Name": "events",
+            "Subscriptions": [
+              {
+                "Name": "links",
+                "Rules": [ { "Name": "r", "Properties": { "FilterType": "Sql",
+                  "SqlFilter": { "SqlExpression": "url = 'sb://host/q' AND note = 'a \" // b'" } } } ]
+              }
+            ]
+          }
+        ]
+      }
+    ],
+    "Logging": { "Type": "File" }
+  }
+}
+`)
+	cfg, err := ConfigFromJSON(data)
+	require.NoError(t, err)
+	require.Len(t, cfg.Queues, 1)
+	assert.Equal(t, "orders", cfg.Queues[0].Name)
+	require.Len(t, cfg.Topics, 1)
+	rules := cfg.Topics[0].Subscriptions[0].Rules
+	require.Len(t, rules, 1)
+	assert.Equal(t, `url = 'sb://host/q' AND note = 'a " // b'`, rules[0].SQLFilter)
+
+	_, err = ConfigFromJSON([]byte("{\"UserConfig\": // no value\n}"))
+	require.Error(t, err, "a comment is not a value")
+}
+
+func TestBlankCommentsKeepsOffsetsAndInput(t *testing.T) {
+	in := []byte("{\"a\": 1} // x\n// y\n")
+	out := blankComments(in)
+	assert.Equal(t, "{\"a\": 1}     \n    \n", string(out))
+	assert.Equal(t, "{\"a\": 1} // x\n// y\n", string(in), "the input is not modified")
+	same := []byte(`{"u": "sb://x"}`)
+	assert.Equal(t, string(same), string(blankComments(same)))
 }

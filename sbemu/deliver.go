@@ -280,6 +280,16 @@ func (s *queueSource) wrap(d *broker.Delivery) *outgoing {
 	if m.Properties == nil {
 		m.Properties = &amqp.MessageProperties{}
 	}
+	if d.LockToken != ([16]byte{}) {
+		// Service Bus also names the lock token in the delivery annotation
+		// x-opt-lock-token (a uuid), which the SDKs prefer to the delivery tag
+		// (azservicebus message.go, lockTokenDeliveryAnnotation; its live test
+		// TestSender_SendAMQPMessageWithMultipleByteSlicesInData expects it).
+		if m.DeliveryAnnotations == nil {
+			m.DeliveryAnnotations = amqp.Annotations{}
+		}
+		m.DeliveryAnnotations[lockTokenAnnotation] = amqp.UUID(d.LockToken)
+	}
 	payload, err := marshalDelivery(m)
 	if err != nil {
 		s.l.log.Error("sbemu: encoding delivery", "seq", d.SequenceNumber, "err", err)
@@ -288,6 +298,10 @@ func (s *queueSource) wrap(d *broker.Delivery) *outgoing {
 	}
 	return &outgoing{payload: payload, tag: lockTokenToDeliveryTag(d.LockToken), lock: d}
 }
+
+// lockTokenAnnotation is the delivery annotation that carries a peek-lock
+// delivery's lock token.
+const lockTokenAnnotation = "x-opt-lock-token"
 
 // lockTokenToDeliveryTag converts an RFC 4122 lock token to the .NET GUID
 // byte order Service Bus uses for delivery tags: the first three fields are

@@ -127,17 +127,21 @@ func (s *session) settle(sd *sentDelivery, state wire.DeliveryState) wire.Delive
 func settleErrorState(err error) wire.DeliveryState {
 	switch {
 	case errors.Is(err, broker.ErrLockLost):
-		return lockLostState("sbemu: the message lock was lost (expired, already settled or released)")
+		return lockLostState("sbemu: the lock expired, or the message was settled or released")
 	case errors.Is(err, broker.ErrNotSupported):
 		return &wire.Rejected{Error: &wire.Error{Condition: condNotAllowed, Description: "sbemu: " + err.Error()}}
+	case errors.Is(err, broker.ErrUnknownQueue):
+		// The entity was deleted while the message was locked.
+		return &wire.Rejected{Error: &wire.Error{Condition: condNotFound, Description: "sbemu: " + err.Error()}}
 	default:
 		return &wire.Rejected{Error: &wire.Error{Condition: condInternalError, Description: "sbemu: " + err.Error()}}
 	}
 }
 
-// lockLostState is the outcome the SDK surfaces as CodeLockLost.
-func lockLostState(desc string) wire.DeliveryState {
-	return &wire.Rejected{Error: &wire.Error{Condition: condLockLost, Description: desc}}
+// lockLostState is the outcome the SDK surfaces as CodeLockLost, described
+// as Service Bus describes it, followed by the emulator's detail.
+func lockLostState(detail string) wire.DeliveryState {
+	return &wire.Rejected{Error: &wire.Error{Condition: condLockLost, Description: lockLostDescription + " " + detail}}
 }
 
 // deadLetterInfo extracts DeadLetterReason and DeadLetterErrorDescription

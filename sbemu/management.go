@@ -204,8 +204,8 @@ func updateDisposition(q *broker.Queue, body map[string]any) *amqp.Message {
 func brokerErrorReply(err error) *amqp.Message {
 	switch {
 	case errors.Is(err, broker.ErrLockLost):
-		return rpcReply(statusGone, "sbemu: "+err.Error(), nil)
-	case errors.Is(err, broker.ErrNotFound):
+		return rpcReply(statusGone, lockLostDescription+" sbemu: "+err.Error(), nil)
+	case errors.Is(err, broker.ErrNotFound), errors.Is(err, broker.ErrUnknownQueue):
 		return rpcReply(statusNotFound, "sbemu: "+err.Error(), nil)
 	case errors.Is(err, broker.ErrMessageTooLarge):
 		return rpcReply(statusEntityTooLarge, "sbemu: "+err.Error(), nil)

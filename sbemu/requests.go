@@ -20,6 +20,14 @@ const (
 
 	managementStatusCodeKey        = "statusCode"
 	managementStatusDescriptionKey = "statusDescription"
+
+	// managementErrorConditionKey names, in a failed management reply, the
+	// AMQP error condition behind the status. The JavaScript SDK reads it
+	// before falling back to a guess from the status code
+	// (@azure/core-amqp requestResponseLink.ts, getCodeDescriptionAndError
+	// and onMessageReceived); without it an expired lock's renewal (410)
+	// surfaces there as GeneralError instead of MessageLockLost.
+	managementErrorConditionKey = "errorCondition"
 )
 
 // rpcReply builds a request/response reply; the caller sets the
@@ -57,6 +65,11 @@ func (l *link) handleRequest(payload []byte) {
 		props[managementStatusCodeKey], props[managementStatusDescriptionKey] = props[statusCodeKey], props[statusDescriptionKey]
 		delete(props, statusCodeKey)
 		delete(props, statusDescriptionKey)
+		if code, _ := props[managementStatusCodeKey].(int32); code >= 300 {
+			if _, set := props[managementErrorConditionKey]; !set {
+				props[managementErrorConditionKey] = conditionForStatus(code)
+			}
+		}
 	}
 	var replyTo string
 	if req.Properties != nil {

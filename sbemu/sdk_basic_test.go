@@ -3,6 +3,7 @@ package sbemu
 import (
 	"testing"
 
+	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -27,4 +28,19 @@ func TestSDKSendReceiveComplete(t *testing.T) {
 	st := q.Stats()
 	assert.Zero(t, st.Active)
 	assert.Zero(t, st.Locked)
+}
+
+// TestSDKDeliveryCarriesLockTokenAnnotation: a peek-lock delivery names its
+// lock token in the x-opt-lock-token delivery annotation too, as Service Bus
+// does, equal to the one the SDK reads from the delivery tag.
+func TestSDKDeliveryCarriesLockTokenAnnotation(t *testing.T) {
+	em := startEmulator(t, Config{})
+	client := newClient(t, em)
+	sendText(t, newSender(t, client, "queue"), "locked")
+	msg := receiveOne(t, newReceiver(t, client, "queue", nil))
+
+	require.NotNil(t, msg.RawAMQPMessage)
+	token, ok := msg.RawAMQPMessage.DeliveryAnnotations["x-opt-lock-token"]
+	require.True(t, ok, "delivery annotations: %v", msg.RawAMQPMessage.DeliveryAnnotations)
+	assert.Equal(t, amqp.UUID(msg.LockToken), token)
 }

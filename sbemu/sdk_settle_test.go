@@ -180,3 +180,28 @@ func TestSDKReceiveAndDelete(t *testing.T) {
 	waitFor(t, func() bool { st := q.Stats(); return st.Active+st.Locked == 0 })
 	assert.Equal(t, broker.Stats{}, q.Stats(), "receive-and-delete removes the message")
 }
+
+// TestSDKDeadLetterCountsFailedDeliveriesOnly: a message abandoned once and
+// then dead-lettered reads DeliveryCount 2 from the dead-letter queue, before
+// and after an abandon there, as on Service Bus (the SDK's live test
+// TestMessageSettlementUsingReceiver; Azure/azure-sdk-for-net#53437).
+func TestSDKDeadLetterCountsFailedDeliveriesOnly(t *testing.T) {
+	em := startEmulator(t, Config{})
+	client := newClient(t, em)
+	sendText(t, newSender(t, client, "queue"), "twice")
+	receiver := newReceiver(t, client, "queue", nil)
+
+	first := receiveOne(t, receiver)
+	require.NoError(t, receiver.AbandonMessage(ctxT(t), first, nil))
+	second := receiveOne(t, receiver)
+	require.Equal(t, uint32(2), second.DeliveryCount)
+	require.NoError(t, receiver.DeadLetterMessage(ctxT(t), second, nil))
+
+	dlq := newReceiver(t, client, "queue", &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	dead := receiveOne(t, dlq)
+	assert.Equal(t, uint32(2), dead.DeliveryCount, "the dead-letter settled the second delivery; only the first failed")
+	require.NoError(t, dlq.AbandonMessage(ctxT(t), dead, nil))
+	again := receiveOne(t, dlq)
+	assert.Equal(t, uint32(2), again.DeliveryCount, "deliveries from the dead-letter queue do not count")
+	require.NoError(t, dlq.CompleteMessage(ctxT(t), again, nil))
+}

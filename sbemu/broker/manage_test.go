@@ -40,9 +40,6 @@ func TestRemoveQueue(t *testing.T) {
 	err := b.RemoveQueue("target")
 	require.ErrorIs(t, err, ErrInUse)
 	assert.Contains(t, err.Error(), `"src" forwards to`)
-	err = b.RemoveQueue("busy")
-	require.ErrorIs(t, err, ErrInUse)
-	assert.Contains(t, err.Error(), "locked by receivers")
 	assert.ErrorIs(t, b.RemoveQueue("nope"), ErrUnknownQueue)
 
 	idle, _ := b.Queue("idle")
@@ -56,8 +53,12 @@ func TestRemoveQueue(t *testing.T) {
 	assert.False(t, ok)
 	assert.Equal(t, []string{"target", "src", "busy"}, b.Queues())
 
-	require.NoError(t, busy.Complete(d.LockToken))
+	// A locked message does not hold its queue up, as on Service Bus; its
+	// settlement and renewal then learn the queue is gone.
 	require.NoError(t, b.RemoveQueue("busy"))
+	assert.ErrorIs(t, busy.Complete(d.LockToken), ErrUnknownQueue)
+	_, err = busy.RenewLock(d.LockToken)
+	assert.ErrorIs(t, err, ErrUnknownQueue)
 	require.NoError(t, b.RemoveQueue("src"))
 	require.NoError(t, b.RemoveQueue("target"))
 	require.NoError(t, b.AddQueue(QueueConfig{Name: "target"}), "the name is free again and validation still passes")

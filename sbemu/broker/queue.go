@@ -48,6 +48,9 @@ type Queue struct {
 	// removed is set when the entity is deleted (manage.go): sends and
 	// receives through a *Queue obtained earlier then fail.
 	removed bool
+	// accessedAt is when a client last sent to the entity or received from
+	// it or its dead-letter queue (Runtime.AccessedAt); zero means never.
+	accessedAt time.Time
 }
 
 func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
@@ -113,6 +116,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	now := b.clock.Now()
 	q.advance(now)
 	defer q.armTimer(now)
+	q.accessedAt = now
 
 	id := messageID(m)
 	if seq, dup := q.dedup.lookup(id, now); dup {
@@ -230,7 +234,7 @@ func (q *Queue) returnLocked(e *entry, counted bool, now time.Time) {
 	delete(q.locks, e.lockToken)
 	q.timeline.setDeadline(e, time.Time{})
 	// Receive counted the delivery up front; a release undoes that.
-	if !counted && e.deliveryCount > 0 {
+	if !counted && q.countsDeliveries() && e.deliveryCount > 0 {
 		e.deliveryCount--
 	}
 	switch {
@@ -254,11 +258,25 @@ func (q *Queue) expire(e *entry, now time.Time) {
 	q.removeEntry(e)
 }
 
+// countsDeliveries reports whether deliveries from q count towards the
+// message's DeliveryCount: everywhere but in a dead-letter queue (see take).
+func (q *Queue) countsDeliveries() bool { return q.parent == nil }
+
 // deadLetter moves e to the dead-letter queue. props are merged into the
 // application properties first, then non-empty reason and description are
 // set, so they always win. The dead-letter copy gets a new sequence number
 // in the dead-letter queue, keeps its delivery count, and records its source
 // and original sequence number in annotations.
+//
+// The delivery count kept is that of the failed deliveries, which is what
+// Service Bus's header delivery-count holds ("incremented when a message
+// lock expires, or the message is explicitly abandoned", the
+// ServiceBusReceivedMessage.DeliveryCount docs). A receiver's own
+// dead-letter settles the current delivery rather than failing it, so
+// [Queue.DeadLetter] takes back the count receive added up front: a
+// message abandoned once and then dead-lettered reads DeliveryCount 2 from
+// the dead-letter queue, as on Service Bus (the Go SDK's live test
+// TestMessageSettlementUsingReceiver), not 3.
 func (q *Queue) deadLetter(e *entry, reason, description string, props map[string]any, now time.Time) {
 	q.removeEntry(e)
 	m := e.msg

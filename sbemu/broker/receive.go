@@ -142,6 +142,11 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 		return nil
 	}
 	e := q.available[0]
+	if q.parent != nil {
+		q.parent.accessedAt = now
+	} else {
+		q.accessedAt = now
+	}
 	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e), storedAt: q.storedPosition(e)}
 	// Without a lock there is nothing to settle or return, so the entry goes at
 	// once: at-most-once delivery, the trade-off of this mode on Service Bus.
@@ -153,8 +158,16 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 	q.journalEntry(e.seq, e)
 	// The delivery counts when the lock is taken, not when it is settled, so a
 	// consumer that crashes still moves the message towards MaxDeliveryCount;
-	// Release takes the count back.
-	e.deliveryCount++
+	// Release takes the count back. Deliveries from a dead-letter queue do not
+	// count: Service Bus leaves a dead-lettered message's DeliveryCount as the
+	// dead-lettering left it however often it is received, abandoned or lets
+	// its lock expire there (Azure/azure-sdk-for-net#53437; the Go SDK's live
+	// test TestMessageSettlementUsingReceiver reads 2 before and after an
+	// abandon on the dead-letter queue). A dead-letter queue has no
+	// MaxDeliveryCount for the count to approach.
+	if q.countsDeliveries() {
+		e.deliveryCount++
+	}
 	e.state = stateLocked
 	e.owner = owner
 	e.lockToken = newLockToken()

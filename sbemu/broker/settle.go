@@ -21,6 +21,9 @@ func (q *Queue) locked(token [16]byte, op func(e *entry, now time.Time) error) e
 	// Advancing first removes locks whose time has passed, so a late settlement
 	// fails with ErrLockLost even before the timer fires (or, with a mock clock,
 	// when it never does).
+	if q.removed {
+		return q.removedError()
+	}
 	q.advance(now)
 	// op may drop a deadline (the settled lock) or add one (the expiry of a
 	// message returned to the queue), so the timer is re-armed afterwards.
@@ -86,6 +89,10 @@ func (q *Queue) DeadLetter(token [16]byte, reason, description string, props map
 		if q.parent != nil {
 			return fmt.Errorf("%w: dead-letter from %s", ErrNotSupported, q.name)
 		}
+		// This delivery is settled, not failed (see deadLetter).
+		if e.deliveryCount > 0 {
+			e.deliveryCount--
+		}
 		q.deadLetter(e, reason, description, props, now)
 		return nil
 	})
@@ -101,6 +108,9 @@ func (q *Queue) RenewLock(tokens ...[16]byte) ([]time.Time, error) {
 	defer b.unlock()
 	if b.closed {
 		return nil, ErrClosed
+	}
+	if q.removed {
+		return nil, q.removedError()
 	}
 	now := b.clock.Now()
 	q.advance(now)

@@ -165,7 +165,7 @@ func TestDeadLetterReceiveFromDLQ(t *testing.T) {
 	assert.Equal(t, "Poison", dl.Message.ApplicationProperties[PropertyDeadLetterReason])
 	assert.Equal(t, "cannot parse", dl.Message.ApplicationProperties[PropertyDeadLetterErrorDescription])
 	assert.Equal(t, int64(7), dl.Message.ApplicationProperties["extra"])
-	assert.EqualValues(t, 1, dl.Message.Header.DeliveryCount)
+	assert.EqualValues(t, 0, dl.Message.Header.DeliveryCount, "the dead-letter settled the one delivery; it did not fail")
 
 	// Service Bus cannot dead-letter out of a dead-letter queue.
 	assert.ErrorIs(t, dlq.DeadLetter(dl.LockToken, "again", "", nil), ErrNotSupported)
@@ -174,6 +174,7 @@ func TestDeadLetterReceiveFromDLQ(t *testing.T) {
 		require.NoError(t, dlq.Abandon(dl.LockToken, nil))
 		dl = mustReceive(t, dlq, PeekLock)
 	}
+	assert.EqualValues(t, 0, dl.Message.Header.DeliveryCount, "deliveries from a dead-letter queue do not count")
 	require.NoError(t, dlq.Complete(dl.LockToken))
 	assert.Equal(t, Stats{}, dlq.Stats())
 }
