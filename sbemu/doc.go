@@ -207,8 +207,7 @@
 //
 // # What is not emulated
 //
-// No message sessions, no
-// deferral, no transactions, no websockets; TLS on the AMQP port only when
+// No message sessions, no transactions, no websockets; TLS on the AMQP port only when
 // [Config.TLS] is set; no authorization rules or auto-delete on idle in the
 // administration API. It is meant for tests and local development.
 package sbemu

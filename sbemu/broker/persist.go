@@ -512,6 +512,9 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 				q.makeAvailable(e)
 			case stateLocked:
 				locked = append(locked, lockedEntry{q, e})
+			case stateDeferred:
+				e.deferred = true
+				q.deferredCount++
 			}
 		}
 		if q.dedup.window > 0 {

@@ -115,7 +115,7 @@ func (r *recordEncoder) putEncoded(path string, seq int64, e *entry, msg []byte)
 	r.byte(opPut)
 	r.string(path)
 	r.varint(seq)
-	r.byte(byte(e.state))
+	r.byte(byte(e.storedState()))
 	r.uvarint(uint64(e.deliveryCount))
 	r.uvarint(uint64(e.size))
 	r.time(e.enqueuedAt)
@@ -142,7 +142,7 @@ func (r *recordEncoder) meta(path string, seq int64, e *entry) {
 	r.byte(opMeta)
 	r.string(path)
 	r.varint(seq)
-	r.byte(byte(e.state))
+	r.byte(byte(e.storedState()))
 	r.uvarint(uint64(e.deliveryCount))
 }
 
@@ -158,6 +158,19 @@ func (r *recordEncoder) dedup(path, id string, seq int64, at time.Time) {
 	r.string(id)
 	r.varint(seq)
 	r.time(at)
+}
+
+// storedState is the state the journal records for e. A deferred message
+// is recorded as deferred even while a receive by sequence number holds its
+// lock: locks do not survive a restart, and that lock would return it to
+// the deferred messages anyway. stateDeferred (4) is new in this journal
+// format; files written before it never contain it, so they still load,
+// while a broker from before it refuses a file that does (as damage).
+func (e *entry) storedState() entryState {
+	if e.deferred {
+		return stateDeferred
+	}
+	return e.state
 }
 
 // recordDecoder reads one payload; the first error sticks and every later
@@ -244,7 +257,7 @@ type storedMessage struct {
 // checkState refuses a stored state that no message can be in.
 func checkState(state entryState, seq int64, path string) error {
 	switch state {
-	case stateScheduled, stateAvailable, stateLocked:
+	case stateScheduled, stateAvailable, stateLocked, stateDeferred:
 		return nil
 	}
 	return fmt.Errorf("%w: message %d of %q in state %d", ErrDamaged, seq, path, state)

@@ -39,6 +39,8 @@ type Queue struct {
 	available availableHeap
 	timeline  timelineHeap
 	dedup     duplicateDetector
+	// deferredCount counts entries in stateDeferred (defer.go).
+	deferredCount int
 
 	// waiters counts blocked receivers; notify is closed (and replaced) when a
 	// message becomes available while any are waiting.
@@ -215,8 +217,11 @@ func (q *Queue) removeEntry(e *entry) {
 		heap.Remove(&q.available, e.availIndex)
 	}
 	q.timeline.setDeadline(e, time.Time{})
-	if e.state == stateLocked {
+	switch e.state {
+	case stateLocked:
 		delete(q.locks, e.lockToken)
+	case stateDeferred:
+		q.deferredCount--
 	}
 	e.state = 0
 }
@@ -237,6 +242,10 @@ func (q *Queue) returnLocked(e *entry, counted bool, now time.Time) {
 	case counted && q.parent == nil && int(e.deliveryCount) >= q.cfg.MaxDeliveryCount:
 		q.deadLetter(e, ReasonMaxDeliveryCountExceeded,
 			fmt.Sprintf("Message could not be consumed after %d delivery attempts.", q.cfg.MaxDeliveryCount), nil, now)
+	case e.deferred:
+		// Back among the deferred messages; expiry waits for the next
+		// receive by sequence number (defer.go).
+		q.setDeferred(e)
 	case q.expired(e, now):
 		q.expire(e, now)
 	default:

@@ -150,11 +150,21 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 		return d
 	}
 	q.removeAvailable(e)
+	q.lockEntry(e, d, owner, now)
+	return d
+}
+
+// lockEntry locks e for owner and fills in d's lock; b.mu must be held and
+// e out of the available heap.
+func (q *Queue) lockEntry(e *entry, d *Delivery, owner uint64, now time.Time) {
 	q.journalEntry(e.seq, e)
 	// The delivery counts when the lock is taken, not when it is settled, so a
 	// consumer that crashes still moves the message towards MaxDeliveryCount;
 	// Release takes the count back.
 	e.deliveryCount++
+	if e.state == stateDeferred {
+		q.deferredCount--
+	}
 	e.state = stateLocked
 	e.owner = owner
 	e.lockToken = newLockToken()
@@ -172,7 +182,6 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 	// The SDK type-asserts x-opt-locked-until to time.Time for LockedUntil;
 	// any other type would panic it.
 	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
-	return d
 }
 
 // removeAvailable takes e out of the receivable set without forgetting it.
