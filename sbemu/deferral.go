@@ -58,7 +58,7 @@ func (l *link) receiveBySequenceNumber(q *broker.Queue, req *amqp.Message, body 
 	}
 	got, err := l.receiveDeferredFor(q, req, mode, seqs)
 	if err != nil {
-		return brokerErrorReply(err)
+		return sessionErrorReply(err)
 	}
 	out := make([]any, 0, len(got))
 	for _, d := range got {
@@ -93,7 +93,20 @@ func (l *link) receiveBySequenceNumber(q *broker.Queue, req *amqp.Message, body 
 // request names (sessions.go narrows it to the link's session); without
 // one, from the whole entity.
 func (l *link) receiveDeferredFor(q *broker.Queue, req *amqp.Message, mode broker.Mode, seqs []int64) ([]*broker.Delivery, error) {
-	return q.ReceiveDeferred(mode, l.s.c.id, seqs...)
+	if !q.RequiresSession() {
+		return q.ReceiveDeferred(mode, l.s.c.id, seqs...)
+	}
+	// Other SDKs name the session in the body; the Go SDK only names its
+	// receive link.
+	body, _ := req.Value.(map[string]any)
+	id, ok := body["session-id"].(string)
+	if !ok {
+		name, _ := req.ApplicationProperties["associated-link-name"].(string)
+		if id, ok = l.s.c.sessionOfLink(name); !ok {
+			return nil, fmt.Errorf("%w: receive-by-sequence-number on %s needs a session receiver", broker.ErrSessionLockLost, q.Name())
+		}
+	}
+	return q.ReceiveDeferredInSession(mode, l.s.c.id, id, seqs...)
 }
 
 // sequenceNumbers reads an array of long (go-amqp: []int64) or a list of

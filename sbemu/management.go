@@ -56,6 +56,9 @@ func (l *link) handleManagement(req *amqp.Message) *amqp.Message {
 	case opReceiveBySequenceNumber:
 		return l.receiveBySequenceNumber(q, req, body)
 	default:
+		if reply, ok := l.handleSessionManagement(op, q, body); ok {
+			return reply
+		}
 		l.log.Info("sbemu: unsupported management operation", "operation", op)
 		return rpcReply(statusNotImplemented, fmt.Sprintf("sbemu: operation %q is not supported", op), nil)
 	}

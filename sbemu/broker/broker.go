@@ -259,6 +259,13 @@ func (b *Broker) add(queues []QueueConfig, topics []TopicConfig) error {
 // passed to [Queue.Receive].
 func (b *Broker) ReleaseOwner(owner uint64) {
 	b.returnLocksWhere(func(e *entry) bool { return e.owner == owner })
+	// Session locks of the connection go too (session.go).
+	b.mu.Lock()
+	defer b.unlock()
+	now := b.clock.Now()
+	for _, q := range b.allQueues() {
+		q.releaseSessionsOf(owner, now)
+	}
 }
 
 // ExpireAllLocks is a fault-injection hook: every outstanding lock in every

@@ -30,7 +30,7 @@ func (q *Queue) Stats() Stats {
 	b.mu.Lock()
 	defer b.unlock()
 	q.refresh()
-	s := Stats{Active: len(q.available), Locked: len(q.locks), Deferred: q.deferredCount}
+	s := Stats{Active: q.availableLen(), Locked: len(q.locks), Deferred: q.deferredCount}
 	s.Scheduled = len(q.entries) - s.Active - s.Locked - s.Deferred
 	if q.dlq != nil {
 		s.DeadLettered = len(q.dlq.entries)
@@ -46,8 +46,7 @@ func (q *Queue) ActiveMessages() []*amqp.Message {
 	b.mu.Lock()
 	defer b.unlock()
 	q.refresh()
-	es := make([]*entry, 0, len(q.available))
-	es = append(es, q.available...)
+	es := q.availableEntries()
 	sortBySeq(es)
 	out := make([]*amqp.Message, len(es))
 	for i, e := range es {

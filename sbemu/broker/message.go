@@ -239,6 +239,14 @@ func sessionID(m *amqp.Message) string {
 	return *m.Properties.GroupID
 }
 
+// groupID is the message's session id, nil without one.
+func groupID(m *amqp.Message) *string {
+	if m.Properties == nil {
+		return nil
+	}
+	return m.Properties.GroupID
+}
+
 // headerTTL is the message's own time-to-live, zero if it has none.
 func headerTTL(m *amqp.Message) time.Duration {
 	if m.Header == nil {

@@ -40,6 +40,11 @@ const (
 	opDedup
 	// opEnd: the last operation of a snapshot, proving it complete.
 	opEnd
+	// opSessionState: path, session id, presence byte (0 cleared, 1 set),
+	// state bytes when set. New with sessions: files without sessions
+	// never contain it and load as before; a broker from before sessions
+	// refuses a file that does, as an unknown operation.
+	opSessionState
 )
 
 // storedEntities is what opEntities carries: the broker's configurations
@@ -173,6 +178,18 @@ func (e *entry) storedState() entryState {
 	return e.state
 }
 
+func (r *recordEncoder) sessionState(path, id string, state []byte) {
+	r.byte(opSessionState)
+	r.string(path)
+	r.string(id)
+	if state == nil {
+		r.byte(0)
+		return
+	}
+	r.byte(1)
+	r.bytes(state)
+}
+
 // recordDecoder reads one payload; the first error sticks and every later
 // read returns zero values.
 type recordDecoder struct {
@@ -270,6 +287,8 @@ type storedEntity struct {
 	lastSeq int64
 	msgs    map[int64]*storedMessage
 	dedup   map[string]dedupRecord
+	// sessions holds the session states that are set.
+	sessions map[string][]byte
 }
 
 // image is the durable state as replay rebuilds it, before it becomes a
@@ -295,7 +314,7 @@ func (img *image) entity(path string) (*storedEntity, error) {
 	}
 	s, ok := img.stored[key]
 	if !ok {
-		s = &storedEntity{path: path, msgs: map[int64]*storedMessage{}, dedup: map[string]dedupRecord{}}
+		s = &storedEntity{path: path, msgs: map[int64]*storedMessage{}, dedup: map[string]dedupRecord{}, sessions: map[string][]byte{}}
 		img.stored[key] = s
 	}
 	return s, nil
@@ -414,6 +433,16 @@ func (img *image) applyOp(d *recordDecoder) error {
 	case opDedup:
 		id, seq, at := d.string(), d.varint(), d.time()
 		s.dedup[id] = dedupRecord{seq: seq, at: at}
+	case opSessionState:
+		id := d.string()
+		switch d.byte() {
+		case 0:
+			delete(s.sessions, id)
+		case 1:
+			s.sessions[id] = append([]byte{}, d.bytes()...)
+		default:
+			d.fail("session state")
+		}
 	default:
 		return fmt.Errorf("%w: unknown operation %d", ErrDamaged, op)
 	}

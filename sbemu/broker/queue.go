@@ -41,6 +41,9 @@ type Queue struct {
 	dedup     duplicateDetector
 	// deferredCount counts entries in stateDeferred (defer.go).
 	deferredCount int
+	// sessions holds, on a session-aware entity, each session's receivable
+	// messages (instead of available), lock and state (session.go).
+	sessions map[string]*sessionState
 
 	// waiters counts blocked receivers; notify is closed (and replaced) when a
 	// message becomes available while any are waiting.
@@ -110,6 +113,9 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 		return 0, false, fmt.Errorf("%w: %d bytes exceeds %d", ErrMessageTooLarge, size, q.cfg.MaxMessageSize)
 	}
 	if err := checkProperties(m.ApplicationProperties); err != nil {
+		return 0, false, err
+	}
+	if err := q.checkSessionOnSend(groupID(m)); err != nil {
 		return 0, false, err
 	}
 	now := b.clock.Now()
@@ -201,12 +207,9 @@ func (q *Queue) makeAvailable(e *entry) {
 	e.owner = 0
 	e.lockToken = [16]byte{}
 	e.lockedUntil = time.Time{}
-	heap.Push(&q.available, e)
+	heap.Push(q.availableFor(e), e)
 	q.timeline.setDeadline(e, e.expiresAt)
-	if q.waiters > 0 {
-		close(q.notify)
-		q.notify = make(chan struct{})
-	}
+	q.wakeWaiters()
 }
 
 // removeEntry forgets e entirely (settled, expired, cancelled or moved).
@@ -214,7 +217,11 @@ func (q *Queue) removeEntry(e *entry) {
 	q.journalEntry(e.seq, e)
 	delete(q.entries, e.seq)
 	if e.availIndex >= 0 {
-		heap.Remove(&q.available, e.availIndex)
+		h := q.availableFor(e)
+		heap.Remove(h, e.availIndex)
+		if q.sessionful() {
+			q.pruneSession(q.session(sessionID(e.msg)), q.b.clock.Now())
+		}
 	}
 	q.timeline.setDeadline(e, time.Time{})
 	switch e.state {

@@ -3,6 +3,7 @@ package broker
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -71,6 +72,18 @@ type Delivery struct {
 // can return the locks of a dropped connection. Each peek-lock delivery
 // counts towards MaxDeliveryCount.
 func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery, error) {
+	return q.receiveWith(ctx, func(now time.Time) (*Delivery, error) {
+		if q.sessionful() {
+			return nil, fmt.Errorf("%w: it is not possible for an entity that requires sessions to create a non-sessionful message receiver (%s)", ErrSessionRequired, q.name)
+		}
+		return q.take(mode, owner, now), nil
+	})
+}
+
+// receiveWith is the blocking loop of [Queue.Receive] and
+// [SessionLock.Receive]: take runs under b.mu with q advanced to now and
+// returns a delivery, nil to wait, or an error to give up.
+func (q *Queue) receiveWith(ctx context.Context, take func(now time.Time) (*Delivery, error)) (*Delivery, error) {
 	b := q.b
 	// Each pass starts from scratch: a wake-up only says something changed, and
 	// another receiver may already have taken the message.
@@ -89,10 +102,11 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 		}
 		now := b.clock.Now()
 		q.advance(now)
-		if d := q.take(mode, owner, now); d != nil {
+		d, err := take(now)
+		if err != nil || d != nil {
 			q.armTimer(now)
 			b.unlock()
-			return d, nil
+			return d, err
 		}
 		// Arm before sleeping, so a scheduled message falling due or a lock
 		// expiring wakes this receiver even if no other call arrives.
@@ -124,7 +138,7 @@ func (q *Queue) TryReceive(mode Mode, owner uint64) (*Delivery, bool) {
 	b := q.b
 	b.mu.Lock()
 	defer b.unlock()
-	if b.closed || q.removed {
+	if b.closed || q.removed || q.sessionful() {
 		return nil, false
 	}
 	now := b.clock.Now()
@@ -187,7 +201,7 @@ func (q *Queue) lockEntry(e *entry, d *Delivery, owner uint64, now time.Time) {
 // removeAvailable takes e out of the receivable set without forgetting it.
 func (q *Queue) removeAvailable(e *entry) {
 	if e.availIndex >= 0 {
-		heap.Remove(&q.available, e.availIndex)
+		heap.Remove(q.availableFor(e), e.availIndex)
 	}
 	q.timeline.setDeadline(e, time.Time{})
 }
