@@ -424,8 +424,8 @@ func checkStatus(status *string) error {
 // queueConfigFrom reads a QueueDescription.
 func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, error) {
 	cfg := broker.QueueConfig{Name: name}
-	if d.RequiresSession != nil && *d.RequiresSession {
-		return cfg, apiErrorf(http.StatusBadRequest, "sbemu: message sessions are not emulated (RequiresSession)")
+	if d.RequiresSession != nil {
+		cfg.RequiresSession = *d.RequiresSession
 	}
 	if err := checkStatus(d.Status); err != nil {
 		return cfg, err
@@ -522,7 +522,7 @@ func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEnt
 		LockDuration:                        ptr(formatISODuration(qc.LockDuration)),
 		MaxSizeInMegabytes:                  ptr(int32(maxSizeInMegabytes)),
 		RequiresDuplicateDetection:          ptr(qc.DuplicateDetectionWindow > 0),
-		RequiresSession:                     ptr(false),
+		RequiresSession:                     ptr(qc.RequiresSession),
 		DefaultMessageTimeToLive:            ttlString(qc.DefaultTTL),
 		DeadLetteringOnMessageExpiration:    ptr(qc.DeadLetterOnExpiration),
 		DuplicateDetectionHistoryTimeWindow: ptr(formatISODuration(window)),

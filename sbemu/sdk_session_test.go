@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/Azure/go-amqp"
 	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
@@ -320,4 +321,33 @@ func TestSDKSessionStatePersists(t *testing.T) {
 	state, err := r2.GetSessionState(ctxT(t), nil)
 	require.NoError(t, err)
 	assert.Equal(t, "state", string(state))
+}
+
+// TestSDKAdminRequiresSession creates a session queue and subscription
+// through the administration API, reads the setting back and receives
+// through a session from them.
+func TestSDKAdminRequiresSession(t *testing.T) {
+	em := startEmulator(t, Config{Topics: []broker.TopicConfig{{Name: "t"}}})
+	ac, err := admin.NewClientFromConnectionString(em.ConnectionString(), em.AdminClientOptions())
+	require.NoError(t, err)
+	ctx := ctxT(t)
+	_, err = ac.CreateQueue(ctx, "sessions", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{RequiresSession: to.Ptr(true)}})
+	require.NoError(t, err)
+	q, err := ac.GetQueue(ctx, "sessions", nil)
+	require.NoError(t, err)
+	require.NotNil(t, q.RequiresSession)
+	assert.True(t, *q.RequiresSession)
+	_, err = ac.CreateSubscription(ctx, "t", "s", &admin.CreateSubscriptionOptions{Properties: &admin.SubscriptionProperties{RequiresSession: to.Ptr(true)}})
+	require.NoError(t, err)
+	sub, err := ac.GetSubscription(ctx, "t", "s", nil)
+	require.NoError(t, err)
+	require.NotNil(t, sub.RequiresSession)
+	assert.True(t, *sub.RequiresSession)
+	_, err = ac.UpdateQueue(ctx, "sessions", admin.QueueProperties{RequiresSession: to.Ptr(false)}, nil)
+	require.Error(t, err, "RequiresSession is fixed at creation")
+
+	client := newClient(t, em)
+	sendToSession(t, newSender(t, client, "sessions"), "s1", "hello")
+	msg := receiveSessionOne(t, acceptSession(t, client, "sessions", "s1"))
+	assert.Equal(t, "hello", string(msg.Body))
 }
