@@ -351,3 +351,33 @@ func TestSDKAdminRequiresSession(t *testing.T) {
 	msg := receiveSessionOne(t, acceptSession(t, client, "sessions", "s1"))
 	assert.Equal(t, "hello", string(msg.Body))
 }
+
+// TestAMQPSessionLockLossDetachesTheLink: when a session lock runs out
+// (here on the fake clock) the receive link is detached with
+// com.microsoft:session-lock-lost, as Service Bus does. The SDK would
+// re-accept the session on its own, so a plain AMQP client shows it.
+func TestAMQPSessionLockLossDetachesTheLink(t *testing.T) {
+	mock := clock.NewMock()
+	mock.Set(time.Now())
+	cfg := sessionConfig()
+	cfg.Clock = mock
+	em := startEmulator(t, cfg)
+	session := dialAMQP(t, em)
+	receiver, err := session.NewReceiver(ctxT(t), "sq", &amqp.ReceiverOptions{
+		Credit:  1,
+		Filters: []amqp.LinkFilter{amqp.NewLinkFilter(sessionFilterName, sessionFilterCode, "s")},
+	})
+	require.NoError(t, err)
+	assert.Equal(t, "s", receiver.LinkSourceFilterValue(sessionFilterName), "the granted session id")
+	ticks, ok := receiver.Properties()[propLockedUntilUTC].(int64)
+	require.True(t, ok, "locked-until-utc as ticks")
+	assert.Equal(t, toTicks(mock.Now().Add(30*time.Second)), ticks)
+
+	waitFor(t, func() bool { return em.receiversWaiting() == 1 })
+	mock.Add(31 * time.Second)
+	_, err = receiver.Receive(ctxT(t), nil)
+	var linkErr *amqp.LinkError
+	require.True(t, errors.As(err, &linkErr), "got %T: %v", err, err)
+	require.NotNil(t, linkErr.RemoteErr)
+	assert.EqualValues(t, "com.microsoft:session-lock-lost", linkErr.RemoteErr.Condition)
+}

@@ -44,6 +44,9 @@ type Queue struct {
 	// sessions holds, on a session-aware entity, each session's receivable
 	// messages (instead of available), lock and state (session.go).
 	sessions map[string]*sessionState
+	// sessionDeadline is no later than the earliest session lock expiry
+	// (zero: none), so receivers parked in a session wake when it passes.
+	sessionDeadline time.Time
 
 	// waiters counts blocked receivers; notify is closed (and replaced) when a
 	// message becomes available while any are waiting.
@@ -334,6 +337,9 @@ func (q *Queue) advance(now time.Time) {
 // advanceOwn is [Queue.advance] for q alone.
 func (q *Queue) advanceOwn(now time.Time) {
 	q.dedup.prune(now)
+	if !q.sessionDeadline.IsZero() && !now.Before(q.sessionDeadline) {
+		q.sessionLocksDue(now)
+	}
 	for len(q.timeline) > 0 && !now.Before(q.timeline[0].deadline) {
 		e := heap.Pop(&q.timeline).(*entry)
 		switch e.state {
@@ -362,4 +368,5 @@ func (q *Queue) armTimer(now time.Time) {
 	}
 	q.b.armAt(q.timeline.earliest(), now)
 	q.b.armAt(q.dlq.timeline.earliest(), now)
+	q.b.armAt(q.sessionDeadline, now)
 }

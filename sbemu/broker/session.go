@@ -271,7 +271,30 @@ func (q *Queue) nextFreeSession(now time.Time) *sessionState {
 func (q *Queue) lockSession(s *sessionState, owner uint64, now time.Time) *SessionLock {
 	l := &SessionLock{q: q, id: s.id, holder: sessionHolders.Add(1), owner: owner}
 	s.holder, s.owner, s.lockedUntil = l.holder, owner, now.Add(q.cfg.LockDuration)
+	q.noteSessionDeadline(s.lockedUntil)
 	return l
+}
+
+// noteSessionDeadline makes sure the queue wakes by t; b.mu must be held.
+func (q *Queue) noteSessionDeadline(t time.Time) {
+	if q.sessionDeadline.IsZero() || t.Before(q.sessionDeadline) {
+		q.sessionDeadline = t
+	}
+}
+
+// sessionLocksDue runs when a session lock may have expired: it wakes the
+// parked receivers (a session receiver then finds its lock lost and its
+// link is detached with com.microsoft:session-lock-lost) and finds the next
+// expiry. Renewals only move expiries later, so at worst this runs once
+// early.
+func (q *Queue) sessionLocksDue(now time.Time) {
+	q.wakeWaiters()
+	q.sessionDeadline = time.Time{}
+	for _, s := range q.sessions {
+		if s.holder != 0 && now.Before(s.lockedUntil) {
+			q.noteSessionDeadline(s.lockedUntil)
+		}
+	}
 }
 
 // heldLocked returns the session if l still holds it; b.mu must be held

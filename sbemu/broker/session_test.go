@@ -101,11 +101,11 @@ func TestAcceptNextSession(t *testing.T) {
 	require.NoError(t, <-done, "a message in a new session wakes the waiter")
 
 	go func() {
-		_, _, err := q.AcceptNextSession(context.Background(), 1, time.Minute)
+		_, _, err := q.AcceptNextSession(context.Background(), 1, 30*time.Second)
 		done <- err
 	}()
 	waitFor(t, func() bool { return waiters(q) == 1 })
-	mock.Add(time.Minute)
+	mock.Add(30 * time.Second) // before the session locks (60 s) run out
 	assert.ErrorIs(t, <-done, ErrSessionTimeout)
 }
 
@@ -189,5 +189,38 @@ func waitFor(t *testing.T, cond func() bool) {
 	for !cond() {
 		require.True(t, time.Now().Before(deadline), "condition never held")
 		runtime.Gosched()
+	}
+}
+
+func TestExpireAllLocksExpiresSessionLocks(t *testing.T) {
+	q, _ := newTestQueue(t, QueueConfig{RequiresSession: true})
+	lock, _, err := q.AcceptSession("s", 1)
+	require.NoError(t, err)
+	q.b.ExpireAllLocks()
+	assert.False(t, lock.Held())
+	_, err = q.RenewSessionLock("s", 1)
+	assert.ErrorIs(t, err, ErrSessionLockLost)
+	_, _, err = q.AcceptSession("s", 2)
+	require.NoError(t, err)
+}
+
+// A receiver parked in its session wakes with ErrSessionLockLost when the
+// lock runs out, so the server can detach its link.
+func TestParkedSessionReceiverLosesTheLock(t *testing.T) {
+	q, mock := newTestQueue(t, QueueConfig{RequiresSession: true, LockDuration: 10 * time.Second})
+	lock, _, err := q.AcceptSession("s", 1)
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() {
+		_, err := lock.Receive(context.Background(), PeekLock)
+		done <- err
+	}()
+	waitFor(t, func() bool { return waiters(q) == 1 })
+	mock.Add(11 * time.Second)
+	select {
+	case err := <-done:
+		assert.ErrorIs(t, err, ErrSessionLockLost)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the parked receiver was not woken")
 	}
 }
