@@ -35,9 +35,9 @@ const (
 	// SDK's "backwards" numbering: 0 receive-and-delete, 1 peek-lock).
 	receiverSettleModeReceiveAndDelete = 0
 
-	// annotationLockToken is the delivery annotation the SDK reads a
+	// mgmtLockTokenAnnotation is the delivery annotation the SDK reads a
 	// management-delivered message's lock token from.
-	annotationLockToken = "x-opt-lock-token"
+	mgmtLockTokenAnnotation = "x-opt-lock-token"
 )
 
 // receiveBySequenceNumber implements com.microsoft:receive-by-sequence-number.
@@ -73,7 +73,7 @@ func (l *link) receiveBySequenceNumber(q *broker.Queue, req *amqp.Message, body 
 			if d.Message.DeliveryAnnotations == nil {
 				d.Message.DeliveryAnnotations = amqp.Annotations{}
 			}
-			d.Message.DeliveryAnnotations[annotationLockToken] = token
+			d.Message.DeliveryAnnotations[mgmtLockTokenAnnotation] = token
 			entry["lock-token"] = token
 		}
 		encoded, err := marshalDelivery(d.Message)
