@@ -6,6 +6,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
 	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -221,4 +222,29 @@ func TestSDKDeferredPersistsAcrossRestart(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "kept", string(got[0].Body))
 	require.NoError(t, receiver2.CompleteMessage(ctxT(t), got[0], nil))
+}
+
+// TestAMQPReceiveBySequenceNumberBounds: the count is bounded by
+// Limits.MaxPeekCount and a malformed request is a 400, not a panic.
+func TestAMQPReceiveBySequenceNumberBounds(t *testing.T) {
+	em := startEmulator(t, Config{Limits: Limits{MaxPeekCount: 2}})
+	session := dialAMQP(t, em)
+	tests := []struct {
+		name string
+		body any
+	}{
+		{"over the limit", map[string]any{"sequence-numbers": []int64{1, 2, 3}}},
+		{"not an array", map[string]any{"sequence-numbers": "1"}},
+		{"empty", map[string]any{"sequence-numbers": []int64{}}},
+		{"no map", "x"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			reply := managementRequest(t, session, "queue/$management", &amqp.Message{
+				ApplicationProperties: map[string]any{"operation": opReceiveBySequenceNumber},
+				Value:                 tc.body,
+			})
+			assert.Equal(t, int32(400), reply.ApplicationProperties["statusCode"])
+		})
+	}
 }
