@@ -82,7 +82,7 @@ func (s *session) handleAttach(a *wire.Attach) {
 		s.mu.Unlock()
 		return
 	}
-	if _, dup := s.links[a.Handle]; dup || a.Handle > handleMax {
+	if _, dup := s.links[a.Handle]; dup || s.pending[a.Handle] || a.Handle > handleMax {
 		s.mu.Unlock()
 		// A session error: the handle cannot be answered on without
 		// confusing the link that owns it.
@@ -92,7 +92,7 @@ func (s *session) handleAttach(a *wire.Attach) {
 	// The handle is reserved before resolve runs outside the lock, so a
 	// concurrent attach cannot take it; refuseAttach gives it back.
 	out := s.allocateHandleLocked()
-	tooMany := len(s.links) >= s.c.em.cfg.Limits.MaxLinksPerSession
+	tooMany := len(s.links)+len(s.pending) >= s.c.em.cfg.Limits.MaxLinksPerSession
 	s.mu.Unlock()
 	if tooMany {
 		limit := s.c.em.cfg.Limits.MaxLinksPerSession

@@ -381,3 +381,30 @@ func TestAMQPSessionLockLossDetachesTheLink(t *testing.T) {
 	require.NotNil(t, linkErr.RemoteErr)
 	assert.EqualValues(t, "com.microsoft:session-lock-lost", linkErr.RemoteErr.Condition)
 }
+
+// TestAMQPWaitingSessionReceiversAreBounded: receivers waiting for the
+// next available session count against Limits.MaxLinksPerSession, and
+// their handles stay taken while they wait.
+func TestAMQPWaitingSessionReceiversAreBounded(t *testing.T) {
+	cfg := sessionConfig()
+	cfg.Limits.MaxLinksPerSession = 2
+	em := startEmulator(t, cfg)
+	session := dialAMQP(t, em)
+	errs := make(chan error, 3)
+	for range 3 {
+		go func() {
+			_, err := session.NewReceiver(ctxT(t), "sq", &amqp.ReceiverOptions{
+				Filters: []amqp.LinkFilter{amqp.NewLinkFilter(sessionFilterName, sessionFilterCode, nil)},
+			})
+			errs <- err
+		}()
+	}
+	// Two wait for a session; the third is refused at once.
+	err := <-errs
+	var amqpErr *amqp.Error
+	require.True(t, errors.As(err, &amqpErr), "got %T: %v", err, err)
+	assert.EqualValues(t, "amqp:resource-limit-exceeded", amqpErr.Condition)
+	// A message lets one waiter through; closing the client ends the other.
+	require.NoError(t, newSender(t, newClient(t, em), "sq").SendMessage(ctxT(t), &azservicebus.Message{SessionID: to.Ptr("s")}, nil))
+	require.NoError(t, <-errs)
+}

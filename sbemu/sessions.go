@@ -146,10 +146,19 @@ func (s *session) attachSession(l *link) bool {
 	// a goroutine the connection waits for; l.ctx ends it at teardown.
 	timeout := acceptTimeout(a)
 	c := s.c
+	s.mu.Lock()
+	if s.pending == nil {
+		s.pending = map[uint32]bool{}
+	}
+	s.pending[a.Handle] = true
+	s.mu.Unlock()
 	c.wg.Add(1)
 	go func() {
 		defer c.wg.Done()
 		lock, _, err := q.AcceptNextSession(l.ctx, c.id, timeout)
+		s.mu.Lock()
+		delete(s.pending, a.Handle)
+		s.mu.Unlock()
 		if err != nil {
 			if l.ctx.Err() == nil {
 				cond, desc := sessionErrorCondition(err)
