@@ -443,8 +443,8 @@ func checkStatus(status *string) error {
 // queueConfigFrom reads a QueueDescription.
 func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, error) {
 	cfg := broker.QueueConfig{Name: name}
-	if d.RequiresSession != nil && *d.RequiresSession {
-		return cfg, apiErrorf(http.StatusBadRequest, "sbemu: message sessions are not emulated (RequiresSession)")
+	if d.RequiresSession != nil {
+		cfg.RequiresSession = *d.RequiresSession
 	}
 	if err := checkStatus(d.Status); err != nil {
 		return cfg, err
@@ -532,7 +532,7 @@ func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEnt
 		LockDuration:                        ptr(formatISODuration(qc.LockDuration)),
 		MaxSizeInMegabytes:                  ptr(m.reportedMaxSize()),
 		RequiresDuplicateDetection:          ptr(qc.DuplicateDetectionWindow > 0),
-		RequiresSession:                     ptr(false),
+		RequiresSession:                     ptr(qc.RequiresSession),
 		DefaultMessageTimeToLive:            ttlString(qc.DefaultTTL),
 		DeadLetteringOnMessageExpiration:    ptr(qc.DeadLetterOnExpiration),
 		DuplicateDetectionHistoryTimeWindow: ptr(formatISODuration(window)),

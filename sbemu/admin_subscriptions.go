@@ -112,8 +112,8 @@ func (a *adminServer) subscription(w http.ResponseWriter, r *http.Request, topic
 // DefaultRuleDescription, when present, becomes the only rule.
 func subscriptionConfigFrom(name string, d *subscriptionDescription) (broker.SubscriptionConfig, error) {
 	cfg := broker.SubscriptionConfig{Name: name}
-	if d.RequiresSession != nil && *d.RequiresSession {
-		return cfg, apiErrorf(http.StatusBadRequest, "sbemu: message sessions are not emulated (RequiresSession)")
+	if d.RequiresSession != nil {
+		cfg.RequiresSession = *d.RequiresSession
 	}
 	if err := checkStatus(d.Status); err != nil {
 		return cfg, err
@@ -171,7 +171,7 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 	d := &subscriptionDescription{
 		Xmlns: serviceBusNamespace, XmlnsI: xsiNamespace,
 		LockDuration:                              ptr(formatISODuration(lock)),
-		RequiresSession:                           ptr(false),
+		RequiresSession:                           ptr(sc.RequiresSession),
 		DefaultMessageTimeToLive:                  ttlString(sc.DefaultTTL),
 		DeadLetteringOnMessageExpiration:          ptr(sc.DeadLetterOnExpiration),
 		DeadLetteringOnFilterEvaluationExceptions: ptr(false),

@@ -95,8 +95,6 @@ func TestAdminQueueLifecycle(t *testing.T) {
 	requireStatus(t, err, http.StatusBadRequest)
 	_, err = ac.UpdateQueue(ctx, "nope", props, nil)
 	requireStatus(t, err, http.StatusNotFound)
-	_, err = ac.CreateQueue(ctx, "sessions", &admin.CreateQueueOptions{Properties: &admin.QueueProperties{RequiresSession: to.Ptr(true)}})
-	requireStatus(t, err, http.StatusBadRequest)
 
 	var names []string
 	pager := ac.NewListQueuesPager(&admin.ListQueuesOptions{MaxPageSize: 1})

@@ -1,7 +1,6 @@
 package sbemu
 
 import (
-	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -65,17 +64,33 @@ func TestAMQPReleaseReturnsMessageUncounted(t *testing.T) {
 	require.NoError(t, receiver.AcceptMessage(ctxT(t), again))
 }
 
-func TestSDKUnsupportedManagementOperationFailsFast(t *testing.T) {
+// TestAMQPUnsupportedManagementOperationFailsFast: an operation the
+// emulator does not know is answered 501 at once, not left unanswered.
+func TestAMQPUnsupportedManagementOperationFailsFast(t *testing.T) {
 	em := startEmulator(t, Config{})
-	client := newClient(t, em)
-	receiver := newReceiver(t, client, "queue", nil)
-	_, err := receiver.ReceiveDeferredMessages(ctxT(t), []int64{1}, nil)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "501")
-	var sbErr *azservicebus.Error
-	if errors.As(err, &sbErr) {
-		assert.NotEqual(t, azservicebus.CodeLockLost, sbErr.Code)
-	}
+	reply := managementRequest(t, dialAMQP(t, em), "queue/$management", &amqp.Message{
+		ApplicationProperties: map[string]any{"operation": "com.microsoft:no-such-operation"},
+		Value:                 map[string]any{},
+	})
+	assert.Equal(t, int32(501), reply.ApplicationProperties["statusCode"])
+}
+
+// managementRequest sends msg to node on session and returns the reply.
+func managementRequest(t *testing.T, session *amqp.Session, node string, msg *amqp.Message) *amqp.Message {
+	t.Helper()
+	replyTo := node + "-reply"
+	receiver, err := session.NewReceiver(ctxT(t), node, &amqp.ReceiverOptions{TargetAddress: replyTo})
+	require.NoError(t, err)
+	defer func() { _ = receiver.Close(ctxT(t)) }()
+	sender, err := session.NewSender(ctxT(t), node, nil)
+	require.NoError(t, err)
+	defer func() { _ = sender.Close(ctxT(t)) }()
+	msg.Properties = &amqp.MessageProperties{MessageID: "req", ReplyTo: &replyTo}
+	require.NoError(t, sender.Send(ctxT(t), msg, nil))
+	reply, err := receiver.Receive(ctxT(t), nil)
+	require.NoError(t, err)
+	require.NoError(t, receiver.AcceptMessage(ctxT(t), reply))
+	return reply
 }
 
 // amqpRequest sends one request to node ("$cbs" or "<entity>/$management")

@@ -82,7 +82,7 @@ func (s *session) handleAttach(a *wire.Attach) {
 		s.mu.Unlock()
 		return
 	}
-	if _, dup := s.links[a.Handle]; dup || a.Handle > handleMax {
+	if _, dup := s.links[a.Handle]; dup || s.pending[a.Handle] || a.Handle > handleMax {
 		s.mu.Unlock()
 		// A session error: the handle cannot be answered on without
 		// confusing the link that owns it.
@@ -92,7 +92,7 @@ func (s *session) handleAttach(a *wire.Attach) {
 	// The handle is reserved before resolve runs outside the lock, so a
 	// concurrent attach cannot take it; refuseAttach gives it back.
 	out := s.allocateHandleLocked()
-	tooMany := len(s.links) >= s.c.em.cfg.Limits.MaxLinksPerSession
+	tooMany := len(s.links)+len(s.pending) >= s.c.em.cfg.Limits.MaxLinksPerSession
 	s.mu.Unlock()
 	if tooMany {
 		limit := s.c.em.cfg.Limits.MaxLinksPerSession
@@ -108,7 +108,19 @@ func (s *session) handleAttach(a *wire.Attach) {
 		s.refuseAttach(a, out, cond, desc)
 		return
 	}
+	// A receiver on a session-aware entity attaches once it has a session
+	// lock, which may mean waiting for one (sessions.go).
+	if l.kind == kindQueueOut && s.attachSession(l) {
+		return
+	}
+	s.completeAttach(l)
+}
 
+// completeAttach sends the attach reply of a resolved link, registers it
+// and starts it.
+func (s *session) completeAttach(l *link) {
+	a, out := l.attach, l.outHandle
+	clientSends := a.Role == wire.RoleSender
 	// The SDK checks that the reply echoes the settle modes it asked for
 	// and fails the link otherwise; source and target must be non-nil for
 	// the same reason.
@@ -139,13 +151,21 @@ func (s *session) handleAttach(a *wire.Attach) {
 		// delivery count; the emulator's sender side always starts at 0.
 		zero := uint32(0)
 		reply.InitialDeliveryCount = &zero
+		if l.sessionLock != nil {
+			decorateSessionAttach(reply, l)
+		}
 	}
 
 	s.mu.Lock()
-	// The session can end while resolve ran unlocked; registering the link
-	// then would leak its handle and goroutine.
-	if s.ended {
+	// The session can end while resolve ran unlocked (or a session
+	// receiver waited for a session); registering the link then would leak
+	// its handle and goroutine. A second attach on the same handle while
+	// one waited is refused the same way.
+	if _, dup := s.links[a.Handle]; s.ended || dup {
 		s.mu.Unlock()
+		if l.sessionLock != nil {
+			l.sessionLock.Release()
+		}
 		return
 	}
 	s.links[a.Handle] = l
@@ -186,6 +206,11 @@ func (s *session) refuseAttach(a *wire.Attach, out uint32, cond wire.Symbol, des
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.ended {
+		// A session receiver that waited for a session: nothing may be
+		// sent on a session the client has ended.
+		return
+	}
 	s.sendLocked(reply)
 	s.sendLocked(&wire.Detach{Handle: out, Closed: true, Error: &wire.Error{Condition: cond, Description: desc}})
 	delete(s.handles, out)

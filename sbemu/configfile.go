@@ -18,9 +18,9 @@ import (
 // Properties object whose durations are ISO 8601 ("PT1M"). [ConfigFromFile]
 // and [ConfigFromJSON] read that file unchanged, so a project can run the
 // same file against either emulator. The reader is strict: an unknown key,
-// a malformed or out-of-range value, or a feature this emulator lacks
-// (message sessions) is an error naming the entity and the field, because a
-// setting silently ignored is a test that silently lies.
+// or a malformed or out-of-range value is an error naming the entity and
+// the field, because a setting silently ignored is a test that silently
+// lies.
 //
 // The property names are those Microsoft documents for the emulator and
 // for the entities themselves (LockDuration, MaxDeliveryCount,
@@ -182,6 +182,7 @@ type settings struct {
 	lock, ttl, dedup time.Duration
 	maxDelivery      int
 	dlOnExpiry       bool
+	requiresSession  bool
 	forwardTo, fwdDL string
 }
 
@@ -221,8 +222,8 @@ func readProperties(raw json.RawMessage, what, name string) (settings, error) {
 		return d, nil
 	}
 	var err error
-	if p.RequiresSession != nil && *p.RequiresSession {
-		return s, bad("RequiresSession", "message sessions are not supported by this emulator")
+	if p.RequiresSession != nil {
+		s.requiresSession = *p.RequiresSession
 	}
 	if v := p.LockDuration; v != nil {
 		if s.lock, err = duration("LockDuration", v); err != nil {
@@ -310,6 +311,7 @@ func queueFromJSON(raw json.RawMessage) (broker.QueueConfig, error) {
 		DuplicateDetectionWindow:      s.dedup,
 		DefaultTTL:                    s.ttl,
 		DeadLetterOnExpiration:        s.dlOnExpiry,
+		RequiresSession:               s.requiresSession,
 		ForwardTo:                     s.forwardTo,
 		ForwardDeadLetteredMessagesTo: s.fwdDL,
 	}, nil
@@ -354,6 +356,7 @@ func subscriptionFromJSON(raw json.RawMessage) (broker.SubscriptionConfig, error
 		MaxDeliveryCount:              s.maxDelivery,
 		DefaultTTL:                    s.ttl,
 		DeadLetterOnExpiration:        s.dlOnExpiry,
+		RequiresSession:               s.requiresSession,
 		ForwardTo:                     s.forwardTo,
 		ForwardDeadLetteredMessagesTo: s.fwdDL,
 	}

@@ -103,7 +103,6 @@ func TestConfigFromJSONErrors(t *testing.T) {
 		{"delivery count zero", wrap(`{"Name": "q", "Properties": {"MaxDeliveryCount": 0}}`, ""), `queue "q": MaxDeliveryCount: 0 must be at least 1`},
 		{"delivery count wrong type", wrap(`{"Name": "q", "Properties": {"MaxDeliveryCount": "ten"}}`, ""), `queue "q": Properties: json: cannot unmarshal string`},
 		{"dedup window too short", wrap(`{"Name": "q", "Properties": {"RequiresDuplicateDetection": true, "DuplicateDetectionHistoryTimeWindow": "PT1S"}}`, ""), `DuplicateDetectionHistoryTimeWindow: "PT1S" is outside the Service Bus range`},
-		{"sessions", wrap(`{"Name": "q", "Properties": {"RequiresSession": true}}`, ""), `queue "q": RequiresSession: message sessions are not supported`},
 		{"unknown property", wrap(`{"Name": "q", "Properties": {"LockDurration": "PT1M"}}`, ""), `queue "q": LockDurration: not a property of a queue`},
 		{"queue property on a topic", wrap("", `{"Name": "t", "Properties": {"LockDuration": "PT1M"}}`), `topic "t": LockDuration: not a property of a topic`},
 		{"subscriptions on a queue", wrap(`{"Name": "q", "Subscriptions": []}`, ""), `queue "q": Subscriptions is only allowed on a topic`},
@@ -197,4 +196,16 @@ func TestBlankCommentsKeepsOffsetsAndInput(t *testing.T) {
 	assert.Equal(t, "{\"a\": 1} // x\n// y\n", string(in), "the input is not modified")
 	same := []byte(`{"u": "sb://x"}`)
 	assert.Equal(t, string(same), string(blankComments(same)))
+}
+
+func TestConfigFromJSONRequiresSession(t *testing.T) {
+	cfg, err := ConfigFromJSON([]byte(`{"UserConfig": {"Namespaces": [{"Name": "ns",
+		"Queues": [{"Name": "q", "Properties": {"RequiresSession": true}}],
+		"Topics": [{"Name": "t", "Subscriptions": [{"Name": "s", "Properties": {"RequiresSession": true}}]}]}],
+		"Logging": {"Type": "File"}}}`))
+	require.NoError(t, err)
+	require.Len(t, cfg.Queues, 1)
+	assert.True(t, cfg.Queues[0].RequiresSession)
+	require.Len(t, cfg.Topics, 1)
+	assert.True(t, cfg.Topics[0].Subscriptions[0].RequiresSession)
 }

@@ -36,7 +36,7 @@ func (l *link) startDelivering() {
 	var src deliverySource
 	switch l.kind {
 	case kindQueueOut:
-		src = &queueSource{l: l, q: l.queue, owner: l.s.c.id}
+		src = &queueSource{l: l, q: l.queue, owner: l.s.c.id, session: l.sessionLock}
 	case kindReplyOut:
 		src = l.replies
 	default:
@@ -50,6 +50,11 @@ func (l *link) startDelivering() {
 	go func() {
 		defer c.wg.Done()
 		l.deliverLoop(src)
+		// After deliverLoop put its pending message back, so the session's
+		// next receiver finds it.
+		if l.sessionLock != nil {
+			l.sessionLock.Release()
+		}
 	}()
 }
 
@@ -115,7 +120,7 @@ func (l *link) deliverLoop(src deliverySource) {
 				// nothing more: detach with the error, so the client sees it and can reconnect,
 				// instead of leaving the link attached and silent.
 				l.log.Info("sbemu: delivery source failed", "err", err)
-				l.forceDetach(condInternalError, "sbemu: "+err.Error())
+				l.forceDetach(deliveryFailureCondition(err), "sbemu: "+err.Error())
 				return
 			}
 			if o == nil {
@@ -216,15 +221,16 @@ func (l *link) sendOne(o *outgoing) error {
 // receive-and-delete links, so that a message is only removed once its
 // transfer has been handed to the writer.
 type queueSource struct {
-	l     *link
-	q     *broker.Queue
-	owner uint64
+	l       *link
+	q       *broker.Queue
+	owner   uint64
+	session *broker.SessionLock // a session receiver's lock; nil otherwise
 }
 
 // next blocks in the broker until a message is due; ctx is canceled by
 // link teardown or by handleFlow when credit is withdrawn.
 func (s *queueSource) next(ctx context.Context) (*outgoing, error) {
-	d, err := s.q.Receive(ctx, broker.PeekLock, s.owner)
+	d, err := s.receive(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +257,7 @@ func (s *queueSource) waitStored(ctx context.Context, d *broker.Delivery) error 
 // tryNext serves drain: a message that fails to encode was dead-lettered
 // by wrap and counts as "nothing available".
 func (s *queueSource) tryNext() (*outgoing, bool) {
-	d, ok := s.q.TryReceive(broker.PeekLock, s.owner)
+	d, ok := s.tryReceive()
 	if !ok {
 		return nil, false
 	}

@@ -15,6 +15,7 @@ import (
 //
 //	accepted                              -> Complete, answered accepted
 //	modified                              -> Abandon (annotations merged), answered modified
+//	modified{undeliverable-here}          -> Defer (annotations merged), answered modified
 //	rejected{com.microsoft:dead-letter}   -> DeadLetter, answered rejected without error
 //	released                              -> Release, answered released
 //	lock unknown or expired               -> rejected{com.microsoft:message-lock-lost}
@@ -97,12 +98,13 @@ func (s *session) settle(sd *sentDelivery, state wire.DeliveryState) wire.Delive
 		err = q.Complete(token)
 		reply = &wire.Accepted{}
 	case *wire.Modified:
-		// The SDK's Defer sends modified{undeliverable-here=true}; deferral is
-		// not emulated, so refusing it is better than silently abandoning.
+		// The SDK's Defer sends modified{undeliverable-here=true}, its
+		// Abandon modified{undeliverable-here=false} (messageSettler.go).
 		if st.UndeliverableHere {
-			return &wire.Rejected{Error: &wire.Error{Condition: condNotImplemented, Description: "sbemu: deferral is not supported"}}
+			err = q.Defer(token, annotationsFromWire(st.MessageAnnotations))
+		} else {
+			err = q.Abandon(token, annotationsFromWire(st.MessageAnnotations))
 		}
-		err = q.Abandon(token, annotationsFromWire(st.MessageAnnotations))
 		reply = &wire.Modified{DeliveryFailed: st.DeliveryFailed, UndeliverableHere: st.UndeliverableHere}
 	case *wire.Rejected:
 		reason, desc, props := deadLetterInfo(st.Error)

@@ -5,10 +5,12 @@
 // and link flow control, multi-frame transfers, heartbeats) plus the Service
 // Bus conventions layered on top of it: claims-based security on the "$cbs"
 // node, the "<entity>/$management" request/response node (schedule, cancel,
-// renew-lock, peek, update-disposition) and the lock-token/annotation rules
-// for peek-lock deliveries. Service Bus semantics (locks, delivery counts,
-// dead-lettering, scheduling, duplicate detection, TTL, topics with
-// subscriptions and rules, auto-forwarding) live in the broker subpackage;
+// renew-lock, peek, update-disposition, receive-by-sequence-number, the
+// session operations) and the lock-token/annotation rules for peek-lock
+// deliveries. Service Bus semantics (locks, delivery counts,
+// dead-lettering, scheduling, deferral, message sessions, duplicate
+// detection, TTL, topics with subscriptions and rules, auto-forwarding)
+// live in the broker subpackage;
 // this package adapts them to the wire. Entities come from [Config] or from
 // the Config.json of Microsoft's emulator ([ConfigFromFile]).
 //
@@ -31,7 +33,8 @@
 // The package is split by layer so each can be read alone: this package
 // serves connections (connection, session and link state, flow control,
 // the writer) and maps AMQP onto Service Bus (CBS in cbs.go, the management
-// node in management.go, settlement in disposition.go); package broker holds
+// node in management.go, settlement in disposition.go, deferral in
+// deferral.go, session receivers in sessions.go); package broker holds
 // the Service Bus semantics and knows nothing about the network;
 // internal/wire is the AMQP 1.0 codec; internal/fault holds the state of the
 // fault hooks, which faults.go exposes.
@@ -207,8 +210,7 @@
 //
 // # What is not emulated
 //
-// No message sessions, no
-// deferral, no transactions, no websockets; TLS on the AMQP port only when
+// No message sessions, no transactions, no websockets; TLS on the AMQP port only when
 // [Config.TLS] is set; no authorization rules or auto-delete on idle in the
 // administration API. It is meant for tests and local development.
 package sbemu

@@ -45,8 +45,10 @@ type Limits struct {
 	// a write has been stuck for 30 seconds. Default 16 MiB.
 	MaxOutgoingBytesPerConnection int
 
-	// MaxPeekCount bounds message-count of one peek request; a larger count
-	// is answered with status 400 naming the limit. The Go SDK treats a 400
+	// MaxPeekCount bounds message-count of one peek request, and the
+	// number of sequence numbers of one receive-by-sequence-number
+	// (deferred messages); a larger count is answered with status 400
+	// naming the limit. The Go SDK treats a 400
 	// from the management node as a connection problem and retries it
 	// (azservicebus internal/errors.go), so the error reaches the caller
 	// after the client's RetryOptions are spent. Default 1000. Peek

@@ -74,6 +74,10 @@ type link struct {
 	detachSent      bool               // the emulator detached the link
 	stopped         bool
 	replies         *replyOutbox // kindReplyOut only
+
+	// sessionLock is a session receiver's lock (sessions.go), set before
+	// the link is registered and read-only afterwards; nil otherwise.
+	sessionLock *broker.SessionLock
 }
 
 func newLink(s *session, a *wire.Attach, out uint32, path string) *link {

@@ -53,7 +53,12 @@ func (l *link) handleManagement(req *amqp.Message) *amqp.Message {
 		return l.peekMessages(q, body)
 	case opUpdateDisposition:
 		return updateDisposition(q, body)
+	case opReceiveBySequenceNumber:
+		return l.receiveBySequenceNumber(q, req, body)
 	default:
+		if reply, ok := l.handleSessionManagement(op, q, body); ok {
+			return reply
+		}
 		l.log.Info("sbemu: unsupported management operation", "operation", op)
 		return rpcReply(statusNotImplemented, fmt.Sprintf("sbemu: operation %q is not supported", op), nil)
 	}
@@ -175,20 +180,13 @@ func updateDisposition(q *broker.Queue, body map[string]any) *amqp.Message {
 		case dispositionCompleted:
 			err = q.Complete(token)
 		case dispositionAbandoned:
-			var ann map[any]any
-			if len(props) > 0 {
-				ann = make(map[any]any, len(props))
-				for k, v := range props {
-					ann[k] = v
-				}
-			}
-			err = q.Abandon(token, ann)
+			err = q.Abandon(token, modifiedProperties(props))
 		case dispositionSuspended:
 			reason, _ := body["deadletter-reason"].(string)
 			desc, _ := body["deadletter-description"].(string)
 			err = q.DeadLetter(token, reason, desc, props)
 		case dispositionDeferred:
-			return rpcReply(statusNotImplemented, "sbemu: deferral is not supported", nil)
+			err = q.Defer(token, modifiedProperties(props))
 		default:
 			return rpcReply(statusBadRequest, fmt.Sprintf("sbemu: unknown disposition-status %q", status), nil)
 		}
@@ -197,6 +195,20 @@ func updateDisposition(q *broker.Queue, body map[string]any) *amqp.Message {
 		}
 	}
 	return rpcReply(statusOK, "OK", nil)
+}
+
+// modifiedProperties converts update-disposition's properties-to-modify
+// to the map [broker.Queue.Abandon] and [broker.Queue.Defer] merge; nil
+// when there are none.
+func modifiedProperties(props map[string]any) map[any]any {
+	if len(props) == 0 {
+		return nil
+	}
+	ann := make(map[any]any, len(props))
+	for k, v := range props {
+		ann[k] = v
+	}
+	return ann
 }
 
 // brokerErrorReply maps broker errors to management status codes the SDK

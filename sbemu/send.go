@@ -88,7 +88,7 @@ func sendErrorState(err error) wire.DeliveryState {
 		// Service Bus refuses these with a SerializationException; amqp:decode-error is the closest
 		// standard condition, and the SDK surfaces it as a non-retriable error.
 		return rejectedState(condDecodeError, "sbemu: "+err.Error())
-	case errors.Is(err, broker.ErrNotSupported):
+	case errors.Is(err, broker.ErrNotSupported), errors.Is(err, broker.ErrSessionRequired), errors.Is(err, broker.ErrInvalidSessionID):
 		return rejectedState(condNotAllowed, "sbemu: "+err.Error())
 	default:
 		return rejectedState(condInternalError, "sbemu: "+err.Error())

@@ -66,6 +66,9 @@ type session struct {
 	// client's handle; our own handles are only written, never looked up.
 	links   map[uint32]*link // by the client's handle
 	handles map[uint32]bool  // the emulator's handles in use
+	// pending holds the client handles of session receivers still waiting
+	// for a session (sessions.go); they count against MaxLinksPerSession.
+	pending map[uint32]bool
 	ended   bool
 }
 

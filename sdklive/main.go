@@ -217,6 +217,11 @@ func runAll(ctx context.Context, tests []testCase, parallel int, run func(contex
 		go func() {
 			defer wg.Done()
 			for i := range jobs {
+				if ctx.Err() != nil {
+					// The feeder may still hand out a job as the run is cancelled (its select
+					// picks at random between the send and the cancellation): never start it.
+					continue
+				}
 				r, err := run(ctx, tests[i])
 				if err == nil {
 					err = ctx.Err() // a test killed by the cancellation is not a result

@@ -259,6 +259,13 @@ func (b *Broker) add(queues []QueueConfig, topics []TopicConfig) error {
 // passed to [Queue.Receive].
 func (b *Broker) ReleaseOwner(owner uint64) {
 	b.returnLocksWhere(func(e *entry) bool { return e.owner == owner })
+	// Session locks of the connection go too (session.go).
+	b.mu.Lock()
+	defer b.unlock()
+	now := b.clock.Now()
+	for _, q := range b.allQueues() {
+		q.releaseSessionsOf(owner, now)
+	}
 }
 
 // ExpireAllLocks is a fault-injection hook: every outstanding lock in every
@@ -266,6 +273,18 @@ func (b *Broker) ReleaseOwner(owner uint64) {
 // settlements of those deliveries fail with [ErrLockLost].
 func (b *Broker) ExpireAllLocks() {
 	b.returnLocksWhere(func(*entry) bool { return true })
+	// Session locks expire too (session.go): their receivers' next receive
+	// or renewal reports the session lock lost.
+	b.mu.Lock()
+	defer b.unlock()
+	now := b.clock.Now()
+	for _, q := range b.allQueues() {
+		for _, s := range q.sessions {
+			if s.holder != 0 {
+				s.lockedUntil = now
+			}
+		}
+	}
 }
 
 // returnLocksWhere returns every locked message that match selects to its queue, counting the

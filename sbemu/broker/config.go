@@ -64,6 +64,13 @@ type QueueConfig struct {
 	// receives the messages this queue dead-letters (with their
 	// DeadLetterReason), instead of its own dead-letter queue.
 	ForwardDeadLetteredMessagesTo string
+
+	// RequiresSession makes the queue session-aware (session.go): every
+	// message must carry a session id (the SDK's SessionID), only session
+	// receivers receive, one per session at a time, in sequence order
+	// within the session. It is fixed at creation, as on Service Bus. The
+	// dead-letter queue is never session-aware. False: no sessions.
+	RequiresSession bool
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.

@@ -19,6 +19,9 @@ const (
 	// stateLocked: delivered in peek-lock mode and waiting for settlement or
 	// lock expiry.
 	stateLocked
+	// stateDeferred: set aside by [Queue.Defer]; only a receive by
+	// sequence number delivers it (defer.go). Never in the timeline.
+	stateDeferred
 )
 
 // entry is one stored message plus the bookkeeping the broker needs. Entries
@@ -42,6 +45,10 @@ type entry struct {
 	lockToken     [16]byte
 	lockedUntil   time.Time
 	owner         uint64
+	// deferred is set once the message was deferred: a lock on it that
+	// ends without settlement returns it to stateDeferred, not to the
+	// receivable messages.
+	deferred bool
 
 	// deadline is when the next time-driven transition happens (activation,
 	// expiry or lock loss); it is only meaningful while timeIndex >= 0.

@@ -11,7 +11,8 @@ import (
 type Stats struct {
 	Active       int // receivable now
 	Scheduled    int // waiting for their scheduled enqueue time
-	Locked       int // delivered in peek-lock mode, not yet settled
+	Locked       int // delivered in peek-lock mode, not yet settled (deferred ones included)
+	Deferred     int // set aside by Defer and not locked (defer.go)
 	DeadLettered int // messages in this queue's dead-letter queue (0 on a dead-letter queue)
 }
 
@@ -29,8 +30,8 @@ func (q *Queue) Stats() Stats {
 	b.mu.Lock()
 	defer b.unlock()
 	q.refresh()
-	s := Stats{Active: len(q.available), Locked: len(q.locks)}
-	s.Scheduled = len(q.entries) - s.Active - s.Locked
+	s := Stats{Active: q.availableLen(), Locked: len(q.locks), Deferred: q.deferredCount}
+	s.Scheduled = len(q.entries) - s.Active - s.Locked - s.Deferred
 	if q.dlq != nil {
 		s.DeadLettered = len(q.dlq.entries)
 	}
@@ -45,8 +46,7 @@ func (q *Queue) ActiveMessages() []*amqp.Message {
 	b.mu.Lock()
 	defer b.unlock()
 	q.refresh()
-	es := make([]*entry, 0, len(q.available))
-	es = append(es, q.available...)
+	es := q.availableEntries()
 	sortBySeq(es)
 	out := make([]*amqp.Message, len(es))
 	for i, e := range es {

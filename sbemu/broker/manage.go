@@ -134,8 +134,8 @@ func cloneTopicConfig(t TopicConfig) TopicConfig {
 // case) that apply to later operations only: LockDuration,
 // MaxDeliveryCount, DefaultTTL, DeadLetterOnExpiration, MaxMessageSize and
 // the duplicate detection window while detection stays on (Service Bus
-// cannot switch it on or off after creation either). Forwarding cannot
-// change here; such an update wraps [ErrNotSupported]. Locks already
+// cannot switch it on or off after creation either). Forwarding and
+// RequiresSession cannot change here; such an update wraps [ErrNotSupported]. Locks already
 // granted keep their expiry.
 func (b *Broker) UpdateQueue(cfg QueueConfig) error {
 	if err := cfg.validate(); err != nil {
@@ -154,6 +154,9 @@ func (b *Broker) UpdateQueue(cfg QueueConfig) error {
 	cfg.Name = old.Name
 	if !strings.EqualFold(cfg.ForwardTo, old.ForwardTo) || !strings.EqualFold(cfg.ForwardDeadLetteredMessagesTo, old.ForwardDeadLetteredMessagesTo) {
 		return fmt.Errorf("%w: changing the forwarding of queue %q", ErrNotSupported, old.Name)
+	}
+	if cfg.RequiresSession != old.RequiresSession {
+		return fmt.Errorf("%w: changing RequiresSession of queue %q", ErrNotSupported, old.Name)
 	}
 	if (cfg.DuplicateDetectionWindow > 0) != (old.DuplicateDetectionWindow > 0) {
 		return fmt.Errorf("%w: switching duplicate detection of queue %q on or off", ErrNotSupported, old.Name)
@@ -188,13 +191,16 @@ func (b *Broker) UpdateSubscription(topic string, cfg SubscriptionConfig) error 
 	qc := QueueConfig{
 		Name: old.Name, LockDuration: cfg.LockDuration, MaxDeliveryCount: cfg.MaxDeliveryCount,
 		DefaultTTL: cfg.DefaultTTL, DeadLetterOnExpiration: cfg.DeadLetterOnExpiration,
-		MaxMessageSize: tc.MaxMessageSize,
+		MaxMessageSize: tc.MaxMessageSize, RequiresSession: old.RequiresSession,
 	}
 	if err := qc.validateAs("subscription"); err != nil {
 		return err
 	}
 	if !strings.EqualFold(cfg.ForwardTo, old.ForwardTo) || !strings.EqualFold(cfg.ForwardDeadLetteredMessagesTo, old.ForwardDeadLetteredMessagesTo) {
 		return fmt.Errorf("%w: changing the forwarding of subscription %q", ErrNotSupported, SubscriptionPath(tc.Name, old.Name))
+	}
+	if cfg.RequiresSession != old.RequiresSession {
+		return fmt.Errorf("%w: changing RequiresSession of subscription %q", ErrNotSupported, SubscriptionPath(tc.Name, old.Name))
 	}
 	q := b.queues[strings.ToLower(SubscriptionPath(tc.Name, old.Name))]
 	b.applySettings(q, qc.withDefaults())
@@ -527,7 +533,7 @@ func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
 	sqc := QueueConfig{
 		Name: sc.Name, LockDuration: sc.LockDuration, MaxDeliveryCount: sc.MaxDeliveryCount,
 		DefaultTTL: sc.DefaultTTL, DeadLetterOnExpiration: sc.DeadLetterOnExpiration,
-		MaxMessageSize: t.cfg.MaxMessageSize,
+		MaxMessageSize: t.cfg.MaxMessageSize, RequiresSession: sc.RequiresSession,
 	}
 	rules, err := compileRules(path, sc.Rules)
 	if err != nil {

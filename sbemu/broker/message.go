@@ -18,7 +18,7 @@ const (
 	AnnotationScheduledEnqueueTime   = "x-opt-scheduled-enqueue-time"  // time.Time, set by senders
 	AnnotationDeadLetterSource       = "x-opt-deadletter-source"       // string, DLQ messages
 	AnnotationEnqueuedSequenceNumber = "x-opt-enqueue-sequence-number" // int64, DLQ messages: the original number
-	AnnotationMessageState           = "x-opt-message-state"           // int64, 2 on peeked scheduled messages
+	AnnotationMessageState           = "x-opt-message-state"           // int64: 1 deferred, 2 scheduled (peeked)
 
 	PropertyDeadLetterReason           = "DeadLetterReason"
 	PropertyDeadLetterErrorDescription = "DeadLetterErrorDescription"
@@ -228,6 +228,23 @@ func setAnnotation(m *amqp.Message, key string, value any) {
 	}
 	delete(m.Annotations, amqp.Symbol(key))
 	m.Annotations[key] = value
+}
+
+// sessionID is the message's session id (AMQP group-id, the SDK's
+// SessionID), empty without one.
+func sessionID(m *amqp.Message) string {
+	if m == nil || m.Properties == nil || m.Properties.GroupID == nil {
+		return ""
+	}
+	return *m.Properties.GroupID
+}
+
+// groupID is the message's session id, nil without one.
+func groupID(m *amqp.Message) *string {
+	if m.Properties == nil {
+		return nil
+	}
+	return m.Properties.GroupID
 }
 
 // headerTTL is the message's own time-to-live, zero if it has none.

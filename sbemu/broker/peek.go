@@ -9,7 +9,8 @@ import (
 // sequence order, without locking or counting them: available, locked and
 // scheduled messages alike, because Service Bus peek shows every message
 // still in the entity. Scheduled ones carry x-opt-message-state = 2 (int64),
-// which the SDK reports as MessageStateScheduled. LockToken and LockedUntil
+// which the SDK reports as MessageStateScheduled, deferred ones 1
+// (MessageStateDeferred), locked or not. LockToken and LockedUntil
 // are zero. max <= 0 returns nil.
 func (q *Queue) Peek(fromSeq int64, max int) []*Delivery {
 	if max <= 0 {
@@ -28,8 +29,11 @@ func (q *Queue) Peek(fromSeq int64, max int) []*Delivery {
 	for _, s := range seqs {
 		e := q.entries[s]
 		m := q.deliveryMessage(e)
-		if e.state == stateScheduled {
+		switch {
+		case e.state == stateScheduled:
 			setAnnotation(m, AnnotationMessageState, messageStateScheduled)
+		case e.deferred:
+			setAnnotation(m, AnnotationMessageState, messageStateDeferred)
 		}
 		out = append(out, &Delivery{Message: m, SequenceNumber: s})
 	}

@@ -74,6 +74,7 @@ type persistence struct {
 	seqs     map[*Queue]struct{} // queues whose sequence counter moved
 	dedups   []dedupChange       // duplicate-detection records added
 	entities bool                // an entity was added, changed or removed
+	sessions []sessionChange     // session states set or cleared (session.go)
 	rec      recordEncoder       // reused payload buffer
 	written  []*entry            // messages the record being built writes in full
 }
@@ -90,6 +91,20 @@ type dedupChange struct {
 	id  string
 	seq int64
 	at  time.Time
+}
+
+// sessionChange is one session state as set (nil: cleared).
+type sessionChange struct {
+	q     *Queue
+	id    string
+	state []byte
+}
+
+// journalSessionState notes that s's state changed; b.mu must be held.
+func (q *Queue) journalSessionState(s *sessionState) {
+	if p := q.b.persist; p != nil {
+		p.sessions = append(p.sessions, sessionChange{q: q, id: s.id, state: s.state})
+	}
 }
 
 // snapshotChunk is the size at which a snapshot starts a new record, so
@@ -159,7 +174,7 @@ func (b *Broker) unlock() {
 // its state and delivery count; a message that came and went within the
 // call (a topic's copy before fan-out) is not written at all.
 func (p *persistence) commit(b *Broker) {
-	if len(p.dirty) == 0 && len(p.seqs) == 0 && len(p.dedups) == 0 && !p.entities {
+	if len(p.dirty) == 0 && len(p.seqs) == 0 && len(p.dedups) == 0 && len(p.sessions) == 0 && !p.entities {
 		return
 	}
 	r := &p.rec
@@ -173,6 +188,8 @@ func (p *persistence) commit(b *Broker) {
 	clear(p.seqs)
 	clear(p.dedups)
 	p.dedups = p.dedups[:0]
+	clear(p.sessions)
+	p.sessions = p.sessions[:0]
 	p.entities = false
 	if err != nil {
 		// Only an unencodable message gets here (one handed to the broker
@@ -239,6 +256,11 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 			r.dedup(d.q.name, d.id, d.seq, d.at)
 		}
 	}
+	for _, c := range p.sessions {
+		if !c.q.removed {
+			r.sessionState(c.q.name, c.id, c.state)
+		}
+	}
 	return nil
 }
 
@@ -273,6 +295,11 @@ func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 		}
 		for id, rec := range q.dedup.seen {
 			r.dedup(q.name, id, rec.seq, rec.at)
+		}
+		for id, ss := range q.sessions {
+			if ss.state != nil {
+				r.sessionState(q.name, id, ss.state)
+			}
 		}
 	}
 	r.byte(opEnd)
@@ -512,6 +539,14 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 				q.makeAvailable(e)
 			case stateLocked:
 				locked = append(locked, lockedEntry{q, e})
+			case stateDeferred:
+				e.deferred = true
+				q.deferredCount++
+			}
+		}
+		for id, state := range s.sessions {
+			if q.sessionful() {
+				q.session(id).state = state
 			}
 		}
 		if q.dedup.window > 0 {

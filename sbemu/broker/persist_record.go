@@ -40,6 +40,11 @@ const (
 	opDedup
 	// opEnd: the last operation of a snapshot, proving it complete.
 	opEnd
+	// opSessionState: path, session id, presence byte (0 cleared, 1 set),
+	// state bytes when set. New with sessions: files without sessions
+	// never contain it and load as before; a broker from before sessions
+	// refuses a file that does, as an unknown operation.
+	opSessionState
 )
 
 // storedEntities is what opEntities carries: the broker's configurations
@@ -115,7 +120,7 @@ func (r *recordEncoder) putEncoded(path string, seq int64, e *entry, msg []byte)
 	r.byte(opPut)
 	r.string(path)
 	r.varint(seq)
-	r.byte(byte(e.state))
+	r.byte(byte(e.storedState()))
 	r.uvarint(uint64(e.deliveryCount))
 	r.uvarint(uint64(e.size))
 	r.time(e.enqueuedAt)
@@ -142,7 +147,7 @@ func (r *recordEncoder) meta(path string, seq int64, e *entry) {
 	r.byte(opMeta)
 	r.string(path)
 	r.varint(seq)
-	r.byte(byte(e.state))
+	r.byte(byte(e.storedState()))
 	r.uvarint(uint64(e.deliveryCount))
 }
 
@@ -158,6 +163,31 @@ func (r *recordEncoder) dedup(path, id string, seq int64, at time.Time) {
 	r.string(id)
 	r.varint(seq)
 	r.time(at)
+}
+
+// storedState is the state the journal records for e. A deferred message
+// is recorded as deferred even while a receive by sequence number holds its
+// lock: locks do not survive a restart, and that lock would return it to
+// the deferred messages anyway. stateDeferred (4) is new in this journal
+// format; files written before it never contain it, so they still load,
+// while a broker from before it refuses a file that does (as damage).
+func (e *entry) storedState() entryState {
+	if e.deferred {
+		return stateDeferred
+	}
+	return e.state
+}
+
+func (r *recordEncoder) sessionState(path, id string, state []byte) {
+	r.byte(opSessionState)
+	r.string(path)
+	r.string(id)
+	if state == nil {
+		r.byte(0)
+		return
+	}
+	r.byte(1)
+	r.bytes(state)
 }
 
 // recordDecoder reads one payload; the first error sticks and every later
@@ -244,7 +274,7 @@ type storedMessage struct {
 // checkState refuses a stored state that no message can be in.
 func checkState(state entryState, seq int64, path string) error {
 	switch state {
-	case stateScheduled, stateAvailable, stateLocked:
+	case stateScheduled, stateAvailable, stateLocked, stateDeferred:
 		return nil
 	}
 	return fmt.Errorf("%w: message %d of %q in state %d", ErrDamaged, seq, path, state)
@@ -257,6 +287,8 @@ type storedEntity struct {
 	lastSeq int64
 	msgs    map[int64]*storedMessage
 	dedup   map[string]dedupRecord
+	// sessions holds the session states that are set.
+	sessions map[string][]byte
 }
 
 // image is the durable state as replay rebuilds it, before it becomes a
@@ -282,7 +314,7 @@ func (img *image) entity(path string) (*storedEntity, error) {
 	}
 	s, ok := img.stored[key]
 	if !ok {
-		s = &storedEntity{path: path, msgs: map[int64]*storedMessage{}, dedup: map[string]dedupRecord{}}
+		s = &storedEntity{path: path, msgs: map[int64]*storedMessage{}, dedup: map[string]dedupRecord{}, sessions: map[string][]byte{}}
 		img.stored[key] = s
 	}
 	return s, nil
@@ -401,6 +433,16 @@ func (img *image) applyOp(d *recordDecoder) error {
 	case opDedup:
 		id, seq, at := d.string(), d.varint(), d.time()
 		s.dedup[id] = dedupRecord{seq: seq, at: at}
+	case opSessionState:
+		id := d.string()
+		switch d.byte() {
+		case 0:
+			delete(s.sessions, id)
+		case 1:
+			s.sessions[id] = append([]byte{}, d.bytes()...)
+		default:
+			d.fail("session state")
+		}
 	default:
 		return fmt.Errorf("%w: unknown operation %d", ErrDamaged, op)
 	}

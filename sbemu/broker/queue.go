@@ -39,6 +39,14 @@ type Queue struct {
 	available availableHeap
 	timeline  timelineHeap
 	dedup     duplicateDetector
+	// deferredCount counts entries in stateDeferred (defer.go).
+	deferredCount int
+	// sessions holds, on a session-aware entity, each session's receivable
+	// messages (instead of available), lock and state (session.go).
+	sessions map[string]*sessionState
+	// sessionDeadline is no later than the earliest session lock expiry
+	// (zero: none), so receivers parked in a session wake when it passes.
+	sessionDeadline time.Time
 
 	// waiters counts blocked receivers; notify is closed (and replaced) when a
 	// message becomes available while any are waiting.
@@ -111,6 +119,9 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 		return 0, false, fmt.Errorf("%w: %d bytes exceeds %d", ErrMessageTooLarge, size, q.cfg.MaxMessageSize)
 	}
 	if err := checkProperties(m.ApplicationProperties); err != nil {
+		return 0, false, err
+	}
+	if err := q.checkSessionOnSend(groupID(m)); err != nil {
 		return 0, false, err
 	}
 	now := b.clock.Now()
@@ -203,12 +214,9 @@ func (q *Queue) makeAvailable(e *entry) {
 	e.owner = 0
 	e.lockToken = [16]byte{}
 	e.lockedUntil = time.Time{}
-	heap.Push(&q.available, e)
+	heap.Push(q.availableFor(e), e)
 	q.timeline.setDeadline(e, e.expiresAt)
-	if q.waiters > 0 {
-		close(q.notify)
-		q.notify = make(chan struct{})
-	}
+	q.wakeWaiters()
 }
 
 // removeEntry forgets e entirely (settled, expired, cancelled or moved).
@@ -216,11 +224,18 @@ func (q *Queue) removeEntry(e *entry) {
 	q.journalEntry(e.seq, e)
 	delete(q.entries, e.seq)
 	if e.availIndex >= 0 {
-		heap.Remove(&q.available, e.availIndex)
+		h := q.availableFor(e)
+		heap.Remove(h, e.availIndex)
+		if q.sessionful() {
+			q.pruneSession(q.session(sessionID(e.msg)), q.b.clock.Now())
+		}
 	}
 	q.timeline.setDeadline(e, time.Time{})
-	if e.state == stateLocked {
+	switch e.state {
+	case stateLocked:
 		delete(q.locks, e.lockToken)
+	case stateDeferred:
+		q.deferredCount--
 	}
 	e.state = 0
 }
@@ -241,6 +256,10 @@ func (q *Queue) returnLocked(e *entry, counted bool, now time.Time) {
 	case counted && q.parent == nil && int(e.deliveryCount) >= q.cfg.MaxDeliveryCount:
 		q.deadLetter(e, ReasonMaxDeliveryCountExceeded,
 			fmt.Sprintf("Message could not be consumed after %d delivery attempts.", q.cfg.MaxDeliveryCount), nil, now)
+	case e.deferred:
+		// Back among the deferred messages; expiry waits for the next
+		// receive by sequence number (defer.go).
+		q.setDeferred(e)
 	case q.expired(e, now):
 		q.expire(e, now)
 	default:
@@ -336,6 +355,9 @@ func (q *Queue) advance(now time.Time) {
 // advanceOwn is [Queue.advance] for q alone.
 func (q *Queue) advanceOwn(now time.Time) {
 	q.dedup.prune(now)
+	if !q.sessionDeadline.IsZero() && !now.Before(q.sessionDeadline) {
+		q.sessionLocksDue(now)
+	}
 	for len(q.timeline) > 0 && !now.Before(q.timeline[0].deadline) {
 		e := heap.Pop(&q.timeline).(*entry)
 		switch e.state {
@@ -364,4 +386,5 @@ func (q *Queue) armTimer(now time.Time) {
 	}
 	q.b.armAt(q.timeline.earliest(), now)
 	q.b.armAt(q.dlq.timeline.earliest(), now)
+	q.b.armAt(q.sessionDeadline, now)
 }

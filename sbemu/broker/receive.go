@@ -3,6 +3,7 @@ package broker
 import (
 	"container/heap"
 	"context"
+	"fmt"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -71,6 +72,18 @@ type Delivery struct {
 // can return the locks of a dropped connection. Each peek-lock delivery
 // counts towards MaxDeliveryCount.
 func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery, error) {
+	return q.receiveWith(ctx, func(now time.Time) (*Delivery, error) {
+		if q.sessionful() {
+			return nil, fmt.Errorf("%w: it is not possible for an entity that requires sessions to create a non-sessionful message receiver (%s)", ErrSessionRequired, q.name)
+		}
+		return q.take(mode, owner, now), nil
+	})
+}
+
+// receiveWith is the blocking loop of [Queue.Receive] and
+// [SessionLock.Receive]: take runs under b.mu with q advanced to now and
+// returns a delivery, nil to wait, or an error to give up.
+func (q *Queue) receiveWith(ctx context.Context, take func(now time.Time) (*Delivery, error)) (*Delivery, error) {
 	b := q.b
 	// Each pass starts from scratch: a wake-up only says something changed, and
 	// another receiver may already have taken the message.
@@ -89,10 +102,11 @@ func (q *Queue) Receive(ctx context.Context, mode Mode, owner uint64) (*Delivery
 		}
 		now := b.clock.Now()
 		q.advance(now)
-		if d := q.take(mode, owner, now); d != nil {
+		d, err := take(now)
+		if err != nil || d != nil {
 			q.armTimer(now)
 			b.unlock()
-			return d, nil
+			return d, err
 		}
 		// Arm before sleeping, so a scheduled message falling due or a lock
 		// expiring wakes this receiver even if no other call arrives.
@@ -124,7 +138,7 @@ func (q *Queue) TryReceive(mode Mode, owner uint64) (*Delivery, bool) {
 	b := q.b
 	b.mu.Lock()
 	defer b.unlock()
-	if b.closed || q.removed {
+	if b.closed || q.removed || q.sessionful() {
 		return nil, false
 	}
 	now := b.clock.Now()
@@ -155,6 +169,13 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 		return d
 	}
 	q.removeAvailable(e)
+	q.lockEntry(e, d, owner, now)
+	return d
+}
+
+// lockEntry locks e for owner and fills in d's lock; b.mu must be held and
+// e out of the available heap.
+func (q *Queue) lockEntry(e *entry, d *Delivery, owner uint64, now time.Time) {
 	q.journalEntry(e.seq, e)
 	// The delivery counts when the lock is taken, not when it is settled, so a
 	// consumer that crashes still moves the message towards MaxDeliveryCount;
@@ -167,6 +188,9 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 	// MaxDeliveryCount for the count to approach.
 	if q.countsDeliveries() {
 		e.deliveryCount++
+	}
+	if e.state == stateDeferred {
+		q.deferredCount--
 	}
 	e.state = stateLocked
 	e.owner = owner
@@ -185,13 +209,12 @@ func (q *Queue) take(mode Mode, owner uint64, now time.Time) *Delivery {
 	// The SDK type-asserts x-opt-locked-until to time.Time for LockedUntil;
 	// any other type would panic it.
 	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
-	return d
 }
 
 // removeAvailable takes e out of the receivable set without forgetting it.
 func (q *Queue) removeAvailable(e *entry) {
 	if e.availIndex >= 0 {
-		heap.Remove(&q.available, e.availIndex)
+		heap.Remove(q.availableFor(e), e.availIndex)
 	}
 	q.timeline.setDeadline(e, time.Time{})
 }

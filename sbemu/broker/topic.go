@@ -75,6 +75,11 @@ type SubscriptionConfig struct {
 	DefaultTTL             time.Duration
 	DeadLetterOnExpiration bool
 
+	// RequiresSession makes the subscription session-aware, as
+	// [QueueConfig.RequiresSession] does for a queue; a message without a
+	// session id is stored under the empty session id there.
+	RequiresSession bool
+
 	// ForwardTo and ForwardDeadLetteredMessagesTo auto-forward as on
 	// [QueueConfig].
 	ForwardTo                     string
@@ -109,6 +114,7 @@ func (b *Broker) addTopic(tc TopicConfig, forwards map[*Queue]forwardConfig) err
 			DefaultTTL:             sc.DefaultTTL,
 			DeadLetterOnExpiration: sc.DeadLetterOnExpiration,
 			MaxMessageSize:         topic.cfg.MaxMessageSize,
+			RequiresSession:        sc.RequiresSession,
 		}
 		if err := sqc.validateAs("subscription"); err != nil {
 			return fmt.Errorf("topic %q: %w", tc.Name, err)

@@ -1,0 +1,541 @@
+package broker
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"sort"
+	"sync/atomic"
+	"time"
+	"unicode/utf8"
+)
+
+// Sessions, as Service Bus does them (learn.microsoft.com,
+// service-bus-messaging/message-sessions.md): on an entity with
+// RequiresSession every message carries a session id (AMQP group-id, the
+// SDK's SessionID; the empty string is a valid id) and is delivered only to
+// the receiver that holds that session's lock, in sequence order within the
+// session. A receiver accepts either a named session (which need not have
+// messages yet) or the next available one: an unlocked session with a
+// receivable message. A session is locked by one receiver at a time for
+// LockDuration, renewed through com.microsoft:renew-session-lock, and
+// released when its receiver closes; a lock that ran out lets another
+// receiver accept the session. Each session keeps an opaque state (bytes),
+// durable like the messages. Dead-letter queues are never session-aware.
+//
+// Message locks inside a session are ordinary message locks: settling them
+// works as on any entity, and they outlive a released session lock until
+// they expire or are settled (the SDK may settle through the management
+// link after its link closed).
+
+// MaxSessionIDLength is the longest session id Service Bus accepts, in
+// characters (SessionId in the .NET SDK: "cannot be longer than 128").
+const MaxSessionIDLength = 128
+
+// Session errors. The AMQP server maps each to the condition the SDK
+// expects.
+var (
+	// ErrSessionCannotBeLocked: the session is locked by another receiver
+	// (com.microsoft:session-cannot-be-locked).
+	ErrSessionCannotBeLocked = errors.New("broker: session cannot be locked")
+	// ErrSessionLockLost: the session lock expired, was released or is
+	// held by someone else (com.microsoft:session-lock-lost).
+	ErrSessionLockLost = errors.New("broker: session lock lost")
+	// ErrSessionTimeout: no session became available in time
+	// (com.microsoft:timeout, the SDK's CodeTimeout).
+	ErrSessionTimeout = errors.New("broker: no session available")
+	// ErrSessionRequired: a message without a session id for a
+	// session-aware queue, or a session operation on an entity that is not
+	// session-aware.
+	ErrSessionRequired = errors.New("broker: session required")
+	// ErrInvalidSessionID: a session id longer than [MaxSessionIDLength]
+	// characters or not valid UTF-8.
+	ErrInvalidSessionID = errors.New("broker: invalid session id")
+)
+
+// sessionState is one session of a session-aware entity; b.mu guards it.
+// It exists while it has receivable messages, a lock or a state.
+type sessionState struct {
+	id          string
+	available   availableHeap // the session's receivable messages
+	holder      uint64        // the SessionLock holding it; 0: none
+	owner       uint64        // the holder's connection, for ReleaseOwner
+	lockedUntil time.Time
+	state       []byte // nil: no state
+}
+
+// lockedBy reports whether holder holds s at now.
+func (s *sessionState) lockedBy(holder uint64, now time.Time) bool {
+	return holder != 0 && s.holder == holder && now.Before(s.lockedUntil)
+}
+
+// free reports whether anyone may lock s at now.
+func (s *sessionState) free(now time.Time) bool {
+	return s.holder == 0 || !now.Before(s.lockedUntil)
+}
+
+// sessionHolders numbers session locks, process-wide.
+var sessionHolders atomic.Uint64
+
+// SessionLock is one receiver's lock on one session, from
+// [Queue.AcceptSession] or [Queue.AcceptNextSession]. Its methods are safe
+// for concurrent use.
+type SessionLock struct {
+	q      *Queue
+	id     string
+	holder uint64
+	owner  uint64
+}
+
+// SessionID is the locked session's id.
+func (l *SessionLock) SessionID() string { return l.id }
+
+// RequiresSession reports whether q is session-aware: a queue or
+// subscription with RequiresSession (never a dead-letter queue or topic).
+func (q *Queue) RequiresSession() bool { return q.sessionful() }
+
+func (q *Queue) sessionful() bool {
+	return q.parent == nil && q.cfg.RequiresSession && q.kind != kindTopic
+}
+
+// CheckSessionID refuses a session id Service Bus would refuse.
+func CheckSessionID(id string) error {
+	if !utf8.ValidString(id) {
+		return fmt.Errorf("%w: not valid UTF-8", ErrInvalidSessionID)
+	}
+	if n := utf8.RuneCountInString(id); n > MaxSessionIDLength {
+		return fmt.Errorf("%w: %d characters exceeds the limit of %d", ErrInvalidSessionID, n, MaxSessionIDLength)
+	}
+	return nil
+}
+
+// session returns the session id's state, creating it; b.mu must be held.
+func (q *Queue) session(id string) *sessionState {
+	if q.sessions == nil {
+		q.sessions = make(map[string]*sessionState)
+	}
+	s, ok := q.sessions[id]
+	if !ok {
+		s = &sessionState{id: id}
+		q.sessions[id] = s
+	}
+	return s
+}
+
+// pruneSession forgets a session that holds nothing, so session ids
+// clients made up cost no memory once used.
+func (q *Queue) pruneSession(s *sessionState, now time.Time) {
+	if len(s.available) == 0 && s.free(now) && s.state == nil {
+		delete(q.sessions, s.id)
+	}
+}
+
+// availableFor is the heap e is receivable in: its session's on a
+// session-aware entity, the queue's otherwise.
+func (q *Queue) availableFor(e *entry) *availableHeap {
+	if !q.sessionful() {
+		return &q.available
+	}
+	return &q.session(sessionID(e.msg)).available
+}
+
+// availableLen counts the receivable messages.
+func (q *Queue) availableLen() int {
+	n := len(q.available)
+	for _, s := range q.sessions {
+		n += len(s.available)
+	}
+	return n
+}
+
+// availableEntries lists the receivable messages in no particular order.
+func (q *Queue) availableEntries() []*entry {
+	es := append([]*entry(nil), q.available...)
+	for _, s := range q.sessions {
+		es = append(es, s.available...)
+	}
+	return es
+}
+
+// wakeWaiters wakes blocked receivers; b.mu must be held.
+func (q *Queue) wakeWaiters() {
+	if q.waiters > 0 {
+		close(q.notify)
+		q.notify = make(chan struct{})
+	}
+}
+
+// AcceptSession locks the session id for a receiver of connection owner,
+// whether or not it has messages, for LockDuration. A session locked by
+// another receiver gives [ErrSessionCannotBeLocked]; an entity that is not
+// session-aware [ErrSessionRequired].
+func (q *Queue) AcceptSession(id string, owner uint64) (*SessionLock, time.Time, error) {
+	if err := CheckSessionID(id); err != nil {
+		return nil, time.Time{}, err
+	}
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	if err := q.sessionCallAllowed(); err != nil {
+		return nil, time.Time{}, err
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	defer q.armTimer(now)
+	s := q.session(id)
+	if !s.free(now) {
+		return nil, time.Time{}, fmt.Errorf("%w: the requested session %q cannot be accepted: it is locked by another receiver", ErrSessionCannotBeLocked, id)
+	}
+	return q.lockSession(s, owner, now), s.lockedUntil, nil
+}
+
+// AcceptNextSession locks the next available session: an unlocked one
+// with a receivable message, the one whose first message is oldest. It
+// waits up to timeout on the broker's clock (so a fake clock drives it)
+// for one, then gives [ErrSessionTimeout]; ctx ends the wait early with
+// ctx.Err().
+func (q *Queue) AcceptNextSession(ctx context.Context, owner uint64, timeout time.Duration) (*SessionLock, time.Time, error) {
+	b := q.b
+	var expired <-chan time.Time
+	for {
+		if err := ctx.Err(); err != nil {
+			return nil, time.Time{}, err
+		}
+		b.mu.Lock()
+		if err := q.sessionCallAllowed(); err != nil {
+			b.unlock()
+			return nil, time.Time{}, err
+		}
+		now := b.clock.Now()
+		q.advance(now)
+		if s := q.nextFreeSession(now); s != nil {
+			l := q.lockSession(s, owner, now)
+			until := s.lockedUntil
+			q.armTimer(now)
+			b.unlock()
+			return l, until, nil
+		}
+		q.armTimer(now)
+		if expired == nil {
+			expired = b.clock.After(timeout)
+		}
+		q.waiters++
+		wake := q.notify
+		b.unlock()
+		timedOut := false
+		select {
+		case <-wake:
+		case <-ctx.Done():
+		case <-b.done:
+		case <-expired:
+			timedOut = true
+		}
+		b.mu.Lock()
+		q.waiters--
+		b.unlock()
+		if timedOut {
+			return nil, time.Time{}, fmt.Errorf("%w: no unlocked session with messages in %s within %v", ErrSessionTimeout, q.name, timeout)
+		}
+	}
+}
+
+// sessionCallAllowed is the common refusal of session calls; b.mu held.
+func (q *Queue) sessionCallAllowed() error {
+	switch {
+	case q.b.closed:
+		return ErrClosed
+	case q.removed:
+		return q.removedError()
+	case !q.sessionful():
+		return fmt.Errorf("%w: %s does not require sessions", ErrSessionRequired, q.name)
+	}
+	return nil
+}
+
+// nextFreeSession picks the unlocked session with the oldest receivable
+// message; nil if there is none.
+func (q *Queue) nextFreeSession(now time.Time) *sessionState {
+	var best *sessionState
+	for _, s := range q.sessions {
+		if len(s.available) == 0 || !s.free(now) {
+			continue
+		}
+		if best == nil || s.available[0].seq < best.available[0].seq {
+			best = s
+		}
+	}
+	return best
+}
+
+func (q *Queue) lockSession(s *sessionState, owner uint64, now time.Time) *SessionLock {
+	l := &SessionLock{q: q, id: s.id, holder: sessionHolders.Add(1), owner: owner}
+	s.holder, s.owner, s.lockedUntil = l.holder, owner, now.Add(q.cfg.LockDuration)
+	q.noteSessionDeadline(s.lockedUntil)
+	return l
+}
+
+// noteSessionDeadline makes sure the queue wakes by t; b.mu must be held.
+func (q *Queue) noteSessionDeadline(t time.Time) {
+	if q.sessionDeadline.IsZero() || t.Before(q.sessionDeadline) {
+		q.sessionDeadline = t
+	}
+}
+
+// sessionLocksDue runs when a session lock may have expired: it wakes the
+// parked receivers (a session receiver then finds its lock lost and its
+// link is detached with com.microsoft:session-lock-lost) and finds the next
+// expiry. Renewals only move expiries later, so at worst this runs once
+// early.
+func (q *Queue) sessionLocksDue(now time.Time) {
+	q.wakeWaiters()
+	q.sessionDeadline = time.Time{}
+	for _, s := range q.sessions {
+		if s.holder != 0 && now.Before(s.lockedUntil) {
+			q.noteSessionDeadline(s.lockedUntil)
+		}
+	}
+}
+
+// heldLocked returns the session if l still holds it; b.mu must be held
+// and q advanced.
+func (l *SessionLock) heldLocked(now time.Time) (*sessionState, error) {
+	q := l.q
+	if err := q.sessionCallAllowed(); err != nil {
+		return nil, err
+	}
+	s, ok := q.sessions[l.id]
+	if !ok || !s.lockedBy(l.holder, now) {
+		return nil, fmt.Errorf("%w: session %q of %s", ErrSessionLockLost, l.id, q.name)
+	}
+	return s, nil
+}
+
+// Receive is [Queue.Receive] within the session: the session's next
+// message in sequence order. It fails with [ErrSessionLockLost] once the
+// lock has expired or was released.
+func (l *SessionLock) Receive(ctx context.Context, mode Mode) (*Delivery, error) {
+	return l.q.receiveWith(ctx, func(now time.Time) (*Delivery, error) {
+		s, err := l.heldLocked(now)
+		if err != nil {
+			return nil, err
+		}
+		return l.q.takeFrom(&s.available, mode, l.owner, now), nil
+	})
+}
+
+// TryReceive is the non-blocking [SessionLock.Receive]; a lost lock
+// reports nothing available.
+func (l *SessionLock) TryReceive(mode Mode) (*Delivery, bool) {
+	b := l.q.b
+	b.mu.Lock()
+	defer b.unlock()
+	if b.closed {
+		return nil, false
+	}
+	now := b.clock.Now()
+	l.q.advance(now)
+	defer l.q.armTimer(now)
+	s, err := l.heldLocked(now)
+	if err != nil {
+		return nil, false
+	}
+	d := l.q.takeFrom(&s.available, mode, l.owner, now)
+	return d, d != nil
+}
+
+// LockedUntil is when the session lock expires (zero once released).
+func (l *SessionLock) LockedUntil() time.Time {
+	b := l.q.b
+	b.mu.Lock()
+	defer b.unlock()
+	if s, ok := l.q.sessions[l.id]; ok && s.holder == l.holder {
+		return s.lockedUntil
+	}
+	return time.Time{}
+}
+
+// Held reports whether the lock is still held now.
+func (l *SessionLock) Held() bool {
+	b := l.q.b
+	b.mu.Lock()
+	defer b.unlock()
+	_, err := l.heldLocked(b.clock.Now())
+	return err == nil
+}
+
+// Release gives the session up (the receiver closed), so another receiver
+// can accept it at once; a lock already lost is left alone. Message locks
+// taken under it stay until settled or expired.
+func (l *SessionLock) Release() {
+	b := l.q.b
+	b.mu.Lock()
+	defer b.unlock()
+	s, ok := l.q.sessions[l.id]
+	if !ok || s.holder != l.holder {
+		return
+	}
+	l.q.releaseSession(s, b.clock.Now())
+}
+
+func (q *Queue) releaseSession(s *sessionState, now time.Time) {
+	s.holder, s.owner, s.lockedUntil = 0, 0, time.Time{}
+	if len(s.available) > 0 {
+		q.wakeWaiters()
+	}
+	q.pruneSession(s, now)
+}
+
+// releaseSessionsOf releases every session lock of connection owner; b.mu
+// must be held.
+func (q *Queue) releaseSessionsOf(owner uint64, now time.Time) {
+	for _, s := range q.sessions {
+		if s.holder != 0 && s.owner == owner {
+			q.releaseSession(s, now)
+		}
+	}
+}
+
+// heldByOwner returns session id if a receiver of connection owner holds
+// it now; the management operations, which name the session by id, use
+// it. b.mu must be held.
+func (q *Queue) heldByOwner(id string, owner uint64) (*sessionState, time.Time, error) {
+	if err := q.sessionCallAllowed(); err != nil {
+		return nil, time.Time{}, err
+	}
+	now := q.b.clock.Now()
+	q.advance(now)
+	q.armTimer(now)
+	s, ok := q.sessions[id]
+	if !ok || s.holder == 0 || s.owner != owner || !now.Before(s.lockedUntil) {
+		return nil, now, fmt.Errorf("%w: session %q of %s is not locked by this connection", ErrSessionLockLost, id, q.name)
+	}
+	return s, now, nil
+}
+
+// RenewSessionLock extends the lock on session id, held by a receiver of
+// connection owner, by LockDuration from now (com.microsoft:renew-session-lock).
+func (q *Queue) RenewSessionLock(id string, owner uint64) (time.Time, error) {
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	s, now, err := q.heldByOwner(id, owner)
+	if err != nil {
+		return time.Time{}, err
+	}
+	s.lockedUntil = now.Add(q.cfg.LockDuration)
+	return s.lockedUntil, nil
+}
+
+// SessionState returns session id's state (nil: none), for a receiver of
+// connection owner that holds the session.
+func (q *Queue) SessionState(id string, owner uint64) ([]byte, error) {
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	s, _, err := q.heldByOwner(id, owner)
+	if err != nil {
+		return nil, err
+	}
+	return copyBytes(s.state), nil
+}
+
+// SetSessionState replaces session id's state; nil clears it. Its size is
+// bounded by the entity's MaxMessageSize, as Service Bus bounds it by the
+// message size ([ErrMessageTooLarge]).
+func (q *Queue) SetSessionState(id string, owner uint64, state []byte) error {
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	s, _, err := q.heldByOwner(id, owner)
+	if err != nil {
+		return err
+	}
+	if len(state) > q.cfg.MaxMessageSize {
+		return fmt.Errorf("%w: session state of %d bytes exceeds %d", ErrMessageTooLarge, len(state), q.cfg.MaxMessageSize)
+	}
+	s.state = copyBytes(state)
+	q.journalSessionState(s)
+	return nil
+}
+
+// Sessions lists, sorted, the ids of the sessions that have receivable
+// messages or a state (com.microsoft:get-message-sessions in its default
+// mode), skipping skip and returning at most top (top <= 0: all).
+func (q *Queue) Sessions(skip, top int) ([]string, error) {
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	if err := q.sessionCallAllowed(); err != nil {
+		return nil, err
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	defer q.armTimer(now)
+	// Locked messages belong to their session too.
+	has := map[string]bool{}
+	for id, s := range q.sessions {
+		if len(s.available) > 0 || s.state != nil {
+			has[id] = true
+		}
+	}
+	for _, e := range q.locks {
+		has[sessionID(e.msg)] = true
+	}
+	ids := make([]string, 0, len(has))
+	for id := range has {
+		ids = append(ids, id)
+	}
+	sort.Strings(ids)
+	if skip >= len(ids) {
+		return nil, nil
+	}
+	ids = ids[max(skip, 0):]
+	if top > 0 && top < len(ids) {
+		ids = ids[:top]
+	}
+	return ids, nil
+}
+
+// ReceiveDeferredInSession is [Queue.ReceiveDeferred] for a session
+// receiver of connection owner: only the session's deferred messages, and
+// only while it holds the session.
+func (q *Queue) ReceiveDeferredInSession(mode Mode, owner uint64, session string, seqs ...int64) ([]*Delivery, error) {
+	b := q.b
+	b.mu.Lock()
+	_, _, err := q.heldByOwner(session, owner)
+	b.unlock()
+	if err != nil {
+		return nil, err
+	}
+	return q.receiveDeferred(mode, owner, session, seqs)
+}
+
+// checkSessionOnSend refuses a message a session-aware queue cannot take;
+// b.mu need not be held.
+func (q *Queue) checkSessionOnSend(id *string) error {
+	if id == nil {
+		if q.sessionful() && q.kind == kindQueue {
+			return fmt.Errorf("%w: the SessionId was not set on a message, and it cannot be sent to the entity %s, which requires sessions", ErrSessionRequired, q.name)
+		}
+		return nil
+	}
+	return CheckSessionID(*id)
+}
+
+// takeFrom delivers the first entry of h, as take does for the queue.
+func (q *Queue) takeFrom(h *availableHeap, mode Mode, owner uint64, now time.Time) *Delivery {
+	if len(*h) == 0 {
+		return nil
+	}
+	e := (*h)[0]
+	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e), storedAt: q.storedPosition(e)}
+	if mode == ReceiveAndDelete {
+		q.removeEntry(e)
+		return d
+	}
+	heap.Remove(h, e.availIndex)
+	q.timeline.setDeadline(e, time.Time{})
+	q.lockEntry(e, d, owner, now)
+	return d
+}
