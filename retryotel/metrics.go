@@ -152,7 +152,7 @@ func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedPar
 		in.handlerDuration.Record(ctx, p.HandlerDuration.Seconds(), metric.WithAttributes(timed...))
 	}
 	with := func(kv ...attribute.KeyValue) metric.AddOption {
-		return metric.WithAttributes(append(where[:len(where):len(where)], kv...)...)
+		return metric.WithAttributes(append(append([]attribute.KeyValue{semconv.MessagingSystemServiceBus}, where...), kv...)...)
 	}
 	// One counter per outcome rather than one counter with an outcome attribute: each answers an
 	// alert of its own (retries piling up, any dead letter, settles failing) without a filter.
