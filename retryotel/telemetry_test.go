@@ -157,8 +157,8 @@ func TestTelemetryTable(t *testing.T) {
 
 		server := map[attribute.Key]string{"server.address": "sb.example.net", "server.port": "5671"}
 		base := merge(server, map[attribute.Key]string{
-			"messaging.system":                "servicebus",
-			"sbretry.source.name":             "orders",
+			"messaging.system":                 "servicebus",
+			"sbretry.source.name":              "orders",
 			"sbretry.source.subscription.name": "billing",
 		})
 		onSub := merge(base, map[attribute.Key]string{"messaging.destination.name": "orders", "messaging.destination.subscription.name": "billing"})
