@@ -2,7 +2,6 @@ package retryotel
 
 import (
 	"context"
-	"errors"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -29,7 +28,8 @@ import (
 //     no destination rather than the topic's.
 //
 // Use it in place of the connector: retry.NewConsumer(inst.Connector(connect), handler, opts), with
-// opts.Hooks from [Instrumentation.Hooks]. Everything else about the connection is passed through.
+// opts.Hooks from [Instrumentation.Hooks]. Everything else about the connection is passed through; the
+// wrapped receivers' other methods, Close included, are the connector's own.
 func (in *Instrumentation) Connector(connect retry.Connector) retry.Connector {
 	return func(ctx context.Context) (*retry.Connection, error) {
 		conn, err := connect(ctx)
@@ -53,30 +53,8 @@ func (in *Instrumentation) Connector(connect retry.Connector) retry.Connector {
 				}
 			}
 		}
-		if conn.Close == nil {
-			// The default close closes Receiver and Sender: keep it closing the wrapped ones' inner receivers.
-			inner := conn
-			c.Close = func(ctx context.Context) error { return closeDefault(ctx, inner) }
-		}
 		return &c, nil
 	}
-}
-
-// closeDefault closes conn the way the core does when Connection.Close is nil.
-func closeDefault(ctx context.Context, conn *retry.Connection) error {
-	var errs []error
-	if conn.Receiver != nil {
-		errs = append(errs, conn.Receiver.Close(ctx))
-	}
-	if conn.Sender != nil {
-		errs = append(errs, conn.Sender.Close(ctx))
-	}
-	for _, s := range conn.Also {
-		if s.Receiver != nil {
-			errs = append(errs, s.Receiver.Close(ctx))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // renewingReceiver is a [retry.Receiver] whose lock renewals are traced and timed.
