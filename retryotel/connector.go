@@ -68,9 +68,13 @@ var _ retry.Receiver = (*renewingReceiver)(nil)
 
 // RenewMessageLock renews msg's lock through the wrapped receiver and records the call.
 func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, options *azservicebus.RenewMessageLockOptions) error {
+	// The delivery is looked up before the call: the renewal belongs to the delivery it was made for,
+	// even if the delivery ends while the call is in flight.
+	d, _ := r.in.live.Load(msg)
 	start := time.Now()
 	err := r.Receiver.RenewMessageLock(ctx, msg, options)
-	r.in.renewed(msg, r.entity, start, time.Now(), err)
+	dl, _ := d.(*delivery)
+	r.in.renewed(dl, msg, r.entity, start, time.Now(), err)
 	return err
 }
 
@@ -78,14 +82,14 @@ func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azserviceb
 // out: renew_message_lock is a "receiver operation" name of the Service Bus conventions, but none of
 // the operation types (create, send, receive, process, settle) describes it, and the attribute is
 // "Conditionally Required If applicable".
-func (in *Instrumentation) renewed(msg *azservicebus.ReceivedMessage, entity string, start, end time.Time, err error) {
+// d is the delivery msg belongs to, nil for a message whose handling has not started (received ahead).
+func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessage, entity string, start, end time.Time, err error) {
 	parent := context.Background()
 	dest, src := parseEntity(entity), parseEntity(entity)
 	if s, ok := msg.ApplicationProperties[retry.PropSource].(string); ok && s != "" {
 		src = parseEntity(s)
 	}
-	if v, ok := in.live.Load(msg); ok {
-		d := v.(*delivery)
+	if d != nil {
 		d.mu.Lock()
 		parent, src = d.ctx, d.source
 		d.mu.Unlock()

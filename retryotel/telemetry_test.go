@@ -230,7 +230,7 @@ func TestTelemetryTable(t *testing.T) {
 		// A renewal during the handler is a child of the delivery's process span.
 		for _, s := range byName["renew_message_lock orders"] {
 			parent, ok := byID[s.Parent().SpanID()]
-			require.True(t, ok, "the renewal has a recorded parent")
+			require.True(t, ok, "the renewal of %s at %v has a recorded parent", attrs(s)["messaging.message.id"].Emit(), s.StartTime())
 			assert.Equal(t, "process orders", parent.Name())
 			assert.Equal(t, "slow", attrs(parent)["messaging.message.id"].AsString())
 		}
