@@ -51,7 +51,9 @@
 // messaging.client.operation.duration from the conventions; sbretry.handler.duration,
 // sbretry.retries.scheduled, sbretry.dead_lettered, sbretry.left_for_redelivery,
 // sbretry.possible_duplicates, sbretry.consumer.state and sbretry.dead_letter.depth (fed by
-// [Instrumentation.RecordDeadLetterDepth]) of our own. Every metric carries the entity
-// (messaging.destination.name and, for a subscription, messaging.destination.subscription.name), the
-// chain's source and the server, so one [Instrumentation] can serve several consumers of a namespace.
+// [Instrumentation.RecordDeadLetterDepth]) of our own. Every metric of a delivery or a broker call
+// carries the entity (messaging.destination.name and, for a subscription,
+// messaging.destination.subscription.name), the chain's source and the server, so one
+// [Instrumentation] can serve several consumers of a namespace; the dead-letter gauge carries the
+// entity and the server, the consumer-state metric only the state.
 package retryotel
