@@ -53,6 +53,18 @@ const (
 	AttrLink = attribute.Key("sbretry.link")
 	// AttrConsumerState is the consumer state (retry.State's String) on the consumer-state metric.
 	AttrConsumerState = attribute.Key("sbretry.consumer.state")
+	// AttrSourceName is the queue or topic on which the delivery's retry chain started (the envelope's
+	// sbretry-source, split like messaging.destination.name). Every span and metric of every attempt
+	// carries it: a subscription's retries are received from and scheduled to its retry queue, so
+	// messaging.destination.name says the retry queue there, while this says the topic.
+	AttrSourceName = attribute.Key("sbretry.source.name")
+	// AttrSourceSubscriptionName is, for a chain that started on a subscription, that subscription's
+	// name: a dashboard filtered on it sees the first delivery and every retry of the subscription's
+	// messages. The conventions' messaging.destination.subscription.name is set only where messages are
+	// received from the subscription ("Conditionally Required If messages are received from the
+	// subscription", https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/), so it is
+	// absent on the retry queue's deliveries; this attribute is not.
+	AttrSourceSubscriptionName = attribute.Key("sbretry.source.subscription.name")
 )
 
 // Values of [AttrLink].
@@ -72,6 +84,13 @@ const (
 	opComplete   = "complete"
 	opDeadLetter = "dead_letter"
 	opSchedule   = "schedule"
+	// opReceive names the consumed-messages metric: the conventions list receive, peek, poll and
+	// consume as its operation names ("messaging.client.consumed.messages",
+	// https://opentelemetry.io/docs/specs/semconv/messaging/messaging-metrics/), and Service Bus pulls
+	// every message this consumer gets with a receive call.
+	opReceive = "receive"
+	// opRenewLock is the lock renewal, a Service Bus "receiver operation" name in the conventions.
+	opRenewLock = "renew_message_lock"
 )
 
 // Error types this package reports in error.type, besides a Service Bus SDK error's Code ("locklost",
@@ -113,6 +132,28 @@ func (d destination) attrs() []attribute.KeyValue {
 		kv = append(kv, semconv.MessagingDestinationSubscriptionName(d.subscription))
 	}
 	return kv
+}
+
+// sourceAttrs returns the chain-source attributes ([AttrSourceName], [AttrSourceSubscriptionName]).
+func (d destination) sourceAttrs() []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 2)
+	if d.name != "" {
+		kv = append(kv, AttrSourceName.String(d.name))
+	}
+	if d.subscription != "" {
+		kv = append(kv, AttrSourceSubscriptionName.String(d.subscription))
+	}
+	return kv
+}
+
+// chainSource is where the chain of a delivery received from entity started: the envelope's Source,
+// or for a first delivery (whose Source the processor seeds only after OnStart may have run) the
+// entity itself.
+func chainSource(env retry.Envelope, entity string) destination {
+	if env.Source != "" {
+		return parseEntity(env.Source)
+	}
+	return parseEntity(entity)
 }
 
 // spanName is "{messaging.operation.name} {destination}", or the operation alone when the destination is

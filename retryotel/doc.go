@@ -12,29 +12,48 @@
 //	if err != nil {
 //		return err
 //	}
-//	consumer, err := retry.NewConsumer(connect, handler, &retry.Options{
+//	consumer, err := retry.NewConsumer(inst.Connector(connect), handler, &retry.Options{
 //		Hooks: inst.Hooks(retry.Hooks{}), // pass your own hooks here: both run
 //	})
+//
+// [Instrumentation.Connector] is optional: it adds the lock renewals and the name of a subscription's
+// retry queue, which no hook reports. Set [Options].ServerAddress and ServerPort (for example from
+// [ServerFromConnectionString]) for server.address and server.port, which the conventions require
+// when available and which the hooks do not carry.
 //
 // # Trace shape
 //
 // Each delivery gets a span "process <queue or topic>" of kind CONSUMER, a child of the context the
 // consumer runs in, linked (as the conventions recommend) to the creation context the message carries
 // in its traceparent, tracestate or Diagnostic-Id application properties. Its broker calls are child
-// spans: "schedule <entity>" (the retry copy), "complete <entity>" and "dead_letter <entity>". Before a
+// spans: "schedule <entity>" (the retry copy, on the entity the copy goes to: the queue itself, or a
+// subscription's retry queue), "complete <entity>", "dead_letter <entity>" and, through
+// [Instrumentation.Connector], "renew_message_lock <entity>". Before a
 // retry copy is scheduled, the process span's context is written into the copy, so attempt n+1's span
 // links to attempt n's; every copy also carries the chain's creation context (see
 // [PropOriginTraceparent]), so each attempt links straight back to the producer too, and all attempts
 // share the attribute sbretry.chain_id. Set [Options].ParentFromMessage to make the whole history
 // one trace instead.
 //
+// # Where a chain belongs
+//
+// A subscription's retries are scheduled to and received from its retry queue, so from the second
+// attempt on messaging.destination.name is the retry queue and messaging.destination.subscription.name
+// (which the conventions set only on what is received from a subscription) is absent. Every span and
+// metric of every attempt also carries sbretry.source.name and sbretry.source.subscription.name, the
+// entity the chain started on (its sbretry-source property): filter on those to see all of a
+// subscription's deliveries and retries.
+//
 // # Metrics
 //
-// messaging.process.duration, messaging.client.consumed.messages and
+// messaging.process.duration, messaging.client.consumed.messages (operation receive),
+// messaging.client.sent.messages (the retry copies, operation schedule) and
 // messaging.client.operation.duration from the conventions; sbretry.handler.duration,
 // sbretry.retries.scheduled, sbretry.dead_lettered, sbretry.left_for_redelivery,
 // sbretry.possible_duplicates, sbretry.consumer.state and sbretry.dead_letter.depth (fed by
-// [Instrumentation.RecordDeadLetterDepth]) of our own. Every metric carries the entity
-// (messaging.destination.name and, for a subscription, messaging.destination.subscription.name), so
-// one [Instrumentation] can serve several consumers.
+// [Instrumentation.RecordDeadLetterDepth]) of our own. Every metric of a delivery or a broker call
+// carries the entity (messaging.destination.name and, for a subscription,
+// messaging.destination.subscription.name), the chain's source and the server, so one
+// [Instrumentation] can serve several consumers of a namespace; the dead-letter gauge carries the
+// entity and the server, the consumer-state metric only the state.
 package retryotel

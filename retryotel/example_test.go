@@ -42,6 +42,33 @@ func ExampleNew() {
 	_ = consumer.Run(context.Background())
 }
 
+// Instrumenting a subscription consumer to the letter: server.address and server.port from the
+// connection string, and the Connector wrapper for lock renewals and the retry queue's name. This
+// example needs an Azure namespace, so it is only compiled.
+func ExampleInstrumentation_Connector() {
+	cs := os.Getenv("SERVICEBUS_CONNECTION_STRING")
+	host, port, err := retryotel.ServerFromConnectionString(cs)
+	if err != nil {
+		panic(err)
+	}
+	inst, err := retryotel.New(&retryotel.Options{ServerAddress: host, ServerPort: port})
+	if err != nil {
+		panic(err)
+	}
+	connect, err := retry.SubscriptionConnectionString(cs, "orders", "billing", "orders-billing-retry", nil)
+	if err != nil {
+		panic(err)
+	}
+	consumer, err := retry.NewConsumer(inst.Connector(connect),
+		func(ctx context.Context, msg *azservicebus.ReceivedMessage) error { return nil },
+		&retry.Options{Hooks: inst.Hooks(retry.Hooks{})},
+	)
+	if err != nil {
+		panic(err)
+	}
+	_ = consumer.Run(context.Background())
+}
+
 // A message fails once and succeeds on its retry. Each attempt has a process span with its broker calls
 // as children, and the retry's span links back to the first attempt's, which the copy carried in its
 // traceparent property.

@@ -2,9 +2,11 @@ package retryotel
 
 import (
 	"context"
+	"fmt"
 	"sync"
 
 	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/propagation"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
@@ -35,6 +37,19 @@ type Options struct {
 	// context it was started in (https://opentelemetry.io/docs/specs/semconv/messaging/messaging-spans/);
 	// false (the default) keeps the ambient context as parent and links to the message's context.
 	ParentFromMessage bool
+	// ServerAddress is the Service Bus namespace's host name ("contoso.servicebus.windows.net"), put in
+	// server.address on every span and metric: the conventions make it "Conditionally Required If
+	// available" on the Service Bus spans and on every messaging metric
+	// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/). The hooks do not say
+	// which namespace a consumer talks to, so set it from what the consumer was built with:
+	// [ServerFromConnectionString] reads it from a connection string's Endpoint, and with a credential
+	// it is the namespace passed to the connector. Empty means unknown: server.address is left out.
+	// One Instrumentation reports one namespace; use one per namespace.
+	ServerAddress string
+	// ServerPort is the namespace's port, put in server.port (Recommended) when ServerAddress is set.
+	// Zero means the port is not reported; outside 0 to 65535 is invalid. Service Bus listens on
+	// 5671 (AMQP over TLS), or 443 with AMQP over WebSockets.
+	ServerPort int
 }
 
 // Instrumentation turns a consumer's [retry.Hooks] into OpenTelemetry spans and metrics. Create it with
@@ -45,18 +60,30 @@ type Instrumentation struct {
 	propagator propagation.TextMapPropagator
 	parentMsg  bool
 	metrics    *instruments
+	// server holds server.address and server.port, appended to every span's and metric's attributes.
+	server []attribute.KeyValue
+
+	// live maps a delivery's message to its telemetry state from OnStart to OnProcessed, so that a lock
+	// renewal, which the core makes on a context of its own, finds the process span it belongs to.
+	live sync.Map // *azservicebus.ReceivedMessage -> *delivery
+	// retryQueues maps an entity to the queue its retry copies are scheduled to, as learned by
+	// [Instrumentation.Connector]; see copyDestination.
+	retryQueues sync.Map // string -> string
 
 	// orphans holds the process span of a delivery whose OnStart never ran (the processor dead-letters a
 	// message with malformed retry properties before it), from its first OnSettle to its OnProcessed.
 	orphans sync.Map // *azservicebus.ReceivedMessage -> *delivery
 }
 
-// New returns an Instrumentation on the providers of opts. It fails only if a metric instrument cannot
-// be created (a MeterProvider that refuses one of them).
+// New returns an Instrumentation on the providers of opts. It fails if ServerPort is out of range or a
+// metric instrument cannot be created (a MeterProvider that refuses one of them).
 func New(opts *Options) (*Instrumentation, error) {
 	var o Options
 	if opts != nil {
 		o = *opts
+	}
+	if o.ServerPort < 0 || o.ServerPort > 65535 {
+		return nil, fmt.Errorf("retryotel: Options.ServerPort %d is not a port (0 to 65535)", o.ServerPort)
 	}
 	if o.TracerProvider == nil {
 		o.TracerProvider = otel.GetTracerProvider()
@@ -67,7 +94,14 @@ func New(opts *Options) (*Instrumentation, error) {
 	if o.Propagator == nil {
 		o.Propagator = otel.GetTextMapPropagator()
 	}
-	m, err := newInstruments(o.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)))
+	var server []attribute.KeyValue
+	if o.ServerAddress != "" {
+		server = append(server, semconv.ServerAddress(o.ServerAddress))
+		if o.ServerPort > 0 {
+			server = append(server, semconv.ServerPort(o.ServerPort))
+		}
+	}
+	m, err := newInstruments(o.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)), server)
 	if err != nil {
 		return nil, err
 	}
@@ -76,6 +110,7 @@ func New(opts *Options) (*Instrumentation, error) {
 		propagator: o.Propagator,
 		parentMsg:  o.ParentFromMessage,
 		metrics:    m,
+		server:     server,
 	}, nil
 }
 
@@ -132,7 +167,7 @@ func (in *Instrumentation) Hooks(next retry.Hooks) retry.Hooks {
 }
 
 // RecordDeadLetterDepth reports n messages in the dead-letter queue of entity (a queue, or
-// "topic/Subscriptions/subscription"), for the sbretry.dead_letter.messages gauge. It is the hook
+// "topic/Subscriptions/subscription"), for the sbretry.dead_letter.depth gauge ([MetricDeadLetterDepth]). It is the hook
 // point for a dead-letter monitor: call it after every poll; the gauge reports the latest value per
 // entity. A negative n is recorded as zero.
 func (in *Instrumentation) RecordDeadLetterDepth(entity string, n int64) {

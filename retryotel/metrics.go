@@ -16,7 +16,8 @@ import (
 )
 
 // Names of the metrics of our own. The semantic-convention ones, messaging.process.duration,
-// messaging.client.consumed.messages and messaging.client.operation.duration, are created through the
+// messaging.client.consumed.messages, messaging.client.sent.messages and
+// messaging.client.operation.duration, are created through the
 // semconv messagingconv package, so their names, units and descriptions are the spec's
 // (https://opentelemetry.io/docs/specs/semconv/messaging/messaging-metrics/).
 const (
@@ -49,6 +50,7 @@ var durationBuckets = []float64{0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
 type instruments struct {
 	processDuration    metric.Float64Histogram
 	consumed           metric.Int64Counter
+	sent               metric.Int64Counter
 	operationDuration  metric.Float64Histogram
 	handlerDuration    metric.Float64Histogram
 	retriesScheduled   metric.Int64Counter
@@ -57,13 +59,16 @@ type instruments struct {
 	possibleDuplicates metric.Int64Counter
 	consumerState      metric.Int64UpDownCounter
 
+	// server holds server.address and server.port, on every metric (see Options.ServerAddress).
+	server []attribute.KeyValue
+
 	mu    sync.Mutex
 	depth map[destination]int64
 }
 
 // newInstruments creates the instruments on m.
-func newInstruments(m metric.Meter) (*instruments, error) {
-	in := &instruments{depth: map[destination]int64{}}
+func newInstruments(m metric.Meter, server []attribute.KeyValue) (*instruments, error) {
+	in := &instruments{depth: map[destination]int64{}, server: server}
 	var errs []error
 	collect := func(err error) {
 		if err != nil {
@@ -78,6 +83,9 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 	cm, err := messagingconv.NewClientConsumedMessages(m)
 	collect(err)
 	in.consumed = cm.Inst()
+	sm, err := messagingconv.NewClientSentMessages(m)
+	collect(err)
+	in.sent = sm.Inst()
 	od, err := messagingconv.NewClientOperationDuration(m, metric.WithExplicitBucketBoundaries(durationBuckets...))
 	collect(err)
 	in.operationDuration = od.Inst()
@@ -107,7 +115,7 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 			in.mu.Lock()
 			defer in.mu.Unlock()
 			for d, n := range in.depth {
-				o.ObserveInt64(depth, n, metric.WithAttributes(d.attrs()...))
+				o.ObserveInt64(depth, n, metric.WithAttributes(append(d.attrs(), in.server...)...))
 			}
 			return nil
 		}, depth)
@@ -119,18 +127,23 @@ func newInstruments(m metric.Meter) (*instruments, error) {
 	return in, nil
 }
 
-// recordProcessed records the metrics of one processed delivery. errType is the delivery's error.type,
-// empty when it succeeded; handlerRan is false for a delivery whose handler was never going to run
-// (OnStart was skipped) or did not run (an inherited outcome).
-func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedParams, dest destination, errType string, handlerRan bool) {
-	// Metric attributes stay low in cardinality: the entity, the operation, the outcome, the error type
-	// and our own bounded enums (attempt numbers up to MaxAttempts, reasons from DeadLetterReasons).
-	// Message ids and chain ids go on spans only.
+// recordProcessed records the metrics of one processed delivery, received from dest on a chain that
+// started on src. errType is the delivery's error.type, empty when it succeeded; handlerRan is false
+// for a delivery whose handler was never going to run (OnStart was skipped) or did not run (an
+// inherited outcome).
+func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedParams, dest, src destination, errType string, handlerRan bool) {
+	// Metric attributes stay low in cardinality: the entity, the chain's source entity, the operation,
+	// the outcome, the error type and our own bounded enums (attempt numbers up to MaxAttempts, reasons
+	// from DeadLetterReasons). Message ids and chain ids go on spans only.
 	res := p.Result
-	base := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opProcess)}, dest.attrs()...)
-	// Once per delivery, at processing: this package instruments processing only, not the receive.
-	in.consumed.Add(ctx, 1, metric.WithAttributes(base...))
-	timed := append(base[:len(base):len(base)], AttrOutcome.String(res.Outcome.String()))
+	where := in.entityAttrs(dest, src)
+	// Once per delivery. The core pulls every message with a receive call, and this package does not
+	// instrument that call, so the delivery is counted here, under the receive operation the
+	// conventions name for this metric. messaging.operation.type is not among this metric's attributes
+	// in the conventions (nor among messaging.process.duration's), so neither carries it.
+	in.consumed.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opReceive)}, where...)...))
+	timed := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opProcess)}, where...)
+	timed = append(timed, AttrOutcome.String(res.Outcome.String()))
 	if errType != "" {
 		timed = append(timed, semconv.ErrorTypeKey.String(errType))
 	}
@@ -138,24 +151,40 @@ func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedPar
 	if handlerRan && !res.Inherited {
 		in.handlerDuration.Record(ctx, p.HandlerDuration.Seconds(), metric.WithAttributes(timed...))
 	}
-	destAttrs := dest.attrs()
+	with := func(kv ...attribute.KeyValue) metric.AddOption {
+		return metric.WithAttributes(append(append([]attribute.KeyValue{semconv.MessagingSystemServiceBus}, where...), kv...)...)
+	}
 	// One counter per outcome rather than one counter with an outcome attribute: each answers an
 	// alert of its own (retries piling up, any dead letter, settles failing) without a filter.
 	switch res.Outcome {
 	case retry.OutcomeRetryScheduled:
-		in.retriesScheduled.Add(ctx, 1, metric.WithAttributes(append(destAttrs, AttrAttempt.Int(res.Attempt))...))
+		in.retriesScheduled.Add(ctx, 1, with(AttrAttempt.Int(res.Attempt)))
 	case retry.OutcomeDeadLettered:
-		in.deadLettered.Add(ctx, 1, metric.WithAttributes(append(destAttrs, AttrDeadLetterReason.String(res.DeadLetterReason))...))
+		in.deadLettered.Add(ctx, 1, with(AttrDeadLetterReason.String(res.DeadLetterReason)))
 	case retry.OutcomeLeftForRedelivery:
-		kv := destAttrs
+		var kv []attribute.KeyValue
 		if res.SettleErr != nil {
 			kv = append(kv, semconv.ErrorTypeKey.String(errorType(res.SettleErr)))
 		}
-		in.leftForRedelivery.Add(ctx, 1, metric.WithAttributes(kv...))
+		in.leftForRedelivery.Add(ctx, 1, with(kv...))
 	}
 	if res.PossibleDuplicate {
-		in.possibleDuplicates.Add(ctx, 1, metric.WithAttributes(append(destAttrs, AttrAttempt.Int(res.Attempt))...))
+		in.possibleDuplicates.Add(ctx, 1, with(AttrAttempt.Int(res.Attempt)))
 	}
+}
+
+// entityAttrs are the attributes that say where a delivery was and where its chain started: the
+// destination, the server and the chain's source.
+func (in *instruments) entityAttrs(dest, src destination) []attribute.KeyValue {
+	kv := append(dest.attrs(), in.server...)
+	return append(kv, src.sourceAttrs()...)
+}
+
+// recordSent counts one message the processor attempted to send (a retry copy), with the schedule
+// span's low-cardinality attributes. The conventions count attempts: "Number of messages producer
+// attempted to send to the broker", with error.type when the send failed.
+func (in *instruments) recordSent(ctx context.Context, attrs []attribute.KeyValue) {
+	in.sent.Add(ctx, 1, metric.WithAttributes(attrs...))
 }
 
 // recordOperation records one broker call in messaging.client.operation.duration; attrs are the

@@ -107,7 +107,7 @@ func TestProcessingMetrics(t *testing.T) {
 
 	consumed := find(t, rm, "messaging.client.consumed.messages")
 	assert.Equal(t, "{message}", consumed.Unit)
-	assert.Equal(t, int64(4), intValue(t, consumed, system, orders, attribute.String("messaging.operation.name", "process")))
+	assert.Equal(t, int64(4), intValue(t, consumed, system, orders, attribute.String("messaging.operation.name", "receive")))
 
 	ops := find(t, rm, "messaging.client.operation.duration")
 	assert.Equal(t, uint64(2), histogramCount(t, ops, attribute.String("messaging.operation.name", "schedule"), attribute.String("messaging.operation.type", "send")))

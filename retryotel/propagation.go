@@ -95,10 +95,11 @@ func (in *Instrumentation) extract(props map[string]any) incoming {
 // inject writes the span context of ctx into props (a retry copy's application properties) as the
 // copy's creation context, replacing the context the copy inherited from the message it copies. It
 // leaves props alone when ctx has no valid span context (tracing off): the inherited context is then
-// still the best there is. origin is written unless the copy already carries one.
-func (in *Instrumentation) inject(ctx context.Context, props map[string]any, origin trace.SpanContext) {
+// still the best there is. origin is written unless the copy already carries one. It reports whether
+// it wrote ctx's context.
+func (in *Instrumentation) inject(ctx context.Context, props map[string]any, origin trace.SpanContext) bool {
 	if !trace.SpanContextFromContext(ctx).IsValid() {
-		return
+		return false
 	}
 	// Remove what the copy inherited first: a propagator writes tracestate only when it is non-empty,
 	// so a stale one would otherwise survive next to the new traceparent.
@@ -117,4 +118,5 @@ func (in *Instrumentation) inject(ctx context.Context, props map[string]any, ori
 	if _, ok := props[PropOriginTraceparent]; !ok && origin.IsValid() {
 		w3c.Inject(trace.ContextWithRemoteSpanContext(context.Background(), origin), propertiesCarrier{props: props, prefix: originPrefix})
 	}
+	return true
 }

@@ -27,6 +27,8 @@ type delivery struct {
 	ctx  context.Context // carries span
 	span trace.Span
 	dest destination
+	// source is where the delivery's retry chain started (the envelope's Source).
+	source destination
 	// started is true when OnStart ran: the handler was about to run.
 	started bool
 	// origin is the chain's creation context, written into the retry copy.
@@ -35,6 +37,9 @@ type delivery struct {
 	copyID       string
 	copyAttempt  int
 	scheduledFor time.Time
+	// injected is the creation context written into the retry copy (the process span's), which the
+	// schedule span links to.
+	injected trace.SpanContext
 }
 
 type deliveryKey struct{}
@@ -59,12 +64,15 @@ func (in *Instrumentation) onStart(p retry.StartParams) context.Context {
 	}
 	d := in.startDelivery(ctx, p.Message, p.Envelope, p.EntityPath, time.Time{})
 	d.started = true
+	if p.Message != nil {
+		in.live.Store(p.Message, d)
+	}
 	return context.WithValue(d.ctx, deliveryKey{}, d)
 }
 
 // startDelivery starts the process span; a zero start means now.
 func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.ReceivedMessage, env retry.Envelope, entity string, start time.Time) *delivery {
-	d := &delivery{dest: parseEntity(entity)}
+	d := &delivery{dest: parseEntity(entity), source: chainSource(env, entity)}
 	var props map[string]any
 	if msg != nil {
 		props = msg.ApplicationProperties
@@ -107,7 +115,7 @@ func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.
 	opts := []trace.SpanStartOption{
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithLinks(links...),
-		trace.WithAttributes(in.processAttributes(msg, env, d.dest)...),
+		trace.WithAttributes(in.processAttributes(msg, env, d.dest, d.source)...),
 	}
 	if !start.IsZero() {
 		opts = append(opts, trace.WithTimestamp(start))
@@ -122,14 +130,14 @@ func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.
 
 // processAttributes are the process span's attributes known at its start. The conventions want the
 // destination and operation ones at span creation, for samplers.
-func (in *Instrumentation) processAttributes(msg *azservicebus.ReceivedMessage, env retry.Envelope, dest destination) []attribute.KeyValue {
-	kv := make([]attribute.KeyValue, 0, 14)
+func (in *Instrumentation) processAttributes(msg *azservicebus.ReceivedMessage, env retry.Envelope, dest, src destination) []attribute.KeyValue {
+	kv := make([]attribute.KeyValue, 0, 18)
 	kv = append(kv,
 		semconv.MessagingSystemServiceBus,
 		semconv.MessagingOperationTypeProcess,
 		semconv.MessagingOperationName(opProcess),
 	)
-	kv = append(kv, dest.attrs()...)
+	kv = append(kv, in.metrics.entityAttrs(dest, src)...)
 	if msg != nil {
 		if msg.MessageID != "" {
 			kv = append(kv, semconv.MessagingMessageID(msg.MessageID))
@@ -170,7 +178,9 @@ func (in *Instrumentation) onRetryCopy(p retry.RetryCopyParams) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	in.inject(d.ctx, p.Copy.ApplicationProperties, d.origin)
+	if in.inject(d.ctx, p.Copy.ApplicationProperties, d.origin) {
+		d.injected = d.span.SpanContext()
+	}
 	if p.Copy.MessageID != nil {
 		d.copyID = *p.Copy.MessageID
 	}
@@ -202,24 +212,35 @@ func (in *Instrumentation) deliveryFor(ctx context.Context, msg *azservicebus.Re
 // call, so the span is placed by explicit timestamps: it ends now and lasts the reported Duration
 // (measured on the processor's clock; the span's own times are on the tracer's, like the process span).
 // Settle operations ("complete", "dead_letter") have operation type settle and the Service Bus
-// disposition status; the schedule of a retry copy is a send operation named "schedule". All are CLIENT
-// spans: synchronous calls whose context is not the copy's creation context (the process span is).
+// disposition status, on the entity the message was received from. The schedule of a retry copy is a
+// send operation named "schedule" on the entity the copy goes to (see copyDestination); it links to
+// the creation context written into the copy, as the conventions ask: 'The "Send" span SHOULD always
+// link to the creation context that was injected into a message either from a "Create" span or as a
+// custom creation context' (https://opentelemetry.io/docs/specs/semconv/messaging/messaging-spans/),
+// and it counts in messaging.client.sent.messages. All are CLIENT spans: 'send: PRODUCER if the
+// context of the "Send" span is used as creation context, otherwise CLIENT', and the process span's
+// context is the copy's creation context.
 func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	end := time.Now()
 	start := end.Add(-p.Duration)
-	d := in.deliveryFor(p.Context, p.Message, p.Envelope, "", start)
+	d := in.deliveryFor(p.Context, p.Message, p.Envelope, p.EntityPath, start)
 	// Copy what the span needs under the lock and create the span outside it.
 	d.mu.Lock()
-	parent, dest := d.ctx, d.dest
-	copyID, copyAttempt, scheduledFor := d.copyID, d.copyAttempt, d.scheduledFor
+	parent, dest, src := d.ctx, d.dest, d.source
+	copyID, copyAttempt, scheduledFor, injected := d.copyID, d.copyAttempt, d.scheduledFor, d.injected
 	d.mu.Unlock()
+	if copyID == "" {
+		copyID = p.RetryMessageID
+	}
 
 	var op string
 	var opType attribute.KeyValue
 	var extra []attribute.KeyValue
+	var links []trace.Link
 	switch p.Operation {
-	case "schedule":
+	case retry.SettleSchedule:
 		op, opType = opSchedule, semconv.MessagingOperationTypeSend
+		dest = in.copyDestination(dest, p.EntityPath)
 		if copyID != "" {
 			extra = append(extra, semconv.MessagingMessageID(copyID))
 		}
@@ -229,38 +250,68 @@ func (in *Instrumentation) onSettle(p retry.SettleParams) {
 		if !scheduledFor.IsZero() {
 			extra = append(extra, AttrRetryScheduledFor.String(scheduledFor.UTC().Format(time.RFC3339Nano)))
 		}
-	case "complete":
+		if injected.IsValid() {
+			var la []attribute.KeyValue
+			if copyID != "" {
+				la = append(la, semconv.MessagingMessageID(copyID))
+			}
+			links = append(links, trace.Link{SpanContext: injected, Attributes: la})
+		}
+	case retry.SettleComplete:
 		op, opType = opComplete, semconv.MessagingOperationTypeSettle
 		extra = append(extra, semconv.MessagingServiceBusDispositionStatusComplete)
-	case "dead-letter":
+	case retry.SettleDeadLetter:
 		op, opType = opDeadLetter, semconv.MessagingOperationTypeSettle
 		extra = append(extra, semconv.MessagingServiceBusDispositionStatusDeadLetter)
 	default:
 		op = p.Operation // a future operation of the core: reported under its own name
 	}
 	// A settle acts on the received message; a schedule sends the copy, whose id OnRetryCopy recorded.
-	if p.Operation != "schedule" && p.Message != nil && p.Message.MessageID != "" {
+	if p.Operation != retry.SettleSchedule && p.Message != nil && p.Message.MessageID != "" {
 		extra = append(extra, semconv.MessagingMessageID(p.Message.MessageID))
 	}
-	// common goes on the span and the operation-duration metric; extra (per message) on the span only.
-	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(op)}, dest.attrs()...)
-	if opType.Valid() {
-		common = append(common, opType)
-	}
+	// common goes on the span and the metrics; extra (per message) on the span only.
+	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(op)}, in.metrics.entityAttrs(dest, src)...)
 	if p.Err != nil {
 		common = append(common, semconv.ErrorTypeKey.String(errorType(p.Err)))
+	}
+	withType := common
+	if opType.Valid() {
+		withType = append(common[:len(common):len(common)], opType)
 	}
 	_, span := in.tracer.Start(parent, dest.spanName(op),
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(start),
-		trace.WithAttributes(common...),
+		trace.WithLinks(links...),
+		trace.WithAttributes(withType...),
 		trace.WithAttributes(extra...),
 	)
 	if p.Err != nil {
 		span.SetStatus(codes.Error, statusText(p.Err))
 	}
 	span.End(trace.WithTimestamp(end))
-	in.metrics.recordOperation(parent, p.Duration, common)
+	in.metrics.recordOperation(parent, p.Duration, withType)
+	if p.Operation == retry.SettleSchedule {
+		// messaging.client.sent.messages has no messaging.operation.type among its attributes.
+		in.metrics.recordSent(parent, common)
+	}
+}
+
+// copyDestination is where the retry copy of a delivery received from dest (entity) is scheduled to:
+// the retry queue [Instrumentation.Connector] learned for entity; else, for a queue, the queue itself
+// (the core's queue connectors schedule the copy back to the queue it came from); else (a subscription,
+// whose copies go to a retry queue this package was not told about) unknown, so that the schedule is
+// not attributed to the topic, where the copy never goes.
+func (in *Instrumentation) copyDestination(dest destination, entity string) destination {
+	if entity != "" {
+		if q, ok := in.retryQueues.Load(entity); ok {
+			return parseEntity(q.(string))
+		}
+	}
+	if dest.subscription != "" {
+		return destination{}
+	}
+	return dest
 }
 
 // onProcessed puts the outcome on the process span and records the delivery's metrics. It returns the
@@ -272,6 +323,9 @@ func (in *Instrumentation) onProcessed(p retry.ProcessedParams) (end func()) {
 			d = v.(*delivery)
 		}
 	}
+	if p.Message != nil {
+		in.live.CompareAndDelete(p.Message, d)
+	}
 	if d == nil {
 		d = in.startDelivery(orBackground(p.Context), p.Message, p.Envelope, p.EntityPath, time.Now().Add(-p.Duration))
 	}
@@ -279,10 +333,12 @@ func (in *Instrumentation) onProcessed(p retry.ProcessedParams) (end func()) {
 	if d.dest == (destination{}) && p.EntityPath != "" {
 		// A delivery first seen by OnSettle, which does not say the entity.
 		d.dest = parseEntity(p.EntityPath)
+		d.source = chainSource(p.Envelope, p.EntityPath)
 		d.span.SetName(d.dest.spanName(opProcess))
 		d.span.SetAttributes(d.dest.attrs()...)
+		d.span.SetAttributes(d.source.sourceAttrs()...)
 	}
-	dest, span, started := d.dest, d.span, d.started
+	dest, src, span, started := d.dest, d.source, d.span, d.started
 	d.mu.Unlock()
 
 	// The outcome is known only now; attributes set after the start are still exported with the span,
@@ -325,7 +381,7 @@ func (in *Instrumentation) onProcessed(p retry.ProcessedParams) (end func()) {
 	}
 	span.SetAttributes(kv...)
 	// The metrics are recorded in the span's context, so an exemplar-aware SDK links them to the trace.
-	in.metrics.recordProcessed(d.ctx, p, dest, errType, started)
+	in.metrics.recordProcessed(d.ctx, p, dest, src, errType, started)
 	return func() { span.End() }
 }
 

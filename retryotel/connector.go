@@ -1,0 +1,116 @@
+package retryotel
+
+import (
+	"context"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/sbretry/retry"
+)
+
+// Connector returns a [retry.Connector] that builds its connections with connect and instruments what
+// the hooks cannot see:
+//
+//   - lock renewals: each RenewMessageLock call becomes a "renew_message_lock <entity>" CLIENT span
+//     (a child of the delivery's process span while the delivery is between OnStart and OnProcessed,
+//     a root span for a message received ahead of its handler) and a
+//     messaging.client.operation.duration measurement. The core renews locks on a context of its own
+//     and reports renewals to no hook, so they are seen only here.
+//   - where retry copies go: for a connection on a subscription whose [retry.Connection].Also is the
+//     one retry queue (what [retry.SubscriptionConnectionString] and the other subscription connectors
+//     build), the copies of both entities' deliveries are scheduled to that queue, and the "schedule"
+//     span and the sent-messages metric name it. Without this wrapper a subscription's schedule carries
+//     no destination rather than the topic's.
+//
+// Use it in place of the connector: retry.NewConsumer(inst.Connector(connect), handler, opts), with
+// opts.Hooks from [Instrumentation.Hooks]. Everything else about the connection is passed through; the
+// wrapped receivers' other methods, Close included, are the connector's own.
+func (in *Instrumentation) Connector(connect retry.Connector) retry.Connector {
+	return func(ctx context.Context) (*retry.Connection, error) {
+		conn, err := connect(ctx)
+		if err != nil || conn == nil {
+			return conn, err
+		}
+		c := *conn
+		if parseEntity(c.EntityPath).subscription != "" && len(c.Also) == 1 && c.Also[0].EntityPath != "" {
+			q := c.Also[0].EntityPath
+			in.retryQueues.Store(c.EntityPath, q)
+			in.retryQueues.Store(q, q)
+		}
+		if c.Receiver != nil {
+			c.Receiver = &renewingReceiver{Receiver: c.Receiver, in: in, entity: c.EntityPath}
+		}
+		if len(c.Also) > 0 {
+			c.Also = append([]retry.Source(nil), c.Also...)
+			for i, s := range c.Also {
+				if s.Receiver != nil {
+					c.Also[i].Receiver = &renewingReceiver{Receiver: s.Receiver, in: in, entity: s.EntityPath}
+				}
+			}
+		}
+		return &c, nil
+	}
+}
+
+// renewingReceiver is a [retry.Receiver] whose lock renewals are traced and timed.
+type renewingReceiver struct {
+	retry.Receiver
+	in     *Instrumentation
+	entity string
+}
+
+var _ retry.Receiver = (*renewingReceiver)(nil)
+
+// RenewMessageLock renews msg's lock through the wrapped receiver and records the call.
+func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, options *azservicebus.RenewMessageLockOptions) error {
+	// The delivery is looked up before the call: the renewal belongs to the delivery it was made for,
+	// even if the delivery ends while the call is in flight.
+	d, _ := r.in.live.Load(msg)
+	start := time.Now()
+	err := r.Receiver.RenewMessageLock(ctx, msg, options)
+	dl, _ := d.(*delivery)
+	r.in.renewed(dl, msg, r.entity, start, time.Now(), err)
+	return err
+}
+
+// renewed records one lock renewal of msg, received from entity. messaging.operation.type is left
+// out: renew_message_lock is a "receiver operation" name of the Service Bus conventions, but none of
+// the operation types (create, send, receive, process, settle) describes it, and the attribute is
+// "Conditionally Required If applicable".
+// d is the delivery msg belongs to, nil for a message whose handling has not started (received ahead).
+func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessage, entity string, start, end time.Time, err error) {
+	parent := context.Background()
+	dest, src := parseEntity(entity), parseEntity(entity)
+	if s, ok := msg.ApplicationProperties[retry.PropSource].(string); ok && s != "" {
+		src = parseEntity(s)
+	}
+	if d != nil {
+		d.mu.Lock()
+		parent, src = d.ctx, d.source
+		d.mu.Unlock()
+	}
+	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opRenewLock)}, in.metrics.entityAttrs(dest, src)...)
+	if err != nil {
+		common = append(common, semconv.ErrorTypeKey.String(errorType(err)))
+	}
+	var extra []attribute.KeyValue
+	if msg.MessageID != "" {
+		extra = append(extra, semconv.MessagingMessageID(msg.MessageID))
+	}
+	_, span := in.tracer.Start(parent, dest.spanName(opRenewLock),
+		trace.WithSpanKind(trace.SpanKindClient),
+		trace.WithTimestamp(start),
+		trace.WithAttributes(common...),
+		trace.WithAttributes(extra...),
+	)
+	if err != nil {
+		span.SetStatus(codes.Error, statusText(err))
+	}
+	span.End(trace.WithTimestamp(end))
+	in.metrics.recordOperation(parent, end.Sub(start), common)
+}

@@ -1,0 +1,92 @@
+package retryotel_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+
+	"github.com/sbretry/retry"
+)
+
+// fakeReceiver is a retry.Receiver whose renewals return renewErr and which counts its closes.
+type fakeReceiver struct {
+	renewErr error
+	closed   int
+}
+
+func (r *fakeReceiver) ReceiveMessages(context.Context, int, *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	return nil, nil
+}
+func (r *fakeReceiver) CompleteMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.CompleteMessageOptions) error {
+	return nil
+}
+func (r *fakeReceiver) DeadLetterMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.DeadLetterOptions) error {
+	return nil
+}
+func (r *fakeReceiver) RenewMessageLock(context.Context, *azservicebus.ReceivedMessage, *azservicebus.RenewMessageLockOptions) error {
+	return r.renewErr
+}
+func (r *fakeReceiver) Close(context.Context) error { r.closed++; return nil }
+
+type fakeSender struct{ closed int }
+
+func (s *fakeSender) ScheduleMessages(context.Context, []*azservicebus.Message, time.Time, *azservicebus.ScheduleMessagesOptions) ([]int64, error) {
+	return []int64{1}, nil
+}
+func (s *fakeSender) Close(context.Context) error { s.closed++; return nil }
+
+// A renewal outside any delivery (a message received ahead of its handler) is a root span of its own;
+// a failed one carries error.type and an error status, on the span and on the operation metric.
+func TestConnectorRenewalOutsideADelivery(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, nil)
+	recv := &fakeReceiver{renewErr: &azservicebus.Error{Code: azservicebus.CodeLockLost}}
+	conn, err := f.inst.Connector(func(context.Context) (*retry.Connection, error) {
+		return &retry.Connection{Receiver: recv, Sender: &fakeSender{}, EntityPath: "orders"}, nil
+	})(context.Background())
+	require.NoError(t, err)
+	err = conn.Receiver.RenewMessageLock(context.Background(), &azservicebus.ReceivedMessage{MessageID: "m-1"}, nil)
+	require.ErrorIs(t, err, recv.renewErr)
+
+	renewals := f.ended("renew_message_lock orders")
+	require.Len(t, renewals, 1)
+	s := renewals[0]
+	assert.False(t, s.Parent().IsValid(), "no delivery to belong to")
+	assert.Equal(t, codes.Error, s.Status().Code)
+	a := attrs(s)
+	assert.Equal(t, "locklost", a["error.type"].AsString())
+	assert.Equal(t, "m-1", a["messaging.message.id"].AsString())
+	assert.Equal(t, "orders", a["sbretry.source.name"].AsString())
+	ops := find(t, f.metrics(), "messaging.client.operation.duration")
+	assert.Equal(t, uint64(1), histogramCount(t, ops, attribute.String("messaging.operation.name", "renew_message_lock"), attribute.String("error.type", "locklost")))
+}
+
+// The wrapper passes the connection through: errors, every receiver wrapped, and closing a wrapped
+// receiver (what the consumer does when Connection.Close is nil) closing the connector's own.
+func TestConnectorPassesTheConnectionThrough(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, nil)
+	boom := errors.New("boom")
+	_, err := f.inst.Connector(func(context.Context) (*retry.Connection, error) { return nil, boom })(context.Background())
+	require.ErrorIs(t, err, boom)
+
+	main, also, sender := &fakeReceiver{}, &fakeReceiver{}, &fakeSender{}
+	conn, err := f.inst.Connector(func(context.Context) (*retry.Connection, error) {
+		return &retry.Connection{Receiver: main, Sender: sender, EntityPath: "events/Subscriptions/billing",
+			Also: []retry.Source{{Receiver: also, EntityPath: "billing-retry"}}}, nil
+	})(context.Background())
+	require.NoError(t, err)
+	require.NoError(t, conn.Also[0].Receiver.RenewMessageLock(context.Background(), &azservicebus.ReceivedMessage{}, nil))
+	assert.Len(t, f.ended("renew_message_lock billing-retry"), 1)
+	assert.Nil(t, conn.Close)
+	assert.Same(t, sender, conn.Sender)
+	require.NoError(t, conn.Receiver.Close(context.Background()))
+	require.NoError(t, conn.Also[0].Receiver.Close(context.Background()))
+	assert.Equal(t, 1, main.closed)
+	assert.Equal(t, 1, also.closed)
+}
