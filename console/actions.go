@@ -69,9 +69,14 @@ type request struct {
 	refs   []inspect.Ref // a selection
 }
 
+// maxRefs bounds the references one action form may carry: no more than the messages a read peeks,
+// which is all a selection can have been made from.
+func (c *Console) maxRefs() int { return c.opts.MaxPeek }
+
 // readRequest checks the method's CSRF protection and parses the form, writing the error page itself.
 func (c *Console) readRequest(w http.ResponseWriter, r *http.Request) (*request, bool) {
-	r.Body = http.MaxBytesReader(w, r.Body, 8<<20)
+	// A form of maxRefs references of ~100 bytes each fits well within 1 MiB.
+	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 	if err := r.ParseForm(); err != nil {
 		c.fail(w, r, http.StatusBadRequest, "unreadable form: %v", err)
 		return nil, false
@@ -95,13 +100,19 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request) (*request,
 		c.fail(w, r, http.StatusBadRequest, "cancel takes pending retries, not a failure group")
 		return nil, false
 	}
+	if n := len(r.PostForm["ref"]); n > c.maxRefs() {
+		c.fail(w, r, http.StatusRequestEntityTooLarge, "%d references selected; at most %d (the messages one read peeks) can be", n, c.maxRefs())
+		return nil, false
+	}
+	seen := make(map[inspect.Ref]bool, len(r.PostForm["ref"]))
 	for _, s := range r.PostForm["ref"] {
 		ref, err := parseQualifiedRef(s)
 		if err != nil {
 			c.fail(w, r, http.StatusBadRequest, "%v", err)
 			return nil, false
 		}
-		if !slices.Contains(req.refs, ref) {
+		if !seen[ref] {
+			seen[ref] = true
 			req.refs = append(req.refs, ref)
 		}
 	}

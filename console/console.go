@@ -95,6 +95,8 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 	// to someone without it.
 	if o.AccessToken != "" {
 		c.handler = requireToken(o.AccessToken, c.handler)
+	} else {
+		c.handler = allowedHostsOnly(o.AllowedHosts, c.handler)
 	}
 	return c, nil
 }
@@ -111,7 +113,7 @@ func (c *Console) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 func (c *Console) routes() http.Handler {
 	mux := http.NewServeMux()
 	static, _ := fs.Sub(staticFS, "static")
-	mux.Handle("GET /static/", http.StripPrefix("/static/", http.FileServerFS(static)))
+	mux.Handle("GET /static/", http.StripPrefix("/static/", noDirectories(http.FileServerFS(static))))
 	mux.HandleFunc("GET /{$}", c.overview)
 	mux.HandleFunc("GET /pending", c.pendingPage)
 	mux.HandleFunc("GET /deadletters", c.deadLettersPage)
@@ -190,16 +192,20 @@ func (c *Console) entityList() string {
 
 // intParam reads a non-negative integer query parameter; absent is def.
 func intParam(r *http.Request, name string, def int) (int, error) {
+	// maxIntParam keeps page × page size far from overflowing: no entity is read past MaxPeek anyway.
 	s := r.FormValue(name)
 	if s == "" {
 		return def, nil
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("%s=%q is not a non-negative number", name, s)
+	if err != nil || n < 0 || n > maxIntParam {
+		return 0, fmt.Errorf("%s=%q is not a number from 0 to %d", name, s, maxIntParam)
 	}
 	return n, nil
 }
+
+// maxIntParam is the largest number a query parameter may carry.
+const maxIntParam = 1_000_000
 
 // itoa is strconv.Itoa, short for messages.
 func itoa(n int) string { return strconv.Itoa(n) }

@@ -225,7 +225,7 @@ func TestBadInput(t *testing.T) {
 		{"/message?e=orders&ref=1", http.StatusBadRequest, "has no entity"},
 		{"/message?e=orders&ref=" + url.QueryEscape("orders/$DeadLetterQueue:99"), http.StatusNotFound, "no such message"},
 		{"/message?e=orders&ref=" + url.QueryEscape("other/$DeadLetterQueue:1"), http.StatusBadRequest, "other/$DeadLetterQueue:1"},
-		{"/group?e=orders&g=x&page=-1", http.StatusBadRequest, "not a non-negative number"},
+		{"/group?e=orders&g=x&page=-1", http.StatusBadRequest, "is not a number from 0 to"},
 		{"/pending?e=orders&cursor=%21%21", http.StatusBadRequest, "cursor"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {

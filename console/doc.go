@@ -34,10 +34,12 @@
 // and carry a CSRF token: an HMAC, under a per-process random key, of a random value in a SameSite=Strict
 // cookie; their Origin (or, without one, Referer) must name the host they were sent to. With
 // [Options.AccessToken] set, every request must present the token (a bearer header, or the cookie a
-// first visit with ?token= sets), compared in constant time; without it, protect the handler with your
-// own middleware or bind it to loopback, as sbretry serve does (which then also refuses Host names
-// that are not loopback ones, against DNS rebinding). Behind a reverse proxy, pass the original Host
-// header on: the Origin check compares the two.
+// first visit with ?token= sets), compared in constant time. Without it, the handler answers only to
+// loopback Host names and [Options.AllowedHosts], against DNS rebinding (another site's name pointed at
+// 127.0.0.1 would otherwise be same-origin with the console): bind it to loopback, or protect it with
+// your own middleware and list the names it serves under in AllowedHosts. Behind a reverse proxy, pass
+// the original Host header on: the Origin check compares the two. Message text (reasons, ids,
+// property names and values, errors) is redacted wherever a page shows it.
 //
 // # Cost
 //

@@ -65,6 +65,13 @@ type Options struct {
 	// AccessToken, when set, is required on every request (see the package documentation). Empty
 	// means none: protect the handler yourself or serve it on loopback only.
 	AccessToken string
+	// AllowedHosts are the Host names (without port) the console answers to when AccessToken is empty.
+	// Empty means loopback names only (localhost, 127.0.0.1, [::1]): a console without a token relies on
+	// being reachable from this machine only, and DNS rebinding defeats that (a page of another site,
+	// its name made to resolve to 127.0.0.1, would be same-origin with the console under that name).
+	// Set it to the names your own middleware protects when you mount the console behind it. With an
+	// AccessToken, every Host is accepted.
+	AllowedHosts []string
 	// ReceiveWait is how long a redrive or purge waits for a dead letter to be received
 	// ([dlqaction.Options.Wait]). Zero means [dlqaction.DefaultWait] (5 s); negative is invalid.
 	ReceiveWait time.Duration

@@ -6,8 +6,10 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
+	"net"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 )
 
@@ -113,7 +115,7 @@ func requireToken(token string, next http.Handler) http.Handler {
 			q := u.Query()
 			q.Del(tokenParam)
 			u.RawQuery = q.Encode()
-			http.Redirect(w, r, u.RequestURI(), http.StatusSeeOther)
+			http.Redirect(w, r, localPath(u), http.StatusSeeOther)
 			return
 		}
 		if b, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found && ok(b) {
@@ -128,10 +130,57 @@ func requireToken(token string, next http.Handler) http.Handler {
 	})
 }
 
+// allowedHostsOnly refuses requests whose Host is neither a loopback name nor one of allowed (see
+// [Options.AllowedHosts]): the guard against DNS rebinding of a console without an access token.
+func allowedHostsOnly(allowed []string, next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.Host)
+		if err != nil {
+			host = r.Host
+		}
+		host = strings.Trim(host, "[]")
+		if !IsLoopbackHost(host) && !slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(a, host) }) {
+			http.Error(w, "sbretry console: without an access token it answers only to loopback names (localhost, 127.0.0.1, [::1]) and Options.AllowedHosts, not to "+r.Host, http.StatusMisdirectedRequest)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// IsLoopbackHost reports whether host (a name or address, without port or brackets) is "localhost" or
+// a loopback address.
+func IsLoopbackHost(host string) bool {
+	if strings.EqualFold(host, "localhost") {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// noDirectories refuses directory paths, so the static files are served but never listed.
+func noDirectories(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "" || strings.HasSuffix(r.URL.Path, "/") {
+			http.NotFound(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// localPath returns the path of u as a redirect target that stays on this host: exactly one leading
+// slash, so "//evil.example/x" (a scheme-relative URL) or "/\\evil.example" cannot send the browser
+// elsewhere.
+func localPath(u *url.URL) string {
+	p := "/" + strings.TrimLeft(strings.ReplaceAll(u.Path, "\\", "/"), "/")
+	out := &url.URL{Path: p, RawQuery: u.RawQuery}
+	return out.RequestURI()
+}
+
 // securityHeaders are set on every response: no framing (clickjacking), no sniffing, scripts and styles
 // from the console only, and a Referer to the console itself only (the CSRF check reads it).
 func securityHeaders(h http.Header) {
-	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
+	h.Set("Content-Security-Policy", "default-src 'self'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'; base-uri 'self'")
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("X-Content-Type-Options", "nosniff")
 	h.Set("Referrer-Policy", "same-origin")

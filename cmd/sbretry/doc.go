@@ -107,6 +107,9 @@
 // Without --token the console answers only to loopback names in the Host header (localhost,
 // 127.0.0.1, [::1]): a guard against DNS rebinding, where another site's name is pointed at 127.0.0.1.
 // Prefer $SBRETRY_CONSOLE_TOKEN to --token: a flag is visible in the process list.
+// Interrupting serve gives running requests 10 s to finish; a redrive or purge still running then is
+// cut off part way, which loses nothing (each dead letter is completed only after its fresh delivery
+// was sent): preview and run it again.
 //
 // The connection string never reaches a page. State-changing requests are POST forms with a CSRF
 // token and an Origin check.

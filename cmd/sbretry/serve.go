@@ -43,18 +43,10 @@ func checkListen(addr, token string) error {
 	if err != nil {
 		return usagef("--listen %q: %v", addr, err)
 	}
-	if isLoopback(host) || token != "" {
+	if console.IsLoopbackHost(host) || token != "" {
 		return nil
 	}
 	return usagef("--listen %s is not a loopback address: give --token (or set %s), which every request must then present", addr, envConsoleToken)
-}
-
-func isLoopback(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
 }
 
 // serve runs the web console (package console) for the entities given, on --listen, until the
@@ -121,11 +113,10 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if err != nil {
 		return fmt.Errorf("listening on %s: %w", *listen, err)
 	}
-	var handler http.Handler = con
-	if *token == "" {
-		handler = loopbackHostsOnly(con)
-	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// Without a token the console answers only to loopback Host names (console.Options.AllowedHosts),
+	// its guard against DNS rebinding. An action may run for console.DefaultActionTimeout, so writes
+	// are not bounded here; reads and idle connections are.
+	srv := &http.Server{Handler: con, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
 	polled := make(chan error, 1)
@@ -156,22 +147,3 @@ func (a *app) serve(ctx context.Context, args []string) error {
 }
 
 var _ flag.Value = (*entityList)(nil)
-
-// loopbackHostsOnly refuses requests whose Host header is not a loopback name or address. Without a
-// token the console's only protection is that it listens on loopback, and DNS rebinding defeats that: a
-// page of another site whose name is made to resolve to 127.0.0.1 would be same-origin with the
-// console under that name, read its pages and post its forms. The browser still sends that name as
-// the Host, so refusing every other name closes the hole.
-func loopbackHostsOnly(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.Host)
-		if err != nil {
-			host = r.Host
-		}
-		if !isLoopback(strings.Trim(host, "[]")) {
-			http.Error(w, "sbretry console: without --token it answers only to loopback names (localhost, 127.0.0.1, [::1]), not to "+r.Host, http.StatusMisdirectedRequest)
-			return
-		}
-		next.ServeHTTP(w, r)
-	})
-}
