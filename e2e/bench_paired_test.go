@@ -87,6 +87,9 @@ const (
 //   - case=success: loop (impl=loop of BenchmarkConsume: receive a batch of 16, complete each in its
 //     own goroutine, wait for the batch), loop-slots (slotLoop's strategy, TimeAfterFirstMessage 1 ms)
 //     and retry (retry.Consumer, MaxConcurrency 16, default options);
+//   - in every case also loop-deep (runDeepLoop): a loop that pipelines as deeply as the consumer (its
+//     handler slots, prefetch places, batch size, gathering wait and settle pipelining), with no lock
+//     renewal and no logging, whose ratio is the library's own cost;
 //   - case=failures: every fifth message fails its first attempt; loop (impl=loop of
 //     BenchmarkConsumeWithFailures: schedule a copy an hour ahead, then complete), loop-same-copy (the
 //     same, its copy carrying what the library's does: sameCopy) and retry (the consumer, the handler
@@ -113,10 +116,11 @@ func BenchmarkPaired(b *testing.B) {
 					return runSlotLoop(ctx, r, concurrency, opts, nil, p)
 				})
 			}),
+			startPairedImpl(b, "loop-deep", deepLoop(concurrency, func(context.Context, *azservicebus.ReceivedMessage) error { return nil })),
 			startPairedImpl(b, "retry", runPairedConsumer(&retry.Options{MaxConcurrency: concurrency},
 				func(context.Context, *azservicebus.ReceivedMessage) error { return nil })),
 		}
-		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}, {"retry", "loop-slots"}})
+		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}, {"retry", "loop-slots"}, {"retry", "loop-deep"}})
 	})
 	b.Run("case=failures", func(b *testing.B) {
 		const concurrency = 16
@@ -135,6 +139,12 @@ func BenchmarkPaired(b *testing.B) {
 		impls := []*pairedImpl{
 			startPairedImpl(b, "loop", failuresLoop(plainCopy)),
 			startPairedImpl(b, "loop-same-copy", failuresLoop(sameCopy)),
+			startPairedImpl(b, "loop-deep", deepLoop(concurrency, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+				if failsFirst(m.MessageID) {
+					return errBoom
+				}
+				return nil
+			})),
 			startPairedImpl(b, "retry", runPairedConsumer(&retry.Options{MaxConcurrency: concurrency},
 				func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 					if failsFirst(m.MessageID) {
@@ -143,7 +153,7 @@ func BenchmarkPaired(b *testing.B) {
 					return nil
 				})),
 		}
-		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}, {"retry", "loop-same-copy"}})
+		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}, {"retry", "loop-same-copy"}, {"retry", "loop-deep"}})
 	})
 	b.Run("case=iobound", func(b *testing.B) {
 		const concurrency = 256
@@ -153,13 +163,17 @@ func BenchmarkPaired(b *testing.B) {
 					return runSlotLoop(ctx, r, concurrency, nil, ioBoundWork, p)
 				})
 			}),
+			startPairedImpl(b, "loop-deep", deepLoop(concurrency, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+				ioBoundWork(ctx)
+				return nil
+			})),
 			startPairedImpl(b, "retry", runPairedConsumer(&retry.Options{MaxConcurrency: concurrency},
 				func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 					ioBoundWork(ctx)
 					return nil
 				})),
 		}
-		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}})
+		runPaired(b, impls, pairedCushion(concurrency), []pairedRatio{{"retry", "loop"}, {"retry", "loop-deep"}})
 	})
 }
 
@@ -374,6 +388,21 @@ func scheduleCopyOfFailing(s *azservicebus.Sender, copyOf func(*azservicebus.Rec
 		}
 		_, err := s.ScheduleMessages(ctx, []*azservicebus.Message{copyOf(m)}, time.Now().Add(time.Hour), nil)
 		return err
+	}
+}
+
+// deepLoop returns the run function of loop-deep (runDeepLoop) with concurrency handler slots and
+// handle, whose error schedules the library's copy (sameCopy) an hour ahead before the complete.
+func deepLoop(concurrency int, handle func(context.Context, *azservicebus.ReceivedMessage) error) func(context.Context, *env, *pairedImpl) error {
+	return func(ctx context.Context, e *env, p *pairedImpl) error {
+		return withPairedReceiver(ctx, e, func(client *azservicebus.Client, r *azservicebus.Receiver) error {
+			s, err := client.NewSender(e.queue, nil)
+			if err != nil {
+				return err
+			}
+			defer closeBounded(s.Close)
+			return runDeepLoop(ctx, r, s, concurrency, handle, sameCopy, p)
+		})
 	}
 }
 
