@@ -430,9 +430,6 @@ func isProbe(msg *azservicebus.ReceivedMessage) bool {
 	return ok && v == ProbeValue && strings.HasPrefix(msg.MessageID, probeIDPrefix)
 }
 
-// connectionStringEndpoint returns the host of a connection string's Endpoint and the address the SDK
-// connects to: the Endpoint's port if it has one, else 5672 for the development emulator (plain AMQP)
-// and 5671 (AMQP over TLS) otherwise. Both are empty if there is no Endpoint.
 // connectionStringNamespace is the host (and port, if given) of s's Endpoint, as the administration
 // client addresses it.
 func connectionStringNamespace(s string) string {
@@ -447,6 +444,9 @@ func connectionStringNamespace(s string) string {
 	return ""
 }
 
+// connectionStringEndpoint returns the host of a connection string's Endpoint and the address the SDK
+// connects to: the Endpoint's port if it has one, else 5672 for the development emulator (plain AMQP)
+// and 5671 (AMQP over TLS) otherwise. Both are empty if there is no Endpoint.
 func connectionStringEndpoint(s string) (host, addr string) {
 	port := "5671"
 	for _, part := range strings.Split(s, ";") {

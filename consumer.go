@@ -235,6 +235,11 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.setState(StateDraining, nil)
 	})
 	loopErr := r.loop(ctx)
+	if ctx.Err() != nil {
+		// Done closes before the AfterFunc that reports draining runs, so Run may get here first; the
+		// state must still pass through draining (setState skips it if the callback already set it).
+		c.setState(StateDraining, nil)
+	}
 	close(r.work)     // nothing is dispatched any more: idle workers exit, busy ones when done
 	close(r.stopping) // messages received ahead and not started yet are left for redelivery
 
@@ -425,7 +430,13 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) {
 	if entity == "" {
 		entity = c.cfg.entityPath
 	}
+	if entity == "" {
+		entity = "(entity)"
+	}
 	ws, err := conn.Settings(sctx, c.cfg.settleTimeout)
+	if err != nil && ctx.Err() != nil {
+		return // Run is stopping: the check was cut short, not refused
+	}
 	if err != nil {
 		// Unknown settings may be the weak ones: an operator must know the check did not run.
 		text := redact.String(err.Error())

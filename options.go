@@ -107,7 +107,9 @@ type Hooks struct {
 	OnSettle func(SettleParams)
 	// OnProcessed runs once per delivery after it is settled (or deliberately left unsettled).
 	OnProcessed func(ProcessedParams)
-	// OnStateChange runs when the consumer's [State] changes.
+	// OnStateChange runs when the consumer's [State] changes, one change at a time and in order. It
+	// must return promptly and must not wait for Run to return: the next change (draining, say, which
+	// readiness reports) waits for it, and Run waits for the draining call.
 	OnStateChange func(StateChangeParams)
 }
 
