@@ -10,20 +10,6 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// Clock is the source of time for everything the package schedules. The standard library is enough to
-// implement it; github.com/benbjohnson/clock's clock.New() and *clock.Mock satisfy it as they are, so
-// tests can drive retries, lock renewal and reconnects without real waiting.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-// realClock reads the time package directly, so it also works inside testing/synctest bubbles.
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Defaults for [Options]. Each applies when its field is zero.
 const (
 	DefaultMaxAttempts      = 29

@@ -1,0 +1,58 @@
+package retry
+
+import (
+	"sync"
+	"time"
+)
+
+// Clock is the source of time for everything the package schedules. The standard library is enough to
+// implement it; github.com/benbjohnson/clock's clock.New() and *clock.Mock satisfy it as they are, so
+// tests can drive retries, lock renewal and reconnects without real waiting.
+type Clock interface {
+	Now() time.Time
+	After(d time.Duration) <-chan time.Time
+}
+
+// SystemClock returns the clock of the time package, the default of every Clock option in this module.
+// It reads the time package on each call, so it also works inside testing/synctest bubbles.
+func SystemClock() Clock { return realClock{} }
+
+// realClock reads the time package directly.
+type realClock struct{}
+
+func (realClock) Now() time.Time                         { return time.Now() }
+func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// afterFunc calls f in its own goroutine once d has passed on clk, unless the returned stop is called
+// first; stop reports whether it prevented the call. On the system clock this is time.AfterFunc, a
+// runtime timer with no goroutine while it waits; an injected clock offers only After, so one goroutine
+// waits on it instead. It is the one place where the two kinds of clock take different paths.
+func afterFunc(clk Clock, d time.Duration, f func()) (stop func() bool) {
+	if _, ok := clk.(realClock); ok {
+		return time.AfterFunc(d, f).Stop
+	}
+	var once sync.Once
+	cancel := make(chan struct{})
+	claim := func() bool {
+		won := false
+		once.Do(func() { won = true })
+		return won
+	}
+	ch := clk.After(d)
+	go func() {
+		select {
+		case <-ch:
+			if claim() {
+				f()
+			}
+		case <-cancel:
+		}
+	}()
+	return func() bool {
+		if !claim() {
+			return false
+		}
+		close(cancel)
+		return true
+	}
+}
