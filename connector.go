@@ -29,10 +29,10 @@ type Connection struct {
 	// EntityPath is the entity Receiver reads from (a queue, or "topic/Subscriptions/sub"); it names
 	// retry chains (see Options.EntityPath, which it overrides when set).
 	EntityPath string
-	// Also lists more entities the consumer receives from on this connection, with the same handler,
+	// Sources lists more entities the consumer receives from on this connection, with the same handler,
 	// concurrency limit and health: a subscription's retry queue, to which Sender schedules the copies.
 	// Closing the connection must close their receivers too (Close, or their own Close when Close is nil).
-	Also []Source
+	Sources []Source
 	// Close releases the client behind Receiver and Sender. Nil means closing Receiver and Sender.
 	Close func(ctx context.Context) error
 	// Check, if set, proves that the connection works before the consumer counts it as connected. The
@@ -70,7 +70,7 @@ func (c *Connection) close(ctx context.Context) error {
 		return c.Close(ctx)
 	}
 	errs := []error{c.Receiver.Close(ctx), c.Sender.Close(ctx)}
-	for _, s := range c.Also {
+	for _, s := range c.Sources {
 		if s.Receiver != nil {
 			errs = append(errs, s.Receiver.Close(ctx))
 		}

@@ -74,7 +74,7 @@ func TestBrokenSourceRebuildsTheConnection(t *testing.T) {
 			connects.Add(1)
 			return &retry.Connection{
 				Receiver: sub.Receiver(), Sender: retryQueue.Sender(),
-				Also: []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "retry"}},
+				Sources: []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "retry"}},
 			}, nil
 		}
 		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: discardLogger()})
@@ -108,7 +108,7 @@ func TestSharedSourcesStillProbeAQuietConnection(t *testing.T) {
 		connect := func(context.Context) (*retry.Connection, error) {
 			return &retry.Connection{
 				Receiver: sub.Receiver(), Sender: retryQueue.Sender(),
-				Also: []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "retry"}},
+				Sources: []retry.Source{{Receiver: retryQueue.Receiver(), EntityPath: "retry"}},
 				Ping: func(ctx context.Context) error {
 					pings.Add(1)
 					if hung.Load() {

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"math"
 	"strconv"
 	"time"
@@ -404,4 +405,62 @@ func truncate(s string, limit int) string {
 		cut--
 	}
 	return s[:cut] + mark
+}
+
+// seed fills what a first delivery's envelope lacks: the key, the correlation id (the message's
+// CorrelationID, else the key) and the chain's identity (this processor's entity and the delivery's
+// sequence number). A copy written before v0.2 has no chain identity either; its chain is re-based on
+// its own delivery, whose sequence number is as stable across redeliveries.
+func seed(msg *azservicebus.ReceivedMessage, env Envelope, entity string, key func(*azservicebus.ReceivedMessage) string) Envelope {
+	if env.Key == "" {
+		env.Key = key(msg)
+		if len(env.Key) > maxEnvelopeString {
+			sum := sha256.Sum256([]byte(env.Key))
+			env.Key = "sha256-" + hex.EncodeToString(sum[:])
+		}
+	}
+	if env.CorrelationID == "" {
+		env.CorrelationID = env.Key
+		if msg.CorrelationID != nil && *msg.CorrelationID != "" && len(*msg.CorrelationID) <= maxEnvelopeString {
+			env.CorrelationID = *msg.CorrelationID
+		}
+	}
+	if env.Source == "" {
+		env.Source = entity
+	}
+	if env.FirstSequenceNumber < 0 && msg.SequenceNumber != nil {
+		env.FirstSequenceNumber = *msg.SequenceNumber
+	}
+	return env
+}
+
+// idempotencyKey returns the configured key, falling back to the sequence number and then the lock
+// token so that a message without a MessageID still gets a stable key.
+func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) string {
+	if p.cfg.userKey {
+		return p.userIdempotencyKey(msg)
+	}
+	return keyOrFallback(defaultKey(msg), msg)
+}
+
+// userIdempotencyKey is idempotencyKey with Options.IdempotencyKey, which may panic.
+func (p *Processor) userIdempotencyKey(msg *azservicebus.ReceivedMessage) (key string) {
+	defer func() {
+		if r := recover(); r != nil {
+			key = msg.MessageID // a panicking IdempotencyKey must not take the consumer down
+			p.log(context.Background(), slog.LevelError, "Options.IdempotencyKey panicked; using the MessageID", msg, Envelope{}, slog.Any("panic", r))
+		}
+	}()
+	return keyOrFallback(p.cfg.key(msg), msg)
+}
+
+// keyOrFallback returns k, or, if it is empty, the sequence number and then the lock token.
+func keyOrFallback(k string, msg *azservicebus.ReceivedMessage) string {
+	if k != "" {
+		return k
+	}
+	if msg.SequenceNumber != nil {
+		return fmt.Sprintf("seq-%d", *msg.SequenceNumber)
+	}
+	return fmt.Sprintf("lock-%x", msg.LockToken)
 }

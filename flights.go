@@ -41,47 +41,6 @@ func keyOf(entity string, msg *azservicebus.ReceivedMessage) (flightKey, bool) {
 	return k, true
 }
 
-// decisionKind is what the processor decided to do with a delivery once its handler returned.
-type decisionKind int
-
-const (
-	decideComplete decisionKind = iota + 1
-	decideRetry
-	decideDeadLetter
-)
-
-// decision is an outcome decided but perhaps not yet applied. When its settle fails (the lock died with
-// a connection, a complete timed out), the broker redelivers the message; the redelivery then applies
-// the same decision with its own lock instead of running the handler again. That is how finished work
-// is not redone and how a scheduled retry copy stays the only successor of its attempt.
-type decision struct {
-	kind       decisionKind
-	env        *Envelope
-	handlerErr error
-	// The details of a retry or a dead-letter; a success, the common case, needs neither.
-	*retryPlan
-	*deadLetterPlan
-}
-
-// retryPlan is a retry decision's copy, when it is due, and whether it has been scheduled yet.
-type retryPlan struct {
-	copyMsg   *azservicebus.Message
-	nextTry   int
-	delay     time.Duration
-	at        time.Time
-	errText   string
-	scheduled bool
-	seq       int64
-}
-
-// deadLetterPlan is a dead-letter decision's reason, description and the properties added to the
-// dead letter.
-type deadLetterPlan struct {
-	reason string
-	desc   string
-	props  map[string]any
-}
-
 // flight is one delivery being handled (or, once its call returned with the outcome unsettled, the
 // remembered decision for the redelivery to come).
 type flight struct {
@@ -360,7 +319,7 @@ func (f *flight) finished() <-chan struct{} {
 // redelivers only once a lock has ended), so its handler is cancelled and its lock-bound settle calls
 // are abandoned.
 func (f *flight) supersede() {
-	f.lock.lose(ErrLockLost)
+	f.lock.lose()
 }
 
 // setDecision records what f decided.

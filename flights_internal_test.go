@@ -27,7 +27,7 @@ func enterNew(fs *flights, key flightKey, lk *lockKeeper, now time.Time) (f, pri
 
 func testKeeper() *lockKeeper {
 	lk := &lockKeeper{}
-	lk.base = context.Background()
+	lk.ctx, lk.end = context.WithCancelCause(context.Background())
 	return lk
 }
 

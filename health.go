@@ -1,12 +1,170 @@
 package retry
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
+	"log/slog"
 	"net/http"
 	"time"
+
+	"github.com/sbretry/retry/internal/redact"
 )
 
-// healthBody is the JSON document served by [HealthHandler].
+// State is the consumer's life-cycle state, as reported by [Consumer.Health].
+type State int
+
+const (
+	// StateIdle: Run has not been called yet.
+	StateIdle State = iota
+	// StateConnecting: Run is building the first connection.
+	StateConnecting
+	// StateRunning: receiving and processing messages.
+	StateRunning
+	// StateReconnecting: the connection broke (a receive failed, or a health probe after a dropped link or
+	// an idle period failed); the reconnect tries (5 s, 10 s, 15 s by default) are running.
+	StateReconnecting
+	// StateWatchdog: every reconnect try failed; the watchdog retries every WatchdogInterval.
+	StateWatchdog
+	// StateStopped: Run has returned.
+	StateStopped
+	// StateDraining: Run's context has ended. The consumer receives nothing more and waits for the
+	// handlers and settles in flight (up to ShutdownGrace plus one SettleTimeout); it is not ready, but
+	// still live, until Run returns ([StateStopped]). It follows whichever state the consumer was in.
+	StateDraining
+)
+
+func (s State) String() string {
+	switch s {
+	case StateIdle:
+		return "idle"
+	case StateConnecting:
+		return "connecting"
+	case StateRunning:
+		return "running"
+	case StateReconnecting:
+		return "reconnecting"
+	case StateWatchdog:
+		return "watchdog"
+	case StateStopped:
+		return "stopped"
+	case StateDraining:
+		return "draining"
+	}
+	return "unknown"
+}
+
+// Health is a snapshot of the consumer for readiness and liveness probes.
+type Health struct {
+	State State
+	// Since is when the consumer entered State.
+	Since time.Time
+	// LastError is the latest connect, probe, receive or republish failure (redacted), empty if none. It
+	// says why the consumer is not ready.
+	LastError string
+	// LastErrorTime is when LastError happened.
+	LastErrorTime time.Time
+	// InFlight is the number of messages received and not yet finished: handlers running, redeliveries
+	// waiting for an earlier delivery of their message, and settles in flight.
+	InFlight int
+	// Counters since the consumer was created.
+	Received, Completed, RetriesScheduled, DeadLettered, LeftForRedelivery, PossibleDuplicates uint64
+	// Warnings are the connection's settings warnings (see Connection.Settings), read once per Run, each
+	// naming its entity; or, when the settings could not be read, one warning saying so, naming the
+	// entity and why (for the built-in connectors, the administration endpoint).
+	Warnings []string
+	// Connects counts successful connector calls; ConnectFailures and ReceiveFailures count failures
+	// (ReceiveFailures includes link and connection errors the SDK recovered from on its own, and failed
+	// health probes). SendFailures counts failed republishes of retry copies.
+	Connects, ConnectFailures, ReceiveFailures, SendFailures uint64
+}
+
+// Ready reports whether the consumer is connected and receiving.
+func (h Health) Ready() bool { return h.State == StateRunning }
+
+// Health returns a snapshot of the consumer's state and counters. The message counters are read one by
+// one while messages are processed, so a message may already be counted as completed and still as in
+// flight; each counter on its own is exact.
+func (c *Consumer) Health() Health {
+	if c == nil {
+		return Health{}
+	}
+	c.mu.Lock()
+	h := c.health
+	c.mu.Unlock()
+	h.InFlight = int(c.inFlight.Load())
+	h.Received = c.received.Load()
+	h.Completed = c.completed.Load()
+	h.RetriesScheduled = c.retries.Load()
+	h.DeadLettered = c.deadLettered.Load()
+	h.LeftForRedelivery = c.left.Load()
+	h.PossibleDuplicates = c.duplicates.Load()
+	return h
+}
+
+// count folds one processing result into the counters.
+func (c *Consumer) count(res Result) {
+	switch res.Outcome {
+	case OutcomeCompleted:
+		c.completed.Add(1)
+	case OutcomeRetryScheduled:
+		c.retries.Add(1)
+	case OutcomeDeadLettered:
+		c.deadLettered.Add(1)
+	case OutcomeLeftForRedelivery:
+		c.left.Add(1)
+	}
+	if res.PossibleDuplicate {
+		c.duplicates.Add(1)
+	}
+	c.inFlight.Add(-1)
+	if res.Outcome == OutcomeLeftForRedelivery && res.SettleErr != nil && res.RetryMessageID != "" && !res.PossibleDuplicate &&
+		!errors.Is(res.SettleErr, ErrLockLost) && !errors.Is(res.SettleErr, context.Canceled) && !errors.Is(res.SettleErr, ErrShutdownTimeout) {
+		// The republish itself failed: an operator must see why (a missing Send right, a quota).
+		c.recordFailure(func(h *Health) { h.SendFailures++ }, res.SettleErr)
+	}
+}
+
+// update applies f to the health snapshot under the consumer's lock.
+func (c *Consumer) update(f func(*Health)) {
+	c.mu.Lock()
+	f(&c.health)
+	c.mu.Unlock()
+}
+
+// recordFailure counts a failure with f and keeps its redacted text for Health.LastError, so that a
+// readiness probe can say why the consumer is not ready without leaking a key.
+func (c *Consumer) recordFailure(f func(*Health), err error) {
+	now := c.cfg.clock.Now()
+	c.update(func(h *Health) {
+		f(h)
+		h.LastError = redact.String(err.Error())
+		h.LastErrorTime = now
+	})
+}
+
+// setState moves to s and runs the state hook outside the health lock. A draining consumer moves
+// only to stopped: a reconnect that was under way as Run's context ended does not make it ready again.
+func (c *Consumer) setState(s State, err error) {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	now := c.cfg.clock.Now()
+	c.mu.Lock()
+	from := c.health.State
+	if from == s || (from == StateDraining && s != StateStopped) {
+		c.mu.Unlock()
+		return
+	}
+	c.health.State = s
+	c.health.Since = now
+	c.mu.Unlock()
+	c.cfg.logger.Info("consumer state changed", slog.String("from", from.String()), slog.String("to", s.String()))
+	if hook := c.cfg.hooks.OnStateChange; hook != nil {
+		hook(StateChangeParams{From: from, To: s, Err: err})
+	}
+}
+
+// healthBody is the JSON document served by [ReadinessHandler] and [LivenessHandler].
 type healthBody struct {
 	Status             string    `json:"status"`
 	State              string    `json:"state"`
@@ -27,18 +185,25 @@ type healthBody struct {
 	Warnings           []string  `json:"warnings,omitempty"`
 }
 
-// HealthHandler returns an http.Handler for readiness or liveness probes built on [Consumer.Health].
-// With ready true it answers 200 only while the consumer is running (Health.Ready) and 503 otherwise,
-// from the moment Run's context ends too ([StateDraining]); with ready false (liveness) it answers 200
-// unless the consumer has stopped, so a draining consumer is not restarted while its handlers finish. The body is a JSON
-// document with the state, the last (redacted) error and the counters.
-func HealthHandler(c *Consumer, ready bool) http.Handler {
+// ReadinessHandler returns an http.Handler for readiness probes built on [Consumer.Health]: it answers
+// 200 only while the consumer is running ([Health.Ready]) and 503 otherwise, from the moment Run's
+// context ends too ([StateDraining]), so that a draining consumer is taken out of rotation. The body is
+// a JSON document with the state, the last (redacted) error and the counters.
+func ReadinessHandler(c *Consumer) http.Handler {
+	return healthHandler(c, Health.Ready)
+}
+
+// LivenessHandler returns an http.Handler for liveness probes built on [Consumer.Health]: it answers 200
+// unless the consumer has stopped, so a draining consumer is not restarted while its handlers finish,
+// and 503 once Run has returned. The body is the same JSON document as [ReadinessHandler]'s.
+func LivenessHandler(c *Consumer) http.Handler {
+	return healthHandler(c, func(h Health) bool { return h.State != StateStopped })
+}
+
+// healthHandler answers 200 while ok(c.Health()) holds, 503 otherwise.
+func healthHandler(c *Consumer, ok func(Health) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h := c.Health()
-		ok := h.State != StateStopped
-		if ready {
-			ok = h.Ready()
-		}
 		body := healthBody{
 			Status: "ok", State: h.State.String(), Since: h.Since, LastError: h.LastError, LastErrorTime: h.LastErrorTime,
 			InFlight: h.InFlight, Received: h.Received, Completed: h.Completed, RetriesScheduled: h.RetriesScheduled,
@@ -47,7 +212,7 @@ func HealthHandler(c *Consumer, ready bool) http.Handler {
 			Warnings: h.Warnings,
 		}
 		code := http.StatusOK
-		if !ok {
+		if !ok(h) {
 			body.Status = "unavailable"
 			code = http.StatusServiceUnavailable
 		}

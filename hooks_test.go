@@ -106,7 +106,7 @@ func TestHealthHandler(t *testing.T) {
 		require.NoError(t, err)
 		get := func(ready bool) (int, map[string]any) {
 			rec := httptest.NewRecorder()
-			retry.HealthHandler(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			healthHandlerFor(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 			var body map[string]any
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
@@ -147,7 +147,7 @@ func TestHealthWhileDraining(t *testing.T) {
 		require.NoError(t, err)
 		probe := func(ready bool) (int, string) {
 			rec := httptest.NewRecorder()
-			retry.HealthHandler(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
+			healthHandlerFor(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
 			var body struct{ State string }
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
 			return rec.Code, body.State
@@ -179,4 +179,12 @@ func TestHealthWhileDraining(t *testing.T) {
 		assert.Len(t, b.Completed(), 1, "the handler in flight finished and was completed")
 		assert.Equal(t, []retry.State{retry.StateConnecting, retry.StateRunning, retry.StateDraining, retry.StateStopped}, states)
 	})
+}
+
+// healthHandlerFor is the readiness handler (ready) or the liveness handler.
+func healthHandlerFor(c *retry.Consumer, ready bool) http.Handler {
+	if ready {
+		return retry.ReadinessHandler(c)
+	}
+	return retry.LivenessHandler(c)
 }

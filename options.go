@@ -1,7 +1,6 @@
 package retry
 
 import (
-	"context"
 	"log/slog"
 	"math"
 	"strconv"
@@ -72,99 +71,6 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 	set(&r.UnsupportedBody, "RetryUnsupportedBody")
 	set(&r.Expired, "RetryMessageExpired")
 	return r
-}
-
-// Hooks observe the consumer. Each takes a params struct so fields can be added later without breaking
-// callers. Hooks run synchronously on the goroutine that did the work: keep them fast and non-blocking.
-// A nil hook is skipped. They are what an instrumentation package (tracing, metrics) builds on, without
-// the core depending on it.
-type Hooks struct {
-	// OnStart runs once per delivery before the handler. The context it returns (which must derive from
-	// StartParams.Context) becomes the handler's context and the Context of the later hooks, so a
-	// tracer can start a span here. Returning nil keeps the context. A deadline set on it times the
-	// handler out: a failure once it has expired is a failed attempt, retried with its backoff.
-	OnStart func(StartParams) context.Context
-	// OnRetryCopy runs before a retry copy is scheduled, so a tracer can carry its trace context into
-	// the copy's application properties (attempt n+1 then links to attempt n). It may add properties;
-	// the MessageID is restored if changed, and the size limits are checked after the hook.
-	OnRetryCopy func(RetryCopyParams)
-	// OnSettle runs after each broker call made for a delivery: "schedule" (the retry copy),
-	// "complete" and "dead-letter", with its timing and error.
-	OnSettle func(SettleParams)
-	// OnProcessed runs once per delivery after it is settled (or deliberately left unsettled).
-	OnProcessed func(ProcessedParams)
-	// OnStateChange runs when the consumer's [State] changes, one change at a time and in order. It
-	// must return promptly and must not wait for Run to return: the next change (draining, say, which
-	// readiness reports) waits for it, and Run waits for the draining call.
-	OnStateChange func(StateChangeParams)
-}
-
-// StartParams describes a delivery about to be handled. OnStart runs for every delivery, also for one
-// with malformed retry properties, which is dead-lettered without calling the handler.
-type StartParams struct {
-	Context  context.Context
-	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
-	// EntityPath is the entity the message was received from.
-	EntityPath string
-	// Time is when processing started, on the processor's Clock.
-	Time time.Time
-}
-
-// RetryCopyParams describes a retry copy about to be scheduled.
-type RetryCopyParams struct {
-	Context  context.Context
-	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
-	// Copy is the message to be scheduled; the hook may add application properties.
-	Copy *azservicebus.Message
-	// Attempt is the attempt number the copy carries; ScheduledFor is when it is due.
-	Attempt      int
-	ScheduledFor time.Time
-}
-
-// Operations reported in SettleParams.Operation.
-const (
-	SettleSchedule   = "schedule"
-	SettleComplete   = "complete"
-	SettleDeadLetter = "dead-letter"
-)
-
-// SettleParams describes one broker call made for a delivery.
-type SettleParams struct {
-	Context  context.Context
-	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
-	// EntityPath is the entity the message was received from.
-	EntityPath string
-	// Operation is [SettleSchedule], [SettleComplete] or [SettleDeadLetter].
-	Operation string
-	// RetryMessageID is the MessageID of the copy, for SettleSchedule.
-	RetryMessageID string
-	Start          time.Time
-	Duration       time.Duration
-	Err            error
-}
-
-// ProcessedParams describes one processed delivery.
-type ProcessedParams struct {
-	// Context is the delivery's context (the one OnStart returned, if it did).
-	Context  context.Context
-	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
-	Result   Result
-	// EntityPath is the entity the message was received from.
-	EntityPath string
-	// HandlerDuration is how long the handler ran (zero if it did not run); Duration is the whole
-	// processing, settles included.
-	HandlerDuration, Duration time.Duration
-}
-
-// StateChangeParams describes a consumer state transition.
-type StateChangeParams struct {
-	From, To State
-	// Err is the failure that caused the change, if any.
-	Err error
 }
 
 // Options configures [NewConsumer] and [NewProcessor]. A nil *Options means all defaults. The zero value

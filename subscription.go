@@ -22,7 +22,7 @@ func SubscriptionPath(topic, subscription string) string {
 // subscription of the topic, including those of other teams. Instead the copies are scheduled to
 // retryQueue, a queue that only this consumer reads: the consumer receives from the subscription and
 // from retryQueue over one connection, with one handler, one concurrency limit and one health (see
-// [Connection.Also]). Create one retry queue per subscription, with duplicate detection on. The last
+// [Connection.Sources]). Create one retry queue per subscription, with duplicate detection on. The last
 // attempt of a chain that started on the subscription is received from the retry queue, so a message
 // dead-lettered after its retries lands in the retry queue's dead-letter queue; one that fails for good
 // on its first delivery lands in the subscription's.
@@ -100,7 +100,7 @@ func subscriptionConnection(ctx context.Context, client, sendClient *azservicebu
 		Receiver:   subReceiver,
 		Sender:     sender,
 		EntityPath: path,
-		Also:       []Source{{Receiver: retryReceiver, EntityPath: retryQueue}},
+		Sources:    []Source{{Receiver: retryReceiver, EntityPath: retryQueue}},
 		Close:      closeAll,
 		Check: func(ctx context.Context) error {
 			if err := ping(ctx); err != nil {

@@ -849,7 +849,7 @@ func TestDrainingIsNotReady(t *testing.T) {
 	require.NoError(t, err)
 	probe := func(ready bool) int {
 		rec := httptest.NewRecorder()
-		retry.HealthHandler(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
+		healthHandlerFor(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/readyz", nil))
 		return rec.Code
 	}
 	ctx, cancel := context.WithCancel(t.Context())
@@ -881,4 +881,12 @@ func TestDrainingIsNotReady(t *testing.T) {
 	assert.Equal(t, []retry.State{retry.StateDraining, retry.StateStopped}, states.since(stopAt))
 	assert.Equal(t, uint64(1), c.Health().Completed)
 	assert.True(t, e.settled(t), "the message in flight was completed")
+}
+
+// healthHandlerFor is the readiness handler (ready) or the liveness handler.
+func healthHandlerFor(c *retry.Consumer, ready bool) http.Handler {
+	if ready {
+		return retry.ReadinessHandler(c)
+	}
+	return retry.LivenessHandler(c)
 }

@@ -21,7 +21,7 @@ import (
 //     a root span for a message received ahead of its handler) and a
 //     messaging.client.operation.duration measurement. The core renews locks on a context of its own
 //     and reports renewals to no hook, so they are seen only here.
-//   - where retry copies go: for a connection on a subscription whose [retry.Connection].Also is the
+//   - where retry copies go: for a connection on a subscription whose [retry.Connection.Sources] is the
 //     one retry queue (what [retry.SubscriptionConnectionString] and the other subscription connectors
 //     build), the copies of both entities' deliveries are scheduled to that queue, and the "schedule"
 //     span and the sent-messages metric name it. Without this wrapper a subscription's schedule carries
@@ -37,19 +37,19 @@ func (in *Instrumentation) Connector(connect retry.Connector) retry.Connector {
 			return conn, err
 		}
 		c := *conn
-		if parseEntity(c.EntityPath).subscription != "" && len(c.Also) == 1 && c.Also[0].EntityPath != "" {
-			q := c.Also[0].EntityPath
+		if parseEntity(c.EntityPath).subscription != "" && len(c.Sources) == 1 && c.Sources[0].EntityPath != "" {
+			q := c.Sources[0].EntityPath
 			in.retryQueues.Store(c.EntityPath, q)
 			in.retryQueues.Store(q, q)
 		}
 		if c.Receiver != nil {
 			c.Receiver = &renewingReceiver{Receiver: c.Receiver, in: in, entity: c.EntityPath}
 		}
-		if len(c.Also) > 0 {
-			c.Also = append([]retry.Source(nil), c.Also...)
-			for i, s := range c.Also {
+		if len(c.Sources) > 0 {
+			c.Sources = append([]retry.Source(nil), c.Sources...)
+			for i, s := range c.Sources {
 				if s.Receiver != nil {
-					c.Also[i].Receiver = &renewingReceiver{Receiver: s.Receiver, in: in, entity: s.EntityPath}
+					c.Sources[i].Receiver = &renewingReceiver{Receiver: s.Receiver, in: in, entity: s.EntityPath}
 				}
 			}
 		}

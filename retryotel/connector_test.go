@@ -78,15 +78,15 @@ func TestConnectorPassesTheConnectionThrough(t *testing.T) {
 	main, also, sender := &fakeReceiver{}, &fakeReceiver{}, &fakeSender{}
 	conn, err := f.inst.Connector(func(context.Context) (*retry.Connection, error) {
 		return &retry.Connection{Receiver: main, Sender: sender, EntityPath: "events/Subscriptions/billing",
-			Also: []retry.Source{{Receiver: also, EntityPath: "billing-retry"}}}, nil
+			Sources: []retry.Source{{Receiver: also, EntityPath: "billing-retry"}}}, nil
 	})(context.Background())
 	require.NoError(t, err)
-	require.NoError(t, conn.Also[0].Receiver.RenewMessageLock(context.Background(), &azservicebus.ReceivedMessage{}, nil))
+	require.NoError(t, conn.Sources[0].Receiver.RenewMessageLock(context.Background(), &azservicebus.ReceivedMessage{}, nil))
 	assert.Len(t, f.ended("renew_message_lock billing-retry"), 1)
 	assert.Nil(t, conn.Close)
 	assert.Same(t, sender, conn.Sender)
 	require.NoError(t, conn.Receiver.Close(context.Background()))
-	require.NoError(t, conn.Also[0].Receiver.Close(context.Background()))
+	require.NoError(t, conn.Sources[0].Receiver.Close(context.Background()))
 	assert.Equal(t, 1, main.closed)
 	assert.Equal(t, 1, also.closed)
 }

@@ -76,8 +76,8 @@ func renewSignal(connect retry.Connector, renewed chan struct{}) retry.Connector
 			return nil, err
 		}
 		c.Receiver = wrap(c.Receiver)
-		for i := range c.Also {
-			c.Also[i].Receiver = wrap(c.Also[i].Receiver)
+		for i := range c.Sources {
+			c.Sources[i].Receiver = wrap(c.Sources[i].Receiver)
 		}
 		return c, nil
 	}

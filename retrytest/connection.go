@@ -112,7 +112,7 @@ func (b *Broker) Connector() retry.Connector {
 		c := &retry.Connection{Receiver: b.receiverOn(conn), Sender: b.senderOn(conn), Close: conn.close}
 		if b.retryQueue != nil {
 			c.EntityPath = b.consumed.Name()
-			c.Also = []retry.Source{{Receiver: &receiver{conn: conn, src: b.retryQueue}, EntityPath: b.retryQueue.Name()}}
+			c.Sources = []retry.Source{{Receiver: &receiver{conn: conn, src: b.retryQueue}, EntityPath: b.retryQueue.Name()}}
 		}
 		return c, nil
 	}

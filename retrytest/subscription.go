@@ -61,7 +61,7 @@ func SubscriptionConnector(sub, retryQueue *Broker, subPath, retryPath string) r
 			Receiver:   sub.receiverOn(subConn),
 			EntityPath: subPath,
 			Sender:     &sender{conn: retryConn, target: retryQueue.scheduleTarget, also: sub},
-			Also:       []retry.Source{{Receiver: retryQueue.receiverOn(retryConn), EntityPath: retryPath}},
+			Sources:    []retry.Source{{Receiver: retryQueue.receiverOn(retryConn), EntityPath: retryPath}},
 			Close: func(ctx context.Context) error {
 				return errors.Join(subConn.close(ctx), retryConn.close(ctx))
 			},

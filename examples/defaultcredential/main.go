@@ -55,8 +55,8 @@ func main() {
 
 	// Readiness and liveness probes backed by Consumer.Health (JSON: state, last error, counters).
 	mux := http.NewServeMux()
-	mux.Handle("/readyz", retry.HealthHandler(consumer, true))
-	mux.Handle("/livez", retry.HealthHandler(consumer, false))
+	mux.Handle("/readyz", retry.ReadinessHandler(consumer))
+	mux.Handle("/livez", retry.LivenessHandler(consumer))
 	go func() { _ = http.ListenAndServe("127.0.0.1:8080", mux) }()
 	if err := consumer.Run(ctx); err != nil {
 		slog.Error("consumer stopped", "error", err)

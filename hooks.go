@@ -1,0 +1,165 @@
+package retry
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// Hooks observe the consumer. Each takes a params struct so fields can be added later without breaking
+// callers. Hooks run synchronously on the goroutine that did the work: keep them fast and non-blocking.
+// A nil hook is skipped. They are what an instrumentation package (tracing, metrics) builds on, without
+// the core depending on it.
+type Hooks struct {
+	// OnStart runs once per delivery before the handler. The context it returns (which must derive from
+	// StartParams.Context) becomes the handler's context and the Context of the later hooks, so a
+	// tracer can start a span here. Returning nil keeps the context. A deadline set on it times the
+	// handler out: a failure once it has expired is a failed attempt, retried with its backoff.
+	OnStart func(StartParams) context.Context
+	// OnRetryCopy runs before a retry copy is scheduled, so a tracer can carry its trace context into
+	// the copy's application properties (attempt n+1 then links to attempt n). It may add properties;
+	// the MessageID is restored if changed, and the size limits are checked after the hook.
+	OnRetryCopy func(RetryCopyParams)
+	// OnSettle runs after each broker call made for a delivery: "schedule" (the retry copy),
+	// "complete" and "dead-letter", with its timing and error.
+	OnSettle func(SettleParams)
+	// OnProcessed runs once per delivery after it is settled (or deliberately left unsettled).
+	OnProcessed func(ProcessedParams)
+	// OnStateChange runs when the consumer's [State] changes, one change at a time and in order. It
+	// must return promptly and must not wait for Run to return: the next change (draining, say, which
+	// readiness reports) waits for it, and Run waits for the draining call.
+	OnStateChange func(StateChangeParams)
+}
+
+// StartParams describes a delivery about to be handled. OnStart runs for every delivery, also for one
+// with malformed retry properties, which is dead-lettered without calling the handler.
+type StartParams struct {
+	Context  context.Context
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	// EntityPath is the entity the message was received from.
+	EntityPath string
+	// Time is when processing started, on the processor's Clock.
+	Time time.Time
+}
+
+// RetryCopyParams describes a retry copy about to be scheduled.
+type RetryCopyParams struct {
+	Context  context.Context
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	// Copy is the message to be scheduled; the hook may add application properties.
+	Copy *azservicebus.Message
+	// Attempt is the attempt number the copy carries; ScheduledFor is when it is due.
+	Attempt      int
+	ScheduledFor time.Time
+}
+
+// Operations reported in SettleParams.Operation.
+const (
+	SettleSchedule   = "schedule"
+	SettleComplete   = "complete"
+	SettleDeadLetter = "dead-letter"
+)
+
+// SettleParams describes one broker call made for a delivery.
+type SettleParams struct {
+	Context  context.Context
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	// EntityPath is the entity the message was received from.
+	EntityPath string
+	// Operation is [SettleSchedule], [SettleComplete] or [SettleDeadLetter].
+	Operation string
+	// RetryMessageID is the MessageID of the copy, for SettleSchedule.
+	RetryMessageID string
+	Start          time.Time
+	Duration       time.Duration
+	Err            error
+}
+
+// ProcessedParams describes one processed delivery.
+type ProcessedParams struct {
+	// Context is the delivery's context (the one OnStart returned, if it did).
+	Context  context.Context
+	Message  *azservicebus.ReceivedMessage
+	Envelope Envelope
+	Result   Result
+	// EntityPath is the entity the message was received from.
+	EntityPath string
+	// HandlerDuration is how long the handler ran (zero if it did not run); Duration is the whole
+	// processing, settles included.
+	HandlerDuration, Duration time.Duration
+}
+
+// StateChangeParams describes a consumer state transition.
+type StateChangeParams struct {
+	From, To State
+	// Err is the failure that caused the change, if any.
+	Err error
+}
+
+// finish reports res to the OnProcessed hook and returns it, so every path through Process is
+// observed exactly once.
+func (p *Processor) finish(d *delivery, env Envelope, res Result) Result {
+	if hook := p.cfg.hooks.OnProcessed; hook != nil {
+		hook(ProcessedParams{
+			Context: d.ctx, Message: d.msg, Envelope: env, Result: res, EntityPath: d.route.entity,
+			HandlerDuration: d.handlerTime, Duration: p.cfg.clock.Now().Sub(d.start),
+		})
+	}
+	return res
+}
+
+// started runs the OnStart hook, whose context becomes the delivery's.
+func (p *Processor) started(d *delivery) context.Context {
+	if hook := p.cfg.hooks.OnStart; hook != nil {
+		if hctx := hook(StartParams{Context: d.ctx, Message: d.msg, Envelope: d.env, EntityPath: d.route.entity, Time: d.start}); hctx != nil {
+			d.ctx = hctx
+		}
+	}
+	return d.ctx
+}
+
+// brokerCall runs one broker call made for a delivery and reports it to the OnSettle hook; copyID is
+// the retry copy's MessageID when the call schedules it.
+func (p *Processor) brokerCall(d *delivery, op, copyID string, env Envelope, call func() error) error {
+	hook := p.cfg.hooks.OnSettle
+	if hook == nil {
+		return call()
+	}
+	start := p.cfg.clock.Now()
+	err := call()
+	hook(SettleParams{Context: d.ctx, Message: d.msg, Envelope: env, EntityPath: d.route.entity, Operation: op, RetryMessageID: copyID,
+		Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
+	return err
+}
+
+// log writes one line with the message's identity. Bodies are never logged.
+func (p *Processor) log(ctx context.Context, level slog.Level, text string, msg *azservicebus.ReceivedMessage, env Envelope, attrs ...slog.Attr) {
+	lg := p.cfg.logger
+	if !lg.Enabled(ctx, level) {
+		return
+	}
+	base := []slog.Attr{
+		slog.String("message_id", msg.MessageID),
+		slog.String("correlation_id", env.CorrelationID),
+		slog.Int("attempt", env.Attempt),
+	}
+	if msg.SequenceNumber != nil {
+		base = append(base, slog.Int64("sequence_number", *msg.SequenceNumber))
+	}
+	lg.LogAttrs(ctx, level, text, append(base, attrs...)...)
+}
+
+// errAttr renders err with secrets redacted.
+func errAttr(err error) slog.Attr {
+	if err == nil {
+		return slog.String("error", "")
+	}
+	return slog.String("error", redact.String(err.Error()))
+}

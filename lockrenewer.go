@@ -1,0 +1,200 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Bounds on the lock duration the processor infers when Options.LockDuration is not set. Service Bus
+// grants between a few seconds and 5 minutes; an estimate outside that range means the client's clock
+// disagrees with the broker's, and the bound keeps the renewal schedule sane (see grantedLockDuration).
+const (
+	minInferredLock = time.Second
+	maxInferredLock = 5 * time.Minute
+	// defaultInferredLock is used when a message carries no LockedUntil at all: the Service Bus default.
+	defaultInferredLock = time.Minute
+	// minRenewWait keeps a failing renewal from spinning.
+	minRenewWait = 100 * time.Millisecond
+)
+
+// errSettled ends a lock once its message has been handled; it is not a lost lock.
+var errSettled = errors.New("retry: message settled")
+
+// lockKeeper follows one delivery's lock on the local clock, from receive until the message is settled,
+// and renews it (unless Options.DisableLockRenewal) with one timer of its own.
+//
+// Renewal timing never compares the broker's LockedUntil with the local clock, because the two clocks
+// need not agree: a client clock behind the broker's by more than the lock would renew only after the
+// lock expired, and one ahead would take a slow renewal for a lost lock. Instead the keeper knows the
+// lock duration the broker grants (Options.LockDuration, or once at receive LockedUntil minus the local
+// time, bounded) and counts it on the local clock from the moment each lock was taken or renewed: the
+// lock is held until start + duration, and renewed every duration/2 (or LockRenewInterval).
+//
+// The lock is a context (ctx): it ends once, lost (cause [ErrLockLost]: the broker said the lock is gone,
+// renewals kept failing until the local deadline, or a redelivery of the same message proved it), settled
+// (stop, cause errSettled), or with the settle base it derives from (a shutdown that gave up). The
+// handler's context follows it, and every lock-bound settle and renewal call derives from it, so losing
+// the lock cancels them all.
+type lockKeeper struct {
+	ctx  context.Context
+	end  context.CancelCauseFunc
+	p    *Processor
+	msg  *azservicebus.ReceivedMessage
+	env  *Envelope
+	rcv  Settler
+	dur  time.Duration // the granted lock duration
+	each time.Duration // the renewal interval
+
+	slowSettle atomic.Bool // a lock-bound settle succeeded only after the SDK retried it
+
+	mu       sync.Mutex
+	deadline time.Time      // local time at which the lock runs out unless renewed
+	pending  func() bool    // stops the next renewal's timer; nil when none is due
+	stopped  bool           // stop was called: schedule nothing more
+	calls    sync.WaitGroup // the renewal call in flight
+}
+
+// keepLock starts following d's lock, received at now, under base (the settle base: detached from the
+// caller so that a caller cancelling its context does not stop the renewal of a message still being
+// worked on). With renewal enabled, the lock is renewed until stop is called.
+func (p *Processor) keepLock(d *delivery, base context.Context, now time.Time) {
+	cfg := p.cfg
+	lk := &d.lock
+	lk.ctx, lk.end = context.WithCancelCause(base)
+	lk.p, lk.msg, lk.env, lk.rcv = p, d.msg, &d.env, d.route.settler
+	lk.dur = grantedLockDuration(cfg.lockDuration, d.msg, now)
+	lk.deadline = now.Add(lk.dur)
+	lk.each = cfg.lockRenewInterval
+	switch {
+	case lk.each <= 0:
+		lk.each = max(lk.dur/2, minRenewWait)
+	case lk.each > lk.dur*2/3:
+		// An interval that leaves less than a third of the lock for the renewal call (or exceeds the lock,
+		// which would renew only after the expiry) is cut to two thirds of it.
+		lk.each = max(lk.dur*2/3, minRenewWait)
+	}
+	if cfg.lockRenewal {
+		lk.mu.Lock()
+		lk.pending = afterFunc(cfg.clock, lk.each, lk.renew)
+		lk.mu.Unlock()
+	}
+}
+
+// grantedLockDuration is the lock duration the broker grants: the configured one if known, else the
+// lock's remaining time at receive, bounded to what Service Bus can grant.
+func grantedLockDuration(configured time.Duration, msg *azservicebus.ReceivedMessage, now time.Time) time.Duration {
+	if configured > 0 {
+		return configured
+	}
+	if msg.LockedUntil == nil {
+		return defaultInferredLock
+	}
+	return min(max(msg.LockedUntil.Sub(now), minInferredLock), maxInferredLock)
+}
+
+// stop ends the lock as settled and the renewal with it, waiting for a renewal call in flight (the SDK
+// writes msg.LockedUntil when one succeeds, and the message is the caller's again once Process returns).
+// It does not release the lock at the broker.
+func (lk *lockKeeper) stop() {
+	lk.mu.Lock()
+	lk.stopped = true
+	pending := lk.pending
+	lk.pending = nil
+	lk.mu.Unlock()
+	if pending != nil {
+		pending()
+	}
+	lk.end(errSettled) // aborts a renewal call in flight
+	lk.calls.Wait()
+}
+
+// lose records that the lock is gone, which cancels the handler's context and the calls in flight.
+func (lk *lockKeeper) lose() { lk.end(ErrLockLost) }
+
+// why is the reason the lock is over (nil while it is not).
+func (lk *lockKeeper) why() error { return context.Cause(lk.ctx) }
+
+// lost reports whether the lock was lost (rather than settled or abandoned by a shutdown).
+func (lk *lockKeeper) lost() bool { return errors.Is(context.Cause(lk.ctx), ErrLockLost) }
+
+// alive reports whether the lock is still held at now, as far as the client knows; a lock whose local
+// deadline has passed is lost.
+func (lk *lockKeeper) alive(now time.Time) bool {
+	if lk.ctx.Err() != nil {
+		return false
+	}
+	if lk.remaining(now) <= 0 {
+		lk.lose()
+		return false
+	}
+	return true
+}
+
+// remaining is the time from now until the lock runs out on the local clock.
+func (lk *lockKeeper) remaining(now time.Time) time.Duration {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	return lk.deadline.Sub(now)
+}
+
+// callTimeout is how long a call that needs the lock may take from now: timeout, cut to the lock's
+// remaining time (a settle after the lock expired can only fail, and waiting for it holds up the
+// consumer), and never less than a millisecond.
+func (lk *lockKeeper) callTimeout(timeout time.Duration, now time.Time) time.Duration {
+	return max(min(timeout, lk.remaining(now)), time.Millisecond)
+}
+
+// renew makes one renewal call, when the renewal timer fires, and schedules the next.
+func (lk *lockKeeper) renew() {
+	lk.mu.Lock()
+	if lk.stopped {
+		lk.mu.Unlock()
+		return
+	}
+	lk.pending = nil
+	lk.calls.Add(1) // under mu, before stop can see stopped and wait
+	lk.mu.Unlock()
+	defer lk.calls.Done()
+
+	p := lk.p
+	sent := p.cfg.clock.Now()
+	if !lk.alive(sent) {
+		if lk.lost() {
+			p.log(lk.ctx, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
+		}
+		return
+	}
+	rctx, cancel := context.WithTimeout(lk.ctx, lk.callTimeout(p.cfg.settleTimeout, sent))
+	err := lk.rcv.RenewMessageLock(rctx, lk.msg, nil)
+	cancel()
+
+	var next time.Duration
+	switch code, ok := sdkCode(err); {
+	case lk.ctx.Err() != nil:
+		return // settled (or lost) while the renewal was in flight
+	case err == nil:
+		lk.mu.Lock()
+		lk.deadline = sent.Add(lk.dur)
+		lk.mu.Unlock()
+		next = lk.each - p.cfg.clock.Now().Sub(sent)
+	case ok && code == azservicebus.CodeLockLost:
+		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
+		lk.lose()
+		return
+	default:
+		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
+		rem := lk.remaining(p.cfg.clock.Now())
+		next = min(max(rem/2, minRenewWait), max(rem, 0))
+	}
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if !lk.stopped {
+		lk.pending = afterFunc(p.cfg.clock, max(next, 0), lk.renew)
+	}
+}

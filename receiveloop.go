@@ -1,0 +1,220 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Health probing of a connection that is not delivering. The SDK hides link and connection errors
+// from ReceiveMessages (it returns no messages and no error, and recovers on the next call), and a
+// receive against a hung broker simply blocks; so a consumer that only looked at receive errors would
+// report itself ready through a whole outage. Instead, a receive that returns nothing before
+// idleProbeInterval, or after it, is followed by a probe of the connection (Connection.Ping, else
+// Check), bounded by probeTimeout: with the defaults a dead namespace is noticed within about 10 s.
+const (
+	idleProbeInterval = 5 * time.Second
+	probeTimeout      = 5 * time.Second
+)
+
+// receiveOptions shortens how long a receive that has its first message waits for more: the SDK's
+// default, 20 ms, was the whole p99 of how late scheduled retries reached their handler. Under load the
+// batch fills at once anyway, since the link's credit keeps messages streaming.
+var receiveOptions = azservicebus.ReceiveMessagesOptions{TimeAfterFirstMessage: time.Millisecond}
+
+// errIdle is the cause of a receive ended by the idle window.
+var errIdle = errors.New("retry: no message within the idle window")
+
+// errYield is the cause of a receive ended to give its handler slots to another source.
+var errYield = errors.New("retry: receive yielded its slots to another source")
+
+// shareWindow is the shortest time a receive on one source of a connection with several waits before
+// it gives its slots to another source that needs them.
+const shareWindow = 50 * time.Millisecond
+
+// receiveLoop receives from one source of live and starts one goroutine per message (deliver), until
+// ctx ends (nil) or it finds the connection broken (the reason). Each receive asks for as many messages
+// as it holds handler slots and prefetch places (see slots).
+func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source) error {
+	cfg := r.c.cfg
+	clk := cfg.clock
+	flaps := 0              // link errors swallowed by the SDK on this source since it last worked
+	quietSince := clk.Now() // the last message or successful probe: the idle window counts from it
+	for {
+		h, pf, err := r.takeOne(ctx, live, &quietSince)
+		if h+pf == 0 {
+			return err // nil when ctx ended
+		}
+		h, pf = r.slots.fill(ctx, h, pf, cfg.batchSize)
+		n := h + pf
+		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
+		msgs, idle, yielded, err := r.receive(ctx, src.Receiver, n, live.shared, idleLeft, h > 0)
+		// Give back the places the receive did not fill, prefetch places first; the filled ones are
+		// given back by their messages.
+		unfilled := max(n-len(msgs), 0)
+		backPf := min(unfilled, pf)
+		r.slots.giveBack(unfilled-backPf, backPf)
+		h -= unfilled - backPf
+		if len(msgs) > 0 {
+			flaps = 0
+			quietSince = clk.Now()
+			live.proven.Store(true)
+			r.dispatch(live, src, msgs, h, n)
+			continue
+		}
+		if ctx.Err() != nil {
+			return nil
+		}
+		var broken error
+		switch {
+		case yielded:
+			continue // gave its slots to another source; nothing to judge
+		case idle:
+			if broken = r.probe(ctx, live); broken == nil {
+				flaps = 0 // a quiet but healthy connection
+				quietSince = clk.Now()
+				live.proven.Store(true)
+			}
+		case err == nil:
+			// The SDK hit a link or connection error and will recover on the next call. Probe at once:
+			// after a single drop the SDK has usually recovered and messages flow again right away; a
+			// connection that keeps dropping, or a namespace that is gone, is rebuilt on the schedule.
+			flaps++
+			r.c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, errors.New("retry: the receive link or connection was lost"))
+			if broken = r.probe(ctx, live); broken == nil && flaps > 1 {
+				broken = errFlapping
+			}
+		default:
+			broken = err
+		}
+		if broken != nil && ctx.Err() == nil {
+			return broken
+		}
+	}
+}
+
+// takeOne takes one free handler slot or prefetch place, waiting for one if none is free, and returns
+// which (h or pf is 1; both 0 when ctx ended or the connection is broken, err then saying why). While
+// every slot is busy for long (long handlers) nothing is received, so it probes the connection on the
+// idle schedule meanwhile: an outage must not go unnoticed just because handlers are slow.
+func (r *run) takeOne(ctx context.Context, live *liveConnection, quietSince *time.Time) (h, pf int, err error) {
+	s, clk := r.slots, r.c.cfg.clock
+	select {
+	case s.freeHandler() <- struct{}{}:
+		return 1, 0, nil
+	case s.prefetch <- struct{}{}: // a nil channel (prefetching off) is never ready
+		return 0, 1, nil
+	default:
+	}
+	// Say that a source is waiting, so that another source blocked in an empty receive gives its
+	// slots back (see receive).
+	s.waiting.Add(1)
+	defer s.waiting.Add(-1)
+	for {
+		select {
+		case s.freeHandler() <- struct{}{}:
+			return 1, 0, nil
+		case s.prefetch <- struct{}{}:
+			return 0, 1, nil
+		case <-ctx.Done():
+			return 0, 0, nil
+		case <-clk.After(max(idleProbeInterval-clk.Now().Sub(*quietSince), 0)):
+			if err := r.probe(ctx, live); err != nil {
+				if ctx.Err() != nil {
+					return 0, 0, nil
+				}
+				return 0, 0, err
+			}
+			*quietSince = clk.Now()
+		}
+	}
+}
+
+// receive asks receiver for up to n messages. It ends the call after idleLeft, so that a quiet
+// connection gets probed; idle reports that this is why it returned nothing. When the connection has
+// several sources (shared), a receive waiting on an empty entity also ends once another source waits for
+// a handler slot, after at least shareWindow, so that a quiet retry queue never holds the slots its
+// subscription needs; yielded reports that.
+func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool, idleLeft time.Duration, holdsSlots bool) (msgs []*azservicebus.ReceivedMessage, idle, yielded bool, err error) {
+	rctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if shared {
+		watched := make(chan struct{})
+		go func() {
+			defer close(watched)
+			r.yieldWhenNeeded(rctx, cancel, idleLeft, holdsSlots)
+		}()
+		defer func() { cancel(nil); <-watched }()
+	} else {
+		stop := afterFunc(r.c.cfg.clock, idleLeft, func() { cancel(errIdle) })
+		defer stop()
+	}
+	msgs, err = receiver.ReceiveMessages(rctx, n, &receiveOptions)
+	if len(msgs) == 0 && ctx.Err() == nil {
+		cause := context.Cause(rctx)
+		idle = errors.Is(cause, errIdle)
+		yielded = errors.Is(cause, errYield)
+	}
+	return msgs, idle, yielded, err
+}
+
+// yieldWhenNeeded ends a receive (rctx) on a connection with several sources after idleLeft, or once
+// another source waits for a slot after at least shareWindow: a receive loop (waiting), or, when the
+// receive holds handler slots (holdsSlots), a message received ahead, whose loop need not wait at all
+// while it finds free prefetch places.
+func (r *run) yieldWhenNeeded(rctx context.Context, cancel context.CancelCauseFunc, idleLeft time.Duration, holdsSlots bool) {
+	clk := r.c.cfg.clock
+	for waited := time.Duration(0); ; {
+		if waited >= idleLeft {
+			cancel(errIdle)
+			return
+		}
+		step := min(shareWindow, idleLeft-waited)
+		select {
+		case <-clk.After(step):
+			waited += step
+			if r.slots.waiting.Load() > 0 || (holdsSlots && r.slots.ahead.Load() > 0) {
+				cancel(errYield)
+				return
+			}
+		case <-rctx.Done():
+			return
+		}
+	}
+}
+
+// dispatch starts one goroutine per received message. The first h messages hold the handler slots the
+// receive took, the rest of the asked ones a prefetch place each; a receiver that returned more than
+// asked for still never exceeds MaxConcurrency.
+func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, h, asked int) {
+	c := r.c
+	rt := route{settler: src.Receiver, sender: live.conn.Sender, entity: src.EntityPath}
+	for i, msg := range msgs {
+		hd := &hold{s: r.slots, state: holdsHandler}
+		switch {
+		case i >= asked:
+			r.slots.handler <- struct{}{}
+		case i >= h:
+			hd.state = holdsPrefetch
+			hd.waitAhead() // before the loop takes its next slots (see slots.freeHandler)
+		}
+		c.received.Add(1)
+		c.inFlight.Add(1)
+		r.busy.Add(1)
+		live.inFlight.Add(1)
+		r.workers.Add(1)
+		go r.deliver(live, rt, msg, hd)
+	}
+}
+
+// deliver processes one message and gives back its slot.
+func (r *run) deliver(live *liveConnection, rt route, msg *azservicebus.ReceivedMessage, hd *hold) {
+	defer r.workers.Done()
+	res := r.c.proc.process(r.handlerCtx, r.settleBase, msg, rt, hd)
+	hd.done()
+	r.c.count(res)
+	live.inFlight.Done()
+	r.busy.Add(-1)
+}

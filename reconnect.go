@@ -1,0 +1,335 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
+
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// The connection loop: connect, run one receive loop per source of the connection, and when one finds
+// the connection broken, retire it and build a fresh one on the reconnect schedule (5 s, 10 s, 15 s by
+// default, then a watchdog every WatchdogInterval). A broken connection is closed and never reused,
+// because the SDK's recovery cannot always heal a client whose connection was lost.
+
+// loop is the connection loop: it connects, runs one receive loop per source of the connection, and
+// rebuilds the connection when any of them finds it broken. It returns when ctx ends (nil) or when the
+// first connect fails in a way that retrying cannot fix.
+func (r *run) loop(ctx context.Context) error {
+	c := r.c
+	var (
+		failures  int   // consecutive failures; reset only when a connection has shown that it works
+		cause     error // the failure that broke the last connection, for the state hook
+		connected bool  // whether any connect of this Run succeeded
+	)
+	c.setState(StateConnecting, nil)
+	for {
+		conn, err := c.reconnect(ctx, &failures, cause, !connected)
+		if err != nil {
+			return err
+		}
+		if conn == nil {
+			return nil
+		}
+		if !connected && conn.Settings != nil {
+			r.checkSettings(ctx, conn)
+		}
+		connected = true
+		live := &liveConnection{conn: conn}
+		r.mu.Lock()
+		r.conns = append(r.conns, live)
+		r.mu.Unlock()
+		c.setState(StateRunning, nil)
+
+		// One receive loop per source; the first to find the connection broken stops the others.
+		sctx, stop := context.WithCancel(ctx)
+		sources := live.sources(c.cfg.entityPath)
+		live.shared = len(sources) > 1
+		broken := make(chan error, len(sources))
+		var loops sync.WaitGroup
+		for _, src := range sources {
+			loops.Add(1)
+			go func() {
+				defer loops.Done()
+				if err := r.receiveLoop(sctx, live, src); err != nil {
+					broken <- err
+				}
+			}()
+		}
+		var why error
+		select {
+		case <-ctx.Done():
+		case why = <-broken:
+		}
+		stop()
+		loops.Wait()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if live.proven.Load() {
+			failures = 0
+		}
+		failures++
+		cause = redact.Wrap(why)
+		c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, why)
+		c.cfg.logger.Warn("connection broken; rebuilding it", errAttr(why), slog.Int("failures", failures))
+		r.retire(ctx, live)
+	}
+}
+
+// checkSettings reads the entity's settings once and reports what weakens the crash contract.
+func (r *run) checkSettings(ctx context.Context, conn *Connection) {
+	c := r.c
+	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
+	defer cancel()
+	entity := conn.EntityPath
+	if entity == "" {
+		entity = c.cfg.entityPath
+	}
+	if entity == "" {
+		entity = "(entity)"
+	}
+	ws, err := conn.Settings(sctx, c.cfg.settleTimeout)
+	if err != nil && ctx.Err() != nil {
+		return // Run is stopping: the check was cut short, not refused
+	}
+	if err != nil {
+		// Unknown settings may be the weak ones: an operator must know the check did not run.
+		text := redact.String(err.Error())
+		c.cfg.logger.Warn("entity settings not checked: duplicate detection and MaxDeliveryCount are unknown",
+			slog.String("entity", entity), slog.String("error", text))
+		w := fmt.Sprintf("%s: settings not checked, so duplicate detection and MaxDeliveryCount are unknown: %s", entity, text)
+		c.update(func(h *Health) { h.Warnings = []string{w} })
+		return
+	}
+	for _, w := range ws {
+		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("entity", entity), slog.String("warning", w))
+	}
+	c.update(func(h *Health) { h.Warnings = append([]string(nil), ws...) })
+}
+
+// liveConnection is a Connection with the handlers still using it.
+type liveConnection struct {
+	conn     *Connection
+	inFlight sync.WaitGroup
+	once     sync.Once
+	proven   atomic.Bool // a source delivered a message, or stayed quiet and passed a probe
+	shared   bool        // more than one source: they share the handler slots
+}
+
+// sources lists what live receives from: its Receiver, then Connection].Sources.
+func (live *liveConnection) sources(defaultEntity string) []Source {
+	entity := live.conn.EntityPath
+	if entity == "" {
+		entity = defaultEntity
+	}
+	out := make([]Source, 0, 1+len(live.conn.Sources))
+	out = append(out, Source{Receiver: live.conn.Receiver, EntityPath: entity})
+	for _, s := range live.conn.Sources {
+		if s.Receiver != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// reconnect builds a fresh connection, waiting before each try according to how many consecutive
+// failures (receive or connect) came before it: none waits nothing (the first connect), the next ones
+// wait ReconnectDelays in turn (5 s, 10 s, 15 s by default), and once those are spent a single watchdog
+// takes over, trying every WatchdogInterval until a try succeeds. The watchdog is this same loop, so a
+// failure while it runs cannot start a second one. The failure count is reset by the receive loop only
+// when the new connection has shown that it works (it delivered a message, or stayed quiet and passed a
+// probe), because a connection can pass its check and still drop at once. It returns (nil, nil) when
+// ctx ends. On the first connect of a Run (first), a missing entity or a refused credential is returned
+// as an error, since waiting cannot fix it, unless Options.RetryStartupErrors is set.
+func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error, first bool) (*Connection, error) {
+	for {
+		wait := c.reconnectWait(*failures, cause)
+		if wait > 0 {
+			select {
+			case <-c.cfg.clock.After(wait):
+			case <-ctx.Done():
+				return nil, nil
+			}
+		} else if ctx.Err() != nil {
+			return nil, nil
+		}
+		conn, err := c.dial(ctx)
+		if err == nil {
+			c.update(func(h *Health) { h.Connects++ })
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		if fatal := startupError(err); first && fatal != nil && !c.cfg.retryStartup {
+			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+			c.cfg.logger.Error("first connect failed in a way retrying cannot fix", errAttr(err))
+			return nil, fatal
+		}
+		*failures++
+		cause = err
+		c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+		c.cfg.logger.Warn("connect failed", errAttr(err), slog.Int("failures", *failures),
+			slog.Duration("next_try_in", c.reconnectWait(*failures, cause)))
+	}
+}
+
+// reconnectWait returns the wait before the next connect after n consecutive failures, and moves the
+// consumer into the matching state, reporting cause (the latest failure) to the state hook.
+func (c *Consumer) reconnectWait(n int, cause error) time.Duration {
+	delays := c.cfg.reconnectDelays
+	switch {
+	case n == 0:
+		return 0
+	case n <= len(delays):
+		c.setState(StateReconnecting, cause)
+		return delays[n-1]
+	default:
+		c.setState(StateWatchdog, cause)
+		return c.cfg.watchdogInterval
+	}
+}
+
+// connectTimeout bounds a connector call with its check. The SDK retries a refused or unreachable
+// connection with its own backoff until the context ends (about 30 s with its default RetryOptions), so
+// an unbounded check would stretch every reconnect try of the schedule by that much; the check's
+// timeout error then says what the endpoint answered (see explainTimeouts).
+const connectTimeout = 10 * time.Second
+
+// startupError classifies a connect failure that retrying cannot fix: a missing entity, or a
+// credential without the rights needed. It returns nil for anything else.
+func startupError(err error) error {
+	code, ok := sdkCode(err)
+	switch {
+	case errors.Is(err, ErrEntityNotFound), errors.Is(err, ErrUnauthorized):
+		return err
+	case ok && code == azservicebus.CodeNotFound, isAMQPCondition(err, amqp.ErrCondNotFound):
+		// The SDK maps a 404 from the management node to CodeNotFound, but passes the attach refusal
+		// for a missing entity through as the AMQP error amqp:not-found (azservicebus v1.11,
+		// internal/errors.go TransformError).
+		return fmt.Errorf("%w: %w", ErrEntityNotFound, err)
+	case ok && code == azservicebus.CodeUnauthorizedAccess:
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	return nil
+}
+
+// dial calls the connector and its check, bounded by connectTimeout (or the settle timeout if shorter).
+func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
+	cctx, cancel := context.WithTimeout(ctx, min(c.cfg.settleTimeout, connectTimeout))
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			conn, err = nil, fmt.Errorf("retry: connector panicked: %v", r)
+		}
+	}()
+	conn, err = c.connect(cctx)
+	if err != nil {
+		return nil, redact.Wrap(err)
+	}
+	if conn == nil || conn.Receiver == nil || conn.Sender == nil {
+		if conn != nil && conn.Close != nil {
+			_ = conn.Close(cctx)
+		}
+		return nil, errNilConnection
+	}
+	if conn.Check != nil {
+		if err := conn.Check(cctx); err != nil {
+			var warn *CheckWarning
+			if errors.As(err, &warn) {
+				c.cfg.logger.Warn("connection check warning; connecting anyway", errAttr(err))
+				now := c.cfg.clock.Now()
+				c.update(func(h *Health) { h.LastError, h.LastErrorTime = redact.String(err.Error()), now })
+				return conn, nil
+			}
+			_ = conn.close(cctx)
+			return nil, redact.Wrap(fmt.Errorf("retry: connection check failed: %w", err))
+		}
+	}
+	return conn, nil
+}
+
+// isAMQPCondition reports whether err carries an AMQP error with the given condition: a typed check on
+// go-amqp's *amqp.Error, the type the SDK wraps for errors it does not translate.
+func isAMQPCondition(err error, cond amqp.ErrCond) bool {
+	var amqpErr *amqp.Error
+	return errors.As(err, &amqpErr) && amqpErr.Condition == cond
+}
+
+// probe checks that the connection still works, bounded by probeTimeout.
+func (r *run) probe(ctx context.Context, live *liveConnection) error {
+	ping := live.conn.Ping
+	if ping == nil {
+		ping = live.conn.Check
+	}
+	if ping == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := ping(pctx); err != nil {
+		return fmt.Errorf("retry: connection health probe failed: %w", err)
+	}
+	return nil
+}
+
+// retire closes a broken connection once the handlers still using it have finished, in a goroutine
+// that Run waits for.
+func (r *run) retire(ctx context.Context, live *liveConnection) {
+	r.workers.Add(1)
+	go func() {
+		defer r.workers.Done()
+		live.inFlight.Wait()
+		r.close(ctx, live)
+	}()
+}
+
+// close closes live once.
+func (r *run) close(ctx context.Context, live *liveConnection) {
+	live.once.Do(func() {
+		r.c.closeConnection(ctx, live.conn)
+		r.mu.Lock()
+		for i, l := range r.conns {
+			if l == live {
+				r.conns = append(r.conns[:i], r.conns[i+1:]...)
+				break
+			}
+		}
+		r.mu.Unlock()
+	})
+}
+
+// closeAll closes every connection not closed yet.
+func (r *run) closeAll(ctx context.Context) {
+	r.mu.Lock()
+	conns := append([]*liveConnection(nil), r.conns...)
+	r.mu.Unlock()
+	for _, l := range conns {
+		r.close(ctx, l)
+	}
+}
+
+// closeConnection closes conn, bounded by the settle timeout even after ctx ended.
+func (c *Consumer) closeConnection(ctx context.Context, conn *Connection) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), c.cfg.settleTimeout)
+	defer cancel()
+	if err := conn.close(cctx); err != nil {
+		c.cfg.logger.Debug("closing the connection failed", errAttr(err))
+	}
+}
+
+// errFlapping breaks a connection whose links keep failing although each probe succeeds.
+var errFlapping = errors.New("retry: the connection dropped twice without delivering a message")
+
+// errNilConnection is the failure of a connector that returned no connection, or one without a
+// receiver or sender.
+var errNilConnection = errors.New("retry: connector returned no connection")

@@ -1,0 +1,175 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Settling: every broker call made for a delivery once its outcome is decided. Each call is bounded by
+// a context.WithTimeout of its own: a lock-bound call (complete, dead-letter) derives from the lock, so
+// losing the lock ends it, and is cut to what is left of the lock; the republish of a retry copy derives
+// from the settle base and is bounded by the settle timeout only, since once started its outcome must be
+// known.
+
+// slowSettle is how long a settle call must take before its success is doubted (see lockBound): the
+// SDK's first retry of a settle waits about 4 s, a settle that is not retried takes milliseconds.
+const slowSettle = 2 * time.Second
+
+// errLockGone is returned for a settle call not made because the lock had already run out or a
+// redelivery superseded it: the call could only fail.
+var errLockGone = fmt.Errorf("%w: not settling with an expired lock", ErrLockLost)
+
+// apply carries out dec with d's lock.
+func (p *Processor) apply(d *delivery, settleBase context.Context, f *flight, dec *decision, res *Result) {
+	switch dec.kind {
+	case decideComplete:
+		p.settleComplete(d, *dec.env, res)
+	case decideRetry:
+		p.settleRetry(d, settleBase, f, dec, res)
+	case decideDeadLetter:
+		p.settleDeadLetter(d, dec, res)
+	}
+}
+
+// lockBound runs one settle call that needs the lock, unless the lock is already gone. d.now is the
+// time the call starts; it is moved to the time it returned.
+func (p *Processor) lockBound(d *delivery, call func(ctx context.Context) error) error {
+	lk := &d.lock
+	start := d.now
+	if !lk.alive(start) {
+		return errLockGone
+	}
+	ctx, cancel := context.WithTimeout(lk.ctx, lk.callTimeout(p.cfg.settleTimeout, start))
+	err := call(ctx)
+	cancel()
+	d.now = p.cfg.clock.Now()
+	if err == nil && d.now.Sub(start) >= slowSettle {
+		// azservicebus v1.11 with go-amqp v1.7 can report a settle as done after the broker rejected it
+		// (a busy broker's rejection marks the delivery settled, and the SDK's retry then sends nothing):
+		// the message is redelivered although the call returned nil. Only a settle that the SDK retried
+		// takes this long, so its outcome is remembered like a failed one, for the redelivery.
+		lk.slowSettle.Store(true)
+	}
+	if err != nil && lk.lost() {
+		return fmt.Errorf("%w: %w", ErrLockLost, err)
+	}
+	return err
+}
+
+// settleComplete completes a successful delivery.
+func (p *Processor) settleComplete(d *delivery, env Envelope, res *Result) {
+	msg, settler := d.msg, d.route.settler
+	err := p.lockBound(d, func(ctx context.Context) error {
+		return p.brokerCall(d, SettleComplete, "", env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+	})
+	if err != nil {
+		res.Outcome = OutcomeLeftForRedelivery
+		res.SettleErr = err
+		level := slog.LevelError
+		if brokerWillRedeliver(err) || errors.Is(err, ErrLockLost) {
+			level = slog.LevelWarn
+		}
+		p.log(context.Background(), level, "completing the message failed; the broker will redeliver it", msg, env, errAttr(err))
+		return
+	}
+	res.Outcome = OutcomeCompleted
+	p.log(context.Background(), slog.LevelDebug, "message completed", msg, env)
+}
+
+// settleRetry schedules the copy (unless an earlier delivery already did), then completes the original.
+func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flight, dec *decision, res *Result) {
+	msg, env := d.msg, *dec.env
+	res.Delay, res.ScheduledFor, res.RetryMessageID = dec.delay, dec.at, *dec.copyMsg.MessageID
+	if !dec.scheduled {
+		if !d.lock.alive(d.now) {
+			// A redelivery will run the attempt again; scheduling now could only make a second successor.
+			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, errLockGone
+			return
+		}
+		if settleBase.Err() != nil {
+			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, context.Cause(settleBase)
+			return
+		}
+		var seqs []int64
+		err := p.brokerCall(d, SettleSchedule, res.RetryMessageID, env, func() error {
+			ctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+			defer cancel()
+			var err error
+			seqs, err = d.route.sender.ScheduleMessages(ctx, []*azservicebus.Message{dec.copyMsg}, dec.at, nil)
+			return err
+		})
+		d.now = p.cfg.clock.Now()
+		if err != nil {
+			res.Outcome = OutcomeLeftForRedelivery
+			res.SettleErr = err
+			if f != nil {
+				f.setDecision(nil) // the attempt must run again
+			}
+			p.log(settleBase, slog.LevelError, "republishing the retry failed; the original stays for redelivery", msg, env,
+				slog.Int("next_attempt", dec.nextTry), errAttr(err), slog.String("handler_error", dec.errText))
+			return
+		}
+		var seq int64
+		if len(seqs) > 0 {
+			seq = seqs[0]
+		}
+		if f != nil {
+			f.markScheduled(dec, seq)
+		} else {
+			dec.scheduled, dec.seq = true, seq
+		}
+		p.log(settleBase, slog.LevelInfo, "retry scheduled", msg, env,
+			slog.Int("next_attempt", dec.nextTry), slog.Duration("delay", dec.delay), slog.Time("scheduled_for", dec.at),
+			slog.String("retry_message_id", res.RetryMessageID), slog.Int64("retry_sequence_number", seq), slog.String("handler_error", dec.errText))
+	}
+	res.SequenceNumber = dec.seq
+	settler := d.route.settler
+	err := p.lockBound(d, func(ctx context.Context) error {
+		return p.brokerCall(d, SettleComplete, "", env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
+	})
+	if err != nil {
+		res.Outcome = OutcomeLeftForRedelivery
+		res.SettleErr = err
+		res.PossibleDuplicate = true
+		p.log(settleBase, slog.LevelWarn, "retry scheduled but completing the original failed; its redelivery will be completed without running the handler", msg, env, errAttr(err))
+		return
+	}
+	res.Outcome = OutcomeRetryScheduled
+}
+
+// settleDeadLetter dead-letters the message with dec's reason; on failure it stays for redelivery.
+func (p *Processor) settleDeadLetter(d *delivery, dec *decision, res *Result) {
+	msg, settler := d.msg, d.route.settler
+	res.DeadLetterReason = dec.reason
+	reason, desc := dec.reason, dec.desc
+	err := p.lockBound(d, func(ctx context.Context) error {
+		return p.brokerCall(d, SettleDeadLetter, "", *dec.env, func() error {
+			return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
+		})
+	})
+	if err != nil {
+		res.Outcome = OutcomeLeftForRedelivery
+		res.SettleErr = err
+		p.log(context.Background(), slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *dec.env, slog.String("reason", reason), errAttr(err))
+		return
+	}
+	res.Outcome = OutcomeDeadLettered
+	p.log(context.Background(), slog.LevelWarn, "message dead-lettered", msg, *dec.env, slog.String("reason", reason), slog.String("description", desc))
+}
+
+// completeProbe completes a connection check's probe message (see isProbe), bounded by the settle
+// timeout.
+func (p *Processor) completeProbe(settleBase context.Context, d *delivery) Result {
+	ctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+	defer cancel()
+	err := d.route.settler.CompleteMessage(ctx, d.msg, nil)
+	if err != nil {
+		return Result{Outcome: OutcomeLeftForRedelivery, Attempt: 1, SettleErr: err}
+	}
+	return Result{Outcome: OutcomeCompleted, Attempt: 1}
+}

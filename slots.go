@@ -1,0 +1,232 @@
+package retry
+
+import (
+	"context"
+	"sync/atomic"
+	"time"
+)
+
+// extraSettleSlots is how many more messages than MaxConcurrency may be between their handler's return
+// and the end of their settle. A settle can hang for up to SettleTimeout on a lock that died with its
+// connection; while it does, the consumer keeps receiving and handling, up to this many such settles.
+const extraSettleSlots = 64
+
+// gatherWindow bounds how long a receive loop waits for more prefetch places while messages received
+// ahead keep its handlers busy (see slots.take).
+const gatherWindow = 2 * time.Millisecond
+
+// slots bounds what one Run holds at once, with three channel semaphores:
+//   - handler: one place per running handler (MaxConcurrency);
+//   - prefetch: one place per message received ahead of a free handler slot (Options.Prefetch; nil when
+//     prefetching is off). Such a message waits, its lock kept, until a handler slot frees up;
+//   - settling: one place per message whose handler has returned and whose settle is in flight
+//     (MaxConcurrency + extraSettleSlots), so that the next handler can start while a settle is still on
+//     its way, and a settle stuck on a dead lock never stops the consumer.
+//
+// A receive loop takes handler slots and prefetch places for a receive (take) and hands each message
+// the one it took, as a [hold].
+type slots struct {
+	handler  chan struct{}
+	prefetch chan struct{}
+	settling chan struct{}
+	// ahead counts the messages received ahead that wait for a handler slot. While there are some, a
+	// receive loop takes no handler slot for a receive of its own: a freed slot goes to a message already
+	// here, not to a receive that may wait for the idle window holding it.
+	ahead atomic.Int32
+	// waiting counts the receive loops waiting for a slot: on a connection with several sources, a
+	// receive on a quiet source then gives its slots back (see receive).
+	waiting atomic.Int32
+	// stopping is closed when receiving stops: a message received ahead that has not started by then is
+	// not started any more (Run gives handlers in flight the grace period, not new ones).
+	stopping chan struct{}
+}
+
+func newSlots(cfg *config) *slots {
+	s := &slots{
+		handler:  make(chan struct{}, cfg.maxConcurrency),
+		settling: make(chan struct{}, cfg.maxConcurrency+extraSettleSlots),
+		stopping: make(chan struct{}),
+	}
+	if cfg.prefetch > 0 {
+		s.prefetch = make(chan struct{}, cfg.prefetch)
+	}
+	return s
+}
+
+// freeHandler is the handler semaphore as a receive loop may take from it: a nil channel (never ready)
+// while messages received ahead wait for a slot.
+func (s *slots) freeHandler() chan struct{} {
+	if s.ahead.Load() > 0 {
+		return nil
+	}
+	return s.handler
+}
+
+// takeFree takes up to n free places of sem without waiting and returns how many it took.
+func takeFree(sem chan struct{}, n int) int {
+	for took := 0; took < n; took++ {
+		select {
+		case sem <- struct{}{}:
+		default:
+			return took
+		}
+	}
+	return n
+}
+
+// fill takes, for a receive that already holds h handler slots and pf prefetch places, every other
+// slot and place free now, up to batch in all: handler slots first. While messages received ahead keep
+// the handlers busy and fewer than half a batch is held, it waits up to gatherWindow for more places,
+// since a receive costs the SDK and the broker about as much for one message as for a batch.
+func (s *slots) fill(ctx context.Context, h, pf, batch int) (int, int) {
+	if sem := s.freeHandler(); sem != nil {
+		h += takeFree(sem, batch-h-pf)
+	}
+	if s.prefetch == nil {
+		return h, pf
+	}
+	pf += takeFree(s.prefetch, batch-h-pf)
+	if h+pf >= batch/2 || s.ahead.Load() == 0 {
+		return h, pf
+	}
+	gather := time.NewTimer(gatherWindow)
+	defer gather.Stop()
+	for h+pf < batch/2 && s.ahead.Load() > 0 {
+		select {
+		case s.prefetch <- struct{}{}:
+			pf++
+		case <-gather.C:
+			return h, pf + takeFree(s.prefetch, batch-h-pf)
+		case <-ctx.Done():
+			return h, pf
+		}
+	}
+	return h, pf + takeFree(s.prefetch, batch-h-pf)
+}
+
+// giveBack returns what a receive took and did not fill: prefetch places first.
+func (s *slots) giveBack(h, pf int) {
+	for ; pf > 0; pf-- {
+		<-s.prefetch
+	}
+	for ; h > 0; h-- {
+		<-s.handler
+	}
+}
+
+// What a hold holds.
+const (
+	holdsHandler  = iota // a handler slot
+	holdsPrefetch        // a prefetch place: received ahead of a free handler slot
+	holdsSettling        // a settling place: the handler has returned, or the delivery waits for another
+	holdsNothing
+)
+
+// hold is one delivery's place in the slots. The processor sees it as a [handlerSlot]: acquire before
+// the handler runs, release once it has returned. The consumer gives it back (done) when the delivery
+// is finished.
+type hold struct {
+	s     *slots
+	state int
+	ahead bool // counted in s.ahead
+}
+
+var _ handlerSlot = (*hold)(nil)
+
+// acquire takes a handler slot before a handler runs, waiting for one unless the delivery holds one;
+// false if ctx ended, the lock did (lost), or, for a message received ahead, receiving stopped first.
+// Waiting while holding a settling place could close a cycle between the semaphores, so that place is
+// given back first.
+func (h *hold) acquire(ctx context.Context, lost <-chan struct{}) bool {
+	switch h.state {
+	case holdsHandler:
+		return true
+	case holdsSettling:
+		<-h.s.settling
+		h.state = holdsNothing
+	}
+	var stopping chan struct{} // nil (never ready) unless the message was received ahead
+	if h.state == holdsPrefetch {
+		h.waitAhead()
+		defer h.stopWaiting() // whichever way the wait ends
+		stopping = h.s.stopping
+	}
+	// A delivery that may not run must not take a free slot, which a select among ready cases might.
+	select {
+	case <-stopping:
+		return false
+	case <-ctx.Done():
+		return false
+	case <-lost:
+		return false
+	default:
+	}
+	select {
+	case h.s.handler <- struct{}{}:
+	case <-stopping:
+		return false
+	case <-ctx.Done():
+		return false
+	case <-lost:
+		return false
+	}
+	if h.state == holdsPrefetch {
+		h.stopWaiting() // before the place frees: a receive loop woken by it must see the count
+		<-h.s.prefetch
+	}
+	h.state = holdsHandler
+	return true
+}
+
+// release trades the handler slot (or prefetch place) for a settling place, if one is free; with none
+// free it keeps what it holds, as if settles were not pipelined. Nothing ever waits for a settling
+// place, so no cycle of waits can form.
+func (h *hold) release() {
+	if h.state != holdsHandler && h.state != holdsPrefetch {
+		return
+	}
+	h.stopWaiting()
+	select {
+	case h.s.settling <- struct{}{}:
+	default:
+		return
+	}
+	h.giveUp()
+	h.state = holdsSettling
+}
+
+// done gives back whatever the hold holds.
+func (h *hold) done() {
+	h.stopWaiting()
+	if h.state == holdsSettling {
+		<-h.s.settling
+	}
+	h.giveUp()
+	h.state = holdsNothing
+}
+
+// giveUp gives back a handler slot or prefetch place.
+func (h *hold) giveUp() {
+	switch h.state {
+	case holdsHandler:
+		<-h.s.handler
+	case holdsPrefetch:
+		<-h.s.prefetch
+	}
+}
+
+// waitAhead counts the message as one received ahead that waits for a handler slot.
+func (h *hold) waitAhead() {
+	if !h.ahead {
+		h.ahead = true
+		h.s.ahead.Add(1)
+	}
+}
+
+// stopWaiting ends that count.
+func (h *hold) stopWaiting() {
+	if h.ahead {
+		h.ahead = false
+		h.s.ahead.Add(-1)
+	}
+}
