@@ -23,36 +23,48 @@ type realClock struct{}
 func (realClock) Now() time.Time                         { return time.Now() }
 func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
-// afterFunc calls f in its own goroutine once d has passed on clk, unless the returned stop is called
-// first; stop reports whether it prevented the call. On the system clock this is time.AfterFunc, a
-// runtime timer with no goroutine while it waits; an injected clock offers only After, so one goroutine
-// waits on it instead. It is the one place where the two kinds of clock take different paths.
-func afterFunc(clk Clock, d time.Duration, f func()) (stop func() bool) {
+// stopper stops a pending afterFunc call; Stop reports whether it prevented the call.
+type stopper interface{ Stop() bool }
+
+// afterFunc calls f in its own goroutine once d has passed on clk, unless the returned stopper is
+// stopped first. On the system clock this is time.AfterFunc, a runtime timer with no goroutine while it
+// waits; an injected clock offers only After, so one goroutine waits on it instead. It is the one place
+// where the two kinds of clock take different paths.
+func afterFunc(clk Clock, d time.Duration, f func()) stopper {
 	if _, ok := clk.(realClock); ok {
-		return time.AfterFunc(d, f).Stop
+		return time.AfterFunc(d, f)
 	}
-	var once sync.Once
-	cancel := make(chan struct{})
-	claim := func() bool {
-		won := false
-		once.Do(func() { won = true })
-		return won
-	}
+	w := &clockWait{cancel: make(chan struct{})}
 	ch := clk.After(d)
 	go func() {
 		select {
 		case <-ch:
-			if claim() {
+			if w.claim() {
 				f()
 			}
-		case <-cancel:
+		case <-w.cancel:
 		}
 	}()
-	return func() bool {
-		if !claim() {
-			return false
-		}
-		close(cancel)
-		return true
+	return w
+}
+
+// clockWait is an afterFunc call waiting on an injected clock.
+type clockWait struct {
+	once   sync.Once
+	cancel chan struct{}
+}
+
+// claim reports whether the caller is the first to decide the call: to run f, or to stop it.
+func (w *clockWait) claim() bool {
+	won := false
+	w.once.Do(func() { won = true })
+	return won
+}
+
+func (w *clockWait) Stop() bool {
+	if !w.claim() {
+		return false
 	}
+	close(w.cancel)
+	return true
 }

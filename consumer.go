@@ -76,6 +76,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer abandon(nil)
 
 	r := &run{c: c, handlerCtx: handlerCtx, settleBase: settleBase, slots: newSlots(c.cfg)}
+	r.workers = workers{deliver: r.deliver, work: make(chan job), stop: r.slots.stopping,
+		maxIdle: int32(c.cfg.maxConcurrency + c.cfg.prefetch + extraSettleSlots)}
 	// From the moment ctx ends the consumer is draining: not ready, so that a readiness probe takes it
 	// out of rotation while its handlers finish, and still live until Run returns.
 	drainEntered := make(chan struct{})
@@ -96,7 +98,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 	// their settles can still go through them.
 	drained := make(chan struct{})
 	go func() {
-		r.workers.Wait()
+		r.workers.wait()
+		r.retiring.Wait()
 		close(drained)
 	}()
 	clk := c.cfg.clock
@@ -135,7 +138,8 @@ type run struct {
 	// shutdown gives up, so that nothing is settled after Run returned.
 	handlerCtx, settleBase context.Context
 	slots                  *slots
-	workers                sync.WaitGroup // every goroutine Run starts besides the receive loops
+	workers                workers
+	retiring               sync.WaitGroup // connections waiting for their last handler to close
 	busy                   atomic.Int64   // messages received and not yet finished
 
 	mu    sync.Mutex

@@ -26,9 +26,7 @@ func enterNew(fs *flights, key flightKey, lk *lockKeeper, now time.Time) (f, pri
 }
 
 func testKeeper() *lockKeeper {
-	lk := &lockKeeper{}
-	lk.ctx, lk.end = context.WithCancelCause(context.Background())
-	return lk
+	return &lockKeeper{base: context.Background()}
 }
 
 // Remembered outcomes are forgotten after their time and beyond the bound, so the memory of a

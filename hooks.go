@@ -125,18 +125,13 @@ func (p *Processor) started(d *delivery) context.Context {
 	return d.ctx
 }
 
-// brokerCall runs one broker call made for a delivery and reports it to the OnSettle hook; copyID is
-// the retry copy's MessageID when the call schedules it.
-func (p *Processor) brokerCall(d *delivery, op, copyID string, env Envelope, call func() error) error {
-	hook := p.cfg.hooks.OnSettle
-	if hook == nil {
-		return call()
+// settled reports one broker call made for a delivery, started at start, to the OnSettle hook; copyID
+// is the retry copy's MessageID when the call scheduled it.
+func (p *Processor) settled(d *delivery, op, copyID string, env Envelope, start time.Time, err error) {
+	if hook := p.cfg.hooks.OnSettle; hook != nil {
+		hook(SettleParams{Context: d.ctx, Message: d.msg, Envelope: env, EntityPath: d.route.entity, Operation: op, RetryMessageID: copyID,
+			Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
 	}
-	start := p.cfg.clock.Now()
-	err := call()
-	hook(SettleParams{Context: d.ctx, Message: d.msg, Envelope: env, EntityPath: d.route.entity, Operation: op, RetryMessageID: copyID,
-		Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
-	return err
 }
 
 // log writes one line with the message's identity. Bodies are never logged.

@@ -36,14 +36,14 @@ var errSettled = errors.New("retry: message settled")
 // time, bounded) and counts it on the local clock from the moment each lock was taken or renewed: the
 // lock is held until start + duration, and renewed every duration/2 (or LockRenewInterval).
 //
-// The lock is a context (ctx): it ends once, lost (cause [ErrLockLost]: the broker said the lock is gone,
-// renewals kept failing until the local deadline, or a redelivery of the same message proved it), settled
-// (stop, cause errSettled), or with the settle base it derives from (a shutdown that gave up). The
-// handler's context follows it, and every lock-bound settle and renewal call derives from it, so losing
-// the lock cancels them all.
+// The lock ends once: lost (cause [ErrLockLost]: the broker said the lock is gone, renewals kept failing
+// until the local deadline, or a redelivery of the same message proved it), or settled (stop, cause
+// errSettled); it is also over once the settle base has ended (a shutdown that gave up). Ending it
+// cancels what depends on it: the running handler's context, the lock-bound settle call and the renewal
+// call in flight. The keeper is not a context of its own: following a lock then costs one allocation
+// and registration fewer per message, measured in BenchmarkConsumerOverhead (see BENCHMARKS.md).
 type lockKeeper struct {
-	ctx  context.Context
-	end  context.CancelCauseFunc
+	base context.Context // the settle base
 	p    *Processor
 	msg  *azservicebus.ReceivedMessage
 	env  *Envelope
@@ -52,12 +52,19 @@ type lockKeeper struct {
 	each time.Duration // the renewal interval
 
 	slowSettle atomic.Bool // a lock-bound settle succeeded only after the SDK retried it
+	over       atomic.Bool // ended: lost or settled
 
 	mu       sync.Mutex
-	deadline time.Time      // local time at which the lock runs out unless renewed
-	pending  func() bool    // stops the next renewal's timer; nil when none is due
-	stopped  bool           // stop was called: schedule nothing more
-	calls    sync.WaitGroup // the renewal call in flight
+	cause    error         // why the lock ended: ErrLockLost or errSettled
+	done     chan struct{} // closed when the lock ends; made on demand (Done)
+	deadline time.Time     // local time at which the lock runs out unless renewed
+	// What ending the lock cancels: the running handler's context, the lock-bound settle call in
+	// flight and the renewal call in flight (nil when none).
+	handler      context.CancelCauseFunc
+	settle, call context.CancelFunc
+	pending      stopper        // the next renewal's timer; nil when none is due
+	stopped      bool           // stop was called: schedule nothing more
+	calls        sync.WaitGroup // the renewal call in flight
 }
 
 // keepLock starts following d's lock, received at now, under base (the settle base: detached from the
@@ -66,8 +73,7 @@ type lockKeeper struct {
 func (p *Processor) keepLock(d *delivery, base context.Context, now time.Time) {
 	cfg := p.cfg
 	lk := &d.lock
-	lk.ctx, lk.end = context.WithCancelCause(base)
-	lk.p, lk.msg, lk.env, lk.rcv = p, d.msg, &d.env, d.route.settler
+	lk.base, lk.p, lk.msg, lk.env, lk.rcv = base, p, d.msg, &d.env, d.route.settler
 	lk.dur = grantedLockDuration(cfg.lockDuration, d.msg, now)
 	lk.deadline = now.Add(lk.dur)
 	lk.each = cfg.lockRenewInterval
@@ -108,25 +114,100 @@ func (lk *lockKeeper) stop() {
 	lk.pending = nil
 	lk.mu.Unlock()
 	if pending != nil {
-		pending()
+		pending.Stop()
 	}
 	lk.end(errSettled) // aborts a renewal call in flight
 	lk.calls.Wait()
 }
 
+// end ends the lock with cause, once, and cancels what depends on it.
+func (lk *lockKeeper) end(cause error) {
+	lk.mu.Lock()
+	if lk.cause != nil {
+		lk.mu.Unlock()
+		return
+	}
+	lk.cause = cause
+	lk.over.Store(true)
+	if lk.done != nil {
+		close(lk.done)
+	}
+	handler, settle, call := lk.handler, lk.settle, lk.call
+	lk.mu.Unlock()
+	if handler != nil {
+		handler(cause)
+	}
+	if settle != nil {
+		settle()
+	}
+	if call != nil {
+		call()
+	}
+}
+
 // lose records that the lock is gone, which cancels the handler's context and the calls in flight.
 func (lk *lockKeeper) lose() { lk.end(ErrLockLost) }
 
+// ended reports whether the lock is over: lost, settled, or its settle base ended.
+func (lk *lockKeeper) ended() bool { return lk.over.Load() || lk.base.Err() != nil }
+
 // why is the reason the lock is over (nil while it is not).
-func (lk *lockKeeper) why() error { return context.Cause(lk.ctx) }
+func (lk *lockKeeper) why() error {
+	lk.mu.Lock()
+	cause := lk.cause
+	lk.mu.Unlock()
+	if cause == nil && lk.base.Err() != nil {
+		return context.Cause(lk.base)
+	}
+	return cause
+}
 
 // lost reports whether the lock was lost (rather than settled or abandoned by a shutdown).
-func (lk *lockKeeper) lost() bool { return errors.Is(context.Cause(lk.ctx), ErrLockLost) }
+func (lk *lockKeeper) lost() bool { return lk.over.Load() && errors.Is(lk.why(), ErrLockLost) }
+
+// Done returns a channel that is closed when the lock is lost or settled.
+func (lk *lockKeeper) Done() <-chan struct{} {
+	lk.mu.Lock()
+	defer lk.mu.Unlock()
+	if lk.done == nil {
+		lk.done = make(chan struct{})
+		if lk.cause != nil {
+			close(lk.done)
+		}
+	}
+	return lk.done
+}
+
+// follow makes the end of the lock cancel *slot's function (cancel; nil stops following), and cancels it
+// at once if the lock is already over, so that nothing starts uncancelled on a lock known to be gone.
+func (lk *lockKeeper) follow(slot *context.CancelFunc, cancel context.CancelFunc) {
+	lk.mu.Lock()
+	*slot = cancel
+	over := lk.cause != nil
+	lk.mu.Unlock()
+	if cancel != nil && (over || lk.base.Err() != nil) {
+		cancel()
+	}
+}
+
+// followHandler is follow for the handler's context, cancelled with the lock's cause.
+func (lk *lockKeeper) followHandler(cancel context.CancelCauseFunc) {
+	lk.mu.Lock()
+	lk.handler = cancel
+	cause := lk.cause
+	lk.mu.Unlock()
+	if cause == nil {
+		cause = context.Cause(lk.base)
+	}
+	if cancel != nil && cause != nil {
+		cancel(cause)
+	}
+}
 
 // alive reports whether the lock is still held at now, as far as the client knows; a lock whose local
 // deadline has passed is lost.
 func (lk *lockKeeper) alive(now time.Time) bool {
-	if lk.ctx.Err() != nil {
+	if lk.ended() {
 		return false
 	}
 	if lk.remaining(now) <= 0 {
@@ -166,17 +247,19 @@ func (lk *lockKeeper) renew() {
 	sent := p.cfg.clock.Now()
 	if !lk.alive(sent) {
 		if lk.lost() {
-			p.log(lk.ctx, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
+			p.log(lk.base, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
 		}
 		return
 	}
-	rctx, cancel := context.WithTimeout(lk.ctx, lk.callTimeout(p.cfg.settleTimeout, sent))
+	rctx, cancel := context.WithTimeout(lk.base, lk.callTimeout(p.cfg.settleTimeout, sent))
+	lk.follow(&lk.call, cancel)
 	err := lk.rcv.RenewMessageLock(rctx, lk.msg, nil)
+	lk.follow(&lk.call, nil)
 	cancel()
 
 	var next time.Duration
 	switch code, ok := sdkCode(err); {
-	case lk.ctx.Err() != nil:
+	case lk.ended():
 		return // settled (or lost) while the renewal was in flight
 	case err == nil:
 		lk.mu.Lock()
@@ -184,11 +267,11 @@ func (lk *lockKeeper) renew() {
 		lk.mu.Unlock()
 		next = lk.each - p.cfg.clock.Now().Sub(sent)
 	case ok && code == azservicebus.CodeLockLost:
-		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
+		p.log(lk.base, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
 		lk.lose()
 		return
 	default:
-		p.log(lk.ctx, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
+		p.log(lk.base, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
 		rem := lk.remaining(p.cfg.clock.Now())
 		next = min(max(rem/2, minRenewWait), max(rem, 0))
 	}

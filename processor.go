@@ -239,7 +239,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 
 	// A message received ahead of a free handler slot, or back from waiting for an earlier delivery,
 	// waits for a slot here; its lock is kept (renewed) meanwhile.
-	if !slot.acquire(stop, d.lock.ctx.Done()) {
+	if !slot.acquire(stop, d.lock.Done()) {
 		d.now = clk.Now()
 		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while waiting for a handler slot"))
 	}
@@ -293,7 +293,7 @@ func (p *Processor) awaitEarlier(d *delivery, prior *flight, stop context.Contex
 		pr.supersede()
 		select {
 		case <-pr.finished():
-		case <-d.lock.ctx.Done():
+		case <-d.lock.Done():
 			d.now = p.cfg.clock.Now()
 			return nil, p.leftForRedelivery(d, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"), false
 		case <-stop.Done():
@@ -317,13 +317,9 @@ func (noSlot) release()                                      {}
 // delivery's lock).
 func (p *Processor) runHandler(ctx context.Context, d *delivery) (err error, lockLost bool) {
 	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, &d.env))
-	lock := d.lock.ctx
-	unfollow := context.AfterFunc(lock, func() { cancel(context.Cause(lock)) })
-	if lock.Err() != nil {
-		cancel(context.Cause(lock)) // lost before the handler starts: it must not start uncancelled
-	}
+	d.lock.followHandler(cancel)
 	err = p.callHandler(hctx, d.msg)
-	unfollow()
+	d.lock.followHandler(nil)
 	cancel(nil)
 	return err, d.lock.lost()
 }

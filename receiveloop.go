@@ -34,7 +34,7 @@ var errYield = errors.New("retry: receive yielded its slots to another source")
 // it gives its slots to another source that needs them.
 const shareWindow = 50 * time.Millisecond
 
-// receiveLoop receives from one source of live and starts one goroutine per message (deliver), until
+// receiveLoop receives from one source of live and hands each message to a worker (dispatch), until
 // ctx ends (nil) or it finds the connection broken (the reason). Each receive asks for as many messages
 // as it holds handler slots and prefetch places (see slots).
 func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source) error {
@@ -148,8 +148,8 @@ func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool
 		}()
 		defer func() { cancel(nil); <-watched }()
 	} else {
-		stop := afterFunc(r.c.cfg.clock, idleLeft, func() { cancel(errIdle) })
-		defer stop()
+		idleEnd := afterFunc(r.c.cfg.clock, idleLeft, func() { cancel(errIdle) })
+		defer idleEnd.Stop()
 	}
 	msgs, err = receiver.ReceiveMessages(rctx, n, &receiveOptions)
 	if len(msgs) == 0 && ctx.Err() == nil {
@@ -185,36 +185,34 @@ func (r *run) yieldWhenNeeded(rctx context.Context, cancel context.CancelCauseFu
 	}
 }
 
-// dispatch starts one goroutine per received message. The first h messages hold the handler slots the
-// receive took, the rest of the asked ones a prefetch place each; a receiver that returned more than
-// asked for still never exceeds MaxConcurrency.
+// dispatch hands each received message to a worker (see workers.go). The first h messages hold the
+// handler slots the receive took, the rest of the asked ones a prefetch place each; a receiver that
+// returned more than asked for still never exceeds MaxConcurrency.
 func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, h, asked int) {
 	c := r.c
 	rt := route{settler: src.Receiver, sender: live.conn.Sender, entity: src.EntityPath}
 	for i, msg := range msgs {
-		hd := &hold{s: r.slots, state: holdsHandler}
+		j := job{live: live, rt: rt, msg: msg, hold: hold{s: r.slots, state: holdsHandler}}
 		switch {
 		case i >= asked:
 			r.slots.handler <- struct{}{}
 		case i >= h:
-			hd.state = holdsPrefetch
-			hd.waitAhead() // before the loop takes its next slots (see slots.freeHandler)
+			j.hold.state = holdsPrefetch
+			j.hold.waitAhead() // before the loop takes its next slots (see slots.freeHandler)
 		}
 		c.received.Add(1)
 		c.inFlight.Add(1)
 		r.busy.Add(1)
 		live.inFlight.Add(1)
-		r.workers.Add(1)
-		go r.deliver(live, rt, msg, hd)
+		r.workers.start(j)
 	}
 }
 
 // deliver processes one message and gives back its slot.
-func (r *run) deliver(live *liveConnection, rt route, msg *azservicebus.ReceivedMessage, hd *hold) {
-	defer r.workers.Done()
-	res := r.c.proc.process(r.handlerCtx, r.settleBase, msg, rt, hd)
-	hd.done()
+func (r *run) deliver(j job) {
+	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.hold)
+	j.hold.done()
 	r.c.count(res)
-	live.inFlight.Done()
+	j.live.inFlight.Done()
 	r.busy.Add(-1)
 }

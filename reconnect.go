@@ -285,9 +285,9 @@ func (r *run) probe(ctx context.Context, live *liveConnection) error {
 // retire closes a broken connection once the handlers still using it have finished, in a goroutine
 // that Run waits for.
 func (r *run) retire(ctx context.Context, live *liveConnection) {
-	r.workers.Add(1)
+	r.retiring.Add(1)
 	go func() {
-		defer r.workers.Done()
+		defer r.retiring.Done()
 		live.inFlight.Wait()
 		r.close(ctx, live)
 	}()

@@ -36,16 +36,24 @@ func (p *Processor) apply(d *delivery, settleBase context.Context, f *flight, de
 	}
 }
 
-// lockBound runs one settle call that needs the lock, unless the lock is already gone. d.now is the
-// time the call starts; it is moved to the time it returned.
-func (p *Processor) lockBound(d *delivery, call func(ctx context.Context) error) error {
+// beginLockBound starts one settle call that needs the lock, at d.now: its context is bounded by the
+// settle timeout cut to the lock's remaining time, and ended by the lock's end too. It returns
+// errLockGone, and no context, when the lock is already gone. Call endLockBound with the call's error.
+func (p *Processor) beginLockBound(d *delivery) (context.Context, context.CancelFunc, error) {
 	lk := &d.lock
-	start := d.now
-	if !lk.alive(start) {
-		return errLockGone
+	if !lk.alive(d.now) {
+		return nil, nil, errLockGone
 	}
-	ctx, cancel := context.WithTimeout(lk.ctx, lk.callTimeout(p.cfg.settleTimeout, start))
-	err := call(ctx)
+	ctx, cancel := context.WithTimeout(lk.base, lk.callTimeout(p.cfg.settleTimeout, d.now))
+	lk.follow(&lk.settle, cancel)
+	return ctx, cancel, nil
+}
+
+// endLockBound ends the call begun at start and returns its error, marked as a lost lock if the lock
+// was lost meanwhile; d.now moves to the time the call returned.
+func (p *Processor) endLockBound(d *delivery, start time.Time, cancel context.CancelFunc, err error) error {
+	lk := &d.lock
+	lk.follow(&lk.settle, nil)
 	cancel()
 	d.now = p.cfg.clock.Now()
 	if err == nil && d.now.Sub(start) >= slowSettle {
@@ -61,12 +69,23 @@ func (p *Processor) lockBound(d *delivery, call func(ctx context.Context) error)
 	return err
 }
 
+// complete completes d's message with its lock, and reports the call to the OnSettle hook.
+func (p *Processor) complete(d *delivery, env Envelope) error {
+	start := d.now
+	ctx, cancel, err := p.beginLockBound(d)
+	if err != nil {
+		return err
+	}
+	err = d.route.settler.CompleteMessage(ctx, d.msg, nil)
+	err = p.endLockBound(d, start, cancel, err)
+	p.settled(d, SettleComplete, "", env, start, err)
+	return err
+}
+
 // settleComplete completes a successful delivery.
 func (p *Processor) settleComplete(d *delivery, env Envelope, res *Result) {
-	msg, settler := d.msg, d.route.settler
-	err := p.lockBound(d, func(ctx context.Context) error {
-		return p.brokerCall(d, SettleComplete, "", env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
-	})
+	msg := d.msg
+	err := p.complete(d, env)
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
@@ -95,15 +114,12 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, context.Cause(settleBase)
 			return
 		}
-		var seqs []int64
-		err := p.brokerCall(d, SettleSchedule, res.RetryMessageID, env, func() error {
-			ctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
-			defer cancel()
-			var err error
-			seqs, err = d.route.sender.ScheduleMessages(ctx, []*azservicebus.Message{dec.copyMsg}, dec.at, nil)
-			return err
-		})
+		start := d.now
+		ctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+		seqs, err := d.route.sender.ScheduleMessages(ctx, []*azservicebus.Message{dec.copyMsg}, dec.at, nil)
+		cancel()
 		d.now = p.cfg.clock.Now()
+		p.settled(d, SettleSchedule, res.RetryMessageID, env, start, err)
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
 			res.SettleErr = err
@@ -128,10 +144,7 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 			slog.String("retry_message_id", res.RetryMessageID), slog.Int64("retry_sequence_number", seq), slog.String("handler_error", dec.errText))
 	}
 	res.SequenceNumber = dec.seq
-	settler := d.route.settler
-	err := p.lockBound(d, func(ctx context.Context) error {
-		return p.brokerCall(d, SettleComplete, "", env, func() error { return settler.CompleteMessage(ctx, msg, nil) })
-	})
+	err := p.complete(d, env)
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
@@ -144,14 +157,16 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 
 // settleDeadLetter dead-letters the message with dec's reason; on failure it stays for redelivery.
 func (p *Processor) settleDeadLetter(d *delivery, dec *decision, res *Result) {
-	msg, settler := d.msg, d.route.settler
+	msg := d.msg
 	res.DeadLetterReason = dec.reason
 	reason, desc := dec.reason, dec.desc
-	err := p.lockBound(d, func(ctx context.Context) error {
-		return p.brokerCall(d, SettleDeadLetter, "", *dec.env, func() error {
-			return settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
-		})
-	})
+	start := d.now
+	ctx, cancel, err := p.beginLockBound(d)
+	if err == nil {
+		err = d.route.settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
+		err = p.endLockBound(d, start, cancel, err)
+		p.settled(d, SettleDeadLetter, "", *dec.env, start, err)
+	}
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
