@@ -64,7 +64,7 @@ func TestProducerIDCannotShadowARetry(t *testing.T) {
 // The same message failing on two subscriptions whose copies meet in one entity (a shared retry target)
 // gets two different retry ids, because the chain names the entity it started on.
 func TestSameMessageOnTwoEntitiesGetsTwoChains(t *testing.T) {
-	b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
+	b := newBroker(t, nil, &retrytest.BrokerOptions{DuplicateDetection: true})
 	fail := func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }
 	var ids []string
 	for _, entity := range []string{"orders/Subscriptions/billing", "orders/Subscriptions/audit"} {

@@ -43,7 +43,7 @@ func TestDefaultReconnectDelaysCannotBeChangedByCallers(t *testing.T) {
 // after that, and the message comes back when its lock expires.
 func TestShutdownIsBoundedWhenAHandlerIgnoresItsContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, 1)
 		release := make(chan struct{})
 		started := make(chan struct{})
@@ -125,7 +125,7 @@ func TestSwallowedLinkErrorsAreProbedAndFollowTheSchedule(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				lc := &linkConnector{b: retrytest.NewBroker(nil, nil), ping: ping}
+				lc := &linkConnector{b: newBroker(t, nil, nil), ping: ping}
 				lc.swallow.Store(true)
 				c, err := retry.NewConsumer(lc.connect, okHandler, &retry.Options{Logger: discardLogger()})
 				require.NoError(t, err)
@@ -151,7 +151,7 @@ func TestSwallowedLinkErrorsAreProbedAndFollowTheSchedule(t *testing.T) {
 func TestIdleProbeDetectsAHungBroker(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var hung atomic.Bool
-		lc := &linkConnector{b: retrytest.NewBroker(nil, nil), ping: func(ctx context.Context) error {
+		lc := &linkConnector{b: newBroker(t, nil, nil), ping: func(ctx context.Context) error {
 			if hung.Load() {
 				<-ctx.Done()
 				return ctx.Err()
@@ -213,21 +213,15 @@ func (h *hangingCompletes) CompleteMessage(ctx context.Context, m *azservicebus.
 // and the stuck message's redelivery completes without running the handler again.
 func TestStuckSettleDoesNotFreezeTheConsumer(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
 		hc := &hangingCompletes{hang: map[string]bool{"m-0": true}}
-		inner := b.Connector()
-		connect := func(ctx context.Context) (*retry.Connection, error) {
-			conn, err := inner(ctx)
-			if err == nil {
-				hc.Receiver = conn.Receiver
-				conn.Receiver = hc
-			}
-			return conn, err
-		}
+		b := newBroker(t, nil, &retrytest.BrokerOptions{LockDuration: 10 * time.Second, WrapReceiver: func(r retry.Receiver) retry.Receiver {
+			hc.Receiver = r
+			return hc
+		}})
 		var mu sync.Mutex
 		calls := map[string]int{}
 		var results []retry.Result
-		c, err := retry.NewConsumer(connect, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		c, err := retry.NewConsumer(b.Connector(), func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 			mu.Lock()
 			calls[m.MessageID]++
 			mu.Unlock()
@@ -267,7 +261,7 @@ func TestStuckSettleDoesNotFreezeTheConsumer(t *testing.T) {
 // handler still runs (its lock was lost) waits for it, then applies its outcome.
 func TestNoMessageRunsInTwoHandlersAtOnce(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		var running, peak, calls atomic.Int32
 		expired := make(chan struct{})
 		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
@@ -302,7 +296,7 @@ func TestNoMessageRunsInTwoHandlersAtOnce(t *testing.T) {
 func TestOutageNoticedWhileAllSlotsAreBusy(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var dead atomic.Bool
-		lc := &linkConnector{b: retrytest.NewBroker(nil, nil), ping: func(context.Context) error {
+		lc := &linkConnector{b: newBroker(t, nil, nil), ping: func(context.Context) error {
 			if dead.Load() {
 				return errors.New("connection refused")
 			}
@@ -358,7 +352,7 @@ func (s *slowSettler) CompleteMessage(ctx context.Context, m *azservicebus.Recei
 // the broker after Run returned (the connection's Close need not abort it).
 func TestShutdownThatGivesUpEndsTheSettleInFlight(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, 1)
 		started := make(chan struct{})
 		settler := &slowSettler{delay: 1500 * time.Millisecond}
@@ -420,20 +414,14 @@ func (h *timedCompletes) CompleteMessage(ctx context.Context, _ *azservicebus.Re
 // once included, and the messages are left for redelivery.
 func TestConsumerSettleCallsAreBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
-		sendN(b, 3)
 		hang := &timedCompletes{}
-		connect := func(ctx context.Context) (*retry.Connection, error) {
-			conn, err := b.Connector()(ctx)
-			if err != nil {
-				return nil, err
-			}
-			hang.Receiver = conn.Receiver
-			conn.Receiver = hang
-			return conn, nil
-		}
+		b := newBroker(t, nil, &retrytest.BrokerOptions{WrapReceiver: func(r retry.Receiver) retry.Receiver {
+			hang.Receiver = r
+			return hang
+		}})
+		sendN(b, 3)
 		var left atomic.Int32
-		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{
+		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{
 			SettleTimeout: 20 * time.Second, DisableLockRenewal: true, Logger: discardLogger(),
 			Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
 				if p.Result.Outcome == retry.OutcomeLeftForRedelivery {
@@ -462,7 +450,7 @@ func TestConsumerSettleCallsAreBounded(t *testing.T) {
 // moved per message, so this checks that it re-arms for what is left).
 func TestIdleWindowRestartsWithEachMessage(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		lc := &linkConnector{b: retrytest.NewBroker(nil, nil), ping: func(context.Context) error { return nil }}
+		lc := &linkConnector{b: newBroker(t, nil, nil), ping: func(context.Context) error { return nil }}
 		var probedAt atomic.Int64
 		start := time.Now()
 		ping := lc.ping
@@ -491,7 +479,7 @@ func TestIdleWindowRestartsWithEachMessage(t *testing.T) {
 // Health naming the entity and the error, and a warning in the log.
 func TestUnreadableSettingsAreAWarning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		var logs bytes.Buffer
 		connect := func(ctx context.Context) (*retry.Connection, error) {
 			conn, err := b.Connector()(ctx)

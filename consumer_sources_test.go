@@ -22,13 +22,11 @@ import (
 // retry queue, received from there, and keeps the subscription as its chain's source.
 func TestConsumerReceivesFromEverySourceOfAConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sub := retrytest.NewBroker(nil, nil)
-		retryQueue := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
-		connect := retrytest.SubscriptionConnector(sub, retryQueue, retry.SubscriptionPath("orders", "billing"), "billing-retry")
+		b := newBroker(t, nil, &retrytest.BrokerOptions{EntityPath: retry.SubscriptionPath("orders", "billing"), RetryQueue: "billing-retry", DuplicateDetection: true})
 		var mu sync.Mutex
 		var seen []retry.Envelope
 		var running, peak atomic.Int32
-		c, err := retry.NewConsumer(connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 			n := running.Add(1)
 			defer running.Add(-1)
 			if n > peak.Load() {
@@ -45,13 +43,14 @@ func TestConsumerReceivesFromEverySourceOfAConnection(t *testing.T) {
 			return nil
 		}, &retry.Options{MaxConcurrency: 2, Logger: discardLogger()})
 		require.NoError(t, err)
-		sendN(sub, 4)
+		sendN(b, 4)
 		stop := runConsumer(t, c)
 		<-time.After(time.Minute)
 		synctest.Wait()
-		assert.Len(t, sub.Completed(), 4, "every first attempt failed and was completed after its copy")
-		assert.Equal(t, 4, retryQueue.Stats().Scheduled, "the copies went to the retry queue")
-		assert.Equal(t, 4, retryQueue.Stats().Succeeded, "every copy came back from the retry queue")
+		st := b.Stats()
+		assert.Equal(t, 4, st.Retried, "every first attempt failed and was completed after its copy")
+		assert.Equal(t, 4, st.Scheduled, "the copies went to the retry queue")
+		assert.Equal(t, 4, st.Succeeded, "every copy came back from the retry queue")
 		assert.Equal(t, int32(2), peak.Load(), "one concurrency limit over both sources")
 		mu.Lock()
 		require.Len(t, seen, 8)
@@ -67,8 +66,8 @@ func TestConsumerReceivesFromEverySourceOfAConnection(t *testing.T) {
 // When one source breaks, the whole connection is rebuilt, every source with it.
 func TestBrokenSourceRebuildsTheConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sub := retrytest.NewBroker(nil, nil)
-		retryQueue := retrytest.NewBroker(nil, nil)
+		sub := newBroker(t, nil, nil)
+		retryQueue := newBroker(t, nil, nil)
 		var connects atomic.Int32
 		connect := func(context.Context) (*retry.Connection, error) {
 			connects.Add(1)
@@ -101,8 +100,8 @@ func TestBrokenSourceRebuildsTheConnection(t *testing.T) {
 // idle probe, whose window counts across those turns.
 func TestSharedSourcesStillProbeAQuietConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		sub := retrytest.NewBroker(nil, nil)
-		retryQueue := retrytest.NewBroker(nil, nil)
+		sub := newBroker(t, nil, nil)
+		retryQueue := newBroker(t, nil, nil)
 		var hung atomic.Bool
 		var pings atomic.Int32
 		connect := func(context.Context) (*retry.Connection, error) {
@@ -147,12 +146,10 @@ func TestMessagesReceivedAheadDoNotWaitForAQuietSource(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("prefetch %d", opts.Prefetch), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				sub := retrytest.NewBroker(nil, nil)
-				retryQueue := retrytest.NewBroker(nil, nil)
-				connect := retrytest.SubscriptionConnector(sub, retryQueue, retry.SubscriptionPath("orders", "billing"), "billing-retry")
+				b := newBroker(t, nil, &retrytest.BrokerOptions{EntityPath: retry.SubscriptionPath("orders", "billing"), RetryQueue: "billing-retry"})
 				var handled atomic.Int32
 				opts.Logger = discardLogger()
-				c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
+				c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
 					<-time.After(10 * time.Millisecond)
 					handled.Add(1)
 					return nil
@@ -164,7 +161,7 @@ func TestMessagesReceivedAheadDoNotWaitForAQuietSource(t *testing.T) {
 					// again meanwhile, and the quiet source's takes the free handler slots.
 					<-time.After(7 * time.Second)
 					start := time.Now()
-					sendN(sub, 5)
+					sendN(b, 5)
 					for handled.Load() < int32(5*(burst+1)) {
 						<-time.After(time.Millisecond)
 					}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime"
+	"runtime/metrics"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -34,6 +35,14 @@ func runConsumer(t *testing.T, c *retry.Consumer) (stop func() error) {
 	}
 }
 
+// newBroker is retrytest.New for a test's fixed options: an error fails the test.
+func newBroker(t testing.TB, clk retry.Clock, opts *retrytest.BrokerOptions) *retrytest.Broker {
+	t.Helper()
+	b, err := retrytest.New(clk, opts)
+	require.NoError(t, err)
+	return b
+}
+
 func sendN(b *retrytest.Broker, n int) {
 	for i := range n {
 		b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("m-%d", i)), Body: []byte("x")})
@@ -48,7 +57,7 @@ func TestConsumerConcurrencyBound(t *testing.T) {
 				var running, peak atomic.Int32
 				var mu sync.Mutex
 				seen := map[string]int{}
-				b := retrytest.NewBroker(nil, nil)
+				b := newBroker(t, nil, nil)
 				sendN(b, total)
 				c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
 					n := running.Add(1)
@@ -87,7 +96,7 @@ func TestConsumerConcurrencyBound(t *testing.T) {
 
 func TestHugeConcurrencyReceivesWithinTheSDKLimit(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, 3)
 		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{MaxConcurrency: 6000, Logger: discardLogger()})
 		require.NoError(t, err)
@@ -101,7 +110,7 @@ func TestHugeConcurrencyReceivesWithinTheSDKLimit(t *testing.T) {
 
 func TestConsumerRetriesThenDeadLetters(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
+		b := newBroker(t, nil, &retrytest.BrokerOptions{DuplicateDetection: true})
 		b.Send(&azservicebus.Message{MessageID: strPtr("poison"), Body: []byte("x")})
 		var attempts []time.Duration
 		start := time.Now()
@@ -178,7 +187,7 @@ func (rr *recordingReceiver) ReceiveMessages(ctx context.Context, n int, o *azse
 
 func TestReconnectThenWatchdog(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		rec := &recorder{start: time.Now()}
 		var states []retry.State
 		var smu sync.Mutex
@@ -194,7 +203,7 @@ func TestReconnectThenWatchdog(t *testing.T) {
 		synctest.Wait() // connected and waiting for messages
 		assert.Equal(t, retry.StateRunning, c.Health().State)
 		// The receive fails; then 5 connects fail: 3 reconnect tries and 2 watchdog ticks.
-		b.FailNextConnects(5, errors.New("namespace unreachable"))
+		b.Fail(retrytest.OpConnect, 5, errors.New("namespace unreachable"))
 		b.Fail(retrytest.OpReceive, 1, retrytest.ErrConnectionLost)
 		<-time.After(150*time.Second + time.Millisecond)
 		synctest.Wait()
@@ -231,7 +240,7 @@ func TestReconnectThenWatchdog(t *testing.T) {
 
 func TestWatchdogIsSingleAndResetsAfterSuccess(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		rec := &recorder{start: time.Now()}
 		c, err := retry.NewConsumer(rec.connector(b), okHandler, &retry.Options{Logger: discardLogger()})
 		require.NoError(t, err)
@@ -239,7 +248,7 @@ func TestWatchdogIsSingleAndResetsAfterSuccess(t *testing.T) {
 		// fails again: that second failure must not start a second watchdog nor restart the 5 s tries.
 		stop := runConsumer(t, c)
 		synctest.Wait()
-		b.FailNextConnects(3, nil)
+		b.Fail(retrytest.OpConnect, 3, nil)
 		b.Fail(retrytest.OpReceive, 2, retrytest.ErrConnectionLost)
 		<-time.After(300 * time.Second)
 		synctest.Wait()
@@ -270,8 +279,8 @@ func TestWatchdogIsSingleAndResetsAfterSuccess(t *testing.T) {
 
 func TestCancelDuringWatchdogStopsPromptly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
-		b.FailNextConnects(1000, nil)
+		b := newBroker(t, nil, nil)
+		b.Fail(retrytest.OpConnect, 1000, nil)
 		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{Logger: discardLogger()})
 		require.NoError(t, err)
 		stop := runConsumer(t, c)
@@ -287,7 +296,7 @@ func TestCancelDuringWatchdogStopsPromptly(t *testing.T) {
 
 func TestBrokenConnectionIsClosedNotReused(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		connect, conns := trackingConnector(b)
 		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: discardLogger()})
 		require.NoError(t, err)
@@ -333,7 +342,7 @@ func (c *closeTracker) close(ctx context.Context) error {
 
 func TestShutdownDrainsInFlightHandlers(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, 2)
 		started := make(chan struct{}, 2)
 		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
@@ -367,7 +376,7 @@ func TestShutdownDrainsInFlightHandlers(t *testing.T) {
 func TestHandlerContextCarriesRunValuesAndShutdown(t *testing.T) {
 	type runKey struct{}
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, 5)
 		var seen []any
 		var attempts []int
@@ -405,7 +414,7 @@ func TestHandlerContextCarriesRunValuesAndShutdown(t *testing.T) {
 func TestOnStartContextReachesTheConsumersHandler(t *testing.T) {
 	type hookKey struct{}
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, 3)
 		var seen []any
 		last := make(chan struct{})
@@ -433,7 +442,7 @@ func TestOnStartContextReachesTheConsumersHandler(t *testing.T) {
 
 func TestRunTwiceAndRunAgain(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{Logger: discardLogger()})
 		require.NoError(t, err)
 		stop := runConsumer(t, c)
@@ -469,7 +478,7 @@ func TestConnectErrorsAreRedacted(t *testing.T) {
 }
 
 func TestNewConsumerRejectsBadInput(t *testing.T) {
-	b := retrytest.NewBroker(nil, nil)
+	b := newBroker(t, nil, nil)
 	cases := []struct {
 		name    string
 		connect retry.Connector
@@ -503,7 +512,7 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 
 func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		connect, conns := trackingConnector(b)
 		started := make(chan struct{})
 		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
@@ -557,7 +566,7 @@ func TestGoroutinesStayWithinInFlightPlusAConstant(t *testing.T) {
 		const limit, total, constant = 8, 40, 6
 		release := make(chan struct{})
 		var running atomic.Int32
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, total)
 		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 			running.Add(1)
@@ -592,6 +601,27 @@ func TestGoroutinesStayWithinInFlightPlusAConstant(t *testing.T) {
 	})
 }
 
+// Messages run on long-lived workers: draining a queue starts a handful of goroutines, not one per
+// message.
+func TestWorkersAreReused(t *testing.T) {
+	const total = 3000
+	b := newBroker(t, nil, nil)
+	sendN(b, total)
+	c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{MaxConcurrency: 4, Logger: discardLogger()})
+	require.NoError(t, err)
+	sample := []metrics.Sample{{Name: "/sched/goroutines-created:goroutines"}}
+	metrics.Read(sample)
+	before := sample[0].Value.Uint64()
+	stop := runConsumer(t, c)
+	require.NoError(t, b.WaitUntil(t.Context(), func() bool { return len(b.Completed()) == total }))
+	require.NoError(t, stop())
+	metrics.Read(sample)
+	created := sample[0].Value.Uint64() - before
+	t.Logf("%d goroutines created for %d messages", created, total)
+	// Other tests' timers firing meanwhile start goroutines too; one per message would be 3,000.
+	assert.Less(t, created, uint64(total/10), "goroutines created while draining (one per message would be %d)", total)
+}
+
 // With prefetching (the default), a message is received ahead of a free handler slot and waits for one
 // with its lock renewed, so it is not redelivered however long the running handler takes; with
 // Prefetch -1 it stays in the queue until a slot is free.
@@ -599,7 +629,7 @@ func TestPrefetchedMessagesWaitWithTheirLocksKept(t *testing.T) {
 	for name, prefetch := range map[string]int{"prefetch on": 0, "prefetch off": -1} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := retrytest.NewBroker(nil, nil)
+				b := newBroker(t, nil, nil)
 				sendN(b, 2)
 				release := make(chan struct{})
 				var mu sync.Mutex
@@ -640,7 +670,7 @@ func TestPrefetchedMessagesWaitWithTheirLocksKept(t *testing.T) {
 // flight get the grace period, new ones do not. It is left for redelivery.
 func TestShutdownStartsNoMessageReceivedAhead(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		sendN(b, 2)
 		var started []string
 		var mu sync.Mutex
@@ -685,20 +715,12 @@ func (hangingDeadLetters) DeadLetterMessage(ctx context.Context, _ *azservicebus
 func TestMessagesReceivedAheadStayBounded(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		const limit = 2
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, &retrytest.BrokerOptions{WrapReceiver: func(r retry.Receiver) retry.Receiver { return hangingDeadLetters{r} }})
 		for i := range 300 {
 			b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("bad-%d", i)), Body: []byte("x"),
 				ApplicationProperties: map[string]any{retry.PropAttempt: "not a number"}})
 		}
-		connect := func(ctx context.Context) (*retry.Connection, error) {
-			conn, err := b.Connector()(ctx)
-			if err != nil {
-				return nil, err
-			}
-			conn.Receiver = hangingDeadLetters{conn.Receiver}
-			return conn, nil
-		}
-		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{MaxConcurrency: limit, Logger: discardLogger()})
+		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{MaxConcurrency: limit, Logger: discardLogger()})
 		require.NoError(t, err)
 		stop := runConsumer(t, c)
 		<-time.After(5 * time.Second) // well within the settle timeout: every dead-letter still hangs
@@ -743,19 +765,13 @@ func TestDefaultReceiveAsksForEverySlotAndPlace(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := retrytest.NewBroker(nil, nil)
 				asked := make(chan int, 1)
-				connect := func(ctx context.Context) (*retry.Connection, error) {
-					conn, err := b.Connector()(ctx)
-					if err != nil {
-						return nil, err
-					}
-					conn.Receiver = &askingReceiver{Receiver: conn.Receiver, asked: asked}
-					return conn, nil
-				}
+				b := newBroker(t, nil, &retrytest.BrokerOptions{WrapReceiver: func(r retry.Receiver) retry.Receiver {
+					return &askingReceiver{Receiver: r, asked: asked}
+				}})
 				opts := tc.opts
 				opts.Logger = discardLogger()
-				c, err := retry.NewConsumer(connect, okHandler, &opts)
+				c, err := retry.NewConsumer(b.Connector(), okHandler, &opts)
 				require.NoError(t, err)
 				stop := runConsumer(t, c)
 				assert.Equal(t, tc.want, <-asked, "the first receive, with every slot and place free")

@@ -73,7 +73,7 @@ func ExampleRetryAfter() {
 		return retry.RetryAfter(2*time.Minute, errors.New("throttled"))
 	}
 	mock := clock.NewMock()
-	broker := retrytest.NewBroker(mock, nil)
+	broker, _ := retrytest.New(mock, nil)
 	proc, _ := retry.NewProcessor(broker.Sender(), handler, &retry.Options{Clock: mock, Logger: slog.New(slog.DiscardHandler)})
 	recv := broker.Receiver()
 	for _, body := range []string{"", `{"sku":"x"}`} {
@@ -90,7 +90,7 @@ func ExampleRetryAfter() {
 // A handler reads the retry state from its context, e.g. to log it or to give up early on old messages.
 func ExampleEnvelopeFromContext() {
 	mock := clock.NewMock()
-	broker := retrytest.NewBroker(mock, nil)
+	broker, _ := retrytest.New(mock, nil)
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
 		env, _ := retry.EnvelopeFromContext(ctx)
 		fmt.Printf("attempt %d of %s (retry: %t), last error %q\n", env.Attempt, env.OriginalMessageID, env.IsRetry(), env.LastError)

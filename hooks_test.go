@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
-	"github.com/sbretry/retry/retrytest"
 )
 
 type ctxKey struct{}
@@ -101,7 +100,7 @@ func TestChainOrder(t *testing.T) {
 
 func TestHealthHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{Logger: discardLogger()})
 		require.NoError(t, err)
 		get := func(ready bool) (int, map[string]any) {
@@ -134,7 +133,7 @@ func TestHealthHandler(t *testing.T) {
 // handlers finish, still live (liveness 200) until Run returns, then stopped.
 func TestHealthWhileDraining(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		started, release := make(chan struct{}), make(chan struct{})
 		var states []retry.State
 		c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {

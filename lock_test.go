@@ -36,7 +36,7 @@ func (s slowSender) ScheduleMessages(ctx context.Context, msgs []*azservicebus.M
 // duplicate detection the chain forked). The lock is now renewed until the final settle returns.
 func TestLockRenewedUntilSettled(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
+		b := newBroker(t, nil, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
 		var calls atomic.Int32
 		p, err := retry.NewProcessor(slowSender{Sender: b.Sender(), delay: 20 * time.Second}, func(context.Context, *azservicebus.ReceivedMessage) error {
 			calls.Add(1)
@@ -60,7 +60,7 @@ func TestLockRenewedUntilSettled(t *testing.T) {
 // message, not ctx, so the finished work is completed instead of being redone after the lock expires.
 func TestRenewalFollowsTheMessageNotTheCallersContext(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
+		b := newBroker(t, nil, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
 		var calls atomic.Int32
 		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
 			calls.Add(1)
@@ -129,7 +129,7 @@ func TestRenewalIgnoresClockSkew(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
+				b := newBroker(t, nil, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
 				p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
 					<-time.After(90 * time.Second)
 					return nil
@@ -153,7 +153,7 @@ func TestRenewalIgnoresClockSkew(t *testing.T) {
 // outcome is remembered so the redelivery completes without running the handler again.
 func TestNoSettleAfterTheLockExpired(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		b := newBroker(t, nil, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
 		var calls atomic.Int32
 		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
 			if calls.Add(1) == 1 {

@@ -23,7 +23,7 @@ import (
 // bubbleProcessor builds a processor over a broker on the real clock, for use inside synctest.
 func bubbleProcessor(t *testing.T, handler retry.Handler, opts *retry.Options) (*retrytest.Broker, retry.Receiver, *retry.Processor) {
 	t.Helper()
-	b := retrytest.NewBroker(nil, nil)
+	b := newBroker(t, nil, nil)
 	if opts == nil {
 		opts = &retry.Options{}
 	}
@@ -75,7 +75,7 @@ func TestLockRenewalInterval(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var renewals []time.Duration
 		start := time.Now()
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		counting := &countingSettler{Receiver: b.Receiver(), onRenew: func() { renewals = append(renewals, time.Since(start)) }}
 		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
 			<-time.After(100 * time.Second)
@@ -206,7 +206,7 @@ func TestLogLinesCarryIdentityAndNoBody(t *testing.T) {
 	msg := sampleMessage()
 	msg.Body = []byte("TOP-SECRET-BODY")
 	f.broker.Send(msg)
-	f.broker.FailNextSends(1, nil)
+	f.broker.Fail(retrytest.OpSchedule, 1, nil)
 	f.process() // republish fails: ERROR
 	f.clock.Add(time.Minute)
 	calls = 0
@@ -242,7 +242,7 @@ func TestHangingRenewalDoesNotDelaySettle(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		// The handler takes 40 s; the renewal at 30 s hangs (a broker that stopped answering). When the
 		// handler returns, the hanging renewal is abandoned at once and the message is completed.
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		recv := &hangingRenewal{Receiver: b.Receiver()}
 		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
 			<-time.After(40 * time.Second)

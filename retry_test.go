@@ -51,7 +51,7 @@ func newFixture(t *testing.T, handler retry.Handler, opts *retry.Options) *fixtu
 	t.Helper()
 	f := &fixture{t: t, clock: clock.NewMock(), logs: &bytes.Buffer{}}
 	f.clock.Set(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	f.broker = retrytest.NewBroker(f.clock, &retrytest.BrokerOptions{DuplicateDetection: true})
+	f.broker = newBroker(t, f.clock, &retrytest.BrokerOptions{DuplicateDetection: true})
 	f.recv = f.broker.Receiver()
 	if opts == nil {
 		opts = &retry.Options{}
@@ -318,7 +318,7 @@ func TestRetryBudgetDeadLetters(t *testing.T) {
 func TestRepublishFailureLeavesOriginal(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	f.broker.Send(sampleMessage())
-	f.broker.FailNextSends(1, retrytest.ErrConnectionLost)
+	f.broker.Fail(retrytest.OpSchedule, 1, retrytest.ErrConnectionLost)
 	var observed []retry.ProcessedParams
 	f.proc = mustProcessor(t, f, &retry.Options{Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) { observed = append(observed, p) }}})
 	res := f.process()
@@ -353,7 +353,7 @@ func TestCompleteFailureAfterRepublishIsPossibleDuplicate(t *testing.T) {
 	var calls atomic.Int32
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { calls.Add(1); return errBoom }, nil)
 	f.broker.Send(sampleMessage())
-	f.broker.FailNextCompletes(1, &azservicebus.Error{Code: azservicebus.CodeLockLost})
+	f.broker.Fail(retrytest.OpComplete, 1, &azservicebus.Error{Code: azservicebus.CodeLockLost})
 	res := f.process()
 	assert.Equal(t, retry.OutcomeLeftForRedelivery, res.Outcome)
 	assert.True(t, res.PossibleDuplicate)
@@ -375,7 +375,7 @@ func TestCompleteFailureAfterRepublishIsPossibleDuplicate(t *testing.T) {
 func TestCompleteFailureAbsorbedAcrossProcesses(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	f.broker.Send(sampleMessage())
-	f.broker.FailNextCompletes(1, &azservicebus.Error{Code: azservicebus.CodeLockLost})
+	f.broker.Fail(retrytest.OpComplete, 1, &azservicebus.Error{Code: azservicebus.CodeLockLost})
 	require.True(t, f.process().PossibleDuplicate)
 
 	// The redelivery reaches another process (a fresh processor): the handler fails again and the

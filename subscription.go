@@ -7,13 +7,14 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/sbretry/retry/internal/entitypath"
 	"github.com/sbretry/retry/internal/redact"
 )
 
 // SubscriptionPath returns the entity path of a subscription, "topic/Subscriptions/subscription", the
 // way Service Bus names it (and [Envelope.Source] records it).
 func SubscriptionPath(topic, subscription string) string {
-	return topic + "/Subscriptions/" + subscription
+	return entitypath.Subscription(topic, subscription)
 }
 
 // SubscriptionConnectionString returns a Connector for a topic subscription using a connection string.

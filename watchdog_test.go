@@ -19,7 +19,7 @@ import (
 // schedule goes on), so the consumer never reports itself running against an unreachable namespace.
 func TestConnectionCheckGatesRunning(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		connect, conns := trackingConnector(b)
 		unreachable := errors.New("dial tcp: connection refused")
 		checks := 0
@@ -73,7 +73,7 @@ func TestConnectionCheckGatesRunning(t *testing.T) {
 // TestStateChangeCarriesReceiveError: the move out of running names the receive failure.
 func TestStateChangeCarriesReceiveError(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		var mu sync.Mutex
 		var changes []retry.StateChangeParams
 		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{Logger: discardLogger(),

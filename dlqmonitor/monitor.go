@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
+	"github.com/sbretry/retry/internal/entitypath"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -27,33 +28,20 @@ var _ AdminClient = (*admin.Client)(nil)
 // same monitor is active.
 var ErrAlreadyRunning = errors.New("dlqmonitor: already running")
 
-// subscriptionsSegment separates a topic from a subscription in an entity
-// path, as the SDK's receivers and the administration API address it.
-const subscriptionsSegment = "Subscriptions"
-
 // entity is one configured path, parsed.
 type entity struct {
-	path       string
-	topic, sub string // set for a subscription
-	isSub      bool
+	path string // as configured
+	entitypath.Entity
 }
 
 // parseEntity accepts "queue" and "topic/Subscriptions/sub" (the segment in
 // any case).
 func parseEntity(path string) (entity, error) {
-	parts := strings.Split(path, "/")
-	for _, p := range parts {
-		if strings.TrimSpace(p) == "" {
-			return entity{}, fmt.Errorf("dlqmonitor: entity %q has an empty name", path)
-		}
+	e, err := entitypath.Parse(path)
+	if err != nil {
+		return entity{}, fmt.Errorf("dlqmonitor: %w", err)
 	}
-	switch {
-	case len(parts) == 1:
-		return entity{path: path}, nil
-	case len(parts) == 3 && strings.EqualFold(parts[1], subscriptionsSegment):
-		return entity{path: path, topic: parts[0], sub: parts[2], isSub: true}, nil
-	}
-	return entity{}, fmt.Errorf("dlqmonitor: entity %q is neither a queue name nor \"<topic>/Subscriptions/<subscription>\"", path)
+	return entity{path: path, Entity: e}, nil
 }
 
 // Monitor polls dead-letter counts; see the package documentation. Create
@@ -186,8 +174,8 @@ func (m *Monitor) Poll(ctx context.Context) []Result {
 func (m *Monitor) read(ctx context.Context, e entity) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, m.opts.Timeout)
 	defer cancel()
-	if e.isSub {
-		resp, err := m.client.GetSubscriptionRuntimeProperties(ctx, e.topic, e.sub, nil)
+	if e.IsSubscription() {
+		resp, err := m.client.GetSubscriptionRuntimeProperties(ctx, e.Topic, e.Subscription, nil)
 		switch {
 		case err != nil:
 			return 0, readError(e.path, err)

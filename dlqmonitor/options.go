@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/sbretry/retry"
 )
 
 // Defaults for [Options]; each applies when its field is zero.
@@ -16,21 +18,6 @@ const (
 	// DefaultTimeout bounds the call for one entity in one poll.
 	DefaultTimeout = 30 * time.Second
 )
-
-// Clock is the source of time: Now stamps the hook parameters and After
-// paces the polls. It has the shape of retry.Clock, so
-// github.com/benbjohnson/clock's clock.New() and *clock.Mock fit as they
-// are; the default uses the time package and works inside testing/synctest.
-type Clock interface {
-	Now() time.Time
-	After(d time.Duration) <-chan time.Time
-}
-
-// realClock reads the time package directly.
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
 
 // Options configure a [Monitor]. Nil options, and every zero field, mean
 // the documented default.
@@ -51,8 +38,11 @@ type Options struct {
 	// Interval; negative is an error.
 	Timeout time.Duration
 
-	// Clock is the source of time. Nil means the real clock.
-	Clock Clock
+	// Clock is the source of time: Now stamps the hook parameters and
+	// After paces the polls. github.com/benbjohnson/clock's clock.New()
+	// and *clock.Mock fit as they are. Nil means [retry.SystemClock],
+	// which also works inside testing/synctest.
+	Clock retry.Clock
 
 	// OnDeadLetters is called, from the goroutine running [Monitor.Run],
 	// for every entity whose dead-letter count is at least Threshold after
@@ -144,7 +134,7 @@ func (o Options) withDefaults() (Options, error) {
 		o.Timeout = min(DefaultTimeout, o.Interval)
 	}
 	if o.Clock == nil {
-		o.Clock = realClock{}
+		o.Clock = retry.SystemClock()
 	}
 	return o, nil
 }

@@ -3,6 +3,8 @@ package inspect
 import (
 	"fmt"
 	"strings"
+
+	"github.com/sbretry/retry/internal/entitypath"
 )
 
 // Entity names a Service Bus entity that messages are received from: a queue, or a topic's
@@ -14,42 +16,28 @@ type Entity struct {
 	Topic, Subscription string
 }
 
-// subscriptionsSegment separates topic and subscription in an entity path, as Service Bus writes it.
-const subscriptionsSegment = "Subscriptions"
-
 // ParseEntity parses a queue name ("orders") or a subscription path ("orders/Subscriptions/billing",
 // the form the retry library records in [retry.PropSource]; the middle segment is matched ignoring
 // case). A dead-letter path ("orders/$DeadLetterQueue") is refused: inspect the entity itself, its
 // dead-letter queue is read with it. Errors wrap [ErrInvalidEntity].
 func ParseEntity(path string) (Entity, error) {
-	parts := strings.Split(path, "/")
-	for _, p := range parts {
-		if strings.TrimSpace(p) == "" {
-			return Entity{}, fmt.Errorf("%w: %q has an empty segment", ErrInvalidEntity, path)
-		}
+	for p := range strings.SplitSeq(path, "/") {
 		if strings.HasPrefix(p, "$") {
 			return Entity{}, fmt.Errorf("%w: %q: name the queue or subscription, not a sub-queue; its dead-letter queue is read with it", ErrInvalidEntity, path)
 		}
 	}
-	switch {
-	case len(parts) == 1:
-		return Entity{Queue: parts[0]}, nil
-	case len(parts) == 3 && strings.EqualFold(parts[1], subscriptionsSegment):
-		return Entity{Topic: parts[0], Subscription: parts[2]}, nil
+	e, err := entitypath.Parse(path)
+	if err != nil {
+		return Entity{}, fmt.Errorf("%w: %w", ErrInvalidEntity, err)
 	}
-	return Entity{}, fmt.Errorf("%w: %q: want a queue name or topic/Subscriptions/subscription", ErrInvalidEntity, path)
+	return Entity(e), nil
 }
 
 // IsSubscription reports whether e names a subscription.
 func (e Entity) IsSubscription() bool { return e.Topic != "" }
 
 // Path is the entity path: the queue name, or "topic/Subscriptions/subscription".
-func (e Entity) Path() string {
-	if e.IsSubscription() {
-		return e.Topic + "/" + subscriptionsSegment + "/" + e.Subscription
-	}
-	return e.Queue
-}
+func (e Entity) Path() string { return entitypath.Entity(e).Path() }
 
 // DeadLetterPath is the path of e's dead-letter queue, as Service Bus names it.
 func (e Entity) DeadLetterPath() string { return e.Path() + "/$DeadLetterQueue" }

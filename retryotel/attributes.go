@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
-	"strings"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"go.opentelemetry.io/otel/attribute"
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/entitypath"
 )
 
 // Attribute keys of our own, under the sbretry. prefix so that they can never collide with a semantic
@@ -115,9 +115,8 @@ type destination struct {
 // parseEntity splits a retry entity path: "queue", or "topic/Subscriptions/subscription" (the segment's
 // case is ignored, as Service Bus ignores it).
 func parseEntity(path string) destination {
-	const sep = "/subscriptions/"
-	if i := strings.Index(strings.ToLower(path), sep); i >= 0 {
-		return destination{name: path[:i], subscription: path[i+len(sep):]}
+	if topic, sub, ok := entitypath.Split(path); ok {
+		return destination{name: topic, subscription: sub}
 	}
 	return destination{name: path}
 }

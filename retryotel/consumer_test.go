@@ -30,7 +30,7 @@ func TestConsumerChainAndState(t *testing.T) {
 		inst, err := retryotel.New(&retryotel.Options{TracerProvider: tp, MeterProvider: mp})
 		require.NoError(t, err)
 
-		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{DuplicateDetection: true})
+		b := newBroker(t, nil, &retrytest.BrokerOptions{DuplicateDetection: true})
 		b.Send(&azservicebus.Message{MessageID: strPtr("poison"), Body: []byte("x")})
 		c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error { return errUnavailable },
 			&retry.Options{MaxAttempts: 3, EntityPath: "orders", Logger: discard(), Hooks: inst.Hooks(retry.Hooks{})})

@@ -82,7 +82,10 @@ func ExampleInstrumentation_Hooks() {
 	}
 
 	mock := clock.NewMock()
-	broker := retrytest.NewBroker(mock, nil)
+	broker, err := retrytest.New(mock, nil)
+	if err != nil {
+		panic(err)
+	}
 	receiver := broker.Receiver()
 	attempts := 0
 	proc, err := retry.NewProcessor(broker.Sender(), func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {

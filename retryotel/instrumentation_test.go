@@ -27,6 +27,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
+// newBroker is retrytest.New for a test's fixed options: an error fails the test.
+func newBroker(t testing.TB, clk retry.Clock, opts *retrytest.BrokerOptions) *retrytest.Broker {
+	t.Helper()
+	b, err := retrytest.New(clk, opts)
+	require.NoError(t, err)
+	return b
+}
+
 // fixture drives a real retry.Processor over the in-memory broker on a mock clock, with the
 // instrumentation's hooks installed and the SDK's in-memory span recorder and manual metric reader
 // behind them.
@@ -55,7 +63,7 @@ func newFixture(t *testing.T, handler retry.Handler, fo *fixtureOptions) *fixtur
 	}
 	f := &fixture{t: t, clock: clock.NewMock(), spans: tracetest.NewSpanRecorder(), reader: sdkmetric.NewManualReader()}
 	f.clock.Set(time.Date(2026, 11, 29, 12, 0, 0, 0, time.UTC))
-	f.broker = retrytest.NewBroker(f.clock, &retrytest.BrokerOptions{DuplicateDetection: true})
+	f.broker = newBroker(t, f.clock, &retrytest.BrokerOptions{DuplicateDetection: true})
 	f.recv = f.broker.Receiver()
 	f.tp = sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(f.spans))
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(f.reader))
@@ -197,7 +205,7 @@ func TestNewWithDefaultsUsesTheGlobals(t *testing.T) {
 	inst, err := retryotel.New(nil)
 	require.NoError(t, err)
 	mock := clock.NewMock()
-	broker := retrytest.NewBroker(mock, nil)
+	broker := newBroker(t, mock, nil)
 	recv := broker.Receiver()
 	proc, err := retry.NewProcessor(broker.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error { return errUnavailable },
 		&retry.Options{EntityPath: "orders", Clock: mock, Logger: discard(), Hooks: inst.Hooks(retry.Hooks{})})

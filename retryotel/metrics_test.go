@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
 )
 
 // find returns the metric called name.
@@ -125,7 +126,7 @@ func TestProcessingMetrics(t *testing.T) {
 func TestLeftForRedeliveryAndPossibleDuplicateMetrics(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errUnavailable }, nil)
 	f.broker.Send(&azservicebus.Message{MessageID: strPtr("order-42")})
-	f.broker.FailNextCompletes(1, nil)
+	f.broker.Fail(retrytest.OpComplete, 1, nil)
 	f.process()
 
 	rm := f.metrics()

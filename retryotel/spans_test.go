@@ -163,7 +163,7 @@ func TestDeadLetterSpan(t *testing.T) {
 func TestFailedSettleSpanAndPossibleDuplicate(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errUnavailable }, nil)
 	f.broker.Send(&azservicebus.Message{MessageID: strPtr("order-42")})
-	f.broker.FailNextCompletes(1, nil)
+	f.broker.Fail(retrytest.OpComplete, 1, nil)
 	res := f.process()
 	require.True(t, res.PossibleDuplicate)
 

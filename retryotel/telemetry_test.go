@@ -59,27 +59,16 @@ func merge(ms ...map[attribute.Key]string) map[attribute.Key]string {
 	return out
 }
 
-// renewSignal wraps a connector so that the first successful lock renewal of the message whose body
-// is "slow" closes renewed: the slow handler waits for it instead of for a time.
-func renewSignal(connect retry.Connector, renewed chan struct{}) retry.Connector {
+// renewSignal wraps the broker's receivers so that the first successful lock renewal of the message
+// whose body is "slow" closes renewed: the slow handler waits for it instead of for a time.
+func renewSignal(renewed chan struct{}) func(retry.Receiver) retry.Receiver {
 	var once sync.Once
-	wrap := func(r retry.Receiver) retry.Receiver {
+	return func(r retry.Receiver) retry.Receiver {
 		return &signalReceiver{Receiver: r, fire: func(msg *azservicebus.ReceivedMessage) {
 			if string(msg.Body) == "slow" {
 				once.Do(func() { close(renewed) })
 			}
 		}}
-	}
-	return func(ctx context.Context) (*retry.Connection, error) {
-		c, err := connect(ctx)
-		if err != nil {
-			return nil, err
-		}
-		c.Receiver = wrap(c.Receiver)
-		for i := range c.Sources {
-			c.Sources[i].Receiver = wrap(c.Sources[i].Receiver)
-		}
-		return c, nil
 	}
 }
 
@@ -110,15 +99,16 @@ func TestTelemetryTable(t *testing.T) {
 		inst, err := retryotel.New(&retryotel.Options{TracerProvider: tp, MeterProvider: mp, ServerAddress: host, ServerPort: port})
 		require.NoError(t, err)
 
-		b := retrytest.NewBroker(nil, &retrytest.BrokerOptions{
+		renewed := make(chan struct{})
+		b := newBroker(t, nil, &retrytest.BrokerOptions{
 			EntityPath: "orders/Subscriptions/billing", RetryQueue: "billing-retry",
 			DuplicateDetection: true, LockDuration: 10 * time.Second,
+			WrapReceiver: renewSignal(renewed),
 		})
 		for _, body := range []string{"ok", "flaky", "poison", "slow"} {
 			_, err := b.Send(&azservicebus.Message{MessageID: strPtr(body), Body: []byte(body)})
 			require.NoError(t, err)
 		}
-		renewed := make(chan struct{})
 		succeeded := make(chan string, 8)
 		handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
 			first := msg.ApplicationProperties[retry.PropAttempt] == nil
@@ -139,7 +129,7 @@ func TestTelemetryTable(t *testing.T) {
 			succeeded <- string(msg.Body)
 			return nil
 		}
-		c, err := retry.NewConsumer(inst.Connector(renewSignal(b.Connector(), renewed)), handler, &retry.Options{
+		c, err := retry.NewConsumer(inst.Connector(b.Connector()), handler, &retry.Options{
 			MaxAttempts: 2, MaxConcurrency: 4, LockDuration: 10 * time.Second, Logger: discard(),
 			Hooks: inst.Hooks(retry.Hooks{}),
 		})

@@ -12,7 +12,7 @@ import (
 // BenchmarkSendReceiveComplete is the cycle unit tests repeat most: one message sent, received and
 // completed.
 func BenchmarkSendReceiveComplete(b *testing.B) {
-	br := retrytest.NewBroker(clock.NewMock(), &retrytest.BrokerOptions{DuplicateDetection: true})
+	br := newBroker(b, clock.NewMock(), &retrytest.BrokerOptions{DuplicateDetection: true})
 	r := br.Receiver()
 	// No MessageID: the broker assigns a fresh one, so duplicate detection never drops a send.
 	msg := &azservicebus.Message{Body: []byte(`{"amount":42}`), ApplicationProperties: map[string]any{"k": "v"}}

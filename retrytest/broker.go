@@ -20,7 +20,7 @@ import (
 const maxReceive = 5000
 
 // Broker is one Service Bus entity in memory: a queue, or a topic with subscriptions. The zero value
-// is not usable; call [New] or [NewBroker]. It is safe for concurrent use.
+// is not usable; call [New]. It is safe for concurrent use.
 //
 // Every message semantic (sequence numbers, locks, delivery counts, scheduling, time-to-live, duplicate
 // detection, size limits, rules, dead-lettering) is the emulator's broker model, package
@@ -29,8 +29,6 @@ const maxReceive = 5000
 type Broker struct {
 	clock retry.Clock
 	opts  BrokerOptions
-	// err is the configuration error of a broker from [NewBroker]; every operation returns it.
-	err error
 
 	// model holds the entities. name is the queue or topic; target is where sends go (the queue or
 	// the topic) and scheduleTarget where a Sender schedules (the target, or the retry queue);
@@ -101,9 +99,10 @@ type DeadLetteredMessage struct {
 	Description string
 }
 
-// New returns a broker on clk (nil means the real clock, which also works inside testing/synctest)
-// configured by opts (nil means defaults). Invalid options are an error wrapping
-// broker.ErrInvalidConfig that names the problem.
+// New returns a broker on clk (nil means [retry.SystemClock], which also works inside
+// testing/synctest) configured by opts (nil means defaults). Invalid options are an error wrapping
+// broker.ErrInvalidConfig that names the problem. A test with fixed options typically wraps New in a
+// helper that fails the test on the error.
 func New(clk retry.Clock, opts *BrokerOptions) (*Broker, error) {
 	b := &Broker{
 		clock:      clk,
@@ -115,7 +114,7 @@ func New(clk retry.Clock, opts *BrokerOptions) (*Broker, error) {
 		b.opts = *opts
 	}
 	if b.clock == nil {
-		b.clock = realClock{}
+		b.clock = retry.SystemClock()
 	}
 	l, err := b.opts.layout()
 	if err == nil {
@@ -143,24 +142,6 @@ func New(clk retry.Clock, opts *BrokerOptions) (*Broker, error) {
 	}
 	return b, nil
 }
-
-// NewBroker is [New] for tests that pass fixed options: it returns no error. A broker made with invalid
-// options reports the error from [Broker.Err] and from every operation (sends, receives, schedules,
-// connects) instead, so a misconfigured test fails on its first call rather than panicking.
-func NewBroker(clk retry.Clock, opts *BrokerOptions) *Broker {
-	b, err := New(clk, opts)
-	if err == nil {
-		return b
-	}
-	// A working default broker underneath keeps every method safe to call.
-	b, _ = New(clk, nil)
-	b.err = err
-	return b
-}
-
-// Err returns the configuration error of a broker made by [NewBroker] with invalid options, nil
-// otherwise.
-func (b *Broker) Err() error { return b.err }
 
 // chainStep names one attempt of a retry chain by the chain's first sequence number, as the retry
 // envelope records it, so the broker can tell an original completed after its retry was scheduled from
@@ -229,13 +210,6 @@ func (b *Broker) isSourceLocked(path string) bool {
 	return slices.ContainsFunc(b.sources, func(q *broker.Queue) bool { return strings.EqualFold(q.Name(), path) })
 }
 
-// realClock reads the time package directly, so that a broker created inside a testing/synctest
-// bubble runs on the bubble's fake time.
-type realClock struct{}
-
-func (realClock) Now() time.Time                         { return time.Now() }
-func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
-
 // Send enqueues msg now, as a producer would, and returns its sequence number. A message with
 // ScheduledEnqueueTime in the future waits until then (and gets a new sequence number then). A
 // duplicate (with duplicate detection on) is dropped and reported as a success with the original's
@@ -243,9 +217,6 @@ func (realClock) After(d time.Duration) <-chan time.Time { return time.After(d) 
 // azservicebus.ErrMessageTooLarge), application properties over the Service Bus limits, or values
 // AMQP cannot encode are errors, and nothing is stored.
 func (b *Broker) Send(msg *azservicebus.Message) (int64, error) {
-	if b.err != nil {
-		return 0, b.err
-	}
 	m, size, err := encode(msg)
 	if err != nil {
 		return 0, err
@@ -281,9 +252,6 @@ func (b *Broker) receive(ctx context.Context, conn *connection, src *broker.Queu
 	// The same bounds as the SDK's ReceiveMessages, so a consumer that asks for too much fails here too.
 	if max < 1 || max > maxReceive {
 		return nil, fmt.Errorf("retrytest: maxMessages must be in [1, %d], got %d", maxReceive, max)
-	}
-	if b.err != nil {
-		return nil, b.err
 	}
 	for {
 		b.mu.Lock()
@@ -421,18 +389,14 @@ func (b *Broker) renew(conn *connection, src *broker.Queue, msg *azservicebus.Re
 }
 
 // schedule stores copies of msgs due at at in target and records each for [Broker.Scheduled], and the
-// retry copies among them for the completion of their originals, here and in also (the broker the
-// originals are received from, when another: see [SubscriptionConnector]; nil otherwise). Like the SDK, it
-// converts and encodes every message before sending any, so a nil or unencodable message stores
-// nothing; like the emulator, it then stores them in order and stops at the first the broker refuses
-// (too large). A duplicate (with duplicate detection on) is recorded with Duplicate set and reported
-// as a success, as Service Bus does, which is what makes the processor's deterministic MessageIDs safe.
-func (b *Broker) schedule(ctx context.Context, conn *connection, target *broker.Queue, also *Broker, msgs []*azservicebus.Message, at time.Time) ([]int64, error) {
+// retry copies among them for the completion of their originals. Like the SDK, it converts and encodes
+// every message before sending any, so a nil or unencodable message stores nothing; like the emulator,
+// it then stores them in order and stops at the first the broker refuses (too large). A duplicate (with
+// duplicate detection on) is recorded with Duplicate set and reported as a success, as Service Bus does,
+// which is what makes the processor's deterministic MessageIDs safe.
+func (b *Broker) schedule(ctx context.Context, conn *connection, target *broker.Queue, msgs []*azservicebus.Message, at time.Time) ([]int64, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
-	}
-	if b.err != nil {
-		return nil, b.err
 	}
 	enc := make([]encodedMessage, len(msgs))
 	for i, msg := range msgs {
@@ -451,14 +415,6 @@ func (b *Broker) schedule(ctx context.Context, conn *connection, target *broker.
 		enc[i] = encodedMessage{m, size}
 	}
 	seqs, err := b.scheduleEncoded(conn, target, msgs, enc, at)
-	if also != nil && also != b && len(seqs) > 0 {
-		// After b.mu is released: one broker's lock is never taken inside another's.
-		also.mu.Lock()
-		for _, m := range msgs[:len(seqs)] {
-			also.recordSuccessorLocked(m.ApplicationProperties)
-		}
-		also.mu.Unlock()
-	}
 	if err != nil {
 		return nil, err // what ScheduleMessages returns on a refusal, though earlier messages were stored
 	}

@@ -23,9 +23,17 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
 func str(s string) *string { return &s }
 
+// newBroker is [retrytest.New] for a test's fixed options: an error fails the test.
+func newBroker(t testing.TB, clk retry.Clock, opts *retrytest.BrokerOptions) *retrytest.Broker {
+	t.Helper()
+	b, err := retrytest.New(clk, opts)
+	require.NoError(t, err)
+	return b
+}
+
 func TestPeekLockLifecycle(t *testing.T) {
 	mock := clock.NewMock()
-	b := retrytest.NewBroker(mock, &retrytest.BrokerOptions{LockDuration: 30 * time.Second, MaxDeliveryCount: 2})
+	b := newBroker(t, mock, &retrytest.BrokerOptions{LockDuration: 30 * time.Second, MaxDeliveryCount: 2})
 	r := b.Receiver()
 	ctx := t.Context()
 	b.Send(&azservicebus.Message{MessageID: str("a"), Body: []byte("1")})
@@ -65,7 +73,7 @@ func TestPeekLockLifecycle(t *testing.T) {
 
 func TestMaxDeliveryCountDeadLetters(t *testing.T) {
 	mock := clock.NewMock()
-	b := retrytest.NewBroker(mock, &retrytest.BrokerOptions{MaxDeliveryCount: 2})
+	b := newBroker(t, mock, &retrytest.BrokerOptions{MaxDeliveryCount: 2})
 	r := b.Receiver()
 	b.Send(&azservicebus.Message{MessageID: str("x")})
 	for range 2 {
@@ -82,7 +90,7 @@ func TestMaxDeliveryCountDeadLetters(t *testing.T) {
 
 func TestScheduledReleasedAsClockAdvances(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		s := b.Sender()
 		start := time.Now()
 		seqs, err := s.ScheduleMessages(t.Context(), []*azservicebus.Message{{MessageID: str("later"), ApplicationProperties: map[string]any{retry.PropAttempt: int64(3)}}}, start.Add(time.Minute), nil)
@@ -101,7 +109,7 @@ func TestScheduledReleasedAsClockAdvances(t *testing.T) {
 }
 
 func TestDuplicateDetection(t *testing.T) {
-	b := retrytest.NewBroker(clock.NewMock(), &retrytest.BrokerOptions{DuplicateDetection: true})
+	b := newBroker(t, clock.NewMock(), &retrytest.BrokerOptions{DuplicateDetection: true})
 	s := b.Sender()
 	for range 2 {
 		_, err := s.ScheduleMessages(t.Context(), []*azservicebus.Message{{MessageID: str("same")}}, time.Time{}, nil)
@@ -114,10 +122,10 @@ func TestDuplicateDetection(t *testing.T) {
 }
 
 func TestFaultSwitches(t *testing.T) {
-	b := retrytest.NewBroker(clock.NewMock(), nil)
+	b := newBroker(t, clock.NewMock(), nil)
 	ctx := t.Context()
 	custom := errors.New("boom")
-	b.FailNextConnects(2, custom)
+	b.Fail(retrytest.OpConnect, 2, custom)
 	connect := b.Connector()
 	for range 2 {
 		_, err := connect(ctx)
@@ -127,7 +135,7 @@ func TestFaultSwitches(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, b.Connects())
 
-	b.FailNextSends(1, nil)
+	b.Fail(retrytest.OpSchedule, 1, nil)
 	_, err = conn.Sender.ScheduleMessages(ctx, []*azservicebus.Message{{}}, time.Time{}, nil)
 	assert.ErrorIs(t, err, retrytest.ErrInjected)
 	_, err = conn.Sender.ScheduleMessages(ctx, []*azservicebus.Message{{}}, time.Time{}, nil)
@@ -135,7 +143,7 @@ func TestFaultSwitches(t *testing.T) {
 
 	msgs, err := conn.Receiver.ReceiveMessages(ctx, 1, nil)
 	require.NoError(t, err)
-	b.FailNextCompletes(1, nil)
+	b.Fail(retrytest.OpComplete, 1, nil)
 	assert.ErrorIs(t, conn.Receiver.CompleteMessage(ctx, msgs[0], nil), retrytest.ErrInjected)
 	assert.NoError(t, conn.Receiver.CompleteMessage(ctx, msgs[0], nil), "a failed settle keeps the lock")
 
@@ -152,7 +160,7 @@ func TestFaultSwitches(t *testing.T) {
 
 func TestReceiveUnblocksOnCancelAndClose(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		b := retrytest.NewBroker(nil, nil)
+		b := newBroker(t, nil, nil)
 		ctx, cancel := context.WithCancel(t.Context())
 		r := b.Receiver()
 		errs := make(chan error, 1)
@@ -169,7 +177,7 @@ func TestReceiveUnblocksOnCancelAndClose(t *testing.T) {
 }
 
 func TestMessagesAreCopies(t *testing.T) {
-	b := retrytest.NewBroker(clock.NewMock(), nil)
+	b := newBroker(t, clock.NewMock(), nil)
 	orig := &azservicebus.Message{MessageID: str("c"), Body: []byte("abc"), ApplicationProperties: map[string]any{"k": []byte{1}}}
 	b.Send(orig)
 	orig.Body[0] = 'X'
@@ -184,7 +192,7 @@ func TestMessagesAreCopies(t *testing.T) {
 // as Retried, not Succeeded. AdvanceToNextScheduled jumps a mock clock to the next copy.
 func TestStatsSeparateSuccessesFromRetriedOriginals(t *testing.T) {
 	mock := clock.NewMock()
-	b := retrytest.NewBroker(mock, nil)
+	b := newBroker(t, mock, nil)
 	fails := 1
 	p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
 		if fails > 0 {
@@ -236,7 +244,7 @@ func (c *jumpingClock) After(d time.Duration) <-chan time.Time {
 // model's reading of it and the broker taking its timer.
 func TestReceiveWakesWhenTheClockJumpsPastTheDeadline(t *testing.T) {
 	clk := &jumpingClock{Mock: clock.NewMock(), jump: 2 * time.Minute}
-	b := retrytest.NewBroker(clk, &retrytest.BrokerOptions{LockDuration: time.Minute})
+	b := newBroker(t, clk, &retrytest.BrokerOptions{LockDuration: time.Minute})
 	id := "m"
 	b.Send(&azservicebus.Message{MessageID: &id, Body: []byte("x")})
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)

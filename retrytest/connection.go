@@ -54,25 +54,29 @@ func (b *Broker) newConnection() *connection {
 }
 
 // Receiver returns a receiver on the broker, for tests that drive a [retry.Processor] themselves. On a
-// topic it receives from the subscription [BrokerOptions.EntityPath] names, else the first.
-func (b *Broker) Receiver() retry.Receiver { return b.receiverOn(b.newConnection()) }
+// topic it receives from the subscription [BrokerOptions.EntityPath] names, else the first. It is
+// wrapped by [BrokerOptions.WrapReceiver], if set.
+func (b *Broker) Receiver() retry.Receiver { return b.handOut(b.newConnection(), b.consumed) }
 
-// receiverOn returns a receiver of the consumed entity on conn.
-func (b *Broker) receiverOn(conn *connection) *receiver {
-	return &receiver{conn: conn, src: b.consumed}
+// handOut returns a receiver of src on conn, as the broker hands it to a test: wrapped by
+// [BrokerOptions.WrapReceiver] when that is set. Every receiver the broker gives out is made here.
+func (b *Broker) handOut(conn *connection, src *broker.Queue) retry.Receiver {
+	r := &receiver{conn: conn, src: src}
+	if b.opts.WrapReceiver == nil {
+		return r
+	}
+	return b.opts.WrapReceiver(r)
 }
 
 // SubscriptionReceiver returns a receiver of the topic subscription named name (ignoring case), on a
-// broker configured with [BrokerOptions.Subscriptions]. Other names, and a queue broker, are an error.
+// broker configured with [BrokerOptions.Subscriptions], wrapped by [BrokerOptions.WrapReceiver] if
+// set. Other names, and a queue broker, are an error.
 func (b *Broker) SubscriptionReceiver(name string) (retry.Receiver, error) {
-	if b.err != nil {
-		return nil, b.err
-	}
 	sub, ok := b.model.Subscription(b.name, name)
 	if !ok {
 		return nil, fmt.Errorf("retrytest: no subscription %q on %q", name, b.name)
 	}
-	return &receiver{conn: b.newConnection(), src: sub}, nil
+	return b.handOut(b.newConnection(), sub), nil
 }
 
 // Sender returns a sender on the broker, the one a [retry.Processor] schedules its copies with: they
@@ -86,7 +90,8 @@ func (b *Broker) senderOn(conn *connection) *sender {
 }
 
 // Connector returns a [retry.Connector] that builds a fresh receiver and sender on every call (failing
-// while [OpConnect] faults are set). Closing the connection closes both. On a topic the receiver reads
+// while [OpConnect] faults are set); [BrokerOptions.WrapReceiver], if set, wraps each receiver it
+// builds. Closing the connection closes both. On a topic the receiver reads
 // the subscription [BrokerOptions.EntityPath] names, else the first, and the sender publishes to the
 // topic. With [BrokerOptions.RetryQueue] it is the connection [retry.SubscriptionConnectionString]
 // makes: it receives from the subscription and from the retry queue (a second [retry.Source]), names
@@ -97,9 +102,6 @@ func (b *Broker) Connector() retry.Connector {
 		if err := ctx.Err(); err != nil {
 			return nil, err
 		}
-		if b.err != nil {
-			return nil, b.err
-		}
 		b.mu.Lock()
 		if err := b.takeFaultLocked(OpConnect); err != nil {
 			b.mu.Unlock()
@@ -109,10 +111,10 @@ func (b *Broker) Connector() retry.Connector {
 		b.notifyLocked()
 		b.mu.Unlock()
 		conn := b.newConnection()
-		c := &retry.Connection{Receiver: b.receiverOn(conn), Sender: b.senderOn(conn), Close: conn.close}
+		c := &retry.Connection{Receiver: b.handOut(conn, b.consumed), Sender: b.senderOn(conn), Close: conn.close}
 		if b.retryQueue != nil {
 			c.EntityPath = b.consumed.Name()
-			c.Sources = []retry.Source{{Receiver: &receiver{conn: conn, src: b.retryQueue}, EntityPath: b.retryQueue.Name()}}
+			c.Sources = []retry.Source{{Receiver: b.handOut(conn, b.retryQueue), EntityPath: b.retryQueue.Name()}}
 		}
 		return c, nil
 	}
@@ -160,16 +162,14 @@ func (r *receiver) RenewMessageLock(ctx context.Context, msg *azservicebus.Recei
 func (r *receiver) Close(ctx context.Context) error { return r.conn.close(ctx) }
 
 // sender implements [retry.Sender] on a connection; what it schedules lands in target, an entity of
-// the connection's broker. also, when set, is the broker the originals of the copies are received
-// from, which must learn of them too (see [SubscriptionConnector]).
+// the connection's broker.
 type sender struct {
 	conn   *connection
 	target *broker.Queue
-	also   *Broker
 }
 
 func (s *sender) ScheduleMessages(ctx context.Context, msgs []*azservicebus.Message, at time.Time, _ *azservicebus.ScheduleMessagesOptions) ([]int64, error) {
-	return s.conn.b.schedule(ctx, s.conn, s.target, s.also, msgs, at)
+	return s.conn.b.schedule(ctx, s.conn, s.target, msgs, at)
 }
 
 func (s *sender) Close(ctx context.Context) error { return s.conn.close(ctx) }

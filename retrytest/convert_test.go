@@ -15,7 +15,7 @@ import (
 // A receiver sees every field the SDK carries, translated as the SDK translates it.
 func TestReceivedMessageCarriesTheSDKFields(t *testing.T) {
 	mock := clock.NewMock()
-	b := retrytest.NewBroker(mock, nil)
+	b := newBroker(t, mock, nil)
 	ttl := time.Hour
 	sent := &azservicebus.Message{
 		MessageID: str("id"), Body: []byte("body"), ContentType: str("application/json"), CorrelationID: str("corr"),
@@ -61,7 +61,7 @@ func TestReceivedMessageCarriesTheSDKFields(t *testing.T) {
 
 // Bad input is an error, never a panic, and stores nothing.
 func TestBadInputIsAnError(t *testing.T) {
-	b := retrytest.NewBroker(clock.NewMock(), nil)
+	b := newBroker(t, clock.NewMock(), nil)
 	ctx := t.Context()
 	_, err := b.Send(nil)
 	assert.Error(t, err)

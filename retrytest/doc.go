@@ -13,10 +13,11 @@
 // 64 KiB in all) are refused; a message whose last delivery's lock expires at MaxDeliveryCount is
 // dead-lettered with MaxDeliveryCountExceeded; every message gets a MessageID if it has none. With
 // [BrokerOptions.Subscriptions] the entity is a topic whose subscriptions select copies by their rules
-// (TrueFilter, CorrelationFilter, SQL filters and actions). Fault switches make the next N connects,
-// receives, sends, completes, dead-letters or renewals fail, on whichever of the broker's entities the
-// call is made. Inspection helpers report what was scheduled (when, for which attempt, with which
-// MessageID), completed and dead-lettered.
+// (TrueFilter, CorrelationFilter, SQL filters and actions). Fault switches ([Broker.Fail]) make the next
+// N connects, receives, sends, completes, dead-letters or renewals fail, on whichever of the broker's
+// entities the call is made; for anything else, [BrokerOptions.WrapReceiver] puts the test's own code
+// around every receiver the broker hands out. Inspection helpers report what was scheduled (when, for
+// which attempt, with which MessageID), completed and dead-lettered.
 //
 // # A subscription with its retry queue
 //

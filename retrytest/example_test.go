@@ -19,7 +19,10 @@ import (
 // mock clock: the test takes no real time.
 func Example() {
 	mock := clock.NewMock()
-	broker := retrytest.NewBroker(mock, nil)
+	broker, err := retrytest.New(mock, nil)
+	if err != nil {
+		panic(err)
+	}
 	receiver := broker.Receiver()
 
 	flaky := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
@@ -191,4 +194,54 @@ func ExampleBrokerOptions_retryQueue() {
 	// succeeded 1, retried 4, scheduled 4, dead-lettered 2, waiting in audit 3
 	// dead letter order-3 in orders/Subscriptions/billing: RetryPermanentFailure
 	// dead letter order-2 in orders-billing-retry: RetryMaxAttemptsExceeded
+}
+
+// settlePrinter prints each complete and dead-letter on its way to the broker.
+type settlePrinter struct{ retry.Receiver }
+
+func (r settlePrinter) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error {
+	fmt.Printf("complete %s\n", m.Body)
+	return r.Receiver.CompleteMessage(ctx, m, o)
+}
+
+func (r settlePrinter) DeadLetterMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.DeadLetterOptions) error {
+	fmt.Printf("dead-letter %s: %s\n", m.Body, *o.Reason)
+	return r.Receiver.DeadLetterMessage(ctx, m, o)
+}
+
+// WrapReceiver puts a test's own code between the code under test and the broker, on every receiver
+// the broker hands out (a Consumer's through Connector too): here it prints the settlements a
+// processor makes; a test can as well make one hang or fail in a way [Broker.Fail] does not.
+func ExampleBrokerOptions_wrapReceiver() {
+	mock := clock.NewMock()
+	broker, err := retrytest.New(mock, &retrytest.BrokerOptions{
+		WrapReceiver: func(r retry.Receiver) retry.Receiver { return settlePrinter{r} },
+	})
+	if err != nil {
+		panic(err)
+	}
+	proc, err := retry.NewProcessor(broker.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
+		return errors.New("payment service unavailable")
+	}, &retry.Options{MaxAttempts: 2, EntityPath: "queue", Clock: mock, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		panic(err)
+	}
+	receiver := broker.Receiver()
+	if _, err := broker.Send(&azservicebus.Message{Body: []byte("order-1")}); err != nil {
+		panic(err)
+	}
+	for range 2 {
+		msgs, err := receiver.ReceiveMessages(context.Background(), 1, nil)
+		if err != nil {
+			panic(err)
+		}
+		res := proc.Process(context.Background(), receiver, msgs[0])
+		fmt.Printf("attempt %d: %s\n", res.Attempt, res.Outcome)
+		mock.Add(res.Delay)
+	}
+	// Output:
+	// complete order-1
+	// attempt 1: retry-scheduled
+	// dead-letter order-1: RetryMaxAttemptsExceeded
+	// attempt 2: dead-lettered
 }

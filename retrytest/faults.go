@@ -71,15 +71,6 @@ func (b *Broker) Fail(op Op, n int, err error) {
 	b.faults[op] = &fault{remaining: n, err: err}
 }
 
-// FailNextConnects makes the next n Connector calls fail with err.
-func (b *Broker) FailNextConnects(n int, err error) { b.Fail(OpConnect, n, err) }
-
-// FailNextSends makes the next n ScheduleMessages calls fail with err.
-func (b *Broker) FailNextSends(n int, err error) { b.Fail(OpSchedule, n, err) }
-
-// FailNextCompletes makes the next n CompleteMessage calls fail with err.
-func (b *Broker) FailNextCompletes(n int, err error) { b.Fail(OpComplete, n, err) }
-
 // takeFaultLocked consumes one pending fault of op, if any.
 func (b *Broker) takeFaultLocked(op Op) error {
 	f, ok := b.faults[op]

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/entitypath"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
@@ -103,6 +105,17 @@ type BrokerOptions struct {
 	// (the default) leaves them locked until their locks expire, as the emulator's
 	// KeepLocksOnDisconnect does.
 	ReleaseLocksOnClose bool
+
+	// WrapReceiver, when set, wraps every receiver the broker hands out: those of [Broker.Receiver],
+	// [Broker.SubscriptionReceiver] and [Broker.RetryQueueReceiver], and each one [Broker.Connector]
+	// builds, the retry queue's [retry.Source] included. It lets a test intercept the calls a consumer
+	// makes (a settle that hangs, a receive that records what it asked for) without writing a Connector
+	// of its own: it is called once per receiver with the broker's own, and what it returns is handed
+	// out instead, typically a struct that embeds the [retry.Receiver] it is given and overrides the
+	// methods to intercept. It must return a non-nil receiver. It runs on the goroutine that asks for
+	// the receiver (for the Connector's, the consumer's), so state it shares with the test must be
+	// synchronised. Nil means the broker's receivers as they are.
+	WrapReceiver func(retry.Receiver) retry.Receiver
 }
 
 // entityPath is EntityPath with its default.
@@ -134,16 +147,6 @@ type layout struct {
 	name, consumed, retryQueue string
 }
 
-// splitSubscriptionPath splits "topic/Subscriptions/name" (the segment in any case, as Service Bus
-// reads it) into its topic and subscription; ok is false for any other path.
-func splitSubscriptionPath(path string) (topic, sub string, ok bool) {
-	i := strings.Index(strings.ToLower(path), strings.ToLower(broker.SubscriptionsSegment))
-	if i < 0 {
-		return "", "", false
-	}
-	return path[:i], path[i+len(broker.SubscriptionsSegment):], true
-}
-
 // layout translates o into the configuration of the broker model: one queue, or one topic with its
 // subscriptions and possibly a retry queue. The model validates names and settings; layout refuses
 // what only retrytest cannot do.
@@ -152,7 +155,7 @@ func (o BrokerOptions) layout() (layout, error) {
 		return layout{}, fmt.Errorf("%w: %s", broker.ErrInvalidConfig, fmt.Sprintf(format, args...))
 	}
 	l := layout{name: o.entityPath(), retryQueue: o.RetryQueue}
-	topic, consumed, isSub := splitSubscriptionPath(l.name)
+	topic, consumed, isSub := entitypath.Split(l.name)
 	if !isSub && len(o.Subscriptions) == 0 {
 		if o.RetryQueue != "" {
 			return invalid("RetryQueue %q needs a topic subscription (EntityPath \"topic/Subscriptions/name\" or Subscriptions): a queue's retries go back to the queue itself", o.RetryQueue)

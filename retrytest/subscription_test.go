@@ -91,45 +91,12 @@ func TestEntityPathNamesASubscription(t *testing.T) {
 	assert.Equal(t, "eu", string(msgs[0].Body))
 }
 
-// A processor that fails an attempt on a subscription (the topic broker of the two-broker form) and
-// schedules its copy to a separate retry-queue broker: the subscription's original is completed after
-// the copy was scheduled, a failed attempt, and counted as a success before.
-func TestSubscriptionConnectorCountsAFailedAttemptAsRetried(t *testing.T) {
-	mock := clock.NewMock()
-	sub := retrytest.NewBroker(mock, &retrytest.BrokerOptions{EntityPath: "orders", Subscriptions: []broker.SubscriptionConfig{{Name: "billing"}}})
-	retryQueue := retrytest.NewBroker(mock, &retrytest.BrokerOptions{EntityPath: billingRQ})
-	conn, err := retrytest.SubscriptionConnector(sub, retryQueue, billingPath, billingRQ)(within(t))
-	require.NoError(t, err)
-	t.Cleanup(func() { assert.NoError(t, conn.Close(context.Background())) })
-	p, err := retry.NewProcessor(conn.Sender, failFirstAttempts(1), &retry.Options{Clock: mock, EntityPath: billingPath, Logger: slog.New(slog.DiscardHandler)})
-	require.NoError(t, err)
-	sendBodies(t, sub, "order-1")
-
-	msgs, err := conn.Receiver.ReceiveMessages(within(t), 1, nil)
-	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeRetryScheduled, p.Process(within(t), conn.Receiver, msgs[0]).Outcome)
-	st := sub.Stats()
-	assert.Equal(t, 0, st.Succeeded, "a failed attempt is not a success")
-	assert.Equal(t, 1, st.Retried)
-
-	_, ok := retryQueue.AdvanceToNextScheduled(mock)
-	require.True(t, ok)
-	msgs, err = conn.Sources[0].Receiver.ReceiveMessages(within(t), 1, nil)
-	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeCompleted, p.Process(within(t), conn.Sources[0].Receiver, msgs[0]).Outcome)
-	st = retryQueue.Stats()
-	assert.Equal(t, 1, st.Succeeded)
-	assert.Equal(t, 1, st.Scheduled)
-	assert.Equal(t, 0, sub.Stats().Succeeded)
-}
-
 // Sequence numbers are counted per subscription: billing's first message and audit's share number 1.
 // A retry scheduled for billing's must not make audit's completion a failed attempt (it did: Retried
 // 2, Succeeded 0).
 func TestStatsTellSubscriptionsApart(t *testing.T) {
 	mock := clock.NewMock()
-	b := retrytest.NewBroker(mock, &retrytest.BrokerOptions{EntityPath: "orders", Subscriptions: []broker.SubscriptionConfig{{Name: "billing"}, {Name: "audit"}}})
-	require.NoError(t, b.Err())
+	b := newBroker(t, mock, &retrytest.BrokerOptions{EntityPath: "orders", Subscriptions: []broker.SubscriptionConfig{{Name: "billing"}, {Name: "audit"}}})
 	p, err := retry.NewProcessor(b.Sender(), failFirstAttempts(1), &retry.Options{Clock: mock, EntityPath: billingPath, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	sendBodies(t, b, "order-1")
@@ -313,7 +280,7 @@ func TestRetryQueueFollowsTheSubscriptionsSettings(t *testing.T) {
 
 	// The complete after the schedule fails: the redelivery (another process, say) republishes the
 	// same copy, which duplicate detection drops.
-	b.FailNextCompletes(1, nil)
+	b.Fail(retrytest.OpComplete, 1, nil)
 	msgs, err := billing.ReceiveMessages(within(t), 1, nil)
 	require.NoError(t, err)
 	require.True(t, p.Process(within(t), billing, msgs[0]).PossibleDuplicate)
@@ -344,7 +311,7 @@ func TestRetryQueueFollowsTheSubscriptionsSettings(t *testing.T) {
 
 // A broker without a retry queue has no retry queue receiver, and says which option gives it one.
 func TestRetryQueueReceiverNeedsARetryQueue(t *testing.T) {
-	_, err := retrytest.NewBroker(clock.NewMock(), &retrytest.BrokerOptions{EntityPath: billingPath}).RetryQueueReceiver()
+	_, err := newBroker(t, clock.NewMock(), &retrytest.BrokerOptions{EntityPath: billingPath}).RetryQueueReceiver()
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "BrokerOptions.RetryQueue")
 }

@@ -69,7 +69,7 @@ func TestTopicSubscriptionsAndInspection(t *testing.T) {
 
 	_, err = b.SubscriptionReceiver("missing")
 	assert.Error(t, err)
-	_, err = retrytest.NewBroker(mock, nil).SubscriptionReceiver("all")
+	_, err = newBroker(t, mock, nil).SubscriptionReceiver("all")
 	assert.Error(t, err, "a queue has no subscriptions")
 }
 

@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/entitypath"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -281,7 +282,7 @@ func (c *common) parseEntity() (inspect.Entity, error) {
 	case c.queue != "":
 		return inspect.ParseEntity(c.queue)
 	case c.topic != "" && c.subscription != "":
-		return inspect.ParseEntity(c.topic + "/Subscriptions/" + c.subscription)
+		return inspect.ParseEntity(entitypath.Subscription(c.topic, c.subscription))
 	case c.topic != "" || c.subscription != "":
 		return inspect.Entity{}, usagef("--topic and --subscription go together")
 	}

@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
+
+	"github.com/sbretry/retry/internal/entitypath"
 )
 
 // Getter is the part of *admin.Client that [Check] calls.
@@ -138,9 +139,12 @@ func Check(ctx context.Context, client Getter, entity string, opts *Options) ([]
 
 // read fetches a queue's or a subscription's settings.
 func read(ctx context.Context, client Getter, path string) (settings, error) {
-	parts := strings.Split(path, "/")
-	if len(parts) == 3 && strings.EqualFold(parts[1], "Subscriptions") {
-		resp, err := client.GetSubscription(ctx, parts[0], parts[2], nil)
+	e, err := entitypath.Parse(path)
+	if err != nil {
+		return settings{}, fmt.Errorf("entitycheck: %w", err)
+	}
+	if e.IsSubscription() {
+		resp, err := client.GetSubscription(ctx, e.Topic, e.Subscription, nil)
 		switch {
 		case err != nil:
 			return settings{}, fmt.Errorf("entitycheck: reading %s: %w", path, err)
@@ -155,9 +159,6 @@ func read(ctx context.Context, client Getter, path string) (settings, error) {
 			s.maxDelivery, s.maxDeliveryKnown = *resp.MaxDeliveryCount, true
 		}
 		return s, nil
-	}
-	if len(parts) != 1 || path == "" {
-		return settings{}, fmt.Errorf("entitycheck: %q is neither a queue nor \"<topic>/Subscriptions/<subscription>\"", path)
 	}
 	resp, err := client.GetQueue(ctx, path, nil)
 	switch {

@@ -2,21 +2,20 @@ package broker
 
 import (
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/Azure/go-amqp"
+
+	"github.com/sbretry/retry/internal/entitypath"
 )
 
 // SubscriptionsSegment joins a topic and a subscription name in an entity
 // path, as the SDK's NewReceiverForSubscription addresses it:
 // "<topic>/Subscriptions/<subscription>".
-const SubscriptionsSegment = "/Subscriptions/"
+const SubscriptionsSegment = "/" + entitypath.SubscriptionsSegment + "/"
 
 // SubscriptionPath is the entity path of subscription sub of topic.
-func SubscriptionPath(topic, sub string) string {
-	return topic + SubscriptionsSegment + sub
-}
+func SubscriptionPath(topic, sub string) string { return entitypath.Subscription(topic, sub) }
 
 // entityKind tells queues, topics and subscriptions apart; all three are a
 // [Queue] underneath, because they share storage, sequence numbers,
@@ -202,5 +201,6 @@ func (q *Queue) Subscriptions() []string {
 // isSubscriptionPath reports whether a configured path names a
 // subscription, for error messages.
 func isSubscriptionPath(path string) bool {
-	return strings.Contains(strings.ToLower(path), strings.ToLower(SubscriptionsSegment))
+	_, _, ok := entitypath.Split(path)
+	return ok
 }
