@@ -3,7 +3,7 @@ GO ?= go
 PKGS := ./...
 FUZZTIME ?= 10s
 
-.PHONY: test vet fmt-check sdk-live fuzz bench bench-pairs bench-paired bench-all quickstart soak soak-short
+.PHONY: test vet fmt-check sdk-live fuzz bench bench-paired bench-all quickstart soak soak-short
 
 test: vet fmt-check
 	$(GO) test -race -shuffle=on -count=1 $(PKGS)
@@ -43,31 +43,17 @@ bench:
 	$(BENCHSTAT) -col '/impl@(loop loop-slots loop-same-copy retry retry-no-renewal)' bench.txt
 	$(BENCHSTAT) -filter '.name:RetryLateness' retry=bench.txt
 
-# The end-to-end ratios of BENCHMARKS.md on a noisy machine: each round runs the loop and the library once
-# each, one after the other, ROUNDS times, so that a slow minute hits both; benchstat then compares the
-# medians. PAIRS_BENCHTIME messages per run (20,000 keeps the consumer's start-up, about 4 ms, under 1 %).
-ROUNDS ?= 10
-PAIRS_BENCHTIME ?= 20000x
-PAIRS := BenchmarkConsume BenchmarkConsumeWithFailures BenchmarkConsumeIOBound
-bench-pairs:
-	$(GO) test -c -o bench-e2e.test ./e2e/
-	@rm -f bench-pairs.txt; set -e; for i in $$(seq $(ROUNDS)); do for b in $(PAIRS); do for impl in loop loop-slots loop-same-copy retry; do \
-	  (cd e2e && ../bench-e2e.test -test.run='^$$' -test.bench="^$$b\$$/impl=$$impl\$$" -test.benchtime=$(PAIRS_BENCHTIME)) | { grep '^Benchmark' || true; } >> bench-pairs.txt; \
-	done; done; echo "round $$i of $(ROUNDS)"; done
-	$(BENCHSTAT) -col '/impl@(loop loop-slots loop-same-copy retry)' bench-pairs.txt
-
-# The same ratios with far less noise (BenchmarkPaired in e2e/bench_paired_test.go): one process keeps
-# every implementation running on its own emulator and runs ROUNDS rounds of one burst of 5,000 messages
-# each, adjacent and in rotating order, then reports the medians of the per-round ratios with their
-# quartiles and 95 % intervals. One run's median moves between runs by more than its own interval says,
-# so the benchmark runs RUNS times (each a process of its own, logging every round into
-# bench-paired-N.txt) and e2e/poolpaired.py takes the median of all their rounds together, with its 95 %
-# interval: the figures of BENCHMARKS.md. CASES picks the cases (a regexp: success|failures|iobound).
-# About a minute per run and case on two cores. ROUNDS is 40 here unless set on the command line or
-# in the environment (bench-pairs' 10 are too few for an interval of the median).
+# The end-to-end ratios of BENCHMARKS.md, made to hold on a noisy machine (BenchmarkPaired in
+# e2e/bench_paired_test.go): one process keeps every implementation running on its own emulator and runs
+# ROUNDS rounds of one burst of 5,000 messages each, adjacent and in rotating order, then reports the
+# medians of the per-round ratios with their quartiles and 95 % intervals. One run's median moves between
+# runs by more than its own interval says, so the benchmark runs RUNS times (each a process of its own,
+# logging every round into bench-paired-N.txt) and e2e/poolpaired.py takes the median of all their rounds
+# together, with its 95 % interval: the figures of BENCHMARKS.md. CASES picks the cases (a regexp:
+# success|failures|iobound). About a minute per run and case on two cores.
 RUNS ?= 3
+ROUNDS ?= 40
 CASES ?= success|failures|iobound
-bench-paired: ROUNDS := $(if $(filter file,$(origin ROUNDS)),40,$(ROUNDS))
 bench-paired:
 	$(GO) test -c -o bench-e2e.test ./e2e/
 	@rm -f bench-paired-*.txt; set -e; for i in $$(seq $(RUNS)); do \

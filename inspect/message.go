@@ -66,8 +66,8 @@ type DeadLetter struct {
 	SequenceNumber int64
 	// MessageID is the dead letter's MessageID.
 	MessageID string
-	// Key is the idempotency key the consumer recorded on it, empty for a message the retry library
-	// did not dead-letter (or dead-lettered at its first attempt before v0.9, which did not record it).
+	// Key is the idempotency key the consumer recorded on it (sbretry-key), empty when the dead letter
+	// carries none, as for a message the retry library did not dead-letter.
 	Key string
 	// CorrelationID is the chain's correlation id as the consumer recorded it, else the message's own
 	// CorrelationID.

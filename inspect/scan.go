@@ -85,8 +85,8 @@ func (in *Inspector) scan(ctx context.Context, s source, visit func(decoded)) (S
 }
 
 // foreign reports a message of a separate retry queue (or its dead-letter queue) whose chain started on
-// another entity than the inspected one. Messages without a source (a resubmission, a copy written
-// before the source was recorded) are the entity's.
+// another entity than the inspected one. Messages without a source (a resubmission, a retry copy
+// without sbretry-source) are the entity's.
 func (in *Inspector) foreign(s source, d decoded) bool {
 	if s != sourceRetryQueue && s != sourceRetryDeadLetter {
 		return false

@@ -53,7 +53,7 @@ var FastRetries = azservicebus.RetryOptions{MaxRetries: 2, RetryDelay: 20 * time
 // dropped connection makes several calls recover links at once, each negotiates a claim and starts a
 // token-renewal goroutine, but only the last one's cancel function is kept, so the others run on after
 // the client is closed (internal/amqpLinks.go initWithoutLocking). It is the SDK's leak, not ours; see
-// the note in README.md.
+// the note in TROUBLESHOOTING.md.
 func IgnoreSDKLeak() goleak.Option {
 	return goleak.IgnoreTopFunction("github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/internal.(*Namespace).startNegotiateClaimRenewer.func3")
 }

@@ -64,9 +64,9 @@
 //
 // # Deliberate simplifications
 //
-// There are no sessions, deferral or transactions. Entities can be added
-// ([Broker.AddQueue], [Broker.AddTopic], [Broker.AddSubscription]), their
-// settings and rules changed where that moves no message (manage.go), and
-// removed when nothing depends on them ([Broker.RemoveQueue]); see the
-// README of the emulator for the list of supported operations.
+// There are no transactions. Entities can be added ([Broker.AddQueue],
+// [Broker.AddTopic], [Broker.AddSubscription]), their settings and rules
+// changed where that moves no message (manage.go), and removed when nothing
+// depends on them ([Broker.RemoveQueue]); see sbemu/README.md for the list
+// of supported operations.
 package broker

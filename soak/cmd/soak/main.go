@@ -287,7 +287,7 @@ func run(s settings) int {
 	})
 	violations = append(violations, rep.Violations...)
 
-	// Goroutines back to the baseline, except the SDK's known claim-renewer leak (see README.md).
+	// Goroutines back to the baseline, except the SDK's known claim-renewer leak (see TROUBLESHOOTING.md).
 	if err := goleak.Find(baseline,
 		goleak.IgnoreTopFunction("github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/internal.(*Namespace).startNegotiateClaimRenewer.func3"),
 	); err != nil {
