@@ -42,12 +42,15 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 	clk := cfg.clock
 	flaps := 0              // link errors swallowed by the SDK on this source since it last worked
 	quietSince := clk.Now() // the last message or successful probe: the idle window counts from it
+	gather := time.NewTimer(gatherWindow) // bounds a wait for prefetch places (see slots.fill)
+	gather.Stop()
+	defer gather.Stop()
 	for {
 		h, pf, err := r.takeOne(ctx, live, &quietSince)
 		if h+pf == 0 {
 			return err // nil when ctx ended
 		}
-		h, pf = r.slots.fill(ctx, h, pf, cfg.batchSize)
+		h, pf = r.slots.fill(ctx, gather, h, pf, cfg.batchSize)
 		n := h + pf
 		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
 		msgs, idle, yielded, err := r.receive(ctx, src.Receiver, n, live.shared, idleLeft, h > 0)

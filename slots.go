@@ -77,8 +77,9 @@ func takeFree(sem chan struct{}, n int) int {
 // fill takes, for a receive that already holds h handler slots and pf prefetch places, every other
 // slot and place free now, up to batch in all: handler slots first. While messages received ahead keep
 // the handlers busy and fewer than half a batch is held, it waits up to gatherWindow for more places,
-// since a receive costs the SDK and the broker about as much for one message as for a batch.
-func (s *slots) fill(ctx context.Context, h, pf, batch int) (int, int) {
+// since a receive costs the SDK and the broker about as much for one message as for a batch. gather is
+// the receive loop's timer for that wait, stopped between waits.
+func (s *slots) fill(ctx context.Context, gather *time.Timer, h, pf, batch int) (int, int) {
 	if sem := s.freeHandler(); sem != nil {
 		h += takeFree(sem, batch-h-pf)
 	}
@@ -89,7 +90,7 @@ func (s *slots) fill(ctx context.Context, h, pf, batch int) (int, int) {
 	if h+pf >= batch/2 || s.ahead.Load() == 0 {
 		return h, pf
 	}
-	gather := time.NewTimer(gatherWindow)
+	gather.Reset(gatherWindow)
 	defer gather.Stop()
 	for h+pf < batch/2 && s.ahead.Load() > 0 {
 		select {

@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -88,7 +89,9 @@ func TestFillLeavesHandlerSlotsToMessagesAhead(t *testing.T) {
 	s := testSlots(4, 4)
 	s.prefetch <- struct{}{} // the place the receive loop took first
 	s.ahead.Add(1)
-	h, pf := s.fill(context.Background(), 0, 1, 8)
+	gather := time.NewTimer(gatherWindow)
+	gather.Stop()
+	h, pf := s.fill(context.Background(), gather, 0, 1, 8)
 	assert.Zero(t, h, "a message received ahead waits for a handler slot: the receive must not take it")
 	assert.Equal(t, 4, pf, "every free prefetch place is taken")
 	s.ahead.Add(-1)
