@@ -40,8 +40,8 @@ const shareWindow = 50 * time.Millisecond
 func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source) error {
 	cfg := r.c.cfg
 	clk := cfg.clock
-	flaps := 0              // link errors swallowed by the SDK on this source since it last worked
-	quietSince := clk.Now() // the last message or successful probe: the idle window counts from it
+	flaps := 0                            // link errors swallowed by the SDK on this source since it last worked
+	quietSince := clk.Now()               // the last message or successful probe: the idle window counts from it
 	gather := time.NewTimer(gatherWindow) // bounds a wait for prefetch places (see slots.fill)
 	gather.Stop()
 	defer gather.Stop()
