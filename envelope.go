@@ -25,7 +25,7 @@ const (
 	// PropOriginalMessageID is the MessageID of the first delivery.
 	PropOriginalMessageID = "sbretry-original-message-id"
 	// PropKey is the idempotency key: a name for the message that handlers can use to make their effects
-	// idempotent. Since v0.2 it no longer decides the retry MessageID (see [Envelope.RetryMessageID]).
+	// idempotent. It does not decide the retry MessageID (see [Envelope.RetryMessageID]).
 	PropKey = "sbretry-key"
 	// PropFirstEnqueuedTime is when the original message was first enqueued (an AMQP timestamp).
 	PropFirstEnqueuedTime = "sbretry-first-enqueued-time"
@@ -81,10 +81,10 @@ type Envelope struct {
 	// LastError is the error text of the previous attempt, empty on a first delivery.
 	LastError string
 	// Source is the entity path on which the chain started. [DecodeEnvelope] leaves it empty on a first
-	// delivery (and on a copy written before v0.2); the processor fills it with its own entity.
+	// delivery (and on a copy that does not carry it); the processor fills it with its own entity.
 	Source string
 	// FirstSequenceNumber is the sequence number of the delivery that started the chain, -1 if unknown.
-	// For a copy written before v0.2, which does not carry it, the chain is re-based on that copy's own
+	// For a copy that does not carry it (one written by an older version), the chain is re-based on that copy's own
 	// delivery: its sequence number is as stable across redeliveries as the first one's.
 	FirstSequenceNumber int64
 	// ExpiresAt is the absolute expiry of the message as its producer set it (zero means never).
@@ -186,7 +186,7 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		env.FirstSequenceNumber = n
 	}
 	// The expiry travels in the envelope once a chain has started; a first delivery (or a copy written
-	// before v0.2) has only its own TimeToLive.
+	// by an older version) has only its own TimeToLive.
 	env.ExpiresAt = deliveryExpiry(msg)
 	if v, ok := props[PropExpiresAt]; ok {
 		t, isTime := v.(time.Time)
@@ -409,7 +409,7 @@ func truncate(s string, limit int) string {
 
 // seed fills what a first delivery's envelope lacks: the key, the correlation id (the message's
 // CorrelationID, else the key) and the chain's identity (this processor's entity and the delivery's
-// sequence number). A copy written before v0.2 has no chain identity either; its chain is re-based on
+// sequence number). A copy written by an older version has no chain identity either; its chain is re-based on
 // its own delivery, whose sequence number is as stable across redeliveries.
 func seed(msg *azservicebus.ReceivedMessage, env Envelope, entity string, key func(*azservicebus.ReceivedMessage) string) Envelope {
 	if env.Key == "" {

@@ -85,7 +85,7 @@ type Options struct {
 	// due later is dead-lettered instead. Zero means no budget (MaxAttempts alone decides).
 	RetryBudget time.Duration
 	// MaxConcurrency is the most handlers running at once. Zero means [DefaultMaxConcurrency] (1). A
-	// message whose handler returned no longer counts while it is settled, so a settle stuck on a dead
+	// message whose handler has returned does not count while it is settled, so a settle stuck on a dead
 	// lock does not stop new messages; up to MaxConcurrency handlers, Prefetch messages received ahead
 	// and MaxConcurrency+64 settles can be between receive and the end of their settle.
 	MaxConcurrency int
@@ -130,10 +130,10 @@ type Options struct {
 	EntityPath string
 	// IdempotencyKey returns a name for the message that handlers can use to make their effects
 	// idempotent; it is carried in the envelope ([Envelope.Key]). Nil means the original MessageID (for a
-	// message made by [ResubmitMessage], the MessageID it was resubmitted from). It no
-	// longer decides the retry MessageID. The key is computed on the first delivery and carried after.
+	// message made by [ResubmitMessage], the MessageID it was resubmitted from). It does
+	// not decide the retry MessageID. The key is computed on the first delivery and carried after.
 	IdempotencyKey func(*azservicebus.ReceivedMessage) string
-	// IgnoreExpiry makes every retry copy carry the original TimeToLive again, as versions before v0.2 did:
+	// IgnoreExpiry makes every retry copy carry the original TimeToLive:
 	// each attempt then extends the producer's deadline. By default a copy gets only what is left of the
 	// first delivery's lifetime, and a retry due after the expiry is dead-lettered with reason
 	// DeadLetterReasons.Expired. A message without a TimeToLive never expires either way.
