@@ -186,23 +186,6 @@ func FuzzEnvelope(f *testing.F) {
 	})
 }
 
-type recordingSettler struct{ completed, deadLettered, renewed int }
-
-func (r *recordingSettler) CompleteMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.CompleteMessageOptions) error {
-	r.completed++
-	return nil
-}
-
-func (r *recordingSettler) DeadLetterMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.DeadLetterOptions) error {
-	r.deadLettered++
-	return nil
-}
-
-func (r *recordingSettler) RenewMessageLock(context.Context, *azservicebus.ReceivedMessage, *azservicebus.RenewMessageLockOptions) error {
-	r.renewed++
-	return nil
-}
-
 type recordingSender struct{ msgs []*azservicebus.Message }
 
 func (s *recordingSender) ScheduleMessages(_ context.Context, msgs []*azservicebus.Message, _ time.Time, _ *azservicebus.ScheduleMessagesOptions) ([]int64, error) {

@@ -2,9 +2,6 @@ package retry_test
 
 import (
 	"context"
-	"encoding/json"
-	"net/http"
-	"net/http/httptest"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -80,110 +77,33 @@ func TestHookDurations(t *testing.T) {
 	})
 }
 
-func TestChainOrder(t *testing.T) {
-	var order []string
-	mw := func(name string) retry.Middleware {
-		return func(next retry.Handler) retry.Handler {
-			return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-				order = append(order, name)
-				return next(ctx, m)
+// An OnStart hook's context (a span, say) is the one the consumer's handler derives from: its values
+// reach the handler, and the shutdown still cancels it.
+func TestOnStartContextReachesTheConsumersHandler(t *testing.T) {
+	type hookKey struct{}
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, nil)
+		sendN(b, 3)
+		var seen []any
+		last := make(chan struct{})
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			seen = append(seen, ctx.Value(hookKey{}))
+			if m.MessageID != "m-2" {
+				return nil
 			}
-		}
-	}
-	h := retry.Chain(func(context.Context, *azservicebus.ReceivedMessage) error {
-		order = append(order, "handler")
-		return nil
-	}, mw("a"), nil, mw("b"))
-	require.NoError(t, h(t.Context(), &azservicebus.ReceivedMessage{}))
-	assert.Equal(t, []string{"a", "b", "handler"}, order)
-}
-
-func TestHealthHandler(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, nil, nil)
-		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{Logger: discardLogger()})
-		require.NoError(t, err)
-		get := func(ready bool) (int, map[string]any) {
-			rec := httptest.NewRecorder()
-			healthHandlerFor(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-			var body map[string]any
-			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
-			assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
-			return rec.Code, body
-		}
-		code, body := get(true)
-		assert.Equal(t, http.StatusServiceUnavailable, code, "not ready before Run")
-		assert.Equal(t, "idle", body["state"])
-		stop := runConsumer(t, c)
-		synctest.Wait()
-		code, body = get(true)
-		assert.Equal(t, http.StatusOK, code)
-		assert.Equal(t, "running", body["state"])
-		sendN(b, 1)
-		synctest.Wait()
-		_, body = get(false)
-		assert.Equal(t, float64(1), body["completed"])
-		require.NoError(t, stop())
-		code, _ = get(false)
-		assert.Equal(t, http.StatusServiceUnavailable, code, "a stopped consumer is not live")
-	})
-}
-
-// From the moment Run's context ends the consumer is draining: not ready (readiness 503) while its
-// handlers finish, still live (liveness 200) until Run returns, then stopped.
-func TestHealthWhileDraining(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		b := newBroker(t, nil, nil)
-		started, release := make(chan struct{}), make(chan struct{})
-		var states []retry.State
-		c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
-			close(started)
-			<-release // finishes within the grace period
-			return nil
-		}, &retry.Options{ShutdownGrace: time.Minute, Logger: discardLogger(), Hooks: retry.Hooks{
-			OnStateChange: func(p retry.StateChangeParams) { states = append(states, p.To) },
+			close(last)
+			<-ctx.Done()
+			return ctx.Err()
+		}, &retry.Options{MaxConcurrency: 1, Logger: discardLogger(), Hooks: retry.Hooks{
+			OnStart: func(p retry.StartParams) context.Context {
+				return context.WithValue(p.Context, hookKey{}, "span-"+p.Message.MessageID)
+			},
 		}})
 		require.NoError(t, err)
-		probe := func(ready bool) (int, string) {
-			rec := httptest.NewRecorder()
-			healthHandlerFor(c, ready).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/healthz", nil))
-			var body struct{ State string }
-			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
-			return rec.Code, body.State
-		}
-		ctx, cancel := context.WithCancel(t.Context())
-		done := make(chan error, 1)
-		go func() { done <- c.Run(ctx) }()
-		sendN(b, 1)
-		<-started
-		require.True(t, c.Health().Ready())
-
-		cancel()
-		synctest.Wait() // Run's context has ended; the handler still runs
-		h := c.Health()
-		assert.Equal(t, retry.StateDraining, h.State)
-		assert.Equal(t, "draining", h.State.String())
-		assert.False(t, h.Ready())
-		code, state := probe(true)
-		assert.Equal(t, http.StatusServiceUnavailable, code, "readiness while draining")
-		assert.Equal(t, "draining", state)
-		code, _ = probe(false)
-		assert.Equal(t, http.StatusOK, code, "liveness while draining")
-
-		close(release)
-		require.NoError(t, <-done)
-		assert.Equal(t, retry.StateStopped, c.Health().State)
-		code, _ = probe(false)
-		assert.Equal(t, http.StatusServiceUnavailable, code)
-		assert.Len(t, b.Completed(), 1, "the handler in flight finished and was completed")
-		assert.Equal(t, []retry.State{retry.StateConnecting, retry.StateRunning, retry.StateDraining, retry.StateStopped}, states)
+		stop := runConsumer(t, c)
+		<-last
+		require.NoError(t, stop())
+		assert.Equal(t, []any{"span-m-0", "span-m-1", "span-m-2"}, seen)
+		assert.Len(t, b.Completed(), 2)
 	})
-}
-
-// healthHandlerFor is the readiness handler (ready) or the liveness handler.
-func healthHandlerFor(c *retry.Consumer, ready bool) http.Handler {
-	if ready {
-		return retry.ReadinessHandler(c)
-	}
-	return retry.LivenessHandler(c)
 }

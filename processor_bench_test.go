@@ -3,7 +3,6 @@ package retry_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
@@ -56,10 +55,3 @@ func BenchmarkProcess(b *testing.B) {
 		})
 	}
 }
-
-type discardSender struct{}
-
-func (discardSender) ScheduleMessages(context.Context, []*azservicebus.Message, time.Time, *azservicebus.ScheduleMessagesOptions) ([]int64, error) {
-	return []int64{1}, nil
-}
-func (discardSender) Close(context.Context) error { return nil }

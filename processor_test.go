@@ -20,106 +20,82 @@ import (
 	"github.com/sbretry/retry/retrytest"
 )
 
-// bubbleProcessor builds a processor over a broker on the real clock, for use inside synctest.
-func bubbleProcessor(t *testing.T, handler retry.Handler, opts *retry.Options) (*retrytest.Broker, retry.Receiver, *retry.Processor) {
-	t.Helper()
-	b := newBroker(t, nil, nil)
-	if opts == nil {
-		opts = &retry.Options{}
-	}
-	if opts.Logger == nil {
-		opts.Logger = discardLogger()
-	}
-	p, err := retry.NewProcessor(b.Sender(), handler, opts)
-	require.NoError(t, err)
-	return b, b.Receiver(), p
+func TestProcessSuccessCompletes(t *testing.T) {
+	f := newFixture(t, okHandler, nil)
+	f.broker.Send(sampleMessage())
+	res := f.process()
+	assert.Equal(t, retry.OutcomeCompleted, res.Outcome)
+	assert.Len(t, f.broker.Completed(), 1)
+	assert.Empty(t, f.broker.Scheduled())
+	assert.Empty(t, f.broker.DeadLettered())
 }
 
-func receiveNow(t *testing.T, r retry.Receiver) *azservicebus.ReceivedMessage {
-	t.Helper()
-	msgs, err := r.ReceiveMessages(t.Context(), 1, nil)
-	require.NoError(t, err)
-	require.Len(t, msgs, 1)
-	return msgs[0]
+func TestProcessFailureSchedulesExactCopy(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+	f.broker.Send(sampleMessage())
+	start := f.clock.Now()
+	res := f.process()
+	require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
+
+	sched := f.broker.Scheduled()
+	require.Len(t, sched, 1, "exactly one copy")
+	s := sched[0]
+	assert.Equal(t, start.Add(10*time.Second), s.At, "now + Fibonacci{}.Delay(1)")
+	assert.Equal(t, chainOf(1).RetryMessageID(2), s.MessageID)
+	assert.Equal(t, 2, s.Attempt)
+	m := s.Message
+	assert.Equal(t, []byte{0x00, 0xff, 'h', 'i', 0x00}, m.Body, "body byte-identical")
+	assert.Equal(t, "application/octet-stream", *m.ContentType)
+	assert.Equal(t, "corr-7", *m.CorrelationID)
+	assert.Equal(t, "orders", *m.Subject)
+	assert.Equal(t, "billing", *m.To)
+	assert.Equal(t, "replies", *m.ReplyTo)
+	assert.Equal(t, "session-1", *m.SessionID)
+	assert.Equal(t, "session-1", *m.PartitionKey)
+	assert.Equal(t, time.Hour-10*time.Second, *m.TimeToLive, "what is left of the producer's TimeToLive when the copy is due")
+	assert.Equal(t, start.Add(time.Hour), m.ApplicationProperties[retry.PropExpiresAt])
+	assert.Equal(t, "orders", m.ApplicationProperties[retry.PropSource])
+	assert.Equal(t, int64(1), m.ApplicationProperties[retry.PropFirstSequenceNumber])
+	assert.Equal(t, "acme", m.ApplicationProperties["tenant"])
+	assert.Equal(t, int64(3), m.ApplicationProperties["n"])
+	assert.Equal(t, []byte{1, 2, 3}, m.ApplicationProperties["raw"])
+	assert.Equal(t, int64(2), m.ApplicationProperties[retry.PropAttempt])
+	assert.Equal(t, "corr-7", m.ApplicationProperties[retry.PropCorrelationID], "seeded from CorrelationID")
+	assert.Equal(t, "order-42", m.ApplicationProperties[retry.PropOriginalMessageID])
+	assert.Equal(t, errBoom.Error(), m.ApplicationProperties[retry.PropLastError])
+	assert.Equal(t, start, m.ApplicationProperties[retry.PropFirstEnqueuedTime])
+
+	assert.Len(t, f.broker.Completed(), 1, "the original is completed")
+	assert.Equal(t, 1, f.broker.Stats().Pending)
 }
 
-func TestLockRenewalKeepsLongHandlerAlive(t *testing.T) {
-	cases := []struct {
-		name    string
-		disable bool
-		want    retry.Outcome
-	}{
-		{"renewed", false, retry.OutcomeCompleted},
-		{"not renewed", true, retry.OutcomeLeftForRedelivery},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				// The handler works for 5 minutes under a 1 minute lock.
-				b, r, p := bubbleProcessor(t, func(context.Context, *azservicebus.ReceivedMessage) error {
-					<-time.After(5 * time.Minute)
-					return nil
-				}, &retry.Options{DisableLockRenewal: tc.disable})
-				b.Send(sampleMessage())
-				res := p.Process(t.Context(), r, receiveNow(t, r))
-				assert.Equal(t, tc.want, res.Outcome)
-				if !tc.disable {
-					assert.Len(t, b.Completed(), 1)
-				}
-			})
-		})
-	}
+func TestRetryCopyIsDeepCopy(t *testing.T) {
+	var got *azservicebus.ReceivedMessage
+	f := newFixture(t, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		got = m
+		return errBoom
+	}, nil)
+	f.broker.Send(sampleMessage())
+	f.process()
+	// Mutating the received message after the fact must not reach the scheduled copy.
+	got.ApplicationProperties["raw"].([]byte)[0] = 99
+	got.ApplicationProperties["tenant"] = "evil"
+	got.Body[0] = 42
+	f.clock.Add(10 * time.Second)
+	next := f.receiveOne()
+	assert.Equal(t, []byte{1, 2, 3}, next.ApplicationProperties["raw"])
+	assert.Equal(t, "acme", next.ApplicationProperties["tenant"])
+	assert.Equal(t, byte(0), next.Body[0])
 }
 
-func TestLockRenewalInterval(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var renewals []time.Duration
-		start := time.Now()
-		b := newBroker(t, nil, nil)
-		counting := &countingSettler{Receiver: b.Receiver(), onRenew: func() { renewals = append(renewals, time.Since(start)) }}
-		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
-			<-time.After(100 * time.Second)
-			return nil
-		}, &retry.Options{Logger: discardLogger()})
-		require.NoError(t, err)
-		b.Send(sampleMessage())
-		p.Process(t.Context(), counting, receiveNow(t, counting))
-		// Half of the remaining 60 s lock each time: 30 s, then 30 s after each renewal.
-		assert.Equal(t, []time.Duration{30 * time.Second, 60 * time.Second, 90 * time.Second}, renewals)
-	})
-}
-
-type countingSettler struct {
-	retry.Receiver
-	onRenew func()
-}
-
-func (c *countingSettler) RenewMessageLock(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.RenewMessageLockOptions) error {
-	c.onRenew()
-	return c.Receiver.RenewMessageLock(ctx, m, o)
-}
-
-func TestLockLostCancelsHandlerAndRepublishesNothing(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		var cause error
-		var b *retrytest.Broker
-		b, r, p := bubbleProcessor(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-			<-time.After(10 * time.Second)
-			b.ExpireLocks() // the broker loses the lock while the handler runs
-			<-ctx.Done()
-			cause = context.Cause(ctx)
-			return errBoom
-		}, nil)
-		b.Send(sampleMessage())
-		res := p.Process(t.Context(), r, receiveNow(t, r))
-		assert.ErrorIs(t, cause, retry.ErrLockLost)
-		assert.Equal(t, retry.OutcomeLeftForRedelivery, res.Outcome)
-		assert.ErrorIs(t, res.SettleErr, retry.ErrLockLost)
-		assert.Empty(t, b.Scheduled(), "nothing republished")
-		assert.Empty(t, b.Completed())
-		assert.Empty(t, b.DeadLettered())
-		assert.Equal(t, 1, b.Stats().Active, "the broker has it for redelivery")
-	})
+func TestCorrelationIDSeededFromKeyWithoutCorrelationID(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
+	f.broker.Send(&azservicebus.Message{MessageID: strPtr("m-1"), Body: []byte("x")})
+	f.process()
+	s := f.broker.Scheduled()
+	require.Len(t, s, 1)
+	assert.Equal(t, "m-1", s[0].Message.ApplicationProperties[retry.PropCorrelationID])
+	assert.Nil(t, s[0].Message.CorrelationID)
 }
 
 func TestHandlerPanicIsAFailedAttempt(t *testing.T) {
@@ -160,16 +136,6 @@ func TestUnsupportedBodyDeadLetters(t *testing.T) {
 	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 	assert.Equal(t, "RetryUnsupportedBody", res.DeadLetterReason)
 	assert.Empty(t, f.broker.Scheduled())
-}
-
-func TestOversizedCopyDeadLetters(t *testing.T) {
-	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
-	// The original fits the queue's 256 KiB; its copy, with the retry properties, would not.
-	_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("big"), Body: bytes.Repeat([]byte("x"), retry.DefaultMaxMessageSize-256)})
-	require.NoError(t, err)
-	res := f.process()
-	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
-	assert.Equal(t, "RetryMessageTooLarge", res.DeadLetterReason)
 }
 
 func TestNilBodyAndNilMessage(t *testing.T) {
@@ -238,32 +204,6 @@ func TestNewProcessorRejectsBadInput(t *testing.T) {
 	assert.ErrorIs(t, err, retry.ErrInvalidOptions)
 }
 
-func TestHangingRenewalDoesNotDelaySettle(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		// The handler takes 40 s; the renewal at 30 s hangs (a broker that stopped answering). When the
-		// handler returns, the hanging renewal is abandoned at once and the message is completed.
-		b := newBroker(t, nil, nil)
-		recv := &hangingRenewal{Receiver: b.Receiver()}
-		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
-			<-time.After(40 * time.Second)
-			return nil
-		}, &retry.Options{Logger: discardLogger(), SettleTimeout: time.Hour})
-		require.NoError(t, err)
-		b.Send(sampleMessage())
-		start := time.Now()
-		res := p.Process(t.Context(), recv, receiveNow(t, recv))
-		assert.Equal(t, retry.OutcomeCompleted, res.Outcome)
-		assert.Equal(t, 40*time.Second, time.Since(start))
-	})
-}
-
-type hangingRenewal struct{ retry.Receiver }
-
-func (hangingRenewal) RenewMessageLock(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
-	<-ctx.Done()
-	return ctx.Err()
-}
-
 func TestMultipleDataSectionsDeadLetterInsteadOfLosingTheBody(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	f.broker.Send(sampleMessage())
@@ -275,61 +215,6 @@ func TestMultipleDataSectionsDeadLetterInsteadOfLosingTheBody(t *testing.T) {
 	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 	assert.Equal(t, "RetryUnsupportedBody", res.DeadLetterReason)
 	assert.Empty(t, f.broker.Scheduled(), "no copy with an empty body")
-}
-
-func TestCopyOverHeaderLimitsDeadLetters(t *testing.T) {
-	cases := []struct {
-		name  string
-		props map[string]any
-	}{
-		{"one property near 32 KiB", map[string]any{"big": strings.Repeat("x", 32*1024-10)}},
-		// Just under 64 KiB, which Service Bus accepts; the copy's retry properties take it over.
-		{"properties over 64 KiB together with the copy's", map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024), "c": strings.Repeat("x", 4000)}},
-	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
-			_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("hdr"), Body: []byte("x"), ApplicationProperties: tc.props})
-			require.NoError(t, err)
-			res := f.process()
-			assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
-			assert.Equal(t, "RetryMessageTooLarge", res.DeadLetterReason)
-			assert.Empty(t, f.broker.Scheduled())
-		})
-	}
-	// Just inside the limits, the copy is scheduled.
-	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
-	f.broker.Send(&azservicebus.Message{MessageID: strPtr("ok"), Body: []byte("x"), ApplicationProperties: map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024)}})
-	assert.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome)
-}
-
-// TestFirstAttemptDeadLetterRecordsItsIdentity: a message dead-lettered at its first attempt has no
-// envelope of its own, so the dead letter records its key, correlation id and original MessageID for
-// the operator tools; near the header limit they are left out rather than making the dead-letter fail.
-func TestFirstAttemptDeadLetterRecordsItsIdentity(t *testing.T) {
-	permanent := func(context.Context, *azservicebus.ReceivedMessage) error { return retry.Permanent(errBoom) }
-	f := newFixture(t, permanent, nil)
-	_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("order-7"), CorrelationID: strPtr("trace-7"), Body: []byte("x")})
-	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeDeadLettered, f.process().Outcome)
-	dead := f.broker.DeadLettered()
-	require.Len(t, dead, 1)
-	props := dead[0].Message.ApplicationProperties
-	assert.Equal(t, "order-7", props[retry.PropKey])
-	assert.Equal(t, "trace-7", props[retry.PropCorrelationID])
-	assert.Equal(t, "order-7", props[retry.PropOriginalMessageID])
-	env, err := retry.DecodeEnvelope(dead[0].Message)
-	require.NoError(t, err)
-	assert.Equal(t, "order-7", env.Key)
-
-	g := newFixture(t, permanent, nil)
-	big := map[string]any{"a": strings.Repeat("x", 32*1024-40), "b": strings.Repeat("x", 32*1024-40)}
-	_, err = g.broker.Send(&azservicebus.Message{MessageID: strPtr("big-7"), Body: []byte("x"), ApplicationProperties: big})
-	require.NoError(t, err)
-	require.Equal(t, retry.OutcomeDeadLettered, g.process().Outcome)
-	dead = g.broker.DeadLettered()
-	require.Len(t, dead, 1)
-	assert.NotContains(t, dead[0].Message.ApplicationProperties, retry.PropKey, "no room under the header limit")
 }
 
 // A deadline on the handler's context that expires is a failed attempt with its backoff, wherever the

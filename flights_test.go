@@ -239,3 +239,37 @@ func TestTenThousandOutstandingOutcomesAreAllRemembered(t *testing.T) {
 	assert.Zero(t, forgotten, "outcomes forgotten at the promised number")
 	assert.Equal(t, int32(promised), calls.Load(), "handlers that ran twice: %d", calls.Load()-promised)
 }
+
+// No message runs in two handlers of one consumer at once: a redelivery that arrives while the first
+// handler still runs (its lock was lost) waits for it, then applies its outcome.
+func TestNoMessageRunsInTwoHandlersAtOnce(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, nil)
+		var running, peak, calls atomic.Int32
+		expired := make(chan struct{})
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			if n > peak.Load() {
+				peak.Store(n)
+			}
+			if calls.Add(1) == 1 {
+				b.ExpireLocks() // the broker loses the lock and redelivers while this handler works
+				close(expired)
+				<-time.After(20 * time.Second) // finishes its work, ignoring ctx
+			}
+			return nil
+		}, &retry.Options{MaxConcurrency: 4, Logger: discardLogger()})
+		require.NoError(t, err)
+		sendN(b, 1)
+		stop := runConsumer(t, c)
+		<-expired
+		synctest.Wait()
+		<-time.After(30 * time.Second)
+		synctest.Wait()
+		assert.Equal(t, int32(1), peak.Load(), "never two handlers for one message")
+		assert.Equal(t, int32(1), calls.Load(), "the redelivery inherits the finished work")
+		assert.Equal(t, 1, b.Stats().Succeeded)
+		require.NoError(t, stop())
+	})
+}

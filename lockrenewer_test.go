@@ -187,3 +187,108 @@ func (c *completeCounter) CompleteMessage(ctx context.Context, m *azservicebus.R
 	c.completes.Add(1)
 	return c.Settler.CompleteMessage(ctx, m, o)
 }
+
+func TestLockRenewalKeepsLongHandlerAlive(t *testing.T) {
+	cases := []struct {
+		name    string
+		disable bool
+		want    retry.Outcome
+	}{
+		{"renewed", false, retry.OutcomeCompleted},
+		{"not renewed", true, retry.OutcomeLeftForRedelivery},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				// The handler works for 5 minutes under a 1 minute lock.
+				b, r, p := bubbleProcessor(t, func(context.Context, *azservicebus.ReceivedMessage) error {
+					<-time.After(5 * time.Minute)
+					return nil
+				}, &retry.Options{DisableLockRenewal: tc.disable})
+				b.Send(sampleMessage())
+				res := p.Process(t.Context(), r, receiveNow(t, r))
+				assert.Equal(t, tc.want, res.Outcome)
+				if !tc.disable {
+					assert.Len(t, b.Completed(), 1)
+				}
+			})
+		})
+	}
+}
+
+func TestLockRenewalInterval(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var renewals []time.Duration
+		start := time.Now()
+		b := newBroker(t, nil, nil)
+		counting := &countingSettler{Receiver: b.Receiver(), onRenew: func() { renewals = append(renewals, time.Since(start)) }}
+		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
+			<-time.After(100 * time.Second)
+			return nil
+		}, &retry.Options{Logger: discardLogger()})
+		require.NoError(t, err)
+		b.Send(sampleMessage())
+		p.Process(t.Context(), counting, receiveNow(t, counting))
+		// Half of the remaining 60 s lock each time: 30 s, then 30 s after each renewal.
+		assert.Equal(t, []time.Duration{30 * time.Second, 60 * time.Second, 90 * time.Second}, renewals)
+	})
+}
+
+type countingSettler struct {
+	retry.Receiver
+	onRenew func()
+}
+
+func (c *countingSettler) RenewMessageLock(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.RenewMessageLockOptions) error {
+	c.onRenew()
+	return c.Receiver.RenewMessageLock(ctx, m, o)
+}
+
+func TestLockLostCancelsHandlerAndRepublishesNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var cause error
+		var b *retrytest.Broker
+		b, r, p := bubbleProcessor(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			<-time.After(10 * time.Second)
+			b.ExpireLocks() // the broker loses the lock while the handler runs
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return errBoom
+		}, nil)
+		b.Send(sampleMessage())
+		res := p.Process(t.Context(), r, receiveNow(t, r))
+		assert.ErrorIs(t, cause, retry.ErrLockLost)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, res.Outcome)
+		assert.ErrorIs(t, res.SettleErr, retry.ErrLockLost)
+		assert.Empty(t, b.Scheduled(), "nothing republished")
+		assert.Empty(t, b.Completed())
+		assert.Empty(t, b.DeadLettered())
+		assert.Equal(t, 1, b.Stats().Active, "the broker has it for redelivery")
+	})
+}
+
+func TestHangingRenewalDoesNotDelaySettle(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		// The handler takes 40 s; the renewal at 30 s hangs (a broker that stopped answering). When the
+		// handler returns, the hanging renewal is abandoned at once and the message is completed.
+		b := newBroker(t, nil, nil)
+		recv := &hangingRenewal{Receiver: b.Receiver()}
+		p, err := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error {
+			<-time.After(40 * time.Second)
+			return nil
+		}, &retry.Options{Logger: discardLogger(), SettleTimeout: time.Hour})
+		require.NoError(t, err)
+		b.Send(sampleMessage())
+		start := time.Now()
+		res := p.Process(t.Context(), recv, receiveNow(t, recv))
+		assert.Equal(t, retry.OutcomeCompleted, res.Outcome)
+		assert.Equal(t, 40*time.Second, time.Since(start))
+	})
+}
+
+type hangingRenewal struct{ retry.Receiver }
+
+func (hangingRenewal) RenewMessageLock(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
+	<-ctx.Done()
+	return ctx.Err()
+}

@@ -1,0 +1,185 @@
+package retry_test
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+func TestShutdownDrainsInFlightHandlers(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, nil)
+		sendN(b, 2)
+		started := make(chan struct{}, 2)
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			started <- struct{}{}
+			if m.MessageID == "m-0" {
+				<-time.After(3 * time.Second) // finishes inside the grace period, ignoring ctx
+				return nil
+			}
+			<-ctx.Done() // waits for cancellation after the grace period
+			return ctx.Err()
+		}, &retry.Options{MaxConcurrency: 2, ShutdownGrace: 10 * time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		<-started
+		<-started
+		before := time.Now()
+		require.NoError(t, stop())
+		assert.Equal(t, 10*time.Second, time.Since(before), "Run waited for the grace period, no longer")
+		require.Len(t, b.Completed(), 1, "the handler that succeeded was completed")
+		assert.Equal(t, "m-0", b.Completed()[0].MessageID)
+		assert.Empty(t, b.Scheduled(), "the cancelled handler's failure is not retried")
+		assert.Empty(t, b.DeadLettered())
+		assert.Equal(t, 1, b.Stats().Locked, "left locked for the broker to redeliver")
+		assert.Equal(t, uint64(1), c.Health().LeftForRedelivery)
+	})
+}
+
+// When Run stops, a message received ahead that has not started is not started any more: handlers in
+// flight get the grace period, new ones do not. It is left for redelivery.
+func TestShutdownStartsNoMessageReceivedAhead(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, nil)
+		sendN(b, 2)
+		var started []string
+		var mu sync.Mutex
+		c, err := retry.NewConsumer(b.Connector(), func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+			mu.Lock()
+			started = append(started, m.MessageID)
+			mu.Unlock()
+			<-time.After(20 * time.Second) // ignores ctx, within the grace
+			return nil
+		}, &retry.Options{MaxConcurrency: 1, Logger: discardLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		<-time.After(time.Second)
+		synctest.Wait()
+		require.Equal(t, 0, b.Stats().Active, "the second message was received ahead")
+		start := time.Now()
+		cancel()
+		require.NoError(t, <-done)
+		assert.Equal(t, 19*time.Second, time.Since(start), "Run waits for the handler in flight only")
+		mu.Lock()
+		assert.Equal(t, []string{"m-0"}, started, "the message received ahead is not started")
+		mu.Unlock()
+		assert.Len(t, b.Completed(), 1)
+		<-time.After(retrytest.DefaultLockDuration)
+		assert.Equal(t, 1, b.Stats().Active, "it comes back for redelivery")
+	})
+}
+
+// A handler that ignores its context must not make Run hang: after ShutdownGrace plus one
+// SettleTimeout, Run closes the connection and says how many handlers were left; nothing is settled
+// after that, and the message comes back when its lock expires.
+func TestShutdownIsBoundedWhenAHandlerIgnoresItsContext(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, nil)
+		sendN(b, 1)
+		release := make(chan struct{})
+		started := make(chan struct{})
+		c, err := retry.NewConsumer(b.Connector(), func(context.Context, *azservicebus.ReceivedMessage) error {
+			close(started)
+			<-release // ignores ctx
+			return nil
+		}, &retry.Options{ShutdownGrace: time.Second, SettleTimeout: 2 * time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		start := time.Now()
+		go func() { done <- c.Run(ctx) }()
+		<-started
+		cancel()
+		err = <-done
+		assert.Equal(t, 3*time.Second, time.Since(start), "grace plus one settle timeout")
+		var se *retry.ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, 1, se.Running)
+		assert.ErrorIs(t, err, retry.ErrShutdownTimeout)
+		close(release) // the handler finally returns: it must not settle anything
+		synctest.Wait()
+		assert.Empty(t, b.Completed())
+		<-time.After(retrytest.DefaultLockDuration)
+		assert.Equal(t, 1, b.Stats().Active, "the broker redelivers it")
+	})
+}
+
+// slowSettler passes completes through after a delay unless their context ends first, and records when
+// each reached the broker.
+type slowSettler struct {
+	retry.Receiver
+	delay   time.Duration
+	mu      sync.Mutex
+	reached []time.Time
+	ended   []error
+}
+
+func (s *slowSettler) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error {
+	select {
+	case <-ctx.Done():
+		s.mu.Lock()
+		s.ended = append(s.ended, ctx.Err())
+		s.mu.Unlock()
+		return ctx.Err()
+	case <-time.After(s.delay):
+	}
+	s.mu.Lock()
+	s.reached = append(s.reached, time.Now())
+	s.mu.Unlock()
+	return s.Receiver.CompleteMessage(ctx, m, o)
+}
+
+// A settle call already in flight when Run gives up on the shutdown is ended then, not left to reach
+// the broker after Run returned (the connection's Close need not abort it).
+func TestShutdownThatGivesUpEndsTheSettleInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, nil)
+		sendN(b, 1)
+		started := make(chan struct{})
+		settler := &slowSettler{delay: 1500 * time.Millisecond}
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := b.Connector()(ctx)
+			if err != nil {
+				return nil, err
+			}
+			settler.Receiver = conn.Receiver
+			conn.Receiver = settler
+			conn.Close = func(context.Context) error { return nil } // a Close that aborts nothing
+			return conn, nil
+		}
+		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
+			close(started)
+			<-time.After(2500 * time.Millisecond) // ignores ctx; returns after the grace, within the settle timeout
+			return nil
+		}, &retry.Options{ShutdownGrace: time.Second, SettleTimeout: 2 * time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		<-started
+		start := time.Now()
+		cancel()
+		err = <-done
+		assert.Equal(t, 3*time.Second, time.Since(start), "grace plus one settle timeout")
+		require.ErrorIs(t, err, retry.ErrShutdownTimeout)
+		<-time.After(time.Minute)
+		synctest.Wait()
+		settler.mu.Lock()
+		defer settler.mu.Unlock()
+		assert.Empty(t, settler.reached, "nothing reaches the broker after Run returned")
+		require.Len(t, settler.ended, 1, "the complete in flight was ended")
+		assert.ErrorIs(t, settler.ended[0], context.Canceled)
+		assert.Empty(t, b.Completed())
+	})
+}
