@@ -10,6 +10,7 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -238,6 +239,11 @@ func (p *pairedImpl) failure() string {
 // the emulator.
 func startPairedImpl(b *testing.B, name string, run func(ctx context.Context, e *env, p *pairedImpl) error) *pairedImpl {
 	b.Helper()
+	// Every goroutine of this implementation (its emulator's, its client's, its own) carries the label
+	// impl=name, so that a CPU profile of the benchmark splits by implementation:
+	//	go tool pprof -tagfocus=impl=retry bench.prof
+	defer pprof.SetGoroutineLabels(context.Background())
+	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("impl", name)))
 	em, err := startBenchEmulator()
 	if err != nil {
 		b.Fatal(err)
