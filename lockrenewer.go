@@ -27,7 +27,7 @@ const (
 var errSettled = errors.New("retry: message settled")
 
 // lockKeeper follows one delivery's lock on the local clock, from receive until the message is settled,
-// and renews it (unless Options.DisableLockRenewal) with one timer of its own.
+// and renews it (unless Options.DisableLockRenewal) when the processor's renewal schedule finds it due.
 //
 // Renewal timing never compares the broker's LockedUntil with the local clock, because the two clocks
 // need not agree: a client clock behind the broker's by more than the lock would renew only after the
@@ -62,9 +62,14 @@ type lockKeeper struct {
 	// flight and the renewal call in flight (nil when none).
 	handler      context.CancelCauseFunc
 	settle, call context.CancelFunc
-	pending      stopper        // the next renewal's timer; nil when none is due
 	stopped      bool           // stop was called: schedule nothing more
 	calls        sync.WaitGroup // the renewal call in flight
+
+	// The processor's renewal schedule (renewals) lists the lock while it waits for its next renewal;
+	// these fields are guarded by the schedule's mutex.
+	due        time.Time
+	prev, next *lockKeeper
+	listed     bool
 }
 
 // keepLock starts following d's lock, received at now, under base (the settle base: detached from the
@@ -86,9 +91,7 @@ func (p *Processor) keepLock(d *delivery, base context.Context, now time.Time) {
 		lk.each = max(lk.dur*2/3, minRenewWait)
 	}
 	if cfg.lockRenewal {
-		lk.mu.Lock()
-		lk.pending = afterFunc(cfg.clock, lk.each, lk.renew)
-		lk.mu.Unlock()
+		p.renewals.add(lk, now.Add(lk.each))
 	}
 }
 
@@ -110,11 +113,9 @@ func grantedLockDuration(configured time.Duration, msg *azservicebus.ReceivedMes
 func (lk *lockKeeper) stop() {
 	lk.mu.Lock()
 	lk.stopped = true
-	pending := lk.pending
-	lk.pending = nil
 	lk.mu.Unlock()
-	if pending != nil {
-		pending.Stop()
+	if lk.p != nil {
+		lk.p.renewals.remove(lk)
 	}
 	lk.end(errSettled) // aborts a renewal call in flight
 	lk.calls.Wait()
@@ -231,17 +232,16 @@ func (lk *lockKeeper) callTimeout(timeout time.Duration, now time.Time) time.Dur
 	return max(min(timeout, lk.remaining(now)), time.Millisecond)
 }
 
-// renew makes one renewal call, when the renewal timer fires, and schedules the next.
+// renew makes one renewal call, when the schedule finds it due (which counted it in lk.calls), and
+// lists the lock again for the next.
 func (lk *lockKeeper) renew() {
+	defer lk.calls.Done()
 	lk.mu.Lock()
-	if lk.stopped {
-		lk.mu.Unlock()
+	stopped := lk.stopped
+	lk.mu.Unlock()
+	if stopped {
 		return
 	}
-	lk.pending = nil
-	lk.calls.Add(1) // under mu, before stop can see stopped and wait
-	lk.mu.Unlock()
-	defer lk.calls.Done()
 
 	p := lk.p
 	sent := p.cfg.clock.Now()
@@ -278,6 +278,6 @@ func (lk *lockKeeper) renew() {
 	lk.mu.Lock()
 	defer lk.mu.Unlock()
 	if !lk.stopped {
-		lk.pending = afterFunc(p.cfg.clock, max(next, 0), lk.renew)
+		p.renewals.add(lk, p.cfg.clock.Now().Add(max(next, 0)))
 	}
 }

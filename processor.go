@@ -80,13 +80,14 @@ type Result struct {
 //
 // The path of one message, file by file: processor.go (this file: decode, wait for an earlier delivery,
 // run the handler, decide), decision.go (what a failure becomes), settle.go (the broker calls),
-// lockrenewer.go (the lock, from receive to settle), flights.go (the memory of deliveries in flight).
+// lockrenewer.go and renewals.go (the lock, from receive to settle), flights.go (the memory of deliveries in flight).
 type Processor struct {
-	sender  Sender
-	handler Handler
-	cfg     *config
-	entity  string
-	flights flights
+	sender   Sender
+	handler  Handler
+	cfg      *config
+	entity   string
+	flights  flights
+	renewals renewals
 }
 
 // NewProcessor returns a Processor that republishes retries through sender (the entity the retry copies
@@ -110,7 +111,7 @@ func NewProcessor(sender Sender, handler Handler, opts *Options) (*Processor, er
 // life and passes each connection's sender per call, so that its memory of in-flight messages spans
 // reconnects.
 func newProcessor(sender Sender, handler Handler, cfg *config) *Processor {
-	return &Processor{sender: sender, handler: handler, cfg: cfg, entity: cfg.entityPath}
+	return &Processor{sender: sender, handler: handler, cfg: cfg, entity: cfg.entityPath, renewals: renewals{clk: cfg.clock}}
 }
 
 // Process handles msg, received in peek-lock mode through settler. It calls the handler with a context
@@ -139,14 +140,18 @@ type route struct {
 }
 
 // handlerSlot is how a concurrency limit lends a delivery its handler slot: acquire takes one before
-// the handler runs (at once if the delivery holds one; waiting otherwise, until ctx ends or lost is
-// closed), release gives it back once the handler has returned, or while the delivery waits for an
+// the handler runs (at once if the delivery holds one; waiting otherwise, until ctx ends or the lock
+// does), release gives it back once the handler has returned, or while the delivery waits for an
 // earlier delivery of the same message, so that the limit's owner can start another handler while this
 // one's settle is still in flight. Process without a consumer has none.
 type handlerSlot interface {
-	acquire(ctx context.Context, lost <-chan struct{}) bool
+	acquire(ctx context.Context, lock doneSignal) bool
 	release()
 }
+
+// doneSignal is a lock as acquire sees it: a channel closed when the lock ends, asked for only when the
+// delivery has to wait (the lock makes it on demand).
+type doneSignal interface{ Done() <-chan struct{} }
 
 // delivery is the state of one delivery on its way through the processor, allocated once: what the
 // hooks see, the envelope, the lock, the entry in the in-flight registry and a success's decision.
@@ -239,7 +244,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 
 	// A message received ahead of a free handler slot, or back from waiting for an earlier delivery,
 	// waits for a slot here; its lock is kept (renewed) meanwhile.
-	if !slot.acquire(stop, d.lock.Done()) {
+	if !slot.acquire(stop, &d.lock) {
 		d.now = clk.Now()
 		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while waiting for a handler slot"))
 	}
@@ -309,8 +314,8 @@ func (p *Processor) awaitEarlier(d *delivery, prior *flight, stop context.Contex
 // noSlot is the handler slot of a delivery with no concurrency limit around it (Process).
 type noSlot struct{}
 
-func (noSlot) acquire(context.Context, <-chan struct{}) bool { return true }
-func (noSlot) release()                                      {}
+func (noSlot) acquire(context.Context, doneSignal) bool { return true }
+func (noSlot) release()                                 {}
 
 // runHandler runs the handler under ctx, cancelled also when the lock is lost. It reports the handler's
 // error and whether the lock was lost while it ran (in which case nothing may be settled with this

@@ -138,7 +138,7 @@ var _ handlerSlot = (*hold)(nil)
 // false if ctx ended, the lock did (lost), or, for a message received ahead, receiving stopped first.
 // Waiting while holding a settling place could close a cycle between the semaphores, so that place is
 // given back first.
-func (h *hold) acquire(ctx context.Context, lost <-chan struct{}) bool {
+func (h *hold) acquire(ctx context.Context, lock doneSignal) bool {
 	switch h.state {
 	case holdsHandler:
 		return true
@@ -146,6 +146,7 @@ func (h *hold) acquire(ctx context.Context, lost <-chan struct{}) bool {
 		<-h.s.settling
 		h.state = holdsNothing
 	}
+	lost := lock.Done()
 	var stopping chan struct{} // nil (never ready) unless the message was received ahead
 	if h.state == holdsPrefetch {
 		h.waitAhead()

@@ -43,7 +43,7 @@ func TestAcquireRefusesWhatMayNotRun(t *testing.T) {
 				if tc.end {
 					cancel()
 				}
-				require.Equal(t, tc.want, h.acquire(ctx, lost))
+				require.Equal(t, tc.want, h.acquire(ctx, chanDone(lost)))
 				cancel()
 				assert.Equal(t, tc.want, len(s.handler) == 1, "the handler slot is taken only when it may run")
 				assert.Equal(t, tc.want, len(s.prefetch) == 0, "the place is given back once the slot is taken")
@@ -66,7 +66,7 @@ func TestReleaseTradesForASettlingPlace(t *testing.T) {
 	assert.Len(t, s.handler, 0, "the handler slot is free for the next handler")
 	assert.Len(t, s.settling, 1)
 
-	require.True(t, h.acquire(context.Background(), nil))
+	require.True(t, h.acquire(context.Background(), chanDone(nil)))
 	assert.Len(t, s.settling, 0, "the settling place is given back before the wait")
 	assert.Len(t, s.handler, 1)
 
@@ -98,3 +98,8 @@ func TestFillLeavesHandlerSlotsToMessagesAhead(t *testing.T) {
 	s.giveBack(h, pf)
 	assert.Zero(t, len(s.handler)+len(s.prefetch))
 }
+
+// chanDone is a doneSignal that is closed when ch is.
+type chanDone chan struct{}
+
+func (c chanDone) Done() <-chan struct{} { return c }

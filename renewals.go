@@ -1,0 +1,109 @@
+package retry
+
+import (
+	"sync"
+	"time"
+)
+
+// renewals is a processor's schedule of lock renewals: the locks waiting for their next renewal in one
+// list, oldest first, and one timer for all of them, armed for the earliest. It stays because the
+// paired benchmark showed that a runtime timer of its own per lock is one of the dearest things a
+// delivery does next to the SDK, whose many timers make every timer operation cost a heap update
+// (BENCHMARKS.md, "Primitives kept"): with the list, a message settled within its first renewal
+// interval (nearly all of them) costs two list updates under one mutex and no timer operation.
+//
+// The timer is not moved when a lock leaves the list (its message was settled) while others remain: it
+// fires at the time it was armed for, finds nothing due, and re-arms for the earliest lock then listed,
+// so that a busy processor touches it about once per renewal interval. Locks mostly enter in the order they come due,
+// but not always (lock durations and renewal retries differ), so a firing looks at every listed lock.
+type renewals struct {
+	clk        Clock
+	mu         sync.Mutex
+	head, tail *lockKeeper
+	timer      stopper   // armed for armedAt; nil when not armed
+	armedAt    time.Time // zero when not armed
+}
+
+// add lists lk for a renewal at due.
+func (s *renewals) add(lk *lockKeeper, due time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	lk.due, lk.prev, lk.next, lk.listed = due, s.tail, nil, true
+	if s.tail != nil {
+		s.tail.next = lk
+	} else {
+		s.head = lk
+	}
+	s.tail = lk
+	if s.armedAt.IsZero() || due.Before(s.armedAt) {
+		s.armLocked(due)
+	}
+}
+
+// remove takes lk out of the list, if it is listed. On an injected clock the timer is stopped once
+// the list is empty, so that an idle processor leaves no goroutine waiting on that clock; on the system
+// clock it is left to fire (a runtime timer costs nothing while it waits), so that a processor whose
+// list keeps emptying between messages does not re-arm it for each.
+func (s *renewals) remove(lk *lockKeeper) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if lk.listed {
+		s.unlinkLocked(lk)
+	}
+	if _, system := s.clk.(realClock); !system && s.head == nil && s.timer != nil {
+		s.timer.Stop()
+		s.timer, s.armedAt = nil, time.Time{}
+	}
+}
+
+// armLocked points the timer at due.
+func (s *renewals) armLocked(due time.Time) {
+	if s.timer != nil {
+		s.timer.Stop()
+	}
+	s.armedAt = due
+	s.timer = afterFunc(s.clk, max(due.Sub(s.clk.Now()), 0), s.fire)
+}
+
+// fire starts the renewals that are due, each in a goroutine of its own for its one broker call, and
+// re-arms the timer for the earliest lock still listed.
+func (s *renewals) fire() {
+	s.mu.Lock()
+	s.timer, s.armedAt = nil, time.Time{}
+	now := s.clk.Now()
+	var due []*lockKeeper
+	var next time.Time
+	for lk := s.head; lk != nil; {
+		following := lk.next
+		switch {
+		case !lk.due.After(now):
+			s.unlinkLocked(lk)
+			lk.calls.Add(1) // under the list's mutex: stop, which removes lk first, then waits for it
+			due = append(due, lk)
+		case next.IsZero() || lk.due.Before(next):
+			next = lk.due
+		}
+		lk = following
+	}
+	if !next.IsZero() {
+		s.armLocked(next)
+	}
+	s.mu.Unlock()
+	for _, lk := range due {
+		go lk.renew()
+	}
+}
+
+func (s *renewals) unlinkLocked(lk *lockKeeper) {
+	if lk.prev != nil {
+		lk.prev.next = lk.next
+	} else {
+		s.head = lk.next
+	}
+	if lk.next != nil {
+		lk.next.prev = lk.prev
+	} else {
+		s.tail = lk.prev
+	}
+	lk.prev, lk.next, lk.listed = nil, nil, false
+}
