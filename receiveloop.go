@@ -40,21 +40,20 @@ const shareWindow = 50 * time.Millisecond
 func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source) error {
 	cfg := r.c.cfg
 	clk := cfg.clock
-	flaps := 0 // link errors swallowed by the SDK on this source since it last worked
-	// The idle window counts from the last message or successful probe.
-	watch := newIdleWatch(clk, clk.Now())
-	defer watch.stop()
+	flaps := 0                            // link errors swallowed by the SDK on this source since it last worked
+	quietSince := clk.Now()               // the last message or successful probe: the idle window counts from it
 	gather := time.NewTimer(gatherWindow) // bounds a wait for prefetch places (see slots.fill)
 	gather.Stop()
 	defer gather.Stop()
 	for {
-		h, pf, err := r.takeOne(ctx, live, watch)
+		h, pf, err := r.takeOne(ctx, live, &quietSince)
 		if h+pf == 0 {
 			return err // nil when ctx ended
 		}
 		h, pf = r.slots.fill(ctx, gather, h, pf, cfg.batchSize)
 		n := h + pf
-		msgs, idle, yielded, err := r.receive(ctx, src.Receiver, n, watch, live.shared, h > 0)
+		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
+		msgs, idle, yielded, err := r.receive(ctx, src.Receiver, n, live.shared, idleLeft, h > 0)
 		// Give back the places the receive did not fill, prefetch places first; the filled ones are
 		// given back by their messages.
 		unfilled := max(n-len(msgs), 0)
@@ -63,7 +62,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		h -= unfilled - backPf
 		if len(msgs) > 0 {
 			flaps = 0
-			watch.touch(clk.Now())
+			quietSince = clk.Now()
 			live.proven.Store(true)
 			r.dispatch(live, src, msgs, h, n)
 			continue
@@ -78,7 +77,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		case idle:
 			if broken = r.probe(ctx, live); broken == nil {
 				flaps = 0 // a quiet but healthy connection
-				watch.touch(clk.Now())
+				quietSince = clk.Now()
 				live.proven.Store(true)
 			}
 		case err == nil:
@@ -103,7 +102,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 // which (h or pf is 1; both 0 when ctx ended or the connection is broken, err then saying why). While
 // every slot is busy for long (long handlers) nothing is received, so it probes the connection on the
 // idle schedule meanwhile: an outage must not go unnoticed just because handlers are slow.
-func (r *run) takeOne(ctx context.Context, live *liveConnection, watch *idleWatch) (h, pf int, err error) {
+func (r *run) takeOne(ctx context.Context, live *liveConnection, quietSince *time.Time) (h, pf int, err error) {
 	s, clk := r.slots, r.c.cfg.clock
 	select {
 	case s.freeHandler() <- struct{}{}:
@@ -124,31 +123,27 @@ func (r *run) takeOne(ctx context.Context, live *liveConnection, watch *idleWatc
 			return 0, 1, nil
 		case <-ctx.Done():
 			return 0, 0, nil
-		case <-watch.due:
-			if !watch.passed(clk.Now()) {
-				continue // signalled for a window that a message has since restarted
-			}
+		case <-clk.After(max(idleProbeInterval-clk.Now().Sub(*quietSince), 0)):
 			if err := r.probe(ctx, live); err != nil {
 				if ctx.Err() != nil {
 					return 0, 0, nil
 				}
 				return 0, 0, err
 			}
-			watch.touch(clk.Now())
+			*quietSince = clk.Now()
 		}
 	}
 }
 
-// receive asks receiver for up to n messages. It ends the call once the idle window has passed, so
-// that a quiet connection gets probed; idle reports that this is why it returned nothing. When the connection has
+// receive asks receiver for up to n messages. It ends the call after idleLeft, so that a quiet
+// connection gets probed; idle reports that this is why it returned nothing. When the connection has
 // several sources (shared), a receive waiting on an empty entity also ends once another source waits for
 // a handler slot, after at least shareWindow, so that a quiet retry queue never holds the slots its
 // subscription needs; yielded reports that.
-func (r *run) receive(ctx context.Context, receiver Receiver, n int, watch *idleWatch, shared, holdsSlots bool) (msgs []*azservicebus.ReceivedMessage, idle, yielded bool, err error) {
+func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool, idleLeft time.Duration, holdsSlots bool) (msgs []*azservicebus.ReceivedMessage, idle, yielded bool, err error) {
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if shared {
-		idleLeft := watch.left(r.c.cfg.clock.Now())
 		watched := make(chan struct{})
 		go func() {
 			defer close(watched)
@@ -156,10 +151,8 @@ func (r *run) receive(ctx context.Context, receiver Receiver, n int, watch *idle
 		}()
 		defer func() { cancel(nil); <-watched }()
 	} else {
-		if !watch.begin(cancel) {
-			cancel(errIdle) // the window passed while the loop waited for a slot
-		}
-		defer watch.end()
+		idleEnd := afterFunc(r.c.cfg.clock, idleLeft, func() { cancel(errIdle) })
+		defer idleEnd.Stop()
 	}
 	msgs, err = receiver.ReceiveMessages(rctx, n, &receiveOptions)
 	if len(msgs) == 0 && ctx.Err() == nil {
