@@ -210,12 +210,3 @@ func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.Re
 		r.workers.start(j)
 	}
 }
-
-// deliver processes one message and gives back its slot.
-func (r *run) deliver(j job) {
-	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.hold)
-	j.hold.done()
-	r.c.count(res)
-	j.live.inFlight.Done()
-	r.busy.Add(-1)
-}

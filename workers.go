@@ -66,3 +66,12 @@ func (w *workers) run(j job) {
 
 // wait waits for every worker to exit.
 func (w *workers) wait() { w.wg.Wait() }
+
+// deliver processes one message (processor.go) and gives back its slot: what a worker does with a job.
+func (r *run) deliver(j job) {
+	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.hold)
+	j.hold.done()
+	r.c.count(res)
+	j.live.inFlight.Done()
+	r.busy.Add(-1)
+}
