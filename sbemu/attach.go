@@ -61,6 +61,29 @@ func entityPath(addr string) string {
 	return strings.TrimPrefix(addr, "/")
 }
 
+// cbsLinkOpen reports whether a link to "$cbs" in the direction role
+// (the client's role) is attached on the connection. Service Bus allows
+// one sender and one receiver on "$cbs" per connection: the Go SDK
+// serialises its claims for that reason ("You're not allowed to have
+// multiple $cbs links open in a single connection", azservicebus v1.11.0
+// internal/namespace.go) and answers amqp:not-allowed on the $cbs attach
+// by resetting the connection (internal/cbs.go, NegotiateClaim), which its
+// live test TestAMQPLinksCBSLinkStillOpen checks. Attaches are handled on
+// the connection's reader goroutine, so two cannot race past this check.
+func (c *conn) cbsLinkOpen(role wire.Role) bool {
+	for _, s := range c.allSessions() {
+		s.mu.Lock()
+		for _, l := range s.links {
+			if l.node == cbsNode && l.attach.Role == role {
+				s.mu.Unlock()
+				return true
+			}
+		}
+		s.mu.Unlock()
+	}
+	return false
+}
+
 // handleAttach answers a client's attach: it resolves the address to a
 // queue or a request/response node, echoes the requested settle modes and
 // starts the link. Unknown entities are refused the AMQP way: an attach
@@ -223,6 +246,9 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 	lower := strings.ToLower(l.path)
 	switch {
 	case lower == cbsNode:
+		if l.s.c.cbsLinkOpen(l.attach.Role) {
+			return condNotAllowed, "sbemu: a $cbs link in this direction is already open on this connection; Service Bus allows one sender and one receiver on $cbs per connection"
+		}
 		l.node = cbsNode
 	case strings.HasSuffix(lower, managementSuffix):
 		entity := l.path[:len(l.path)-len(managementSuffix)]

@@ -1,6 +1,9 @@
 package sbemu
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/Azure/go-amqp"
 )
 
@@ -12,7 +15,15 @@ const (
 )
 
 // handlePutToken answers a "$cbs" request. Without StrictAuth every token
-// is accepted (202). With it, the token must be a shared access signature
+// is accepted (202) for an entity that exists; a token for a queue, topic
+// or subscription that does not exist is answered 404, as Service Bus
+// does: "Put token failed. status-code: 404, status-description: The
+// messaging entity 'sb://…/providers' could not be found. To know more
+// visit https://aka.ms/sbResourceMgrExceptions." (a user's report,
+// github.com/Azure/azure-service-bus issue 451). The Go SDK maps a 404
+// from $cbs to CodeNotFound (azservicebus v1.11.0 internal/errors.go,
+// TransformError), which its live tests TestNewClientNewSenderNotFound
+// and TestNewClientNewReceiverNotFound expect before any link attaches. With it, the token must be a shared access signature
 // whose audience covers the request's name (the entity's address or a
 // prefix of it, such as the namespace) signed with the configured key (401
 // otherwise), and the named entity becomes attachable on this connection
@@ -41,9 +52,31 @@ func (c *conn) handlePutToken(req *amqp.Message) *amqp.Message {
 		}
 		c.authorize(path, expiry)
 	}
+	if entity, ok := c.missingEntity(path); ok {
+		c.log.Info("sbemu: put-token refused", "audience", audience, "reason", "no such entity")
+		return rpcReply(404, fmt.Sprintf("The messaging entity '%s' could not be found. To know more visit https://aka.ms/sbResourceMgrExceptions. sbemu: no queue, topic or subscription %q", audience, entity), nil)
+	}
 	c.log.Debug("sbemu: put-token accepted", "audience", audience)
 	// The SDK's CBS client treats any 2xx status as success.
 	return rpcReply(202, "Accepted", nil)
+}
+
+// missingEntity reports the entity a put-token names when it does not
+// exist: path is the token's audience reduced to an entity path, possibly
+// with "/$management" after it. A token for the namespace itself (an
+// empty path) names no entity.
+func (c *conn) missingEntity(path string) (string, bool) {
+	entity := strings.TrimSuffix(path, "/")
+	if n := len(entity) - len(managementSuffix); n >= 0 && strings.EqualFold(entity[n:], managementSuffix) {
+		entity = entity[:n]
+	}
+	if entity == "" {
+		return "", false
+	}
+	if _, ok := c.em.broker.Queue(entity); ok {
+		return "", false
+	}
+	return entity, true
 }
 
 // quote formats s for an error description.
