@@ -285,3 +285,25 @@ func TestParkedSessionReceiverLosesTheLock(t *testing.T) {
 		t.Fatal("the parked receiver was not woken")
 	}
 }
+
+// TestReplayOlderSessionStateRecord: a journal written before session
+// states were dated (opSessionState, no time) still replays, its state
+// dated zero, next to the dated form the broker writes now.
+func TestReplayOlderSessionStateRecord(t *testing.T) {
+	img := newImage()
+	img.setEntities(storedEntities{Queues: []QueueConfig{{Name: "sq", RequiresSession: true}}})
+	old := &recordEncoder{}
+	old.byte(opSessionState)
+	old.string("sq")
+	old.string("legacy")
+	old.byte(1)
+	old.bytes([]byte("before"))
+	at := time.Unix(1_700_000_000, 0)
+	old.sessionState("sq", "dated", []byte("now"), at)
+	require.NoError(t, img.apply(old.buf))
+	s := img.stored["sq"]
+	require.NotNil(t, s)
+	assert.Equal(t, storedSessionState{state: []byte("before")}, s.sessions["legacy"])
+	assert.Equal(t, []byte("now"), s.sessions["dated"].state)
+	assert.True(t, at.Equal(s.sessions["dated"].updated))
+}
