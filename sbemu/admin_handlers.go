@@ -347,12 +347,14 @@ func (a *adminServer) putQueue(w http.ResponseWriter, r *http.Request, name stri
 	b := a.e.broker
 	create := creating(r)
 	err = a.change(func() error {
-		_, isQueue := b.QueueConfig(name)
+		old, isQueue := b.QueueConfig(name)
 		switch {
 		case create && a.exists(name):
 			return apiErrorf(http.StatusConflict, "sbemu: an entity named %q already exists", name)
 		case !create && !isQueue:
 			return apiErrorf(http.StatusNotFound, "sbemu: no queue %q", name)
+		case !create && old.RequiresSession != cfg.RequiresSession:
+			return requiresSessionFixed("Queue")
 		}
 		settings, err := queueEchoed(d).apply(a.previousLocked(name, create), create)
 		if err != nil {
@@ -432,12 +434,33 @@ func statusFor(create bool) int {
 	return http.StatusOK
 }
 
-// checkStatus refuses entity states the emulator does not model.
-func checkStatus(status *string) error {
-	if status != nil && *status != "" && !strings.EqualFold(*status, "Active") {
-		return apiErrorf(http.StatusBadRequest, "sbemu: entity status %q is not emulated; only Active is", *status)
+// requiresSessionFixed refuses an update that changes RequiresSession, in
+// Service Bus's words, which the SDK's live tests TestAdminClient_UpdateQueue
+// and TestAdminClient_UpdateSubscription look for.
+func requiresSessionFixed(kind string) error {
+	return apiErrorf(http.StatusBadRequest, "The value for the RequiresSession property of an existing %s cannot be changed. sbemu: choose it when creating the entity", kind)
+}
+
+// parseStatus reads an entity's Status: Active (also when absent),
+// Disabled, SendDisabled or ReceiveDisabled, which the broker enforces
+// (broker/status.go); the statuses only the service sets are refused.
+func parseStatus(status *string) (broker.EntityStatus, error) {
+	if status == nil {
+		return broker.StatusActive, nil
 	}
-	return nil
+	st, err := broker.ParseEntityStatus(*status)
+	if err != nil {
+		return "", apiErrorf(http.StatusBadRequest, "sbemu: %v", err)
+	}
+	return st, nil
+}
+
+// statusText reports a status, the zero value as Active.
+func statusText(st broker.EntityStatus) *string {
+	if st == "" {
+		st = broker.StatusActive
+	}
+	return ptr(string(st))
 }
 
 // queueConfigFrom reads a QueueDescription.
@@ -446,10 +469,10 @@ func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, erro
 	if d.RequiresSession != nil {
 		cfg.RequiresSession = *d.RequiresSession
 	}
-	if err := checkStatus(d.Status); err != nil {
+	var err error
+	if cfg.Status, err = parseStatus(d.Status); err != nil {
 		return cfg, err
 	}
-	var err error
 	bad := func(err error) error { return apiErrorf(http.StatusBadRequest, "sbemu: queue %q: %v", name, err) }
 	// Absent fields keep the broker's zero, which means the Service Bus
 	// default. An endless lock is out of range, so it maps just past the
@@ -493,10 +516,10 @@ func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, erro
 // topicConfigFrom reads a TopicDescription.
 func topicConfigFrom(name string, d *topicDescription) (broker.TopicConfig, error) {
 	cfg := broker.TopicConfig{Name: name}
-	if err := checkStatus(d.Status); err != nil {
+	var err error
+	if cfg.Status, err = parseStatus(d.Status); err != nil {
 		return cfg, err
 	}
-	var err error
 	bad := func(err error) error { return apiErrorf(http.StatusBadRequest, "sbemu: topic %q: %v", name, err) }
 	if cfg.DefaultTTL, err = parseAPIDuration("DefaultMessageTimeToLive", d.DefaultMessageTimeToLive, 0, 0); err != nil {
 		return cfg, bad(err)
@@ -540,7 +563,7 @@ func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEnt
 		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		MessageCount:                        ptr(int64(rt.Total())),
-		Status:                              ptr("Active"),
+		Status:                              statusText(qc.Status),
 		ForwardTo:                           forwardURL(r, qc.ForwardTo, m.forwardScheme),
 		CreatedAt:                           apiTime(m.created),
 		UpdatedAt:                           apiTime(m.updated),
@@ -605,7 +628,7 @@ func (a *adminServer) topicEntry(r *http.Request, tc broker.TopicConfig) atomEnt
 		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		FilteringMessagesBeforePublishing:   ptr(false),
-		Status:                              ptr("Active"),
+		Status:                              statusText(tc.Status),
 		UserMetadata:                        m.userMetadata,
 		CreatedAt:                           apiTime(m.created),
 		UpdatedAt:                           apiTime(m.updated),

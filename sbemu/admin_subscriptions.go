@@ -65,7 +65,7 @@ func (a *adminServer) subscription(w http.ResponseWriter, r *http.Request, topic
 		}
 		create := creating(r)
 		err = a.change(func() error {
-			tn, _, exists := a.findSubscription(topic, sub)
+			tn, old, exists := a.findSubscription(topic, sub)
 			switch {
 			case tn == "":
 				return apiErrorf(http.StatusNotFound, "sbemu: no topic %q", topic)
@@ -73,6 +73,8 @@ func (a *adminServer) subscription(w http.ResponseWriter, r *http.Request, topic
 				return apiErrorf(http.StatusConflict, "sbemu: subscription %q already exists", broker.SubscriptionPath(topic, sub))
 			case !create && !exists:
 				return apiErrorf(http.StatusNotFound, "sbemu: no subscription %q", broker.SubscriptionPath(topic, sub))
+			case !create && old.RequiresSession != cfg.RequiresSession:
+				return requiresSessionFixed("Subscription")
 			}
 			path := broker.SubscriptionPath(tn, sub)
 			settings, err := subscriptionEchoed(req.Content.Subscription).apply(a.previousLocked(path, create), create)
@@ -115,10 +117,10 @@ func subscriptionConfigFrom(name string, d *subscriptionDescription) (broker.Sub
 	if d.RequiresSession != nil {
 		cfg.RequiresSession = *d.RequiresSession
 	}
-	if err := checkStatus(d.Status); err != nil {
+	var err error
+	if cfg.Status, err = parseStatus(d.Status); err != nil {
 		return cfg, err
 	}
-	var err error
 	bad := func(err error) error {
 		return apiErrorf(http.StatusBadRequest, "sbemu: subscription %q: %v", name, err)
 	}
@@ -178,7 +180,7 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 		MessageCount:                              ptr(int64(rt.Total())),
 		MaxDeliveryCount:                          ptr(int32(mdc)),
 		EnableBatchedOperations:                   ptr(!m.unbatched),
-		Status:                                    ptr("Active"),
+		Status:                                    statusText(sc.Status),
 		ForwardTo:                                 forwardURL(r, sc.ForwardTo, m.forwardScheme),
 		CreatedAt:                                 apiTime(m.created),
 		UpdatedAt:                                 apiTime(m.updated),

@@ -282,6 +282,18 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 	if l.node != cbsNode && !l.s.c.authorizedFor(l.path) {
 		return condUnauthorized, fmt.Sprintf("sbemu: no valid token for %q on this connection", l.path)
 	}
+	// An entity whose status forbids the link's direction refuses it at
+	// attach (broker/status.go); a status that changes later refuses each
+	// transfer, receive and completion instead.
+	if l.queue != nil && l.node == "" {
+		allowed := l.queue.ReceiveAllowed
+		if clientSends {
+			allowed = l.queue.SendAllowed
+		}
+		if err := allowed(); err != nil {
+			return condEntityDisabled, disabledDescription(err)
+		}
+	}
 	switch {
 	case l.node != "" && clientSends:
 		l.kind = kindRequestIn

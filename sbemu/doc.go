@@ -170,11 +170,14 @@
 // With [Config.StrictAuth] every request needs a SAS token signed with the
 // key whose audience covers the URL (401 otherwise). A create of a taken
 // name answers 409, a read, update or delete of a missing entity 404, an
-// unsupported setting (sessions, a status other than Active, SQL
-// parameters) 400. Updates change only what applies to later operations
-// (lock duration, MaxDeliveryCount, TTL, dead-lettering on expiry,
-// duplicate detection window, size limit, rules); forwarding and switching
-// duplicate detection on or off are refused. A delete is refused (409)
+// unsupported setting (a status only the service sets, SQL parameters)
+// 400. Updates change only what applies to later operations (lock
+// duration, MaxDeliveryCount, TTL, dead-lettering on expiry, duplicate
+// detection window, size limit, status, rules); forwarding, RequiresSession
+// and switching duplicate detection on or off are refused. An entity's
+// status (Active, Disabled, SendDisabled, ReceiveDisabled) is enforced as
+// Service Bus enforces it: links and operations it forbids are refused
+// with com.microsoft:entity-disabled (broker/status.go). A delete is refused (409)
 // while another entity forwards to the entity or receivers hold locks on
 // its messages, so the broker never keeps half of an entity. See admin.go.
 //

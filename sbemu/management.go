@@ -225,6 +225,10 @@ func brokerErrorReply(err error) *amqp.Message {
 		return rpcReply(statusBadRequest, "sbemu: "+err.Error(), nil)
 	case errors.Is(err, broker.ErrNotSupported):
 		return rpcReply(statusBadRequest, "sbemu: "+err.Error(), nil)
+	case errors.Is(err, broker.ErrEntityDisabled):
+		reply := rpcReply(statusBadRequest, disabledDescription(err), nil)
+		reply.ApplicationProperties[managementErrorConditionKey] = amqp.Symbol(condEntityDisabled)
+		return reply
 	default:
 		return rpcReply(statusInternalError, "sbemu: "+err.Error(), nil)
 	}

@@ -208,17 +208,22 @@ func sessionErrorCondition(err error) (wire.Symbol, string) {
 		return condNotAllowed, desc
 	case errors.Is(err, broker.ErrUnknownQueue):
 		return condNotFound, desc
+	case errors.Is(err, broker.ErrEntityDisabled):
+		return condEntityDisabled, disabledDescription(err)
 	}
 	return condInternalError, desc
 }
 
-// deliveryFailureCondition is the detach condition for a receive link
-// whose source failed.
-func deliveryFailureCondition(err error) wire.Symbol {
-	if errors.Is(err, broker.ErrSessionLockLost) {
-		return condSessionLockLost
+// deliveryFailure is the detach condition and description for a receive
+// link whose source failed.
+func deliveryFailure(err error) (wire.Symbol, string) {
+	switch {
+	case errors.Is(err, broker.ErrSessionLockLost):
+		return condSessionLockLost, "sbemu: " + err.Error()
+	case errors.Is(err, broker.ErrEntityDisabled):
+		return condEntityDisabled, disabledDescription(err)
 	}
-	return condInternalError
+	return condInternalError, "sbemu: " + err.Error()
 }
 
 // receive takes the next message for the link: from its session when it

@@ -97,6 +97,9 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session string, seqs []
 		return nil, err
 	}
 	defer q.armTimer(now)
+	if err := q.receiveAllowed(); err != nil {
+		return nil, err
+	}
 	es := make([]*entry, 0, len(seqs))
 	seen := make(map[int64]bool, len(seqs))
 	var expired []*entry

@@ -184,6 +184,9 @@ func (q *Queue) AcceptSession(id string, owner uint64) (*SessionLock, time.Time,
 	if err := q.sessionCallAllowed(); err != nil {
 		return nil, time.Time{}, err
 	}
+	if err := q.receiveAllowed(); err != nil {
+		return nil, time.Time{}, err
+	}
 	now := b.clock.Now()
 	q.advance(now)
 	defer q.armTimer(now)
@@ -208,6 +211,10 @@ func (q *Queue) AcceptNextSession(ctx context.Context, owner uint64, timeout tim
 		}
 		b.mu.Lock()
 		if err := q.sessionCallAllowed(); err != nil {
+			b.unlock()
+			return nil, time.Time{}, err
+		}
+		if err := q.receiveAllowed(); err != nil {
 			b.unlock()
 			return nil, time.Time{}, err
 		}
@@ -341,7 +348,7 @@ func (l *SessionLock) TryReceive(mode Mode) (*Delivery, bool) {
 	l.q.advance(now)
 	defer l.q.armTimer(now)
 	s, err := l.heldLocked(now)
-	if err != nil {
+	if err != nil || l.q.receiveAllowed() != nil {
 		return nil, false
 	}
 	d := l.q.takeFrom(&s.available, mode, l.owner, now)

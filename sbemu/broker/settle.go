@@ -51,8 +51,14 @@ func (q *Queue) locked(token [16]byte, op func(e *entry, now time.Time) error) e
 // Complete removes a peek-locked message for good (AMQP accepted). It fails
 // with [ErrLockLost] if the lock is unknown, expired or already settled, as
 // Service Bus answers message-lock-lost.
+//
+// On an entity whose status forbids receiving it fails with
+// [ErrEntityDisabled] and the lock stays held (status.go).
 func (q *Queue) Complete(token [16]byte) error {
 	return q.locked(token, func(e *entry, _ time.Time) error {
+		if err := q.receiveAllowed(); err != nil {
+			return err
+		}
 		q.removeEntry(e)
 		return nil
 	})
@@ -101,6 +107,11 @@ func (q *Queue) DeadLetter(token [16]byte, reason, description string, props map
 		// ErrLockLost first, as it would on any other queue.
 		if q.parent != nil {
 			return fmt.Errorf("%w: dead-letter from %s", ErrNotSupported, q.name)
+		}
+		// Dead-lettering removes the message from the entity, as a
+		// completion does.
+		if err := q.receiveAllowed(); err != nil {
+			return err
 		}
 		// This delivery is settled, not failed (see deadLetter).
 		if e.deliveryCount > 0 {
