@@ -103,11 +103,23 @@ type Config struct {
 	// Secrets (keys, signatures, tokens) are never logged. Nil discards logs.
 	Logger *slog.Logger
 
-	// KeepLocksOnDisconnect keeps the locks of a connection that drops until they expire, instead of
-	// returning its messages to the queue at once. Reports on the real service differ (the docs say
-	// locks go with the connection; SDK maintainers observed renewals succeeding after a reconnect), so
-	// tests can cover both: with it set, renew-lock on the management link keeps working for the
-	// dropped connection's messages, and they are redelivered only when their locks expire.
+	// KeepLocksOnDisconnect keeps the locks of a connection that closes or drops until they expire,
+	// instead of returning its messages to the queue at once. Set, the emulator behaves as Service Bus
+	// does: the SDK's own live test TestMessageSettlementUsingOnlyBackupSettlement (azservicebus v1.11.0
+	// messageSettler_test.go) closes the receiving connection and then completes, abandons and
+	// dead-letters its message by lock token from another connection through $management, which only
+	// works if the service kept the lock; SDK maintainers also observed renewals succeeding after a
+	// reconnect. Renew-lock and settlement by lock token then keep working for the closed
+	// connection's messages, which are redelivered only when their locks expire.
+	//
+	// False (the default) returns them at once, with the delivery counted, as the Service Bus
+	// documentation describes a lost lock. The default stays false although the service keeps locks,
+	// because tests of this repository outside the emulator are written against it: the e2e drop
+	// tests (TestDropMidHandlerCompletesWithinSeconds, TestDropAfterFailedAttemptKeepsOneSuccessor,
+	// TestDropNeverRunsAMessageTwiceAtOnce, TestDropDoesNotHoldNewMessagesBehindARepublish) and
+	// TestSubscriptionDropBetweenScheduleAndComplete expect a dropped connection's messages back within
+	// seconds, not after their 60 s locks, and fail with the locks kept. sdklive, which runs the SDK's
+	// live tests, sets it.
 	KeepLocksOnDisconnect bool
 
 	// Limits bound what clients can make the emulator hold; the zero value

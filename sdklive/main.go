@@ -321,6 +321,10 @@ func runOne(ctx context.Context, tc testCase, timeout time.Duration, logs string
 	em, err := sbemu.Start(sbemu.Config{
 		Queues: []broker.QueueConfig{{Name: "testQueue"}},
 		Logger: slog.New(slog.NewTextHandler(emuLog, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// Service Bus keeps a closed connection's locks, which
+		// TestMessageSettlementUsingOnlyBackupSettlement relies on; the emulator's default does not
+		// (see Config.KeepLocksOnDisconnect).
+		KeepLocksOnDisconnect: true,
 	})
 	if err != nil {
 		return result{}, err
