@@ -79,9 +79,9 @@ func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		defer dw.wait()
 		w = dw
 	}
-	err := a.authorize(r)
+	granted, err := a.authorize(r)
 	if err == nil {
-		err = a.route(w, r)
+		err = a.route(w, r, granted)
 	}
 	if err == nil {
 		return
@@ -91,19 +91,48 @@ func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		ae = &apiError{status: http.StatusInternalServerError, detail: err.Error()}
 	}
 	a.e.log.Info("sbemu: admin request refused", "method", r.Method, "path", r.URL.Path, "status", ae.status, "detail", ae.detail)
-	body, _ := xml.Marshal(struct {
-		XMLName xml.Name `xml:"Error"`
-		Code    int      `xml:"Code"`
-		Detail  string   `xml:"Detail"`
-	}{Code: ae.status, Detail: ae.detail})
 	w.Header().Set("Content-Type", "application/xml; charset=utf-8")
 	w.WriteHeader(ae.status)
-	_, _ = w.Write(body)
+	_, _ = io.WriteString(w, errorBody(ae.status, ae.detail))
 }
 
-// route dispatches on the path segments.
-func (a *adminServer) route(w http.ResponseWriter, r *http.Request) error {
+// errorBody is the service's error document,
+// <Error><Code>…</Code><Detail>…</Detail></Error>. The detail escapes only
+// what XML requires (&, <, >), as the service writes it: clients match
+// details by text, such as "Unauthorized access for 'GetSubscription'"
+// (the SDK's live test TestAdminClient_LackPermissions_Subscription), and
+// encoding/xml would write the apostrophes as &#39;. Characters XML cannot
+// hold become U+FFFD.
+func errorBody(status int, detail string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<Error><Code>%d</Code><Detail>", status)
+	for _, r := range detail {
+		switch {
+		case r == '&':
+			b.WriteString("&amp;")
+		case r == '<':
+			b.WriteString("&lt;")
+		case r == '>':
+			b.WriteString("&gt;")
+		case r == '\t', r == '\n', r == '\r', r >= 0x20 && r < 0xD800, r >= 0xE000 && r < 0xFFFE, r >= 0x10000 && r <= 0x10FFFF:
+			b.WriteRune(r)
+		default:
+			b.WriteRune('\uFFFD')
+		}
+	}
+	b.WriteString("</Detail></Error>")
+	return b.String()
+}
+
+// route dispatches on the path segments, once the request's rights allow
+// it (admin_auth.go).
+func (a *adminServer) route(w http.ResponseWriter, r *http.Request, granted rights) error {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if !granted.has(rightManage) {
+		if err := a.refuseWithoutManage(r, parts); err != nil {
+			return err
+		}
+	}
 	is := func(i int, name string) bool { return len(parts) > i && strings.EqualFold(parts[i], name) }
 	method := r.Method
 	switch {
@@ -563,6 +592,7 @@ func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEnt
 		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		MessageCount:                        ptr(int64(rt.Total())),
+		AuthorizationRules:                  m.authRules,
 		Status:                              statusText(qc.Status),
 		ForwardTo:                           forwardURL(r, qc.ForwardTo, m.forwardScheme),
 		CreatedAt:                           apiTime(m.created),
@@ -628,6 +658,7 @@ func (a *adminServer) topicEntry(r *http.Request, tc broker.TopicConfig) atomEnt
 		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		FilteringMessagesBeforePublishing:   ptr(false),
+		AuthorizationRules:                  m.authRules,
 		Status:                              statusText(tc.Status),
 		UserMetadata:                        m.userMetadata,
 		CreatedAt:                           apiTime(m.created),
@@ -699,7 +730,7 @@ func queueEchoed(d *queueDescription) echoedRequest {
 	return echoedRequest{
 		kind: "Queue", userMetadata: d.UserMetadata, autoDeleteOnIdle: d.AutoDeleteOnIdle,
 		partitioning: d.EnablePartitioning, maxSizeInMegabytes: d.MaxSizeInMegabytes, batched: d.EnableBatchedOperations,
-		forwardTo: d.ForwardTo, forwardDeadLetter: d.ForwardDeadLetteredMessagesTo,
+		forwardTo: d.ForwardTo, forwardDeadLetter: d.ForwardDeadLetteredMessagesTo, authRules: d.AuthorizationRules,
 	}
 }
 
@@ -707,6 +738,7 @@ func topicEchoed(d *topicDescription) echoedRequest {
 	return echoedRequest{
 		kind: "Topic", userMetadata: d.UserMetadata, autoDeleteOnIdle: d.AutoDeleteOnIdle,
 		partitioning: d.EnablePartitioning, maxSizeInMegabytes: d.MaxSizeInMegabytes, batched: d.EnableBatchedOperations,
+		authRules: d.AuthorizationRules,
 	}
 }
 

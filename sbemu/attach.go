@@ -278,9 +278,23 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 		}
 	}
 	// $cbs is exempt because it is where the token is presented in the first
-	// place.
-	if l.node != cbsNode && !l.s.c.authorizedFor(l.path) {
-		return condUnauthorized, fmt.Sprintf("sbemu: no valid token for %q on this connection", l.path)
+	// place. A sender needs Send and a receiver Listen (rights.go); a
+	// management link needs a token only, its operations check their own
+	// right (management.go).
+	if l.node != cbsNode {
+		switch {
+		case l.node == "" && clientSends:
+			l.needs = rightSend
+		case l.node == "":
+			l.needs = rightListen
+		}
+		granted, ok := l.s.c.rightsFor(l.path)
+		if !ok {
+			return condUnauthorized, fmt.Sprintf("sbemu: no valid token for %q on this connection", l.path)
+		}
+		if !granted.has(l.needs) {
+			return condUnauthorized, missingClaim(l.needs, l.path)
+		}
 	}
 	// An entity whose status forbids the link's direction refuses it at
 	// attach (broker/status.go); a status that changes later refuses each

@@ -87,9 +87,29 @@ type Config struct {
 	// Service Bus, a link whose token expires without a fresh put-token is
 	// detached with amqp:link:detach-forced, on Clock; the SDK then puts a
 	// new token and re-attaches. The administration API checks its
-	// Authorization header the same way. False accepts any token, as
-	// Microsoft's emulator does.
+	// Authorization header the same way. A token carries the rights of the
+	// policy that signed it (rights.go): KeyName's has every right, those of
+	// AuthorizationRules and of the entities' own rules (set through the
+	// administration API) what they list, and the emulator refuses what a
+	// token's rights do not cover as Service Bus does. An expired token is
+	// answered 401 "ExpiredToken: The token is expired. ...". False accepts
+	// any token, as Microsoft's emulator does, with every right.
 	StrictAuth bool
+
+	// AuthorizationRules are the namespace's shared access policies besides
+	// KeyName and Key (which always have Manage, Send and Listen): a key
+	// name, keys and rights each, checked under StrictAuth. Nil means none.
+	// A rule without a key name or primary key, with an unknown right or
+	// none, or naming a key name already used makes [Start] fail.
+	AuthorizationRules []AuthorizationRule
+
+	// AcceptUnverifiedJWT makes StrictAuth accept tokens of type jwt, what
+	// an azcore.TokenCredential (Entra ID) produces, on "$cbs" and in the
+	// administration API, without checking them, with every right until
+	// the expiry the client names: the emulator cannot verify them against
+	// Entra ID. False refuses them under StrictAuth (401). Without
+	// StrictAuth every token is accepted anyway.
+	AcceptUnverifiedJWT bool
 
 	// Clock drives the broker (lock expiry, scheduled activation, TTL,
 	// duplicate detection) and token expiry checks, so a test can move time
@@ -204,6 +224,9 @@ type Emulator struct {
 	mem    *memListener // connections from DialInMemory
 	faults fault.Injector
 	admin  *adminServer // the administration API (admin.go)
+	// policies are the namespace's shared access policies by lower-case
+	// key name (rights.go); read-only after Start.
+	policies map[string]policy
 
 	// persistent is set with Config.DataDir: answers wait for the journal
 	// (durable.go).
@@ -227,6 +250,10 @@ type Emulator struct {
 // Start returns; call [Emulator.Close] to stop it.
 func Start(cfg Config) (*Emulator, error) {
 	cfg = cfg.withDefaults()
+	policies, err := namespacePolicies(cfg)
+	if err != nil {
+		return nil, err
+	}
 	b, err := broker.New(broker.Options{
 		Clock: cfg.Clock, Topics: cfg.Topics,
 		DataDir: cfg.DataDir, TruncateDamagedJournal: cfg.TruncateDamagedJournal, Logger: cfg.Logger,
@@ -255,6 +282,8 @@ func Start(cfg Config) (*Emulator, error) {
 		mem:    mem,
 		conns:  make(map[*conn]struct{}),
 		done:   make(chan struct{}),
+
+		policies: policies,
 
 		persistent: b.Persistent(),
 	}
