@@ -286,18 +286,20 @@ func ruleNameOf(rc broker.RuleConfig) string {
 	return rc.Name
 }
 
-// ruleConfigFrom reads a RuleDescription (or DefaultRuleDescription). The
-// broker evaluates SQL filters and actions without parameters, so
-// Parameters are refused.
+// ruleConfigFrom reads a RuleDescription (or DefaultRuleDescription),
+// with the Parameters of a SQL filter or action, which the broker
+// substitutes for their @names.
 func ruleConfigFrom(d *ruleDescription) (broker.RuleConfig, error) {
 	rc := broker.RuleConfig{Name: d.Name}
 	bad := func(format string, args ...any) error {
 		return apiErrorf(http.StatusBadRequest, "sbemu: rule %q: %s", ruleNameOf(rc), fmt.Sprintf(format, args...))
 	}
 	if f := d.Filter; f != nil {
-		if f.Parameters != nil && len(f.Parameters.Items) > 0 {
-			return rc, bad("SQL filter parameters are not emulated")
+		params, err := kvToMap(f.Parameters)
+		if err != nil {
+			return rc, bad("filter Parameters: %v", err)
 		}
+		rc.SQLFilterParameters = params
 		switch f.TypeIn {
 		case "", "TrueFilter":
 		case "FalseFilter":
@@ -322,9 +324,11 @@ func ruleConfigFrom(d *ruleDescription) (broker.RuleConfig, error) {
 		}
 	}
 	if ac := d.Action; ac != nil {
-		if ac.Parameters != nil && len(ac.Parameters.Items) > 0 {
-			return rc, bad("SQL action parameters are not emulated")
+		params, err := kvToMap(ac.Parameters)
+		if err != nil {
+			return rc, bad("action Parameters: %v", err)
 		}
+		rc.SQLActionParameters = params
 		switch ac.TypeIn {
 		case "", "EmptyRuleAction":
 		case "SqlRuleAction":
@@ -375,10 +379,11 @@ func (a *adminServer) ruleEntry(r *http.Request, topic, sub string, rc broker.Ru
 		f.TypeOut, f.SQLExpression, f.CompatibilityLevel = "FalseFilter", ptr("1=0"), 20
 	default:
 		f.TypeOut, f.SQLExpression, f.CompatibilityLevel = "SqlFilter", ptr(rc.SQLFilter), 20
+		f.Parameters = mapToKV(rc.SQLFilterParameters)
 	}
 	act := &ruleActionXML{TypeOut: "EmptyRuleAction"}
 	if strings.TrimSpace(rc.SQLAction) != "" {
-		act = &ruleActionXML{TypeOut: "SqlRuleAction", SQLExpression: ptr(rc.SQLAction), CompatibilityLevel: 20}
+		act = &ruleActionXML{TypeOut: "SqlRuleAction", SQLExpression: ptr(rc.SQLAction), CompatibilityLevel: 20, Parameters: mapToKV(rc.SQLActionParameters)}
 	}
 	d := &ruleDescription{
 		Xmlns: serviceBusNamespace, XmlnsI: xsiNamespace,

@@ -176,8 +176,8 @@
 // policy's key whose audience covers the URL (401 otherwise), and a policy
 // with Manage, as Service Bus answers a key without it (admin_auth.go). A create of a taken
 // name answers 409, a read, update or delete of a missing entity 404, an
-// unsupported setting (a status only the service sets, SQL parameters)
-// 400. Updates change only what applies to later operations (lock
+// unsupported setting (a status only the service sets, a SQL parameter a
+// rule does not define) 400. Updates change only what applies to later operations (lock
 // duration, MaxDeliveryCount, TTL, dead-lettering on expiry, duplicate
 // detection window, size limit, status, rules); forwarding, RequiresSession
 // and switching duplicate detection on or off are refused. An entity's

@@ -309,6 +309,12 @@ func (b *Broker) RemoveRule(topic, sub, name string) error {
 // Rules slice would mean $Default to [compileRules].
 var noRules = []RuleConfig{{Name: "$none", SQLFilter: "1=0"}}
 
+// isNoRules reports whether rules is the noRules marker.
+func isNoRules(rules []RuleConfig) bool {
+	return len(rules) == 1 && rules[0].Name == noRules[0].Name && rules[0].SQLFilter == noRules[0].SQLFilter &&
+		rules[0].CorrelationFilter == nil && rules[0].SQLAction == ""
+}
+
 // Rules returns a subscription's rules as configured ($Default when it
 // was created without any); false if the subscription does not exist.
 func (b *Broker) Rules(topic, sub string) ([]RuleConfig, bool) {
@@ -330,7 +336,7 @@ func effectiveRules(rules []RuleConfig) []RuleConfig {
 	switch {
 	case len(rules) == 0:
 		return []RuleConfig{{Name: DefaultRuleName}}
-	case slices.Equal(rules, noRules):
+	case isNoRules(rules):
 		return nil
 	}
 	return slices.Clone(rules)
