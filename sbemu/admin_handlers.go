@@ -73,6 +73,12 @@ func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		serveHealth(w, r)
 		return
 	}
+	// AMQP over WebSockets authenticates inside AMQP, on "$cbs"
+	// (websocket.go).
+	if isWebSocketPath(r) {
+		a.serveWebSocket(w, r)
+		return
+	}
 	if a.e.persistent && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		dw := &durableWriter{ResponseWriter: w, r: r, b: a.e.broker}
 		// Also when the handler wrote nothing and net/http answers 200.

@@ -219,8 +219,9 @@
 //
 // # What is not emulated
 //
-// No transactions, no websockets; TLS on the AMQP port only when
-// [Config.TLS] is set; no auto-delete on idle; tokens from Entra ID are
+// No transactions; TLS on the AMQP port only when [Config.TLS] is set
+// (AMQP over WebSockets, wss://<admin host>/$servicebus/websocket, is
+// always TLS: websocket.go); no auto-delete on idle; tokens from Entra ID are
 // never verified (see [Config.AcceptUnverifiedJWT]). It is meant for tests
 // and local development.
 package sbemu

@@ -402,42 +402,52 @@ func (e *Emulator) acceptLoop(ln net.Listener) {
 			e.log.Warn("sbemu: accept failed", "err", err)
 			continue
 		}
-		// Closed before any byte is read: the client sees a reset or EOF on its
-		// protocol header, as with an unreachable namespace.
-		if e.faults.Refusing() {
-			_ = nc.Close()
-			continue
-		}
-		e.mu.Lock()
-		// Close may have run between Accept and here; the connection must not
-		// be registered after Close took its snapshot.
-		if e.closed {
-			e.mu.Unlock()
-			_ = nc.Close()
+		if !e.admit(nc) {
 			return
 		}
-		e.nextConnID++
-		c := newConn(e, e.nextConnID, nc)
-		// A connection over the limit is still served up to its open, so it
-		// can be told why it is closed; it does not count as admitted.
-		c.overLimit = e.admitted >= e.cfg.Limits.MaxConnections
-		if !c.overLimit {
-			e.admitted++
-		}
-		e.conns[c] = struct{}{}
-		e.wg.Add(1)
-		e.mu.Unlock()
-		go func() {
-			defer e.wg.Done()
-			c.serve()
-			e.mu.Lock()
-			delete(e.conns, c)
-			if !c.overLimit {
-				e.admitted--
-			}
-			e.mu.Unlock()
-		}()
 	}
+}
+
+// admit serves nc as a client connection on a goroutine of its own, as
+// every door does (TCP, in memory, WebSockets); it returns false, having
+// closed nc, once the emulator is closed.
+func (e *Emulator) admit(nc net.Conn) bool {
+	// Closed before any byte is read: the client sees a reset or EOF on its
+	// protocol header, as with an unreachable namespace.
+	if e.faults.Refusing() {
+		_ = nc.Close()
+		return true
+	}
+	e.mu.Lock()
+	// Close may have run between Accept and here; the connection must not
+	// be registered after Close took its snapshot.
+	if e.closed {
+		e.mu.Unlock()
+		_ = nc.Close()
+		return false
+	}
+	e.nextConnID++
+	c := newConn(e, e.nextConnID, nc)
+	// A connection over the limit is still served up to its open, so it
+	// can be told why it is closed; it does not count as admitted.
+	c.overLimit = e.admitted >= e.cfg.Limits.MaxConnections
+	if !c.overLimit {
+		e.admitted++
+	}
+	e.conns[c] = struct{}{}
+	e.wg.Add(1)
+	e.mu.Unlock()
+	go func() {
+		defer e.wg.Done()
+		c.serve()
+		e.mu.Lock()
+		delete(e.conns, c)
+		if !c.overLimit {
+			e.admitted--
+		}
+		e.mu.Unlock()
+	}()
+	return true
 }
 
 // snapshotConnsLocked copies the live connections; e.mu must be held.
