@@ -26,8 +26,7 @@ import (
 //   - management operations the same way, by what they do: scheduling
 //     needs Send, everything else (peek, renewals, settlement by lock
 //     token, sessions) Listen;
-//   - the administration API without Manage, 401 (rights.go's admin side
-//     is in admin_auth.go).
+//   - the administration API without Manage, 401 (admin_auth.go).
 //
 // Manage implies Send and Listen: Service Bus only accepts a policy with
 // Manage that also has both. The emulator's own key ([Config.KeyName],

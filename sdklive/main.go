@@ -156,7 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%d/%d passed\n", passed, total)
 	}
 	if opts.results != "" {
-		return writeResults(opts.results, results, passed, ran)
+		return writeResults(opts.results, results, passed, ran, opts.parallel)
 	}
 	return nil
 }
