@@ -12,7 +12,9 @@ import (
 // does, though the emulator does not act on them: AutoDeleteOnIdle (no
 // entity is ever deleted for being idle), EnablePartitioning and
 // MaxSizeInMegabytes (one partition, no size quota), EnableBatchedOperations,
-// UserMetadata, and the form in which a forwarding target was written.
+// UserMetadata, and the form in which a forwarding target was written;
+// and the entity's authorization rules, which [Config.StrictAuth] does act
+// on (admin_authrules.go).
 // A client that creates an entity and reads it back, as the SDK's own live
 // tests do, sees what it asked for. They live with the admin server's other
 // records (entityMeta), not in the broker, so entities from Config or
@@ -44,6 +46,9 @@ type echoedSettings struct {
 	// forwardScheme and forwardDeadLetterScheme are the URL schemes the
 	// forwarding targets were given with; empty reports https.
 	forwardScheme, forwardDeadLetterScheme string
+	// authRules are a queue's or topic's own authorization rules, as
+	// reported (admin_authrules.go).
+	authRules []authorizationRuleXML
 }
 
 // echoedRequest is what a PUT body says about the echoed settings; nil
@@ -56,6 +61,7 @@ type echoedRequest struct {
 	maxSizeInMegabytes           *int32
 	batched                      *bool
 	forwardTo, forwardDeadLetter *string
+	authRules                    []authorizationRuleXML
 }
 
 // apply returns prev (the entity's settings before an update; zero for a
@@ -108,6 +114,13 @@ func (req echoedRequest) apply(prev echoedSettings, create bool) (echoedSettings
 	}
 	s.forwardScheme = forwardScheme(req.forwardTo)
 	s.forwardDeadLetterScheme = forwardScheme(req.forwardDeadLetter)
+	// The SDK sends the whole description on an update too, so the rules
+	// given replace the old ones, and none clears them.
+	rules, err := normalizeAuthorizationRules(req.kind, req.authRules)
+	if err != nil {
+		return prev, err
+	}
+	s.authRules = rules
 	return s, nil
 }
 

@@ -73,15 +73,21 @@ func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		serveHealth(w, r)
 		return
 	}
+	// AMQP over WebSockets authenticates inside AMQP, on "$cbs"
+	// (websocket.go).
+	if isWebSocketPath(r) {
+		a.serveWebSocket(w, r)
+		return
+	}
 	if a.e.persistent && r.Method != http.MethodGet && r.Method != http.MethodHead {
 		dw := &durableWriter{ResponseWriter: w, r: r, b: a.e.broker}
 		// Also when the handler wrote nothing and net/http answers 200.
 		defer dw.wait()
 		w = dw
 	}
-	err := a.authorize(r)
+	granted, err := a.authorize(r)
 	if err == nil {
-		err = a.route(w, r)
+		err = a.route(w, r, granted)
 	}
 	if err == nil {
 		return
@@ -91,19 +97,48 @@ func (a *adminServer) serveHTTP(w http.ResponseWriter, r *http.Request) {
 		ae = &apiError{status: http.StatusInternalServerError, detail: err.Error()}
 	}
 	a.e.log.Info("sbemu: admin request refused", "method", r.Method, "path", r.URL.Path, "status", ae.status, "detail", ae.detail)
-	body, _ := xml.Marshal(struct {
-		XMLName xml.Name `xml:"Error"`
-		Code    int      `xml:"Code"`
-		Detail  string   `xml:"Detail"`
-	}{Code: ae.status, Detail: ae.detail})
 	w.Header().Set("Content-Type", "application/xml; charset=utf-8")
 	w.WriteHeader(ae.status)
-	_, _ = w.Write(body)
+	_, _ = io.WriteString(w, errorBody(ae.status, ae.detail))
 }
 
-// route dispatches on the path segments.
-func (a *adminServer) route(w http.ResponseWriter, r *http.Request) error {
+// errorBody is the service's error document,
+// <Error><Code>…</Code><Detail>…</Detail></Error>. The detail escapes only
+// what XML requires (&, <, >), as the service writes it: clients match
+// details by text, such as "Unauthorized access for 'GetSubscription'"
+// (the SDK's live test TestAdminClient_LackPermissions_Subscription), and
+// encoding/xml would write the apostrophes as &#39;. Characters XML cannot
+// hold become U+FFFD.
+func errorBody(status int, detail string) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "<Error><Code>%d</Code><Detail>", status)
+	for _, r := range detail {
+		switch {
+		case r == '&':
+			b.WriteString("&amp;")
+		case r == '<':
+			b.WriteString("&lt;")
+		case r == '>':
+			b.WriteString("&gt;")
+		case r == '\t', r == '\n', r == '\r', r >= 0x20 && r < 0xD800, r >= 0xE000 && r < 0xFFFE, r >= 0x10000 && r <= 0x10FFFF:
+			b.WriteRune(r)
+		default:
+			b.WriteRune('\uFFFD')
+		}
+	}
+	b.WriteString("</Detail></Error>")
+	return b.String()
+}
+
+// route dispatches on the path segments, once the request's rights allow
+// it (admin_auth.go).
+func (a *adminServer) route(w http.ResponseWriter, r *http.Request, granted rights) error {
 	parts := strings.Split(strings.Trim(r.URL.Path, "/"), "/")
+	if !granted.has(rightManage) {
+		if err := a.refuseWithoutManage(r, parts); err != nil {
+			return err
+		}
+	}
 	is := func(i int, name string) bool { return len(parts) > i && strings.EqualFold(parts[i], name) }
 	method := r.Method
 	switch {
@@ -347,12 +382,14 @@ func (a *adminServer) putQueue(w http.ResponseWriter, r *http.Request, name stri
 	b := a.e.broker
 	create := creating(r)
 	err = a.change(func() error {
-		_, isQueue := b.QueueConfig(name)
+		old, isQueue := b.QueueConfig(name)
 		switch {
 		case create && a.exists(name):
 			return apiErrorf(http.StatusConflict, "sbemu: an entity named %q already exists", name)
 		case !create && !isQueue:
 			return apiErrorf(http.StatusNotFound, "sbemu: no queue %q", name)
+		case !create && old.RequiresSession != cfg.RequiresSession:
+			return requiresSessionFixed("Queue")
 		}
 		settings, err := queueEchoed(d).apply(a.previousLocked(name, create), create)
 		if err != nil {
@@ -432,12 +469,33 @@ func statusFor(create bool) int {
 	return http.StatusOK
 }
 
-// checkStatus refuses entity states the emulator does not model.
-func checkStatus(status *string) error {
-	if status != nil && *status != "" && !strings.EqualFold(*status, "Active") {
-		return apiErrorf(http.StatusBadRequest, "sbemu: entity status %q is not emulated; only Active is", *status)
+// requiresSessionFixed refuses an update that changes RequiresSession, in
+// Service Bus's words, which the SDK's live tests TestAdminClient_UpdateQueue
+// and TestAdminClient_UpdateSubscription look for.
+func requiresSessionFixed(kind string) error {
+	return apiErrorf(http.StatusBadRequest, "The value for the RequiresSession property of an existing %s cannot be changed. sbemu: choose it when creating the entity", kind)
+}
+
+// parseStatus reads an entity's Status: Active (also when absent),
+// Disabled, SendDisabled or ReceiveDisabled, which the broker enforces
+// (broker/status.go); the statuses only the service sets are refused.
+func parseStatus(status *string) (broker.EntityStatus, error) {
+	if status == nil {
+		return broker.StatusActive, nil
 	}
-	return nil
+	st, err := broker.ParseEntityStatus(*status)
+	if err != nil {
+		return "", apiErrorf(http.StatusBadRequest, "sbemu: %v", err)
+	}
+	return st, nil
+}
+
+// statusText reports a status, the zero value as Active.
+func statusText(st broker.EntityStatus) *string {
+	if st == "" {
+		st = broker.StatusActive
+	}
+	return ptr(string(st))
 }
 
 // queueConfigFrom reads a QueueDescription.
@@ -446,10 +504,10 @@ func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, erro
 	if d.RequiresSession != nil {
 		cfg.RequiresSession = *d.RequiresSession
 	}
-	if err := checkStatus(d.Status); err != nil {
+	var err error
+	if cfg.Status, err = parseStatus(d.Status); err != nil {
 		return cfg, err
 	}
-	var err error
 	bad := func(err error) error { return apiErrorf(http.StatusBadRequest, "sbemu: queue %q: %v", name, err) }
 	// Absent fields keep the broker's zero, which means the Service Bus
 	// default. An endless lock is out of range, so it maps just past the
@@ -493,10 +551,10 @@ func queueConfigFrom(name string, d *queueDescription) (broker.QueueConfig, erro
 // topicConfigFrom reads a TopicDescription.
 func topicConfigFrom(name string, d *topicDescription) (broker.TopicConfig, error) {
 	cfg := broker.TopicConfig{Name: name}
-	if err := checkStatus(d.Status); err != nil {
+	var err error
+	if cfg.Status, err = parseStatus(d.Status); err != nil {
 		return cfg, err
 	}
-	var err error
 	bad := func(err error) error { return apiErrorf(http.StatusBadRequest, "sbemu: topic %q: %v", name, err) }
 	if cfg.DefaultTTL, err = parseAPIDuration("DefaultMessageTimeToLive", d.DefaultMessageTimeToLive, 0, 0); err != nil {
 		return cfg, bad(err)
@@ -540,7 +598,8 @@ func (a *adminServer) queueEntry(r *http.Request, qc broker.QueueConfig) atomEnt
 		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		MessageCount:                        ptr(int64(rt.Total())),
-		Status:                              ptr("Active"),
+		AuthorizationRules:                  m.authRules,
+		Status:                              statusText(qc.Status),
 		ForwardTo:                           forwardURL(r, qc.ForwardTo, m.forwardScheme),
 		CreatedAt:                           apiTime(m.created),
 		UpdatedAt:                           apiTime(m.updated),
@@ -605,7 +664,8 @@ func (a *adminServer) topicEntry(r *http.Request, tc broker.TopicConfig) atomEnt
 		EnableBatchedOperations:             ptr(!m.unbatched),
 		SizeInBytes:                         ptr(rt.SizeInBytes),
 		FilteringMessagesBeforePublishing:   ptr(false),
-		Status:                              ptr("Active"),
+		AuthorizationRules:                  m.authRules,
+		Status:                              statusText(tc.Status),
 		UserMetadata:                        m.userMetadata,
 		CreatedAt:                           apiTime(m.created),
 		UpdatedAt:                           apiTime(m.updated),
@@ -676,7 +736,7 @@ func queueEchoed(d *queueDescription) echoedRequest {
 	return echoedRequest{
 		kind: "Queue", userMetadata: d.UserMetadata, autoDeleteOnIdle: d.AutoDeleteOnIdle,
 		partitioning: d.EnablePartitioning, maxSizeInMegabytes: d.MaxSizeInMegabytes, batched: d.EnableBatchedOperations,
-		forwardTo: d.ForwardTo, forwardDeadLetter: d.ForwardDeadLetteredMessagesTo,
+		forwardTo: d.ForwardTo, forwardDeadLetter: d.ForwardDeadLetteredMessagesTo, authRules: d.AuthorizationRules,
 	}
 }
 
@@ -684,6 +744,7 @@ func topicEchoed(d *topicDescription) echoedRequest {
 	return echoedRequest{
 		kind: "Topic", userMetadata: d.UserMetadata, autoDeleteOnIdle: d.AutoDeleteOnIdle,
 		partitioning: d.EnablePartitioning, maxSizeInMegabytes: d.MaxSizeInMegabytes, batched: d.EnableBatchedOperations,
+		authRules: d.AuthorizationRules,
 	}
 }
 

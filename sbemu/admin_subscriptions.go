@@ -65,7 +65,7 @@ func (a *adminServer) subscription(w http.ResponseWriter, r *http.Request, topic
 		}
 		create := creating(r)
 		err = a.change(func() error {
-			tn, _, exists := a.findSubscription(topic, sub)
+			tn, old, exists := a.findSubscription(topic, sub)
 			switch {
 			case tn == "":
 				return apiErrorf(http.StatusNotFound, "sbemu: no topic %q", topic)
@@ -73,6 +73,8 @@ func (a *adminServer) subscription(w http.ResponseWriter, r *http.Request, topic
 				return apiErrorf(http.StatusConflict, "sbemu: subscription %q already exists", broker.SubscriptionPath(topic, sub))
 			case !create && !exists:
 				return apiErrorf(http.StatusNotFound, "sbemu: no subscription %q", broker.SubscriptionPath(topic, sub))
+			case !create && old.RequiresSession != cfg.RequiresSession:
+				return requiresSessionFixed("Subscription")
 			}
 			path := broker.SubscriptionPath(tn, sub)
 			settings, err := subscriptionEchoed(req.Content.Subscription).apply(a.previousLocked(path, create), create)
@@ -115,10 +117,10 @@ func subscriptionConfigFrom(name string, d *subscriptionDescription) (broker.Sub
 	if d.RequiresSession != nil {
 		cfg.RequiresSession = *d.RequiresSession
 	}
-	if err := checkStatus(d.Status); err != nil {
+	var err error
+	if cfg.Status, err = parseStatus(d.Status); err != nil {
 		return cfg, err
 	}
-	var err error
 	bad := func(err error) error {
 		return apiErrorf(http.StatusBadRequest, "sbemu: subscription %q: %v", name, err)
 	}
@@ -178,7 +180,7 @@ func (a *adminServer) subscriptionEntry(r *http.Request, topic string, sc broker
 		MessageCount:                              ptr(int64(rt.Total())),
 		MaxDeliveryCount:                          ptr(int32(mdc)),
 		EnableBatchedOperations:                   ptr(!m.unbatched),
-		Status:                                    ptr("Active"),
+		Status:                                    statusText(sc.Status),
 		ForwardTo:                                 forwardURL(r, sc.ForwardTo, m.forwardScheme),
 		CreatedAt:                                 apiTime(m.created),
 		UpdatedAt:                                 apiTime(m.updated),
@@ -284,18 +286,20 @@ func ruleNameOf(rc broker.RuleConfig) string {
 	return rc.Name
 }
 
-// ruleConfigFrom reads a RuleDescription (or DefaultRuleDescription). The
-// broker evaluates SQL filters and actions without parameters, so
-// Parameters are refused.
+// ruleConfigFrom reads a RuleDescription (or DefaultRuleDescription),
+// with the Parameters of a SQL filter or action, which the broker
+// substitutes for their @names.
 func ruleConfigFrom(d *ruleDescription) (broker.RuleConfig, error) {
 	rc := broker.RuleConfig{Name: d.Name}
 	bad := func(format string, args ...any) error {
 		return apiErrorf(http.StatusBadRequest, "sbemu: rule %q: %s", ruleNameOf(rc), fmt.Sprintf(format, args...))
 	}
 	if f := d.Filter; f != nil {
-		if f.Parameters != nil && len(f.Parameters.Items) > 0 {
-			return rc, bad("SQL filter parameters are not emulated")
+		params, err := kvToMap(f.Parameters)
+		if err != nil {
+			return rc, bad("filter Parameters: %v", err)
 		}
+		rc.SQLFilterParameters = params
 		switch f.TypeIn {
 		case "", "TrueFilter":
 		case "FalseFilter":
@@ -320,9 +324,11 @@ func ruleConfigFrom(d *ruleDescription) (broker.RuleConfig, error) {
 		}
 	}
 	if ac := d.Action; ac != nil {
-		if ac.Parameters != nil && len(ac.Parameters.Items) > 0 {
-			return rc, bad("SQL action parameters are not emulated")
+		params, err := kvToMap(ac.Parameters)
+		if err != nil {
+			return rc, bad("action Parameters: %v", err)
 		}
+		rc.SQLActionParameters = params
 		switch ac.TypeIn {
 		case "", "EmptyRuleAction":
 		case "SqlRuleAction":
@@ -373,10 +379,11 @@ func (a *adminServer) ruleEntry(r *http.Request, topic, sub string, rc broker.Ru
 		f.TypeOut, f.SQLExpression, f.CompatibilityLevel = "FalseFilter", ptr("1=0"), 20
 	default:
 		f.TypeOut, f.SQLExpression, f.CompatibilityLevel = "SqlFilter", ptr(rc.SQLFilter), 20
+		f.Parameters = mapToKV(rc.SQLFilterParameters)
 	}
 	act := &ruleActionXML{TypeOut: "EmptyRuleAction"}
 	if strings.TrimSpace(rc.SQLAction) != "" {
-		act = &ruleActionXML{TypeOut: "SqlRuleAction", SQLExpression: ptr(rc.SQLAction), CompatibilityLevel: 20}
+		act = &ruleActionXML{TypeOut: "SqlRuleAction", SQLExpression: ptr(rc.SQLAction), CompatibilityLevel: 20, Parameters: mapToKV(rc.SQLActionParameters)}
 	}
 	d := &ruleDescription{
 		Xmlns: serviceBusNamespace, XmlnsI: xsiNamespace,

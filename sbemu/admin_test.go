@@ -484,7 +484,7 @@ func TestAdminInMemoryInsideSynctest(t *testing.T) {
 
 // TestAdminDeleteWhileLinksAreOpen: a sender attached before its queue is
 // deleted is refused afterwards (the SDK then re-attaches and is told the
-// entity does not exist), and a new link to the name is refused at attach,
+// entity does not exist), and a new receiver is refused at its put-token,
 // as for any unknown entity.
 func TestAdminDeleteWhileLinksAreOpen(t *testing.T) {
 	em := startEmulator(t, Config{Queues: []broker.QueueConfig{{Name: "doomed"}}})
@@ -504,8 +504,7 @@ func TestAdminDeleteWhileLinksAreOpen(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { _ = receiver.Close(ctx) }()
 	_, err = receiver.ReceiveMessages(ctx, 1, nil)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "amqp:not-found")
+	requireCode(t, err, azservicebus.CodeNotFound)
 }
 
 func TestAudienceCovers(t *testing.T) {
@@ -553,4 +552,42 @@ func TestAdminHealthProbe(t *testing.T) {
 	require.NoError(t, err)
 	require.NotNil(t, q, "the SDK's signed GET /health is the queue")
 	assert.Equal(t, "health", q.QueueName)
+}
+
+// TestAdminRuleParameters: a rule's SQL filter and action parameters are
+// kept, reported as given, and used: the filter selects by them and the
+// action sets them (the SDK's live test TestAdminClient_CreateRules
+// writes such rules); a filter naming a parameter it lacks is refused.
+func TestAdminRuleParameters(t *testing.T) {
+	em := startEmulator(t, Config{Topics: []broker.TopicConfig{{Name: "events", Subscriptions: []broker.SubscriptionConfig{{Name: "eu", Rules: []broker.RuleConfig{{Name: "none", SQLFilter: "1=0"}}}}}}})
+	ac := newAdminClient(t, em)
+	ctx := ctxT(t)
+	at := time.Date(2001, 1, 1, 1, 2, 3, 0, time.UTC)
+	filter := &admin.SQLFilter{Expression: "region = @region AND amount > @min", Parameters: map[string]any{"@region": "eu", "@min": int64(10), "@ratio": 0.5, "@on": true, "@at": at}}
+	action := &admin.SQLAction{Expression: "SET routed = @to SET sys.Label = @label", Parameters: map[string]any{"@to": "eu-desk", "@label": "routed"}}
+	_, err := ac.CreateRule(ctx, "events", "eu", &admin.CreateRuleOptions{Name: to.Ptr("by-region"), Filter: filter, Action: action})
+	require.NoError(t, err)
+	got, err := ac.GetRule(ctx, "events", "eu", "by-region", nil)
+	require.NoError(t, err)
+	assert.Equal(t, filter, got.Filter)
+	assert.Equal(t, action, got.Action)
+
+	client := newClient(t, em)
+	sender := newSender(t, client, "events")
+	for _, m := range []*azservicebus.Message{
+		{Body: []byte("small"), ApplicationProperties: map[string]any{"region": "eu", "amount": 5}},
+		{Body: []byte("us"), ApplicationProperties: map[string]any{"region": "us", "amount": 50}},
+		{Body: []byte("match"), ApplicationProperties: map[string]any{"region": "eu", "amount": 50}},
+	} {
+		require.NoError(t, sender.SendMessage(ctx, m, nil))
+	}
+	r := newSubscriptionReceiver(t, client, "events", "eu", nil)
+	msg := receiveOne(t, r)
+	assert.Equal(t, "match", string(msg.Body))
+	assert.Equal(t, "eu-desk", msg.ApplicationProperties["routed"])
+	assert.Equal(t, "routed", *msg.Subject)
+	require.NoError(t, r.CompleteMessage(ctx, msg, nil))
+
+	_, err = ac.CreateRule(ctx, "events", "eu", &admin.CreateRuleOptions{Name: to.Ptr("broken"), Filter: &admin.SQLFilter{Expression: "region = @nowhere"}})
+	requireStatus(t, err, http.StatusBadRequest)
 }

@@ -61,6 +61,29 @@ func entityPath(addr string) string {
 	return strings.TrimPrefix(addr, "/")
 }
 
+// cbsLinkOpen reports whether a link to "$cbs" in the direction role
+// (the client's role) is attached on the connection. Service Bus allows
+// one sender and one receiver on "$cbs" per connection: the Go SDK
+// serialises its claims for that reason ("You're not allowed to have
+// multiple $cbs links open in a single connection", azservicebus v1.11.0
+// internal/namespace.go) and answers amqp:not-allowed on the $cbs attach
+// by resetting the connection (internal/cbs.go, NegotiateClaim), which its
+// live test TestAMQPLinksCBSLinkStillOpen checks. Attaches are handled on
+// the connection's reader goroutine, so two cannot race past this check.
+func (c *conn) cbsLinkOpen(role wire.Role) bool {
+	for _, s := range c.allSessions() {
+		s.mu.Lock()
+		for _, l := range s.links {
+			if l.node == cbsNode && l.attach.Role == role {
+				s.mu.Unlock()
+				return true
+			}
+		}
+		s.mu.Unlock()
+	}
+	return false
+}
+
 // handleAttach answers a client's attach: it resolves the address to a
 // queue or a request/response node, echoes the requested settle modes and
 // starts the link. Unknown entities are refused the AMQP way: an attach
@@ -223,6 +246,9 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 	lower := strings.ToLower(l.path)
 	switch {
 	case lower == cbsNode:
+		if l.s.c.cbsLinkOpen(l.attach.Role) {
+			return condNotAllowed, "sbemu: a $cbs link in this direction is already open on this connection; Service Bus allows one sender and one receiver on $cbs per connection"
+		}
 		l.node = cbsNode
 	case strings.HasSuffix(lower, managementSuffix):
 		entity := l.path[:len(l.path)-len(managementSuffix)]
@@ -252,9 +278,35 @@ func (l *link) resolve(clientSends bool) (wire.Symbol, string) {
 		}
 	}
 	// $cbs is exempt because it is where the token is presented in the first
-	// place.
-	if l.node != cbsNode && !l.s.c.authorizedFor(l.path) {
-		return condUnauthorized, fmt.Sprintf("sbemu: no valid token for %q on this connection", l.path)
+	// place. A sender needs Send and a receiver Listen (rights.go); a
+	// management link needs a token only, its operations check their own
+	// right (management.go).
+	if l.node != cbsNode {
+		switch {
+		case l.node == "" && clientSends:
+			l.needs = rightSend
+		case l.node == "":
+			l.needs = rightListen
+		}
+		granted, ok := l.s.c.rightsFor(l.path)
+		if !ok {
+			return condUnauthorized, fmt.Sprintf("sbemu: no valid token for %q on this connection", l.path)
+		}
+		if !granted.has(l.needs) {
+			return condUnauthorized, missingClaim(l.needs, l.path)
+		}
+	}
+	// An entity whose status forbids the link's direction refuses it at
+	// attach (broker/status.go); a status that changes later refuses each
+	// transfer, receive and completion instead.
+	if l.queue != nil && l.node == "" {
+		allowed := l.queue.ReceiveAllowed
+		if clientSends {
+			allowed = l.queue.SendAllowed
+		}
+		if err := allowed(); err != nil {
+			return condEntityDisabled, disabledDescription(err)
+		}
 	}
 	switch {
 	case l.node != "" && clientSends:

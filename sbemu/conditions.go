@@ -1,8 +1,12 @@
 package sbemu
 
 import (
+	"errors"
+	"fmt"
+
 	"github.com/Azure/go-amqp"
 
+	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/sbemu/internal/wire"
 )
 
@@ -24,7 +28,28 @@ const (
 	condLockLost           wire.Symbol = "com.microsoft:message-lock-lost"
 	condDeadLetter         wire.Symbol = "com.microsoft:dead-letter"
 	condResourceLimit      wire.Symbol = "amqp:resource-limit-exceeded"
+	condEntityDisabled     wire.Symbol = "com.microsoft:entity-disabled"
 )
+
+// disabledDescription describes a refusal for an entity's status
+// (broker/status.go, [broker.ErrEntityDisabled]) in Service Bus's words —
+// "Messaging entity '…' is currently disabled for Send operations." for a
+// send (as quoted in github.com/Azure/azure-sdk-for-net issue 10535) and
+// "Messaging entity '…' is currently disabled." for a receive
+// (github.com/Azure/azure-service-bus issue 677) — followed by the
+// emulator's detail. The condition is com.microsoft:entity-disabled, which
+// the Go SDK treats as fatal (azservicebus v1.11.0 internal/errors.go).
+func disabledDescription(err error) string {
+	var de *broker.DisabledError
+	if !errors.As(err, &de) {
+		return "sbemu: " + err.Error()
+	}
+	what := "disabled"
+	if de.Sending {
+		what = "disabled for Send operations"
+	}
+	return fmt.Sprintf("Messaging entity '%s' is currently %s. sbemu: %v", de.Entity, what, err)
+}
 
 // lockLostDescription is the description Service Bus gives a lost message
 // lock, on a settlement and on a renewal's 410 alike, as users quote it

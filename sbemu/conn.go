@@ -88,9 +88,9 @@ type conn struct {
 	// writer saw (later errors are its consequences and are not recorded).
 	// Code holding mu never takes a session's mutex.
 	mu         sync.Mutex
-	sessions   map[uint16]*session  // by channel (the emulator reuses the client's number)
-	authorized map[string]time.Time // lower-case entity path -> token expiry (strict mode)
-	ending     map[uint16]bool      // channels whose session the emulator ended, awaiting the client's end
+	sessions   map[uint16]*session // by channel (the emulator reuses the client's number)
+	authorized map[string]grant    // lower-case entity path -> what its token grants (strict mode)
+	ending     map[uint16]bool     // channels whose session the emulator ended, awaiting the client's end
 	failErr    error
 
 	// authChanged (capacity 1) wakes watchTokenExpiry after a put-token.
@@ -116,7 +116,7 @@ func newConn(e *Emulator, id uint64, nc net.Conn) *conn {
 		done:        make(chan struct{}),
 		kill:        make(chan struct{}),
 		sessions:    make(map[uint16]*session),
-		authorized:  make(map[string]time.Time),
+		authorized:  make(map[string]grant),
 		authChanged: make(chan struct{}, 1),
 		ending:      make(map[uint16]bool),
 	}

@@ -120,7 +120,7 @@ func (l *link) deliverLoop(src deliverySource) {
 				// nothing more: detach with the error, so the client sees it and can reconnect,
 				// instead of leaving the link attached and silent.
 				l.log.Info("sbemu: delivery source failed", "err", err)
-				l.forceDetach(deliveryFailureCondition(err), "sbemu: "+err.Error())
+				l.forceDetach(deliveryFailure(err))
 				return
 			}
 			if o == nil {

@@ -128,6 +128,8 @@ func (s *session) settle(sd *sentDelivery, state wire.DeliveryState) wire.Delive
 // SDK understands.
 func settleErrorState(err error) wire.DeliveryState {
 	switch {
+	case errors.Is(err, broker.ErrEntityDisabled):
+		return &wire.Rejected{Error: &wire.Error{Condition: condEntityDisabled, Description: disabledDescription(err)}}
 	case errors.Is(err, broker.ErrLockLost):
 		return lockLostState("sbemu: the lock expired, or the message was settled or released")
 	case errors.Is(err, broker.ErrNotSupported):

@@ -70,20 +70,25 @@
 // links get pre-settled transfers; the message is removed once its transfer
 // is queued for the socket.
 //
-// Locks belong to the connection that received the message: when a
-// connection ends, cleanly or not, its locks go back to their queues with the
-// delivery counted (and messages that used up MaxDeliveryCount are
-// dead-lettered). Detaching a link keeps its locks; the SDK settles such
-// messages by lock token through the management node.
+// Locks belong to the connection that received the message: by default,
+// when a connection ends, cleanly or not, its locks go back to their queues
+// with the delivery counted (and messages that used up MaxDeliveryCount are
+// dead-lettered); with [Config.KeepLocksOnDisconnect] they stay until they
+// expire, as on Service Bus. Detaching a link keeps its locks; the SDK
+// settles such messages by lock token through the management node.
 //
-// Unknown entities are refused at attach time with amqp:not-found, unknown
-// management operations with status 501, and with [Config.StrictAuth] a
-// put-token that is not a valid signature for the configured key, or whose
-// audience is neither the entity nor a prefix of it, gets 401. A token
-// covers its links until it expires on [Config.Clock]: then, unless the
-// client has put a fresh one, the links are detached with
-// amqp:link:detach-forced ("Code: RenewToken"), as Service Bus does
-// (token_expiry.go).
+// A put-token for an entity that does not exist is answered 404 (the SDK's
+// CodeNotFound), an attach to one amqp:not-found, unknown management
+// operations 501, and a second "$cbs" link in one direction on a
+// connection amqp:not-allowed, as Service Bus answers them. With
+// [Config.StrictAuth] a put-token that is not a valid signature of one of
+// the namespace's or the entity's shared access policies, has expired, or
+// whose audience is neither the entity nor a prefix of it, gets 401, and a
+// token grants its policy's rights only: a sender needs Send, a receiver
+// Listen, the administration API Manage (rights.go). A token covers its
+// links until it expires on [Config.Clock]: then, unless the client has
+// put a fresh one, the links are detached with amqp:link:detach-forced
+// ("Code: RenewToken"), as Service Bus does (token_expiry.go).
 //
 // # Serving a connection
 //
@@ -167,14 +172,18 @@
 // monitor next to cmd/sbemu -data DIR) builds its admin client options from
 // the directory with [AdminClientOptionsFromDir] and keeps working across
 // restarts of the emulator.
-// With [Config.StrictAuth] every request needs a SAS token signed with the
-// key whose audience covers the URL (401 otherwise). A create of a taken
+// With [Config.StrictAuth] every request needs a SAS token signed with a
+// policy's key whose audience covers the URL (401 otherwise), and a policy
+// with Manage, as Service Bus answers a key without it (admin_auth.go). A create of a taken
 // name answers 409, a read, update or delete of a missing entity 404, an
-// unsupported setting (sessions, a status other than Active, SQL
-// parameters) 400. Updates change only what applies to later operations
-// (lock duration, MaxDeliveryCount, TTL, dead-lettering on expiry,
-// duplicate detection window, size limit, rules); forwarding and switching
-// duplicate detection on or off are refused. A delete is refused (409)
+// unsupported setting (a status only the service sets, a SQL parameter a
+// rule does not define) 400. Updates change only what applies to later operations (lock
+// duration, MaxDeliveryCount, TTL, dead-lettering on expiry, duplicate
+// detection window, size limit, status, rules); forwarding, RequiresSession
+// and switching duplicate detection on or off are refused. An entity's
+// status (Active, Disabled, SendDisabled, ReceiveDisabled) is enforced as
+// Service Bus enforces it: links and operations it forbids are refused
+// with com.microsoft:entity-disabled (broker/status.go). A delete is refused (409)
 // while another entity forwards to the entity or receivers hold locks on
 // its messages, so the broker never keeps half of an entity. See admin.go.
 //
@@ -210,7 +219,9 @@
 //
 // # What is not emulated
 //
-// No message sessions, no transactions, no websockets; TLS on the AMQP port only when
-// [Config.TLS] is set; no authorization rules or auto-delete on idle in the
-// administration API. It is meant for tests and local development.
+// No transactions; TLS on the AMQP port only when [Config.TLS] is set
+// (AMQP over WebSockets, wss://<admin host>/$servicebus/websocket, is
+// always TLS: websocket.go); no auto-delete on idle; tokens from Entra ID are
+// never verified (see [Config.AcceptUnverifiedJWT]). It is meant for tests
+// and local development.
 package sbemu

@@ -307,3 +307,50 @@ func TestSDKKeepLocksOnDisconnect(t *testing.T) {
 	assert.Equal(t, uint32(2), again[0].DeliveryCount)
 	require.NoError(t, receiver.CompleteMessage(ctxT(t), again[0], nil))
 }
+
+// TestSDKSettleFromAnotherConnectionAfterADrop: Service Bus keeps a
+// message's lock when the connection that received it closes, so a
+// receiver on a new connection can settle it by lock token through
+// $management, which the SDK falls back to (azservicebus v1.11.0 live test
+// TestMessageSettlementUsingOnlyBackupSettlement). KeepLocksOnDisconnect
+// gives that; without it the lock goes with the connection and the
+// settlement reports the lock lost.
+func TestSDKSettleFromAnotherConnectionAfterADrop(t *testing.T) {
+	tests := []struct {
+		name      string
+		keepLocks bool
+		settle    func(*azservicebus.Receiver, *azservicebus.ReceivedMessage) error
+	}{
+		{"complete", true, func(r *azservicebus.Receiver, m *azservicebus.ReceivedMessage) error {
+			return r.CompleteMessage(ctxT(t), m, nil)
+		}},
+		{"abandon", true, func(r *azservicebus.Receiver, m *azservicebus.ReceivedMessage) error {
+			return r.AbandonMessage(ctxT(t), m, nil)
+		}},
+		{"dead-letter", true, func(r *azservicebus.Receiver, m *azservicebus.ReceivedMessage) error {
+			return r.DeadLetterMessage(ctxT(t), m, nil)
+		}},
+		{"complete, locks released on disconnect", false, func(r *azservicebus.Receiver, m *azservicebus.ReceivedMessage) error {
+			return r.CompleteMessage(ctxT(t), m, nil)
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			em := startEmulator(t, Config{KeepLocksOnDisconnect: tc.keepLocks})
+			sendText(t, newSender(t, newClient(t, em), "queue"), "settle me elsewhere")
+			oldClient := newClient(t, em)
+			msg := receiveOne(t, newReceiver(t, oldClient, "queue", nil))
+			require.NoError(t, oldClient.Close(ctxT(t)))
+
+			err := tc.settle(newReceiver(t, newClient(t, em), "queue", nil), msg)
+			q, _ := em.Broker().Queue("queue")
+			if !tc.keepLocks {
+				requireCode(t, err, azservicebus.CodeLockLost)
+				assert.Equal(t, 1, q.Stats().Active, "the message went back when its connection closed")
+				return
+			}
+			require.NoError(t, err)
+			assert.Zero(t, q.Stats().Locked, "settled by lock token from the new connection")
+		})
+	}
+}

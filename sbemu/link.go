@@ -40,6 +40,7 @@ type link struct {
 	node      string        // cbsNode or managementSuffix for request/response links
 	replyAddr string        // kindReplyOut: the client's reply-to address
 	maxSize   int           // queue links: largest message accepted, in bytes
+	needs     rights        // what a token must grant for the link to stay attached (rights.go)
 
 	// ctx is derived from the connection's context and canceled by stop or
 	// forceDetach; it ends the delivery goroutine and any transfer waiting

@@ -42,6 +42,15 @@ func (l *link) handleManagement(req *amqp.Message) *amqp.Message {
 	if status, ok := l.s.c.em.faults.TakeManagementRejection(op); ok {
 		return rpcReply(int32(status), "sbemu: injected management failure", nil)
 	}
+	// Scheduling is sending; every other operation acts on messages or
+	// sessions a receiver holds, which needs Listen (rights.go).
+	need := rightListen
+	if op == opScheduleMessage || op == opCancelScheduled {
+		need = rightSend
+	}
+	if granted, _ := l.s.c.rightsFor(l.path); !granted.has(need) {
+		return rpcReply(401, missingClaim(need, q.Name()), nil)
+	}
 	switch op {
 	case opScheduleMessage:
 		return scheduleMessages(q, body)
@@ -225,6 +234,10 @@ func brokerErrorReply(err error) *amqp.Message {
 		return rpcReply(statusBadRequest, "sbemu: "+err.Error(), nil)
 	case errors.Is(err, broker.ErrNotSupported):
 		return rpcReply(statusBadRequest, "sbemu: "+err.Error(), nil)
+	case errors.Is(err, broker.ErrEntityDisabled):
+		reply := rpcReply(statusBadRequest, disabledDescription(err), nil)
+		reply.ApplicationProperties[managementErrorConditionKey] = amqp.Symbol(condEntityDisabled)
+		return reply
 	default:
 		return rpcReply(statusInternalError, "sbemu: "+err.Error(), nil)
 	}

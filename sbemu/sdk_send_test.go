@@ -112,18 +112,30 @@ func TestSDKSendMessageBatch(t *testing.T) {
 	}
 }
 
+// TestSDKUnknownQueueIsNotFound: sending to, receiving from and peeking an
+// entity that does not exist fails with CodeNotFound, because the put-token
+// before the links is answered 404 (cbs.go), as the SDK's live tests
+// TestNewClientNewSenderNotFound and TestNewClientNewReceiverNotFound expect.
 func TestSDKUnknownQueueIsNotFound(t *testing.T) {
 	em := startEmulator(t, Config{})
 	client := newClient(t, em)
 	sender := newSender(t, client, "no-such-queue")
 	err := sender.SendMessage(ctxT(t), &azservicebus.Message{Body: []byte("x")}, nil)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "amqp:not-found")
+	requireCode(t, err, azservicebus.CodeNotFound)
+	assert.Contains(t, err.Error(), "status code 404")
 
 	receiver := newReceiver(t, client, "no-such-queue", nil)
 	_, err = receiver.ReceiveMessages(ctxT(t), 1, nil)
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "amqp:not-found")
+	requireCode(t, err, azservicebus.CodeNotFound)
+
+	sub, err := client.NewReceiverForSubscription("no-such-topic", "no-such-subscription", nil)
+	require.NoError(t, err)
+	defer func() { _ = sub.Close(ctxT(t)) }()
+	_, err = sub.PeekMessages(ctxT(t), 1, nil)
+	requireCode(t, err, azservicebus.CodeNotFound)
+
+	_, err = client.AcceptNextSessionForQueue(ctxT(t), "no-such-queue", nil)
+	requireCode(t, err, azservicebus.CodeNotFound)
 }
 
 func TestSDKPropertiesTooLarge(t *testing.T) {

@@ -306,6 +306,35 @@ func TestSDKListSessions(t *testing.T) {
 	assert.Equal(t, []string{"a", "b"}, ids)
 }
 
+// TestSDKListSessionsUpdatedAfter: with SessionStateUpdatedAfter the SDK's
+// pager lists the sessions whose state was set after the time, leaving out
+// a session with messages but no state, as the live test
+// TestClient_ListSessionsForQueue_SessionStateUpdatedAfter_Live expects.
+func TestSDKListSessionsUpdatedAfter(t *testing.T) {
+	em := startEmulator(t, sessionConfig())
+	client := newClient(t, em)
+	sendToSession(t, newSender(t, client, "sq"), "messages-only", "m")
+	before := time.Now().Add(-time.Hour)
+	for _, id := range []string{"state-1", "state-0"} {
+		r := acceptSession(t, client, "sq", id)
+		require.NoError(t, r.SetSessionState(ctxT(t), []byte("state"), nil))
+		require.NoError(t, r.Close(ctxT(t)))
+	}
+	list := func(after time.Time) []string {
+		t.Helper()
+		pager := client.NewListSessionsForQueuePager("sq", &azservicebus.ListSessionsOptions{SessionStateUpdatedAfter: &after})
+		var ids []string
+		for pager.More() {
+			page, err := pager.NextPage(ctxT(t))
+			require.NoError(t, err)
+			ids = append(ids, page.Sessions...)
+		}
+		return ids
+	}
+	assert.Equal(t, []string{"state-0", "state-1"}, list(before))
+	assert.Empty(t, list(time.Now().Add(time.Hour)))
+}
+
 func TestSDKSessionStatePersists(t *testing.T) {
 	cfg := sessionConfig()
 	cfg.DataDir = t.TempDir()

@@ -82,6 +82,8 @@ func (l *link) acceptMessage(payload []byte) wire.DeliveryState {
 // sendErrorState maps a broker send error to a rejected outcome.
 func sendErrorState(err error) wire.DeliveryState {
 	switch {
+	case errors.Is(err, broker.ErrEntityDisabled):
+		return rejectedState(condEntityDisabled, disabledDescription(err))
 	case errors.Is(err, broker.ErrMessageTooLarge):
 		return rejectedState(condMessageSizeExceded, "sbemu: "+err.Error())
 	case errors.Is(err, broker.ErrPropertiesTooLarge):

@@ -36,8 +36,10 @@ import (
 //     {"session-state": binary or null}; set-session-state {"session-id",
 //     "session-state": binary or null}; get-message-sessions {"skip",
 //     "top", "last-updated-time"} -> {"skip", "sessions-ids": string[]}
-//     (internal/mgmt.go). They act on a session locked by a receiver of the
-//     same connection.
+//     (internal/mgmt.go), listing the sessions with messages or a state
+//     when last-updated-time is DateTime.MaxValue and the sessions whose
+//     state was set after it otherwise. All but the listing act on a
+//     session locked by a receiver of the same connection.
 const (
 	sessionFilterName   = "com.microsoft:session-filter"
 	sessionFilterCode   = uint64(0x00000137000000C)
@@ -206,17 +208,22 @@ func sessionErrorCondition(err error) (wire.Symbol, string) {
 		return condNotAllowed, desc
 	case errors.Is(err, broker.ErrUnknownQueue):
 		return condNotFound, desc
+	case errors.Is(err, broker.ErrEntityDisabled):
+		return condEntityDisabled, disabledDescription(err)
 	}
 	return condInternalError, desc
 }
 
-// deliveryFailureCondition is the detach condition for a receive link
-// whose source failed.
-func deliveryFailureCondition(err error) wire.Symbol {
-	if errors.Is(err, broker.ErrSessionLockLost) {
-		return condSessionLockLost
+// deliveryFailure is the detach condition and description for a receive
+// link whose source failed.
+func deliveryFailure(err error) (wire.Symbol, string) {
+	switch {
+	case errors.Is(err, broker.ErrSessionLockLost):
+		return condSessionLockLost, "sbemu: " + err.Error()
+	case errors.Is(err, broker.ErrEntityDisabled):
+		return condEntityDisabled, disabledDescription(err)
 	}
-	return condInternalError
+	return condInternalError, "sbemu: " + err.Error()
 }
 
 // receive takes the next message for the link: from its session when it
@@ -291,7 +298,16 @@ func (l *link) handleSessionManagement(op string, q *broker.Queue, body map[stri
 		if skip < 0 || top < 0 || skip > 1<<31 || top > 1<<31 {
 			return rpcReply(statusBadRequest, "sbemu: get-message-sessions needs non-negative skip and top", nil), true
 		}
-		ids, err := q.Sessions(int(skip), int(top))
+		var ids []string
+		var err error
+		switch after, all, bad := lastUpdatedTime(body["last-updated-time"]); {
+		case bad:
+			return rpcReply(statusBadRequest, "sbemu: get-message-sessions needs last-updated-time as a timestamp", nil), true
+		case all:
+			ids, err = q.Sessions(int(skip), int(top))
+		default:
+			ids, err = q.SessionsUpdatedAfter(after, int(skip), int(top))
+		}
 		if err != nil {
 			return sessionErrorReply(err), true
 		}
@@ -301,6 +317,26 @@ func (l *link) handleSessionManagement(op string, q *broker.Queue, body map[stri
 		return rpcReply(statusOK, "OK", map[string]any{"skip": int32(skip), "sessions-ids": ids}), true
 	}
 	return nil, false
+}
+
+// dotNetMaxTime is .NET's DateTime.MaxValue, 9999-12-31T23:59:59.9999999Z.
+var dotNetMaxTime = time.Date(9999, time.December, 31, 23, 59, 59, 999999900, time.UTC)
+
+// lastUpdatedTime reads get-message-sessions' "last-updated-time", which
+// chooses between its two modes: DateTime.MaxValue (the Go SDK sends year
+// 10000, which the service's decoder clamps to it) lists every session
+// with messages or a state (all); any earlier time lists the sessions whose
+// state was set after it (azservicebus v1.11.0 internal/mgmt.go,
+// GetMessageSessions). An absent or null time also means all; a value that
+// is not a timestamp is bad.
+func lastUpdatedTime(v any) (after time.Time, all, bad bool) {
+	switch t := v.(type) {
+	case nil:
+		return time.Time{}, true, false
+	case time.Time:
+		return t, !t.Before(dotNetMaxTime), false
+	}
+	return time.Time{}, false, true
 }
 
 // requestSessionID reads "session-id"; a bad one gives a 400 reply.

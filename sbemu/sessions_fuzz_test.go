@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"testing"
+	"time"
 	"unicode/utf8"
 
 	"github.com/Azure/go-amqp"
@@ -52,6 +53,8 @@ func FuzzManagementRequest(f *testing.F) {
 		{opGetSessionState, map[string]any{"session-id": "s"}},
 		{opSetSessionState, map[string]any{"session-id": "s", "session-state": []byte("state")}},
 		{opGetMessageSession, map[string]any{"skip": int32(0), "top": int32(100)}},
+		{opGetMessageSession, map[string]any{"skip": int32(0), "top": int32(100), "last-updated-time": time.Unix(1, 0)}},
+		{opGetMessageSession, map[string]any{"skip": int32(0), "top": int32(100), "last-updated-time": "yesterday"}},
 		{opUpdateDisposition, map[string]any{"disposition-status": "defered", "lock-tokens": []amqp.UUID{{1}}}},
 		{opPeekMessage, map[string]any{"from-sequence-number": int64(1), "message-count": int32(5)}},
 	}

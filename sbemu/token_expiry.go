@@ -58,9 +58,9 @@ func (c *conn) nextTokenExpiry() (time.Time, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var next time.Time
-	for _, expiry := range c.authorized {
-		if next.IsZero() || expiry.Before(next) {
-			next = expiry
+	for _, g := range c.authorized {
+		if next.IsZero() || g.expiry.Before(next) {
+			next = g.expiry
 		}
 	}
 	return next, !next.IsZero()
@@ -73,9 +73,9 @@ func (c *conn) expireTokens() {
 	now := c.em.cfg.Clock.Now()
 	expired := map[string]time.Time{}
 	c.mu.Lock()
-	for path, expiry := range c.authorized {
-		if !now.Before(expiry) {
-			expired[path] = expiry
+	for path, g := range c.authorized {
+		if !now.Before(g.expiry) {
+			expired[path] = g.expiry
 			delete(c.authorized, path)
 		}
 	}
@@ -96,7 +96,7 @@ func (c *conn) expireTokens() {
 		s.mu.Unlock()
 	}
 	for _, l := range links {
-		if c.authorizedFor(l.path) {
+		if r, ok := c.rightsFor(l.path); ok && r.has(l.needs) {
 			continue
 		}
 		l.forceDetach(condDetachForced, fmt.Sprintf(

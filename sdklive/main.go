@@ -6,7 +6,8 @@
 // against a real namespace; the runner changes only their harness, never a test body:
 //
 //   - harness.patch, applied to a temporary copy of the module, makes internal/test hand the tests a
-//     fake token credential instead of Entra ID (the emulator accepts any token);
+//     fake token credential instead of Entra ID (the emulator checks shared access signatures as
+//     Service Bus does and trusts JWTs: sbemu.Config.AcceptUnverifiedJWT);
 //   - the endpoint and connection strings (SERVICEBUS_ENDPOINT, SERVICEBUS_CONNECTION_STRING and the
 //     others the SDK's TestMain requires) name a loopback front door (frontdoor.go) that serves AMQP
 //     and the administration API on one TLS port, as a namespace does on one host;
@@ -155,7 +156,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 		fmt.Fprintf(stdout, "%d/%d passed\n", passed, total)
 	}
 	if opts.results != "" {
-		return writeResults(opts.results, results, passed, ran)
+		return writeResults(opts.results, results, passed, ran, opts.parallel)
 	}
 	return nil
 }
@@ -321,6 +322,16 @@ func runOne(ctx context.Context, tc testCase, timeout time.Duration, logs string
 	em, err := sbemu.Start(sbemu.Config{
 		Queues: []broker.QueueConfig{{Name: "testQueue"}},
 		Logger: slog.New(slog.NewTextHandler(emuLog, &slog.HandlerOptions{Level: slog.LevelInfo})),
+		// Service Bus keeps a closed connection's locks, which
+		// TestMessageSettlementUsingOnlyBackupSettlement relies on; the emulator's default does not
+		// (see Config.KeepLocksOnDisconnect).
+		KeepLocksOnDisconnect: true,
+		// Tokens are checked as Service Bus checks them, so the tests of rights and expired tokens see
+		// the service's refusals; the SDK's fake token credential (harness.patch) cannot be verified and
+		// is trusted instead.
+		StrictAuth:          true,
+		AcceptUnverifiedJWT: true,
+		AuthorizationRules:  reducedRightsRules(),
 	})
 	if err != nil {
 		return result{}, err
@@ -356,10 +367,27 @@ func runOne(ctx context.Context, tc testCase, timeout time.Duration, logs string
 	return result{tc: tc, status: status, reason: reason, elapsed: elapsed}, nil
 }
 
+// The reduced-rights policies the SDK's test-resources.bicep gives its namespace, by the key names of
+// the connection strings in environment.
+const (
+	keyListenAndSend = "ListenAndSend" // SERVICEBUS_CONNECTION_STRING_NO_MANAGE
+	keySendOnly      = "SendOnly"
+	keyListenOnly    = "ListenOnly"
+)
+
+// reducedRightsRules are the emulator's policies for the reduced-rights connection strings, all with
+// the emulator's default key.
+func reducedRightsRules() []sbemu.AuthorizationRule {
+	return []sbemu.AuthorizationRule{
+		{KeyName: keyListenAndSend, PrimaryKey: sbemu.DefaultKey, Rights: []sbemu.AccessRight{sbemu.RightListen, sbemu.RightSend}},
+		{KeyName: keySendOnly, PrimaryKey: sbemu.DefaultKey, Rights: []sbemu.AccessRight{sbemu.RightSend}},
+		{KeyName: keyListenOnly, PrimaryKey: sbemu.DefaultKey, Rights: []sbemu.AccessRight{sbemu.RightListen}},
+	}
+}
+
 // environment is what the SDK's live tests read (internal/test/test_helpers.go and the TestMain of each
 // package): the endpoint, the connection strings, and a CA to trust. The reduced-rights connection
-// strings use key names of their own; the emulator accepts every key today, so the tests of rights
-// fail until it stores authorization rules.
+// strings use key names of their own, which the emulator knows from reducedRightsRules.
 func environment(endpoint, caPath string) []string {
 	cs := func(keyName string) string {
 		return "Endpoint=sb://" + endpoint + "/;SharedAccessKeyName=" + keyName + ";SharedAccessKey=" + sbemu.DefaultKey
@@ -371,8 +399,8 @@ func environment(endpoint, caPath string) []string {
 		"SERVICEBUS_ENDPOINT_PREMIUM=" + endpoint,
 		"SERVICEBUS_CONNECTION_STRING=" + cs(sbemu.DefaultKeyName),
 		"SERVICEBUS_CONNECTION_STRING_PREMIUM=" + cs(sbemu.DefaultKeyName),
-		"SERVICEBUS_CONNECTION_STRING_NO_MANAGE=" + cs("ListenAndSend"),
-		"SERVICEBUS_CONNECTION_STRING_SEND_ONLY=" + cs("SendOnly"),
-		"SERVICEBUS_CONNECTION_STRING_LISTEN_ONLY=" + cs("ListenOnly"),
+		"SERVICEBUS_CONNECTION_STRING_NO_MANAGE=" + cs(keyListenAndSend),
+		"SERVICEBUS_CONNECTION_STRING_SEND_ONLY=" + cs(keySendOnly),
+		"SERVICEBUS_CONNECTION_STRING_LISTEN_ONLY=" + cs(keyListenOnly),
 	}
 }

@@ -114,10 +114,14 @@ func clip(s string) string {
 func utf8Start(b byte) bool { return b&0xC0 != 0x80 }
 
 // writeResults writes the results as a Markdown table, with the summary line first.
-func writeResults(path string, results []result, passed, ran int) error {
+func writeResults(path string, results []result, passed, ran, parallel int) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# azservicebus live tests against sbemu\n\n")
-	fmt.Fprintf(&b, "Written by `go run ./sdklive -results %s` (`make sdk-live`); see sdklive/main.go.\n\n", path)
+	flags := ""
+	if parallel > 1 {
+		flags = fmt.Sprintf("-parallel %d ", parallel)
+	}
+	fmt.Fprintf(&b, "Written by `go run ./sdklive %s-results %s` (`make sdk-live`); see sdklive/main.go.\n\n", flags, path)
 	fmt.Fprintf(&b, "**%d/%d passed.**\n\n", passed, ran)
 	fmt.Fprintf(&b, "| Result | Package | Test | Reason |\n|---|---|---|---|\n")
 	for _, r := range results {

@@ -71,6 +71,12 @@ type QueueConfig struct {
 	// within the session. It is fixed at creation, as on Service Bus. The
 	// dead-letter queue is never session-aware. False: no sessions.
 	RequiresSession bool
+
+	// Status is the queue's status (status.go): Disabled, SendDisabled and
+	// ReceiveDisabled refuse sends, receives or both with
+	// [ErrEntityDisabled], keeping the messages. It can change with
+	// [Broker.UpdateQueue]. Zero means Active.
+	Status EntityStatus
 }
 
 // withDefaults returns c with zero fields replaced by their defaults.
@@ -115,6 +121,8 @@ func (c QueueConfig) validateAs(what string) error {
 		return bad("negative DefaultTTL %v", c.DefaultTTL)
 	case c.MaxMessageSize < 0:
 		return bad("negative MaxMessageSize %d", c.MaxMessageSize)
+	case !c.Status.valid():
+		return bad("entity status %q: want Active, Disabled, SendDisabled or ReceiveDisabled", string(c.Status))
 	}
 	return nil
 }

@@ -92,15 +92,14 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session string, seqs []
 	b := q.b
 	b.mu.Lock()
 	defer b.unlock()
-	if b.closed {
-		return nil, ErrClosed
+	now, err := q.beginLocked()
+	if err != nil {
+		return nil, err
 	}
-	if q.removed {
-		return nil, q.removedError()
-	}
-	now := b.clock.Now()
-	q.advance(now)
 	defer q.armTimer(now)
+	if err := q.receiveAllowed(); err != nil {
+		return nil, err
+	}
 	es := make([]*entry, 0, len(seqs))
 	seen := make(map[int64]bool, len(seqs))
 	var expired []*entry

@@ -134,7 +134,8 @@ func cloneTopicConfig(t TopicConfig) TopicConfig {
 // case) that apply to later operations only: LockDuration,
 // MaxDeliveryCount, DefaultTTL, DeadLetterOnExpiration, MaxMessageSize and
 // the duplicate detection window while detection stays on (Service Bus
-// cannot switch it on or off after creation either). Forwarding and
+// cannot switch it on or off after creation either), and Status, which
+// receivers parked on the queue see at once (status.go). Forwarding and
 // RequiresSession cannot change here; such an update wraps [ErrNotSupported]. Locks already
 // granted keep their expiry.
 func (b *Broker) UpdateQueue(cfg QueueConfig) error {
@@ -170,7 +171,7 @@ func (b *Broker) UpdateQueue(cfg QueueConfig) error {
 
 // UpdateSubscription changes the settings of an existing subscription as
 // [Broker.UpdateQueue] does for a queue: LockDuration, MaxDeliveryCount,
-// DefaultTTL and DeadLetterOnExpiration. Rules change through
+// DefaultTTL, DeadLetterOnExpiration and Status. Rules change through
 // [Broker.AddRule] and [Broker.RemoveRule]; cfg.Rules is ignored.
 func (b *Broker) UpdateSubscription(topic string, cfg SubscriptionConfig) error {
 	b.mu.Lock()
@@ -188,11 +189,8 @@ func (b *Broker) UpdateSubscription(topic string, cfg SubscriptionConfig) error 
 		return fmt.Errorf("%w: subscription %q", ErrUnknownQueue, SubscriptionPath(topic, cfg.Name))
 	}
 	old := tc.Subscriptions[si]
-	qc := QueueConfig{
-		Name: old.Name, LockDuration: cfg.LockDuration, MaxDeliveryCount: cfg.MaxDeliveryCount,
-		DefaultTTL: cfg.DefaultTTL, DeadLetterOnExpiration: cfg.DeadLetterOnExpiration,
-		MaxMessageSize: tc.MaxMessageSize, RequiresSession: old.RequiresSession,
-	}
+	qc := cfg.queueConfig(tc.MaxMessageSize)
+	qc.Name, qc.RequiresSession = old.Name, old.RequiresSession
 	if err := qc.validateAs("subscription"); err != nil {
 		return err
 	}
@@ -212,11 +210,11 @@ func (b *Broker) UpdateSubscription(topic string, cfg SubscriptionConfig) error 
 	return nil
 }
 
-// UpdateTopic changes a topic's DefaultTTL, MaxMessageSize and duplicate
-// detection window (detection cannot be switched on or off). Its
+// UpdateTopic changes a topic's DefaultTTL, MaxMessageSize, Status and
+// duplicate detection window (detection cannot be switched on or off). Its
 // subscriptions are unchanged.
 func (b *Broker) UpdateTopic(cfg TopicConfig) error {
-	qc := QueueConfig{Name: cfg.Name, DuplicateDetectionWindow: cfg.DuplicateDetectionWindow, DefaultTTL: cfg.DefaultTTL, MaxMessageSize: cfg.MaxMessageSize}
+	qc := QueueConfig{Name: cfg.Name, DuplicateDetectionWindow: cfg.DuplicateDetectionWindow, DefaultTTL: cfg.DefaultTTL, MaxMessageSize: cfg.MaxMessageSize, Status: cfg.Status}
 	if err := qc.validateAs("topic"); err != nil {
 		return err
 	}
@@ -255,6 +253,15 @@ func (b *Broker) applySettings(q *Queue, cfg QueueConfig) {
 	q.cfg.MaxMessageSize = cfg.MaxMessageSize
 	q.cfg.DuplicateDetectionWindow = cfg.DuplicateDetectionWindow
 	q.dedup.window = cfg.DuplicateDetectionWindow
+	if q.cfg.Status != cfg.Status {
+		q.cfg.Status = cfg.Status
+		// Receivers parked on q (or on a subscription of a topic) look at
+		// the status again on waking.
+		q.wakeWaiters()
+		for _, sub := range q.subs {
+			sub.wakeWaiters()
+		}
+	}
 	q.dlq.cfg.LockDuration = cfg.LockDuration
 	q.dlq.cfg.MaxMessageSize = cfg.MaxMessageSize
 }
@@ -302,6 +309,12 @@ func (b *Broker) RemoveRule(topic, sub, name string) error {
 // Rules slice would mean $Default to [compileRules].
 var noRules = []RuleConfig{{Name: "$none", SQLFilter: "1=0"}}
 
+// isNoRules reports whether rules is the noRules marker.
+func isNoRules(rules []RuleConfig) bool {
+	return len(rules) == 1 && rules[0].Name == noRules[0].Name && rules[0].SQLFilter == noRules[0].SQLFilter &&
+		rules[0].CorrelationFilter == nil && rules[0].SQLAction == ""
+}
+
 // Rules returns a subscription's rules as configured ($Default when it
 // was created without any); false if the subscription does not exist.
 func (b *Broker) Rules(topic, sub string) ([]RuleConfig, bool) {
@@ -323,7 +336,7 @@ func effectiveRules(rules []RuleConfig) []RuleConfig {
 	switch {
 	case len(rules) == 0:
 		return []RuleConfig{{Name: DefaultRuleName}}
-	case slices.Equal(rules, noRules):
+	case isNoRules(rules):
 		return nil
 	}
 	return slices.Clone(rules)
@@ -530,11 +543,7 @@ func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
 	probe.Close()
 	t := b.queues[strings.ToLower(tc.Name)]
 	path := SubscriptionPath(tc.Name, sc.Name)
-	sqc := QueueConfig{
-		Name: sc.Name, LockDuration: sc.LockDuration, MaxDeliveryCount: sc.MaxDeliveryCount,
-		DefaultTTL: sc.DefaultTTL, DeadLetterOnExpiration: sc.DeadLetterOnExpiration,
-		MaxMessageSize: t.cfg.MaxMessageSize, RequiresSession: sc.RequiresSession,
-	}
+	sqc := sc.queueConfig(t.cfg.MaxMessageSize)
 	rules, err := compileRules(path, sc.Rules)
 	if err != nil {
 		return err // unreachable: probe passed
@@ -544,6 +553,7 @@ func (b *Broker) AddSubscription(topic string, sc SubscriptionConfig) error {
 		return err // unreachable: probe passed
 	}
 	sub.rules = rules
+	sub.topic = t
 	t.subs = append(slices.Clone(t.subs), sub)
 	if err := b.resolveForwards(map[*Queue]forwardConfig{sub: {sc.ForwardTo, sc.ForwardDeadLetteredMessagesTo}}); err != nil {
 		return fmt.Errorf("broker: forwarding after validation: %w", err) // unreachable: probe passed

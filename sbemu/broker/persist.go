@@ -95,15 +95,16 @@ type dedupChange struct {
 
 // sessionChange is one session state as set (nil: cleared).
 type sessionChange struct {
-	q     *Queue
-	id    string
-	state []byte
+	q       *Queue
+	id      string
+	state   []byte
+	updated time.Time
 }
 
 // journalSessionState notes that s's state changed; b.mu must be held.
 func (q *Queue) journalSessionState(s *sessionState) {
 	if p := q.b.persist; p != nil {
-		p.sessions = append(p.sessions, sessionChange{q: q, id: s.id, state: s.state})
+		p.sessions = append(p.sessions, sessionChange{q: q, id: s.id, state: s.state, updated: s.stateUpdated})
 	}
 }
 
@@ -258,7 +259,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 	}
 	for _, c := range p.sessions {
 		if !c.q.removed {
-			r.sessionState(c.q.name, c.id, c.state)
+			r.sessionState(c.q.name, c.id, c.state, c.updated)
 		}
 	}
 	return nil
@@ -298,7 +299,7 @@ func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 		}
 		for id, ss := range q.sessions {
 			if ss.state != nil {
-				r.sessionState(q.name, id, ss.state)
+				r.sessionState(q.name, id, ss.state, ss.stateUpdated)
 			}
 		}
 	}
@@ -544,9 +545,10 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 				q.deferredCount++
 			}
 		}
-		for id, state := range s.sessions {
+		for id, ss := range s.sessions {
 			if q.sessionful() {
-				q.session(id).state = state
+				restored := q.session(id)
+				restored.state, restored.stateUpdated = ss.state, ss.updated
 			}
 		}
 		if q.dedup.window > 0 {

@@ -45,6 +45,11 @@ const (
 	// never contain it and load as before; a broker from before sessions
 	// refuses a file that does, as an unknown operation.
 	opSessionState
+	// opSessionStateAt: as opSessionState, then (when set) the time the
+	// state was set, which get-message-sessions filters on. It replaces
+	// opSessionState in what the broker writes; files holding the older
+	// operation still load, their states dated zero.
+	opSessionStateAt
 )
 
 // storedEntities is what opEntities carries: the broker's configurations
@@ -178,8 +183,8 @@ func (e *entry) storedState() entryState {
 	return e.state
 }
 
-func (r *recordEncoder) sessionState(path, id string, state []byte) {
-	r.byte(opSessionState)
+func (r *recordEncoder) sessionState(path, id string, state []byte, updated time.Time) {
+	r.byte(opSessionStateAt)
 	r.string(path)
 	r.string(id)
 	if state == nil {
@@ -188,6 +193,7 @@ func (r *recordEncoder) sessionState(path, id string, state []byte) {
 	}
 	r.byte(1)
 	r.bytes(state)
+	r.time(updated)
 }
 
 // recordDecoder reads one payload; the first error sticks and every later
@@ -288,7 +294,13 @@ type storedEntity struct {
 	msgs    map[int64]*storedMessage
 	dedup   map[string]dedupRecord
 	// sessions holds the session states that are set.
-	sessions map[string][]byte
+	sessions map[string]storedSessionState
+}
+
+// storedSessionState is one session state and when it was set.
+type storedSessionState struct {
+	state   []byte
+	updated time.Time
 }
 
 // image is the durable state as replay rebuilds it, before it becomes a
@@ -314,7 +326,7 @@ func (img *image) entity(path string) (*storedEntity, error) {
 	}
 	s, ok := img.stored[key]
 	if !ok {
-		s = &storedEntity{path: path, msgs: map[int64]*storedMessage{}, dedup: map[string]dedupRecord{}, sessions: map[string][]byte{}}
+		s = &storedEntity{path: path, msgs: map[int64]*storedMessage{}, dedup: map[string]dedupRecord{}, sessions: map[string]storedSessionState{}}
 		img.stored[key] = s
 	}
 	return s, nil
@@ -433,13 +445,17 @@ func (img *image) applyOp(d *recordDecoder) error {
 	case opDedup:
 		id, seq, at := d.string(), d.varint(), d.time()
 		s.dedup[id] = dedupRecord{seq: seq, at: at}
-	case opSessionState:
+	case opSessionState, opSessionStateAt:
 		id := d.string()
 		switch d.byte() {
 		case 0:
 			delete(s.sessions, id)
 		case 1:
-			s.sessions[id] = append([]byte{}, d.bytes()...)
+			ss := storedSessionState{state: append([]byte{}, d.bytes()...)}
+			if op == opSessionStateAt {
+				ss.updated = d.time()
+			}
+			s.sessions[id] = ss
 		default:
 			d.fail("session state")
 		}

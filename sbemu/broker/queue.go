@@ -20,6 +20,7 @@ type Queue struct {
 	cfg    QueueConfig
 	dlq    *Queue // the dead-letter sub-queue; nil on a dead-letter queue
 	parent *Queue // the main queue; nil on a main queue
+	topic  *Queue // a subscription's topic; nil otherwise
 
 	// Set in New and read-only afterwards: what the entity is and the
 	// auto-forwarding targets (nil: none). A topic's subscriptions, a
@@ -114,6 +115,9 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	}
 	if q.parent != nil || q.kind == kindSubscription {
 		return 0, false, fmt.Errorf("%w: send to %s", ErrNotSupported, q.name)
+	}
+	if err := q.sendAllowed(); err != nil {
+		return 0, false, err
 	}
 	if size > q.cfg.MaxMessageSize {
 		return 0, false, fmt.Errorf("%w: %d bytes exceeds %d", ErrMessageTooLarge, size, q.cfg.MaxMessageSize)

@@ -100,6 +100,10 @@ func (q *Queue) receiveWith(ctx context.Context, take func(now time.Time) (*Deli
 			b.unlock()
 			return nil, q.removedError()
 		}
+		if err := q.receiveAllowed(); err != nil {
+			b.unlock()
+			return nil, err
+		}
 		now := b.clock.Now()
 		q.advance(now)
 		d, err := take(now)
@@ -138,7 +142,7 @@ func (q *Queue) TryReceive(mode Mode, owner uint64) (*Delivery, bool) {
 	b := q.b
 	b.mu.Lock()
 	defer b.unlock()
-	if b.closed || q.removed || q.sessionful() {
+	if b.closed || q.removed || q.sessionful() || q.receiveAllowed() != nil {
 		return nil, false
 	}
 	now := b.clock.Now()

@@ -43,10 +43,21 @@ type RuleConfig struct {
 	// properties; nil means it is not used.
 	CorrelationFilter *CorrelationFilter
 
+	// SQLFilterParameters are the values of the @parameters SQLFilter
+	// names ("sys.Label = @label"), by name with or without the @,
+	// ignoring case: strings, booleans, integers, floats (and timestamps,
+	// compared as text). A parameter the expression names but this map
+	// lacks fails configuration. Nil means none.
+	SQLFilterParameters map[string]any
+
 	// SQLAction is an optional rule action: statements "SET <property> =
-	// <expression>" and "REMOVE <property>", separated by ';'. It changes
-	// the subscription's copy only.
+	// <expression>" and "REMOVE <property>", each optionally followed by
+	// ';'. It changes the subscription's copy only.
 	SQLAction string
+
+	// SQLActionParameters are the values of SQLAction's @parameters, as
+	// SQLFilterParameters are SQLFilter's.
+	SQLActionParameters map[string]any
 }
 
 // CorrelationFilter matches a message whose properties equal every
@@ -105,7 +116,7 @@ func compileRules(sub string, cfgs []RuleConfig) ([]rule, error) {
 			cf := *c.CorrelationFilter
 			r.filter = func(p propertySource) bool { return matchCorrelation(cf, p) }
 		case strings.TrimSpace(c.SQLFilter) != "":
-			n, err := parseSQLFilter(c.SQLFilter)
+			n, err := parseSQLFilterWith(c.SQLFilter, c.SQLFilterParameters)
 			if err != nil {
 				return nil, fmt.Errorf("%w: subscription %q rule %q: SQLFilter %q: %w", ErrInvalidConfig, sub, name, c.SQLFilter, err)
 			}
@@ -114,7 +125,7 @@ func compileRules(sub string, cfgs []RuleConfig) ([]rule, error) {
 			r.filter = func(propertySource) bool { return true }
 		}
 		if strings.TrimSpace(c.SQLAction) != "" {
-			stmts, err := parseSQLAction(c.SQLAction)
+			stmts, err := parseSQLActionWith(c.SQLAction, c.SQLActionParameters)
 			if err != nil {
 				return nil, fmt.Errorf("%w: subscription %q rule %q: SQLAction %q: %w", ErrInvalidConfig, sub, name, c.SQLAction, err)
 			}

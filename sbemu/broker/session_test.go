@@ -154,7 +154,9 @@ func TestPersistSessionState(t *testing.T) {
 	mustSend(t, q, sessionMsg("m", "kept"))
 	_, _, err := q.AcceptSession("a", 1)
 	require.NoError(t, err)
+	setAt := mock.Now()
 	require.NoError(t, q.SetSessionState("a", 1, []byte("one")))
+	mock.Add(time.Minute)
 	_, _, err = q.AcceptSession("b", 1)
 	require.NoError(t, err)
 	require.NoError(t, q.SetSessionState("b", 1, []byte("two")))
@@ -166,6 +168,12 @@ func TestPersistSessionState(t *testing.T) {
 	ids, err := q2.Sessions(0, 0)
 	require.NoError(t, err)
 	assert.Equal(t, []string{"a", "m"}, ids, "locks do not survive; state and messages do")
+	ids, err = q2.SessionsUpdatedAfter(setAt.Add(-time.Second), 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, ids, "the time the state was set survives")
+	ids, err = q2.SessionsUpdatedAfter(setAt, 0, 0)
+	require.NoError(t, err)
+	assert.Empty(t, ids)
 	_, _, err = q2.AcceptSession("a", 5)
 	require.NoError(t, err, "the lock did not survive the restart")
 	st, err := q2.SessionState("a", 5)
@@ -180,6 +188,59 @@ func TestPersistSessionState(t *testing.T) {
 	st, err = q3.SessionState("a", 5)
 	require.NoError(t, err)
 	assert.Equal(t, "one", string(st))
+	ids, err = q3.SessionsUpdatedAfter(setAt.Add(-time.Second), 0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a"}, ids, "and the snapshot keeps it")
+}
+
+// TestSessionsUpdatedAfter: the second mode of get-message-sessions lists
+// the sessions whose state was set after a time, never one that only has
+// messages or whose state was cleared.
+func TestSessionsUpdatedAfter(t *testing.T) {
+	q, mock := newTestQueue(t, QueueConfig{RequiresSession: true})
+	mustSend(t, q, sessionMsg("messages-only", "m"))
+	setState := func(id string, state []byte) {
+		t.Helper()
+		lock, _, err := q.AcceptSession(id, 1)
+		require.NoError(t, err)
+		require.NoError(t, q.SetSessionState(id, 1, state))
+		lock.Release()
+	}
+	start := mock.Now()
+	setState("a", []byte("1"))
+	mock.Add(time.Minute)
+	setState("b", []byte("2"))
+	setState("cleared", []byte("3"))
+	setState("cleared", nil)
+	mock.Add(time.Minute)
+
+	tests := []struct {
+		name      string
+		after     time.Time
+		skip, top int
+		want      []string
+	}{
+		{"before both", start.Add(-time.Second), 0, 0, []string{"a", "b"}},
+		{"between", start.Add(30 * time.Second), 0, 0, []string{"b"}},
+		{"at the last update", start.Add(time.Minute), 0, 0, nil},
+		{"in the future", mock.Now().Add(time.Hour), 0, 0, nil},
+		{"paged", start.Add(-time.Second), 1, 1, []string{"b"}},
+		{"skipped past the end", start.Add(-time.Second), 5, 0, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ids, err := q.SessionsUpdatedAfter(tc.after, tc.skip, tc.top)
+			require.NoError(t, err)
+			assert.Equal(t, tc.want, ids)
+		})
+	}
+	all, err := q.Sessions(0, 0)
+	require.NoError(t, err)
+	assert.Equal(t, []string{"a", "b", "messages-only"}, all, "the default mode still lists messages and states")
+
+	plain, _ := newTestQueue(t, QueueConfig{})
+	_, err = plain.SessionsUpdatedAfter(start, 0, 0)
+	assert.ErrorIs(t, err, ErrSessionRequired)
 }
 
 // waitFor yields until cond holds (it never sleeps), failing after 5 s.
@@ -223,4 +284,26 @@ func TestParkedSessionReceiverLosesTheLock(t *testing.T) {
 	case <-time.After(5 * time.Second):
 		t.Fatal("the parked receiver was not woken")
 	}
+}
+
+// TestReplayOlderSessionStateRecord: a journal written before session
+// states were dated (opSessionState, no time) still replays, its state
+// dated zero, next to the dated form the broker writes now.
+func TestReplayOlderSessionStateRecord(t *testing.T) {
+	img := newImage()
+	img.setEntities(storedEntities{Queues: []QueueConfig{{Name: "sq", RequiresSession: true}}})
+	old := &recordEncoder{}
+	old.byte(opSessionState)
+	old.string("sq")
+	old.string("legacy")
+	old.byte(1)
+	old.bytes([]byte("before"))
+	at := time.Unix(1_700_000_000, 0)
+	old.sessionState("sq", "dated", []byte("now"), at)
+	require.NoError(t, img.apply(old.buf))
+	s := img.stored["sq"]
+	require.NotNil(t, s)
+	assert.Equal(t, storedSessionState{state: []byte("before")}, s.sessions["legacy"])
+	assert.Equal(t, []byte("now"), s.sessions["dated"].state)
+	assert.True(t, at.Equal(s.sessions["dated"].updated))
 }

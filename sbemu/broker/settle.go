@@ -7,6 +7,23 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
+// beginLocked starts a call on q that holds b.mu: it refuses a closed
+// broker ([ErrClosed]) and a removed entity, and brings q up to date
+// (expired locks returned, due messages activated) at the returned time.
+// The caller re-arms the timer with q.armTimer(now) when it is done.
+func (q *Queue) beginLocked() (time.Time, error) {
+	b := q.b
+	if b.closed {
+		return time.Time{}, ErrClosed
+	}
+	if q.removed {
+		return time.Time{}, q.removedError()
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	return now, nil
+}
+
 // locked runs op on the entry locked under token after bringing q up to
 // date, or returns [ErrLockLost] when the token is unknown, expired or
 // already settled. It is the shared frame of every settlement.
@@ -14,17 +31,13 @@ func (q *Queue) locked(token [16]byte, op func(e *entry, now time.Time) error) e
 	b := q.b
 	b.mu.Lock()
 	defer b.unlock()
-	if b.closed {
-		return ErrClosed
-	}
-	now := b.clock.Now()
 	// Advancing first removes locks whose time has passed, so a late settlement
 	// fails with ErrLockLost even before the timer fires (or, with a mock clock,
 	// when it never does).
-	if q.removed {
-		return q.removedError()
+	now, err := q.beginLocked()
+	if err != nil {
+		return err
 	}
-	q.advance(now)
 	// op may drop a deadline (the settled lock) or add one (the expiry of a
 	// message returned to the queue), so the timer is re-armed afterwards.
 	defer q.armTimer(now)
@@ -38,8 +51,14 @@ func (q *Queue) locked(token [16]byte, op func(e *entry, now time.Time) error) e
 // Complete removes a peek-locked message for good (AMQP accepted). It fails
 // with [ErrLockLost] if the lock is unknown, expired or already settled, as
 // Service Bus answers message-lock-lost.
+//
+// On an entity whose status forbids receiving it fails with
+// [ErrEntityDisabled] and the lock stays held (status.go).
 func (q *Queue) Complete(token [16]byte) error {
 	return q.locked(token, func(e *entry, _ time.Time) error {
+		if err := q.receiveAllowed(); err != nil {
+			return err
+		}
 		q.removeEntry(e)
 		return nil
 	})
@@ -89,6 +108,11 @@ func (q *Queue) DeadLetter(token [16]byte, reason, description string, props map
 		if q.parent != nil {
 			return fmt.Errorf("%w: dead-letter from %s", ErrNotSupported, q.name)
 		}
+		// Dead-lettering removes the message from the entity, as a
+		// completion does.
+		if err := q.receiveAllowed(); err != nil {
+			return err
+		}
 		// This delivery is settled, not failed (see deadLetter).
 		if e.deliveryCount > 0 {
 			e.deliveryCount--
@@ -106,14 +130,10 @@ func (q *Queue) RenewLock(tokens ...[16]byte) ([]time.Time, error) {
 	b := q.b
 	b.mu.Lock()
 	defer b.unlock()
-	if b.closed {
-		return nil, ErrClosed
+	now, err := q.beginLocked()
+	if err != nil {
+		return nil, err
 	}
-	if q.removed {
-		return nil, q.removedError()
-	}
-	now := b.clock.Now()
-	q.advance(now)
 	defer q.armTimer(now)
 	es := make([]*entry, len(tokens))
 	for i, t := range tokens {

@@ -8,7 +8,7 @@ import (
 )
 
 // Rule actions: "SET <property> = <expression>" and "REMOVE <property>",
-// several separated by ';'. Expressions are those of SQL filters and see
+// several, each optionally followed by ';'. Expressions are those of SQL filters and see
 // the message as it was before the action started. SET on a system property
 // is supported for the string properties a filter can read (sys.Label,
 // sys.To, sys.ReplyTo, sys.ContentType, sys.CorrelationId, sys.MessageId,
@@ -30,8 +30,12 @@ var settableSystem = map[string]bool{
 // parseSQLAction parses an action with the filter parser's lexer and
 // expression grammar; a malformed action fails configuration like a
 // malformed filter.
-func parseSQLAction(s string) ([]ruleStatement, error) {
-	p, err := newSQLParser(s)
+func parseSQLAction(s string) ([]ruleStatement, error) { return parseSQLActionWith(s, nil) }
+
+// parseSQLActionWith is parseSQLAction for an action whose @parameters
+// have the values in params ([RuleConfig.SQLActionParameters]).
+func parseSQLActionWith(s string, params map[string]any) ([]ruleStatement, error) {
+	p, err := newSQLParser(s, params)
 	if err != nil {
 		return nil, err
 	}
@@ -74,8 +78,12 @@ func parseSQLAction(s string) ([]ruleStatement, error) {
 		default:
 			return nil, p.errorf(p.peek(), "expected SET or REMOVE, got %s", p.peek())
 		}
-		if t := p.peek(); t.kind != tokEOF && !(t.kind == tokOp && t.text == ";") {
-			return nil, p.errorf(t, "expected ';' between statements, got %s", t)
+		// The ';' after a statement is optional ("<statement> ::= <action>
+		// [;]", learn.microsoft.com/azure/service-bus-messaging/
+		// service-bus-messaging-sql-rule-action; the SDK's live test
+		// TestAdminClient_CreateRules writes "SET a=@x SET b=@y").
+		if t := p.peek(); t.kind != tokEOF && !(t.kind == tokOp && t.text == ";") && !p.isKeyword("SET") && !p.isKeyword("REMOVE") {
+			return nil, p.errorf(t, "expected ';' or the next statement, got %s", t)
 		}
 	}
 	if len(out) == 0 {

@@ -38,7 +38,8 @@ func TestSQLActionErrors(t *testing.T) {
 		{"empty", ";", "empty action"},
 		{"unknown statement", "UPDATE a = 1", "expected SET or REMOVE"},
 		{"missing value", "SET a =", "unexpected end"},
-		{"missing separator", "SET a = 1 SET b = 2", "expected ';'"},
+		{"garbage after a statement", "SET a = 1 b = 2", "expected ';' or the next statement"},
+		{"undefined parameter", "SET a = @nope", "parameter @nope is not defined"},
 		{"remove a system property", "REMOVE sys.To", "cannot be removed"},
 		{"set a read-only system property", "SET sys.SequenceNumber = 1", "cannot be SET"},
 	}
@@ -50,4 +51,19 @@ func TestSQLActionErrors(t *testing.T) {
 			assert.Contains(t, err.Error(), tc.wantText)
 		})
 	}
+}
+
+// TestSQLActionParametersAndOptionalSeparators: statements need no ';'
+// between them, and @parameters take the rule's values (the SDK's live
+// test TestAdminClient_CreateRules writes "SET MessageID=@stringVar SET
+// MessageID=@intVar").
+func TestSQLActionParametersAndOptionalSeparators(t *testing.T) {
+	stmts, err := parseSQLActionWith("SET greeting = @Greeting SET count = @n * 2 REMOVE old", map[string]any{"@greeting": "hello", "n": int32(21)})
+	require.NoError(t, err)
+	m := newMsg("1", "x")
+	m.ApplicationProperties = map[string]any{"old": true}
+	applyAction(stmts, m, 1)
+	assert.Equal(t, "hello", m.ApplicationProperties["greeting"])
+	assert.Equal(t, int64(42), m.ApplicationProperties["count"])
+	assert.NotContains(t, m.ApplicationProperties, "old")
 }

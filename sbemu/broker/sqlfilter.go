@@ -15,9 +15,12 @@ import (
 // (a subset of SQL-92): comparisons (= <> != > >= < <=), AND, OR, NOT, IN,
 // LIKE with ESCAPE, IS [NOT] NULL, EXISTS, arithmetic (+ - * / %), the sys.
 // and user. scopes (user. is the default), regular, [delimited] and "quoted"
-// identifiers, and string, integer, decimal, scientific, TRUE, FALSE and
-// NULL constants. The functions newid() and property() are not supported
-// and are refused when the rule is configured.
+// identifiers, string, integer, decimal, scientific, TRUE, FALSE and NULL
+// constants, and @parameters, whose values the rule supplies
+// ([RuleConfig.SQLFilterParameters]; an expression naming a parameter the
+// rule does not define is refused, as Service Bus refuses it). The
+// functions newid() and property() are not supported and are refused when
+// the rule is configured.
 //
 // Evaluation follows the documented semantics: property names are
 // case-insensitive; a missing user property is "unknown", which propagates
@@ -45,10 +48,15 @@ type propertySource interface {
 	user(name string) (any, bool)
 }
 
-// parseSQLFilter parses a filter expression. The whole input must be one
-// predicate; an error names the offending position.
-func parseSQLFilter(expr string) (sqlNode, error) {
-	p, err := newSQLParser(expr)
+// parseSQLFilter parses a filter expression without parameters; see
+// [parseSQLFilterWith].
+func parseSQLFilter(expr string) (sqlNode, error) { return parseSQLFilterWith(expr, nil) }
+
+// parseSQLFilterWith parses a filter expression whose @parameters have the
+// values in params. The whole input must be one predicate; an error names
+// the offending position.
+func parseSQLFilterWith(expr string, params map[string]any) (sqlNode, error) {
+	p, err := newSQLParser(expr, params)
 	if err != nil {
 		return nil, err
 	}
@@ -86,6 +94,7 @@ const (
 	tokInt
 	tokFloat
 	tokOp
+	tokParam // @name; text is the name with its @
 )
 
 // sqlToken is one lexed token. Numbers are converted while lexing, so an
@@ -150,6 +159,13 @@ func lexSQL(s string) ([]sqlToken, error) {
 			} else {
 				toks = append(toks, sqlToken{kind: tokIdent, text: word, pos: i})
 			}
+			i = j
+		case r == '@' && i+1 < len(rs) && (rs[i+1] == '_' || unicode.IsLetter(rs[i+1])):
+			j := i + 1
+			for j < len(rs) && (rs[j] == '_' || unicode.IsLetter(rs[j]) || unicode.IsDigit(rs[j])) {
+				j++
+			}
+			toks = append(toks, sqlToken{kind: tokParam, text: string(rs[i:j]), pos: i})
 			i = j
 		case r == '[' || r == '"' || r == '\'':
 			closing := r
@@ -251,18 +267,28 @@ func lexSQL(s string) ([]sqlToken, error) {
 // sqlParser walks the token list; depth counts nested constructs so that a
 // hostile expression cannot overflow the stack.
 type sqlParser struct {
-	toks  []sqlToken
-	at    int
-	depth int
+	toks   []sqlToken
+	at     int
+	depth  int
+	params map[string]any // by lower-case name with its @
 }
 
-// newSQLParser lexes s and positions the parser on its first token.
-func newSQLParser(s string) (*sqlParser, error) {
+// newSQLParser lexes s and positions the parser on its first token;
+// params are the values of its @parameters, named with or without the @
+// and matched ignoring case.
+func newSQLParser(s string, params map[string]any) (*sqlParser, error) {
 	toks, err := lexSQL(s)
 	if err != nil {
 		return nil, err
 	}
-	return &sqlParser{toks: toks}, nil
+	p := &sqlParser{toks: toks}
+	if len(params) > 0 {
+		p.params = make(map[string]any, len(params))
+		for k, v := range params {
+			p.params["@"+strings.ToLower(strings.TrimPrefix(k, "@"))] = v
+		}
+	}
+	return p, nil
 }
 
 // peek returns the current token without consuming it.
@@ -556,6 +582,13 @@ func (p *sqlParser) parsePrimary() (sqlNode, error) {
 	case t.kind == tokKeyword && t.text == "NULL":
 		p.next()
 		return constNode{nil}, nil
+	case t.kind == tokParam:
+		p.next()
+		v, ok := p.params[strings.ToLower(t.text)]
+		if !ok {
+			return nil, p.errorf(t, "parameter %s is not defined by the rule", t.text)
+		}
+		return constNode{normalizeSQLValue(v)}, nil
 	case t.kind == tokOp && t.text == "(":
 		if err := p.enter(); err != nil {
 			return nil, err

@@ -155,16 +155,46 @@ func FuzzSQLFilter(f *testing.F) {
 	for _, seed := range []string{
 		"color = 'blue'", "sys.Label LIKE '%x' ESCAPE '!'", "a IN (1, 2.5, 'x')", "NOT EXISTS(b) OR c IS NULL",
 		"(((1)))", "-+-1 = 1", "[x]]y] = \"q\"\"\"", "SET a = 1; REMOVE b",
+		"a = @p AND b > @n", "SET a = @p SET sys.Label = @n", "@", "@@p",
 	} {
 		f.Add(seed)
 	}
 	src := messageProperties{m: filterMessage(), size: 1}
+	params := map[string]any{"@p": "x", "n": int64(1)}
 	f.Fuzz(func(t *testing.T, expr string) {
-		if n, err := parseSQLFilter(expr); err == nil {
+		if n, err := parseSQLFilterWith(expr, params); err == nil {
 			matchSQL(n, src)
 		}
-		if stmts, err := parseSQLAction(expr); err == nil {
+		if stmts, err := parseSQLActionWith(expr, params); err == nil {
 			applyAction(stmts, CopyMessage(src.m), 1)
 		}
 	})
+}
+
+// TestSQLFilterParameters: @parameters in a filter take the rule's values,
+// whatever the case of their names, and a filter naming one the rule lacks
+// is refused when the rule is configured.
+func TestSQLFilterParameters(t *testing.T) {
+	params := map[string]any{"@Region": "eu", "@min": int64(10), "@ratio": 0.5, "@on": true}
+	n, err := parseSQLFilterWith("region = @region AND amount >= @MIN AND share > @ratio AND vip = @on", params)
+	require.NoError(t, err)
+	msg := func(region string, amount int) *amqp.Message {
+		m := newMsg("1", "x")
+		m.ApplicationProperties = map[string]any{"region": region, "amount": int32(amount), "share": 0.75, "vip": true}
+		return m
+	}
+	assert.True(t, matchSQL(n, messageProperties{m: msg("eu", 10)}))
+	assert.False(t, matchSQL(n, messageProperties{m: msg("us", 10)}))
+	assert.False(t, matchSQL(n, messageProperties{m: msg("eu", 9)}))
+
+	_, err = parseSQLFilterWith("region = @missing", params)
+	assert.ErrorIs(t, err, ErrInvalidFilter)
+	assert.ErrorContains(t, err, "parameter @missing is not defined")
+	b, err := New(Options{Topics: []TopicConfig{{Name: "t", Subscriptions: []SubscriptionConfig{{Name: "s",
+		Rules: []RuleConfig{{Name: "r", SQLFilter: "a = @x", SQLFilterParameters: map[string]any{"x": int64(1)}}}}}}}})
+	require.NoError(t, err, "a parameter may be named without its @")
+	b.Close()
+	_, err = New(Options{Topics: []TopicConfig{{Name: "t", Subscriptions: []SubscriptionConfig{{Name: "s",
+		Rules: []RuleConfig{{Name: "r", SQLFilter: "a = @x"}}}}}}})
+	assert.ErrorIs(t, err, ErrInvalidConfig)
 }

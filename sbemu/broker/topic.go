@@ -33,6 +33,17 @@ const (
 	kindSubscription
 )
 
+// String names the kind in errors.
+func (k entityKind) String() string {
+	switch k {
+	case kindTopic:
+		return "topic"
+	case kindSubscription:
+		return "subscription"
+	}
+	return "queue"
+}
+
 // TopicConfig describes one topic and its subscriptions. Zero fields mean
 // the Service Bus defaults, as for [QueueConfig].
 type TopicConfig struct {
@@ -52,6 +63,11 @@ type TopicConfig struct {
 	// MaxMessageSize is the largest encoded message accepted, in bytes;
 	// zero means 256 KiB. Subscriptions share it.
 	MaxMessageSize int
+
+	// Status is the topic's status (status.go): Disabled and SendDisabled
+	// refuse sends with [ErrEntityDisabled], and Disabled also refuses
+	// receives from its subscriptions. Zero means Active.
+	Status EntityStatus
 
 	// Subscriptions are the topic's subscriptions. A topic without any
 	// accepts messages and drops them, as Service Bus does.
@@ -87,6 +103,27 @@ type SubscriptionConfig struct {
 	// Rules select the messages the subscription gets. Empty means the
 	// single rule $Default with a TrueFilter.
 	Rules []RuleConfig
+
+	// Status is the subscription's status (status.go): Disabled and
+	// ReceiveDisabled refuse receives and completions with
+	// [ErrEntityDisabled]; the topic still copies messages into it. Zero
+	// means Active.
+	Status EntityStatus
+}
+
+// queueConfig is the configuration the subscription runs with as a queue:
+// its own settings, with its topic's message size limit.
+func (sc SubscriptionConfig) queueConfig(maxMessageSize int) QueueConfig {
+	return QueueConfig{
+		Name:                   sc.Name,
+		LockDuration:           sc.LockDuration,
+		MaxDeliveryCount:       sc.MaxDeliveryCount,
+		DefaultTTL:             sc.DefaultTTL,
+		DeadLetterOnExpiration: sc.DeadLetterOnExpiration,
+		MaxMessageSize:         maxMessageSize,
+		RequiresSession:        sc.RequiresSession,
+		Status:                 sc.Status,
+	}
 }
 
 // addTopic validates and registers a topic and its subscriptions, noting
@@ -97,6 +134,7 @@ func (b *Broker) addTopic(tc TopicConfig, forwards map[*Queue]forwardConfig) err
 		DuplicateDetectionWindow: tc.DuplicateDetectionWindow,
 		DefaultTTL:               tc.DefaultTTL,
 		MaxMessageSize:           tc.MaxMessageSize,
+		Status:                   tc.Status,
 	}
 	if err := qc.validateAs("topic"); err != nil {
 		return err
@@ -106,15 +144,7 @@ func (b *Broker) addTopic(tc TopicConfig, forwards map[*Queue]forwardConfig) err
 		return err
 	}
 	for _, sc := range tc.Subscriptions {
-		sqc := QueueConfig{
-			Name:                   sc.Name,
-			LockDuration:           sc.LockDuration,
-			MaxDeliveryCount:       sc.MaxDeliveryCount,
-			DefaultTTL:             sc.DefaultTTL,
-			DeadLetterOnExpiration: sc.DeadLetterOnExpiration,
-			MaxMessageSize:         topic.cfg.MaxMessageSize,
-			RequiresSession:        sc.RequiresSession,
-		}
+		sqc := sc.queueConfig(topic.cfg.MaxMessageSize)
 		if err := sqc.validateAs("subscription"); err != nil {
 			return fmt.Errorf("topic %q: %w", tc.Name, err)
 		}
@@ -128,6 +158,7 @@ func (b *Broker) addTopic(tc TopicConfig, forwards map[*Queue]forwardConfig) err
 			return err
 		}
 		sub.rules = rules
+		sub.topic = topic
 		topic.subs = append(topic.subs, sub)
 		forwards[sub] = forwardConfig{sc.ForwardTo, sc.ForwardDeadLetteredMessagesTo}
 	}
