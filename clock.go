@@ -28,8 +28,9 @@ type stopper interface{ Stop() bool }
 
 // afterFunc calls f in its own goroutine once d has passed on clk, unless the returned stopper is
 // stopped first. On the system clock this is time.AfterFunc, a runtime timer with no goroutine while it
-// waits; an injected clock offers only After, so one goroutine waits on it instead. It is the one place
-// where the two kinds of clock take different paths.
+// waits; an injected clock offers only After, so one goroutine waits on it instead. With timerChan it
+// is where the two kinds of clock take different paths for a wait (renewals.go and the receive loop's
+// gathering also look at the clock's kind, each saying why).
 func afterFunc(clk Clock, d time.Duration, f func()) stopper {
 	if _, ok := clk.(realClock); ok {
 		return time.AfterFunc(d, f)
@@ -67,4 +68,15 @@ func (w *clockWait) Stop() bool {
 	}
 	close(w.cancel)
 	return true
+}
+
+// timerChan returns a channel that receives once d has passed on clk, and a function that stops the
+// timer once the wait is over: on the system clock a time.Timer, stopped; an injected clock offers only
+// After, whose timer is the clock's to drop.
+func timerChan(clk Clock, d time.Duration) (<-chan time.Time, func() bool) {
+	if _, ok := clk.(realClock); ok {
+		t := time.NewTimer(d)
+		return t.C, t.Stop
+	}
+	return clk.After(d), func() bool { return false }
 }

@@ -125,6 +125,15 @@ func (p *Processor) started(d *delivery) context.Context {
 	return d.ctx
 }
 
+// callStart is when a broker call for d starts, as the OnSettle hook reports it: read from the clock
+// only when the hook is set.
+func (p *Processor) callStart(d *delivery) time.Time {
+	if p.cfg.hooks.OnSettle == nil {
+		return d.now
+	}
+	return p.cfg.clock.Now()
+}
+
 // settled reports one broker call made for a delivery, started at start, to the OnSettle hook; copyID
 // is the retry copy's MessageID when the call scheduled it.
 func (p *Processor) settled(d *delivery, op, copyID string, env Envelope, start time.Time, err error) {

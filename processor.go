@@ -71,16 +71,14 @@ type Result struct {
 // Processor runs the handler for one message and settles it: complete on success, schedule a retry copy
 // then complete on failure, dead-letter when attempts are spent. It is safe for concurrent use; it
 // remembers which messages it is handling, so that a redelivery of a message still in its hands never
-
-// Processor runs the handler for one message and settles it: complete on success, schedule a retry copy
-// then complete on failure, dead-letter when attempts are spent. It is safe for concurrent use; it
-// remembers which messages it is handling, so that a redelivery of a message still in its hands never
 // runs a second handler (see [Result.Inherited]). [Consumer] is the receive loop around it. Use it
 // directly when you own the receive loop. Create it with [NewProcessor]; the zero value is not usable.
 //
-// The path of one message, file by file: processor.go (this file: decode, wait for an earlier delivery,
-// run the handler, decide), decision.go (what a failure becomes), settle.go (the broker calls),
-// lockrenewer.go and renewals.go (the lock, from receive to settle), flights.go (the memory of deliveries in flight).
+// The path of one message, file by file: processor.go (this file: decode, keep the lock, wait for an
+// earlier delivery, take a handler slot, run the handler, decide), then what it calls in that order:
+// envelope.go (decode), hooks.go (OnStart and the others), lockrenewer.go and renewals.go (the lock, from
+// receive to settle), flights.go (the memory of deliveries in flight), decision.go (what a failure
+// becomes), settle.go (the broker calls). The consumer's side of a slot is slots.go.
 type Processor struct {
 	sender   Sender
 	handler  Handler

@@ -40,11 +40,14 @@ const shareWindow = 50 * time.Millisecond
 func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source) error {
 	cfg := r.c.cfg
 	clk := cfg.clock
-	flaps := 0                            // link errors swallowed by the SDK on this source since it last worked
-	quietSince := clk.Now()               // the last message or successful probe: the idle window counts from it
-	gather := time.NewTimer(gatherWindow) // bounds a wait for prefetch places (see slots.fill)
-	gather.Stop()
-	defer gather.Stop()
+	flaps := 0              // link errors swallowed by the SDK on this source since it last worked
+	quietSince := clk.Now() // the last message or successful probe: the idle window counts from it
+	var gather *time.Timer  // bounds a wait for prefetch places (see slots.fill); system clock only
+	if _, system := clk.(realClock); system {
+		gather = time.NewTimer(gatherWindow)
+		gather.Stop()
+		defer gather.Stop()
+	}
 	for {
 		h, pf, err := r.takeOne(ctx, live, &quietSince)
 		if h+pf == 0 {
@@ -64,7 +67,7 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			flaps = 0
 			quietSince = clk.Now()
 			live.proven.Store(true)
-			r.dispatch(live, src, msgs, h, n)
+			r.dispatch(ctx, live, src, msgs, h, n)
 			continue
 		}
 		if ctx.Err() != nil {
@@ -116,14 +119,18 @@ func (r *run) takeOne(ctx context.Context, live *liveConnection, quietSince *tim
 	s.waiting.Add(1)
 	defer s.waiting.Add(-1)
 	for {
+		idle, stop := timerChan(clk, max(idleProbeInterval-clk.Now().Sub(*quietSince), 0))
 		select {
 		case s.freeHandler() <- struct{}{}:
+			stop()
 			return 1, 0, nil
 		case s.prefetch <- struct{}{}:
+			stop()
 			return 0, 1, nil
 		case <-ctx.Done():
+			stop()
 			return 0, 0, nil
-		case <-clk.After(max(idleProbeInterval-clk.Now().Sub(*quietSince), 0)):
+		case <-idle:
 			if err := r.probe(ctx, live); err != nil {
 				if ctx.Err() != nil {
 					return 0, 0, nil
@@ -152,7 +159,13 @@ func (r *run) receive(ctx context.Context, receiver Receiver, n int, shared bool
 		defer func() { cancel(nil); <-watched }()
 	} else {
 		idleEnd := afterFunc(r.c.cfg.clock, idleLeft, func() { cancel(errIdle) })
-		defer idleEnd.Stop()
+		msgs, err = receiver.ReceiveMessages(rctx, n, &receiveOptions)
+		// Only a window that ended the receive makes it idle: one that passes just after the SDK
+		// returned (a swallowed link error, say) must not hide what the receive said.
+		if !idleEnd.Stop() && len(msgs) == 0 && ctx.Err() == nil {
+			idle = errors.Is(context.Cause(rctx), errIdle)
+		}
+		return msgs, idle, false, err
 	}
 	msgs, err = receiver.ReceiveMessages(rctx, n, &receiveOptions)
 	if len(msgs) == 0 && ctx.Err() == nil {
@@ -190,15 +203,21 @@ func (r *run) yieldWhenNeeded(rctx context.Context, cancel context.CancelCauseFu
 
 // dispatch hands each received message to a worker (see workers.go). The first h messages hold the
 // handler slots the receive took, the rest of the asked ones a prefetch place each; a receiver that
-// returned more than asked for still never exceeds MaxConcurrency.
-func (r *run) dispatch(live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, h, asked int) {
+// returned more than asked for still never exceeds MaxConcurrency: such a message waits for a handler
+// slot here, and once ctx has ended it and the rest are not started (the broker redelivers them when
+// their locks run out).
+func (r *run) dispatch(ctx context.Context, live *liveConnection, src Source, msgs []*azservicebus.ReceivedMessage, h, asked int) {
 	c := r.c
 	rt := route{settler: src.Receiver, sender: live.conn.Sender, entity: src.EntityPath}
 	for i, msg := range msgs {
 		j := job{live: live, rt: rt, msg: msg, hold: hold{s: r.slots, state: holdsHandler}}
 		switch {
 		case i >= asked:
-			r.slots.handler <- struct{}{}
+			select {
+			case r.slots.handler <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
 		case i >= h:
 			j.hold.state = holdsPrefetch
 			j.hold.waitAhead() // before the loop takes its next slots (see slots.freeHandler)

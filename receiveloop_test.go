@@ -488,3 +488,38 @@ func TestMessagesReceivedAheadDoNotWaitForAQuietSource(t *testing.T) {
 		})
 	}
 }
+
+// greedyReceiver returns twice as many messages as it is asked for, as a misbehaving receiver may.
+type greedyReceiver struct{ retry.Receiver }
+
+func (r greedyReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	return r.Receiver.ReceiveMessages(ctx, 2*n, o)
+}
+
+// A receiver that returns more messages than asked for never makes the consumer exceed MaxConcurrency:
+// the extra message waits for a handler slot, and a shutdown that comes meanwhile is not held up by
+// that wait (the message is left for redelivery).
+func TestMessagesBeyondTheAskWaitForASlotButNotForever(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, &retrytest.BrokerOptions{WrapReceiver: func(r retry.Receiver) retry.Receiver {
+			return greedyReceiver{r}
+		}})
+		sendN(b, 2)
+		var running, most atomic.Int32
+		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			n := running.Add(1)
+			defer running.Add(-1)
+			for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+			}
+			<-ctx.Done() // returns only once the shutdown cancels it
+			return ctx.Err()
+		}, &retry.Options{MaxConcurrency: 1, Prefetch: -1, ShutdownGrace: time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		stop := runConsumer(t, c)
+		synctest.Wait() // one handler runs; the second message waits for its slot
+		assert.Equal(t, int32(1), running.Load())
+		err = stop()
+		require.NoError(t, err, "Run returns: the wait for a slot ends with the shutdown")
+		assert.Equal(t, int32(1), most.Load(), "never more than MaxConcurrency handlers")
+	})
+}

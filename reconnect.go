@@ -125,7 +125,7 @@ type liveConnection struct {
 	shared   bool        // more than one source: they share the handler slots
 }
 
-// sources lists what live receives from: its Receiver, then Connection].Sources.
+// sources lists what live receives from: its Receiver, then [Connection.Sources].
 func (live *liveConnection) sources(defaultEntity string) []Source {
 	entity := live.conn.EntityPath
 	if entity == "" {

@@ -23,6 +23,9 @@ type renewals struct {
 	head, tail *lockKeeper
 	timer      stopper   // armed for armedAt; nil when not armed
 	armedAt    time.Time // zero when not armed
+	// gen counts the armings: a firing that was already on its way when its timer was replaced or
+	// stopped sees a newer generation and does nothing, so that only one timer is ever live.
+	gen uint64
 }
 
 // add lists lk for a renewal at due.
@@ -54,6 +57,7 @@ func (s *renewals) remove(lk *lockKeeper) {
 	if _, system := s.clk.(realClock); !system && s.head == nil && s.timer != nil {
 		s.timer.Stop()
 		s.timer, s.armedAt = nil, time.Time{}
+		s.gen++
 	}
 }
 
@@ -63,13 +67,19 @@ func (s *renewals) armLocked(due time.Time) {
 		s.timer.Stop()
 	}
 	s.armedAt = due
-	s.timer = afterFunc(s.clk, max(due.Sub(s.clk.Now()), 0), s.fire)
+	s.gen++
+	gen := s.gen
+	s.timer = afterFunc(s.clk, max(due.Sub(s.clk.Now()), 0), func() { s.fire(gen) })
 }
 
 // fire starts the renewals that are due, each in a goroutine of its own for its one broker call, and
 // re-arms the timer for the earliest lock still listed.
-func (s *renewals) fire() {
+func (s *renewals) fire(gen uint64) {
 	s.mu.Lock()
+	if gen != s.gen {
+		s.mu.Unlock() // replaced or stopped while this firing was on its way
+		return
+	}
 	s.timer, s.armedAt = nil, time.Time{}
 	now := s.clk.Now()
 	var due []*lockKeeper

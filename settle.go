@@ -16,7 +16,7 @@ import (
 // from the settle base and is bounded by the settle timeout only, since once started its outcome must be
 // known.
 
-// slowSettle is how long a settle call must take before its success is doubted (see lockBound): the
+// slowSettle is how long a settle call must take before its success is doubted (see endLockBound): the
 // SDK's first retry of a settle waits about 4 s, a settle that is not retried takes milliseconds.
 const slowSettle = 2 * time.Second
 
@@ -50,7 +50,8 @@ func (p *Processor) beginLockBound(d *delivery) (context.Context, context.Cancel
 }
 
 // endLockBound ends the call begun at start and returns its error, marked as a lost lock if the lock
-// was lost meanwhile; d.now moves to the time the call returned.
+// was lost meanwhile (the OnSettle hook sees the call's own error); d.now moves to the time the call
+// returned.
 func (p *Processor) endLockBound(d *delivery, start time.Time, cancel context.CancelFunc, err error) error {
 	lk := &d.lock
 	lk.follow(&lk.settle, nil)
@@ -76,10 +77,10 @@ func (p *Processor) complete(d *delivery, env Envelope) error {
 	if err != nil {
 		return err
 	}
+	hookStart := p.callStart(d)
 	err = d.route.settler.CompleteMessage(ctx, d.msg, nil)
-	err = p.endLockBound(d, start, cancel, err)
-	p.settled(d, SettleComplete, "", env, start, err)
-	return err
+	p.settled(d, SettleComplete, "", env, hookStart, err)
+	return p.endLockBound(d, start, cancel, err)
 }
 
 // settleComplete completes a successful delivery.
@@ -114,12 +115,12 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, context.Cause(settleBase)
 			return
 		}
-		start := d.now
 		ctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+		hookStart := p.callStart(d)
 		seqs, err := d.route.sender.ScheduleMessages(ctx, []*azservicebus.Message{dec.copyMsg}, dec.at, nil)
 		cancel()
+		p.settled(d, SettleSchedule, res.RetryMessageID, env, hookStart, err)
 		d.now = p.cfg.clock.Now()
-		p.settled(d, SettleSchedule, res.RetryMessageID, env, start, err)
 		if err != nil {
 			res.Outcome = OutcomeLeftForRedelivery
 			res.SettleErr = err
@@ -163,18 +164,19 @@ func (p *Processor) settleDeadLetter(d *delivery, dec *decision, res *Result) {
 	start := d.now
 	ctx, cancel, err := p.beginLockBound(d)
 	if err == nil {
+		hookStart := p.callStart(d)
 		err = d.route.settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
+		p.settled(d, SettleDeadLetter, "", *dec.env, hookStart, err)
 		err = p.endLockBound(d, start, cancel, err)
-		p.settled(d, SettleDeadLetter, "", *dec.env, start, err)
 	}
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
-		p.log(context.Background(), slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *dec.env, slog.String("reason", reason), errAttr(err))
+		p.log(d.lock.base, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *dec.env, slog.String("reason", reason), errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeDeadLettered
-	p.log(context.Background(), slog.LevelWarn, "message dead-lettered", msg, *dec.env, slog.String("reason", reason), slog.String("description", desc))
+	p.log(d.lock.base, slog.LevelWarn, "message dead-lettered", msg, *dec.env, slog.String("reason", reason), slog.String("description", desc))
 }
 
 // completeProbe completes a connection check's probe message (see isProbe), bounded by the settle

@@ -12,7 +12,7 @@ import (
 const extraSettleSlots = 64
 
 // gatherWindow bounds how long a receive loop waits for more prefetch places while messages received
-// ahead keep its handlers busy (see slots.take).
+// ahead keep its handlers busy (see slots.fill).
 const gatherWindow = 2 * time.Millisecond
 
 // slots bounds what one Run holds at once, with three channel semaphores:
@@ -23,7 +23,7 @@ const gatherWindow = 2 * time.Millisecond
 //     (MaxConcurrency + extraSettleSlots), so that the next handler can start while a settle is still on
 //     its way, and a settle stuck on a dead lock never stops the consumer.
 //
-// A receive loop takes handler slots and prefetch places for a receive (take) and hands each message
+// A receive loop takes handler slots and prefetch places for a receive (fill) and hands each message
 // the one it took, as a [hold].
 type slots struct {
 	handler  chan struct{}
@@ -78,7 +78,8 @@ func takeFree(sem chan struct{}, n int) int {
 // slot and place free now, up to batch in all: handler slots first. While messages received ahead keep
 // the handlers busy and fewer than half a batch is held, it waits up to gatherWindow for more places,
 // since a receive costs the SDK and the broker about as much for one message as for a batch. gather is
-// the receive loop's timer for that wait, stopped between waits.
+// the receive loop's timer for that wait, stopped between waits; nil means no waiting (the timer is on
+// the system clock, so a consumer on an injected clock does not gather).
 func (s *slots) fill(ctx context.Context, gather *time.Timer, h, pf, batch int) (int, int) {
 	if sem := s.freeHandler(); sem != nil {
 		h += takeFree(sem, batch-h-pf)
@@ -87,7 +88,7 @@ func (s *slots) fill(ctx context.Context, gather *time.Timer, h, pf, batch int) 
 		return h, pf
 	}
 	pf += takeFree(s.prefetch, batch-h-pf)
-	if h+pf >= batch/2 || s.ahead.Load() == 0 {
+	if gather == nil || h+pf >= batch/2 || s.ahead.Load() == 0 {
 		return h, pf
 	}
 	gather.Reset(gatherWindow)
@@ -117,10 +118,10 @@ func (s *slots) giveBack(h, pf int) {
 
 // What a hold holds.
 const (
-	holdsHandler  = iota // a handler slot
+	holdsNothing  = iota // the zero value: a stray hold gives nothing back
+	holdsHandler         // a handler slot
 	holdsPrefetch        // a prefetch place: received ahead of a free handler slot
 	holdsSettling        // a settling place: the handler has returned, or the delivery waits for another
-	holdsNothing
 )
 
 // hold is one delivery's place in the slots. The processor sees it as a [handlerSlot]: acquire before
@@ -135,7 +136,7 @@ type hold struct {
 var _ handlerSlot = (*hold)(nil)
 
 // acquire takes a handler slot before a handler runs, waiting for one unless the delivery holds one;
-// false if ctx ended, the lock did (lost), or, for a message received ahead, receiving stopped first.
+// false if ctx ended, the lock did, or receiving stopped first.
 // Waiting while holding a settling place could close a cycle between the semaphores, so that place is
 // given back first.
 func (h *hold) acquire(ctx context.Context, lock doneSignal) bool {
@@ -147,11 +148,12 @@ func (h *hold) acquire(ctx context.Context, lock doneSignal) bool {
 		h.state = holdsNothing
 	}
 	lost := lock.Done()
-	var stopping chan struct{} // nil (never ready) unless the message was received ahead
+	// A delivery that has to take a slot has not started its handler: once receiving has stopped it is
+	// not started any more (Run gives handlers in flight the grace period, not new ones).
+	stopping := h.s.stopping
 	if h.state == holdsPrefetch {
 		h.waitAhead()
 		defer h.stopWaiting() // whichever way the wait ends
-		stopping = h.s.stopping
 	}
 	// A delivery that may not run must not take a free slot, which a select among ready cases might.
 	select {

@@ -103,3 +103,17 @@ func TestFillLeavesHandlerSlotsToMessagesAhead(t *testing.T) {
 type chanDone chan struct{}
 
 func (c chanDone) Done() <-chan struct{} { return c }
+
+// A delivery that gave its slot back while it waited for an earlier delivery of its message has not
+// started its handler: once receiving has stopped it does not take a slot again.
+func TestAcquireAfterWaitingRefusesOnceReceivingStopped(t *testing.T) {
+	s := testSlots(1, 0)
+	s.handler <- struct{}{}
+	h := &hold{s: s, state: holdsHandler}
+	h.release()
+	require.Equal(t, holdsSettling, h.state)
+	close(s.stopping)
+	assert.False(t, h.acquire(context.Background(), chanDone(nil)))
+	assert.Zero(t, len(s.handler)+len(s.settling), "nothing is held")
+	h.done()
+}

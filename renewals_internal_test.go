@@ -1,0 +1,101 @@
+package retry
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// countingRenewer counts renewal calls.
+type countingRenewer struct {
+	nopSettlerInternal
+	renewed chan *azservicebus.ReceivedMessage
+}
+
+func (c *countingRenewer) RenewMessageLock(_ context.Context, m *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
+	c.renewed <- m
+	return nil
+}
+
+type nopSettlerInternal struct{}
+
+func (nopSettlerInternal) CompleteMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.CompleteMessageOptions) error {
+	return nil
+}
+
+func (nopSettlerInternal) DeadLetterMessage(context.Context, *azservicebus.ReceivedMessage, *azservicebus.DeadLetterOptions) error {
+	return nil
+}
+
+func (nopSettlerInternal) RenewMessageLock(context.Context, *azservicebus.ReceivedMessage, *azservicebus.RenewMessageLockOptions) error {
+	return nil
+}
+
+// keeper returns a delivery whose lock, received now, the processor p keeps.
+func keeper(p *Processor, settler Settler, id string, lock time.Duration, now time.Time) *delivery {
+	until := now.Add(lock)
+	d := &delivery{msg: &azservicebus.ReceivedMessage{MessageID: id, LockedUntil: &until}, route: route{settler: settler}}
+	p.keepLock(d, context.Background(), now)
+	return d
+}
+
+// One schedule serves locks of different durations, entered out of the order they come due: each is
+// renewed at its own time, and a lock stopped before its time is never renewed.
+func TestRenewalScheduleKeepsEveryLocksOwnTime(t *testing.T) {
+	mock := clock.NewMock()
+	cfg, err := (&Options{Clock: mock}).resolve()
+	require.NoError(t, err)
+	p := newProcessor(nil, nil, cfg)
+	rn := &countingRenewer{renewed: make(chan *azservicebus.ReceivedMessage, 4)}
+	long := keeper(p, rn, "long", time.Minute, mock.Now())       // renewed every 30 s
+	short := keeper(p, rn, "short", 10*time.Second, mock.Now())  // every 5 s
+	gone := keeper(p, rn, "stopped", 10*time.Second, mock.Now()) // stopped before its time
+	gone.lock.stop()
+
+	mock.Add(5 * time.Second)
+	assert.Equal(t, "short", (<-rn.renewed).MessageID)
+	mock.Add(5 * time.Second)
+	assert.Equal(t, "short", (<-rn.renewed).MessageID, "renewed again, an interval after its renewal")
+	mock.Add(20 * time.Second)
+	got := map[string]int{}
+	for len(got) < 2 {
+		got[(<-rn.renewed).MessageID]++
+	}
+	assert.Contains(t, got, "long")
+	assert.NotContains(t, got, "stopped")
+	short.lock.stop()
+	long.lock.stop()
+	p.renewals.mu.Lock()
+	defer p.renewals.mu.Unlock()
+	assert.Nil(t, p.renewals.head, "stopped locks leave the schedule")
+	assert.Nil(t, p.renewals.timer, "an empty schedule on an injected clock holds no timer (and no goroutine)")
+}
+
+// A firing that was already on its way when its timer was replaced does nothing, so that only one timer
+// is ever live.
+func TestALateFiringOfAReplacedTimerDoesNothing(t *testing.T) {
+	mock := clock.NewMock()
+	s := &renewals{clk: mock}
+	lk := &lockKeeper{}
+	s.add(lk, mock.Now().Add(time.Minute))
+	s.mu.Lock()
+	old := s.gen
+	s.mu.Unlock()
+	s.add(&lockKeeper{}, mock.Now().Add(time.Second)) // earlier: the timer is replaced
+	s.mu.Lock()
+	live, gen := s.timer, s.gen
+	s.mu.Unlock()
+	require.NotEqual(t, old, gen)
+	s.fire(old) // the replaced timer's firing, on its way before the replacement
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.Equal(t, gen, s.gen, "no new timer was armed")
+	assert.Same(t, live, s.timer, "the live timer is left as it was")
+	assert.True(t, lk.listed)
+	live.Stop()
+}
