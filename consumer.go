@@ -76,7 +76,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer abandon(nil)
 
 	r := &run{c: c, handlerCtx: handlerCtx, settleBase: settleBase, slots: newSlots(c.cfg)}
-	r.workers = workers{deliver: r.deliver, work: make(chan job), stop: r.slots.stopping,
+	r.workers = workers{deliver: r.deliver, work: make(chan job),
 		maxIdle: int32(c.cfg.maxConcurrency + c.cfg.prefetch + extraSettleSlots)}
 	// From the moment ctx ends the consumer is draining: not ready, so that a readiness probe takes it
 	// out of rotation while its handlers finish, and still live until Run returns.
@@ -92,6 +92,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.setState(StateDraining, nil)
 	}
 	close(r.slots.stopping) // messages received ahead and not started yet are left for redelivery
+	r.workers.close()       // nothing is dispatched any more: idle workers exit, busy ones when done
 
 	// Shutdown: receiving has stopped. Handlers still running get the grace period with a live context,
 	// then one settle timeout after their cancellation. Only then are the connections closed, so that

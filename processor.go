@@ -143,13 +143,16 @@ type route struct {
 // earlier delivery of the same message, so that the limit's owner can start another handler while this
 // one's settle is still in flight. Process without a consumer has none.
 type handlerSlot interface {
-	acquire(ctx context.Context, lock doneSignal) bool
+	acquire(ctx context.Context, lock lockState) bool
 	release()
 }
 
-// doneSignal is a lock as acquire sees it: a channel closed when the lock ends, asked for only when the
-// delivery has to wait (the lock makes it on demand).
-type doneSignal interface{ Done() <-chan struct{} }
+// lockState is a lock as acquire sees it: whether it is over, and a channel closed when it ends, asked
+// for only when the delivery has to wait (the lock makes it on demand).
+type lockState interface {
+	ended() bool
+	Done() <-chan struct{}
+}
 
 // delivery is the state of one delivery on its way through the processor, allocated once: what the
 // hooks see, the envelope, the lock, the entry in the in-flight registry and a success's decision.
@@ -312,8 +315,8 @@ func (p *Processor) awaitEarlier(d *delivery, prior *flight, stop context.Contex
 // noSlot is the handler slot of a delivery with no concurrency limit around it (Process).
 type noSlot struct{}
 
-func (noSlot) acquire(context.Context, doneSignal) bool { return true }
-func (noSlot) release()                                 {}
+func (noSlot) acquire(context.Context, lockState) bool { return true }
+func (noSlot) release()                                {}
 
 // runHandler runs the handler under ctx, cancelled also when the lock is lost. It reports the handler's
 // error and whether the lock was lost while it ran (in which case nothing may be settled with this

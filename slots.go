@@ -139,7 +139,7 @@ var _ handlerSlot = (*hold)(nil)
 // false if ctx ended, the lock did, or receiving stopped first.
 // Waiting while holding a settling place could close a cycle between the semaphores, so that place is
 // given back first.
-func (h *hold) acquire(ctx context.Context, lock doneSignal) bool {
+func (h *hold) acquire(ctx context.Context, lock lockState) bool {
 	switch h.state {
 	case holdsHandler:
 		return true
@@ -147,32 +147,35 @@ func (h *hold) acquire(ctx context.Context, lock doneSignal) bool {
 		<-h.s.settling
 		h.state = holdsNothing
 	}
-	lost := lock.Done()
-	// A delivery that has to take a slot has not started its handler: once receiving has stopped it is
-	// not started any more (Run gives handlers in flight the grace period, not new ones).
-	stopping := h.s.stopping
 	if h.state == holdsPrefetch {
 		h.waitAhead()
 		defer h.stopWaiting() // whichever way the wait ends
 	}
-	// A delivery that may not run must not take a free slot, which a select among ready cases might.
+	// A delivery that may not run must not take a free slot. A delivery that has to take a slot has not
+	// started its handler: once receiving has stopped it is not started any more (Run gives handlers in
+	// flight the grace period, not new ones).
 	select {
-	case <-stopping:
-		return false
-	case <-ctx.Done():
-		return false
-	case <-lost:
+	case <-h.s.stopping:
 		return false
 	default:
 	}
+	if ctx.Err() != nil || lock.ended() {
+		return false
+	}
+	// A free slot is taken at once, without the select below, which costs the lock's channel and the
+	// runtime's set-up of a four-case select (BENCHMARKS.md, "Primitives kept and removed").
 	select {
 	case h.s.handler <- struct{}{}:
-	case <-stopping:
-		return false
-	case <-ctx.Done():
-		return false
-	case <-lost:
-		return false
+	default:
+		select {
+		case h.s.handler <- struct{}{}:
+		case <-h.s.stopping:
+			return false
+		case <-ctx.Done():
+			return false
+		case <-lock.Done():
+			return false
+		}
 	}
 	if h.state == holdsPrefetch {
 		h.stopWaiting() // before the place frees: a receive loop woken by it must see the count

@@ -99,10 +99,19 @@ func TestFillLeavesHandlerSlotsToMessagesAhead(t *testing.T) {
 	assert.Zero(t, len(s.handler)+len(s.prefetch))
 }
 
-// chanDone is a doneSignal that is closed when ch is.
+// chanDone is a lockState that ends when ch is closed.
 type chanDone chan struct{}
 
 func (c chanDone) Done() <-chan struct{} { return c }
+
+func (c chanDone) ended() bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
 
 // A delivery that gave its slot back while it waited for an earlier delivery of its message has not
 // started its handler: once receiving has stopped it does not take a slot again.

@@ -25,11 +25,10 @@ type job struct {
 //
 // start gives a message to a worker that waits, or starts a new one when none does; at most
 // maxIdle workers wait at once (a worker that finishes when that many already wait exits), so the
-// goroutines stay within the messages in flight plus that constant. Workers exit once stop is closed.
+// goroutines stay within the messages in flight plus that constant. Workers exit once close is called.
 type workers struct {
 	deliver func(job)
-	work    chan job      // unbuffered: a send goes through only to a worker waiting on it
-	stop    chan struct{} // closed when receiving has stopped
+	work    chan job // unbuffered: a send goes through only to a worker waiting on it; closed at the end
 	maxIdle int32
 	idle    atomic.Int32
 	wg      sync.WaitGroup
@@ -45,7 +44,7 @@ func (w *workers) start(j job) {
 	}
 }
 
-// run delivers j and then every message handed to it, until stop is closed or enough others wait.
+// run delivers j and then every message handed to it, until close or enough others wait.
 func (w *workers) run(j job) {
 	defer w.wg.Done()
 	for {
@@ -54,15 +53,18 @@ func (w *workers) run(j job) {
 			w.idle.Add(-1)
 			return
 		}
-		select {
-		case j = <-w.work:
-			w.idle.Add(-1)
-		case <-w.stop:
-			w.idle.Add(-1)
+		var ok bool
+		j, ok = <-w.work
+		w.idle.Add(-1)
+		if !ok {
 			return
 		}
 	}
 }
+
+// close makes the waiting workers exit, and the busy ones once done; call it once nothing is started
+// any more (the receive loops have returned).
+func (w *workers) close() { close(w.work) }
 
 // wait waits for every worker to exit.
 func (w *workers) wait() { w.wg.Wait() }
