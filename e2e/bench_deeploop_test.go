@@ -12,7 +12,7 @@ import (
 )
 
 // deepLoopGatherWindow and deepLoopSettleAllowance are the consumer's gatherWindow and
-// extraSettleSlots (consumer.go), which this baseline copies so that it pipelines as the consumer does.
+// extraSettleSlots (slots.go), which this baseline copies so that it pipelines as the consumer does.
 const (
 	deepLoopGatherWindow    = 2 * time.Millisecond
 	deepLoopSettleAllowance = 64

@@ -27,7 +27,7 @@ const (
 	memMessages    = 10_000
 	memConcurrency = 64
 	memBodySize    = 16 << 10
-	// memSettleAllowance mirrors extraSettleSlots in consumer.go: how many more messages than
+	// memSettleAllowance mirrors extraSettleSlots in slots.go: how many more messages than
 	// MaxConcurrency may be settling at once.
 	memSettleAllowance = 64
 	// memPrefetch is Options.Prefetch's default, MaxConcurrency.
@@ -36,7 +36,7 @@ const (
 	memReceiveBatch = 2 * memConcurrency
 	// memHeldBound is the most messages the consumer may hold between receiving one and the end of its
 	// settle: MaxConcurrency handler slots, the prefetch places of messages received ahead, plus
-	// MaxConcurrency+64 settling slots (consumer.go): 256. Messages the SDK has taken from the broker and
+	// MaxConcurrency+64 settling slots (slots.go): 256. Messages the SDK has taken from the broker and
 	// not yet returned from ReceiveMessages come on top, at most one receive's worth (memReceiveBatch):
 	// the consumer never asks for more than its free handler slots and prefetch places, but the SDK keeps
 	// the credit a short receive left unused and may fill it before the next one.
