@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"io"
@@ -182,5 +183,32 @@ func TestRunAcceptUnverifiedJWT(t *testing.T) {
 			require.NoError(t, resp.Body.Close())
 			assert.Equal(t, tc.wantStatus, resp.StatusCode)
 		})
+	}
+}
+
+// TestRunWarnsOfRulesWithoutStrictAuth: rules given without -strict-auth
+// are not checked, and the log says so at start.
+func TestRunWarnsOfRulesWithoutStrictAuth(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	errR, errW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		done <- run(ctx, []string{"-addr", "127.0.0.1:0", "-auth-rule", "ops=k:Send"}, io.Discard, errW)
+		_ = errW.Close()
+	}()
+	logs := bufio.NewScanner(errR)
+	var warned bool
+	for !warned && logs.Scan() {
+		warned = strings.Contains(logs.Text(), "take effect only with -strict-auth")
+	}
+	assert.True(t, warned, "no warning logged")
+	go func() { _, _ = io.Copy(io.Discard, errR) }()
+	cancel()
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(20 * time.Second):
+		t.Fatal("run did not return after cancellation")
 	}
 }

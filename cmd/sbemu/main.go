@@ -221,6 +221,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.DataDir = *dataDir
 	cfg.TruncateDamagedJournal = *truncate
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if !cfg.StrictAuth && (len(cfg.AuthorizationRules) > 0 || cfg.AcceptUnverifiedJWT) {
+		// Not an error: a script may switch -strict-auth alone on and off.
+		cfg.Logger.Warn("sbemu: authorization rules and -accept-unverified-jwt take effect only with -strict-auth; without it every token has every right")
+	}
 	em, err := sbemu.Start(cfg)
 	if err != nil {
 		return err
