@@ -37,7 +37,7 @@ type line struct {
 // conformanceEmulator serves the entities every client program expects.
 func conformanceEmulator(t *testing.T) *sbemu.Emulator {
 	return sbemu.StartT(t, sbemu.Config{
-		Queues: []broker.QueueConfig{{Name: "js-queue"}},
+		Queues: []broker.QueueConfig{{Name: "js-queue"}, {Name: "js-sessions", RequiresSession: true}},
 		Topics: []broker.TopicConfig{{Name: "js-topic", Subscriptions: []broker.SubscriptionConfig{
 			{Name: "all"},
 			{Name: "blue", Rules: []broker.RuleConfig{{Name: "blue", SQLFilter: "color = 'blue'"}}},

@@ -90,7 +90,7 @@ func pythonEmulator(t *testing.T) (*sbemu.Emulator, string, string) {
 	em := sbemu.StartT(t, sbemu.Config{
 		Addr:   pythonTLSAddr,
 		TLS:    tlsCfg,
-		Queues: []broker.QueueConfig{{Name: "py-queue"}},
+		Queues: []broker.QueueConfig{{Name: "py-queue"}, {Name: "py-sessions", RequiresSession: true}},
 		Topics: []broker.TopicConfig{{Name: "py-topic", Subscriptions: []broker.SubscriptionConfig{
 			{Name: "all"},
 			{Name: "blue", Rules: []broker.RuleConfig{{Name: "blue", SQLFilter: "color = 'blue'"}}},

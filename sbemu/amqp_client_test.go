@@ -137,6 +137,13 @@ func TestAMQPManagementFailuresNameTheirErrorCondition(t *testing.T) {
 	assert.Equal(t, int32(501), unknown.ApplicationProperties["statusCode"])
 	assert.EqualValues(t, "amqp:not-implemented", unknown.ApplicationProperties["errorCondition"])
 
+	deferred := amqpRequest(t, session, "queue/$management", &amqp.Message{
+		ApplicationProperties: map[string]any{"operation": "com.microsoft:receive-by-sequence-number"},
+		Value:                 map[string]any{"sequence-numbers": []int64{12345}, "receiver-settle-mode": uint32(1)},
+	})
+	assert.Equal(t, int32(404), deferred.ApplicationProperties["statusCode"])
+	assert.EqualValues(t, "com.microsoft:message-not-found", deferred.ApplicationProperties["errorCondition"])
+
 	peek := amqpRequest(t, session, "queue/$management", &amqp.Message{
 		ApplicationProperties: map[string]any{"operation": "com.microsoft:peek-message"},
 		Value:                 map[string]any{"from-sequence-number": int64(1), "message-count": int32(1)},

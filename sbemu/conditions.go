@@ -26,9 +26,14 @@ const (
 	condHandleInUse        wire.Symbol = "amqp:session:handle-in-use"
 	condMessageSizeExceded wire.Symbol = "amqp:link:message-size-exceeded"
 	condLockLost           wire.Symbol = "com.microsoft:message-lock-lost"
-	condDeadLetter         wire.Symbol = "com.microsoft:dead-letter"
-	condResourceLimit      wire.Symbol = "amqp:resource-limit-exceeded"
-	condEntityDisabled     wire.Symbol = "com.microsoft:entity-disabled"
+	// condMessageNotFound is Service Bus's condition for a receive by
+	// sequence number that names no deferred message (.NET's
+	// ServiceBusFailureReason.MessageNotFound); the JavaScript SDK reports
+	// it as MessageNotFound, and a bare 404 as ServiceCommunicationProblem.
+	condMessageNotFound wire.Symbol = "com.microsoft:message-not-found"
+	condDeadLetter      wire.Symbol = "com.microsoft:dead-letter"
+	condResourceLimit   wire.Symbol = "amqp:resource-limit-exceeded"
+	condEntityDisabled  wire.Symbol = "com.microsoft:entity-disabled"
 )
 
 // disabledDescription describes a refusal for an entity's status

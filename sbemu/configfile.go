@@ -54,8 +54,10 @@ func ConfigFromFile(path string) (Config, error) {
 }
 
 // ConfigFromJSON reads a configuration in the format of Microsoft's
-// emulator and returns a [Config] with its Queues and Topics set (every
-// other field zero, for the caller to fill in). The file must describe
+// emulator and returns a [Config] with its Queues, Topics and
+// AuthorizationRules set (every other field zero, for the caller to fill
+// in). AuthorizationRules, in the namespace object, is sbemu's addition
+// (see authorizationRuleFromJSON). The file must describe
 // exactly one namespace, as Microsoft's emulator serves one; its name is
 // not used. The entities are validated as [Start] would validate them, so
 // a configuration that loads also starts.
@@ -81,6 +83,9 @@ func ConfigFromJSON(data []byte) (Config, error) {
 		Name   string
 		Queues []json.RawMessage
 		Topics []json.RawMessage
+		// AuthorizationRules is sbemu's own addition to the format (see
+		// authorizationRulesFromJSON); Microsoft's emulator has no such key.
+		AuthorizationRules []json.RawMessage
 	}
 	if err := decodeStrict(file.UserConfig.Namespaces[0], &ns); err != nil {
 		return Config{}, fmt.Errorf("sbemu: config: namespace: %w", err)
@@ -100,6 +105,18 @@ func ConfigFromJSON(data []byte) (Config, error) {
 		}
 		cfg.Topics = append(cfg.Topics, t)
 	}
+	for i, raw := range ns.AuthorizationRules {
+		rule, err := authorizationRuleFromJSON(raw)
+		if err != nil {
+			return Config{}, fmt.Errorf("sbemu: config: AuthorizationRules[%d]: %w", i, err)
+		}
+		cfg.AuthorizationRules = append(cfg.AuthorizationRules, rule)
+	}
+	// Empty names, missing keys, unknown rights and duplicate names are
+	// reported now; a clash with Config.KeyName only [Start] can see.
+	if _, err := namespacePolicies(Config{AuthorizationRules: cfg.AuthorizationRules}); err != nil {
+		return Config{}, fmt.Errorf("sbemu: config: %w", err)
+	}
 	// The broker's validation covers names, limits, rules and forwarding
 	// targets and names the entity; running it here reports those problems
 	// when the file is read, not when the emulator starts.
@@ -109,6 +126,33 @@ func ConfigFromJSON(data []byte) (Config, error) {
 	}
 	b.Close()
 	return cfg, nil
+}
+
+// authorizationRuleFromJSON reads one entry of the namespace's
+// AuthorizationRules, an sbemu extension of Microsoft's format (which has
+// no way to configure keys: its emulator accepts any token):
+//
+//	"AuthorizationRules": [
+//	  {"KeyName": "listen-only", "PrimaryKey": "…", "SecondaryKey": "…", "Rights": ["Listen"]}
+//	]
+//
+// The names are those of Service Bus's own SharedAccessAuthorizationRule
+// (ARM and the administration API); SecondaryKey is optional. Each becomes
+// a [Config.AuthorizationRules] entry, checked under [Config.StrictAuth].
+func authorizationRuleFromJSON(raw json.RawMessage) (AuthorizationRule, error) {
+	var r struct {
+		KeyName                  string
+		PrimaryKey, SecondaryKey string
+		Rights                   []string
+	}
+	if err := decodeStrict(raw, &r); err != nil {
+		return AuthorizationRule{}, err
+	}
+	rule := AuthorizationRule{KeyName: r.KeyName, PrimaryKey: r.PrimaryKey, SecondaryKey: r.SecondaryKey}
+	for _, right := range r.Rights {
+		rule.Rights = append(rule.Rights, AccessRight(right))
+	}
+	return rule, nil
 }
 
 // decodeStrict decodes one JSON value, refusing unknown keys and trailing

@@ -111,6 +111,12 @@ func TestConfigFromJSONErrors(t *testing.T) {
 		{"malformed SQL", wrap("", `{"Name": "t", "Subscriptions": [{"Name": "s", "Rules": [{"Name": "r", "Properties": {"FilterType": "Sql", "SqlFilter": {"SqlExpression": "a = "}}}]}]}`), `rule "r": SQLFilter "a = "`},
 		{"unknown filter type", wrap("", `{"Name": "t", "Subscriptions": [{"Name": "s", "Rules": [{"Name": "r", "Properties": {"FilterType": "Regex"}}]}]}`), `rule "r": FilterType: "Regex" is neither`},
 		{"sql filter without expression", wrap("", `{"Name": "t", "Subscriptions": [{"Name": "s", "Rules": [{"Name": "r", "Properties": {"FilterType": "Sql"}}]}]}`), `rule "r": SqlFilter.SqlExpression: required`},
+		{"rule without key name", `{"UserConfig": {"Namespaces": [{"AuthorizationRules": [{"PrimaryKey": "k", "Rights": ["Listen"]}]}]}}`, `AuthorizationRules[0] "": empty KeyName`},
+		{"rule without key", `{"UserConfig": {"Namespaces": [{"AuthorizationRules": [{"KeyName": "r", "Rights": ["Listen"]}]}]}}`, `AuthorizationRules[0] "r": empty PrimaryKey`},
+		{"rule with unknown right", `{"UserConfig": {"Namespaces": [{"AuthorizationRules": [{"KeyName": "r", "PrimaryKey": "k", "Rights": ["Read"]}]}]}}`, `unknown access right "Read"`},
+		{"rule without rights", `{"UserConfig": {"Namespaces": [{"AuthorizationRules": [{"KeyName": "r", "PrimaryKey": "k"}]}]}}`, `no access rights`},
+		{"duplicate rule", `{"UserConfig": {"Namespaces": [{"AuthorizationRules": [{"KeyName": "r", "PrimaryKey": "k", "Rights": ["Send"]}, {"KeyName": "R", "PrimaryKey": "k", "Rights": ["Send"]}]}]}}`, `AuthorizationRules[1] "R": the key name is taken`},
+		{"unknown rule key", `{"UserConfig": {"Namespaces": [{"AuthorizationRules": [{"KeyName": "r", "Key": "k"}]}]}}`, `AuthorizationRules[0]: json: unknown field "Key"`},
 		{"unknown correlation field", wrap("", `{"Name": "t", "Subscriptions": [{"Name": "s", "Rules": [{"Name": "r", "Properties": {"FilterType": "Correlation", "CorrelationFilter": {"Subject": "x"}}}]}]}`), `rule "r": Properties: json: unknown field "Subject"`},
 	}
 	for _, tc := range tests {
@@ -208,4 +214,20 @@ func TestConfigFromJSONRequiresSession(t *testing.T) {
 	assert.True(t, cfg.Queues[0].RequiresSession)
 	require.Len(t, cfg.Topics, 1)
 	assert.True(t, cfg.Topics[0].Subscriptions[0].RequiresSession)
+}
+
+// TestConfigFromJSONReadsAuthorizationRules reads sbemu's AuthorizationRules
+// extension of the namespace object.
+func TestConfigFromJSONReadsAuthorizationRules(t *testing.T) {
+	cfg, err := ConfigFromJSON([]byte(`{"UserConfig": {"Namespaces": [{"Name": "ns",
+		"Queues": [{"Name": "q"}],
+		"AuthorizationRules": [
+			{"KeyName": "listen-only", "PrimaryKey": "p1", "SecondaryKey": "s1", "Rights": ["Listen"]},
+			{"KeyName": "ops", "PrimaryKey": "p2", "Rights": ["Manage", "Send", "Listen"]}
+		]}]}}`))
+	require.NoError(t, err)
+	assert.Equal(t, []AuthorizationRule{
+		{KeyName: "listen-only", PrimaryKey: "p1", SecondaryKey: "s1", Rights: []AccessRight{RightListen}},
+		{KeyName: "ops", PrimaryKey: "p2", Rights: []AccessRight{RightManage, RightSend, RightListen}},
+	}, cfg.AuthorizationRules)
 }

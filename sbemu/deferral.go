@@ -1,6 +1,7 @@
 package sbemu
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/Azure/go-amqp"
@@ -42,8 +43,9 @@ const (
 
 // receiveBySequenceNumber implements com.microsoft:receive-by-sequence-number.
 // The number of sequence numbers is bounded by [Limits.MaxPeekCount]; an
-// unknown or not deferred number is answered 404 (the SDK: CodeNotFound,
-// not retried) and receives nothing.
+// unknown or not deferred number is answered 404 with errorCondition
+// com.microsoft:message-not-found (the Go SDK: CodeNotFound, not retried;
+// the JavaScript SDK: MessageNotFound) and receives nothing.
 func (l *link) receiveBySequenceNumber(q *broker.Queue, req *amqp.Message, body map[string]any) *amqp.Message {
 	seqs, ok := sequenceNumbers(body["sequence-numbers"])
 	if !ok || len(seqs) == 0 {
@@ -57,6 +59,11 @@ func (l *link) receiveBySequenceNumber(q *broker.Queue, req *amqp.Message, body 
 		mode = broker.ReceiveAndDelete
 	}
 	got, err := l.receiveDeferredFor(q, req, mode, seqs)
+	if errors.Is(err, broker.ErrNotFound) {
+		reply := rpcReply(statusNotFound, "sbemu: "+err.Error(), nil)
+		reply.ApplicationProperties[managementErrorConditionKey] = amqp.Symbol(condMessageNotFound)
+		return reply
+	}
 	if err != nil {
 		return sessionErrorReply(err)
 	}

@@ -186,12 +186,34 @@ func decorateSessionAttach(reply *wire.Attach, l *link) {
 	if src.Filter != nil {
 		filter.Entries = append(filter.Entries, src.Filter.Entries...)
 	}
-	filter.Set(wire.Symbol(sessionFilterName), wire.Described{Descriptor: sessionFilterCode, Value: l.sessionLock.SessionID()})
+	filter.Set(wire.Symbol(sessionFilterName), grantedSessionFilter(l.attach.Source, l.sessionLock.SessionID()))
 	src.Filter = filter
 	reply.Source = src
 	props := &wire.Map{}
 	props.Set(wire.Symbol(propLockedUntilUTC), toTicks(l.sessionLock.LockedUntil()))
 	reply.Properties = props
+}
+
+// grantedSessionFilter is the session filter value of an attach reply,
+// granting id, in the form the client asked in. The Go SDK sends the
+// filter described (sessionFilterCode) and reads either form back; the
+// JavaScript SDK (@azure/service-bus 7.9.5, MessageSession.createRheaLink)
+// sends a plain string or null and compares the reply's value with ===
+// against the session id it asked for, so a described value there reads
+// as "the session may be locked by another receiver", and for the next
+// available session as no session at all. Service Bus echoes the client's
+// form.
+func grantedSessionFilter(asked *wire.Source, id string) any {
+	if asked != nil {
+		if v, ok := asked.Filter.Get(wire.Symbol(sessionFilterName)); ok {
+			switch v.(type) {
+			case wire.Described, *wire.Described:
+			default:
+				return id
+			}
+		}
+	}
+	return wire.Described{Descriptor: sessionFilterCode, Value: id}
 }
 
 // sessionErrorCondition maps a session error to its AMQP condition.

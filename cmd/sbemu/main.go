@@ -11,6 +11,14 @@
 // to it, with the -lock-duration, -max-delivery-count and
 // -duplicate-detection-window settings, which apply to -queue queues only.
 //
+// -strict-auth verifies every token against the namespace's keys: -key-name
+// and -key (every right), each -auth-rule NAME=KEY:RIGHTS (repeatable;
+// rights Manage, Send, Listen, e.g. -auth-rule listen-only=KEY:Listen) and
+// the AuthorizationRules of -config (an sbemu extension of Microsoft's
+// format, see sbemu.ConfigFromJSON); a name used twice, an empty key or an
+// unknown right is a usage error. -accept-unverified-jwt also accepts
+// Entra ID tokens, unverified, with every right.
+//
 // Once listening it prints the connection string on its own line (starting
 // with "Endpoint=sb://"); pass it to azservicebus.NewClientFromConnectionString.
 // The administration API (HTTPS) listens on -admin-addr and is logged at
@@ -159,6 +167,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		adminAddr  = fs.String("admin-addr", "127.0.0.1:0", "TCP address of the HTTPS administration API (port 0: any free port)")
 		adminCert  = fs.String("admin-cert", "", "write the administration API's certificate authority (PEM) to this file; with -data it is the same across restarts")
 		dataDir    = fs.String("data", "", "keep entities and messages in this directory across restarts and crashes (empty: memory only)")
+		jwt        = fs.Bool("accept-unverified-jwt", false, "with -strict-auth: accept Entra ID (jwt) tokens without verifying them, with every right")
+		rules      authRules
 		truncate   = fs.Bool("truncate-damaged-journal", false, "with -data: start even if the journal is damaged before its end, cutting it at the last good record (later records are lost; logged)")
 		limits     sbemu.Limits
 	)
@@ -170,6 +180,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs.IntVar(&limits.MaxPeekCount, "max-peek-count", 0, "messages one peek may ask for (0: default 1000)")
 	fs.IntVar(&limits.MaxPartialMessageBytesPerConnection, "max-partial-message-bytes", 0, "bytes of multi-frame messages being assembled per connection (0: default 64 MiB)")
 	fs.Var(&queues, "queue", "queue to create (repeatable; default \"queue\")")
+	fs.Var(&rules, "auth-rule", "namespace shared access policy NAME=KEY:RIGHTS, rights Manage, Send, Listen (repeatable; checked with -strict-auth)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -202,12 +213,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cfg.AdminAddr = *adminAddr
 	cfg.KeyName, cfg.Key = *keyName, *key
 	cfg.StrictAuth = *strict
+	cfg.AuthorizationRules = append(cfg.AuthorizationRules, rules...)
+	cfg.AcceptUnverifiedJWT = *jwt
 	cfg.KeepLocksOnDisconnect = *keepLocks
 	cfg.IdleTimeout = *idle
 	cfg.Limits = limits
 	cfg.DataDir = *dataDir
 	cfg.TruncateDamagedJournal = *truncate
 	cfg.Logger = slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if !cfg.StrictAuth && (len(cfg.AuthorizationRules) > 0 || cfg.AcceptUnverifiedJWT) {
+		// Not an error: a script may switch -strict-auth alone on and off.
+		cfg.Logger.Warn("sbemu: authorization rules and -accept-unverified-jwt take effect only with -strict-auth; without it every token has every right")
+	}
 	em, err := sbemu.Start(cfg)
 	if err != nil {
 		return err

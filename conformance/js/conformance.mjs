@@ -261,6 +261,83 @@ try {
     await dlq.completeMessage(dead);
     for (const r of [all, blue, dlq, sender]) await r.close();
   });
+  await run("sessions: accept a session, FIFO within it, session state", async () => {
+    const sender = client.createSender("js-sessions");
+    await sender.sendMessages([
+      { body: "a1", sessionId: "session-a" },
+      { body: "b1", sessionId: "session-b" },
+      { body: "a2", sessionId: "session-a" },
+      { body: "a3", sessionId: "session-a" },
+    ]);
+    const a = await client.acceptSession("js-sessions", "session-a");
+    expect(a.sessionId === "session-a", `session id session-a, got ${a.sessionId}`);
+    expect(a.sessionLockedUntilUtc instanceof Date && a.sessionLockedUntilUtc > new Date(), `a session lock in the future, got ${a.sessionLockedUntilUtc}`);
+    const got = [];
+    while (got.length < 3) {
+      const msgs = await a.receiveMessages(3 - got.length, wait);
+      expect(msgs.length > 0, `session-a's messages keep coming, stopped at ${got.length}`);
+      for (const m of msgs) {
+        expect(m.sessionId === "session-a", `only session-a's messages, got ${m.sessionId}`);
+        got.push(m.body);
+        await a.completeMessage(m);
+      }
+    }
+    expect(got.join() === "a1,a2,a3", `FIFO a1,a2,a3, got ${got}`);
+    expect((await a.getSessionState()) === undefined || (await a.getSessionState()) === null, "no state before one is set");
+    await a.setSessionState({ step: 3, done: ["a1", "a2", "a3"] });
+    const state = await a.getSessionState();
+    expect(state && state.step === 3 && state.done.join() === "a1,a2,a3", `the state back, got ${JSON.stringify(state)}`);
+    const renewed = await a.renewSessionLock();
+    expect(renewed instanceof Date, "a renewed session lock");
+    try {
+      await client.acceptSession("js-sessions", "session-a");
+      throw new Error("a second receiver accepted a locked session");
+    } catch (err) {
+      expect(code(err) === "SessionCannotBeLocked", `SessionCannotBeLocked, got ${code(err)}`);
+    }
+    await a.close();
+    const again = await client.acceptSession("js-sessions", "session-a");
+    const kept = await again.getSessionState();
+    expect(kept && kept.step === 3, `the state survives the receiver, got ${JSON.stringify(kept)}`);
+    await again.setSessionState(null);
+    await again.close();
+    const next = await client.acceptNextSession("js-sessions");
+    expect(next.sessionId === "session-b", `the next session with messages is session-b, got ${next.sessionId}`);
+    const [b1] = await next.receiveMessages(1, wait);
+    expect(b1 && b1.body === "b1", `b1, got ${b1 && b1.body}`);
+    await next.completeMessage(b1);
+    await next.close();
+    await sender.close();
+  });
+
+  await run("defer, receive by sequence number, complete", async () => {
+    const sender = client.createSender("js-queue");
+    await sender.sendMessages([{ body: "deferred" }, { body: "next" }]);
+    const receiver = client.createReceiver("js-queue");
+    const [first] = await receiver.receiveMessages(1, wait);
+    expect(first && first.body === "deferred", `the first message, got ${first && first.body}`);
+    const seq = first.sequenceNumber;
+    await receiver.deferMessage(first);
+    const [second] = await receiver.receiveMessages(1, wait);
+    expect(second && second.body === "next", `a deferred message is skipped, got ${second && second.body}`);
+    await receiver.completeMessage(second);
+    const [peeked] = await receiver.peekMessages(1, { fromSequenceNumber: seq });
+    expect(peeked && peeked.state === "deferred", `peek shows it deferred, got ${peeked && peeked.state}`);
+    const [back] = await receiver.receiveDeferredMessages(seq);
+    expect(back && back.body === "deferred", `the deferred message by its sequence number, got ${back && back.body}`);
+    expect(back.sequenceNumber.equals(seq), "the same sequence number");
+    expect(back.deliveryCount === 1, `the deferral counted as a delivery, got ${back.deliveryCount}`);
+    await receiver.completeMessage(back);
+    const none = await receiver.receiveDeferredMessages(seq).then(
+      (msgs) => `got ${msgs.length}`,
+      (err) => code(err),
+    );
+    expect(none === "MessageNotFound", `a completed deferred message is gone (MessageNotFound), got ${none}`);
+    const left = await receiver.peekMessages(5);
+    expect(left.length === 0, `nothing left, got ${left.length}`);
+    await receiver.close();
+    await sender.close();
+  });
 } finally {
   await client.close();
   lines.return?.();
