@@ -17,6 +17,7 @@ type Consumer struct {
 	handler Handler
 	cfg     *config
 	proc    *Processor
+	outage  *breaker // outage.go; shared with proc
 	running atomic.Bool
 
 	mu     sync.Mutex
@@ -26,8 +27,8 @@ type Consumer struct {
 	stateMu sync.Mutex
 
 	// The per-message counters are atomics, so that counting costs the workers no shared lock.
-	received, completed, retries, deadLettered, left, duplicates atomic.Uint64
-	inFlight                                                     atomic.Int64
+	received, completed, retries, deadLettered, left, duplicates, held, discarded atomic.Uint64
+	inFlight                                                                     atomic.Int64
 }
 
 // NewConsumer returns a Consumer that gets its connections from connect and passes each message to
@@ -45,6 +46,8 @@ func NewConsumer(connect Connector, handler Handler, opts *Options) (*Consumer, 
 	}
 	c := &Consumer{connect: connect, handler: handler, cfg: cfg}
 	c.proc = newProcessor(nil, handler, cfg)
+	c.outage = newBreaker(cfg)
+	c.proc.outage = c.outage
 	c.health.Since = cfg.clock.Now()
 	return c, nil
 }
@@ -129,6 +132,27 @@ func (c *Consumer) Run(ctx context.Context) error {
 	}
 	c.setState(StateStopped, loopErr)
 	return errors.Join(loopErr, err)
+}
+
+// Pause stops the consumer receiving, as an open outage breaker does, until [Consumer.Resume]: a kill
+// switch for an operator or a deployment. Messages already in hand are held for later without
+// spending an attempt (see [OutcomeHeld]); handlers running finish. reason (redacted, truncated) shows in
+// [Health].Outage and the OnOutage hook. It works with or without Options.Outage, before Run and across
+// Runs; pausing a paused consumer only changes the reason.
+func (c *Consumer) Pause(reason string) {
+	if c == nil || c.outage == nil {
+		return
+	}
+	c.outage.pause(reason)
+}
+
+// Resume ends a pause, whether [Consumer.Pause] or the outage breaker opened it: the consumer receives
+// again at once. Resuming a consumer that is not paused does nothing.
+func (c *Consumer) Resume() {
+	if c == nil || c.outage == nil {
+		return
+	}
+	c.outage.resume()
 }
 
 // run is the state of one Run call.

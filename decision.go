@@ -1,9 +1,11 @@
 package retry
 
 import (
+	"context"
 	"errors"
 	"maps"
 	"math"
+	"strconv"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -18,6 +20,7 @@ const (
 	decideComplete decisionKind = iota + 1
 	decideRetry
 	decideDeadLetter
+	decideDiscard
 )
 
 // decision is an outcome decided but perhaps not yet applied. When its settle fails (the lock died with
@@ -42,6 +45,8 @@ type retryPlan struct {
 	errText   string
 	scheduled bool
 	seq       int64
+	// held: the copy holds the message for the outage breaker, at the same attempt (see hold).
+	held bool
 }
 
 // deadLetterPlan is a dead-letter decision's reason, description and the properties added to the
@@ -52,56 +57,37 @@ type deadLetterPlan struct {
 	props  map[string]any
 }
 
-// decideFailure decides between retry and dead-letter after a failed attempt.
-func (p *Processor) decideFailure(d *delivery, herr error) *decision {
+// decideFailure decides what a failed attempt becomes under its policy: a retry, a dead-letter or a
+// discard.
+func (p *Processor) decideFailure(d *delivery, herr error, pol policy) *decision {
 	cfg, msg, env, now := p.cfg, d.msg, &d.env, d.now
 	switch {
+	case errors.Is(herr, ErrNoRoute):
+		return p.deadLetterDecision(env, msg, cfg.reasons.NoRoute, herr, now, true)
 	case IsPermanent(herr):
 		return p.deadLetterDecision(env, msg, cfg.reasons.Permanent, herr, now, true)
-	case env.Attempt >= cfg.maxAttempts:
+	case pol.action == ActionDeadLetter:
+		return p.deadLetterDecision(env, msg, pol.reason, herr, now, true)
+	case pol.action == ActionDiscard:
+		return &decision{kind: decideDiscard, env: env, handlerErr: herr}
+	case env.Attempt >= pol.maxAttempts:
 		return p.deadLetterDecision(env, msg, cfg.reasons.MaxAttempts, herr, now, true)
 	case hasNonDataBody(msg):
 		return p.deadLetterDecision(env, msg, cfg.reasons.UnsupportedBody, herr, now, true)
 	}
 
-	delay := p.delay(env.Attempt, herr)
+	delay := p.delay(pol, env.Attempt, herr)
 	at := now.Add(delay)
 	if cfg.retryBudget > 0 && !env.FirstEnqueuedTime.IsZero() && at.After(env.FirstEnqueuedTime.Add(cfg.retryBudget)) {
 		return p.deadLetterDecision(env, msg, cfg.reasons.BudgetExhausted, herr, now, true)
 	}
-	// Service Bus counts a TimeToLive from the (scheduled) enqueue time, so a copy that carried the
-	// original TTL would silently extend the producer's deadline by every delay. The copy gets what is
-	// left of the producer's lifetime instead, and a retry that would be due after it is refused.
-	var ttl *time.Duration
-	switch {
-	case cfg.ignoreExpiry:
-		if msg.TimeToLive != nil && *msg.TimeToLive > 0 {
-			t := *msg.TimeToLive
-			ttl = &t
-		}
-	case !env.ExpiresAt.IsZero():
-		if !at.Before(env.ExpiresAt) {
-			return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true)
-		}
-		// A TimeToLive travels as 32-bit milliseconds; no honest expiry leaves more, so a larger one is a
-		// forged property and is cut rather than wrapped around into a copy that dies at once.
-		left := min(env.ExpiresAt.Sub(at), maxTimeToLive)
-		if left < time.Millisecond {
-			// Whole milliseconds on the wire, and 0 means no TTL: a copy with less left would never expire.
-			return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true)
-		}
-		ttl = &left
+	ttl, expired := p.copyTTL(env, msg, at)
+	if expired {
+		return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true)
 	}
-
 	next := env.Attempt + 1
 	errText := p.errorText(herr)
-	copyMsg := retryCopy(msg, *env, next, errText, ttl)
-	if hook := cfg.hooks.OnRetryCopy; hook != nil {
-		id := *copyMsg.MessageID
-		hook(RetryCopyParams{Context: d.ctx, Message: msg, Envelope: *env, Copy: copyMsg, Attempt: next, ScheduledFor: at})
-		copyMsg.MessageID = &id   // the id is the chain's: a hook may add properties, not rename the copy
-		d.now = p.cfg.clock.Now() // the hook's time counts against the lock
-	}
+	copyMsg := p.buildCopy(d, next, errText, ttl, at, env.RetryMessageID(next))
 	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
 		return p.deadLetterDecision(env, msg, cfg.reasons.MessageTooLarge, herr, now, false)
 	}
@@ -109,19 +95,103 @@ func (p *Processor) decideFailure(d *delivery, herr error) *decision {
 		retryPlan: &retryPlan{copyMsg: copyMsg, nextTry: next, delay: delay, at: at, errText: errText}}
 }
 
+// copyTTL is the TimeToLive of a copy due at at. Service Bus counts a TimeToLive from the (scheduled)
+// enqueue time, so a copy that carried the original TTL would silently extend the producer's deadline
+// by every delay: the copy gets what is left of the producer's lifetime instead, and a copy that would
+// be due after it is refused (expired).
+func (p *Processor) copyTTL(env *Envelope, msg *azservicebus.ReceivedMessage, at time.Time) (ttl *time.Duration, expired bool) {
+	switch {
+	case p.cfg.ignoreExpiry:
+		if msg.TimeToLive != nil && *msg.TimeToLive > 0 {
+			t := *msg.TimeToLive
+			ttl = &t
+		}
+	case !env.ExpiresAt.IsZero():
+		if !at.Before(env.ExpiresAt) {
+			return nil, true
+		}
+		// A TimeToLive travels as 32-bit milliseconds; no honest expiry leaves more, so a larger one is a
+		// forged property and is cut rather than wrapped around into a copy that dies at once.
+		left := min(env.ExpiresAt.Sub(at), maxTimeToLive)
+		if left < time.Millisecond {
+			// Whole milliseconds on the wire, and 0 means no TTL: a copy with less left would never expire.
+			return nil, true
+		}
+		ttl = &left
+	}
+	return ttl, false
+}
+
+// buildCopy builds the copy of d's message for attempt, due at at, with the MessageID id, and lets the
+// OnRetryCopy hook see it.
+func (p *Processor) buildCopy(d *delivery, attempt int, errText string, ttl *time.Duration, at time.Time, id string) *azservicebus.Message {
+	copyMsg := retryCopy(d.msg, d.env, attempt, errText, ttl)
+	copyMsg.MessageID = &id
+	if hook := p.cfg.hooks.OnRetryCopy; hook != nil {
+		hook(RetryCopyParams{Context: d.ctx, Message: d.msg, Envelope: d.env, Copy: copyMsg, Attempt: attempt, ScheduledFor: at})
+		copyMsg.MessageID = &id   // the id is the chain's: a hook may add properties, not rename the copy
+		d.now = p.cfg.clock.Now() // the hook's time counts against the lock
+	}
+	return copyMsg
+}
+
+// hold keeps d's message for the outage breaker: a copy at the same attempt, due when the breaker
+// probes next, then the original completed, so the outage spends no attempt and the message waits in
+// the broker, durable, rather than in this process. herr is the failure that found the breaker open
+// (nil for a message held before its handler ran). The copy's MessageID is the attempt's retry id plus
+// "-h" and the held delivery's sequence number: every redelivery of that delivery computes the same id
+// (duplicate detection absorbs a second copy), and a copy held again gets a new one. A message that
+// cannot be copied (no sequence number, a body a copy cannot carry, over the size limits) is left for
+// redelivery instead; one whose producer's expiry falls before the hold ends is dead-lettered as
+// expired, as a retry due after it would be.
+func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, herr error, res Result) Result {
+	msg, env := d.msg, &d.env
+	now := p.cfg.clock.Now()
+	d.now = now
+	at := p.outage.holdUntil(now)
+	if msg.SequenceNumber == nil || hasNonDataBody(msg) {
+		return p.leftForRedelivery(d, errCannotHold, "outage mode: the message cannot be held; the broker will redeliver it")
+	}
+	var dec *decision
+	if ttl, expired := p.copyTTL(env, msg, at); expired {
+		dec = p.deadLetterDecision(env, msg, p.cfg.reasons.Expired, herr, now, herr != nil)
+	} else {
+		errText := env.LastError
+		if herr != nil {
+			errText = p.errorText(herr)
+		}
+		id := env.RetryMessageID(env.Attempt) + "-h" + strconv.FormatInt(*msg.SequenceNumber, 10)
+		copyMsg := p.buildCopy(d, env.Attempt, errText, ttl, at, id)
+		if !fitsLimits(copyMsg, p.cfg.maxMessageSize) {
+			return p.leftForRedelivery(d, errCannotHold, "outage mode: the held copy would exceed the size limits; the broker will redeliver the message")
+		}
+		dec = &decision{kind: decideRetry, env: env, handlerErr: herr,
+			retryPlan: &retryPlan{copyMsg: copyMsg, nextTry: env.Attempt, delay: at.Sub(now), at: at, errText: errText, held: true}}
+	}
+	if f != nil {
+		f.setDecision(dec)
+	}
+	p.apply(d, settleBase, f, dec, &res)
+	return res
+}
+
+// errCannotHold is the SettleErr of a message the outage breaker could not hold.
+var errCannotHold = errors.New("retry: outage mode cannot hold this message")
+
 // maxTimeToLive is the largest TimeToLive the AMQP header can carry (its ttl field is a uint in ms).
 const maxTimeToLive = time.Duration(math.MaxUint32) * time.Millisecond
 
-// delay is the wait before the attempt after attempt n: the backoff's, or the handler's RetryAfter,
-// always within [0, the backoff's cap]. A custom Backoff's delays are bounded the same way, so that a
-// bug in it cannot schedule in the past or beyond the duplicate-detection window sized for the cap.
-func (p *Processor) delay(n int, herr error) time.Duration {
-	d := p.cfg.backoff.Delay(n)
+// delay is the wait before the attempt after attempt n under pol: its backoff's, or the handler's
+// RetryAfter, always within [0, the backoff's cap]. A custom Backoff's delays are bounded the same way,
+// so that a bug in it cannot schedule in the past or beyond the duplicate-detection window sized for
+// the cap.
+func (p *Processor) delay(pol policy, n int, herr error) time.Duration {
+	d := pol.backoff.Delay(n)
 	var ra *RetryAfterError
 	if errors.As(herr, &ra) {
 		d = ra.Delay
 	}
-	return min(max(d, 0), p.cfg.maxDelay)
+	return min(max(d, 0), pol.maxDelay)
 }
 
 // errorText renders a handler error for the broker (the last-error property and the dead-letter

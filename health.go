@@ -77,6 +77,13 @@ type Health struct {
 	// (ReceiveFailures includes link and connection errors the SDK recovered from on its own, and failed
 	// health probes). SendFailures counts failed republishes of retry copies.
 	Connects, ConnectFailures, ReceiveFailures, SendFailures uint64
+	// Held counts messages held by the outage breaker ([OutcomeHeld]); Discarded those a policy
+	// discarded ([OutcomeDiscarded]).
+	Held, Discarded uint64
+	// Outage is the outage breaker: closed unless an outage or [Consumer.Pause] paused receiving. An open
+	// breaker does not make the consumer unready: it is connected and well, and restarting it would not
+	// bring back what it depends on.
+	Outage OutageStatus
 }
 
 // Ready reports whether the consumer is connected and receiving.
@@ -99,6 +106,11 @@ func (c *Consumer) Health() Health {
 	h.DeadLettered = c.deadLettered.Load()
 	h.LeftForRedelivery = c.left.Load()
 	h.PossibleDuplicates = c.duplicates.Load()
+	h.Held = c.held.Load()
+	h.Discarded = c.discarded.Load()
+	if c.outage != nil {
+		h.Outage = c.outage.status()
+	}
 	return h
 }
 
@@ -113,6 +125,10 @@ func (c *Consumer) count(res Result) {
 		c.deadLettered.Add(1)
 	case OutcomeLeftForRedelivery:
 		c.left.Add(1)
+	case OutcomeHeld:
+		c.held.Add(1)
+	case OutcomeDiscarded:
+		c.discarded.Add(1)
 	}
 	if res.PossibleDuplicate {
 		c.duplicates.Add(1)
@@ -166,23 +182,38 @@ func (c *Consumer) setState(s State, err error) {
 
 // healthBody is the JSON document served by [ReadinessHandler] and [LivenessHandler].
 type healthBody struct {
-	Status             string    `json:"status"`
-	State              string    `json:"state"`
-	Since              time.Time `json:"since"`
-	LastError          string    `json:"last_error,omitempty"`
-	LastErrorTime      time.Time `json:"last_error_time,omitzero"`
-	InFlight           int       `json:"in_flight"`
-	Received           uint64    `json:"received"`
-	Completed          uint64    `json:"completed"`
-	RetriesScheduled   uint64    `json:"retries_scheduled"`
-	DeadLettered       uint64    `json:"dead_lettered"`
-	LeftForRedelivery  uint64    `json:"left_for_redelivery"`
-	PossibleDuplicates uint64    `json:"possible_duplicates"`
-	Connects           uint64    `json:"connects"`
-	ConnectFailures    uint64    `json:"connect_failures"`
-	ReceiveFailures    uint64    `json:"receive_failures"`
-	SendFailures       uint64    `json:"send_failures"`
-	Warnings           []string  `json:"warnings,omitempty"`
+	Status             string     `json:"status"`
+	State              string     `json:"state"`
+	Since              time.Time  `json:"since"`
+	LastError          string     `json:"last_error,omitempty"`
+	LastErrorTime      time.Time  `json:"last_error_time,omitzero"`
+	InFlight           int        `json:"in_flight"`
+	Received           uint64     `json:"received"`
+	Completed          uint64     `json:"completed"`
+	RetriesScheduled   uint64     `json:"retries_scheduled"`
+	DeadLettered       uint64     `json:"dead_lettered"`
+	LeftForRedelivery  uint64     `json:"left_for_redelivery"`
+	PossibleDuplicates uint64     `json:"possible_duplicates"`
+	Connects           uint64     `json:"connects"`
+	ConnectFailures    uint64     `json:"connect_failures"`
+	ReceiveFailures    uint64     `json:"receive_failures"`
+	SendFailures       uint64     `json:"send_failures"`
+	Held               uint64     `json:"held"`
+	Discarded          uint64     `json:"discarded"`
+	Outage             outageBody `json:"outage"`
+	Warnings           []string   `json:"warnings,omitempty"`
+}
+
+// outageBody is the outage breaker in the health document.
+type outageBody struct {
+	State        string    `json:"state"`
+	Manual       bool      `json:"manual,omitempty"`
+	Reason       string    `json:"reason,omitempty"`
+	Since        time.Time `json:"since,omitzero"`
+	NextProbe    time.Time `json:"next_probe,omitzero"`
+	Trips        uint64    `json:"trips"`
+	Probes       uint64    `json:"probes"`
+	FailedProbes uint64    `json:"failed_probes"`
 }
 
 // ReadinessHandler returns an http.Handler for readiness probes built on [Consumer.Health]: it answers
@@ -209,7 +240,9 @@ func healthHandler(c *Consumer, ok func(Health) bool) http.Handler {
 			InFlight: h.InFlight, Received: h.Received, Completed: h.Completed, RetriesScheduled: h.RetriesScheduled,
 			DeadLettered: h.DeadLettered, LeftForRedelivery: h.LeftForRedelivery, PossibleDuplicates: h.PossibleDuplicates,
 			Connects: h.Connects, ConnectFailures: h.ConnectFailures, ReceiveFailures: h.ReceiveFailures, SendFailures: h.SendFailures,
-			Warnings: h.Warnings,
+			Held: h.Held, Discarded: h.Discarded, Warnings: h.Warnings,
+			Outage: outageBody{State: h.Outage.State.String(), Manual: h.Outage.Manual, Reason: h.Outage.Reason, Since: h.Outage.Since,
+				NextProbe: h.Outage.NextProbe, Trips: h.Outage.Trips, Probes: h.Outage.Probes, FailedProbes: h.Outage.FailedProbes},
 		}
 		code := http.StatusOK
 		if !ok(h) {

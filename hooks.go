@@ -33,6 +33,10 @@ type Hooks struct {
 	// must return promptly and must not wait for Run to return: the next change (draining, say, which
 	// readiness reports) waits for it, and Run waits for the draining call.
 	OnStateChange func(StateChangeParams)
+	// OnOutage runs when the outage breaker changes state (see [OutageOptions]): a trip, a probe
+	// starting, a probe's verdict, a pause or a resume by hand; one change at a time and in order, on
+	// the goroutine that caused it, so it must return promptly.
+	OnOutage func(OutageParams)
 }
 
 // StartParams describes a delivery about to be handled. OnStart runs for every delivery, also for one

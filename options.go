@@ -54,6 +54,8 @@ type DeadLetterReasons struct {
 	// Expired: the next attempt would be due after the message's expiry (its producer's TimeToLive).
 	// Default "RetryMessageExpired".
 	Expired string
+	// NoRoute: no route of a [Router] takes the message. Default "RetryNoRoute".
+	NoRoute string
 }
 
 // withDefaults fills every empty reason with its documented default.
@@ -70,6 +72,7 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 	set(&r.MessageTooLarge, "RetryMessageTooLarge")
 	set(&r.UnsupportedBody, "RetryUnsupportedBody")
 	set(&r.Expired, "RetryMessageExpired")
+	set(&r.NoRoute, "RetryNoRoute")
 	return r
 }
 
@@ -81,6 +84,23 @@ type Options struct {
 	MaxAttempts int
 	// Backoff chooses the delay after each failed attempt. Nil means Fibonacci{} (10 s floor, 7 day cap).
 	Backoff Backoff
+	// ImmediateRetries is how many times a failed handler is called again at once, in the same delivery,
+	// before a delayed retry is scheduled, as NServiceBus's immediate retries: each counts as an attempt
+	// against MaxAttempts, and the handler sees its Envelope's Attempt and LastError move on. The
+	// delivery keeps its lock (renewed) and its handler slot meanwhile. Zero (the default) means none;
+	// at most [MaxImmediateRetries].
+	ImmediateRetries int
+	// ImmediateDelay is the wait before each immediate retry, at most [MaxImmediateDelay]. Zero means
+	// none.
+	ImmediateDelay time.Duration
+	// Policies choose, by error, what a failure becomes: immediate retries, backoff, attempts,
+	// dead-letter at once or discard (see [Policy] for the order in which they are asked). The first
+	// rule whose Match takes the error decides; none matching means the fields above.
+	Policies []Rule
+	// Outage turns on outage mode, a breaker that pauses receiving while the handlers' failures say that
+	// a dependency is down, so that an outage neither burns attempts nor fills the dead-letter queue
+	// (see [OutageOptions]). Nil means off; [Consumer.Pause] works either way.
+	Outage *OutageOptions
 	// RetryBudget bounds the total time from the first enqueue to the next attempt; a retry that would be
 	// due later is dead-lettered instead. Zero means no budget (MaxAttempts alone decides).
 	RetryBudget time.Duration
@@ -178,6 +198,10 @@ type Options struct {
 type config struct {
 	maxAttempts       int
 	backoff           Backoff
+	immediate         int
+	immediateDelay    time.Duration
+	policies          []Rule
+	outage            *outageConfig
 	retryBudget       time.Duration
 	maxConcurrency    int
 	batchSize         int
@@ -227,6 +251,8 @@ func (o *Options) validate() error {
 		negInt("ReceiveBatchSize", o.ReceiveBatchSize),
 		negInt("DescriptionLimit", o.DescriptionLimit),
 		negInt("MaxMessageSize", o.MaxMessageSize),
+		negInt("ImmediateRetries", o.ImmediateRetries),
+		negDur("ImmediateDelay", o.ImmediateDelay),
 		negDur("RetryBudget", o.RetryBudget),
 		negDur("SettleTimeout", o.SettleTimeout),
 		negDur("LockRenewInterval", o.LockRenewInterval),
@@ -262,7 +288,16 @@ func (o *Options) validate() error {
 			return &OptionError{Field: "Backoff", Reason: err.Error()}
 		}
 	}
-	return nil
+	if o.ImmediateRetries > MaxImmediateRetries {
+		return &OptionError{Field: "ImmediateRetries", Reason: "must not exceed " + strconv.Itoa(MaxImmediateRetries)}
+	}
+	if o.ImmediateDelay > MaxImmediateDelay {
+		return &OptionError{Field: "ImmediateDelay", Reason: "must not exceed " + MaxImmediateDelay.String() + "; use the delayed retries for longer waits"}
+	}
+	if err := validateRules("Policies", o.Policies); err != nil {
+		return err
+	}
+	return o.Outage.validate()
 }
 
 // resolve validates o and applies the defaults.
@@ -277,6 +312,10 @@ func (o *Options) resolve() (*config, error) {
 	c := &config{
 		maxAttempts:       orInt(opts.MaxAttempts, DefaultMaxAttempts),
 		backoff:           opts.Backoff,
+		immediate:         opts.ImmediateRetries,
+		immediateDelay:    opts.ImmediateDelay,
+		policies:          append([]Rule(nil), opts.Policies...),
+		outage:            opts.Outage.resolve(),
 		retryBudget:       opts.RetryBudget,
 		maxConcurrency:    orInt(opts.MaxConcurrency, DefaultMaxConcurrency),
 		settleTimeout:     orDur(opts.SettleTimeout, DefaultSettleTimeout),

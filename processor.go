@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/internal/redact"
 )
 
 // Outcome says what the processor did with a delivery.
@@ -23,6 +25,13 @@ const (
 	// OutcomeLeftForRedelivery: the message was deliberately not settled (lock lost, shutdown, or a
 	// republish/settle call failed), so the broker redelivers it. Nothing is lost.
 	OutcomeLeftForRedelivery
+	// OutcomeHeld: the outage breaker was open (see [OutageOptions], [Consumer.Pause]), so the message
+	// was rescheduled unchanged, its attempt not spent, for when the breaker probes next, and the
+	// original completed.
+	OutcomeHeld
+	// OutcomeDiscarded: a [Policy] with [ActionDiscard] took the failure; the message was completed
+	// without success.
+	OutcomeDiscarded
 )
 
 func (o Outcome) String() string {
@@ -35,6 +44,10 @@ func (o Outcome) String() string {
 		return "dead-lettered"
 	case OutcomeLeftForRedelivery:
 		return "left-for-redelivery"
+	case OutcomeHeld:
+		return "held"
+	case OutcomeDiscarded:
+		return "discarded"
 	}
 	return "unknown"
 }
@@ -42,16 +55,22 @@ func (o Outcome) String() string {
 // Result describes one [Processor.Process] call.
 type Result struct {
 	Outcome Outcome
-	// Attempt is the attempt number of the processed delivery.
+	// Attempt is the attempt number of the processed delivery: of its last handler call, when it made
+	// immediate retries.
 	Attempt int
+	// ImmediateRetries is how many immediate retries the delivery made (see Options.ImmediateRetries).
+	ImmediateRetries int
+	// Policy names the [Rule] that took the last failure; empty when the Options' policy did.
+	Policy string
 	// HandlerErr is the error the handler returned (nil on success), still wrapped by [Permanent] or
 	// [RetryAfter] if it was; errors.Is and errors.As see through both.
 	HandlerErr error
-	// Delay, ScheduledFor and SequenceNumber describe the scheduled retry (OutcomeRetryScheduled).
+	// Delay, ScheduledFor and SequenceNumber describe the scheduled retry (OutcomeRetryScheduled), or
+	// the held copy (OutcomeHeld).
 	Delay          time.Duration
 	ScheduledFor   time.Time
 	SequenceNumber int64
-	// RetryMessageID is the MessageID of the scheduled copy.
+	// RetryMessageID is the MessageID of the scheduled or held copy.
 	RetryMessageID string
 	// DeadLetterReason is set for OutcomeDeadLettered (and for failed dead-letter calls).
 	DeadLetterReason string
@@ -86,6 +105,9 @@ type Processor struct {
 	entity   string
 	flights  flights
 	renewals renewals
+	// outage is the consumer's breaker (outage.go); nil for a Processor of one's own, which has no
+	// receive loop to pause.
+	outage *breaker
 }
 
 // NewProcessor returns a Processor that republishes retries through sender (the entity the retry copies
@@ -243,23 +265,70 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		}
 	}
 
+	// While the outage breaker is open, a message is held for later instead of spending an attempt.
+	adm := p.outage.admit()
+	if adm == admitHold {
+		slot.release()
+		return p.finish(d, d.env, p.hold(d, settleBase, f, nil, res))
+	}
 	// A message received ahead of a free handler slot, or back from waiting for an earlier delivery,
 	// waits for a slot here; its lock is kept (renewed) meanwhile.
 	if !slot.acquire(stop, &d.lock) {
+		p.outage.record(adm, attemptNone, nil)
 		d.now = clk.Now()
 		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while waiting for a handler slot"))
 	}
-	handlerStart := clk.Now()
-	handlerErr, lockLost := p.runHandler(hctx, d)
-	d.now = clk.Now()
-	d.handlerTime = d.now.Sub(handlerStart)
+	var dec *decision
+	var handlerErr error
+	lockLost := false
+	for {
+		handlerStart := clk.Now()
+		handlerErr, lockLost = p.runHandler(hctx, d)
+		d.now = clk.Now()
+		d.handlerTime += d.now.Sub(handlerStart)
+		if handlerErr == nil || lockLost || stopped(stop) {
+			out := attemptNone
+			if handlerErr == nil && !lockLost {
+				out = attemptSuccess
+			}
+			p.outage.record(adm, out, nil)
+			break
+		}
+		// A failed attempt: its policy decides, unless the breaker is open, in which case a failure
+		// that counts toward it is held for later without spending the attempt.
+		pol := p.policyFor(handlerErr)
+		res.Policy = pol.name
+		counts := p.countsAsOutage(handlerErr, pol)
+		out := attemptNeutral
+		if counts {
+			out = attemptFailure
+		}
+		if p.outage.record(adm, out, handlerErr) && counts {
+			slot.release()
+			res.HandlerErr = handlerErr
+			return p.finish(d, d.env, p.hold(d, settleBase, f, handlerErr, res))
+		}
+		if !p.retryAtOnce(d, pol, res.ImmediateRetries, handlerErr) {
+			dec = p.decideFailure(d, handlerErr, pol)
+			break
+		}
+		if !p.waitImmediate(d, stop, pol.immDelay) {
+			break // stopped or lock lost meanwhile: the checks after the loop leave it for redelivery
+		}
+		// The next attempt runs now, in this delivery: the envelope moves on as a retry copy's would.
+		d.env.Attempt++
+		d.env.LastError = p.errorText(handlerErr)
+		res.Attempt, res.ImmediateRetries = d.env.Attempt, res.ImmediateRetries+1
+		adm = admitRun
+	}
 	slot.release()
 
 	res.HandlerErr = handlerErr
-	var dec *decision
+	lockLost = lockLost || d.lock.lost()
 	switch {
 	case lockLost:
 		res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, ErrLockLost
+		dec = nil
 		if handlerErr == nil {
 			// The work is done; only the complete is impossible. Remember it, so the redelivery here
 			// completes without running the handler again.
@@ -270,12 +339,11 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 	case handlerErr == nil:
 		dec = &d.dec
 		*dec = decision{kind: decideComplete, env: &d.env}
-	case stopped(stop):
-		// Shutdown cancelled the handler; leave the message for redelivery rather than count an attempt.
+	case dec == nil:
+		// Shutdown cancelled the handler, or ended an immediate retry's wait (as did a lock that ran
+		// out): leave the message for redelivery rather than count an attempt.
 		res.Outcome = OutcomeLeftForRedelivery
 		p.log(hctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, d.env, errAttr(handlerErr))
-	default:
-		dec = p.decideFailure(d, handlerErr)
 	}
 	if f != nil && dec != nil {
 		f.setDecision(dec)
@@ -284,6 +352,51 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		p.apply(d, settleBase, f, dec, &res)
 	}
 	return p.finish(d, d.env, res)
+}
+
+// retryAtOnce reports whether a failed attempt gets an immediate retry under pol: one is left (done
+// so far), the policy retries, and the message has attempts left.
+func (p *Processor) retryAtOnce(d *delivery, pol policy, done int, herr error) bool {
+	return done < pol.immediate && pol.action == ActionRetry && !IsPermanent(herr) && d.env.Attempt < pol.maxAttempts
+}
+
+// waitImmediate waits delay before an immediate retry; false if the caller stopped or the lock ended
+// meanwhile.
+func (p *Processor) waitImmediate(d *delivery, stop context.Context, delay time.Duration) bool {
+	if delay > 0 {
+		ch, stopTimer := timerChan(p.cfg.clock, delay)
+		defer stopTimer()
+		select {
+		case <-ch:
+		case <-stop.Done():
+		case <-d.lock.Done():
+		}
+	}
+	d.now = p.cfg.clock.Now()
+	return stop.Err() == nil && !d.lock.ended()
+}
+
+// countsAsOutage reports whether a handler error counts toward the outage breaker: not a permanent
+// one, not one a NotOutage policy took, and not one Outage.Counts refuses.
+func (p *Processor) countsAsOutage(err error, pol policy) bool {
+	oc := p.cfg.outage
+	if oc == nil || IsPermanent(err) || pol.notOutage || pol.action != ActionRetry {
+		return false
+	}
+	if oc.counts == nil {
+		return true
+	}
+	counts := false
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				p.cfg.logger.Error("Outage.Counts panicked; counting the failure", "panic", redact.String(fmt.Sprint(r)))
+				counts = true
+			}
+		}()
+		counts = oc.counts(err)
+	}()
+	return counts
 }
 
 // awaitEarlier waits for every earlier delivery of d's message still in this process, newest first,

@@ -49,11 +49,22 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		defer gather.Stop()
 	}
 	for {
+		limit, err := r.awaitReceiving(ctx, live, &quietSince)
+		if limit == 0 {
+			return err // nil when ctx ended
+		}
 		h, pf, err := r.takeOne(ctx, live, &quietSince)
 		if h+pf == 0 {
 			return err // nil when ctx ended
 		}
 		h, pf = r.slots.fill(ctx, gather, h, pf, cfg.batchSize)
+		if limit > 0 && h+pf > limit {
+			// A half-open breaker wants one message to probe with: give back the rest, prefetch first.
+			backPf := min(pf, h+pf-limit)
+			backH := h + pf - limit - backPf
+			r.slots.giveBack(backH, backPf)
+			h, pf = h-backH, pf-backPf
+		}
 		n := h + pf
 		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
 		msgs, idle, yielded, err := r.receive(ctx, src.Receiver, n, live.shared, idleLeft, h > 0)
@@ -98,6 +109,54 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		if broken != nil && ctx.Err() == nil {
 			return broken
 		}
+	}
+}
+
+// awaitReceiving waits while the outage breaker (outage.go) keeps the consumer from receiving, and
+// returns how many messages the next receive may ask for: -1 for no limit of the breaker's, 1 for a
+// half-open breaker's probe, 0 when ctx ended or the connection is broken (err then saying why). When
+// the breaker wants its health check, this loop runs it. While it waits, the connection is probed on the
+// idle schedule, as takeOne does: a paused consumer must still notice that Service Bus is gone.
+func (r *run) awaitReceiving(ctx context.Context, live *liveConnection, quietSince *time.Time) (limit int, err error) {
+	b, clk := r.c.outage, r.c.cfg.clock
+	if b.closed.Load() {
+		return -1, nil
+	}
+	for {
+		now := clk.Now()
+		g := b.gate(now)
+		switch {
+		case g.check:
+			b.runHealthCheck(ctx)
+			continue
+		case g.changed == nil:
+			return g.limit, nil
+		}
+		idle, stopIdle := timerChan(clk, max(idleProbeInterval-now.Sub(*quietSince), 0))
+		var due <-chan time.Time
+		stopDue := func() bool { return false }
+		if !g.until.IsZero() {
+			due, stopDue = timerChan(clk, max(g.until.Sub(now), 0))
+		}
+		select {
+		case <-g.changed:
+		case <-due:
+		case <-ctx.Done():
+			stopIdle()
+			stopDue()
+			return 0, nil
+		case <-idle:
+			if err := r.probe(ctx, live); err != nil {
+				stopDue()
+				if ctx.Err() != nil {
+					return 0, nil
+				}
+				return 0, err
+			}
+			*quietSince = clk.Now()
+		}
+		stopIdle()
+		stopDue()
 	}
 }
 

@@ -33,6 +33,8 @@ func (p *Processor) apply(d *delivery, settleBase context.Context, f *flight, de
 		p.settleRetry(d, settleBase, f, dec, res)
 	case decideDeadLetter:
 		p.settleDeadLetter(d, dec, res)
+	case decideDiscard:
+		p.settleDiscard(d, dec, res)
 	}
 }
 
@@ -140,7 +142,11 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 		} else {
 			dec.scheduled, dec.seq = true, seq
 		}
-		p.log(settleBase, slog.LevelInfo, "retry scheduled", msg, env,
+		text := "retry scheduled"
+		if dec.held {
+			text = "outage mode: message held for the next probe, its attempt not spent"
+		}
+		p.log(settleBase, slog.LevelInfo, text, msg, env,
 			slog.Int("next_attempt", dec.nextTry), slog.Duration("delay", dec.delay), slog.Time("scheduled_for", dec.at),
 			slog.String("retry_message_id", res.RetryMessageID), slog.Int64("retry_sequence_number", seq), slog.String("handler_error", dec.errText))
 	}
@@ -154,6 +160,20 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 		return
 	}
 	res.Outcome = OutcomeRetryScheduled
+	if dec.held {
+		res.Outcome = OutcomeHeld
+	}
+}
+
+// settleDiscard completes a failed delivery that its policy discards, with a warning that says so.
+func (p *Processor) settleDiscard(d *delivery, dec *decision, res *Result) {
+	p.settleComplete(d, *dec.env, res)
+	if res.Outcome != OutcomeCompleted {
+		return // left for redelivery; settleComplete logged why
+	}
+	res.Outcome = OutcomeDiscarded
+	p.log(d.lock.base, slog.LevelWarn, "message discarded by its retry policy", d.msg, *dec.env,
+		slog.String("policy", res.Policy), slog.String("error", p.errorText(dec.handlerErr)))
 }
 
 // settleDeadLetter dead-letters the message with dec's reason; on failure it stays for redelivery.

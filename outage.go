@@ -1,0 +1,585 @@
+package retry
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"math"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// Outage mode: a breaker on the consumer. While the handlers' failures say that something they depend
+// on is down, the consumer stops receiving, and the messages it still holds are held for later instead
+// of spending their attempts: each is rescheduled unchanged (same attempt, a MessageID of its own) for
+// the next probe, and the original completed. After OpenFor, one probe (a message, or
+// OutageOptions.HealthCheck) decides: success closes the breaker, failure keeps it open twice as long,
+// up to MaxOpenFor.
+
+// Defaults for [OutageOptions], chosen against the peers' breakers. Theirs stop an endpoint whose
+// failures would otherwise be lost or redelivered at once; ours pauses a consumer whose failures are
+// already spread by delayed retries, so a false trip costs more than a late one, and an outage is close
+// to 100 % failures anyway. Hence a higher rate than MassTransit's 10 % (of 100 in 1 minute), Polly's
+// 10 % or Wolverine's 15 %, over MassTransit's one-minute window; a consecutive-failure rule like
+// Dapr's (more than 5) for consumers too quiet to reach the minimum; and a pause between Polly's 5 s
+// and MassTransit's and Dapr's 60 s, growing to Wolverine's 5 minutes while probes keep failing.
+const (
+	DefaultOutageConsecutiveFailures = 10
+	DefaultOutageFailureRate         = 0.5
+	DefaultOutageWindow              = time.Minute
+	DefaultOutageMinAttempts         = 20
+	DefaultOutageOpenFor             = 30 * time.Second
+	DefaultOutageMaxOpenFor          = 5 * time.Minute
+	DefaultOutageHealthCheckTimeout  = 10 * time.Second
+)
+
+// OutageOptions configures outage mode (Options.Outage). Zero fields mean their defaults; a negative
+// ConsecutiveFailures or FailureRate turns that rule off (not both).
+type OutageOptions struct {
+	// ConsecutiveFailures trips the breaker after this many counted failures in a row, across all
+	// messages. Zero means [DefaultOutageConsecutiveFailures] (10).
+	ConsecutiveFailures int
+	// FailureRate trips the breaker when at least this share of the attempts within Window failed, once
+	// there were MinAttempts of them. Zero means [DefaultOutageFailureRate] (0.5); at most 1.
+	FailureRate float64
+	// Window is the span FailureRate looks back over. Zero means [DefaultOutageWindow] (1 minute).
+	Window time.Duration
+	// MinAttempts is how many attempts Window must hold before FailureRate applies. Zero means
+	// [DefaultOutageMinAttempts] (20).
+	MinAttempts int
+	// OpenFor is how long the breaker stays open before its first probe. Each failed probe doubles it,
+	// and so does a trip within one Window of the last close (a flapping dependency), up to MaxOpenFor;
+	// it starts again from OpenFor once the breaker has stayed closed for a Window. Zero means
+	// [DefaultOutageOpenFor] (30 s).
+	OpenFor time.Duration
+	// MaxOpenFor bounds OpenFor's growth. Zero means [DefaultOutageMaxOpenFor] (5 minutes).
+	MaxOpenFor time.Duration
+	// HealthCheck, if set, is the probe: called once per half-open period, its nil closes the breaker
+	// and its error keeps it open, and no message is received until it has closed. Nil means the
+	// probe is the next message: its handler's success closes the breaker; a counted failure keeps it
+	// open (the message is held, not charged an attempt); a failure that does not count leaves the
+	// next message to probe.
+	HealthCheck func(ctx context.Context) error
+	// HealthCheckTimeout bounds each HealthCheck call. Zero means
+	// [DefaultOutageHealthCheckTimeout] (10 s).
+	HealthCheckTimeout time.Duration
+	// Counts reports whether a handler error counts toward the trip rules. Nil means every error
+	// counts. Whatever it says, [Permanent] errors and the failures of a [Policy] with NotOutage never
+	// count: a bad message is not an outage.
+	Counts func(error) bool
+}
+
+// outageConfig is OutageOptions with the defaults applied.
+type outageConfig struct {
+	consecutive  int // 0: rule off
+	rate         float64
+	window       time.Duration
+	minAttempts  int
+	openFor      time.Duration
+	maxOpenFor   time.Duration
+	healthCheck  func(context.Context) error
+	checkTimeout time.Duration
+	counts       func(error) bool
+}
+
+func (o *OutageOptions) validate() error {
+	if o == nil {
+		return nil
+	}
+	field := func(name string) string { return "Outage." + name }
+	switch {
+	case o.ConsecutiveFailures < 0 && o.FailureRate < 0:
+		return &OptionError{Field: field("ConsecutiveFailures"), Reason: "and FailureRate must not both be off"}
+	case math.IsNaN(o.FailureRate) || o.FailureRate > 1:
+		return &OptionError{Field: field("FailureRate"), Reason: "must be at most 1"}
+	case o.Window < 0:
+		return &OptionError{Field: field("Window"), Reason: "must not be negative"}
+	case o.MinAttempts < 0:
+		return &OptionError{Field: field("MinAttempts"), Reason: "must not be negative"}
+	case o.OpenFor < 0:
+		return &OptionError{Field: field("OpenFor"), Reason: "must not be negative"}
+	case o.MaxOpenFor < 0:
+		return &OptionError{Field: field("MaxOpenFor"), Reason: "must not be negative"}
+	case o.HealthCheckTimeout < 0:
+		return &OptionError{Field: field("HealthCheckTimeout"), Reason: "must not be negative"}
+	}
+	if c := o.resolve(); c.maxOpenFor < c.openFor {
+		return &OptionError{Field: field("MaxOpenFor"), Reason: "must not be below OpenFor (" + c.openFor.String() + ")"}
+	}
+	return nil
+}
+
+func (o *OutageOptions) resolve() *outageConfig {
+	if o == nil {
+		return nil
+	}
+	c := &outageConfig{
+		consecutive: orInt(o.ConsecutiveFailures, DefaultOutageConsecutiveFailures),
+		rate:        o.FailureRate,
+		window:      orDur(o.Window, DefaultOutageWindow),
+		minAttempts: orInt(o.MinAttempts, DefaultOutageMinAttempts),
+		openFor:     orDur(o.OpenFor, DefaultOutageOpenFor),
+		maxOpenFor:  orDur(o.MaxOpenFor, DefaultOutageMaxOpenFor),
+		healthCheck: o.HealthCheck, checkTimeout: orDur(o.HealthCheckTimeout, DefaultOutageHealthCheckTimeout),
+		counts: o.Counts,
+	}
+	if c.consecutive < 0 {
+		c.consecutive = 0
+	}
+	switch {
+	case c.rate == 0:
+		c.rate = DefaultOutageFailureRate
+	case c.rate < 0:
+		c.rate = 0
+	}
+	return c
+}
+
+// OutageState is the breaker's state, as [Health].Outage reports it.
+type OutageState int
+
+const (
+	// OutageClosed: receiving and handling as usual.
+	OutageClosed OutageState = iota
+	// OutageOpen: paused. Nothing is received; messages still in hand are held for the next probe.
+	OutageOpen
+	// OutageHalfOpen: probing. One message (or the health check) decides whether to close.
+	OutageHalfOpen
+)
+
+func (s OutageState) String() string {
+	switch s {
+	case OutageClosed:
+		return "closed"
+	case OutageOpen:
+		return "open"
+	case OutageHalfOpen:
+		return "half-open"
+	}
+	return "unknown"
+}
+
+// OutageStatus is the breaker as [Health] reports it.
+type OutageStatus struct {
+	State OutageState
+	// Manual is true while the consumer is paused by [Consumer.Pause]: no probe runs until Resume.
+	Manual bool
+	// Reason says why the breaker opened (redacted), empty while closed.
+	Reason string
+	// Since is when State began.
+	Since time.Time
+	// NextProbe is when the open breaker probes next; zero while closed, half-open or paused by hand.
+	NextProbe time.Time
+	// Trips counts automatic openings; Probes the probes started, FailedProbes those that failed.
+	Trips, Probes, FailedProbes uint64
+}
+
+// OutageParams describes one change of the breaker's state, for Hooks.OnOutage.
+type OutageParams struct {
+	From, To OutageState
+	// Manual is true for [Consumer.Pause] and [Consumer.Resume].
+	Manual bool
+	// Reason says why it opened; NextProbe is when it probes next (zero if it will not).
+	Reason    string
+	NextProbe time.Time
+	// Err is the failure that tripped it or failed the probe, if any.
+	Err error
+}
+
+// admission is what the breaker lets a delivery do.
+type admission int
+
+const (
+	admitRun   admission = iota // closed: run the handler
+	admitProbe                  // half-open: run the handler as the probe
+	admitHold                   // open: hold the message for later without running the handler
+)
+
+// attemptOutcome is what one handler call tells the breaker.
+type attemptOutcome int
+
+const (
+	attemptNone    attemptOutcome = iota // the handler did not run or was stopped: no evidence
+	attemptSuccess                       // it succeeded
+	attemptFailure                       // it failed with an error that counts
+	attemptNeutral                       // it failed with an error that does not count
+)
+
+// breaker is the consumer's outage breaker. It has no goroutine and no timer: the receive loops wait
+// on it (gate) and move it from open to half-open when the probe is due, and the processor asks it
+// before each handler call (admit) and tells it the outcome (record). It lives as long as the
+// Consumer, so a pause survives a Run that ends.
+type breaker struct {
+	cfg    *outageConfig // nil: no automatic trips, only Pause and Resume
+	clk    Clock
+	logger *slog.Logger
+	hook   func(OutageParams)
+	closed atomic.Bool // the state is OutageClosed: the processor's fast path
+
+	mu          sync.Mutex
+	st          OutageStatus
+	openFor     time.Duration // the current pause, doubled on failed probes and flapping
+	closedAt    time.Time     // when it last closed after a trip
+	consecutive int
+	win         rateWindow
+	probing     bool          // a probe (a message or the health check) is running
+	changed     chan struct{} // closed and replaced on every change, for the waiting receive loops
+	pending     []OutageParams
+
+	notifyMu sync.Mutex // one hook call at a time, in order
+}
+
+func newBreaker(cfg *config) *breaker {
+	b := &breaker{cfg: cfg.outage, clk: cfg.clock, logger: cfg.logger, hook: cfg.hooks.OnOutage, changed: make(chan struct{})}
+	b.closed.Store(true)
+	b.st.Since = cfg.clock.Now()
+	if b.cfg != nil {
+		b.openFor = b.cfg.openFor
+		b.win.width = b.cfg.window / rateBuckets
+	}
+	return b
+}
+
+// status returns the breaker's state for Health.
+func (b *breaker) status() OutageStatus {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st
+}
+
+// moveLocked changes the state and queues the hook call (see notify).
+func (b *breaker) moveLocked(to OutageState, now time.Time, manual bool, reason string, next time.Time, err error) {
+	from := b.st.State
+	b.st.State, b.st.Since, b.st.Manual, b.st.NextProbe = to, now, manual, next
+	if to == OutageClosed {
+		b.st.Reason = ""
+	} else if reason != "" {
+		b.st.Reason = reason
+	}
+	b.closed.Store(to == OutageClosed)
+	b.probing = false
+	close(b.changed)
+	b.changed = make(chan struct{})
+	b.pending = append(b.pending, OutageParams{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err})
+}
+
+// notify logs and reports the queued changes, in order, one hook call at a time. It is called with
+// b.mu not held, after every method that may have changed the state.
+func (b *breaker) notify() {
+	b.notifyMu.Lock()
+	defer b.notifyMu.Unlock()
+	for {
+		b.mu.Lock()
+		if len(b.pending) == 0 {
+			b.mu.Unlock()
+			return
+		}
+		ev := b.pending[0]
+		b.pending = b.pending[1:]
+		b.mu.Unlock()
+		attrs := []any{slog.String("from", ev.From.String()), slog.String("to", ev.To.String()), slog.Bool("manual", ev.Manual)}
+		if ev.Reason != "" {
+			attrs = append(attrs, slog.String("reason", ev.Reason))
+		}
+		if !ev.NextProbe.IsZero() {
+			attrs = append(attrs, slog.Time("next_probe", ev.NextProbe))
+		}
+		if ev.Err != nil {
+			attrs = append(attrs, errAttr(ev.Err))
+		}
+		level := slog.LevelInfo
+		if ev.To == OutageOpen {
+			level = slog.LevelWarn
+		}
+		b.logger.Log(context.Background(), level, "outage breaker changed state", attrs...)
+		if b.hook != nil {
+			b.hook(ev)
+		}
+	}
+}
+
+// pause opens the breaker by hand, until resume.
+func (b *breaker) pause(reason string) {
+	b.mu.Lock()
+	if reason == "" {
+		reason = "paused by hand"
+	}
+	reason = truncate(redact.String(reason), DefaultDescriptionLimit)
+	if !(b.st.State == OutageOpen && b.st.Manual && b.st.Reason == reason) {
+		b.moveLocked(OutageOpen, b.clk.Now(), true, reason, time.Time{}, nil)
+	}
+	b.mu.Unlock()
+	b.notify()
+}
+
+// resume closes the breaker, whoever opened it.
+func (b *breaker) resume() {
+	b.mu.Lock()
+	if b.st.State != OutageClosed {
+		now := b.clk.Now()
+		b.closedAt = now
+		b.resetCountsLocked()
+		b.moveLocked(OutageClosed, now, true, "", time.Time{}, nil)
+	}
+	b.mu.Unlock()
+	b.notify()
+}
+
+// gate is what a receive loop may do now: receive up to limit messages (-1: no limit of the breaker's;
+// 1: half-open, one message to probe with), run the health check (check), or wait for changed or
+// until (zero: no time) and ask again.
+type gate struct {
+	limit   int
+	check   bool
+	changed <-chan struct{}
+	until   time.Time
+}
+
+// gate tells a receive loop what it may do at now.
+func (b *breaker) gate(now time.Time) gate {
+	if b.closed.Load() {
+		return gate{limit: -1}
+	}
+	b.mu.Lock()
+	defer b.notify()
+	defer b.mu.Unlock()
+	b.dueLocked(now)
+	switch {
+	case b.st.State == OutageClosed:
+		return gate{limit: -1}
+	case b.st.State == OutageOpen:
+		return gate{changed: b.changed, until: b.st.NextProbe}
+	case b.probing:
+		return gate{changed: b.changed}
+	case b.cfg.healthCheck != nil:
+		b.probing = true
+		return gate{check: true}
+	}
+	return gate{limit: 1}
+}
+
+// dueLocked moves an open breaker whose probe is due to half-open.
+func (b *breaker) dueLocked(now time.Time) {
+	if b.st.State == OutageOpen && !b.st.Manual && !b.st.NextProbe.IsZero() && !now.Before(b.st.NextProbe) {
+		b.moveLocked(OutageHalfOpen, now, false, "", time.Time{}, nil)
+		b.st.Probes++
+	}
+}
+
+// healthChecked reports the health check's result (see gate).
+func (b *breaker) healthChecked(err error) {
+	b.mu.Lock()
+	if b.st.State == OutageHalfOpen {
+		b.probeEndedLocked(b.clk.Now(), err)
+	}
+	b.mu.Unlock()
+	b.notify()
+}
+
+// runHealthCheck calls the health check, bounded by its timeout, recovering from a panic. A check cut
+// short because ctx (the run) ended says nothing about the dependency: the next run checks again.
+func (b *breaker) runHealthCheck(ctx context.Context) {
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.checkTimeout)
+	defer cancel()
+	err := func() (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("retry: outage health check panicked: %v", r)
+			}
+		}()
+		return b.cfg.healthCheck(cctx)
+	}()
+	if ctx.Err() != nil {
+		b.mu.Lock()
+		b.probing = false
+		b.mu.Unlock()
+		return
+	}
+	if err == nil && cctx.Err() != nil {
+		err = fmt.Errorf("retry: outage health check: %w", cctx.Err())
+	}
+	b.healthChecked(err)
+}
+
+// probeEndedLocked closes the breaker after a successful probe (err nil) or opens it again for twice
+// as long.
+func (b *breaker) probeEndedLocked(now time.Time, err error) {
+	if err == nil {
+		b.closedAt = now
+		b.resetCountsLocked()
+		b.moveLocked(OutageClosed, now, false, "", time.Time{}, nil)
+		return
+	}
+	b.st.FailedProbes++
+	b.openFor = min(2*b.openFor, b.cfg.maxOpenFor)
+	b.moveLocked(OutageOpen, now, false, "the probe failed: "+truncate(redact.String(err.Error()), 256), now.Add(b.openFor), err)
+}
+
+// admit tells the processor whether a delivery may run its handler.
+func (b *breaker) admit() admission {
+	if b == nil || b.closed.Load() {
+		return admitRun
+	}
+	b.mu.Lock()
+	defer b.notify()
+	defer b.mu.Unlock()
+	b.dueLocked(b.clk.Now())
+	switch {
+	case b.st.State == OutageClosed:
+		return admitRun
+	case b.st.State == OutageHalfOpen && !b.probing && b.cfg.healthCheck == nil:
+		b.probing = true
+		return admitProbe
+	}
+	return admitHold
+}
+
+// record tells the breaker what a handler call admitted as adm came to, and reports whether the
+// breaker is open now (not closed), in which case a counted failure is held rather than retried.
+func (b *breaker) record(adm admission, out attemptOutcome, err error) (open bool) {
+	if b == nil {
+		return false
+	}
+	if b.cfg == nil || (adm == admitRun && out == attemptNone) {
+		return !b.closed.Load()
+	}
+	b.mu.Lock()
+	defer b.notify()
+	defer b.mu.Unlock()
+	now := b.clk.Now()
+	if adm == admitProbe {
+		if b.st.State != OutageHalfOpen {
+			return b.st.State != OutageClosed // resumed or paused by hand meanwhile
+		}
+		switch out {
+		case attemptSuccess:
+			b.probeEndedLocked(now, nil)
+		case attemptFailure:
+			b.probeEndedLocked(now, err)
+		default:
+			b.probing = false // no verdict: let the next message probe
+			close(b.changed)
+			b.changed = make(chan struct{})
+		}
+		return b.st.State != OutageClosed
+	}
+	if b.st.State != OutageClosed {
+		return true
+	}
+	switch out {
+	case attemptSuccess:
+		b.consecutive = 0
+		b.win.add(now, false)
+	case attemptFailure:
+		b.consecutive++
+		b.win.add(now, true)
+		if reason := b.tripReasonLocked(now); reason != "" {
+			b.tripLocked(now, reason, err)
+			return true
+		}
+	}
+	return false
+}
+
+// tripReasonLocked says why the breaker must trip at now, or "".
+func (b *breaker) tripReasonLocked(now time.Time) string {
+	c := b.cfg
+	if c.consecutive > 0 && b.consecutive >= c.consecutive {
+		return strconv.Itoa(b.consecutive) + " failures in a row"
+	}
+	if c.rate > 0 {
+		total, failed := b.win.sum(now)
+		if total >= c.minAttempts && float64(failed) >= c.rate*float64(total) {
+			return fmt.Sprintf("%d of %d attempts failed within %s", failed, total, c.window)
+		}
+	}
+	return ""
+}
+
+// tripLocked opens the breaker. A trip within one Window of the last close means the dependency
+// flaps: the pause doubles instead of starting again from OpenFor.
+func (b *breaker) tripLocked(now time.Time, reason string, err error) {
+	if b.closedAt.IsZero() || now.Sub(b.closedAt) >= b.cfg.window {
+		b.openFor = b.cfg.openFor
+	} else {
+		b.openFor = min(2*b.openFor, b.cfg.maxOpenFor)
+	}
+	b.st.Trips++
+	b.resetCountsLocked()
+	if err != nil {
+		reason += "; last error: " + truncate(redact.String(err.Error()), 256)
+	}
+	b.moveLocked(OutageOpen, now, false, reason, now.Add(b.openFor), err)
+}
+
+func (b *breaker) resetCountsLocked() {
+	b.consecutive = 0
+	b.win.reset()
+}
+
+// holdUntil is when a message held now becomes due again: the next probe, or one OpenFor from now
+// when none is planned (paused by hand, or half-open).
+func (b *breaker) holdUntil(now time.Time) time.Time {
+	if b == nil {
+		return now.Add(DefaultOutageOpenFor)
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if next := b.st.NextProbe; next.After(now) {
+		return next
+	}
+	d := DefaultOutageOpenFor
+	if b.cfg != nil {
+		d = b.openFor
+	}
+	return now.Add(d)
+}
+
+// rateBuckets is how many buckets the failure-rate window is kept in: the window slides by a tenth.
+const rateBuckets = 10
+
+// rateWindow counts attempts and failures over the last Window, in buckets of Window/rateBuckets.
+type rateWindow struct {
+	width   time.Duration
+	buckets [rateBuckets]rateBucket
+}
+
+type rateBucket struct {
+	index         int64 // which width-long span of time the bucket counts (now / width)
+	total, failed int
+}
+
+func (w *rateWindow) add(now time.Time, failed bool) {
+	if w.width <= 0 {
+		return
+	}
+	i := now.UnixNano() / int64(w.width)
+	bk := &w.buckets[i%rateBuckets]
+	if bk.index != i {
+		*bk = rateBucket{index: i}
+	}
+	bk.total++
+	if failed {
+		bk.failed++
+	}
+}
+
+func (w *rateWindow) sum(now time.Time) (total, failed int) {
+	if w.width <= 0 {
+		return 0, 0
+	}
+	i := now.UnixNano() / int64(w.width)
+	for _, bk := range w.buckets {
+		if bk.index > i-rateBuckets && bk.index <= i {
+			total += bk.total
+			failed += bk.failed
+		}
+	}
+	return total, failed
+}
+
+func (w *rateWindow) reset() { w.buckets = [rateBuckets]rateBucket{} }
