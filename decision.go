@@ -162,6 +162,7 @@ func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, her
 		}
 		id := env.RetryMessageID(env.Attempt) + "-h" + strconv.FormatInt(*msg.SequenceNumber, 10)
 		copyMsg := p.buildCopy(d, env.Attempt, errText, ttl, at, id)
+		copyMsg.ApplicationProperties[PropHeld] = now.UTC()
 		if !fitsLimits(copyMsg, p.cfg.maxMessageSize) {
 			return p.leftForRedelivery(d, errCannotHold, "outage mode: the held copy would exceed the size limits; the broker will redeliver the message")
 		}

@@ -41,6 +41,10 @@ const (
 	// PropExpiresAt is the absolute expiry of the first delivery (its enqueue time plus its TimeToLive,
 	// an AMQP timestamp). Absent means the message never expires. Copies get only the remaining lifetime.
 	PropExpiresAt = "sbretry-expires-at"
+	// PropHeld marks a copy made by outage mode (an AMQP timestamp: when the message was held). It
+	// carries the same attempt as the delivery it holds, since the outage spent none; a retry copy
+	// never carries it.
+	PropHeld = "sbretry-held"
 )
 
 // Properties written on a dead-lettered message, so that an operator can see what happened without
@@ -291,6 +295,7 @@ func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastEr
 		props[k] = cloneValue(v)
 	}
 	props[PropAttempt] = int64(next)
+	delete(props, PropHeld)
 	props[PropCorrelationID] = env.CorrelationID
 	props[PropOriginalMessageID] = env.OriginalMessageID
 	props[PropKey] = env.Key

@@ -2,8 +2,11 @@ package retry
 
 import (
 	"errors"
+	"fmt"
 	"strconv"
 	"time"
+
+	"github.com/sbretry/retry/internal/redact"
 )
 
 // Policies: what a failed attempt becomes, chosen by its error. The processor asks, in this order:
@@ -192,6 +195,9 @@ func (r Rule) resolve(c *config, i int) policy {
 // took the message (if a [Router] did), then of Options.Policies, else the Options'. A Match that
 // panics is treated as not matching, and logged, so that one bad rule cannot lose a message.
 func (p *Processor) policyFor(err error) policy {
+	if IsPermanent(err) {
+		return p.cfg.fallbackPolicy() // the handler's own word comes first: no rule is asked
+	}
 	var re *routeError
 	if errors.As(err, &re) {
 		for i, r := range re.route.rules {
@@ -212,7 +218,7 @@ func (p *Processor) policyFor(err error) policy {
 func (p *Processor) matches(r Rule, err error) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.cfg.logger.Error("a retry policy's Match panicked; treating it as not matching", "rule", r.Name, "panic", v)
+			p.cfg.logger.Error("a retry policy's Match panicked; treating it as not matching", "rule", r.Name, "panic", redact.String(fmt.Sprint(v)))
 			ok = false
 		}
 	}()

@@ -185,6 +185,9 @@ func (b *Broker) recordSuccessorLocked(props map[string]any) {
 		return
 	}
 	st := stepOf(props, -1)
+	if _, held := props[retry.PropHeld]; held {
+		st.attempt++ // a held copy repeats its attempt: it is the successor all the same
+	}
 	src, _ := props[retry.PropSource].(string)
 	b.successors[st] = append(b.successors[st], src)
 }
