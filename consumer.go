@@ -28,7 +28,7 @@ type Consumer struct {
 
 	// The per-message counters are atomics, so that counting costs the workers no shared lock.
 	received, completed, retries, deadLettered, left, duplicates, held, discarded atomic.Uint64
-	inFlight                                                                     atomic.Int64
+	inFlight                                                                      atomic.Int64
 }
 
 // NewConsumer returns a Consumer that gets its connections from connect and passes each message to

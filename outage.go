@@ -197,7 +197,13 @@ const (
 	admitRun   admission = iota // closed: run the handler
 	admitProbe                  // half-open: run the handler as the probe
 	admitHold                   // open: hold the message for later without running the handler
+	admitWait                   // half-open, another delivery probing: wait for its verdict
 )
+
+// probeAskWindow is how long a half-open breaker waits for the message it let a receive loop ask for
+// to reach its handler (and become the probe) before it lets a loop ask for another: the message may
+// never get there (an earlier delivery's outcome applied instead, say).
+const probeAskWindow = 2 * time.Second
 
 // attemptOutcome is what one handler call tells the breaker.
 type attemptOutcome int
@@ -227,6 +233,7 @@ type breaker struct {
 	consecutive int
 	win         rateWindow
 	probing     bool          // a probe (a message or the health check) is running
+	askedUntil  time.Time     // half-open: a loop asked for a message to probe with, until then
 	changed     chan struct{} // closed and replaced on every change, for the waiting receive loops
 	pending     []OutageParams
 
@@ -261,9 +268,8 @@ func (b *breaker) moveLocked(to OutageState, now time.Time, manual bool, reason 
 		b.st.Reason = reason
 	}
 	b.closed.Store(to == OutageClosed)
-	b.probing = false
-	close(b.changed)
-	b.changed = make(chan struct{})
+	b.probing, b.askedUntil = false, time.Time{}
+	b.wakeLocked()
 	b.pending = append(b.pending, OutageParams{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err})
 }
 
@@ -358,8 +364,28 @@ func (b *breaker) gate(now time.Time) gate {
 	case b.cfg.healthCheck != nil:
 		b.probing = true
 		return gate{check: true}
+	case now.Before(b.askedUntil):
+		return gate{changed: b.changed, until: b.askedUntil}
 	}
+	b.askedUntil = now.Add(probeAskWindow)
 	return gate{limit: 1}
+}
+
+// unask tells a half-open breaker that the receive it allowed (gate's limit 1) brought nothing, so
+// that a loop may ask again at once.
+func (b *breaker) unask() {
+	b.mu.Lock()
+	if !b.askedUntil.IsZero() {
+		b.askedUntil = time.Time{}
+		b.wakeLocked()
+	}
+	b.mu.Unlock()
+}
+
+// wakeLocked wakes the receive loops and deliveries waiting for a change.
+func (b *breaker) wakeLocked() {
+	close(b.changed)
+	b.changed = make(chan struct{})
 }
 
 // dueLocked moves an open breaker whose probe is due to half-open.
@@ -419,10 +445,22 @@ func (b *breaker) probeEndedLocked(now time.Time, err error) {
 	b.moveLocked(OutageOpen, now, false, "the probe failed: "+truncate(redact.String(err.Error()), 256), now.Add(b.openFor), err)
 }
 
-// admit tells the processor whether a delivery may run its handler.
-func (b *breaker) admit() admission {
+// holding reports whether the breaker is open (not half-open): a delivery is held without waiting
+// for a handler slot.
+func (b *breaker) holding() bool {
 	if b == nil || b.closed.Load() {
-		return admitRun
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st.State == OutageOpen && (b.st.Manual || b.st.NextProbe.After(b.clk.Now()))
+}
+
+// admit tells the processor whether a delivery may run its handler; with admitWait, changed is closed
+// when the delivery should ask again.
+func (b *breaker) admit() (adm admission, changed <-chan struct{}) {
+	if b == nil || b.closed.Load() {
+		return admitRun, nil
 	}
 	b.mu.Lock()
 	defer b.notify()
@@ -430,12 +468,16 @@ func (b *breaker) admit() admission {
 	b.dueLocked(b.clk.Now())
 	switch {
 	case b.st.State == OutageClosed:
-		return admitRun
-	case b.st.State == OutageHalfOpen && !b.probing && b.cfg.healthCheck == nil:
-		b.probing = true
-		return admitProbe
+		return admitRun, nil
+	case b.st.State == OutageOpen || b.cfg.healthCheck != nil:
+		return admitHold, nil
+	case !b.probing:
+		b.probing, b.askedUntil = true, time.Time{}
+		return admitProbe, nil
 	}
-	return admitHold
+	// Half-open with a probe running: its verdict is moments away, and a message held now would wait
+	// a whole OpenFor even if the probe closed the breaker.
+	return admitWait, b.changed
 }
 
 // record tells the breaker what a handler call admitted as adm came to, and reports whether the
@@ -462,8 +504,7 @@ func (b *breaker) record(adm admission, out attemptOutcome, err error) (open boo
 			b.probeEndedLocked(now, err)
 		default:
 			b.probing = false // no verdict: let the next message probe
-			close(b.changed)
-			b.changed = make(chan struct{})
+			b.wakeLocked()
 		}
 		return b.st.State != OutageClosed
 	}

@@ -265,18 +265,26 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		}
 	}
 
-	// While the outage breaker is open, a message is held for later instead of spending an attempt.
-	adm := p.outage.admit()
-	if adm == admitHold {
+	// While the outage breaker is open, a message is held for later instead of spending an attempt: at
+	// once if it is open now, else once a handler slot is free, which is when it could start.
+	if p.outage.holding() {
 		slot.release()
 		return p.finish(d, d.env, p.hold(d, settleBase, f, nil, res))
 	}
 	// A message received ahead of a free handler slot, or back from waiting for an earlier delivery,
 	// waits for a slot here; its lock is kept (renewed) meanwhile.
 	if !slot.acquire(stop, &d.lock) {
-		p.outage.record(adm, attemptNone, nil)
 		d.now = clk.Now()
 		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while waiting for a handler slot"))
+	}
+	adm, ok := p.admit(d, stop)
+	switch {
+	case !ok:
+		slot.release()
+		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while the outage breaker probed"))
+	case adm == admitHold:
+		slot.release()
+		return p.finish(d, d.env, p.hold(d, settleBase, f, nil, res))
 	}
 	var dec *decision
 	var handlerErr error
@@ -352,6 +360,25 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		p.apply(d, settleBase, f, dec, &res)
 	}
 	return p.finish(d, d.env, res)
+}
+
+// admit asks the outage breaker whether d may run its handler, waiting while another delivery probes;
+// ok is false when stop ended or the lock did meanwhile.
+func (p *Processor) admit(d *delivery, stop context.Context) (adm admission, ok bool) {
+	for {
+		adm, changed := p.outage.admit()
+		if adm != admitWait {
+			return adm, true
+		}
+		select {
+		case <-changed:
+		case <-stop.Done():
+			return adm, false
+		case <-d.lock.Done():
+			return adm, false
+		}
+		d.now = p.cfg.clock.Now()
+	}
 }
 
 // retryAtOnce reports whether a failed attempt gets an immediate retry under pol: one is left (done

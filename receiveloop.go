@@ -68,6 +68,9 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 		n := h + pf
 		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
 		msgs, idle, yielded, err := r.receive(ctx, src.Receiver, n, live.shared, idleLeft, h > 0)
+		if limit > 0 && len(msgs) == 0 {
+			r.c.outage.unask() // the probe's receive brought nothing: another may ask at once
+		}
 		// Give back the places the receive did not fill, prefetch places first; the filled ones are
 		// given back by their messages.
 		unfilled := max(n-len(msgs), 0)

@@ -1,0 +1,322 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+var errDown = errors.New("dependency down")
+
+// testBreaker is a breaker on a mock clock that records its hook calls.
+type testBreaker struct {
+	*breaker
+	clk    *clock.Mock
+	mu     sync.Mutex
+	events []OutageParams
+}
+
+func newTestBreaker(t *testing.T, o *OutageOptions) *testBreaker {
+	t.Helper()
+	tb := &testBreaker{clk: clock.NewMock()}
+	tb.clk.Set(time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC))
+	cfg, err := (&Options{Outage: o, Clock: tb.clk, Logger: slog.New(slog.DiscardHandler), Hooks: Hooks{OnOutage: func(p OutageParams) {
+		tb.mu.Lock()
+		tb.events = append(tb.events, p)
+		tb.mu.Unlock()
+	}}}).resolve()
+	require.NoError(t, err)
+	tb.breaker = newBreaker(cfg)
+	return tb
+}
+
+func (tb *testBreaker) fail(n int) {
+	for range n {
+		tb.record(admitRun, attemptFailure, errDown)
+	}
+}
+
+func (tb *testBreaker) succeed(n int) {
+	for range n {
+		tb.record(admitRun, attemptSuccess, nil)
+	}
+}
+
+func (tb *testBreaker) transitions() []string {
+	tb.mu.Lock()
+	defer tb.mu.Unlock()
+	var out []string
+	for _, e := range tb.events {
+		out = append(out, e.From.String()+"->"+e.To.String())
+	}
+	return out
+}
+
+func TestBreakerTripsOnConsecutiveFailures(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 5, FailureRate: -1})
+	b.fail(4)
+	b.succeed(1) // a success breaks the run
+	b.fail(4)
+	assert.Equal(t, OutageClosed, b.status().State)
+	assert.True(t, b.record(admitRun, attemptFailure, errDown), "the fifth in a row trips it, and that failure is held")
+	st := b.status()
+	assert.Equal(t, OutageOpen, st.State)
+	assert.Equal(t, uint64(1), st.Trips)
+	assert.Equal(t, b.clk.Now().Add(DefaultOutageOpenFor), st.NextProbe)
+	assert.Contains(t, st.Reason, "5 failures in a row")
+	assert.Contains(t, st.Reason, "dependency down")
+	assert.Equal(t, admitHold, b.adm())
+	assert.Equal(t, []string{"closed->open"}, b.transitions())
+}
+
+func TestBreakerTripsOnTheFailureRate(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: -1, FailureRate: 0.5, MinAttempts: 10, Window: time.Minute})
+	// Alternating: 50 % failures, but fewer than MinAttempts yet.
+	for range 4 {
+		b.fail(1)
+		b.succeed(1)
+	}
+	b.fail(1)
+	assert.Equal(t, OutageClosed, b.status().State, "9 attempts: below the minimum")
+	b.fail(1)
+	assert.Equal(t, OutageOpen, b.status().State, "6 of 10 failed")
+	assert.Contains(t, b.status().Reason, "6 of 10 attempts failed within 1m0s")
+}
+
+func TestBreakerRateWindowSlides(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: -1, FailureRate: 0.5, MinAttempts: 10, Window: time.Minute})
+	b.fail(9)
+	b.clk.Add(61 * time.Second) // those failures leave the window
+	b.succeed(9)
+	b.fail(1)
+	assert.Equal(t, OutageClosed, b.status().State, "1 of 10 within the window")
+}
+
+func TestBreakerIgnoresNeutralFailuresAndStops(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 3, FailureRate: -1})
+	for range 10 {
+		b.record(admitRun, attemptNeutral, errDown)
+		b.record(admitRun, attemptNone, nil)
+	}
+	b.fail(2)
+	assert.Equal(t, OutageClosed, b.status().State)
+}
+
+func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: 10 * time.Second, MaxOpenFor: 35 * time.Second})
+	b.fail(1)
+	opened := b.clk.Now()
+	g := b.gate(b.clk.Now())
+	require.NotNil(t, g.changed, "open: the receive loop waits")
+	assert.Equal(t, opened.Add(10*time.Second), g.until)
+
+	b.clk.Add(10 * time.Second)
+	g = b.gate(b.clk.Now())
+	assert.Equal(t, 1, g.limit, "half-open: one message to probe with")
+	assert.Equal(t, OutageHalfOpen, b.status().State)
+	assert.Equal(t, uint64(1), b.status().Probes)
+	assert.Equal(t, admitProbe, b.adm(), "the first delivery probes")
+	assert.Equal(t, admitWait, b.adm(), "the others wait for its verdict")
+	assert.NotNil(t, b.gate(b.clk.Now()).changed, "no receive while the probe runs")
+
+	// A failure that does not count is no verdict: the next message probes.
+	assert.True(t, b.record(admitProbe, attemptNeutral, errDown))
+	assert.Equal(t, OutageHalfOpen, b.status().State)
+	assert.Equal(t, admitProbe, b.adm())
+
+	// A counted failure opens it again, for twice as long.
+	assert.True(t, b.record(admitProbe, attemptFailure, errDown))
+	st := b.status()
+	assert.Equal(t, OutageOpen, st.State)
+	assert.Equal(t, b.clk.Now().Add(20*time.Second), st.NextProbe)
+	assert.Equal(t, uint64(1), st.FailedProbes)
+	assert.Contains(t, st.Reason, "the probe failed")
+
+	// Again: doubled, but never beyond MaxOpenFor.
+	b.clk.Add(20 * time.Second)
+	require.Equal(t, admitProbe, b.adm(), "admit moves it to half-open too")
+	b.record(admitProbe, attemptFailure, errDown)
+	assert.Equal(t, b.clk.Now().Add(35*time.Second), b.status().NextProbe)
+
+	b.clk.Add(35 * time.Second)
+	require.Equal(t, admitProbe, b.adm())
+	assert.False(t, b.record(admitProbe, attemptSuccess, nil), "a successful probe closes it")
+	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, admitRun, b.adm())
+	assert.Equal(t, -1, b.gate(b.clk.Now()).limit)
+	assert.Equal(t, []string{
+		"closed->open", "open->half-open", "half-open->open", "open->half-open", "half-open->open", "open->half-open", "half-open->closed",
+	}, b.transitions())
+}
+
+func TestBreakerProbeThatNeverRanIsNoVerdict(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
+	b.fail(1)
+	b.clk.Add(time.Second)
+	require.Equal(t, admitProbe, b.adm())
+	b.record(admitProbe, attemptNone, nil) // the delivery stopped before its handler
+	assert.Equal(t, admitProbe, b.adm(), "another delivery may probe")
+}
+
+func TestBreakerFlappingDoublesThePause(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: 10 * time.Second, Window: time.Minute})
+	trip := func() time.Duration {
+		b.fail(1)
+		return b.status().NextProbe.Sub(b.clk.Now())
+	}
+	closeAfterProbe := func() {
+		b.clk.Set(b.status().NextProbe)
+		require.Equal(t, admitProbe, b.adm())
+		b.record(admitProbe, attemptSuccess, nil)
+	}
+	assert.Equal(t, 10*time.Second, trip())
+	closeAfterProbe()
+	b.clk.Add(5 * time.Second)
+	assert.Equal(t, 20*time.Second, trip(), "tripped again within a Window of closing")
+	closeAfterProbe()
+	b.clk.Add(5 * time.Second)
+	assert.Equal(t, 40*time.Second, trip())
+	closeAfterProbe()
+	b.clk.Add(time.Minute) // a whole Window closed
+	assert.Equal(t, 10*time.Second, trip(), "a dependency that stayed up starts from OpenFor again")
+}
+
+func TestBreakerHealthCheck(t *testing.T) {
+	var calls int
+	healthy := false
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second, HealthCheck: func(ctx context.Context) error {
+		calls++
+		if _, ok := ctx.Deadline(); !ok {
+			return errors.New("no deadline")
+		}
+		if !healthy {
+			return errDown
+		}
+		return nil
+	}})
+	b.fail(1)
+	b.clk.Add(time.Second)
+	g := b.gate(b.clk.Now())
+	require.True(t, g.check, "half-open with a health check: the loop runs it")
+	assert.Equal(t, admitHold, b.adm(), "no message probes")
+	assert.NotNil(t, b.gate(b.clk.Now()).changed, "one check at a time")
+	b.runHealthCheck(context.Background())
+	assert.Equal(t, OutageOpen, b.status().State)
+	assert.Equal(t, b.clk.Now().Add(2*time.Second), b.status().NextProbe)
+
+	healthy = true
+	b.clk.Add(2 * time.Second)
+	require.True(t, b.gate(b.clk.Now()).check)
+	b.runHealthCheck(context.Background())
+	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, 2, calls)
+}
+
+func TestBreakerHealthCheckCutShortByTheRunIsNoVerdict(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second,
+		HealthCheck: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }})
+	b.fail(1)
+	b.clk.Add(time.Second)
+	require.True(t, b.gate(b.clk.Now()).check)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	b.runHealthCheck(ctx)
+	assert.Equal(t, OutageHalfOpen, b.status().State)
+	assert.True(t, b.gate(b.clk.Now()).check, "the next run checks again")
+}
+
+func TestBreakerHealthCheckPanicIsAFailedProbe(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second,
+		HealthCheck: func(context.Context) error { panic("boom") }})
+	b.fail(1)
+	b.clk.Add(time.Second)
+	require.True(t, b.gate(b.clk.Now()).check)
+	b.runHealthCheck(context.Background())
+	assert.Equal(t, OutageOpen, b.status().State)
+	assert.Contains(t, b.status().Reason, "panicked")
+}
+
+func TestBreakerPauseAndResumeByHand(t *testing.T) {
+	b := newTestBreaker(t, nil) // outage mode off: only the kill switch
+	b.fail(100)
+	assert.Equal(t, OutageClosed, b.status().State, "no automatic trips without Options.Outage")
+	b.pause("deploying billing; key=secret-value AccountKey=abc")
+	st := b.status()
+	assert.Equal(t, OutageOpen, st.State)
+	assert.True(t, st.Manual)
+	assert.True(t, st.NextProbe.IsZero(), "no probe while paused by hand")
+	assert.NotContains(t, st.Reason, "abc", "redacted")
+	b.clk.Add(time.Hour)
+	assert.Equal(t, admitHold, b.adm())
+	assert.Equal(t, OutageOpen, b.status().State, "still paused an hour later")
+	assert.True(t, b.record(admitRun, attemptFailure, errDown), "open: hold")
+	assert.Equal(t, b.clk.Now().Add(DefaultOutageOpenFor), b.holdUntil(b.clk.Now()))
+	b.resume()
+	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, admitRun, b.adm())
+	assert.Equal(t, []string{"closed->open", "open->closed"}, b.transitions())
+	for _, e := range b.events {
+		assert.True(t, e.Manual)
+	}
+}
+
+func TestBreakerResumeEndsAnAutomaticOpening(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 2, FailureRate: -1})
+	b.fail(2)
+	require.Equal(t, OutageOpen, b.status().State)
+	b.resume()
+	assert.Equal(t, OutageClosed, b.status().State)
+	b.fail(1)
+	assert.Equal(t, OutageClosed, b.status().State, "counts start again after a resume")
+}
+
+func TestOutageOptionsAreValidated(t *testing.T) {
+	cases := []struct {
+		name  string
+		o     OutageOptions
+		field string
+	}{
+		{"both rules off", OutageOptions{ConsecutiveFailures: -1, FailureRate: -1}, "Outage.ConsecutiveFailures"},
+		{"rate above 1", OutageOptions{FailureRate: 1.5}, "Outage.FailureRate"},
+		{"negative window", OutageOptions{Window: -1}, "Outage.Window"},
+		{"negative minimum", OutageOptions{MinAttempts: -1}, "Outage.MinAttempts"},
+		{"negative pause", OutageOptions{OpenFor: -1}, "Outage.OpenFor"},
+		{"max below open", OutageOptions{OpenFor: time.Minute, MaxOpenFor: time.Second}, "Outage.MaxOpenFor"},
+		{"default max below open", OutageOptions{OpenFor: time.Hour}, "Outage.MaxOpenFor"},
+		{"negative check timeout", OutageOptions{HealthCheckTimeout: -1}, "Outage.HealthCheckTimeout"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := (&Options{Outage: &tc.o}).resolve()
+			var oe *OptionError
+			require.ErrorAs(t, err, &oe)
+			assert.Equal(t, tc.field, oe.Field)
+		})
+	}
+}
+
+func (tb *testBreaker) adm() admission {
+	a, _ := tb.admit()
+	return a
+}
+
+func TestBreakerLetsOneLoopAskForTheProbe(t *testing.T) {
+	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
+	b.fail(1)
+	b.clk.Add(time.Second)
+	require.Equal(t, 1, b.gate(b.clk.Now()).limit)
+	g := b.gate(b.clk.Now())
+	require.NotNil(t, g.changed, "a second loop waits while the first one's message is on its way")
+	assert.Equal(t, b.clk.Now().Add(probeAskWindow), g.until)
+	b.unask() // that receive brought nothing
+	assert.Equal(t, 1, b.gate(b.clk.Now()).limit)
+	b.clk.Add(probeAskWindow) // or its message never became the probe
+	assert.Equal(t, 1, b.gate(b.clk.Now()).limit)
+}
