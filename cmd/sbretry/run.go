@@ -62,6 +62,7 @@ common flags (before or after the command):
   --max-peek N           read at most N messages per entity (default 10000)
   --timeout D            bound on the whole command (default 5m)
   --json                 JSON output for jq (every command, dry runs included)
+  --trace-file F         append the command's spans (every broker call) to F as OTLP JSON; not for serve
 times (--since, --until) are RFC 3339 ("2026-12-01T10:00:00Z") or a duration back from now ("2h").
 exit codes: 0 done or found, 1 error, 2 usage, 3 not found (status, dlq show, cancel).
 `
@@ -215,7 +216,7 @@ func takesValue(arg string) bool {
 	switch strings.TrimLeft(arg, "-") {
 	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
 		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait",
-		"listen", "token", "entity", "poll-interval", "window":
+		"listen", "token", "entity", "poll-interval", "window", "trace-file":
 		return true
 	}
 	return false
@@ -227,6 +228,10 @@ type common struct {
 	maxPeek                                         int
 	timeout                                         time.Duration
 	json                                            bool
+	// traceFile is --trace-file: where the command's spans are appended (tracefile.go).
+	traceFile string
+	// command is the command's name, as newFlagSet was given it ("dlq redrive").
+	command string
 }
 
 // newFlagSet returns a flag set with the common flags registered into c.
@@ -241,6 +246,8 @@ func newFlagSet(name string, c *common) *flag.FlagSet {
 	fs.IntVar(&c.maxPeek, "max-peek", inspect.DefaultMaxPeek, "")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "")
 	fs.BoolVar(&c.json, "json", false, "")
+	fs.StringVar(&c.traceFile, "trace-file", "", "")
+	c.command = name
 	return fs
 }
 
@@ -325,9 +332,20 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connection string: %w", err)
 	}
-	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, RetryQueue: c.retryQueue})
+	var obs inspect.Observer
+	stopTracing := func() {}
+	if c.traceFile != "" {
+		tctx, o, stop, err := a.startTracing(ctx, c, connStr)
+		if err != nil {
+			_ = client.Close(ctx)
+			return nil, nil, nil, err
+		}
+		ctx, obs, stopTracing = tctx, o, stop
+	}
+	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, RetryQueue: c.retryQueue, Observer: obs})
 	if err != nil {
 		_ = client.Close(ctx)
+		stopTracing()
 		return nil, nil, nil, usagef("%v", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -337,6 +355,7 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer done()
 		_ = client.Close(closeCtx)
+		stopTracing()
 	}
 	return &session{entity: e, client: client, inspector: in}, cctx, closeAll, nil
 }
