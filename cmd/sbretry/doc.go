@@ -131,7 +131,8 @@
 // --trace-file F appends what the command did to the broker to the file F (created with mode 0600) as
 // OpenTelemetry spans in the OTLP JSON file format, one ExportTraceServiceRequest per line, which the
 // OpenTelemetry Collector's otlpjsonfile receiver forwards to any backend: a span "sbretry COMMAND"
-// and under it one span per broker call (every peek, receive, send, complete, abandon and cancel),
+// (with process.exit.code, and an error status with the redacted error when the command failed) and
+// under it one span per broker call (every peek, receive, send, complete, abandon and cancel),
 // named and attributed by the messaging semantic conventions (package
 // github.com/sbretry/retry/retryotel lists them). A redrive's sends link to the trace context each
 // dead letter carries, so the redrive shows up in the message's history. When TRACEPARENT (and

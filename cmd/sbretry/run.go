@@ -74,6 +74,8 @@ type app struct {
 	getenv         func(string) string
 	now            func() time.Time
 	hooks          hooks
+	// trace is the tracing of a command run with --trace-file, nil otherwise (tracefile.go).
+	trace *commandTrace
 }
 
 // hooks let tests stop a command at chosen points, the way a crash would.
@@ -99,7 +101,13 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
 
-func (a *app) run(ctx context.Context, args []string) int { return a.exitCode(a.dispatch(ctx, args)) }
+// run runs the command and, when it was traced (--trace-file), ends its trace with the exit code.
+func (a *app) run(ctx context.Context, args []string) int {
+	err := a.dispatch(ctx, args)
+	code := a.exitCode(err)
+	a.endTrace(code, err)
+	return code
+}
 
 // exitCode reports err on stderr (redacted) and returns the exit code for it.
 func (a *app) exitCode(err error) int {
@@ -333,19 +341,17 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 		return nil, nil, nil, fmt.Errorf("connection string: %w", err)
 	}
 	var obs inspect.Observer
-	stopTracing := func() {}
 	if c.traceFile != "" {
-		tctx, o, stop, err := a.startTracing(ctx, c, connStr)
+		tctx, o, err := a.startTracing(ctx, c, connStr)
 		if err != nil {
 			_ = client.Close(ctx)
 			return nil, nil, nil, err
 		}
-		ctx, obs, stopTracing = tctx, o, stop
+		ctx, obs = tctx, o
 	}
 	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, RetryQueue: c.retryQueue, Observer: obs})
 	if err != nil {
 		_ = client.Close(ctx)
-		stopTracing()
 		return nil, nil, nil, usagef("%v", err)
 	}
 	cctx, cancel := context.WithTimeout(ctx, c.timeout)
@@ -355,7 +361,6 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 		closeCtx, done := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 		defer done()
 		_ = client.Close(closeCtx)
-		stopTracing()
 	}
 	return &session{entity: e, client: client, inspector: in}, cctx, closeAll, nil
 }

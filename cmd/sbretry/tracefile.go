@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,9 +17,11 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/redact"
 	"github.com/sbretry/retry/retryotel"
 )
 
@@ -30,24 +33,35 @@ const (
 	envTracestate  = "TRACESTATE"
 )
 
+// commandTrace is the tracing of one command run with --trace-file: the file, the provider writing
+// to it, and the command's root span.
+type commandTrace struct {
+	path string
+	file *os.File
+	exp  *otlpFileExporter
+	tp   *sdktrace.TracerProvider
+	root trace.Span
+}
+
 // startTracing opens --trace-file for appending and returns the command's context, now carrying its
-// root span "sbretry COMMAND", the Observer that records its broker calls (package retryotel) and the
-// function that ends the root span and flushes and closes the file, reporting a write error on stderr.
+// root span "sbretry COMMAND", and the Observer that records its broker calls (package retryotel).
+// [app.endTrace], called by run once the command returned, ends the root span with the exit code and
+// flushes and closes the file.
 //
 // The spans are written as OTLP JSON, one ExportTraceServiceRequest per line, the file format of the
 // OpenTelemetry protocol (the Collector's otlpjsonfile receiver reads it), so no exporter dependency
 // and no collector endpoint is needed: sbretry is a short command, and a file of what it did to the
 // broker is what an operator keeps. Every span is recorded (no sampling); no metric is exported.
-func (a *app) startTracing(ctx context.Context, c *common, connStr string) (context.Context, inspect.Observer, func(), error) {
+func (a *app) startTracing(ctx context.Context, c *common, connStr string) (context.Context, inspect.Observer, error) {
 	f, err := os.OpenFile(c.traceFile, os.O_CREATE|os.O_APPEND|os.O_WRONLY, 0o600)
 	if err != nil {
-		return nil, nil, nil, fmt.Errorf("--trace-file: %w", err)
+		return nil, nil, fmt.Errorf("--trace-file: %w", err)
 	}
 	exp := &otlpFileExporter{w: f}
 	tp := sdktrace.NewTracerProvider(
 		sdktrace.WithSyncer(exp),
 		sdktrace.WithSampler(sdktrace.AlwaysSample()),
-		sdktrace.WithResource(resource.NewSchemaless(attribute.String("service.name", "sbretry"))),
+		sdktrace.WithResource(resource.NewSchemaless(semconv.ServiceName("sbretry"))),
 	)
 	opts := &retryotel.Options{TracerProvider: tp, MeterProvider: noop.NewMeterProvider(), Propagator: propagation.TraceContext{}}
 	// The namespace is the connection string's Endpoint; only its host and port are read.
@@ -56,28 +70,53 @@ func (a *app) startTracing(ctx context.Context, c *common, connStr string) (cont
 	}
 	inst, err := retryotel.New(opts)
 	if err != nil {
+		_ = tp.Shutdown(ctx)
 		_ = f.Close()
-		return nil, nil, nil, err
+		return nil, nil, err
 	}
 	if tp := a.getenv(envTraceparent); tp != "" {
 		ctx = propagation.TraceContext{}.Extract(ctx, propagation.MapCarrier{"traceparent": tp, "tracestate": a.getenv(envTracestate)})
 	}
-	ctx, root := tp.Tracer("github.com/sbretry/retry/cmd/sbretry").Start(ctx, "sbretry "+c.command, trace.WithSpanKind(trace.SpanKindInternal))
-	stop := func() {
-		root.End()
-		sctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
-		defer cancel()
-		_ = tp.Shutdown(sctx)
-		err := exp.error()
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			fmt.Fprintf(a.stderr, "sbretry: warning: writing --trace-file %s: %v\n", c.traceFile, err)
-		}
-	}
-	return ctx, inst, stop, nil
+	ctx, root := tp.Tracer(tracerName).Start(ctx, "sbretry "+c.command, trace.WithSpanKind(trace.SpanKindInternal))
+	a.trace = &commandTrace{path: c.traceFile, file: f, exp: exp, tp: tp, root: root}
+	return ctx, inst, nil
 }
+
+// tracerName is the instrumentation scope of the command's own span.
+const tracerName = "github.com/sbretry/retry/cmd/sbretry"
+
+// endTrace ends the command's span, if --trace-file started one, with process.exit.code and, for a
+// failed command, an error status holding its redacted message; then it flushes and closes the file,
+// reporting a write error on stderr.
+func (a *app) endTrace(code int, err error) {
+	t := a.trace
+	if t == nil {
+		return
+	}
+	a.trace = nil
+	t.root.SetAttributes(semconv.ProcessExitCode(code))
+	if code != exitOK && err != nil {
+		msg := redact.String(err.Error())
+		if len(msg) > statusLimit {
+			msg = strings.ToValidUTF8(msg[:statusLimit], "") + "…"
+		}
+		t.root.SetStatus(codes.Error, msg)
+	}
+	t.root.End()
+	sctx, cancel := context.WithTimeout(context.Background(), traceFlushTimeout)
+	defer cancel()
+	_ = t.tp.Shutdown(sctx)
+	werr := t.exp.error()
+	if cerr := t.file.Close(); werr == nil {
+		werr = cerr
+	}
+	if werr != nil {
+		fmt.Fprintf(a.stderr, "sbretry: warning: writing --trace-file %s: %v\n", t.path, werr)
+	}
+}
+
+// statusLimit bounds the error text of the command's span, like retryotel's spans.
+const statusLimit = 1024
 
 // traceFlushTimeout bounds the flush of the trace file at the end of a command.
 const traceFlushTimeout = 10 * time.Second

@@ -14,6 +14,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sbretry/retry/internal/sbtest"
 )
@@ -140,6 +141,8 @@ func TestTraceFileRecordsARedrive(t *testing.T) {
 	root := byName["sbretry dlq redrive"][0]
 	assert.Equal(t, parentSpan, root.ParentSpanID)
 	assert.Equal(t, 1, root.Kind, "INTERNAL")
+	assert.Equal(t, "0", root.attr("process.exit.code")["intValue"])
+	assert.Zero(t, root.Status.Code)
 	for _, name := range []string{"peek events", "peek billing-retry", "receive events", "send billing-retry", "complete events"} {
 		got := byName[name]
 		require.NotEmpty(t, got, "no span %q among %v", name, slices.Collect(maps.Keys(byName)))
@@ -197,6 +200,18 @@ func TestTraceFileErrors(t *testing.T) {
 	require.NotNil(t, send)
 	assert.Equal(t, 2, send.Status.Code, "ERROR in OTLP's numbering")
 	assert.Equal(t, "notfound", send.attr("error.type")["stringValue"])
+	var roots []fileSpan
+	for _, s := range spans {
+		if s.Name == "sbretry dlq redrive" {
+			roots = append(roots, s)
+		}
+	}
+	require.Len(t, roots, 2, "the command that found nothing, and the one that failed")
+	assert.Equal(t, "0", roots[0].attr("process.exit.code")["intValue"])
+	assert.Zero(t, roots[0].Status.Code)
+	assert.Equal(t, "1", roots[1].attr("process.exit.code")["intValue"])
+	assert.Equal(t, 2, roots[1].Status.Code)
+	assert.Equal(t, roots[1].SpanID, send.ParentSpanID)
 
 	code, _, errOut = h.cli(t, "", "pending", "--trace-file", filepath.Join(t.TempDir(), "no", "such", "dir", "f"))
 	assert.Equal(t, exitError, code)
@@ -205,4 +220,31 @@ func TestTraceFileErrors(t *testing.T) {
 	code, _, errOut = h.cli(t, "", "serve", "--trace-file", path)
 	assert.Equal(t, exitUsage, code)
 	assert.Contains(t, errOut, "not serve")
+}
+
+// Attribute values are written as OTLP JSON's AnyValue: 64-bit integers as decimal strings, slices as
+// arrays of values.
+func TestOTLPValues(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name string
+		v    attribute.Value
+		want string
+	}{
+		{"string", attribute.StringValue("orders"), `{"stringValue":"orders"}`},
+		{"bool", attribute.BoolValue(true), `{"boolValue":true}`},
+		{"int", attribute.Int64Value(1 << 62), `{"intValue":"4611686018427387904"}`},
+		{"double", attribute.Float64Value(0.25), `{"doubleValue":0.25}`},
+		{"strings", attribute.StringSliceValue([]string{"a", "b"}), `{"arrayValue":{"values":[{"stringValue":"a"},{"stringValue":"b"}]}}`},
+		{"ints", attribute.Int64SliceValue([]int64{1}), `{"arrayValue":{"values":[{"intValue":"1"}]}}`},
+		{"bools", attribute.BoolSliceValue([]bool{false}), `{"arrayValue":{"values":[{"boolValue":false}]}}`},
+		{"doubles", attribute.Float64SliceValue([]float64{1.5}), `{"arrayValue":{"values":[{"doubleValue":1.5}]}}`},
+		{"empty slice", attribute.StringSliceValue(nil), `{"arrayValue":{"values":[]}}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := json.Marshal(otlpValue(tc.v))
+			require.NoError(t, err)
+			assert.JSONEq(t, tc.want, string(got))
+		})
+	}
 }
