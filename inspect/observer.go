@@ -2,8 +2,6 @@ package inspect
 
 import (
 	"context"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
 // Names of the broker operations an [Observer] is told about, in [Call].Operation. They are the
@@ -55,10 +53,10 @@ type Call struct {
 	// MessageID is the MessageID of the one message a complete, abandon, send or cancel acts on (for
 	// a send, the fresh delivery's); empty for a peek or a receive, and when the message has none.
 	MessageID string
-	// Message is, for a send, the message about to be sent, so that an Observer can read the trace
-	// context it carries in its ApplicationProperties (a redrive keeps the dead letter's). It must
-	// not be changed. Nil for every other operation.
-	Message *azservicebus.Message
+	// Properties are, for a send, the application properties of the message about to be sent, so
+	// that an Observer can read the trace context they carry (a redrive keeps the dead letter's
+	// traceparent). They must not be changed. Nil for every other operation.
+	Properties map[string]any
 }
 
 // CallResult is the outcome of a broker call, passed to the function [Observer].StartCall returned.

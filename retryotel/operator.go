@@ -71,10 +71,8 @@ func (in *Instrumentation) StartCall(ctx context.Context, c inspect.Call) (conte
 		extra = append(extra, semconv.MessagingServiceBusDispositionStatusAbandon)
 	case inspect.OpSend:
 		opType = semconv.MessagingOperationTypeSend
-		if c.Message != nil {
-			if sc := in.extract(c.Message.ApplicationProperties).creation; sc.IsValid() {
-				links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
-			}
+		if sc := in.extract(c.Properties).creation; sc.IsValid() {
+			links = append(links, trace.Link{SpanContext: sc, Attributes: []attribute.KeyValue{AttrLink.String(LinkCreation)}})
 		}
 	}
 	if c.MessageID != "" {

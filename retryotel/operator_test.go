@@ -289,7 +289,7 @@ func TestStartCallSendLinksToTheMessage(t *testing.T) {
 	parent, root := tp.Tracer("test").Start(context.Background(), "sbretry dlq redrive")
 
 	msg := &azservicebus.Message{MessageID: strPtr("sbretry-resubmit-1"), ApplicationProperties: map[string]any{"traceparent": traceparent}}
-	ctx, done := inst.StartCall(parent, inspect.Call{Operation: inspect.OpSend, Entity: "orders", MessageID: "sbretry-resubmit-1", Message: msg})
+	ctx, done := inst.StartCall(parent, inspect.Call{Operation: inspect.OpSend, Entity: "orders", MessageID: "sbretry-resubmit-1", Properties: msg.ApplicationProperties})
 	callSpan := trace.SpanContextFromContext(ctx)
 	done(inspect.CallResult{Err: &azservicebus.Error{Code: azservicebus.CodeUnauthorizedAccess}})
 	root.End()

@@ -116,7 +116,7 @@ func redriveEach(sender *azservicebus.Sender, obs inspect.Observer, p *Plan, o O
 		if *fresh.MessageID != it.ResubmitID {
 			return fmt.Errorf("%w: %s would be resubmitted as %s, the preview showed %s; nothing was sent", ErrChanged, it.Ref(), *fresh.MessageID, it.ResubmitID)
 		}
-		send := inspect.Call{Operation: inspect.OpSend, Entity: p.Target, MessageID: *fresh.MessageID, Message: fresh}
+		send := inspect.Call{Operation: inspect.OpSend, Entity: p.Target, MessageID: *fresh.MessageID, Properties: fresh.ApplicationProperties}
 		if err := inspect.Observe(ctx, obs, send, func(ctx context.Context) (int, error) {
 			return 0, sender.SendMessage(ctx, fresh, nil)
 		}); err != nil {
