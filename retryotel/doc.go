@@ -67,12 +67,13 @@
 // messaging.process.duration, messaging.client.consumed.messages (operation receive, and the operator
 // tools' peek and receive), messaging.client.sent.messages (the retry copies, operation schedule, and
 // a redrive's fresh deliveries, operation send) and messaging.client.operation.duration from the
-// conventions; sbretry.handler.duration,
-// sbretry.retries.scheduled, sbretry.dead_lettered, sbretry.left_for_redelivery,
-// sbretry.possible_duplicates, sbretry.consumer.state and sbretry.dead_letter.depth (fed by
-// [Instrumentation.RecordDeadLetterDepth] or [Instrumentation.AdminClient]) of our own. Every metric of a delivery or a broker call
-// carries the entity (messaging.destination.name and, for a subscription,
-// messaging.destination.subscription.name), the chain's source and the server, so one
-// [Instrumentation] can serve several consumers of a namespace; the dead-letter gauge carries the
-// entity and the server, the consumer-state metric only the state.
+// conventions; sbretry.handler.duration, sbretry.retries.scheduled, sbretry.dead_lettered,
+// sbretry.left_for_redelivery, sbretry.possible_duplicates, sbretry.consumer.state and
+// sbretry.dead_letter.depth (fed by [Instrumentation.RecordDeadLetterDepth] or
+// [Instrumentation.AdminClient]) of our own. Every metric of a delivery or a broker call carries the
+// entity (messaging.destination.name and, for a subscription, messaging.destination.subscription.name)
+// and the server, and a consumer's also the chain's source, so one [Instrumentation] can serve several
+// consumers and tools of a namespace; an operator tool's call on a dead-letter queue carries
+// sbretry.sub_queue; the dead-letter gauge carries the entity and the server, the consumer-state
+// metric only the state.
 package retryotel
