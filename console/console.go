@@ -76,7 +76,7 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 			return nil, fmt.Errorf("%w: entity %s given twice", ErrInvalidOptions, pe.Path())
 		}
 		cfg.Path = pe.Path()
-		in, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, RetryQueue: cfg.RetryQueue})
+		in, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, RetryQueue: cfg.RetryQueue, Observer: o.Observer})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}

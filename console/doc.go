@@ -52,4 +52,10 @@
 // every entity up to MaxPeek (20 queues of 250 messages: 0.12 to 0.16 s); the overview itself then renders
 // from the ring in well under a millisecond. Lower MaxPeek to bound a page's cost on huge entities: the
 // page then says its figures cover the messages read only.
+//
+// # Telemetry
+//
+// Set [Options].Observer to trace every broker call of the pages and the actions; it is handed to each
+// entity's inspector ([inspect.Options].Observer), and the redrives and purges report through it too.
+// github.com/sbretry/retry/retryotel's Instrumentation is one: Options{Observer: inst}.
 package console

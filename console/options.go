@@ -78,6 +78,10 @@ type Options struct {
 	// ActionTimeout bounds one action request. Zero means [DefaultActionTimeout] (2 min); negative is
 	// invalid.
 	ActionTimeout time.Duration
+	// Observer, when set, is told about every broker call the console makes for its pages and
+	// actions ([inspect.Options].Observer): github.com/sbretry/retry/retryotel's Instrumentation
+	// traces and measures them. Nil means none.
+	Observer inspect.Observer
 }
 
 // withDefaults validates o and returns a copy with every zero field replaced by its default.

@@ -31,6 +31,16 @@
 // entity. Every error names the entity and, when the administration
 // client's error carries the request URL, the endpoint.
 //
+// # Telemetry
+//
+// The package depends on no telemetry library. To trace its reads and feed a
+// dead-letter depth gauge, wrap the admin client with
+// github.com/sbretry/retry/retryotel's Instrumentation.AdminClient, which
+// returns an [AdminClient]: every read becomes an OpenTelemetry span, and the
+// count it read sets the gauge sbretry.dead_letter.depth.
+//
+//	m, err := dlqmonitor.New(inst.AdminClient(ac), entities, opts)
+//
 // # Against the sbemu emulator
 //
 // In the same process, pass sbemu's Emulator.AdminClientOptions to the

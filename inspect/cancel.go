@@ -35,7 +35,10 @@ func (in *Inspector) Cancel(ctx context.Context, r Ref) (*Pending, error) {
 		return nil, fmt.Errorf("inspect: opening a sender on %s: %w", p.Entity, err)
 	}
 	defer closeQuietly(ctx, c)
-	if err := c.CancelScheduledMessages(ctx, []int64{p.SequenceNumber}, nil); err != nil {
+	err = in.observe(ctx, Call{Operation: OpCancelScheduled, Entity: p.Entity, MessageID: p.MessageID}, func(ctx context.Context) (int, error) {
+		return 0, c.CancelScheduledMessages(ctx, []int64{p.SequenceNumber}, nil)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("inspect: cancelling %s: %w", p.Ref(), err)
 	}
 	return p, nil

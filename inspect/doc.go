@@ -50,6 +50,18 @@
 // a full ListPending in one page takes about 0.47 s; with PeekBatchSize 1000 both take about 0.25 s.
 // Listing in pages costs one scan per page: 10 pages of 1,000 read 100,000 messages in about 3.2 s.
 //
+// # Telemetry
+//
+// Set [Options].Observer to be told about every broker call: each peek request, each cancel and, for
+// a redrive or purge of the Inspector's selections, each receive, send, complete and abandon. The
+// package depends on no telemetry library; github.com/sbretry/retry/retryotel's Instrumentation is an
+// [Observer] that makes an OpenTelemetry span and metrics of each call, following the messaging
+// semantic conventions:
+//
+//	inst, err := retryotel.New(&retryotel.Options{ServerAddress: host, ServerPort: port})
+//	...
+//	in, err := inspect.New(client, "orders", &inspect.Options{Observer: inst})
+//
 // # Concurrency
 //
 // An Inspector is safe for concurrent use. It holds no links of its own: each call opens the

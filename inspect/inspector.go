@@ -42,6 +42,11 @@ type Options struct {
 	// is required for a subscription, and [New] refuses one without it ([ErrNoRetryQueue]). It must
 	// name a queue: a topic cannot be peeked.
 	RetryQueue string
+
+	// Observer, when set, is told about every broker call the Inspector makes (each peek request and
+	// cancel) and, through [Inspector.Observer], every call of a redrive or purge of its selections:
+	// github.com/sbretry/retry/retryotel's Instrumentation traces and measures them. Nil means none.
+	Observer Observer
 }
 
 // withDefaults validates o and returns a copy with every zero field replaced by its default.

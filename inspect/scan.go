@@ -56,7 +56,12 @@ func (in *Inspector) scan(ctx context.Context, s source, visit func(decoded)) (S
 			return sc, nil
 		}
 		start := from
-		msgs, err := p.PeekMessages(ctx, want, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &start})
+		var msgs []*azservicebus.ReceivedMessage
+		err := in.observe(ctx, Call{Operation: OpPeek, Entity: sc.Entity}, func(ctx context.Context) (int, error) {
+			var err error
+			msgs, err = p.PeekMessages(ctx, want, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &start})
+			return len(msgs), err
+		})
 		sc.Requests++
 		if err != nil {
 			return sc, fmt.Errorf("inspect: peeking %s from sequence number %d: %w", sc.Entity, from, err)
@@ -117,7 +122,12 @@ func (in *Inspector) peekOne(ctx context.Context, s source, seq int64) (*azservi
 		return nil, fmt.Errorf("inspect: opening %s: %w", path, err)
 	}
 	defer closeQuietly(ctx, p)
-	msgs, err := p.PeekMessages(ctx, 1, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &seq})
+	var msgs []*azservicebus.ReceivedMessage
+	err = in.observe(ctx, Call{Operation: OpPeek, Entity: path}, func(ctx context.Context) (int, error) {
+		var err error
+		msgs, err = p.PeekMessages(ctx, 1, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &seq})
+		return len(msgs), err
+	})
 	if err != nil {
 		return nil, fmt.Errorf("inspect: peeking %s: %w", Ref{Entity: path, SequenceNumber: seq}, err)
 	}

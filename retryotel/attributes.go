@@ -65,7 +65,15 @@ const (
 	// subscription", https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/), so it is
 	// absent on the retry queue's deliveries; this attribute is not.
 	AttrSourceSubscriptionName = attribute.Key("sbretry.source.subscription.name")
+	// AttrSubQueue names the sub-queue an operator tool's call was made on ([SubQueueDeadLetter]),
+	// absent for a call on the entity itself. A dead-letter queue belongs to its entity: the call's
+	// messaging.destination.name (and messaging.destination.subscription.name) name that entity, as
+	// they name it for its deliveries, and this attribute tells the two apart.
+	AttrSubQueue = attribute.Key("sbretry.sub_queue")
 )
+
+// SubQueueDeadLetter is the value of [AttrSubQueue] for a call on a dead-letter queue.
+const SubQueueDeadLetter = "dead_letter"
 
 // Values of [AttrLink].
 const (

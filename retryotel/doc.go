@@ -1,6 +1,7 @@
 // Package retryotel instruments [retry] consumers with OpenTelemetry: a consumer "process" span per
 // delivery with child spans for its broker calls, trace context carried from each attempt into its
-// retry copy, and metrics for processing, retries, dead letters and consumer state. Names follow the
+// retry copy, and metrics for processing, retries, dead letters and consumer state; and the operator
+// tools' broker calls (see "Operator tools" below). Names follow the
 // messaging semantic conventions and their Azure Service Bus part
 // (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/), version 1.43.0; our own
 // attributes and metrics are under the sbretry. prefix.
@@ -44,16 +45,35 @@
 // entity the chain started on (its sbretry-source property): filter on those to see all of a
 // subscription's deliveries and retries.
 //
+// # Operator tools
+//
+// The inspector, the dead-letter monitor and what is built on them (cmd/sbretry, the console) are
+// instrumented the same way, without depending on OpenTelemetry themselves. An Instrumentation is an
+// inspect.Observer ([Instrumentation.StartCall]): pass it as inspect.Options.Observer, and every peek,
+// cancel and, for a redrive or purge of the inspector's selections, every receive, send, complete and
+// abandon becomes a CLIENT span ("peek orders", "send billing-retry", "cancel_scheduled orders") with
+// the conventions' attributes, and counts in messaging.client.operation.duration, in
+// messaging.client.consumed.messages (peeks and receives, by the messages they returned) or in
+// messaging.client.sent.messages (a redrive's fresh deliveries, operation send). A call on a
+// dead-letter queue names its entity and carries [AttrSubQueue]. [Instrumentation.AdminClient] wraps
+// the dead-letter monitor's administration client: a span per runtime-properties read, and the
+// dead-letter depth gauge set from what it read.
+//
+//	in, err := inspect.New(client, "orders", &inspect.Options{Observer: inst})
+//	mon, err := dlqmonitor.New(inst.AdminClient(adminClient), []string{"orders"}, nil)
+//
 // # Metrics
 //
-// messaging.process.duration, messaging.client.consumed.messages (operation receive),
-// messaging.client.sent.messages (the retry copies, operation schedule) and
-// messaging.client.operation.duration from the conventions; sbretry.handler.duration,
-// sbretry.retries.scheduled, sbretry.dead_lettered, sbretry.left_for_redelivery,
-// sbretry.possible_duplicates, sbretry.consumer.state and sbretry.dead_letter.depth (fed by
-// [Instrumentation.RecordDeadLetterDepth]) of our own. Every metric of a delivery or a broker call
-// carries the entity (messaging.destination.name and, for a subscription,
-// messaging.destination.subscription.name), the chain's source and the server, so one
-// [Instrumentation] can serve several consumers of a namespace; the dead-letter gauge carries the
-// entity and the server, the consumer-state metric only the state.
+// messaging.process.duration, messaging.client.consumed.messages (operation receive, and the operator
+// tools' peek and receive), messaging.client.sent.messages (the retry copies, operation schedule, and
+// a redrive's fresh deliveries, operation send) and messaging.client.operation.duration from the
+// conventions; sbretry.handler.duration, sbretry.retries.scheduled, sbretry.dead_lettered,
+// sbretry.left_for_redelivery, sbretry.possible_duplicates, sbretry.consumer.state and
+// sbretry.dead_letter.depth (fed by [Instrumentation.RecordDeadLetterDepth] or
+// [Instrumentation.AdminClient]) of our own. Every metric of a delivery or a broker call carries the
+// entity (messaging.destination.name and, for a subscription, messaging.destination.subscription.name)
+// and the server, and a consumer's also the chain's source, so one [Instrumentation] can serve several
+// consumers and tools of a namespace; an operator tool's call on a dead-letter queue carries
+// sbretry.sub_queue; the dead-letter gauge carries the entity and the server, the consumer-state
+// metric only the state.
 package retryotel

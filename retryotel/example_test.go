@@ -8,11 +8,14 @@ import (
 	"os"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/benbjohnson/clock"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/dlqmonitor"
+	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 )
@@ -125,4 +128,44 @@ func ExampleInstrumentation_Hooks() {
 	// complete orders (client)
 	// process orders (consumer)
 	// attempt 2 links to attempt 1: true
+}
+
+// Instrumenting the operator tools: the inspector's peeks and cancels, the redrive and purge of its
+// selections, and the dead-letter monitor's reads. This example needs an Azure namespace, so it is
+// only compiled.
+func ExampleInstrumentation_StartCall() {
+	cs := os.Getenv("SERVICEBUS_CONNECTION_STRING")
+	host, port, err := retryotel.ServerFromConnectionString(cs)
+	if err != nil {
+		panic(err)
+	}
+	inst, err := retryotel.New(&retryotel.Options{ServerAddress: host, ServerPort: port})
+	if err != nil {
+		panic(err)
+	}
+	client, err := azservicebus.NewClientFromConnectionString(cs, nil)
+	if err != nil {
+		panic(err)
+	}
+	// The Instrumentation is the inspector's Observer: every broker call becomes a span.
+	in, err := inspect.New(client, "orders", &inspect.Options{Observer: inst})
+	if err != nil {
+		panic(err)
+	}
+	st, err := in.Status(context.Background(), "order-42") // "peek orders" spans
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(len(st.Pending), "pending")
+
+	ac, err := admin.NewClientFromConnectionString(cs, nil)
+	if err != nil {
+		panic(err)
+	}
+	// Each poll's reads become "get_runtime_properties" spans and set sbretry.dead_letter.depth.
+	mon, err := dlqmonitor.New(inst.AdminClient(ac), []string{"orders"}, nil)
+	if err != nil {
+		panic(err)
+	}
+	_ = mon.Run(context.Background())
 }

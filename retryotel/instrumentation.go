@@ -52,8 +52,10 @@ type Options struct {
 	ServerPort int
 }
 
-// Instrumentation turns a consumer's [retry.Hooks] into OpenTelemetry spans and metrics. Create it with
-// [New]; the zero value is not usable. It is safe for concurrent use, and one Instrumentation may serve
+// Instrumentation turns a consumer's [retry.Hooks] into OpenTelemetry spans and metrics, and the
+// operator tools' broker calls too: it is an [inspect.Observer] ([Instrumentation.StartCall]) and wraps
+// the dead-letter monitor's client ([Instrumentation.AdminClient]). Create it with [New]; the zero
+// value is not usable. It is safe for concurrent use, and one Instrumentation may serve
 // several consumers: every metric carries the entity it describes.
 type Instrumentation struct {
 	tracer     trace.Tracer

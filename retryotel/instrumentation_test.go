@@ -21,11 +21,12 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak()) }
 
 // newBroker is retrytest.New for a test's fixed options: an error fails the test.
 func newBroker(t testing.TB, clk retry.Clock, opts *retrytest.BrokerOptions) *retrytest.Broker {

@@ -187,6 +187,13 @@ func (in *instruments) recordSent(ctx context.Context, attrs []attribute.KeyValu
 	in.sent.Add(ctx, 1, metric.WithAttributes(attrs...))
 }
 
+// recordConsumed counts n messages a peek or receive of an operator tool returned, with the call's
+// low-cardinality attributes. A reply of none is recorded too (as zero), so the series exists and a
+// failed receive is seen with its error.type.
+func (in *instruments) recordConsumed(ctx context.Context, n int64, attrs []attribute.KeyValue) {
+	in.consumed.Add(ctx, n, metric.WithAttributes(attrs...))
+}
+
 // recordOperation records one broker call in messaging.client.operation.duration; attrs are the
 // settle span's low-cardinality attributes.
 func (in *instruments) recordOperation(ctx context.Context, d time.Duration, attrs []attribute.KeyValue) {

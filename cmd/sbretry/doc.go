@@ -26,6 +26,7 @@
 //	--max-peek N            read at most N messages from each entity (default 10000)
 //	--timeout D             bound on the whole command (default 5m)
 //	--json                  machine-readable output on stdout, for jq: every command, dry runs included
+//	--trace-file F          append the command's OpenTelemetry spans to F (see Tracing); not for serve
 //
 // # Entities and references
 //
@@ -124,6 +125,25 @@
 // Both are printed also when the command stopped part way; then "error" says why and the exit code is 1.
 // Messages of the retry queue whose chain belongs to another entity (sbretry-source) are left out of
 // every answer, with a warning on stderr: the retry queue may be shared, or named by mistake.
+//
+// # Tracing
+//
+// --trace-file F appends what the command did to the broker to the file F (created with mode 0600) as
+// OpenTelemetry spans in the OTLP JSON file format, one ExportTraceServiceRequest per line, which the
+// OpenTelemetry Collector's otlpjsonfile receiver forwards to any backend: a span "sbretry COMMAND"
+// (with process.exit.code, and an error status with the redacted error when the command failed) and
+// under it one span per broker call (every peek, receive, send, complete, abandon and cancel),
+// named and attributed by the messaging semantic conventions (package
+// github.com/sbretry/retry/retryotel lists them). A redrive's sends link to the trace context each
+// dead letter carries, so the redrive shows up in the message's history. When TRACEPARENT (and
+// TRACESTATE) are set in the environment, the command's span continues that trace, so a traced script
+// or CI job contains it. Every span is recorded; no metric is exported. The file holds entity names,
+// message ids and redacted error texts, never a body or the connection string.
+//
+// The command does not export over OTLP to a collector endpoint, and so does not read the
+// OTEL_EXPORTER_OTLP_* variables: that would make every build of the tool carry an OTLP client
+// (gRPC or protobuf over HTTP) for a command that runs for seconds; a file is what an operator keeps
+// of a redrive or purge.
 //
 // # Exit codes
 //

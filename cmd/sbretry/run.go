@@ -62,6 +62,7 @@ common flags (before or after the command):
   --max-peek N           read at most N messages per entity (default 10000)
   --timeout D            bound on the whole command (default 5m)
   --json                 JSON output for jq (every command, dry runs included)
+  --trace-file F         append the command's spans (every broker call) to F as OTLP JSON; not for serve
 times (--since, --until) are RFC 3339 ("2026-12-01T10:00:00Z") or a duration back from now ("2h").
 exit codes: 0 done or found, 1 error, 2 usage, 3 not found (status, dlq show, cancel).
 `
@@ -73,6 +74,8 @@ type app struct {
 	getenv         func(string) string
 	now            func() time.Time
 	hooks          hooks
+	// trace is the tracing of a command run with --trace-file, nil otherwise (tracefile.go).
+	trace *commandTrace
 }
 
 // hooks let tests stop a command at chosen points, the way a crash would.
@@ -98,7 +101,13 @@ func (e *usageError) Error() string { return e.msg }
 
 func usagef(format string, args ...any) error { return &usageError{msg: fmt.Sprintf(format, args...)} }
 
-func (a *app) run(ctx context.Context, args []string) int { return a.exitCode(a.dispatch(ctx, args)) }
+// run runs the command and, when it was traced (--trace-file), ends its trace with the exit code.
+func (a *app) run(ctx context.Context, args []string) int {
+	err := a.dispatch(ctx, args)
+	code := a.exitCode(err)
+	a.endTrace(code, err)
+	return code
+}
 
 // exitCode reports err on stderr (redacted) and returns the exit code for it.
 func (a *app) exitCode(err error) int {
@@ -215,7 +224,7 @@ func takesValue(arg string) bool {
 	switch strings.TrimLeft(arg, "-") {
 	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
 		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait",
-		"listen", "token", "entity", "poll-interval", "window":
+		"listen", "token", "entity", "poll-interval", "window", "trace-file":
 		return true
 	}
 	return false
@@ -227,6 +236,10 @@ type common struct {
 	maxPeek                                         int
 	timeout                                         time.Duration
 	json                                            bool
+	// traceFile is --trace-file: where the command's spans are appended (tracefile.go).
+	traceFile string
+	// command is the command's name, as newFlagSet was given it ("dlq redrive").
+	command string
 }
 
 // newFlagSet returns a flag set with the common flags registered into c.
@@ -241,6 +254,8 @@ func newFlagSet(name string, c *common) *flag.FlagSet {
 	fs.IntVar(&c.maxPeek, "max-peek", inspect.DefaultMaxPeek, "")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "")
 	fs.BoolVar(&c.json, "json", false, "")
+	fs.StringVar(&c.traceFile, "trace-file", "", "")
+	c.command = name
 	return fs
 }
 
@@ -325,7 +340,16 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connection string: %w", err)
 	}
-	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, RetryQueue: c.retryQueue})
+	var obs inspect.Observer
+	if c.traceFile != "" {
+		tctx, o, err := a.startTracing(ctx, c, connStr)
+		if err != nil {
+			_ = client.Close(ctx)
+			return nil, nil, nil, err
+		}
+		ctx, obs = tctx, o
+	}
+	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, RetryQueue: c.retryQueue, Observer: obs})
 	if err != nil {
 		_ = client.Close(ctx)
 		return nil, nil, nil, usagef("%v", err)

@@ -68,6 +68,10 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if len(pos) != 0 {
 		return usagef("serve takes no arguments, got %q", pos)
 	}
+	if c.traceFile != "" {
+		// A file that grows for as long as the console runs is no way to trace a server.
+		return usagef("--trace-file is for the one-shot commands, not serve")
+	}
 	if c.queue != "" || c.topic != "" || c.subscription != "" {
 		e, err := c.entity()
 		if err != nil {

@@ -19,4 +19,8 @@
 // A redrive sends retry.ResubmitMessage and only then completes the dead letter: a crash between the two
 // leaves the dead letter in place, and the re-run sends the same MessageID, which duplicate detection
 // drops. The package never prints: warnings go to [Options.Warn], progress to [Options.Progress].
+//
+// Every broker call an action makes (receive, send, complete, abandon, and the inspector's peeks and
+// cancels) is reported to the [inspect.Observer] of the inspector it was given, so a front end turns
+// telemetry on in one place, [inspect.Options].Observer.
 package dlqaction

@@ -59,7 +59,8 @@ func (o Options) withDefaults() (Options, error) {
 }
 
 // Execute carries out p through client, checking leftovers with in (the inspector p was selected
-// with), and returns how many items it did; each done item has Done set. It works through the plan one
+// with), and returns how many items it did; each done item has Done set. Every receive, send, complete
+// and abandon is reported to in's [inspect.Observer], when it has one. It works through the plan one
 // dead-letter queue at a time, so that every dead letter is settled in the queue it was selected in,
 // and stops at the first error, leaving the rest for a re-run. See the package documentation for the
 // order of a redrive's send and complete.
@@ -93,7 +94,7 @@ func Execute(ctx context.Context, client *azservicebus.Client, in *inspect.Inspe
 			return 0, fmt.Errorf("opening a sender on %s: %w", p.Target, err)
 		}
 		defer closeLink(ctx, sender)
-		each = redriveEach(sender, p, o)
+		each = redriveEach(sender, in.Observer(), p, o)
 	default:
 		return 0, fmt.Errorf("dlqaction: unknown action %q", p.Action)
 	}
@@ -105,7 +106,7 @@ func Execute(ctx context.Context, client *azservicebus.Client, in *inspect.Inspe
 // the re-run sends the same MessageID (ResubmitMessage derives it from the dead letter's sequence
 // number and MessageID), which duplicate detection drops, and completes it. The opposite order could
 // lose the message.
-func redriveEach(sender *azservicebus.Sender, p *Plan, o Options) func(ctx context.Context, r Receiver, it *Item, m *azservicebus.ReceivedMessage) error {
+func redriveEach(sender *azservicebus.Sender, obs inspect.Observer, p *Plan, o Options) func(ctx context.Context, r Receiver, it *Item, m *azservicebus.ReceivedMessage) error {
 	sent := 0
 	return func(ctx context.Context, r Receiver, it *Item, m *azservicebus.ReceivedMessage) error {
 		if err := checkPlanned(it, m); err != nil {
@@ -115,7 +116,10 @@ func redriveEach(sender *azservicebus.Sender, p *Plan, o Options) func(ctx conte
 		if *fresh.MessageID != it.ResubmitID {
 			return fmt.Errorf("%w: %s would be resubmitted as %s, the preview showed %s; nothing was sent", ErrChanged, it.Ref(), *fresh.MessageID, it.ResubmitID)
 		}
-		if err := sender.SendMessage(ctx, fresh, nil); err != nil {
+		send := inspect.Call{Operation: inspect.OpSend, Entity: p.Target, MessageID: *fresh.MessageID, Properties: fresh.ApplicationProperties}
+		if err := inspect.Observe(ctx, obs, send, func(ctx context.Context) (int, error) {
+			return 0, sender.SendMessage(ctx, fresh, nil)
+		}); err != nil {
 			return fmt.Errorf("sending to %s: %w", p.Target, err)
 		}
 		it.Sent = true
@@ -143,10 +147,11 @@ func drainPlan(ctx context.Context, client *azservicebus.Client, in *inspect.Ins
 				seqs = append(seqs, it.DeadLetter.SequenceNumber)
 			}
 		}
-		r, err := OpenDeadLetterReceiver(client, entity)
+		raw, err := OpenDeadLetterReceiver(client, entity)
 		if err != nil {
 			return p.Done(), err
 		}
+		r := observeReceiver(raw, in.Observer(), entity)
 		holdLimit, ok := p.holdLimits[entity]
 		if !ok {
 			holdLimit = len(seqs) + 1
@@ -159,7 +164,7 @@ func drainPlan(ctx context.Context, client *azservicebus.Client, in *inspect.Ins
 			it.Done = true
 			return nil
 		}, func(int) { o.Progress(p.Done()) })
-		closeLink(ctx, r)
+		closeLink(ctx, raw)
 		if err != nil {
 			return p.Done(), fmt.Errorf("%s: %w", entity, err)
 		}
