@@ -53,6 +53,16 @@ const (
 	AttrLink = attribute.Key("sbretry.link")
 	// AttrConsumerState is the consumer state (retry.State's String) on the consumer-state metric.
 	AttrConsumerState = attribute.Key("sbretry.consumer.state")
+	// AttrPolicy names the retry policy rule that took the delivery's last failure (retry.Result.Policy),
+	// absent when the Options' policy did.
+	AttrPolicy = attribute.Key("sbretry.policy")
+	// AttrImmediateRetries is how many immediate retries the delivery made.
+	AttrImmediateRetries = attribute.Key("sbretry.immediate_retries")
+	// AttrOutageFrom and AttrOutageTo are the outage breaker's states ("closed", "open", "half-open") a
+	// change went from and to; AttrOutageManual says that Pause or Resume made it.
+	AttrOutageFrom   = attribute.Key("sbretry.outage.from")
+	AttrOutageTo     = attribute.Key("sbretry.outage.to")
+	AttrOutageManual = attribute.Key("sbretry.outage.manual")
 	// AttrSourceName is the queue or topic on which the delivery's retry chain started (the envelope's
 	// sbretry-source, split like messaging.destination.name). Every span and metric of every attempt
 	// carries it: a subscription's retries are received from and scheduled to its retry queue, so

@@ -68,12 +68,15 @@
 // tools' peek and receive), messaging.client.sent.messages (the retry copies, operation schedule, and
 // a redrive's fresh deliveries, operation send) and messaging.client.operation.duration from the
 // conventions; sbretry.handler.duration, sbretry.retries.scheduled, sbretry.dead_lettered,
-// sbretry.left_for_redelivery, sbretry.possible_duplicates, sbretry.consumer.state and
-// sbretry.dead_letter.depth (fed by [Instrumentation.RecordDeadLetterDepth] or
-// [Instrumentation.AdminClient]) of our own. Every metric of a delivery or a broker call carries the
+// sbretry.left_for_redelivery, sbretry.possible_duplicates, sbretry.held (messages outage mode held),
+// sbretry.discarded (by sbretry.policy), sbretry.outage.changes (the breaker's trips, probes and
+// resumes, by sbretry.outage.from, sbretry.outage.to and sbretry.outage.manual),
+// sbretry.consumer.state and sbretry.dead_letter.depth (fed by [Instrumentation.RecordDeadLetterDepth]
+// or [Instrumentation.AdminClient]) of our own. A process span also carries sbretry.policy and
+// sbretry.immediate_retries when a retry policy rule or immediate retries were involved. Every metric of a delivery or a broker call carries the
 // entity (messaging.destination.name and, for a subscription, messaging.destination.subscription.name)
 // and the server, and a consumer's also the chain's source, so one [Instrumentation] can serve several
 // consumers and tools of a namespace; an operator tool's call on a dead-letter queue carries
 // sbretry.sub_queue; the dead-letter gauge carries the entity and the server, the consumer-state
-// metric only the state.
+// and outage metrics only the states.
 package retryotel

@@ -165,6 +165,12 @@ func (in *Instrumentation) Hooks(next retry.Hooks) retry.Hooks {
 				next.OnStateChange(p)
 			}
 		},
+		OnOutage: func(p retry.OutageParams) {
+			in.metrics.outageChanged(p)
+			if next.OnOutage != nil {
+				next.OnOutage(p)
+			}
+		},
 	}
 }
 

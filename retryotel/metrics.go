@@ -37,6 +37,16 @@ const (
 	// up-down counter: each consumer contributes 1 to its current state, like hw.status). A consumer is
 	// counted from its first state change; idle is never reported.
 	MetricConsumerState = "sbretry.consumer.state"
+	// MetricHeld counts messages held by the outage breaker (retry.OutcomeHeld): rescheduled at the same
+	// attempt for the breaker's next probe.
+	MetricHeld = "sbretry.held"
+	// MetricDiscarded counts failed messages a retry policy discarded (retry.OutcomeDiscarded), by
+	// sbretry.policy.
+	MetricDiscarded = "sbretry.discarded"
+	// MetricOutageChanges counts the outage breaker's changes of state, by sbretry.outage.from,
+	// sbretry.outage.to and sbretry.outage.manual: trips are closed to open, probes open to half-open,
+	// failed probes half-open to open, resumes anything to closed.
+	MetricOutageChanges = "sbretry.outage.changes"
 	// MetricDeadLetterDepth is the number of messages in an entity's dead-letter queue (gauge), as last
 	// reported to [Instrumentation.RecordDeadLetterDepth].
 	MetricDeadLetterDepth = "sbretry.dead_letter.depth"
@@ -57,6 +67,9 @@ type instruments struct {
 	deadLettered       metric.Int64Counter
 	leftForRedelivery  metric.Int64Counter
 	possibleDuplicates metric.Int64Counter
+	held               metric.Int64Counter
+	discarded          metric.Int64Counter
+	outageChanges      metric.Int64Counter
 	consumerState      metric.Int64UpDownCounter
 
 	// server holds server.address and server.port, on every metric (see Options.ServerAddress).
@@ -102,6 +115,11 @@ func newInstruments(m metric.Meter, server []attribute.KeyValue) (*instruments, 
 	in.deadLettered = counter(MetricDeadLettered, "Number of messages dead-lettered by the retry processor.")
 	in.leftForRedelivery = counter(MetricLeftForRedelivery, "Number of deliveries left unsettled for the broker to redeliver.")
 	in.possibleDuplicates = counter(MetricPossibleDuplicates, "Number of retries scheduled whose original message could not be completed.")
+	in.held = counter(MetricHeld, "Number of messages held by the outage breaker without spending an attempt.")
+	in.discarded = counter(MetricDiscarded, "Number of failed messages discarded by a retry policy.")
+	in.outageChanges, err = m.Int64Counter(MetricOutageChanges, metric.WithUnit("{change}"),
+		metric.WithDescription("Number of state changes of the outage breaker."))
+	collect(err)
 	in.consumerState, err = m.Int64UpDownCounter(MetricConsumerState, metric.WithUnit("{consumer}"),
 		metric.WithDescription("Number of consumers in each state."))
 	collect(err)
@@ -161,6 +179,10 @@ func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedPar
 		in.retriesScheduled.Add(ctx, 1, with(AttrAttempt.Int(res.Attempt)))
 	case retry.OutcomeDeadLettered:
 		in.deadLettered.Add(ctx, 1, with(AttrDeadLetterReason.String(res.DeadLetterReason)))
+	case retry.OutcomeHeld:
+		in.held.Add(ctx, 1, with())
+	case retry.OutcomeDiscarded:
+		in.discarded.Add(ctx, 1, with(AttrPolicy.String(res.Policy)))
 	case retry.OutcomeLeftForRedelivery:
 		var kv []attribute.KeyValue
 		if res.SettleErr != nil {
@@ -209,6 +231,12 @@ func (in *instruments) stateChanged(p retry.StateChangeParams) {
 	if p.To != retry.StateIdle {
 		in.consumerState.Add(ctx, 1, metric.WithAttributes(AttrConsumerState.String(p.To.String())))
 	}
+}
+
+// outageChanged counts one change of the outage breaker.
+func (in *instruments) outageChanged(p retry.OutageParams) {
+	in.outageChanges.Add(context.Background(), 1, metric.WithAttributes(
+		AttrOutageFrom.String(p.From.String()), AttrOutageTo.String(p.To.String()), AttrOutageManual.Bool(p.Manual)))
 }
 
 // recordDeadLetterDepth keeps n as entity's latest dead-letter count.

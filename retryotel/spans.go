@@ -357,7 +357,13 @@ func (in *Instrumentation) onProcessed(p retry.ProcessedParams) (end func()) {
 	}
 	// "Is it going to be retried, and when?": the due time and the copy's sequence number (what an
 	// operator cancels it by), also when the copy was scheduled but the original could not be completed.
-	if res.Outcome == retry.OutcomeRetryScheduled || res.PossibleDuplicate {
+	if res.Policy != "" {
+		kv = append(kv, AttrPolicy.String(res.Policy))
+	}
+	if res.ImmediateRetries > 0 {
+		kv = append(kv, AttrImmediateRetries.Int(res.ImmediateRetries))
+	}
+	if res.Outcome == retry.OutcomeRetryScheduled || res.Outcome == retry.OutcomeHeld || res.PossibleDuplicate {
 		kv = append(kv,
 			AttrRetryScheduledFor.String(res.ScheduledFor.UTC().Format(time.RFC3339Nano)),
 			AttrRetryDelay.Float64(res.Delay.Seconds()),
