@@ -204,6 +204,12 @@ type healthBody struct {
 	Warnings           []string   `json:"warnings,omitempty"`
 }
 
+// outageBodyOf is st as the health document and ControlHandler show it.
+func outageBodyOf(st OutageStatus) outageBody {
+	return outageBody{State: st.State.String(), Manual: st.Manual, Reason: st.Reason, Since: st.Since,
+		NextProbe: st.NextProbe, Trips: st.Trips, Probes: st.Probes, FailedProbes: st.FailedProbes}
+}
+
 // outageBody is the outage breaker in the health document.
 type outageBody struct {
 	State        string    `json:"state"`
@@ -241,8 +247,7 @@ func healthHandler(c *Consumer, ok func(Health) bool) http.Handler {
 			DeadLettered: h.DeadLettered, LeftForRedelivery: h.LeftForRedelivery, PossibleDuplicates: h.PossibleDuplicates,
 			Connects: h.Connects, ConnectFailures: h.ConnectFailures, ReceiveFailures: h.ReceiveFailures, SendFailures: h.SendFailures,
 			Held: h.Held, Discarded: h.Discarded, Warnings: h.Warnings,
-			Outage: outageBody{State: h.Outage.State.String(), Manual: h.Outage.Manual, Reason: h.Outage.Reason, Since: h.Outage.Since,
-				NextProbe: h.Outage.NextProbe, Trips: h.Outage.Trips, Probes: h.Outage.Probes, FailedProbes: h.Outage.FailedProbes},
+			Outage: outageBodyOf(h.Outage),
 		}
 		code := http.StatusOK
 		if !ok(h) {

@@ -1,0 +1,95 @@
+package retry_test
+
+import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+)
+
+func TestControlHandler(t *testing.T) {
+	c, err := retry.NewConsumer(newBroker(t, nil, nil).Connector(), okHandler, &retry.Options{Logger: discardLogger()})
+	require.NoError(t, err)
+	h := retry.ControlHandler(c, &retry.ControlOptions{Token: "s3cret"})
+	do := func(method, body, contentType, auth string) (int, map[string]any) {
+		t.Helper()
+		req := httptest.NewRequest(method, "/control", strings.NewReader(body))
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		if auth != "" {
+			req.Header.Set("Authorization", auth)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		assert.Equal(t, "application/json", rec.Header().Get("Content-Type"))
+		var out map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &out), rec.Body.String())
+		return rec.Code, out
+	}
+	const auth = "Bearer s3cret"
+
+	code, out := do(http.MethodGet, "", "", auth)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "closed", out["state"])
+
+	code, out = do(http.MethodPost, `{"action":"pause","reason":"migrating billing"}`, "application/json", auth)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "open", out["state"])
+	assert.Equal(t, true, out["manual"])
+	assert.Equal(t, "migrating billing", out["reason"])
+	assert.True(t, c.Health().Outage.Manual)
+
+	code, out = do(http.MethodPost, `{"action":"resume"}`, "application/json; charset=utf-8", "bearer s3cret")
+	assert.Equal(t, http.StatusOK, code)
+	assert.Equal(t, "closed", out["state"])
+
+	for _, tc := range []struct {
+		name, method, body, contentType, auth string
+		code                                  int
+	}{
+		{"no token", http.MethodGet, "", "", "", http.StatusUnauthorized},
+		{"wrong token", http.MethodPost, `{"action":"pause"}`, "application/json", "Bearer nope", http.StatusUnauthorized},
+		{"a form post (cross-site)", http.MethodPost, "action=pause", "application/x-www-form-urlencoded", auth, http.StatusUnsupportedMediaType},
+		{"no content type", http.MethodPost, `{"action":"pause"}`, "", auth, http.StatusUnsupportedMediaType},
+		{"unknown action", http.MethodPost, `{"action":"drop"}`, "application/json", auth, http.StatusBadRequest},
+		{"unknown field", http.MethodPost, `{"action":"pause","until":"never"}`, "application/json", auth, http.StatusBadRequest},
+		{"not JSON", http.MethodPost, `pause`, "application/json", auth, http.StatusBadRequest},
+		{"resume with a reason", http.MethodPost, `{"action":"resume","reason":"x"}`, "application/json", auth, http.StatusBadRequest},
+		{"oversized", http.MethodPost, `{"action":"pause","reason":"` + strings.Repeat("x", 8<<10) + `"}`, "application/json", auth, http.StatusBadRequest},
+		{"DELETE", http.MethodDelete, "", "", auth, http.StatusMethodNotAllowed},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			code, out := do(tc.method, tc.body, tc.contentType, tc.auth)
+			assert.Equal(t, tc.code, code)
+			assert.NotEmpty(t, out["error"])
+			assert.Equal(t, retry.OutageClosed, c.Health().Outage.State, "nothing changed")
+		})
+	}
+}
+
+func TestHealthDocumentShowsTheOutage(t *testing.T) {
+	c, err := retry.NewConsumer(newBroker(t, nil, nil).Connector(), okHandler, &retry.Options{Logger: discardLogger()})
+	require.NoError(t, err)
+	c.Pause("deploy")
+	rec := httptest.NewRecorder()
+	retry.LivenessHandler(c).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/live", nil))
+	var body struct {
+		Outage struct {
+			State  string `json:"state"`
+			Manual bool   `json:"manual"`
+			Reason string `json:"reason"`
+		} `json:"outage"`
+		Held uint64 `json:"held"`
+	}
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+	assert.Equal(t, "open", body.Outage.State)
+	assert.True(t, body.Outage.Manual)
+	assert.Equal(t, "deploy", body.Outage.Reason)
+}
