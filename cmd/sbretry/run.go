@@ -51,6 +51,10 @@ commands:
   dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback;
                       --entity PATH[=RETRYQUEUE] repeatable; --poll-interval D; --window D; --show-bodies)
+  pause --consumer URL   pause one consumer through its control endpoint (retry.ControlHandler), as a
+                      kill switch (--reason TEXT; --token T, default $SBRETRY_CONSUMER_TOKEN; --dry-run)
+  resume --consumer URL  end its pause, or an open outage breaker (--token; --dry-run)
+  outage --consumer URL  show its outage breaker: state, reason, next probe (--token)
 
 a REF names a message by its entity and sequence number, as the listings show them:
   'billing-retry/$DeadLetterQueue:17' (quote the $); a bare 17 is enough where only one entity can hold it.
@@ -188,6 +192,8 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.dlqPurge(ctx, rest)
 	case "serve":
 		return a.serve(ctx, rest)
+	case "pause", "resume", "outage":
+		return a.consumerCommand(ctx, name, rest)
 	}
 	return usagef("unknown command %q", name)
 }
@@ -224,7 +230,7 @@ func takesValue(arg string) bool {
 	switch strings.TrimLeft(arg, "-") {
 	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
 		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait",
-		"listen", "token", "entity", "poll-interval", "window", "trace-file":
+		"listen", "token", "entity", "poll-interval", "window", "trace-file", "consumer":
 		return true
 	}
 	return false
