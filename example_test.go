@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -139,4 +141,57 @@ func ExampleChain() {
 	// Output:
 	// handled order-7: invalid order
 	// permanent: true
+}
+
+// Policies by error: the first matching rule decides what a failure becomes. Processed here on a
+// retrytest broker and a mock clock, so the output is deterministic.
+func ExampleRule() {
+	errInvalid := errors.New("invalid order")
+	errGone := errors.New("customer deleted")
+	errThrottled := errors.New("429 from billing")
+	policies := []retry.Rule{
+		{Name: "invalid", Match: retry.ErrorIs(errInvalid), Policy: retry.Policy{Action: retry.ActionDeadLetter, Reason: "InvalidOrder"}},
+		{Name: "gone", Match: retry.ErrorIs(errGone), Policy: retry.Policy{Action: retry.ActionDiscard}},
+		{Name: "throttled", Match: retry.ErrorIs(errThrottled), Policy: retry.Policy{Backoff: retry.Constant{Interval: time.Minute}}},
+	}
+	clk := clock.NewMock()
+	for _, err := range []error{errInvalid, errGone, errThrottled, errors.New("timeout")} {
+		b, _ := retrytest.New(clk, nil)
+		p, _ := retry.NewProcessor(b.Sender(), func(context.Context, *azservicebus.ReceivedMessage) error { return err },
+			&retry.Options{EntityPath: "orders", Policies: policies, Clock: clk, Logger: slog.New(slog.DiscardHandler)})
+		b.Send(&azservicebus.Message{MessageID: strPtr("order-42")})
+		r := b.Receiver()
+		msgs, _ := r.ReceiveMessages(context.Background(), 1, nil)
+		res := p.Process(context.Background(), r, msgs[0])
+		fmt.Printf("%-16s %-16s policy=%q reason=%q delay=%s\n", err, res.Outcome, res.Policy, res.DeadLetterReason, res.Delay)
+	}
+	// Output:
+	// invalid order    dead-lettered    policy="invalid" reason="InvalidOrder" delay=0s
+	// customer deleted discarded        policy="gone" reason="" delay=0s
+	// 429 from billing retry-scheduled  policy="throttled" reason="" delay=1m0s
+	// timeout          retry-scheduled  policy="" reason="" delay=10s
+}
+
+// Outage mode with a health check as the probe, and the kill switch mounted next to the health probes
+// (compile-only: it needs a namespace).
+func ExampleOutageOptions() {
+	connect, err := retry.QueueConnectionString("Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", "orders", nil)
+	if err != nil {
+		return
+	}
+	billingUp := func(ctx context.Context) error { return nil } // e.g. GET https://billing/healthz
+	consumer, err := retry.NewConsumer(connect, okHandler, &retry.Options{
+		MaxConcurrency: 16,
+		Outage:         &retry.OutageOptions{HealthCheck: billingUp},
+		Hooks: retry.Hooks{OnOutage: func(p retry.OutageParams) {
+			slog.Warn("outage breaker", "from", p.From, "to", p.To, "reason", p.Reason, "next_probe", p.NextProbe)
+		}},
+	})
+	if err != nil {
+		return
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/readyz", retry.ReadinessHandler(consumer))
+	mux.Handle("/control", retry.ControlHandler(consumer, &retry.ControlOptions{Token: os.Getenv("CONTROL_TOKEN")}))
+	_ = mux
 }
