@@ -72,7 +72,7 @@ func TestSmallestFrom(t *testing.T) {
 		{0, 0, []int64{}},
 	}
 	for _, tc := range tests {
-		got := smallestFrom(entries, tc.from, tc.n)
+		got := smallestFrom(entries, tc.from, tc.n, nil)
 		if len(tc.want) == 0 {
 			assert.Empty(t, got)
 			continue
