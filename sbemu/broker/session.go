@@ -79,6 +79,9 @@ type sessionState struct {
 	// locked holds the session's messages locked under the current
 	// holder's lock (entry.sessionHolder), which end with it.
 	locked map[*entry]struct{}
+	// lost is closed when the current holder's lock ends (its
+	// [SessionLock.Lost]).
+	lost chan struct{}
 	// stateUpdated is when state was last set, on the broker's clock; zero
 	// for a state restored from a data directory written before it was
 	// kept (persist_record.go).
@@ -106,10 +109,22 @@ type SessionLock struct {
 	id     string
 	holder uint64
 	owner  uint64
+	lost   chan struct{}
 }
 
 // SessionID is the locked session's id.
 func (l *SessionLock) SessionID() string { return l.id }
+
+// Lost is closed once the lock has ended, however it ended: expired,
+// released, or given up with its connection. The server detaches a
+// session receiver's link with com.microsoft:session-lock-lost when the
+// lock ends other than by the link's own close, as Service Bus closes the
+// link of a session whose lock was lost (the .NET SDK's
+// ServiceBusSessionReceiver.IsClosed: "the underlying session link was
+// closed due to either losing the session lock or having the link
+// disconnected"), so a client settling on it afterwards sees a link error
+// rather than an answer on a link that no longer holds the session.
+func (l *SessionLock) Lost() <-chan struct{} { return l.lost }
 
 // RequiresSession reports whether q is session-aware: a queue or
 // subscription with RequiresSession (never a dead-letter queue or topic).
@@ -296,8 +311,13 @@ func (q *Queue) nextFreeSession(now time.Time) *sessionState {
 }
 
 func (q *Queue) lockSession(s *sessionState, owner uint64, now time.Time) *SessionLock {
-	l := &SessionLock{q: q, id: s.id, holder: sessionHolders.Add(1), owner: owner}
-	s.holder, s.owner, s.lockedUntil = l.holder, owner, now.Add(q.cfg.LockDuration)
+	if s.holder != 0 {
+		// An expired lock advance has not ended yet (it always has: the
+		// session deadline is never later than an expiry).
+		q.endSessionLock(s, true, now)
+	}
+	l := &SessionLock{q: q, id: s.id, holder: sessionHolders.Add(1), owner: owner, lost: make(chan struct{})}
+	s.holder, s.owner, s.lockedUntil, s.lost = l.holder, owner, now.Add(q.cfg.LockDuration), l.lost
 	q.noteSessionDeadline(s.lockedUntil)
 	return l
 }
@@ -430,21 +450,30 @@ func (l *SessionLock) Release() {
 // in sequence order, counting their delivery when counted; b.mu must be
 // held.
 func (q *Queue) releaseSession(s *sessionState, counted bool, now time.Time) {
-	s.holder, s.owner, s.lockedUntil = 0, 0, time.Time{}
-	if len(s.locked) > 0 {
-		es := make([]*entry, 0, len(s.locked))
-		for e := range s.locked {
-			es = append(es, e)
-		}
-		sortBySeq(es)
-		for _, e := range es {
-			q.returnLocked(e, counted, now)
-		}
-	}
+	q.endSessionLock(s, counted, now)
 	if len(s.available) > 0 {
 		q.wakeWaiters()
 	}
 	q.pruneSession(s, now)
+}
+
+// endSessionLock is releaseSession without forgetting s; b.mu must be held.
+func (q *Queue) endSessionLock(s *sessionState, counted bool, now time.Time) {
+	if s.lost != nil {
+		close(s.lost)
+	}
+	s.holder, s.owner, s.lockedUntil, s.lost = 0, 0, time.Time{}, nil
+	if len(s.locked) == 0 {
+		return
+	}
+	es := make([]*entry, 0, len(s.locked))
+	for e := range s.locked {
+		es = append(es, e)
+	}
+	sortBySeq(es)
+	for _, e := range es {
+		q.returnLocked(e, counted, now)
+	}
 }
 
 // releaseSessionsOf releases every session lock of connection owner; b.mu
