@@ -13,12 +13,13 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// drainSessions runs receivers goroutines, each accepting the next
+// drainSessions runs receivers goroutines, spread over clients, each
+// accepting the next
 // available session of ent until every one of sessions sessions was
-// drained of its perSession messages (completing each), and returns the
-// bodies received per session, in order. A session is accepted as a
-// whole: each receiver takes all of its messages and closes it.
-func drainSessions(tb testing.TB, ctx context.Context, client *azservicebus.Client, ent sessionEntity, sessions, perSession, receivers int) map[string][]string {
+// drained of its perSession messages, and returns the bodies received per
+// session, in arrival order. A receiver takes all of a session's messages,
+// in batches of up to 500 completed concurrently, then closes it.
+func drainSessions(tb testing.TB, ctx context.Context, clients []*azservicebus.Client, ent sessionEntity, sessions, perSession, receivers int) map[string][]string {
 	tb.Helper()
 	ctx, stop := context.WithCancel(ctx)
 	defer stop()
@@ -29,7 +30,8 @@ func drainSessions(tb testing.TB, ctx context.Context, client *azservicebus.Clie
 		wg      sync.WaitGroup
 		errs    = make(chan error, receivers)
 	)
-	for range receivers {
+	for i := range receivers {
+		client := clients[i%len(clients)]
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -45,12 +47,12 @@ func drainSessions(tb testing.TB, ctx context.Context, client *azservicebus.Clie
 				var bodies []string
 				for len(bodies) < perSession && err == nil {
 					var msgs []*azservicebus.ReceivedMessage
-					msgs, err = r.ReceiveMessages(ctx, perSession-len(bodies), nil)
+					msgs, err = r.ReceiveMessages(ctx, min(perSession-len(bodies), 500), nil)
 					for _, m := range msgs {
 						bodies = append(bodies, string(m.Body))
-						if err == nil {
-							err = r.CompleteMessage(ctx, m, nil)
-						}
+					}
+					if err == nil {
+						err = completeAll(ctx, r, msgs)
 					}
 				}
 				_ = r.Close(context.WithoutCancel(ctx))
@@ -75,6 +77,28 @@ func drainSessions(tb testing.TB, ctx context.Context, client *azservicebus.Clie
 		require.NoError(tb, err)
 	}
 	return got
+}
+
+// completeAll completes msgs from up to 16 goroutines, as the queue
+// benchmarks settle a batch, and returns the first error.
+func completeAll(ctx context.Context, r *azservicebus.SessionReceiver, msgs []*azservicebus.ReceivedMessage) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, len(msgs))
+	sem := make(chan struct{}, 16)
+	for _, m := range msgs {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			if err := r.CompleteMessage(ctx, m, nil); err != nil {
+				errs <- err
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	return <-errs // nil when closed empty
 }
 
 // sendToSessions sends perSession messages to each of sessions sessions
@@ -121,7 +145,7 @@ func TestSDKManySessionsFewReceivers(t *testing.T) {
 		defer cancel()
 		client := newClient(t, em)
 		sendToSessions(t, ctx, newSender(t, client, ent.sendTo), sessions, perSession)
-		got := drainSessions(t, ctx, client, ent, sessions, perSession, receivers)
+		got := drainSessions(t, ctx, []*azservicebus.Client{client}, ent, sessions, perSession, receivers)
 		require.Len(t, got, sessions)
 		for s := range sessions {
 			id := fmt.Sprintf("s%d", s)
@@ -133,4 +157,55 @@ func TestSDKManySessionsFewReceivers(t *testing.T) {
 		}
 		assert.Zero(t, ent.broker(em).Stats())
 	})
+}
+
+// BenchmarkSDKSessions measures the emulator with sessions through the
+// SDK: b.N messages spread evenly over N sessions, sent by 8 goroutines
+// over one link, then drained by K receivers (on C clients, one
+// connection each) that each accept the next
+// available session, receive all of its messages in batches of up to 500
+// and complete each batch from 16 goroutines (as
+// BenchmarkSDKSendReceiveComplete does on a queue), then close it. It
+// reports sent/s, completed/s (receive and complete) and sessions/s
+// (sessions drained per second of the receive phase). With many small
+// sessions the figure is the cost of accepting one: the SDK sets up three
+// links on three AMQP sessions and negotiates two CBS claims per session
+// receiver, and one client negotiates its claims one at a time
+// (internal.Namespace.NegotiateClaim holds a mutex).
+//
+//	go test -run '^$' -bench BenchmarkSDKSessions$ -benchtime 20000x ./sbemu/
+func BenchmarkSDKSessions(b *testing.B) {
+	for _, shape := range []struct{ sessions, receivers, clients int }{{10, 4, 1}, {1000, 4, 1}, {1000, 16, 4}} {
+		b.Run(fmt.Sprintf("sessions=%d/receivers=%d/clients=%d", shape.sessions, shape.receivers, shape.clients), func(b *testing.B) {
+			perSession := max(b.N/shape.sessions, 1)
+			n := perSession * shape.sessions
+			em := startEmulator(b, sessionEntityConfig(nil))
+			clients := make([]*azservicebus.Client, shape.clients)
+			for i := range clients {
+				clients[i] = newClient(b, em)
+			}
+			sender := newSender(b, clients[0], "sq")
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			ent := sessionEntities[0]
+			// Warm-up: the sender's and a session receiver's links.
+			sendToSessions(b, ctx, sender, 1, 1)
+			drainSessions(b, ctx, clients, ent, 1, 1, 1)
+
+			b.ResetTimer()
+			start := time.Now()
+			sendToSessions(b, ctx, sender, shape.sessions, perSession)
+			sendTook := time.Since(start)
+			start = time.Now()
+			got := drainSessions(b, ctx, clients, ent, shape.sessions, perSession, shape.receivers)
+			recvTook := time.Since(start)
+			b.StopTimer()
+			if len(got) != shape.sessions {
+				b.Fatalf("drained %d sessions, want %d", len(got), shape.sessions)
+			}
+			b.ReportMetric(float64(n)/sendTook.Seconds(), "sent/s")
+			b.ReportMetric(float64(n)/recvTook.Seconds(), "completed/s")
+			b.ReportMetric(float64(shape.sessions)/recvTook.Seconds(), "sessions/s")
+		})
+	}
 }
