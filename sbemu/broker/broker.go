@@ -279,15 +279,15 @@ func (b *Broker) ReleaseOwner(owner uint64) {
 // settlements of those deliveries fail with [ErrLockLost].
 func (b *Broker) ExpireAllLocks() {
 	b.returnLocksWhere(func(*entry) bool { return true })
-	// Session locks expire too (session.go): their receivers' next receive
-	// or renewal reports the session lock lost.
+	// Session locks expire too (session.go): their links are detached with
+	// session-lock-lost, and renewals report the lock lost.
 	b.mu.Lock()
 	defer b.unlock()
 	now := b.clock.Now()
 	for _, q := range b.allQueues() {
 		for _, s := range q.sessions {
 			if s.holder != 0 {
-				s.lockedUntil = now
+				q.releaseSession(s, true, now)
 			}
 		}
 	}
