@@ -44,6 +44,9 @@ func TestSDKSessionLockRenewalKeepsMessageLocks(t *testing.T) {
 
 		lost := receiveSession(t, r, 1)[0]
 		fake.Advance(31 * time.Second)
+		// The broker's wake-up ends the lock; settle once the link is gone,
+		// as on Service Bus, where the link closes when the lock is lost.
+		waitFor(t, func() bool { return em.sessionReceiversActive() == 0 })
 		requireSettleFails(t, func(ctx context.Context) error { return r.CompleteMessage(ctx, lost, nil) })
 	})
 }
@@ -80,6 +83,7 @@ func TestSDKSessionLockExpiryReleasesTheSession(t *testing.T) {
 		held := receiveSession(t, first, 2)
 
 		fake.Advance(31 * time.Second)
+		waitFor(t, func() bool { return em.sessionReceiversActive() == 0 }) // first's link detached
 		second := ent.mustAccept(t, newClient(t, em), to.Ptr("s"))
 		got := receiveSession(t, second, 3)
 		assert.Equal(t, []string{"1", "2", "3"}, bodies(got))
