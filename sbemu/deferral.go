@@ -103,17 +103,28 @@ func (l *link) receiveDeferredFor(q *broker.Queue, req *amqp.Message, mode broke
 	if !q.RequiresSession() {
 		return q.ReceiveDeferred(mode, l.s.c.id, seqs...)
 	}
-	// Other SDKs name the session in the body; the Go SDK only names its
-	// receive link.
-	body, _ := req.Value.(map[string]any)
-	id, ok := body["session-id"].(string)
+	id, ok := l.sessionOfRequest(q, req)
 	if !ok {
-		name, _ := req.ApplicationProperties["associated-link-name"].(string)
-		if id, ok = l.s.c.sessionOfLink(name); !ok {
-			return nil, fmt.Errorf("%w: receive-by-sequence-number on %s needs a session receiver", broker.ErrSessionLockLost, q.Name())
-		}
+		return nil, fmt.Errorf("%w: receive-by-sequence-number on %s needs a session receiver", broker.ErrSessionLockLost, q.Name())
 	}
 	return q.ReceiveDeferredInSession(mode, l.s.c.id, id, seqs...)
+}
+
+// sessionOfRequest is the session a management request on a session-aware
+// entity acts in: the body's "session-id" (the Python and .NET SDKs send
+// it), else the session of the receive link the request names in
+// associated-link-name (all the Go SDK sends). ok is false for an entity
+// without sessions and for a request from no session receiver.
+func (l *link) sessionOfRequest(q *broker.Queue, req *amqp.Message) (id string, ok bool) {
+	if !q.RequiresSession() {
+		return "", false
+	}
+	body, _ := req.Value.(map[string]any)
+	if id, ok := body["session-id"].(string); ok {
+		return id, true
+	}
+	name, _ := req.ApplicationProperties["associated-link-name"].(string)
+	return l.s.c.sessionOfLink(name)
 }
 
 // sequenceNumbers reads an array of long (go-amqp: []int64) or a list of

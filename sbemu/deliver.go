@@ -71,6 +71,12 @@ func (l *link) deliverLoop(src deliverySource) {
 			src.putBack(pending)
 		}
 	}()
+	// A session receiver's link ends with its session lock (sessions.go);
+	// nil, never ready, for other links.
+	var sessionLost <-chan struct{}
+	if l.sessionLock != nil {
+		sessionLost = l.sessionLock.Lost()
+	}
 	for {
 		l.mu.Lock()
 		if l.txCredit == 0 && !l.drain && pending != nil {
@@ -86,6 +92,11 @@ func (l *link) deliverLoop(src deliverySource) {
 			select {
 			case <-l.wake:
 			case <-l.ctx.Done():
+				return
+			case <-sessionLost:
+				if l.ctx.Err() == nil {
+					l.forceDetach(condSessionLockLost, "sbemu: the session lock of "+l.sessionLock.SessionID()+" was lost")
+				}
 				return
 			}
 			l.mu.Lock()

@@ -140,6 +140,9 @@ type Config struct {
 	// TestSubscriptionDropBetweenScheduleAndComplete expect a dropped connection's messages back within
 	// seconds, not after their 60 s locks, and fail with the locks kept. sdklive, which runs the SDK's
 	// live tests, sets it.
+	//
+	// Either way a session receiver's session lock ends with its link, and the messages locked under it
+	// go back to the session at once, uncounted, as a closed session's do (broker/session.go).
 	KeepLocksOnDisconnect bool
 
 	// Limits bound what clients can make the emulator hold; the zero value

@@ -146,6 +146,25 @@ func (e *Emulator) receiversWaiting() int {
 	return n
 }
 
+// sessionReceiversActive counts the session receivers' links of all
+// connections that the emulator has not detached; tests use it to act only
+// once a lost session's link was detached.
+func (e *Emulator) sessionReceiversActive() int {
+	n := 0
+	for _, c := range e.snapshotConns() {
+		for _, s := range c.allSessions() {
+			s.mu.Lock()
+			for _, l := range s.links {
+				if l.sessionLock != nil && l.activeLocked() {
+					n++
+				}
+			}
+			s.mu.Unlock()
+		}
+	}
+	return n
+}
+
 // waitFor yields until cond holds, for state that no event announces (such
 // as a delivery goroutine being parked in the broker); it fails the test
 // after testTimeout. It never sleeps: each pass only gives other

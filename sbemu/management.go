@@ -59,7 +59,7 @@ func (l *link) handleManagement(req *amqp.Message) *amqp.Message {
 	case opRenewLock:
 		return renewLocks(q, body)
 	case opPeekMessage:
-		return l.peekMessages(q, body)
+		return l.peekMessages(q, req, body)
 	case opUpdateDisposition:
 		return updateDisposition(q, body)
 	case opReceiveBySequenceNumber:
@@ -135,7 +135,13 @@ func renewLocks(q *broker.Queue, body map[string]any) *amqp.Message {
 
 // peekMessages implements com.microsoft:peek-message: 204 when nothing is
 // at or after from-sequence-number, else {"messages": [{"message": bin}]}.
-func (l *link) peekMessages(q *broker.Queue, body map[string]any) *amqp.Message {
+// A session receiver's peek shows only its session's messages: the .NET
+// SDK's live test SessionReceiverLiveTests.RoundRobinSessions peeks from
+// sequence number 1 on an entity holding three sessions and expects every
+// peeked message to carry the receiver's session id, and the Python SDK
+// sends the receiver's "session-id" with the request (the Go SDK names
+// only its receive link; see sessionOfRequest).
+func (l *link) peekMessages(q *broker.Queue, req *amqp.Message, body map[string]any) *amqp.Message {
 	from, ok1 := asInt64(body["from-sequence-number"])
 	count, ok2 := asInt64(body["message-count"])
 	if !ok1 || !ok2 {
@@ -144,7 +150,12 @@ func (l *link) peekMessages(q *broker.Queue, body map[string]any) *amqp.Message 
 	if limit := l.s.c.em.cfg.Limits.MaxPeekCount; count > int64(limit) {
 		return rpcReply(statusBadRequest, fmt.Sprintf("sbemu: message-count %d: %s", count, limitError("peek count", limit)), nil)
 	}
-	peeked := q.Peek(from, int(count))
+	var peeked []*broker.Delivery
+	if id, ok := l.sessionOfRequest(q, req); ok {
+		peeked = q.PeekSession(id, from, int(count))
+	} else {
+		peeked = q.Peek(from, int(count))
+	}
 	if len(peeked) == 0 {
 		return rpcReply(statusNoContent, "No messages", nil)
 	}

@@ -245,6 +245,15 @@ func (s *session) handleDetach(d *wire.Detach) {
 	// If the emulator detached first (forceDetach), the client's detach is
 	// the reply and needs no answer; otherwise the client expects one.
 	alreadySent := l.stop()
+	// A session receiver's session is free, and its unsettled messages
+	// back in it, by the time the client reads the reply ("The lock is
+	// released when you call the close related methods on the receiver",
+	// message-sessions.md), so a receiver accepting the session right after
+	// a Close returned gets it. The delivery goroutine's own release, when
+	// it ends, then finds nothing to do.
+	if l.sessionLock != nil {
+		l.sessionLock.Release()
+	}
 	if !alreadySent {
 		s.send(&wire.Detach{Handle: l.outHandle, Closed: true})
 	}

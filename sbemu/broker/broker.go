@@ -257,15 +257,21 @@ func (b *Broker) add(queues []QueueConfig, topics []TopicConfig) error {
 // MaxDeliveryCount is dead-lettered with reason "MaxDeliveryCountExceeded".
 // The server calls it when a connection closes; owner is whatever id it
 // passed to [Queue.Receive].
+//
+// Session locks of the connection go first (session.go), and the messages
+// locked under them return to their sessions without counting the
+// delivery, as a closed session's do on Service Bus.
 func (b *Broker) ReleaseOwner(owner uint64) {
-	b.returnLocksWhere(func(e *entry) bool { return e.owner == owner })
-	// Session locks of the connection go too (session.go).
 	b.mu.Lock()
-	defer b.unlock()
-	now := b.clock.Now()
-	for _, q := range b.allQueues() {
-		q.releaseSessionsOf(owner, now)
+	if !b.closed {
+		now := b.clock.Now()
+		for _, q := range b.allQueues() {
+			q.releaseSessionsOf(owner, now)
+			q.armTimer(now)
+		}
 	}
+	b.unlock()
+	b.returnLocksWhere(func(e *entry) bool { return e.owner == owner })
 }
 
 // ExpireAllLocks is a fault-injection hook: every outstanding lock in every
@@ -273,15 +279,15 @@ func (b *Broker) ReleaseOwner(owner uint64) {
 // settlements of those deliveries fail with [ErrLockLost].
 func (b *Broker) ExpireAllLocks() {
 	b.returnLocksWhere(func(*entry) bool { return true })
-	// Session locks expire too (session.go): their receivers' next receive
-	// or renewal reports the session lock lost.
+	// Session locks expire too (session.go): their links are detached with
+	// session-lock-lost, and renewals report the lock lost.
 	b.mu.Lock()
 	defer b.unlock()
 	now := b.clock.Now()
 	for _, q := range b.allQueues() {
 		for _, s := range q.sessions {
 			if s.holder != 0 {
-				s.lockedUntil = now
+				q.releaseSession(s, true, now)
 			}
 		}
 	}

@@ -53,7 +53,7 @@ func (q *Queue) setDeferred(e *entry) {
 	q.journalEntry(e.seq, e)
 	switch e.state {
 	case stateLocked:
-		delete(q.locks, e.lockToken)
+		q.dropLock(e)
 	case stateDeferred:
 		q.deferredCount-- // counted again below
 	}
@@ -83,12 +83,14 @@ func (q *Queue) setDeferred(e *entry) {
 // DeadLetterOnExpiration) and counts as not found. Duplicate numbers are
 // received once.
 func (q *Queue) ReceiveDeferred(mode Mode, owner uint64, seqs ...int64) ([]*Delivery, error) {
-	return q.receiveDeferred(mode, owner, "", seqs)
+	return q.receiveDeferred(mode, owner, nil, seqs)
 }
 
-// receiveDeferred is [Queue.ReceiveDeferred], limited to messages of one
-// session when session is not empty (a session receiver's management link).
-func (q *Queue) receiveDeferred(mode Mode, owner uint64, session string, seqs []int64) ([]*Delivery, error) {
+// receiveDeferred is [Queue.ReceiveDeferred], limited to the messages of
+// session *session when session is not nil (a session receiver's
+// management link; "" is a session id like any other), which owner must
+// hold.
+func (q *Queue) receiveDeferred(mode Mode, owner uint64, session *string, seqs []int64) ([]*Delivery, error) {
 	b := q.b
 	b.mu.Lock()
 	defer b.unlock()
@@ -99,6 +101,12 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session string, seqs []
 	defer q.armTimer(now)
 	if err := q.receiveAllowed(); err != nil {
 		return nil, err
+	}
+	var held *sessionState
+	if session != nil {
+		if held, _, err = q.heldByOwner(*session, owner); err != nil {
+			return nil, err
+		}
 	}
 	es := make([]*entry, 0, len(seqs))
 	seen := make(map[int64]bool, len(seqs))
@@ -111,7 +119,7 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session string, seqs []
 		}
 		seen[s] = true
 		e, ok := q.entries[s]
-		if !ok || e.state != stateDeferred || (session != "" && sessionID(e.msg) != session) {
+		if !ok || e.state != stateDeferred || (session != nil && sessionID(e.msg) != *session) {
 			if found {
 				missing, found = s, false
 			}
@@ -142,6 +150,9 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session string, seqs []
 			q.removeEntry(e)
 		} else {
 			q.lockEntry(e, d, owner, now)
+			if held != nil {
+				q.lockUnderSession(e, d, held)
+			}
 		}
 		out = append(out, d)
 	}

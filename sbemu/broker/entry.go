@@ -49,6 +49,9 @@ type entry struct {
 	// ends without settlement returns it to stateDeferred, not to the
 	// receivable messages.
 	deferred bool
+	// sessionHolder is the session lock the entry's message lock lives
+	// under on a session-aware entity (session.go); 0 otherwise.
+	sessionHolder uint64
 
 	// deadline is when the next time-driven transition happens (activation,
 	// expiry or lock loss); it is only meaningful while timeIndex >= 0.

@@ -24,7 +24,29 @@ func (q *Queue) Peek(fromSeq int64, max int) []*Delivery {
 		q.advance(now)
 		defer q.armTimer(now)
 	}
-	seqs := smallestFrom(q.entries, fromSeq, max)
+	return q.peekLocked(smallestFrom(q.entries, fromSeq, max, nil))
+}
+
+// PeekSession is [Queue.Peek] within one session of a session-aware
+// entity: only messages whose session id is session (a session receiver's
+// peek on Service Bus).
+func (q *Queue) PeekSession(session string, fromSeq int64, max int) []*Delivery {
+	if max <= 0 {
+		return nil
+	}
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	if !b.closed {
+		now := b.clock.Now()
+		q.advance(now)
+		defer q.armTimer(now)
+	}
+	return q.peekLocked(smallestFrom(q.entries, fromSeq, max, func(e *entry) bool { return sessionID(e.msg) == session }))
+}
+
+// peekLocked builds the peek deliveries of seqs; b.mu must be held.
+func (q *Queue) peekLocked(seqs []int64) []*Delivery {
 	out := make([]*Delivery, 0, len(seqs))
 	for _, s := range seqs {
 		e := q.entries[s]
@@ -41,17 +63,19 @@ func (q *Queue) Peek(fromSeq int64, max int) []*Delivery {
 }
 
 // smallestFrom returns, in ascending order, the up to n smallest sequence
-// numbers of entries that are at least from. It keeps a max-heap of n
+// numbers of entries that are at least from (and that keep accepts, when
+// keep is not nil). It keeps a max-heap of n
 // candidates instead of sorting every entry, so a small peek of a large
 // queue costs O(entries · log n) under the broker lock, not a full sort.
-func smallestFrom(entries map[int64]*entry, from int64, n int) []int64 {
+func smallestFrom(entries map[int64]*entry, from int64, n int, keep func(*entry) bool) []int64 {
 	if n <= 0 {
 		return nil
 	}
 	h := make(seqMaxHeap, 0, min(n, len(entries)))
-	for s := range entries {
+	for s, e := range entries {
 		switch {
 		case s < from:
+		case keep != nil && !keep(e):
 		case len(h) < n:
 			heap.Push(&h, s)
 		case s < h[0]:

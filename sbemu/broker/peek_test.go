@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/go-amqp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -72,11 +73,45 @@ func TestSmallestFrom(t *testing.T) {
 		{0, 0, []int64{}},
 	}
 	for _, tc := range tests {
-		got := smallestFrom(entries, tc.from, tc.n)
+		got := smallestFrom(entries, tc.from, tc.n, nil)
 		if len(tc.want) == 0 {
 			assert.Empty(t, got)
 			continue
 		}
 		assert.Equal(t, tc.want, got, "from %d n %d", tc.from, tc.n)
+	}
+}
+
+// TestPeekSessionShowsOnlyItsSession: a session receiver's peek sees its
+// session's messages, received or not, and no other session's.
+func TestPeekSessionShowsOnlyItsSession(t *testing.T) {
+	q, _ := newTestQueue(t, QueueConfig{RequiresSession: true})
+	for _, m := range []*amqp.Message{sessionMsg("a", "a1"), sessionMsg("b", "b1"), sessionMsg("", "e1"), sessionMsg("a", "a2")} {
+		mustSend(t, q, m)
+	}
+	lock, _, err := q.AcceptSession("a", 1)
+	require.NoError(t, err)
+	_, ok := lock.TryReceive(PeekLock)
+	require.True(t, ok)
+
+	tests := []struct {
+		session string
+		from    int64
+		max     int
+		want    []string
+	}{
+		{"a", 1, 10, []string{"a1", "a2"}},
+		{"a", 2, 10, []string{"a2"}},
+		{"a", 1, 1, []string{"a1"}},
+		{"", 1, 10, []string{"e1"}},
+		{"none", 1, 10, nil},
+		{"a", 1, 0, nil},
+	}
+	for _, tc := range tests {
+		var got []string
+		for _, d := range q.PeekSession(tc.session, tc.from, tc.max) {
+			got = append(got, body(d))
+		}
+		assert.Equal(t, tc.want, got, "session %q from %d max %d", tc.session, tc.from, tc.max)
 	}
 }

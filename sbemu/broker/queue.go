@@ -237,7 +237,7 @@ func (q *Queue) removeEntry(e *entry) {
 	q.timeline.setDeadline(e, time.Time{})
 	switch e.state {
 	case stateLocked:
-		delete(q.locks, e.lockToken)
+		q.dropLock(e)
 	case stateDeferred:
 		q.deferredCount--
 	}
@@ -250,7 +250,7 @@ func (q *Queue) removeEntry(e *entry) {
 // MaxDeliveryCount deliveries is dead-lettered; an expired one expires.
 func (q *Queue) returnLocked(e *entry, counted bool, now time.Time) {
 	q.journalEntry(e.seq, e)
-	delete(q.locks, e.lockToken)
+	q.dropLock(e)
 	q.timeline.setDeadline(e, time.Time{})
 	// Receive counted the delivery up front; a release undoes that.
 	if !counted && q.countsDeliveries() && e.deliveryCount > 0 {

@@ -215,6 +215,18 @@ func (q *Queue) lockEntry(e *entry, d *Delivery, owner uint64, now time.Time) {
 	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
 }
 
+// dropLock forgets e's lock token, and its place among the locks of its
+// session (session.go); b.mu must be held.
+func (q *Queue) dropLock(e *entry) {
+	delete(q.locks, e.lockToken)
+	if e.sessionHolder != 0 {
+		if s, ok := q.sessions[sessionID(e.msg)]; ok {
+			delete(s.locked, e)
+		}
+		e.sessionHolder = 0
+	}
+}
+
 // removeAvailable takes e out of the receivable set without forgetting it.
 func (q *Queue) removeAvailable(e *entry) {
 	if e.availIndex >= 0 {

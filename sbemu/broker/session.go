@@ -24,10 +24,23 @@ import (
 // receiver accept the session. Each session keeps an opaque state (bytes),
 // durable like the messages. Dead-letter queues are never session-aware.
 //
-// Message locks inside a session are ordinary message locks: settling them
-// works as on any entity, and they outlive a released session lock until
-// they expire or are settled (the SDK may settle through the management
-// link after its link closed).
+// Message locks inside a session live under the session lock: "The session
+// lock held by the session receiver is an umbrella for the message locks
+// used by the peek-lock settlement mode" (message-sessions.md). So a
+// message received in a session stays locked, and settleable, while the
+// session lock is held (renewing the session lock is what keeps it: the
+// JavaScript, Java and Python SDKs refuse RenewMessageLock on a session
+// receiver with "Renewing message lock is an invalid operation when working
+// with sessions", and the Go SDK's SessionReceiver has no such method), its
+// x-opt-locked-until is the session's, and when the session lock ends the
+// unsettled messages go back to the session, in sequence order, for its
+// next receiver. Whether that delivery counts follows the table "Impact of
+// delivery count" of message-sessions.md: a session lock that expires
+// counts it; a session closed with messages not completed (even if locked)
+// does not. Settling such a message afterwards fails with a lost lock, as
+// the .NET SDK's live test SessionReceiverLiveTests.ReceiverCanReconnectToSameSession
+// expects (SessionLockLost) for a message received before the session lock
+// ran out.
 
 // MaxSessionIDLength is the longest session id Service Bus accepts, in
 // characters (SessionId in the .NET SDK: "cannot be longer than 128").
@@ -63,6 +76,12 @@ type sessionState struct {
 	owner       uint64        // the holder's connection, for ReleaseOwner
 	lockedUntil time.Time
 	state       []byte // nil: no state
+	// locked holds the session's messages locked under the current
+	// holder's lock (entry.sessionHolder), which end with it.
+	locked map[*entry]struct{}
+	// lost is closed when the current holder's lock ends (its
+	// [SessionLock.Lost]).
+	lost chan struct{}
 	// stateUpdated is when state was last set, on the broker's clock; zero
 	// for a state restored from a data directory written before it was
 	// kept (persist_record.go).
@@ -90,10 +109,22 @@ type SessionLock struct {
 	id     string
 	holder uint64
 	owner  uint64
+	lost   chan struct{}
 }
 
 // SessionID is the locked session's id.
 func (l *SessionLock) SessionID() string { return l.id }
+
+// Lost is closed once the lock has ended, however it ended: expired,
+// released, or given up with its connection. The server detaches a
+// session receiver's link with com.microsoft:session-lock-lost when the
+// lock ends other than by the link's own close, as Service Bus closes the
+// link of a session whose lock was lost (the .NET SDK's
+// ServiceBusSessionReceiver.IsClosed: "the underlying session link was
+// closed due to either losing the session lock or having the link
+// disconnected"), so a client settling on it afterwards sees a link error
+// rather than an answer on a link that no longer holds the session.
+func (l *SessionLock) Lost() <-chan struct{} { return l.lost }
 
 // RequiresSession reports whether q is session-aware: a queue or
 // subscription with RequiresSession (never a dead-letter queue or topic).
@@ -130,7 +161,7 @@ func (q *Queue) session(id string) *sessionState {
 // pruneSession forgets a session that holds nothing, so session ids
 // clients made up cost no memory once used.
 func (q *Queue) pruneSession(s *sessionState, now time.Time) {
-	if len(s.available) == 0 && s.free(now) && s.state == nil {
+	if len(s.available) == 0 && len(s.locked) == 0 && s.free(now) && s.state == nil {
 		delete(q.sessions, s.id)
 	}
 }
@@ -280,8 +311,13 @@ func (q *Queue) nextFreeSession(now time.Time) *sessionState {
 }
 
 func (q *Queue) lockSession(s *sessionState, owner uint64, now time.Time) *SessionLock {
-	l := &SessionLock{q: q, id: s.id, holder: sessionHolders.Add(1), owner: owner}
-	s.holder, s.owner, s.lockedUntil = l.holder, owner, now.Add(q.cfg.LockDuration)
+	if s.holder != 0 {
+		// An expired lock advance has not ended yet (it always has: the
+		// session deadline is never later than an expiry).
+		q.endSessionLock(s, true, now)
+	}
+	l := &SessionLock{q: q, id: s.id, holder: sessionHolders.Add(1), owner: owner, lost: make(chan struct{})}
+	s.holder, s.owner, s.lockedUntil, s.lost = l.holder, owner, now.Add(q.cfg.LockDuration), l.lost
 	q.noteSessionDeadline(s.lockedUntil)
 	return l
 }
@@ -298,13 +334,26 @@ func (q *Queue) noteSessionDeadline(t time.Time) {
 // link is detached with com.microsoft:session-lock-lost) and finds the next
 // expiry. Renewals only move expiries later, so at worst this runs once
 // early.
+//
+// A session whose lock ran out is released here, its locked messages back
+// in the session with the delivery counted ("Session is accepted, but the
+// session lock expires: Yes", message-sessions.md), so that settling them
+// fails and the session's next receiver gets them first.
 func (q *Queue) sessionLocksDue(now time.Time) {
 	q.wakeWaiters()
 	q.sessionDeadline = time.Time{}
+	var expired []*sessionState
 	for _, s := range q.sessions {
-		if s.holder != 0 && now.Before(s.lockedUntil) {
+		switch {
+		case s.holder == 0:
+		case now.Before(s.lockedUntil):
 			q.noteSessionDeadline(s.lockedUntil)
+		default:
+			expired = append(expired, s)
 		}
+	}
+	for _, s := range expired {
+		q.releaseSession(s, true, now)
 	}
 }
 
@@ -331,7 +380,7 @@ func (l *SessionLock) Receive(ctx context.Context, mode Mode) (*Delivery, error)
 		if err != nil {
 			return nil, err
 		}
-		return l.q.takeFrom(&s.available, mode, l.owner, now), nil
+		return l.q.takeFrom(s, mode, l.owner, now), nil
 	})
 }
 
@@ -351,7 +400,7 @@ func (l *SessionLock) TryReceive(mode Mode) (*Delivery, bool) {
 	if err != nil || l.q.receiveAllowed() != nil {
 		return nil, false
 	}
-	d := l.q.takeFrom(&s.available, mode, l.owner, now)
+	d := l.q.takeFrom(s, mode, l.owner, now)
 	return d, d != nil
 }
 
@@ -376,25 +425,55 @@ func (l *SessionLock) Held() bool {
 }
 
 // Release gives the session up (the receiver closed), so another receiver
-// can accept it at once; a lock already lost is left alone. Message locks
-// taken under it stay until settled or expired.
+// can accept it at once; a lock already lost is left alone. The messages
+// locked under it go back to the session without counting the delivery
+// ("the messages within the session aren't completed (even if they are
+// locked), and the session is closed: No", message-sessions.md).
 func (l *SessionLock) Release() {
 	b := l.q.b
 	b.mu.Lock()
 	defer b.unlock()
+	if b.closed {
+		return
+	}
+	now := b.clock.Now()
+	l.q.advance(now)
+	defer l.q.armTimer(now)
 	s, ok := l.q.sessions[l.id]
 	if !ok || s.holder != l.holder {
 		return
 	}
-	l.q.releaseSession(s, b.clock.Now())
+	l.q.releaseSession(s, false, now)
 }
 
-func (q *Queue) releaseSession(s *sessionState, now time.Time) {
-	s.holder, s.owner, s.lockedUntil = 0, 0, time.Time{}
+// releaseSession ends s's lock and returns the messages locked under it,
+// in sequence order, counting their delivery when counted; b.mu must be
+// held.
+func (q *Queue) releaseSession(s *sessionState, counted bool, now time.Time) {
+	q.endSessionLock(s, counted, now)
 	if len(s.available) > 0 {
 		q.wakeWaiters()
 	}
 	q.pruneSession(s, now)
+}
+
+// endSessionLock is releaseSession without forgetting s; b.mu must be held.
+func (q *Queue) endSessionLock(s *sessionState, counted bool, now time.Time) {
+	if s.lost != nil {
+		close(s.lost)
+	}
+	s.holder, s.owner, s.lockedUntil, s.lost = 0, 0, time.Time{}, nil
+	if len(s.locked) == 0 {
+		return
+	}
+	es := make([]*entry, 0, len(s.locked))
+	for e := range s.locked {
+		es = append(es, e)
+	}
+	sortBySeq(es)
+	for _, e := range es {
+		q.returnLocked(e, counted, now)
+	}
 }
 
 // releaseSessionsOf releases every session lock of connection owner; b.mu
@@ -402,7 +481,7 @@ func (q *Queue) releaseSession(s *sessionState, now time.Time) {
 func (q *Queue) releaseSessionsOf(owner uint64, now time.Time) {
 	for _, s := range q.sessions {
 		if s.holder != 0 && s.owner == owner {
-			q.releaseSession(s, now)
+			q.releaseSession(s, false, now)
 		}
 	}
 }
@@ -435,6 +514,10 @@ func (q *Queue) RenewSessionLock(id string, owner uint64) (time.Time, error) {
 		return time.Time{}, err
 	}
 	s.lockedUntil = now.Add(q.cfg.LockDuration)
+	// The session's message locks last as long (the umbrella above).
+	for e := range s.locked {
+		e.lockedUntil = s.lockedUntil
+	}
 	return s.lockedUntil, nil
 }
 
@@ -542,15 +625,13 @@ func pageOfSessions(has map[string]bool, skip, top int) []string {
 // ReceiveDeferredInSession is [Queue.ReceiveDeferred] for a session
 // receiver of connection owner: only the session's deferred messages, and
 // only while it holds the session.
+//
+// A deferred message of another session counts as not found, as a number
+// that is not deferred does ([ErrNotFound]): the receive by sequence number
+// of a session receiver looks only inside its session, whose lock the
+// message is then locked under.
 func (q *Queue) ReceiveDeferredInSession(mode Mode, owner uint64, session string, seqs ...int64) ([]*Delivery, error) {
-	b := q.b
-	b.mu.Lock()
-	_, _, err := q.heldByOwner(session, owner)
-	b.unlock()
-	if err != nil {
-		return nil, err
-	}
-	return q.receiveDeferred(mode, owner, session, seqs)
+	return q.receiveDeferred(mode, owner, &session, seqs)
 }
 
 // checkSessionOnSend refuses a message a session-aware queue cannot take;
@@ -565,12 +646,15 @@ func (q *Queue) checkSessionOnSend(id *string) error {
 	return CheckSessionID(*id)
 }
 
-// takeFrom delivers the first entry of h, as take does for the queue.
-func (q *Queue) takeFrom(h *availableHeap, mode Mode, owner uint64, now time.Time) *Delivery {
+// takeFrom delivers the first receivable message of session s, as take
+// does for the queue, locked under s's lock.
+func (q *Queue) takeFrom(s *sessionState, mode Mode, owner uint64, now time.Time) *Delivery {
+	h := &s.available
 	if len(*h) == 0 {
 		return nil
 	}
 	e := (*h)[0]
+	q.accessedAt = now
 	d := &Delivery{SequenceNumber: e.seq, Message: q.deliveryMessage(e), storedAt: q.storedPosition(e)}
 	if mode == ReceiveAndDelete {
 		q.removeEntry(e)
@@ -579,5 +663,21 @@ func (q *Queue) takeFrom(h *availableHeap, mode Mode, owner uint64, now time.Tim
 	heap.Remove(h, e.availIndex)
 	q.timeline.setDeadline(e, time.Time{})
 	q.lockEntry(e, d, owner, now)
+	q.lockUnderSession(e, d, s)
 	return d
+}
+
+// lockUnderSession puts e's fresh lock under s's lock: it lasts, and is
+// renewed, with the session lock, so it has no deadline of its own, and
+// the delivery says so in x-opt-locked-until. b.mu must be held.
+func (q *Queue) lockUnderSession(e *entry, d *Delivery, s *sessionState) {
+	if s.locked == nil {
+		s.locked = make(map[*entry]struct{})
+	}
+	s.locked[e] = struct{}{}
+	e.sessionHolder = s.holder
+	e.lockedUntil = s.lockedUntil
+	q.timeline.setDeadline(e, time.Time{})
+	d.LockedUntil = e.lockedUntil
+	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
 }

@@ -307,3 +307,87 @@ func TestReplayOlderSessionStateRecord(t *testing.T) {
 	assert.Equal(t, []byte("now"), s.sessions["dated"].state)
 	assert.True(t, at.Equal(s.sessions["dated"].updated))
 }
+
+// TestSessionLockIsTheUmbrellaOfMessageLocks: a message received in a
+// session stays locked while the session lock is renewed, and goes back to
+// the session, first in line, when the session lock ends: counted when it
+// expired, not counted when the receiver closed (message-sessions.md,
+// "Impact of delivery count").
+func TestSessionLockIsTheUmbrellaOfMessageLocks(t *testing.T) {
+	tests := []struct {
+		name      string
+		end       func(q *Queue, lock *SessionLock, advance func(time.Duration))
+		wantCount uint32
+	}{
+		{"expired", func(_ *Queue, _ *SessionLock, advance func(time.Duration)) { advance(11 * time.Second) }, 1},
+		{"released", func(_ *Queue, lock *SessionLock, _ func(time.Duration)) { lock.Release() }, 0},
+		{"connection dropped", func(q *Queue, _ *SessionLock, _ func(time.Duration)) { q.b.ReleaseOwner(1) }, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			q, mock := newTestQueue(t, QueueConfig{RequiresSession: true, LockDuration: 10 * time.Second})
+			mustSend(t, q, sessionMsg("s", "1"))
+			mustSend(t, q, sessionMsg("s", "2"))
+			lock, _, err := q.AcceptSession("s", 1)
+			require.NoError(t, err)
+			d1, ok := lock.TryReceive(PeekLock)
+			require.True(t, ok)
+			assert.Equal(t, lock.LockedUntil(), d1.LockedUntil, "the message lock is the session's")
+
+			// Twice the lock duration, renewing the session lock only.
+			for range 4 {
+				mock.Add(5 * time.Second)
+				_, err := q.RenewSessionLock("s", 1)
+				require.NoError(t, err)
+			}
+			until, err := q.RenewLock(d1.LockToken)
+			require.NoError(t, err, "still locked under the renewed session lock")
+			assert.Equal(t, lock.LockedUntil(), until[0])
+
+			tc.end(q, lock, mock.Add)
+			assert.ErrorIs(t, q.Complete(d1.LockToken), ErrLockLost, "the lock ended with the session's")
+			next, _, err := q.AcceptSession("s", 2)
+			require.NoError(t, err)
+			again, ok := next.TryReceive(PeekLock)
+			require.True(t, ok)
+			assert.Equal(t, "1", body(again), "back first in its session")
+			assert.Equal(t, tc.wantCount, again.Message.Header.DeliveryCount)
+		})
+	}
+}
+
+// TestReceiveDeferredInSessionIsLimitedToIt: the receive by sequence
+// number of a session receiver sees only its session's deferred messages,
+// the empty session id included.
+func TestReceiveDeferredInSessionIsLimitedToIt(t *testing.T) {
+	q, _ := newTestQueue(t, QueueConfig{RequiresSession: true})
+	mustSend(t, q, sessionMsg("a", "a1"))
+	mustSend(t, q, sessionMsg("", "empty"))
+	la, _, err := q.AcceptSession("a", 1)
+	require.NoError(t, err)
+	da, ok := la.TryReceive(PeekLock)
+	require.True(t, ok)
+	require.NoError(t, q.Defer(da.LockToken, nil))
+	le, _, err := q.AcceptSession("", 1)
+	require.NoError(t, err)
+
+	_, err = q.ReceiveDeferredInSession(PeekLock, 1, "", da.SequenceNumber)
+	assert.ErrorIs(t, err, ErrNotFound, "another session's deferred message")
+	_, err = q.ReceiveDeferredInSession(PeekLock, 2, "a", da.SequenceNumber)
+	assert.ErrorIs(t, err, ErrSessionLockLost, "a connection that does not hold the session")
+	got, err := q.ReceiveDeferredInSession(PeekLock, 1, "a", da.SequenceNumber)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	assert.Equal(t, la.LockedUntil(), got[0].LockedUntil, "locked under the session lock")
+
+	la.Release()
+	assert.ErrorIs(t, q.Complete(got[0].LockToken), ErrLockLost)
+	le.Release()
+	la2, _, err := q.AcceptSession("a", 3)
+	require.NoError(t, err)
+	_, ok = la2.TryReceive(PeekLock)
+	assert.False(t, ok, "still deferred, not receivable")
+	again, err := q.ReceiveDeferredInSession(PeekLock, 3, "a", da.SequenceNumber)
+	require.NoError(t, err)
+	require.NoError(t, q.Complete(again[0].LockToken))
+}
