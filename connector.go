@@ -55,6 +55,9 @@ type Connection struct {
 	// consumer calls it when the connection has been quiet for a few seconds or the SDK reported a
 	// dropped link, so that an outage shows in Health within seconds. Nil means Check.
 	Ping func(ctx context.Context) error
+	// Address is the namespace endpoint the connection talks to, as host:port ("ns.servicebus.windows.net:5671"),
+	// for telemetry (server.address and server.port); the built-in connectors set it. Empty means unknown.
+	Address string
 }
 
 // Source is one entity a [Connection] receives from.
@@ -323,7 +326,8 @@ func queueConnection(ctx context.Context, client, sendClient *azservicebus.Clien
 			}
 			return sendCheck(ctx, sender)
 		},
-		Ping: ping,
+		Ping:    ping,
+		Address: addr,
 	}, nil
 }
 

@@ -103,6 +103,7 @@ func subscriptionConnection(ctx context.Context, client, sendClient *azservicebu
 		EntityPath: path,
 		Sources:    []Source{{Receiver: retryReceiver, EntityPath: retryQueue}},
 		Close:      closeAll,
+		Address:    addr,
 		Check: func(ctx context.Context) error {
 			if err := ping(ctx); err != nil {
 				return fmt.Errorf("retry: reading the subscription %q: %w", path, err)

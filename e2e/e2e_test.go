@@ -639,3 +639,14 @@ func TestLocksThatSurviveADisconnect(t *testing.T) {
 	}
 	t.Logf("outcomes: %v", sbtest.Summarize(out.Snapshot()))
 }
+
+// The built-in connectors say which endpoint a connection talks to, for telemetry's server.address.
+func TestConnectionReportsItsAddress(t *testing.T) {
+	parallel(t)
+	e := newEnv(t, queueSettings{})
+	conn, err := e.connector()(t.Context())
+	require.NoError(t, err)
+	defer func() { require.NoError(t, conn.Close(context.Background())) }()
+	endpoint := strings.TrimSuffix(strings.TrimPrefix(strings.Split(e.connStr, ";")[0], "Endpoint=sb://"), "/")
+	assert.Equal(t, endpoint, conn.Address)
+}

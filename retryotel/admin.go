@@ -79,7 +79,7 @@ func (in *Instrumentation) startRead(ctx context.Context, entity string) (contex
 	dest := parseEntity(entity)
 	attrs := []attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opRuntimeProperties)}
 	attrs = append(attrs, dest.attrs()...)
-	for _, kv := range in.server {
+	for _, kv := range in.metrics.serverAttrs() {
 		if kv.Key == semconv.ServerAddressKey {
 			attrs = append(attrs, kv)
 		}

@@ -26,6 +26,8 @@ import (
 //     build), the copies of both entities' deliveries are scheduled to that queue, and the "schedule"
 //     span and the sent-messages metric name it. Without this wrapper a subscription's schedule carries
 //     no destination rather than the topic's.
+//   - the server: unless [Options].ServerAddress is set, server.address and server.port come from the
+//     connection's [retry.Connection].Address, which the built-in connectors set.
 //
 // Use it in place of the connector: retry.NewConsumer(inst.Connector(connect), handler, opts), with
 // opts.Hooks from [Instrumentation.Hooks]. Everything else about the connection is passed through; the
@@ -37,6 +39,7 @@ func (in *Instrumentation) Connector(connect retry.Connector) retry.Connector {
 			return conn, err
 		}
 		c := *conn
+		in.metrics.learnServer(c.Address)
 		if parseEntity(c.EntityPath).subscription != "" && len(c.Sources) == 1 && c.Sources[0].EntityPath != "" {
 			q := c.Sources[0].EntityPath
 			in.retryQueues.Store(c.EntityPath, q)

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retryotel"
 )
 
 // fakeReceiver is a retry.Receiver whose renewals return renewErr and which counts its closes.
@@ -89,4 +90,34 @@ func TestConnectorPassesTheConnectionThrough(t *testing.T) {
 	require.NoError(t, conn.Sources[0].Receiver.Close(context.Background()))
 	assert.Equal(t, 1, main.closed)
 	assert.Equal(t, 1, also.closed)
+}
+
+// Without Options.ServerAddress, server.address and server.port come from the connection's Address
+// (which the built-in connectors set); with it, the Options win.
+func TestConnectorLearnsTheServer(t *testing.T) {
+	for name, tc := range map[string]struct {
+		opts       retryotel.Options
+		host       string
+		port       int64
+		hasPortKey bool
+	}{
+		"learned":       {host: "contoso.servicebus.windows.net", port: 5671, hasPortKey: true},
+		"options first": {opts: retryotel.Options{ServerAddress: "alias.example"}, host: "alias.example"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &fixtureOptions{otel: tc.opts})
+			conn, err := f.inst.Connector(func(context.Context) (*retry.Connection, error) {
+				return &retry.Connection{Receiver: &fakeReceiver{}, Sender: &fakeSender{}, EntityPath: "orders", Address: "contoso.servicebus.windows.net:5671"}, nil
+			})(context.Background())
+			require.NoError(t, err)
+			require.NoError(t, conn.Receiver.RenewMessageLock(context.Background(), &azservicebus.ReceivedMessage{MessageID: "m-1"}, nil))
+			a := attrs(f.ended("renew_message_lock orders")[0])
+			assert.Equal(t, tc.host, a["server.address"].AsString())
+			port, ok := a["server.port"]
+			assert.Equal(t, tc.hasPortKey, ok)
+			if ok {
+				assert.Equal(t, tc.port, port.AsInt64())
+			}
+		})
+	}
 }

@@ -40,13 +40,15 @@ type Options struct {
 	// ServerAddress is the Service Bus namespace's host name ("contoso.servicebus.windows.net"), put in
 	// server.address on every span and metric: the conventions make it "Conditionally Required If
 	// available" on the Service Bus spans and on every messaging metric
-	// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/). The hooks do not say
-	// which namespace a consumer talks to, so set it from what the consumer was built with:
-	// [ServerFromConnectionString] reads it from a connection string's Endpoint, and with a credential
-	// it is the namespace passed to the connector. Empty means unknown: server.address is left out.
-	// One Instrumentation reports one namespace; use one per namespace.
+	// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/). Empty means learning it
+	// from the connections [Instrumentation.Connector] wraps (their [retry.Connection].Address, which the
+	// built-in connectors set), and leaving it out until one is made. Set it for the operator tools
+	// ([ServerFromConnectionString] reads it from a connection string's Endpoint; with a credential it
+	// is the namespace), or to report a name other than the endpoint's. One Instrumentation reports one
+	// namespace; use one per namespace.
 	ServerAddress string
-	// ServerPort is the namespace's port, put in server.port (Recommended) when ServerAddress is set.
+	// ServerPort is the namespace's port, put in server.port (Recommended) when ServerAddress is set
+	// (a learned address brings its own port).
 	// Zero means the port is not reported; outside 0 to 65535 is invalid. Service Bus listens on
 	// 5671 (AMQP over TLS), or 443 with AMQP over WebSockets.
 	ServerPort int
@@ -62,8 +64,6 @@ type Instrumentation struct {
 	propagator propagation.TextMapPropagator
 	parentMsg  bool
 	metrics    *instruments
-	// server holds server.address and server.port, appended to every span's and metric's attributes.
-	server []attribute.KeyValue
 
 	// live maps a delivery's message to its telemetry state from OnStart to OnProcessed, so that a lock
 	// renewal, which the core makes on a context of its own, finds the process span it belongs to.
@@ -112,7 +112,6 @@ func New(opts *Options) (*Instrumentation, error) {
 		propagator: o.Propagator,
 		parentMsg:  o.ParentFromMessage,
 		metrics:    m,
-		server:     server,
 	}, nil
 }
 

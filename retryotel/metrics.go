@@ -4,7 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -72,8 +75,10 @@ type instruments struct {
 	outageChanges      metric.Int64Counter
 	consumerState      metric.Int64UpDownCounter
 
-	// server holds server.address and server.port, on every metric (see Options.ServerAddress).
-	server []attribute.KeyValue
+	// server holds server.address and server.port, on every span and metric: from Options.ServerAddress,
+	// or else learned from the first connection that reports its address (see Instrumentation.Connector).
+	server      atomic.Pointer[[]attribute.KeyValue]
+	fixedServer bool // set from the Options: connections do not change it
 
 	mu    sync.Mutex
 	depth map[destination]int64
@@ -81,7 +86,8 @@ type instruments struct {
 
 // newInstruments creates the instruments on m.
 func newInstruments(m metric.Meter, server []attribute.KeyValue) (*instruments, error) {
-	in := &instruments{depth: map[destination]int64{}, server: server}
+	in := &instruments{depth: map[destination]int64{}, fixedServer: len(server) > 0}
+	in.server.Store(&server)
 	var errs []error
 	collect := func(err error) {
 		if err != nil {
@@ -133,7 +139,7 @@ func newInstruments(m metric.Meter, server []attribute.KeyValue) (*instruments, 
 			in.mu.Lock()
 			defer in.mu.Unlock()
 			for d, n := range in.depth {
-				o.ObserveInt64(depth, n, metric.WithAttributes(append(d.attrs(), in.server...)...))
+				o.ObserveInt64(depth, n, metric.WithAttributes(append(d.attrs(), in.serverAttrs()...)...))
 			}
 			return nil
 		}, depth)
@@ -198,7 +204,7 @@ func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedPar
 // entityAttrs are the attributes that say where a delivery was and where its chain started: the
 // destination, the server and the chain's source.
 func (in *instruments) entityAttrs(dest, src destination) []attribute.KeyValue {
-	kv := append(dest.attrs(), in.server...)
+	kv := append(dest.attrs(), in.serverAttrs()...)
 	return append(kv, src.sourceAttrs()...)
 }
 
@@ -237,6 +243,26 @@ func (in *instruments) stateChanged(p retry.StateChangeParams) {
 func (in *instruments) outageChanged(p retry.OutageParams) {
 	in.outageChanges.Add(context.Background(), 1, metric.WithAttributes(
 		AttrOutageFrom.String(p.From.String()), AttrOutageTo.String(p.To.String()), AttrOutageManual.Bool(p.Manual)))
+}
+
+// serverAttrs returns server.address and server.port, if known.
+func (in *instruments) serverAttrs() []attribute.KeyValue { return *in.server.Load() }
+
+// learnServer takes server.address and server.port from a connection's address (host:port), unless
+// the Options set them. The latest connection's address wins: one Instrumentation serves one namespace.
+func (in *instruments) learnServer(addr string) {
+	if in.fixedServer || addr == "" {
+		return
+	}
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || host == "" {
+		return
+	}
+	kv := []attribute.KeyValue{semconv.ServerAddress(host)}
+	if p, err := strconv.Atoi(port); err == nil && p > 0 {
+		kv = append(kv, semconv.ServerPort(p))
+	}
+	in.server.Store(&kv)
 }
 
 // recordDeadLetterDepth keeps n as entity's latest dead-letter count.

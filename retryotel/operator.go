@@ -53,7 +53,7 @@ func (in *Instrumentation) StartCall(ctx context.Context, c inspect.Call) (conte
 	op := c.Operation
 	attrs := []attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(op)}
 	attrs = append(attrs, dest.attrs()...)
-	attrs = append(attrs, in.server...)
+	attrs = append(attrs, in.metrics.serverAttrs()...)
 	if deadLetter {
 		attrs = append(attrs, AttrSubQueue.String(SubQueueDeadLetter))
 	}
