@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
 )
 
 var (
@@ -255,4 +256,21 @@ func TestActionStrings(t *testing.T) {
 	}
 	assert.True(t, strings.HasPrefix(retry.OutcomeHeld.String(), "held"))
 	assert.Equal(t, "discarded", retry.OutcomeDiscarded.String())
+}
+
+func TestLockLostDuringAnImmediateDelayLeavesTheMessage(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		calls := 0
+		b, r, p := bubbleProcessor(t, func(context.Context, *azservicebus.ReceivedMessage) error {
+			calls++
+			return errBoom
+		}, &retry.Options{ImmediateRetries: 2, ImmediateDelay: 50 * time.Second, LockDuration: time.Minute})
+		b.Send(sampleMessage())
+		b.Fail(retrytest.OpRenew, 100, &azservicebus.Error{Code: azservicebus.CodeLockLost})
+		res := p.Process(t.Context(), r, receiveNow(t, r))
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, res.Outcome)
+		require.ErrorIs(t, res.SettleErr, retry.ErrLockLost)
+		assert.Equal(t, 1, calls, "no immediate retry after the lock is gone")
+		assert.Empty(t, b.Scheduled())
+	})
 }

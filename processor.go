@@ -321,7 +321,9 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 			break
 		}
 		if !p.waitImmediate(d, stop, pol.immDelay) {
-			break // stopped or lock lost meanwhile: the checks after the loop leave it for redelivery
+			// Stopped, or the lock ended, meanwhile: the checks after the loop leave it for redelivery.
+			lockLost = d.lock.lost()
+			break
 		}
 		// The next attempt runs now, in this delivery: the envelope moves on as a retry copy's would.
 		d.env.Attempt++
@@ -332,7 +334,6 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 	slot.release()
 
 	res.HandlerErr = handlerErr
-	lockLost = lockLost || d.lock.lost()
 	switch {
 	case lockLost:
 		res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, ErrLockLost
