@@ -57,7 +57,7 @@ func ControlHandler(c *Consumer, opts *ControlOptions) http.Handler {
 			var req controlRequest
 			dec := json.NewDecoder(io.LimitReader(r.Body, maxControlBody))
 			dec.DisallowUnknownFields()
-			if err := dec.Decode(&req); err != nil {
+			if err := dec.Decode(&req); err != nil || dec.More() {
 				controlError(w, http.StatusBadRequest, "the body must be {\"action\": \"pause\" or \"resume\", \"reason\": \"...\"}")
 				return
 			}

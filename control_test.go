@@ -60,6 +60,7 @@ func TestControlHandler(t *testing.T) {
 		{"no content type", http.MethodPost, `{"action":"pause"}`, "", auth, http.StatusUnsupportedMediaType},
 		{"unknown action", http.MethodPost, `{"action":"drop"}`, "application/json", auth, http.StatusBadRequest},
 		{"unknown field", http.MethodPost, `{"action":"pause","until":"never"}`, "application/json", auth, http.StatusBadRequest},
+		{"trailing data", http.MethodPost, `{"action":"pause"} {"action":"resume"}`, "application/json", auth, http.StatusBadRequest},
 		{"not JSON", http.MethodPost, `pause`, "application/json", auth, http.StatusBadRequest},
 		{"resume with a reason", http.MethodPost, `{"action":"resume","reason":"x"}`, "application/json", auth, http.StatusBadRequest},
 		{"oversized", http.MethodPost, `{"action":"pause","reason":"` + strings.Repeat("x", 8<<10) + `"}`, "application/json", auth, http.StatusBadRequest},

@@ -2,6 +2,8 @@ package retry
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"maps"
 	"math"
@@ -138,9 +140,7 @@ func (p *Processor) buildCopy(d *delivery, attempt int, errText string, ttl *tim
 // hold keeps d's message for the outage breaker: a copy at the same attempt, due when the breaker
 // probes next, then the original completed, so the outage spends no attempt and the message waits in
 // the broker, durable, rather than in this process. herr is the failure that found the breaker open
-// (nil for a message held before its handler ran). The copy's MessageID is the attempt's retry id plus
-// "-h" and the held delivery's sequence number: every redelivery of that delivery computes the same id
-// (duplicate detection absorbs a second copy), and a copy held again gets a new one. A message that
+// (nil for a message held before its handler ran). The copy's MessageID is heldMessageID's. A message that
 // cannot be copied (no sequence number, a body a copy cannot carry, over the size limits) is left for
 // redelivery instead; one whose producer's expiry falls before the hold ends is dead-lettered as
 // expired, as a retry due after it would be.
@@ -160,7 +160,7 @@ func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, her
 		if herr != nil {
 			errText = p.errorText(herr)
 		}
-		id := env.RetryMessageID(env.Attempt) + "-h" + strconv.FormatInt(*msg.SequenceNumber, 10)
+		id := heldMessageID(*env, d.route.entity, msg)
 		copyMsg := p.buildCopy(d, env.Attempt, errText, ttl, at, id)
 		copyMsg.ApplicationProperties[PropHeld] = now.UTC()
 		if !fitsLimits(copyMsg, p.cfg.maxMessageSize) {
@@ -174,6 +174,23 @@ func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, her
 	}
 	p.apply(d, settleBase, f, dec, &res)
 	return res
+}
+
+// heldMessageID is the MessageID of the copy that holds msg, received from entity at env's attempt: the
+// attempt's retry id, "-h" and 16 hex digits of a hash of the held delivery (its entity, sequence number
+// and MessageID). Every redelivery of that delivery computes the same id, so duplicate detection
+// absorbs a second copy; a copy held again is another delivery, with an id of its own, also when it is
+// received from another entity whose sequence numbers overlap (a subscription's copies are held again
+// from its retry queue). The id is at most 78 characters.
+func heldMessageID(env Envelope, entity string, msg *azservicebus.ReceivedMessage) string {
+	h := sha256.New()
+	for _, f := range []string{entity, strconv.FormatInt(*msg.SequenceNumber, 10), msg.MessageID} {
+		h.Write([]byte(strconv.Itoa(len(f))))
+		h.Write([]byte{':'})
+		h.Write([]byte(f))
+	}
+	var sum [sha256.Size]byte
+	return env.RetryMessageID(env.Attempt) + "-h" + hex.EncodeToString(h.Sum(sum[:0])[:8])
 }
 
 // errCannotHold is the SettleErr of a message the outage breaker could not hold.

@@ -35,7 +35,8 @@ type Hooks struct {
 	OnStateChange func(StateChangeParams)
 	// OnOutage runs when the outage breaker changes state (see [OutageOptions]): a trip, a probe
 	// starting, a probe's verdict, a pause or a resume by hand; one change at a time and in order, on
-	// the goroutine that caused it, so it must return promptly.
+	// the goroutine that caused it (or one that caused a later change), so it must return promptly. It
+	// may call Consumer.Pause and Resume: their change is reported after it returns.
 	OnOutage func(OutageParams)
 }
 

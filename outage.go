@@ -188,17 +188,26 @@ type OutageParams struct {
 	NextProbe time.Time
 	// Err is the failure that tripped it or failed the probe, if any.
 	Err error
+	// EntityPath is the entity the consumer receives from (empty until its first connection names it).
+	EntityPath string
 }
 
-// admission is what the breaker lets a delivery do.
-type admission int
+// admitKind is what the breaker lets a delivery do.
+type admitKind int
 
 const (
-	admitRun   admission = iota // closed: run the handler
+	admitRun   admitKind = iota // closed: run the handler
 	admitProbe                  // half-open: run the handler as the probe
 	admitHold                   // open: hold the message for later without running the handler
 	admitWait                   // half-open, another delivery probing: wait for its verdict
 )
+
+// admission is a delivery's admission; a probe's carries the half-open period it probes (gen), so
+// that a probe that outlived its period (a pause and a new trip came meanwhile) decides nothing.
+type admission struct {
+	kind admitKind
+	gen  uint64
+}
 
 // probeAskWindow is how long a half-open breaker waits for the message it let a receive loop ask for
 // to reach its handler (and become the probe) before it lets a loop ask for another: the message may
@@ -221,6 +230,7 @@ const (
 // Consumer, so a pause survives a Run that ends.
 type breaker struct {
 	cfg    *outageConfig // nil: no automatic trips, only Pause and Resume
+	entity string        // the consumer's entity, for OutageParams (set at connect; b.mu)
 	clk    Clock
 	logger *slog.Logger
 	hook   func(OutageParams)
@@ -234,10 +244,10 @@ type breaker struct {
 	win         rateWindow
 	probing     bool          // a probe (a message or the health check) is running
 	askedUntil  time.Time     // half-open: a loop asked for a message to probe with, until then
+	gen         uint64        // counts the half-open periods: a probe's admission carries its own
+	notifying   bool          // a goroutine is delivering the pending hook calls (see notify)
 	changed     chan struct{} // closed and replaced on every change, for the waiting receive loops
 	pending     []OutageParams
-
-	notifyMu sync.Mutex // one hook call at a time, in order
 }
 
 func newBreaker(cfg *config) *breaker {
@@ -249,6 +259,13 @@ func newBreaker(cfg *config) *breaker {
 		b.win.width = b.cfg.window / rateBuckets
 	}
 	return b
+}
+
+// setEntity names the consumer's entity in the hook calls that follow.
+func (b *breaker) setEntity(entity string) {
+	b.mu.Lock()
+	b.entity = entity
+	b.mu.Unlock()
 }
 
 // status returns the breaker's state for Health.
@@ -270,42 +287,60 @@ func (b *breaker) moveLocked(to OutageState, now time.Time, manual bool, reason 
 	b.closed.Store(to == OutageClosed)
 	b.probing, b.askedUntil = false, time.Time{}
 	b.wakeLocked()
-	b.pending = append(b.pending, OutageParams{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err})
+	b.pending = append(b.pending, OutageParams{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err, EntityPath: b.entity})
 }
 
 // notify logs and reports the queued changes, in order, one hook call at a time. It is called with
-// b.mu not held, after every method that may have changed the state.
+// b.mu not held, after every method that may have changed the state. The first caller delivers
+// everything queued, later ones included; a call made meanwhile (another goroutine's, or the hook's own
+// Pause or Resume) only queues, so a hook may call back into the consumer without deadlocking.
 func (b *breaker) notify() {
-	b.notifyMu.Lock()
-	defer b.notifyMu.Unlock()
-	for {
-		b.mu.Lock()
-		if len(b.pending) == 0 {
-			b.mu.Unlock()
-			return
-		}
+	b.mu.Lock()
+	if b.notifying {
+		b.mu.Unlock()
+		return
+	}
+	b.notifying = true
+	for len(b.pending) > 0 {
 		ev := b.pending[0]
 		b.pending = b.pending[1:]
 		b.mu.Unlock()
-		attrs := []any{slog.String("from", ev.From.String()), slog.String("to", ev.To.String()), slog.Bool("manual", ev.Manual)}
-		if ev.Reason != "" {
-			attrs = append(attrs, slog.String("reason", ev.Reason))
-		}
-		if !ev.NextProbe.IsZero() {
-			attrs = append(attrs, slog.Time("next_probe", ev.NextProbe))
-		}
-		if ev.Err != nil {
-			attrs = append(attrs, errAttr(ev.Err))
-		}
-		level := slog.LevelInfo
-		if ev.To == OutageOpen {
-			level = slog.LevelWarn
-		}
-		b.logger.Log(context.Background(), level, "outage breaker changed state", attrs...)
-		if b.hook != nil {
-			b.hook(ev)
-		}
+		b.report(ev)
+		b.mu.Lock()
 	}
+	b.notifying = false
+	b.mu.Unlock()
+}
+
+// report logs one change and calls the hook with it; a hook that panics is logged, not propagated.
+func (b *breaker) report(ev OutageParams) {
+	attrs := []any{slog.String("from", ev.From.String()), slog.String("to", ev.To.String()), slog.Bool("manual", ev.Manual)}
+	if ev.EntityPath != "" {
+		attrs = append(attrs, slog.String("entity", ev.EntityPath))
+	}
+	if ev.Reason != "" {
+		attrs = append(attrs, slog.String("reason", ev.Reason))
+	}
+	if !ev.NextProbe.IsZero() {
+		attrs = append(attrs, slog.Time("next_probe", ev.NextProbe))
+	}
+	if ev.Err != nil {
+		attrs = append(attrs, errAttr(ev.Err))
+	}
+	level := slog.LevelInfo
+	if ev.To == OutageOpen {
+		level = slog.LevelWarn
+	}
+	b.logger.Log(context.Background(), level, "outage breaker changed state", attrs...)
+	if b.hook == nil {
+		return
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			b.logger.Error("Hooks.OnOutage panicked", slog.String("panic", redact.String(fmt.Sprint(r))))
+		}
+	}()
+	b.hook(ev)
 }
 
 // pause opens the breaker by hand, until resume.
@@ -393,6 +428,7 @@ func (b *breaker) dueLocked(now time.Time) {
 	if b.st.State == OutageOpen && !b.st.Manual && !b.st.NextProbe.IsZero() && !now.Before(b.st.NextProbe) {
 		b.moveLocked(OutageHalfOpen, now, false, "", time.Time{}, nil)
 		b.st.Probes++
+		b.gen++
 	}
 }
 
@@ -445,6 +481,17 @@ func (b *breaker) probeEndedLocked(now time.Time, err error) {
 	b.moveLocked(OutageOpen, now, false, "the probe failed: "+truncate(redact.String(err.Error()), 256), now.Add(b.openFor), err)
 }
 
+// suspects reports whether a closed breaker's last two counted attempts failed: an outage may be
+// starting (see Processor.lastAttemptInAnOutage).
+func (b *breaker) suspects() bool {
+	if b == nil || b.cfg == nil || !b.closed.Load() {
+		return false
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st.State == OutageClosed && b.consecutive >= 2
+}
+
 // holding reports whether the breaker is open (not half-open): a delivery is held without waiting
 // for a handler slot.
 func (b *breaker) holding() bool {
@@ -460,7 +507,7 @@ func (b *breaker) holding() bool {
 // when the delivery should ask again.
 func (b *breaker) admit() (adm admission, changed <-chan struct{}) {
 	if b == nil || b.closed.Load() {
-		return admitRun, nil
+		return admission{kind: admitRun}, nil
 	}
 	b.mu.Lock()
 	defer b.notify()
@@ -468,16 +515,16 @@ func (b *breaker) admit() (adm admission, changed <-chan struct{}) {
 	b.dueLocked(b.clk.Now())
 	switch {
 	case b.st.State == OutageClosed:
-		return admitRun, nil
+		return admission{kind: admitRun}, nil
 	case b.st.State == OutageOpen || b.cfg.healthCheck != nil:
-		return admitHold, nil
+		return admission{kind: admitHold}, nil
 	case !b.probing:
 		b.probing, b.askedUntil = true, time.Time{}
-		return admitProbe, nil
+		return admission{kind: admitProbe, gen: b.gen}, nil
 	}
 	// Half-open with a probe running: its verdict is moments away, and a message held now would wait
 	// a whole OpenFor even if the probe closed the breaker.
-	return admitWait, b.changed
+	return admission{kind: admitWait}, b.changed
 }
 
 // record tells the breaker what a handler call admitted as adm came to, and reports whether the
@@ -486,16 +533,17 @@ func (b *breaker) record(adm admission, out attemptOutcome, err error) (open boo
 	if b == nil {
 		return false
 	}
-	if b.cfg == nil || (adm == admitRun && out == attemptNone) {
+	if b.cfg == nil || (adm.kind == admitRun && out == attemptNone) {
 		return !b.closed.Load()
 	}
 	b.mu.Lock()
 	defer b.notify()
 	defer b.mu.Unlock()
 	now := b.clk.Now()
-	if adm == admitProbe {
-		if b.st.State != OutageHalfOpen {
-			return b.st.State != OutageClosed // resumed or paused by hand meanwhile
+	if adm.kind == admitProbe {
+		if b.st.State != OutageHalfOpen || adm.gen != b.gen {
+			// Resumed or paused by hand meanwhile, or this probe's half-open period is over: no verdict.
+			return b.st.State != OutageClosed
 		}
 		switch out {
 		case attemptSuccess:
@@ -599,7 +647,7 @@ func (w *rateWindow) add(now time.Time, failed bool) {
 		return
 	}
 	i := now.UnixNano() / int64(w.width)
-	bk := &w.buckets[i%rateBuckets]
+	bk := &w.buckets[((i%rateBuckets)+rateBuckets)%rateBuckets] // a clock before 1970 must not panic
 	if bk.index != i {
 		*bk = rateBucket{index: i}
 	}

@@ -3,11 +3,13 @@ package retry
 import (
 	"context"
 	"errors"
+	"strings"
 	"log/slog"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -21,6 +23,7 @@ type testBreaker struct {
 	clk    *clock.Mock
 	mu     sync.Mutex
 	events []OutageParams
+	last   admission // the latest probe admission adm made
 }
 
 func newTestBreaker(t *testing.T, o *OutageOptions) *testBreaker {
@@ -39,13 +42,13 @@ func newTestBreaker(t *testing.T, o *OutageOptions) *testBreaker {
 
 func (tb *testBreaker) fail(n int) {
 	for range n {
-		tb.record(admitRun, attemptFailure, errDown)
+		tb.record(admission{kind: admitRun}, attemptFailure, errDown)
 	}
 }
 
 func (tb *testBreaker) succeed(n int) {
 	for range n {
-		tb.record(admitRun, attemptSuccess, nil)
+		tb.record(admission{kind: admitRun}, attemptSuccess, nil)
 	}
 }
 
@@ -65,7 +68,7 @@ func TestBreakerTripsOnConsecutiveFailures(t *testing.T) {
 	b.succeed(1) // a success breaks the run
 	b.fail(4)
 	assert.Equal(t, OutageClosed, b.status().State)
-	assert.True(t, b.record(admitRun, attemptFailure, errDown), "the fifth in a row trips it, and that failure is held")
+	assert.True(t, b.record(admission{kind: admitRun}, attemptFailure, errDown), "the fifth in a row trips it, and that failure is held")
 	st := b.status()
 	assert.Equal(t, OutageOpen, st.State)
 	assert.Equal(t, uint64(1), st.Trips)
@@ -102,8 +105,8 @@ func TestBreakerRateWindowSlides(t *testing.T) {
 func TestBreakerIgnoresNeutralFailuresAndStops(t *testing.T) {
 	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 3, FailureRate: -1})
 	for range 10 {
-		b.record(admitRun, attemptNeutral, errDown)
-		b.record(admitRun, attemptNone, nil)
+		b.record(admission{kind: admitRun}, attemptNeutral, errDown)
+		b.record(admission{kind: admitRun}, attemptNone, nil)
 	}
 	b.fail(2)
 	assert.Equal(t, OutageClosed, b.status().State)
@@ -127,12 +130,12 @@ func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
 	assert.NotNil(t, b.gate(b.clk.Now()).changed, "no receive while the probe runs")
 
 	// A failure that does not count is no verdict: the next message probes.
-	assert.True(t, b.record(admitProbe, attemptNeutral, errDown))
+	assert.True(t, b.record(b.last, attemptNeutral, errDown))
 	assert.Equal(t, OutageHalfOpen, b.status().State)
 	assert.Equal(t, admitProbe, b.adm())
 
 	// A counted failure opens it again, for twice as long.
-	assert.True(t, b.record(admitProbe, attemptFailure, errDown))
+	assert.True(t, b.record(b.last, attemptFailure, errDown))
 	st := b.status()
 	assert.Equal(t, OutageOpen, st.State)
 	assert.Equal(t, b.clk.Now().Add(20*time.Second), st.NextProbe)
@@ -142,12 +145,12 @@ func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
 	// Again: doubled, but never beyond MaxOpenFor.
 	b.clk.Add(20 * time.Second)
 	require.Equal(t, admitProbe, b.adm(), "admit moves it to half-open too")
-	b.record(admitProbe, attemptFailure, errDown)
+	b.record(b.last, attemptFailure, errDown)
 	assert.Equal(t, b.clk.Now().Add(35*time.Second), b.status().NextProbe)
 
 	b.clk.Add(35 * time.Second)
 	require.Equal(t, admitProbe, b.adm())
-	assert.False(t, b.record(admitProbe, attemptSuccess, nil), "a successful probe closes it")
+	assert.False(t, b.record(b.last, attemptSuccess, nil), "a successful probe closes it")
 	assert.Equal(t, OutageClosed, b.status().State)
 	assert.Equal(t, admitRun, b.adm())
 	assert.Equal(t, -1, b.gate(b.clk.Now()).limit)
@@ -161,7 +164,7 @@ func TestBreakerProbeThatNeverRanIsNoVerdict(t *testing.T) {
 	b.fail(1)
 	b.clk.Add(time.Second)
 	require.Equal(t, admitProbe, b.adm())
-	b.record(admitProbe, attemptNone, nil) // the delivery stopped before its handler
+	b.record(b.last, attemptNone, nil) // the delivery stopped before its handler
 	assert.Equal(t, admitProbe, b.adm(), "another delivery may probe")
 }
 
@@ -174,7 +177,7 @@ func TestBreakerFlappingDoublesThePause(t *testing.T) {
 	closeAfterProbe := func() {
 		b.clk.Set(b.status().NextProbe)
 		require.Equal(t, admitProbe, b.adm())
-		b.record(admitProbe, attemptSuccess, nil)
+		b.record(b.last, attemptSuccess, nil)
 	}
 	assert.Equal(t, 10*time.Second, trip())
 	closeAfterProbe()
@@ -256,7 +259,7 @@ func TestBreakerPauseAndResumeByHand(t *testing.T) {
 	b.clk.Add(time.Hour)
 	assert.Equal(t, admitHold, b.adm())
 	assert.Equal(t, OutageOpen, b.status().State, "still paused an hour later")
-	assert.True(t, b.record(admitRun, attemptFailure, errDown), "open: hold")
+	assert.True(t, b.record(admission{kind: admitRun}, attemptFailure, errDown), "open: hold")
 	assert.Equal(t, b.clk.Now().Add(DefaultOutageOpenFor), b.holdUntil(b.clk.Now()))
 	b.resume()
 	assert.Equal(t, OutageClosed, b.status().State)
@@ -302,9 +305,13 @@ func TestOutageOptionsAreValidated(t *testing.T) {
 	}
 }
 
-func (tb *testBreaker) adm() admission {
+// adm admits a delivery and returns its kind, keeping the admission for record (b.last).
+func (tb *testBreaker) adm() admitKind {
 	a, _ := tb.admit()
-	return a
+	if a.kind == admitProbe {
+		tb.last = a
+	}
+	return a.kind
 }
 
 func TestBreakerLetsOneLoopAskForTheProbe(t *testing.T) {
@@ -319,4 +326,77 @@ func TestBreakerLetsOneLoopAskForTheProbe(t *testing.T) {
 	assert.Equal(t, 1, b.gate(b.clk.Now()).limit)
 	b.clk.Add(probeAskWindow) // or its message never became the probe
 	assert.Equal(t, 1, b.gate(b.clk.Now()).limit)
+}
+
+// A probe admitted in one half-open period and finishing in a later one decides nothing: a pause, a
+// resume and a new trip came in between.
+func TestBreakerStaleProbeDecidesNothing(t *testing.T) {
+	for _, out := range []attemptOutcome{attemptSuccess, attemptNone} {
+		b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
+		b.fail(1)
+		b.clk.Add(time.Second)
+		require.Equal(t, admitProbe, b.adm())
+		stale := b.last
+		b.pause("")
+		b.resume()
+		b.fail(1)
+		b.clk.Add(2 * time.Second)
+		require.Equal(t, admitProbe, b.adm(), "the new period's probe")
+		b.record(stale, out, nil)
+		assert.Equal(t, OutageHalfOpen, b.status().State, "outcome %d of the old probe", out)
+		assert.Equal(t, admitWait, b.adm(), "the new probe still runs alone")
+	}
+}
+
+// A hook may call Pause or Resume: the change is delivered after the hook returns, in order.
+func TestBreakerHookMayPauseAndResume(t *testing.T) {
+	var tb *testBreaker
+	var seen []string
+	tb = newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1})
+	tb.hook = func(p OutageParams) {
+		seen = append(seen, p.From.String()+"->"+p.To.String())
+		if p.To == OutageOpen && !p.Manual {
+			tb.pause("escalated") // e.g. after too many trips
+		}
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tb.fail(1)
+		tb.resume()
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("deadlock: the hook's Pause never returned")
+	}
+	assert.Equal(t, []string{"closed->open", "open->open", "open->closed"}, seen)
+	assert.Equal(t, admitRun, tb.adm())
+}
+
+// A clock before 1970 (a zero time) must not make the rate window panic.
+func TestBreakerRateWindowWithAZeroClock(t *testing.T) {
+	var w rateWindow
+	w.width = 6 * time.Second
+	assert.NotPanics(t, func() {
+		w.add(time.Time{}, true)
+		total, failed := w.sum(time.Time{})
+		assert.Equal(t, 1, total)
+		assert.Equal(t, 1, failed)
+	})
+}
+
+// Two holds of one chain at one attempt, from two entities whose sequence numbers overlap (a
+// subscription and its retry queue), get different MessageIDs: duplicate detection must not drop the
+// second. A redelivery of one held delivery gets the same.
+func TestHeldMessageIDsAreDistinctPerDelivery(t *testing.T) {
+	env := Envelope{Attempt: 1, Source: "orders/Subscriptions/billing", FirstSequenceNumber: 42, OriginalMessageID: "m"}
+	seq := int64(42)
+	first := heldMessageID(env, "orders/Subscriptions/billing", &azservicebus.ReceivedMessage{MessageID: "m", SequenceNumber: &seq})
+	again := heldMessageID(env, "orders/Subscriptions/billing", &azservicebus.ReceivedMessage{MessageID: "m", SequenceNumber: &seq})
+	fromRetryQueue := heldMessageID(env, "orders-billing-retry", &azservicebus.ReceivedMessage{MessageID: first, SequenceNumber: &seq})
+	assert.Equal(t, first, again, "a redelivery computes the same id")
+	assert.NotEqual(t, first, fromRetryQueue)
+	assert.LessOrEqual(t, len(fromRetryQueue), MaxMessageIDLength)
+	assert.True(t, strings.HasPrefix(first, env.RetryMessageID(1)+"-h"))
 }

@@ -135,6 +135,7 @@ func TestOutageSpendsNoAttemptsAndDeadLettersNothing(t *testing.T) {
 		h := r.c.Health()
 		assert.Zero(t, h.DeadLettered, "nothing dead-lettered because of the outage")
 		assert.Empty(t, r.b.DeadLettered())
+		assert.Equal(t, sent, r.b.Stats().Succeeded, "the test broker counts each chain's success once, held copies included")
 		assert.Positive(t, h.Held)
 		assert.GreaterOrEqual(t, h.Outage.Trips, uint64(1))
 		assert.Equal(t, retry.OutageClosed, h.Outage.State)
@@ -191,36 +192,32 @@ func TestOutageFilters(t *testing.T) {
 func TestOutageHoldsMessagesInHand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		r := newOutageRig(t, &retry.Options{MaxConcurrency: 2, Prefetch: 6, Outage: &retry.OutageOptions{ConsecutiveFailures: 2, OpenFor: time.Minute}},
+		r := newOutageRig(t, &retry.Options{MaxConcurrency: 1, Prefetch: 6, Outage: &retry.OutageOptions{ConsecutiveFailures: 1, OpenFor: time.Minute}},
 			func(r *outageRig) error {
 				<-release
 				return errBoom
 			})
-		sendN(r.b, 8)
+		sendN(r.b, 7)
 		stop := runConsumer(t, r.c)
-		synctest.Wait() // two handlers blocked, six messages received ahead
-		require.Equal(t, int64(8), r.msgs.Load())
+		synctest.Wait() // one handler blocked, six messages received ahead
+		require.Equal(t, int64(7), r.msgs.Load())
 		close(release)
-		synctest.Wait() // all eight settled; the breaker waits a minute for its probe
+		synctest.Wait() // all seven settled; the breaker waits a minute for its probe
 		require.NoError(t, stop())
 		h := r.c.Health()
-		assert.Equal(t, uint64(1), h.RetriesScheduled, "the failure before the trip spent its attempt")
 		assert.Equal(t, uint64(7), h.Held, "the failure that tripped it and the six waiting are held")
+		assert.Zero(t, h.RetriesScheduled)
 		r.mu.Lock()
-		assert.Len(t, r.attempts, 2, "the six received ahead never ran")
+		assert.Len(t, r.attempts, 1, "the six received ahead never ran")
 		r.mu.Unlock()
-		held := 0
-		for _, s := range r.b.Scheduled() {
-			if _, ok := s.Message.ApplicationProperties[retry.PropHeld]; !ok {
-				assert.Equal(t, 2, s.Attempt, "the retry")
-				continue
-			}
-			held++
+		sched := r.b.Scheduled()
+		require.Len(t, sched, 7)
+		for _, s := range sched {
+			assert.Contains(t, s.Message.ApplicationProperties, retry.PropHeld)
 			assert.Equal(t, 1, s.Attempt, "held at the same attempt")
-			assert.Regexp(t, `^sbretry-[0-9a-f]{40}-1-h[0-9]+$`, s.MessageID)
+			assert.Regexp(t, `^sbretry-[0-9a-f]{40}-1-h[0-9a-f]{16}$`, s.MessageID)
 			assert.Equal(t, h.Outage.NextProbe, s.At, "due at the probe")
 		}
-		assert.Equal(t, 7, held)
 	})
 }
 
@@ -285,6 +282,79 @@ func TestPausedConsumerStillProbesTheConnection(t *testing.T) {
 		<-reconnecting
 		assert.LessOrEqual(t, time.Since(start), 10*time.Second, "noticed on the idle probe schedule")
 		assert.Contains(t, c.Health().LastError, errBoom.Error())
+		require.NoError(t, stop())
+	})
+}
+
+// The messages whose last attempt fails in the moments before the trip are held, not dead-lettered:
+// the outage dead-letters nothing, even when it begins while retries at their last attempt come due.
+func TestOutageBeginningAtLastAttemptsDeadLettersNothing(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newOutageRig(t, &retry.Options{MaxConcurrency: 1, MaxAttempts: 2,
+			Outage: &retry.OutageOptions{ConsecutiveFailures: 10, FailureRate: -1}},
+			func(*outageRig) error { return errBoom }) // down from the start
+		sendN(r.b, 5)
+		stop := runConsumer(t, r.c)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		require.NoError(t, stop())
+		h := r.c.Health()
+		assert.Zero(t, h.DeadLettered)
+		assert.Empty(t, r.b.DeadLettered())
+		assert.Positive(t, h.Held)
+	})
+}
+
+// A message failing alone at its last attempt (a bad message, not an outage) is held at most once,
+// then dead-lettered as usual.
+func TestALoneLastAttemptIsHeldOnceAtMost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newOutageRig(t, &retry.Options{MaxAttempts: 2, Outage: &retry.OutageOptions{ConsecutiveFailures: 10, FailureRate: -1, OpenFor: time.Minute}},
+			func(*outageRig) error { return errBoom })
+		sendN(r.b, 1)
+		stop := runConsumer(t, r.c)
+		require.NoError(t, r.b.WaitUntil(t.Context(), func() bool { return len(r.b.DeadLettered()) == 1 }))
+		require.NoError(t, stop())
+		h := r.c.Health()
+		assert.LessOrEqual(t, h.Held, uint64(1))
+		assert.Zero(t, h.Outage.Trips)
+	})
+}
+
+// While the breaker is open no immediate retry calls the dependency: the failure is held at once.
+func TestOpenBreakerSkipsImmediateRetries(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		r := newOutageRig(t, &retry.Options{ImmediateRetries: 3, Outage: &retry.OutageOptions{ConsecutiveFailures: 1, OpenFor: time.Minute}},
+			func(*outageRig) error { return errBoom })
+		sendN(r.b, 1)
+		stop := runConsumer(t, r.c)
+		synctest.Wait()
+		require.NoError(t, stop())
+		r.mu.Lock()
+		assert.Equal(t, []int{1}, r.attempts["m-0"], "one call: the failure tripped the breaker")
+		r.mu.Unlock()
+		assert.Equal(t, uint64(1), r.c.Health().Held)
+	})
+}
+
+// A receive loop that was waiting for a handler slot when the breaker opened receives nothing once the
+// slot frees.
+func TestNoReceiveAfterAPauseThatCameWhileWaitingForASlot(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		release := make(chan struct{})
+		r := newOutageRig(t, &retry.Options{MaxConcurrency: 1, Prefetch: -1}, func(*outageRig) error {
+			<-release
+			return nil
+		})
+		sendN(r.b, 3)
+		stop := runConsumer(t, r.c)
+		synctest.Wait() // the first handler runs; the loop waits for its slot
+		require.Equal(t, int64(1), r.msgs.Load())
+		r.c.Pause("")
+		close(release)
+		synctest.Wait()
+		assert.Equal(t, int64(1), r.msgs.Load(), "nothing received after the pause")
+		assert.Zero(t, r.c.Health().Held)
 		require.NoError(t, stop())
 	})
 }

@@ -274,3 +274,21 @@ func TestLockLostDuringAnImmediateDelayLeavesTheMessage(t *testing.T) {
 		assert.Empty(t, b.Scheduled())
 	})
 }
+
+// A caller's deadline is a failed attempt with or without immediate retries: they stop, and the
+// failure is decided (here: a delayed retry), never left for an immediate redelivery.
+func TestDeadlineEndsImmediateRetries(t *testing.T) {
+	for _, imm := range []int{0, 2} {
+		calls := 0
+		f := newFixture(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			calls++
+			return ctx.Err()
+		}, &retry.Options{ImmediateRetries: imm})
+		f.broker.Send(sampleMessage())
+		ctx, cancel := context.WithDeadline(context.Background(), time.Now().Add(-time.Second))
+		res := f.proc.Process(ctx, f.recv, f.receiveOne())
+		cancel()
+		assert.Equal(t, retry.OutcomeRetryScheduled, res.Outcome, "ImmediateRetries=%d", imm)
+		assert.Equal(t, 1, calls, "ImmediateRetries=%d", imm)
+	}
+}

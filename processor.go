@@ -282,7 +282,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 	case !ok:
 		slot.release()
 		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while the outage breaker probed"))
-	case adm == admitHold:
+	case adm.kind == admitHold:
 		slot.release()
 		return p.finish(d, d.env, p.hold(d, settleBase, f, nil, res))
 	}
@@ -311,16 +311,24 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		if counts {
 			out = attemptFailure
 		}
-		if p.outage.record(adm, out, handlerErr) && counts {
+		open := p.outage.record(adm, out, handlerErr)
+		if (open && counts) || (counts && p.lastAttemptInAnOutage(d, pol, handlerErr)) || (open && p.retryAtOnce(d, pol, res.ImmediateRetries, handlerErr)) {
+			// The breaker is open (no attempt is spent, and no immediate retry calls the dependency that
+			// is down), or it may be about to open: see lastAttemptInAnOutage.
 			slot.release()
 			res.HandlerErr = handlerErr
 			return p.finish(d, d.env, p.hold(d, settleBase, f, handlerErr, res))
 		}
-		if !p.retryAtOnce(d, pol, res.ImmediateRetries, handlerErr) {
+		// A deadline that ended the caller's context is a failed attempt, and no time for another.
+		if !p.retryAtOnce(d, pol, res.ImmediateRetries, handlerErr) || stop.Err() != nil {
 			dec = p.decideFailure(d, handlerErr, pol)
 			break
 		}
 		if !p.waitImmediate(d, stop, pol.immDelay) {
+			if !stopped(stop) && !d.lock.ended() {
+				dec = p.decideFailure(d, handlerErr, pol) // the caller's deadline passed while waiting
+				break
+			}
 			// Stopped, or the lock ended, meanwhile: the checks after the loop leave it for redelivery.
 			lockLost = d.lock.lost()
 			break
@@ -329,7 +337,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		d.env.Attempt++
 		d.env.LastError = p.errorText(handlerErr)
 		res.Attempt, res.ImmediateRetries = d.env.Attempt, res.ImmediateRetries+1
-		adm = admitRun
+		adm = admission{kind: admitRun}
 	}
 	slot.release()
 
@@ -368,7 +376,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 func (p *Processor) admit(d *delivery, stop context.Context) (adm admission, ok bool) {
 	for {
 		adm, changed := p.outage.admit()
-		if adm != admitWait {
+		if adm.kind != admitWait {
 			return adm, true
 		}
 		select {
@@ -402,6 +410,20 @@ func (p *Processor) waitImmediate(d *delivery, stop context.Context, delay time.
 	}
 	d.now = p.cfg.clock.Now()
 	return stop.Err() == nil && !d.lock.ended()
+}
+
+// lastAttemptInAnOutage reports whether a counted failure that would dead-letter d's message for its
+// attempts should be held once instead: the breaker is closed but the failure before this one failed
+// too, so an outage may be starting, and the breaker cannot know yet. Without this, the messages whose
+// last attempt falls in the moments before a trip would be dead-lettered because of the outage. It
+// applies once per message: a copy that was held already (PropHeld) is dead-lettered as usual, so a
+// message that keeps failing alone is not held for ever.
+func (p *Processor) lastAttemptInAnOutage(d *delivery, pol policy, herr error) bool {
+	if pol.action != ActionRetry || IsPermanent(herr) || d.env.Attempt < pol.maxAttempts || !p.outage.suspects() {
+		return false
+	}
+	_, held := d.msg.ApplicationProperties[PropHeld]
+	return !held
 }
 
 // countsAsOutage reports whether a handler error counts toward the outage breaker: not a permanent

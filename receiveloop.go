@@ -58,6 +58,11 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			return err // nil when ctx ended
 		}
 		h, pf = r.slots.fill(ctx, gather, h, pf, cfg.batchSize)
+		if limit < 0 && !r.c.outage.closed.Load() {
+			// The breaker opened while this loop waited for a slot: receive nothing, wait on it.
+			r.slots.giveBack(h, pf)
+			continue
+		}
 		if limit > 0 && h+pf > limit {
 			// A half-open breaker wants one message to probe with: give back the rest, prefetch first.
 			backPf := min(pf, h+pf-limit)

@@ -52,6 +52,7 @@ func (r *run) loop(ctx context.Context) error {
 		// One receive loop per source; the first to find the connection broken stops the others.
 		sctx, stop := context.WithCancel(ctx)
 		sources := live.sources(c.cfg.entityPath)
+		c.outage.setEntity(sources[0].EntityPath)
 		live.shared = len(sources) > 1
 		broken := make(chan error, len(sources))
 		var loops sync.WaitGroup

@@ -24,11 +24,14 @@ func Subject(s string) Matcher {
 	return func(m *azservicebus.ReceivedMessage) bool { return m.Subject != nil && *m.Subject == s }
 }
 
-// ContentType matches the messages whose content type has the media type t, compared as RFC 2045
-// says: without case and without parameters, so ContentType("application/json") takes
-// "Application/JSON; charset=utf-8". A content type that does not parse matches nothing.
+// ContentType matches the messages whose content type has the media type of t, compared as RFC 2045
+// says: without case and without parameters on either side, so ContentType("application/json") takes
+// "Application/JSON; charset=utf-8". A message content type that does not parse matches nothing.
 func ContentType(t string) Matcher {
-	want := strings.ToLower(strings.TrimSpace(t))
+	want, _, err := mime.ParseMediaType(t)
+	if err != nil {
+		want = strings.ToLower(strings.TrimSpace(t)) // matches nothing that parses, unless equal
+	}
 	return func(m *azservicebus.ReceivedMessage) bool {
 		if m.ContentType == nil {
 			return false

@@ -35,6 +35,7 @@ func TestMatchers(t *testing.T) {
 		{"no subject", retry.Subject(""), msg("", "", nil), false},
 		{"content type", retry.ContentType("application/json"), msg("", "application/json", nil), true},
 		{"content type without case or parameters", retry.ContentType("application/json"), msg("", "Application/JSON; charset=utf-8", nil), true},
+		{"parameters on the route's side too", retry.ContentType("application/json; charset=utf-8"), msg("", "application/json", nil), true},
 		{"another content type", retry.ContentType("application/json"), msg("", "application/xml", nil), false},
 		{"a content type that does not parse", retry.ContentType("application/json"), msg("", "application/json; =", nil), false},
 		{"no content type", retry.ContentType("application/json"), msg("", "", nil), false},

@@ -77,6 +77,6 @@
 // entity (messaging.destination.name and, for a subscription, messaging.destination.subscription.name)
 // and the server, and a consumer's also the chain's source, so one [Instrumentation] can serve several
 // consumers and tools of a namespace; an operator tool's call on a dead-letter queue carries
-// sbretry.sub_queue; the dead-letter gauge carries the entity and the server, the consumer-state
-// and outage metrics only the states.
+// sbretry.sub_queue; the dead-letter gauge and the outage changes carry the entity and the server, the
+// consumer-state metric only the state.
 package retryotel

@@ -47,7 +47,7 @@ const (
 	// sbretry.policy.
 	MetricDiscarded = "sbretry.discarded"
 	// MetricOutageChanges counts the outage breaker's changes of state, by sbretry.outage.from,
-	// sbretry.outage.to and sbretry.outage.manual: trips are closed to open, probes open to half-open,
+	// sbretry.outage.to and sbretry.outage.manual, with the consumer's entity and the server: trips are closed to open, probes open to half-open,
 	// failed probes half-open to open, resumes anything to closed.
 	MetricOutageChanges = "sbretry.outage.changes"
 	// MetricDeadLetterDepth is the number of messages in an entity's dead-letter queue (gauge), as last
@@ -241,8 +241,11 @@ func (in *instruments) stateChanged(p retry.StateChangeParams) {
 
 // outageChanged counts one change of the outage breaker.
 func (in *instruments) outageChanged(p retry.OutageParams) {
-	in.outageChanges.Add(context.Background(), 1, metric.WithAttributes(
-		AttrOutageFrom.String(p.From.String()), AttrOutageTo.String(p.To.String()), AttrOutageManual.Bool(p.Manual)))
+	kv := []attribute.KeyValue{AttrOutageFrom.String(p.From.String()), AttrOutageTo.String(p.To.String()), AttrOutageManual.Bool(p.Manual)}
+	if p.EntityPath != "" {
+		kv = append(kv, parseEntity(p.EntityPath).attrs()...)
+	}
+	in.outageChanges.Add(context.Background(), 1, metric.WithAttributes(append(kv, in.serverAttrs()...)...))
 }
 
 // serverAttrs returns server.address and server.port, if known.

@@ -63,7 +63,7 @@ func TestOutageAndPolicyTelemetry(t *testing.T) {
 		assert.Equal(t, int64(1), intValue(t, find(t, rm, retryotel.MetricDiscarded), orders, attribute.String("sbretry.policy", "gone")))
 		assert.Equal(t, int64(1), intValue(t, find(t, rm, retryotel.MetricHeld), orders))
 		changes := find(t, rm, retryotel.MetricOutageChanges)
-		assert.Equal(t, int64(1), intValue(t, changes, attribute.String("sbretry.outage.from", "closed"), attribute.String("sbretry.outage.to", "open"), attribute.Bool("sbretry.outage.manual", false)), "the trip")
+		assert.Equal(t, int64(1), intValue(t, changes, orders, attribute.String("sbretry.outage.from", "closed"), attribute.String("sbretry.outage.to", "open"), attribute.Bool("sbretry.outage.manual", false)), "the trip, on the consumer's entity")
 		assert.Equal(t, int64(1), intValue(t, changes, attribute.String("sbretry.outage.from", "open"), attribute.String("sbretry.outage.to", "closed"), attribute.Bool("sbretry.outage.manual", true)), "the resume")
 
 		var sawPolicy, sawHeld bool

@@ -50,7 +50,7 @@ type Broker struct {
 	nextConn uint64
 
 	scheduled  []ScheduledMessage
-	successors map[chainStep][]string // sources of the retry copies scheduled, by chain and attempt
+	successors map[chainStep][]successor // the retry copies scheduled, by chain and the attempt they follow
 	succeeded  int
 	retried    int
 	completed  []completion
@@ -108,7 +108,7 @@ func New(clk retry.Clock, opts *BrokerOptions) (*Broker, error) {
 		clock:      clk,
 		changed:    make(chan struct{}),
 		faults:     make(map[Op]*fault),
-		successors: make(map[chainStep][]string),
+		successors: make(map[chainStep][]successor),
 	}
 	if opts != nil {
 		b.opts = *opts
@@ -178,18 +178,27 @@ func chainSource(props map[string]any, src *broker.Queue) string {
 	return src.Name()
 }
 
-// recordSuccessorLocked notes that a retry copy with application properties props was scheduled, for
-// the completion of its original. b.mu must be held.
-func (b *Broker) recordSuccessorLocked(props map[string]any) {
+// successor is a retry copy scheduled for a chain: the entity its chain started on, and, for a copy
+// that holds its delivery for the outage breaker (retry.PropHeld), its MessageID.
+type successor struct {
+	source string
+	heldID string
+}
+
+// recordSuccessorLocked notes that a retry copy with application properties props and MessageID id was
+// scheduled, for the completion of its original. b.mu must be held.
+func (b *Broker) recordSuccessorLocked(props map[string]any, id string) {
 	if _, ok := props[retry.PropAttempt]; !ok {
 		return
 	}
 	st := stepOf(props, -1)
+	sc := successor{}
 	if _, held := props[retry.PropHeld]; held {
 		st.attempt++ // a held copy repeats its attempt: it is the successor all the same
+		sc.heldID = id
 	}
-	src, _ := props[retry.PropSource].(string)
-	b.successors[st] = append(b.successors[st], src)
+	sc.source, _ = props[retry.PropSource].(string)
+	b.successors[st] = append(b.successors[st], sc)
 }
 
 // hasSuccessorLocked reports whether a retry copy was scheduled for the attempt after step of the chain
@@ -198,10 +207,19 @@ func (b *Broker) recordSuccessorLocked(props map[string]any) {
 // and another on a second subscription can share one; a copy whose source names one of this broker's
 // entities belongs only to chains of that entity. A copy that names none of them, or none at all (a
 // processor with no EntityPath, or one that names the entity otherwise), is matched by the sequence
-// number alone, as is a message whose own source is not known. b.mu must be held.
-func (b *Broker) hasSuccessorLocked(step chainStep, source string) bool {
-	for _, s := range b.successors[chainStep{firstSeq: step.firstSeq, attempt: step.attempt + 1}] {
-		if s == "" || source == "" || strings.EqualFold(s, source) || !b.isSourceLocked(s) {
+// number alone, as is a message whose own source is not known. A held copy (messageID names the
+// completed delivery) repeats its attempt, so the held copies scheduled before it, its own included,
+// are not its successors: only those after it are. b.mu must be held.
+func (b *Broker) hasSuccessorLocked(step chainStep, source, messageID string) bool {
+	list := b.successors[chainStep{firstSeq: step.firstSeq, attempt: step.attempt + 1}]
+	for i := len(list) - 1; i >= 0; i-- {
+		if list[i].heldID != "" && list[i].heldID == messageID {
+			list = list[i+1:] // this delivery is that held copy: only later ones follow it
+			break
+		}
+	}
+	for _, sc := range list {
+		if s := sc.source; s == "" || source == "" || strings.EqualFold(s, source) || !b.isSourceLocked(s) {
 			return true
 		}
 	}
@@ -340,7 +358,7 @@ func (b *Broker) complete(conn *connection, src *broker.Queue, msg *azservicebus
 		return sdkError(err)
 	}
 	b.completed = append(b.completed, completion{msg: d.Message})
-	if b.hasSuccessorLocked(stepOf(d.Message.ApplicationProperties, d.SequenceNumber), chainSource(d.Message.ApplicationProperties, src)) {
+	if b.hasSuccessorLocked(stepOf(d.Message.ApplicationProperties, d.SequenceNumber), chainSource(d.Message.ApplicationProperties, src), msg.MessageID) {
 		b.retried++
 	} else {
 		b.succeeded++
@@ -457,7 +475,7 @@ func (b *Broker) scheduleEncoded(conn *connection, target *broker.Queue, msgs []
 		if dup {
 			b.duplicates++
 		}
-		b.recordSuccessorLocked(m.ApplicationProperties)
+		b.recordSuccessorLocked(m.ApplicationProperties, rec.MessageID)
 		seqs = append(seqs, seq)
 	}
 	return seqs, nil

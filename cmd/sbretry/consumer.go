@@ -132,6 +132,10 @@ func (a *app) printConsumer(asJSON bool, u *url.URL, action string, before consu
 	return nil
 }
 
+// controlClient follows no redirect: a redirect could carry the token to plain http, or the action to
+// another endpoint than the one named. A redirect's answer is reported as a refusal.
+var controlClient = &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+
 // consumerClient talks to one control endpoint.
 type consumerClient struct {
 	url, token string
@@ -159,7 +163,7 @@ func (c *consumerClient) do(ctx context.Context, method string, body any) (consu
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := controlClient.Do(req)
 	if err != nil {
 		return consumerState{}, fmt.Errorf("reaching the consumer: %w", err)
 	}

@@ -70,6 +70,16 @@ func TestConsumerCommandsRefuse(t *testing.T) {
 		_, _ = w.Write([]byte(`{"state":"closed"}`))
 	}))
 	t.Cleanup(liar.Close)
+	var leaked []string
+	plain := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		leaked = append(leaked, r.Header.Get("Authorization"))
+		_, _ = w.Write([]byte(`{"state":"open","manual":true}`))
+	}))
+	t.Cleanup(plain.Close)
+	redirect := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Redirect(w, r, plain.URL, http.StatusTemporaryRedirect)
+	}))
+	t.Cleanup(redirect.Close)
 	notControl := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		_, _ = w.Write([]byte(`{"status":"ok"}`))
 	}))
@@ -87,6 +97,7 @@ func TestConsumerCommandsRefuse(t *testing.T) {
 		{"dry run of outage", []string{"outage", "--consumer", u, "--dry-run"}, exitUsage, "only reads"},
 		{"wrong token", []string{"pause", "--consumer", u, "--token", "nope"}, exitError, "missing or wrong bearer token"},
 		{"a consumer that does not pause", []string{"pause", "--consumer", liar.URL}, exitError, "not done"},
+		{"a redirect is not followed", []string{"pause", "--consumer", redirect.URL, "--token", "tok"}, exitError, "307"},
 		{"not a control endpoint", []string{"outage", "--consumer", notControl.URL}, exitError, "is --consumer its ControlHandler?"},
 	}
 	for _, tc := range cases {
@@ -98,4 +109,5 @@ func TestConsumerCommandsRefuse(t *testing.T) {
 		})
 	}
 	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State)
+	assert.Empty(t, leaked, "the token never followed the redirect")
 }
