@@ -60,7 +60,9 @@ func (b *Broker) newConnectionLocked() *connection {
 
 // Receiver returns a receiver on the broker, for tests that drive a [retry.Processor] themselves. On a
 // topic it receives from the subscription [BrokerOptions.EntityPath] names, else the first. It is
-// wrapped by [BrokerOptions.WrapReceiver], if set.
+// wrapped by [BrokerOptions.WrapReceiver], if set. On a session-aware entity
+// ([BrokerOptions.RequiresSession]) every call of it fails with Service Bus's refusal of a
+// non-session receiver; use [Broker.AcceptSession] or [Broker.AcceptNextSession].
 func (b *Broker) Receiver() retry.Receiver { return b.handOut(b.newConnection(), b.consumed) }
 
 // handOut returns a receiver of src on conn, as the broker hands it to a test: wrapped by

@@ -12,7 +12,8 @@ type Op int
 const (
 	// OpConnect is a Connector call.
 	OpConnect Op = iota + 1
-	// OpReceive is a ReceiveMessages call, on a plain or a session receiver.
+	// OpReceive is a ReceiveMessages call, on a plain or a session receiver, or a
+	// [SessionReceiver]'s ReceiveDeferredMessages or PeekMessages.
 	OpReceive
 	// OpSchedule is a ScheduleMessages call (the republish of a retry).
 	OpSchedule

@@ -170,7 +170,9 @@ func (b *Broker) AdvanceToNextScheduled(clk interface {
 
 // ExpireLocks makes every current lock expire now, as if the lock duration had passed: settling those
 // messages then fails with azservicebus.CodeLockLost and they become receivable again (or go to the
-// dead-letter queue with MaxDeliveryCountExceeded when that was their last delivery).
+// dead-letter queue with MaxDeliveryCountExceeded when that was their last delivery). Session locks
+// expire too: their [SessionReceiver]s fail with CodeLockLost, and the sessions can be accepted again
+// with their unsettled messages first, the delivery counted.
 func (b *Broker) ExpireLocks() {
 	b.mu.Lock()
 	defer b.mu.Unlock()

@@ -126,7 +126,9 @@ type BrokerOptions struct {
 	// out instead, typically a struct that embeds the [retry.Receiver] it is given and overrides the
 	// methods to intercept. It must return a non-nil receiver. It runs on the goroutine that asks for
 	// the receiver (for the Connector's, the consumer's), so state it shares with the test must be
-	// synchronised. Nil means the broker's receivers as they are.
+	// synchronised. It does not wrap a [SessionReceiver], which the accept calls return as it is (a
+	// test intercepts one by embedding it in a type of its own). Nil means the broker's receivers as
+	// they are.
 	WrapReceiver func(retry.Receiver) retry.Receiver
 }
 

@@ -481,6 +481,9 @@ func TestSessionRefusals(t *testing.T) {
 
 	_, err = b.Send(&azservicebus.Message{Body: []byte("x")})
 	assert.ErrorIs(t, err, broker.ErrSessionRequired, "a message without SessionID")
+	_, err = b.Send(&azservicebus.Message{SessionID: str(strings.Repeat("x", broker.MaxSessionIDLength+1))})
+	assert.ErrorIs(t, err, broker.ErrInvalidSessionID, "a SessionID over 128 characters")
+	assert.Empty(t, b.Sessions(), "nothing was stored")
 
 	tests := []struct {
 		name string
@@ -594,4 +597,18 @@ func TestSubscriptionSessions(t *testing.T) {
 	_, err = sr.ReceiveMessages(t.Context(), 1, nil)
 	requireCondition(t, err, amqp.ErrCondNotAllowed)
 	assert.False(t, errors.Is(err, context.Canceled))
+}
+
+// ExpireLocks ends session locks too, counting the delivery of their unsettled messages.
+func TestExpireLocksEndsSessionLocks(t *testing.T) {
+	b := sessionBroker(t, clock.NewMock(), retrytest.BrokerOptions{})
+	sendTo(t, b, "s", "x")
+	r := accept(t, b, "s")
+	m := receiveNow(t, r, 1)[0]
+	b.ExpireLocks()
+	requireCode(t, r.CompleteMessage(t.Context(), m, nil), azservicebus.CodeLockLost)
+	requireCode(t, r.SetSessionState(t.Context(), []byte("x"), nil), azservicebus.CodeLockLost)
+	next := accept(t, b, "s")
+	again := receiveNow(t, next, 1)
+	assert.Equal(t, uint32(2), again[0].DeliveryCount)
 }
