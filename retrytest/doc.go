@@ -69,9 +69,9 @@
 // up, as closing the SDK's does); a session receiver is always in peek-lock mode, and once its session
 // lock has ended its calls fail with azservicebus.CodeLockLost at once, where the SDK first spends
 // seconds trying to recover the link (and may end in com.microsoft:session-cannot-be-locked); a
-// session-aware subscription cannot have a [BrokerOptions.RetryQueue]; message values are not sent through an encoder, so
-// application properties keep their Go types (int stays int, times keep their location and nanoseconds)
-// where the SDK would hand back int64 and UTC milliseconds; any positive duplicate detection window is
+// session-aware subscription cannot have a [BrokerOptions.RetryQueue]; message values are not sent
+// through an encoder, so application properties keep their Go types (int stays int, times keep their
+// location and nanoseconds) where the SDK would hand back int64 and UTC milliseconds; any positive duplicate detection window is
 // accepted (Service Bus requires 20 s at least). Sizes are those of the message's AMQP encoding, byte
 // for byte what the SDK transfers to the emulator. For tests against the real protocol, package sbemu
 // serves the same model to the SDK, and the repository's e2e suite runs the library through it.

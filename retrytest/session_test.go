@@ -612,3 +612,43 @@ func TestExpireLocksEndsSessionLocks(t *testing.T) {
 	again := receiveNow(t, next, 1)
 	assert.Equal(t, uint32(2), again[0].DeliveryCount)
 }
+
+// Receivers racing for the next session each get a different one; the one left over times out.
+func TestAcceptNextSessionIsExclusive(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, &retrytest.BrokerOptions{RequiresSession: true, LockDuration: 5 * time.Minute})
+		sendTo(t, b, "s1", "x")
+		sendTo(t, b, "s2", "y")
+		type result struct {
+			id  string
+			err error
+		}
+		results := make(chan result, 3)
+		for range 3 {
+			go func() {
+				r, err := b.AcceptNextSession(t.Context())
+				if err != nil {
+					results <- result{err: err}
+					return
+				}
+				results <- result{id: r.SessionID()}
+				// Held until the test ends, so the leftover receiver cannot take it.
+				<-t.Context().Done()
+				_ = r.Close(context.Background())
+			}()
+		}
+		got := map[string]int{}
+		var timeouts int
+		for range 3 {
+			res := <-results
+			if res.err != nil {
+				requireCode(t, res.err, azservicebus.CodeTimeout)
+				timeouts++
+				continue
+			}
+			got[res.id]++
+		}
+		assert.Equal(t, map[string]int{"s1": 1, "s2": 1}, got)
+		assert.Equal(t, 1, timeouts)
+	})
+}
