@@ -652,3 +652,29 @@ func TestAcceptNextSessionIsExclusive(t *testing.T) {
 		assert.Equal(t, 1, timeouts)
 	})
 }
+
+// A deferred message does not expire by itself: it is checked when a receive by sequence number asks
+// for it, and then dead-lettered (with DeadLetteringOnMessageExpiration) instead of delivered.
+func TestDeferredMessageExpiresWhenAskedFor(t *testing.T) {
+	mock := clock.NewMock()
+	b := sessionBroker(t, mock, retrytest.BrokerOptions{DeadLetteringOnMessageExpiration: true})
+	ttl := time.Minute
+	_, err := b.Send(&azservicebus.Message{SessionID: str("s"), Body: []byte("short-lived"), TimeToLive: &ttl})
+	require.NoError(t, err)
+	r := accept(t, b, "s")
+	m := receiveNow(t, r, 1)[0]
+	require.NoError(t, r.DeferMessage(t.Context(), m, nil))
+	require.NoError(t, r.Close(t.Context()))
+
+	mock.Add(2 * time.Minute)
+	assert.Equal(t, []retrytest.SessionInfo{{Entity: "queue", ID: "s", Deferred: 1}}, b.Sessions(), "still deferred, past its expiry")
+	assert.Empty(t, b.DeadLettered())
+
+	r = accept(t, b, "s")
+	_, err = r.ReceiveDeferredMessages(t.Context(), []int64{*m.SequenceNumber}, nil)
+	requireCode(t, err, azservicebus.CodeNotFound)
+	dl := b.DeadLettered()
+	require.Len(t, dl, 1)
+	assert.Equal(t, broker.ReasonTTLExpired, dl[0].Reason)
+	assert.Empty(t, b.Deferred())
+}
