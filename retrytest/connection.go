@@ -49,13 +49,20 @@ func (c *connection) close(context.Context) error {
 func (b *Broker) newConnection() *connection {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	return b.newConnectionLocked()
+}
+
+// newConnectionLocked is newConnection with b.mu held.
+func (b *Broker) newConnectionLocked() *connection {
 	b.nextConn++
 	return &connection{b: b, id: b.nextConn, closed: make(chan struct{})}
 }
 
 // Receiver returns a receiver on the broker, for tests that drive a [retry.Processor] themselves. On a
 // topic it receives from the subscription [BrokerOptions.EntityPath] names, else the first. It is
-// wrapped by [BrokerOptions.WrapReceiver], if set.
+// wrapped by [BrokerOptions.WrapReceiver], if set. On a session-aware entity
+// ([BrokerOptions.RequiresSession]) every call of it fails with Service Bus's refusal of a
+// non-session receiver; use [Broker.AcceptSession] or [Broker.AcceptNextSession].
 func (b *Broker) Receiver() retry.Receiver { return b.handOut(b.newConnection(), b.consumed) }
 
 // handOut returns a receiver of src on conn, as the broker hands it to a test: wrapped by
@@ -134,29 +141,46 @@ type receiver struct {
 	src  *broker.Queue
 }
 
+// Every call of a plain receiver on a session-aware entity fails as its first call would through the
+// SDK, whose receivers attach lazily (see errNonSessionReceiver).
+
 func (r *receiver) ReceiveMessages(ctx context.Context, maxMessages int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	if r.src.RequiresSession() {
+		return nil, errNonSessionReceiver(r.src)
+	}
 	return r.conn.b.receive(ctx, r.conn, r.src, maxMessages)
 }
 
 func (r *receiver) CompleteMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
-	if err := ctx.Err(); err != nil {
+	if err := r.callAllowed(ctx); err != nil {
 		return err
 	}
 	return r.conn.b.complete(r.conn, r.src, msg)
 }
 
 func (r *receiver) DeadLetterMessage(ctx context.Context, msg *azservicebus.ReceivedMessage, opts *azservicebus.DeadLetterOptions) error {
-	if err := ctx.Err(); err != nil {
+	if err := r.callAllowed(ctx); err != nil {
 		return err
 	}
 	return r.conn.b.deadLetter(r.conn, r.src, msg, opts)
 }
 
 func (r *receiver) RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
-	if err := ctx.Err(); err != nil {
+	if err := r.callAllowed(ctx); err != nil {
 		return err
 	}
 	return r.conn.b.renew(r.conn, r.src, msg)
+}
+
+// callAllowed refuses a settlement or renewal when ctx has ended or the entity needs sessions.
+func (r *receiver) callAllowed(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if r.src.RequiresSession() {
+		return errNonSessionReceiver(r.src)
+	}
+	return nil
 }
 
 func (r *receiver) Close(ctx context.Context) error { return r.conn.close(ctx) }

@@ -153,7 +153,11 @@ func receivedMessage(a *amqp.Message, deliveryCount uint32, lockToken [16]byte) 
 	if v.enqSeq, ok = annotation[int64](a, broker.AnnotationEnqueuedSequenceNumber); ok {
 		rm.EnqueuedSequenceNumber = &v.enqSeq
 	}
-	if n, ok := annotation[int64](a, broker.AnnotationMessageState); ok && n == 2 {
+	// x-opt-message-state as the SDK reads it (message.go newReceivedMessage): 1 deferred, 2 scheduled.
+	switch n, _ := annotation[int64](a, broker.AnnotationMessageState); n {
+	case 1:
+		rm.State = azservicebus.MessageStateDeferred
+	case 2:
 		rm.State = azservicebus.MessageStateScheduled
 	}
 	if rm.EnqueuedTime != nil && rm.TimeToLive != nil {

@@ -14,8 +14,8 @@
 // dead-lettered with MaxDeliveryCountExceeded; every message gets a MessageID if it has none. With
 // [BrokerOptions.Subscriptions] the entity is a topic whose subscriptions select copies by their rules
 // (TrueFilter, CorrelationFilter, SQL filters and actions). Fault switches ([Broker.Fail]) make the next
-// N connects, receives, sends, completes, dead-letters or renewals fail, on whichever of the broker's
-// entities the call is made; for anything else, [BrokerOptions.WrapReceiver] puts the test's own code
+// N connects, receives, sends, completes, dead-letters, renewals, session accepts, session state calls,
+// defers or abandons fail, on whichever of the broker's entities the call is made; for anything else, [BrokerOptions.WrapReceiver] puts the test's own code
 // around every receiver the broker hands out. Inspection helpers report what was scheduled (when, for
 // which attempt, with which MessageID), completed and dead-lettered.
 //
@@ -39,17 +39,39 @@
 // whichever entity it came from, and a message that fails for good is in the dead-letter queue of the
 // entity its last attempt came from ([DeadLetteredMessage.Entity]), as on Service Bus.
 //
+// # Sessions
+//
+// With [BrokerOptions.RequiresSession] the queue (or every subscription of the topic) is
+// session-aware, as on Service Bus: [Broker.AcceptSession] and [Broker.AcceptNextSession] (and
+// [Broker.AcceptSubscriptionSession], [Broker.AcceptNextSubscriptionSession]) return a
+// [SessionReceiver], which has the methods of *azservicebus.SessionReceiver with the SDK's signatures
+// and errors, so a session consumer written against an interface of them runs on either. A session
+// is held by one receiver at a time for the lock duration, on the injected clock; its messages come
+// in sequence order and their locks live under the session lock, renewed with RenewSessionLock and
+// lost with it (azservicebus.CodeLockLost); a receiver that closes gives the session up with its
+// unsettled messages back in order; deferral, receive by sequence number and session state are
+// limited to the session held; a scheduled message with a SessionID lands in its session when due.
+// AcceptNextSession waits on the broker's clock as Service Bus does and ends, as the SDK does, with
+// azservicebus.CodeTimeout. The broker's plain receivers refuse a session-aware entity with
+// Service Bus's amqp:not-allowed. [Broker.Sessions] and [Broker.Deferred] show each session's
+// messages, holder and state, and the deferred messages, without taking any lock.
+//
 // Messages are translated to and from the model's AMQP form the way the SDK does on the wire, so a
 // handler sees the fields it would see from the SDK: DeliveryCount, SequenceNumber, EnqueuedTime,
 // LockedUntil, ScheduledEnqueueTime, DeadLetterSource, a TimeToLive that is zero (not nil) when none was
 // set and ExpiresAt computed from it, and RawAMQPMessage.
 //
 // Differences from Service Bus (and from the SDK against the emulator) worth knowing: there are no
-// sessions, deferral, transactions or auto-forwarding; ReceiveMessages returns what is available at
-// once instead of waiting a moment for more; closing a connection leaves its locks to expire unless
-// [BrokerOptions.ReleaseLocksOnClose] is set; message values are not sent through an encoder, so
-// application properties keep their Go types (int stays int, times keep their location and nanoseconds)
-// where the SDK would hand back int64 and UTC milliseconds; any positive duplicate detection window is
+// transactions or auto-forwarding, and the plain receivers cannot defer (the retry package's
+// Receiver has no DeferMessage; a [SessionReceiver] can); ReceiveMessages returns what is available
+// at once instead of waiting a moment for more; closing a connection leaves its locks to expire unless
+// [BrokerOptions.ReleaseLocksOnClose] is set (a [SessionReceiver]'s Close always gives its session
+// up, as closing the SDK's does); a session receiver is always in peek-lock mode, and once its session
+// lock has ended its calls fail with azservicebus.CodeLockLost at once, where the SDK first spends
+// seconds trying to recover the link (and may end in com.microsoft:session-cannot-be-locked); a
+// session-aware subscription cannot have a [BrokerOptions.RetryQueue]; message values are not sent
+// through an encoder, so application properties keep their Go types (int stays int, times keep their
+// location and nanoseconds) where the SDK would hand back int64 and UTC milliseconds; any positive duplicate detection window is
 // accepted (Service Bus requires 20 s at least). Sizes are those of the message's AMQP encoding, byte
 // for byte what the SDK transfers to the emulator. For tests against the real protocol, package sbemu
 // serves the same model to the SDK, and the repository's e2e suite runs the library through it.

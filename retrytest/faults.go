@@ -12,16 +12,26 @@ type Op int
 const (
 	// OpConnect is a Connector call.
 	OpConnect Op = iota + 1
-	// OpReceive is a ReceiveMessages call.
+	// OpReceive is a ReceiveMessages call, on a plain or a session receiver, or a
+	// [SessionReceiver]'s ReceiveDeferredMessages or PeekMessages.
 	OpReceive
 	// OpSchedule is a ScheduleMessages call (the republish of a retry).
 	OpSchedule
-	// OpComplete is a CompleteMessage call.
+	// OpComplete is a CompleteMessage call, on a plain or a session receiver.
 	OpComplete
-	// OpDeadLetter is a DeadLetterMessage call.
+	// OpDeadLetter is a DeadLetterMessage call, on a plain or a session receiver.
 	OpDeadLetter
-	// OpRenew is a RenewMessageLock call.
+	// OpRenew is a RenewMessageLock call, or a [SessionReceiver]'s RenewSessionLock.
 	OpRenew
+	// OpAccept is an accept of a session: [Broker.AcceptSession], [Broker.AcceptNextSession] and
+	// their subscription forms.
+	OpAccept
+	// OpSessionState is a [SessionReceiver]'s GetSessionState or SetSessionState call.
+	OpSessionState
+	// OpDefer is a [SessionReceiver]'s DeferMessage call.
+	OpDefer
+	// OpAbandon is a [SessionReceiver]'s AbandonMessage call.
+	OpAbandon
 )
 
 func (o Op) String() string {
@@ -38,6 +48,14 @@ func (o Op) String() string {
 		return "dead-letter"
 	case OpRenew:
 		return "renew"
+	case OpAccept:
+		return "accept"
+	case OpSessionState:
+		return "session-state"
+	case OpDefer:
+		return "defer"
+	case OpAbandon:
+		return "abandon"
 	}
 	return "unknown"
 }

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -168,10 +170,90 @@ func (b *Broker) AdvanceToNextScheduled(clk interface {
 
 // ExpireLocks makes every current lock expire now, as if the lock duration had passed: settling those
 // messages then fails with azservicebus.CodeLockLost and they become receivable again (or go to the
-// dead-letter queue with MaxDeliveryCountExceeded when that was their last delivery).
+// dead-letter queue with MaxDeliveryCountExceeded when that was their last delivery). Session locks
+// expire too: their [SessionReceiver]s fail with CodeLockLost, and the sessions can be accepted again
+// with their unsettled messages first, the delivery counted.
 func (b *Broker) ExpireLocks() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.model.ExpireAllLocks()
 	b.notifyLocked()
+}
+
+// SessionInfo summarises one session of a session-aware entity, for [Broker.Sessions].
+type SessionInfo struct {
+	// Entity is the path of the queue or subscription the session belongs to.
+	Entity string
+	// ID is the session id.
+	ID string
+	// Active, Locked, Deferred and Scheduled count the session's messages: receivable now, received
+	// and not settled, set aside by DeferMessage, and scheduled for later.
+	Active, Locked, Deferred, Scheduled int
+	// LockedUntil is when the receiver holding the session loses it; zero when none holds it.
+	LockedUntil time.Time
+	// State is a copy of the session state, nil when none is set.
+	State []byte
+}
+
+// Sessions returns every session of the broker's session-aware entities (the queue, or the topic's
+// subscriptions in order) that has a message in any state, a receiver holding it or a state, each
+// entity's sorted by id, after applying what is due now (a session lock that ran out is no longer
+// held). It reads the sessions without taking their locks, so a test can look at a session while its
+// receiver holds it, such as the state a handler recorded. A broker without sessions has none.
+func (b *Broker) Sessions() []SessionInfo {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.model.Advance()
+	var out []SessionInfo
+	for _, src := range b.sources {
+		for _, s := range src.SessionSnapshots() {
+			out = append(out, SessionInfo{
+				Entity: src.Name(), ID: s.ID,
+				Active: s.Active, Locked: s.Locked, Deferred: s.Deferred, Scheduled: s.Scheduled,
+				LockedUntil: s.LockedUntil, State: s.State,
+			})
+		}
+	}
+	return out
+}
+
+// DeferredMessage is one deferred message, for [Broker.Deferred].
+type DeferredMessage struct {
+	// Entity is the path of the queue or subscription that holds the message.
+	Entity string
+	// Message is the message as a peek shows it: its SessionID, SequenceNumber (the number to receive
+	// it by), State azservicebus.MessageStateDeferred, and DeliveryCount the deliveries it had.
+	Message *azservicebus.ReceivedMessage
+}
+
+// Deferred returns the deferred messages of every entity receivers read, by entity (the queue, or the
+// subscriptions in order and then the retry queue), then by session id, then in sequence order, after
+// applying what is due now. A message received by sequence number and not settled yet is still listed.
+func (b *Broker) Deferred() []DeferredMessage {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.model.Advance()
+	var out []DeferredMessage
+	for _, src := range b.sources {
+		var msgs []*azservicebus.ReceivedMessage
+		for _, d := range src.Peek(0, math.MaxInt) {
+			if rm := receivedMessage(d.Message, headerDeliveryCount(d.Message), [16]byte{}); rm.State == azservicebus.MessageStateDeferred {
+				msgs = append(msgs, rm)
+			}
+		}
+		// Peek is in sequence order; a stable sort by session keeps it within each session.
+		slices.SortStableFunc(msgs, func(x, y *azservicebus.ReceivedMessage) int { return strings.Compare(sessionOf(x), sessionOf(y)) })
+		for _, m := range msgs {
+			out = append(out, DeferredMessage{Entity: src.Name(), Message: m})
+		}
+	}
+	return out
+}
+
+// sessionOf is a message's session id, "" without one.
+func sessionOf(m *azservicebus.ReceivedMessage) string {
+	if m.SessionID == nil {
+		return ""
+	}
+	return *m.SessionID
 }

@@ -100,6 +100,18 @@ type BrokerOptions struct {
 	// subscription. Forwarding is not supported.
 	Subscriptions []broker.SubscriptionConfig
 
+	// RequiresSession makes the entity session-aware, as Service Bus's RequiresSession does: the
+	// queue, or on a topic every subscription (a subscription can also set its own
+	// [broker.SubscriptionConfig.RequiresSession]). Its messages are then received only through a
+	// [SessionReceiver] ([Broker.AcceptSession], [Broker.AcceptNextSession] and their subscription
+	// forms), one session at a time and in order within it; the broker's plain receivers
+	// ([Broker.Receiver], [Broker.SubscriptionReceiver], the Connector's) fail every call with the
+	// refusal Service Bus gives a non-session receiver, and a message sent to a session-aware queue
+	// without a SessionID is refused. A session-aware consumed subscription cannot have a RetryQueue:
+	// a retry queue of its own would take the copies out of their session. False (the default)
+	// means no sessions.
+	RequiresSession bool
+
 	// ReleaseLocksOnClose returns the messages locked through a connection to the queue when the
 	// connection closes, counting the delivery, as the emulator does for a dropped connection. False
 	// (the default) leaves them locked until their locks expire, as the emulator's
@@ -114,7 +126,9 @@ type BrokerOptions struct {
 	// out instead, typically a struct that embeds the [retry.Receiver] it is given and overrides the
 	// methods to intercept. It must return a non-nil receiver. It runs on the goroutine that asks for
 	// the receiver (for the Connector's, the consumer's), so state it shares with the test must be
-	// synchronised. Nil means the broker's receivers as they are.
+	// synchronised. It does not wrap a [SessionReceiver], which the accept calls return as it is (a
+	// test intercepts one by embedding it in a type of its own). Nil means the broker's receivers as
+	// they are.
 	WrapReceiver func(retry.Receiver) retry.Receiver
 }
 
@@ -168,6 +182,7 @@ func (o BrokerOptions) layout() (layout, error) {
 			DefaultTTL:               o.DefaultMessageTimeToLive,
 			DeadLetterOnExpiration:   o.DeadLetteringOnMessageExpiration,
 			MaxMessageSize:           o.MaxMessageSize,
+			RequiresSession:          o.RequiresSession,
 		}}
 		return l, nil
 	}
@@ -192,6 +207,7 @@ func (o BrokerOptions) layout() (layout, error) {
 			sc.MaxDeliveryCount = o.MaxDeliveryCount
 		}
 		sc.DeadLetterOnExpiration = sc.DeadLetterOnExpiration || o.DeadLetteringOnMessageExpiration
+		sc.RequiresSession = sc.RequiresSession || o.RequiresSession
 		cfgs[i] = sc
 	}
 	if !isSub {
@@ -210,6 +226,9 @@ func (o BrokerOptions) layout() (layout, error) {
 	}
 	if o.RetryQueue != "" {
 		sc := cfgs[slices.IndexFunc(cfgs, func(sc broker.SubscriptionConfig) bool { return strings.EqualFold(sc.Name, consumed) })]
+		if sc.RequiresSession {
+			return invalid("RetryQueue %q with the session-aware subscription %q: a retry queue of its own would take the copies out of their session", o.RetryQueue, sc.Name)
+		}
 		ttl := o.DefaultMessageTimeToLive
 		if sc.DefaultTTL > 0 && (ttl == 0 || sc.DefaultTTL < ttl) {
 			ttl = sc.DefaultTTL // a subscription's own default can only shorten the topic's

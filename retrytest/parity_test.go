@@ -498,6 +498,7 @@ func openRetrytestDoor(t *testing.T, e entity, start time.Time) door {
 			EntityPath: q.Name, LockDuration: q.LockDuration, MaxDeliveryCount: q.MaxDeliveryCount,
 			DuplicateDetectionWindow: q.DuplicateDetectionWindow, DefaultMessageTimeToLive: q.DefaultTTL,
 			DeadLetteringOnMessageExpiration: q.DeadLetterOnExpiration, MaxMessageSize: q.MaxMessageSize,
+			RequiresSession: q.RequiresSession,
 		}
 	} else {
 		tc := e.topic

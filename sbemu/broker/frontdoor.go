@@ -50,10 +50,10 @@ func NewInProcess(opts Options, queues ...QueueConfig) (*Broker, error) {
 
 // Advance applies every transition due at the clock's current time in
 // every entity (scheduled messages activate, expired messages expire,
-// expired locks return their message, a topic fans out) and returns the
-// earliest deadline still pending anywhere: the next instant at which
-// Advance would change something. Zero means nothing is pending, or the
-// broker is closed.
+// expired message and session locks return their messages, a topic fans
+// out) and returns the earliest deadline still pending anywhere, session
+// locks included: the next instant at which Advance would change
+// something. Zero means nothing is pending, or the broker is closed.
 func (b *Broker) Advance() time.Time {
 	b.mu.Lock()
 	defer b.unlock() // journals what the transitions changed, on a persistent broker
@@ -66,8 +66,12 @@ func (b *Broker) Advance() time.Time {
 	}
 	var next time.Time
 	for _, q := range b.allQueues() {
-		if t := q.timeline.earliest(); !t.IsZero() && (next.IsZero() || t.Before(next)) {
-			next = t
+		// A session lock's expiry (session.go) is a deadline too: it
+		// returns the session's messages and frees it for another receiver.
+		for _, t := range []time.Time{q.timeline.earliest(), q.sessionDeadline} {
+			if !t.IsZero() && (next.IsZero() || t.Before(next)) {
+				next = t
+			}
 		}
 	}
 	return next

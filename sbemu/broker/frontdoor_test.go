@@ -91,3 +91,43 @@ func TestCompleteDeliveryReturnsTheMessage(t *testing.T) {
 	_, err = q.CompleteDelivery(d.LockToken)
 	assert.ErrorIs(t, err, ErrLockLost)
 }
+
+// The in-process door waits for sessions with TryAcceptNextSession and the
+// deadline Advance reports, which includes session locks: a held session
+// becomes acceptable when its lock runs out, with no goroutine to end it.
+func TestInProcessSessionAcceptAndLockDeadline(t *testing.T) {
+	mock := clock.NewMock()
+	b, err := NewInProcess(Options{Clock: mock}, QueueConfig{Name: "q", RequiresSession: true, LockDuration: 30 * time.Second},
+		QueueConfig{Name: "plain"})
+	require.NoError(t, err)
+	q, _ := b.Queue("q")
+
+	l, _, err := q.TryAcceptNextSession(1)
+	require.NoError(t, err)
+	assert.Nil(t, l, "no session has messages")
+	mustSend(t, q, sessionMsg("s", "x"))
+	l, until, err := q.TryAcceptNextSession(1)
+	require.NoError(t, err)
+	require.NotNil(t, l)
+	assert.Equal(t, "s", l.SessionID())
+	assert.Equal(t, mock.Now().Add(30*time.Second), until)
+	_, ok := l.TryReceive(PeekLock)
+	require.True(t, ok)
+
+	other, _, err := q.TryAcceptNextSession(2)
+	require.NoError(t, err)
+	assert.Nil(t, other, "the only session is held")
+	assert.Equal(t, until, b.Advance(), "the session lock is the next deadline")
+	mock.Add(30 * time.Second)
+	b.Advance()
+	other, _, err = q.TryAcceptNextSession(2)
+	require.NoError(t, err)
+	require.NotNil(t, other, "the expired lock freed the session")
+	d, ok := other.TryReceive(PeekLock)
+	require.True(t, ok)
+	assert.Equal(t, uint32(1), d.Message.Header.DeliveryCount, "the expired session lock counted the delivery")
+
+	plain, _ := b.Queue("plain")
+	_, _, err = plain.TryAcceptNextSession(1)
+	assert.ErrorIs(t, err, ErrSessionRequired)
+}

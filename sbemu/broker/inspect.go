@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"sort"
 	"time"
 
 	"github.com/Azure/go-amqp"
@@ -84,4 +85,77 @@ func (q *Queue) refresh() {
 	now := q.b.clock.Now()
 	q.advance(now)
 	q.armTimer(now)
+}
+
+// SessionSnapshot describes one session of a session-aware entity in
+// [Queue.SessionSnapshots].
+type SessionSnapshot struct {
+	ID string
+	// Active, Locked, Deferred and Scheduled count the session's messages
+	// in each state, as [Stats] does for the entity.
+	Active, Locked, Deferred, Scheduled int
+	// LockedUntil is when the receiver holding the session loses it; zero
+	// when no receiver holds it.
+	LockedUntil time.Time
+	// State is a copy of the session state; nil when none is set.
+	State []byte
+	// StateUpdated is when State was last set; zero without a state.
+	StateUpdated time.Time
+}
+
+// SessionSnapshots describes, sorted by id, every session that has a
+// message in any state, a receiver holding it or a state, after applying
+// everything due at the current clock time. Unlike [Queue.SessionState] it
+// needs no session lock: it is for tests and diagnostics, which look at a
+// session without taking it from its receiver. An entity that is not
+// session-aware has none.
+func (q *Queue) SessionSnapshots() []SessionSnapshot {
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	if !q.sessionful() {
+		return nil
+	}
+	q.refresh()
+	now := b.clock.Now()
+	byID := map[string]*SessionSnapshot{}
+	get := func(id string) *SessionSnapshot {
+		s, ok := byID[id]
+		if !ok {
+			s = &SessionSnapshot{ID: id}
+			byID[id] = s
+		}
+		return s
+	}
+	for id, s := range q.sessions {
+		snap := get(id)
+		if s.holder != 0 && now.Before(s.lockedUntil) {
+			snap.LockedUntil = s.lockedUntil
+		}
+		if s.state != nil {
+			snap.State, snap.StateUpdated = copyBytes(s.state), s.stateUpdated
+		}
+		if len(s.available) == 0 && s.holder == 0 && s.state == nil {
+			delete(byID, id) // nothing yet: the entries below may add it back
+		}
+	}
+	for _, e := range q.entries {
+		snap := get(sessionID(e.msg))
+		switch e.state {
+		case stateAvailable:
+			snap.Active++
+		case stateLocked:
+			snap.Locked++
+		case stateDeferred:
+			snap.Deferred++
+		case stateScheduled:
+			snap.Scheduled++
+		}
+	}
+	out := make([]SessionSnapshot, 0, len(byID))
+	for _, s := range byID {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
 }

@@ -35,3 +35,34 @@ func TestInspection(t *testing.T) {
 	assert.Equal(t, Stats{Active: 1}, q.dlq.Stats())
 	require.NoError(t, q.Complete(locked.LockToken))
 }
+
+// SessionSnapshots sees every session without holding it: messages in each
+// state, the holder's expiry and the state.
+func TestSessionSnapshots(t *testing.T) {
+	q, mock := newTestQueue(t, QueueConfig{RequiresSession: true, LockDuration: 30 * time.Second})
+	mustSend(t, q, sessionMsg("a", "a1"))
+	mustSend(t, q, sessionMsg("a", "a2"))
+	mustSend(t, q, sessionMsg("b", "b1"))
+	_, err := q.Schedule(sessionMsg("c", "c1"), 10, mock.Now().Add(time.Hour))
+	require.NoError(t, err)
+	l, until, err := q.AcceptSession("a", 1)
+	require.NoError(t, err)
+	d, ok := l.TryReceive(PeekLock)
+	require.True(t, ok)
+	require.NoError(t, q.Defer(d.LockToken, nil))
+	_, ok = l.TryReceive(PeekLock)
+	require.True(t, ok)
+	require.NoError(t, q.SetSessionState("a", 1, []byte("st")))
+	_, _, err = q.AcceptSession("empty", 1)
+	require.NoError(t, err)
+
+	snaps := q.SessionSnapshots()
+	require.Len(t, snaps, 4)
+	assert.Equal(t, SessionSnapshot{ID: "a", Locked: 1, Deferred: 1, LockedUntil: until, State: []byte("st"), StateUpdated: mock.Now()}, snaps[0])
+	assert.Equal(t, SessionSnapshot{ID: "b", Active: 1}, snaps[1])
+	assert.Equal(t, SessionSnapshot{ID: "c", Scheduled: 1}, snaps[2])
+	assert.Equal(t, SessionSnapshot{ID: "empty", LockedUntil: until}, snaps[3])
+
+	plain, _ := newTestQueue(t, QueueConfig{})
+	assert.Nil(t, plain.SessionSnapshots())
+}

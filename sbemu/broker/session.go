@@ -251,14 +251,10 @@ func (q *Queue) AcceptNextSession(ctx context.Context, owner uint64, timeout tim
 		}
 		now := b.clock.Now()
 		q.advance(now)
-		if s := q.nextFreeSession(now); s != nil {
-			l := q.lockSession(s, owner, now)
-			until := s.lockedUntil
-			q.armTimer(now)
+		if l, until := q.acceptNextLocked(owner, now); l != nil {
 			b.unlock()
 			return l, until, nil
 		}
-		q.armTimer(now)
 		if expired == nil {
 			expired = b.clock.After(timeout)
 		}
@@ -280,6 +276,41 @@ func (q *Queue) AcceptNextSession(ctx context.Context, owner uint64, timeout tim
 			return nil, time.Time{}, fmt.Errorf("%w: no unlocked session with messages in %s within %v", ErrSessionTimeout, q.name, timeout)
 		}
 	}
+}
+
+// TryAcceptNextSession is the non-blocking [Queue.AcceptNextSession]: it
+// locks the next available session for a receiver of connection owner, or
+// returns a nil lock at once when none is available. The in-process front
+// door (frontdoor.go) waits with it and a timer set for the deadline
+// [Broker.Advance] returns, as it does with [Queue.TryReceive], because its
+// broker has no wake-up goroutine to end a blocked wait when a session lock
+// expires or a scheduled message falls due. An entity that is not
+// session-aware gives [ErrSessionRequired].
+func (q *Queue) TryAcceptNextSession(owner uint64) (*SessionLock, time.Time, error) {
+	b := q.b
+	b.mu.Lock()
+	defer b.unlock()
+	if err := q.sessionCallAllowed(); err != nil {
+		return nil, time.Time{}, err
+	}
+	if err := q.receiveAllowed(); err != nil {
+		return nil, time.Time{}, err
+	}
+	now := b.clock.Now()
+	q.advance(now)
+	l, until := q.acceptNextLocked(owner, now)
+	return l, until, nil
+}
+
+// acceptNextLocked locks the next free session, if any, and arms the
+// timer; b.mu must be held and q advanced to now.
+func (q *Queue) acceptNextLocked(owner uint64, now time.Time) (*SessionLock, time.Time) {
+	defer q.armTimer(now)
+	s := q.nextFreeSession(now)
+	if s == nil {
+		return nil, time.Time{}
+	}
+	return q.lockSession(s, owner, now), s.lockedUntil
 }
 
 // sessionCallAllowed is the common refusal of session calls; b.mu held.
