@@ -190,6 +190,8 @@ type OutageParams struct {
 	Err error
 	// EntityPath is the entity the consumer receives from (empty until its first connection names it).
 	EntityPath string
+	// Time is when the change happened, on the consumer's Clock (the hook may run a little later).
+	Time time.Time
 }
 
 // admitKind is what the breaker lets a delivery do.
@@ -287,7 +289,7 @@ func (b *breaker) moveLocked(to OutageState, now time.Time, manual bool, reason 
 	b.closed.Store(to == OutageClosed)
 	b.probing, b.askedUntil = false, time.Time{}
 	b.wakeLocked()
-	b.pending = append(b.pending, OutageParams{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err, EntityPath: b.entity})
+	b.pending = append(b.pending, OutageParams{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err, EntityPath: b.entity, Time: now})
 }
 
 // notify logs and reports the queued changes, in order, one hook call at a time. It is called with

@@ -77,6 +77,7 @@ func TestBreakerTripsOnConsecutiveFailures(t *testing.T) {
 	assert.Contains(t, st.Reason, "dependency down")
 	assert.Equal(t, admitHold, b.adm())
 	assert.Equal(t, []string{"closed->open"}, b.transitions())
+	assert.Equal(t, b.clk.Now(), b.events[0].Time)
 }
 
 func TestBreakerTripsOnTheFailureRate(t *testing.T) {

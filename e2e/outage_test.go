@@ -58,7 +58,7 @@ type outageEvent struct {
 }
 
 func (o *outageEvents) hook(p retry.OutageParams) {
-	ev := outageEvent{at: time.Now(), from: p.From, to: p.To}
+	ev := outageEvent{at: p.Time, from: p.From, to: p.To}
 	if o.received != nil {
 		ev.received = o.received.Load()
 	}
