@@ -127,8 +127,7 @@ func (p *Processor) copyTTL(env *Envelope, msg *azservicebus.ReceivedMessage, at
 // buildCopy builds the copy of d's message for attempt, due at at, with the MessageID id, and lets the
 // OnRetryCopy hook see it.
 func (p *Processor) buildCopy(d *delivery, attempt int, errText string, ttl *time.Duration, at time.Time, id string) *azservicebus.Message {
-	copyMsg := retryCopy(d.msg, d.env, attempt, errText, ttl)
-	copyMsg.MessageID = &id
+	copyMsg := retryCopy(d.msg, d.env, attempt, id, errText, ttl)
 	if hook := p.cfg.hooks.OnRetryCopy; hook != nil {
 		hook(RetryCopyParams{Context: d.ctx, Message: d.msg, Envelope: d.env, Copy: copyMsg, Attempt: attempt, ScheduledFor: at})
 		copyMsg.MessageID = &id   // the id is the chain's: a hook may add properties, not rename the copy

@@ -287,9 +287,9 @@ func EnvelopeFromContext(ctx context.Context) (Envelope, bool) {
 	return *env, true
 }
 
-// retryCopy builds the message scheduled for attempt next. Every property is preserved and the
-// application properties are deep-copied, so neither message can alter the other.
-func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastError string, ttl *time.Duration) *azservicebus.Message {
+// retryCopy builds the message scheduled for attempt next, with the MessageID id. Every property is
+// preserved and the application properties are deep-copied, so neither message can alter the other.
+func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, id, lastError string, ttl *time.Duration) *azservicebus.Message {
 	props := make(map[string]any, len(msg.ApplicationProperties)+9)
 	for k, v := range msg.ApplicationProperties {
 		props[k] = cloneValue(v)
@@ -310,7 +310,6 @@ func retryCopy(msg *azservicebus.ReceivedMessage, env Envelope, next int, lastEr
 	} else {
 		delete(props, PropExpiresAt)
 	}
-	id := env.RetryMessageID(next)
 	var body []byte
 	if msg.Body != nil {
 		body = append(make([]byte, 0, len(msg.Body)), msg.Body...)

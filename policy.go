@@ -198,8 +198,7 @@ func (p *Processor) policyFor(err error) policy {
 	if IsPermanent(err) {
 		return p.cfg.fallbackPolicy() // the handler's own word comes first: no rule is asked
 	}
-	var re *routeError
-	if errors.As(err, &re) {
+	if re := routeOf(err); re != nil {
 		for i, r := range re.route.rules {
 			if p.matches(r, err) {
 				return r.resolve(p.cfg, i)
@@ -212,6 +211,29 @@ func (p *Processor) policyFor(err error) policy {
 		}
 	}
 	return p.cfg.fallbackPolicy()
+}
+
+// routeOf returns the route error in err's chain, if a Router's route handled the message: errors.As
+// without its allocation (its target escapes), which every failure would pay.
+func routeOf(err error) *routeError {
+	for err != nil {
+		switch e := err.(type) {
+		case *routeError:
+			return e
+		case interface{ Unwrap() error }:
+			err = e.Unwrap()
+		case interface{ Unwrap() []error }:
+			for _, inner := range e.Unwrap() {
+				if re := routeOf(inner); re != nil {
+					return re
+				}
+			}
+			return nil
+		default:
+			return nil
+		}
+	}
+	return nil
 }
 
 // matches calls r.Match, recovering from a panic.

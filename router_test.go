@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -180,4 +181,26 @@ func TestNewRouterRejectsBadRoutes(t *testing.T) {
 			assert.Equal(t, tc.field, oe.Field)
 		})
 	}
+}
+
+// A middleware around the router that wraps its errors keeps the route's policies.
+func TestRoutePoliciesSurviveAWrappingMiddleware(t *testing.T) {
+	errStock := errors.New("out of stock")
+	r, err := retry.NewRouter([]retry.Route{{Match: retry.Subject("orders"), Handler: failWith(errStock), Policies: []retry.Rule{
+		{Name: "stock", Match: retry.ErrorIs(errStock), Policy: retry.Policy{Action: retry.ActionDiscard}},
+	}}}, nil)
+	require.NoError(t, err)
+	wrap := func(next retry.Handler) retry.Handler {
+		return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			if err := next(ctx, m); err != nil {
+				return errors.Join(errors.New("audit"), fmt.Errorf("handling: %w", err))
+			}
+			return nil
+		}
+	}
+	f := newFixture(t, retry.Chain(r.Handle, wrap), nil)
+	f.broker.Send(sampleMessage())
+	res := f.process()
+	assert.Equal(t, retry.OutcomeDiscarded, res.Outcome)
+	assert.Equal(t, "stock", res.Policy)
 }
