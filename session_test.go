@@ -1,0 +1,222 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// sessionCall is one handler call of a session consumer test.
+type sessionCall struct {
+	Session, ID string
+	Attempt     int
+	At          time.Duration // since the test began, on the bubble's clock
+}
+
+// sessionRecorder records handler calls and successes per session, and every OnProcessed result.
+type sessionRecorder struct {
+	start     time.Time
+	mu        sync.Mutex
+	calls     []sessionCall
+	successes map[string][]string
+	processed []retry.ProcessedParams
+}
+
+func newSessionRecorder() *sessionRecorder {
+	return &sessionRecorder{start: time.Now(), successes: map[string][]string{}}
+}
+
+// handler wraps fail (which decides each call's error) and records the call and its success.
+func (rec *sessionRecorder) handler(fail func(ctx context.Context, c sessionCall) error) retry.Handler {
+	return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		sid, _ := retry.SessionIDFromContext(ctx)
+		env, _ := retry.EnvelopeFromContext(ctx)
+		c := sessionCall{Session: sid, ID: m.MessageID, Attempt: env.Attempt, At: time.Since(rec.start)}
+		rec.mu.Lock()
+		rec.calls = append(rec.calls, c)
+		rec.mu.Unlock()
+		err := fail(ctx, c)
+		if err == nil {
+			rec.mu.Lock()
+			rec.successes[sid] = append(rec.successes[sid], m.MessageID)
+			rec.mu.Unlock()
+		}
+		return err
+	}
+}
+
+func (rec *sessionRecorder) onProcessed(p retry.ProcessedParams) {
+	rec.mu.Lock()
+	rec.processed = append(rec.processed, p)
+	rec.mu.Unlock()
+}
+
+func (rec *sessionRecorder) callsOf(session string) []sessionCall {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var out []sessionCall
+	for _, c := range rec.calls {
+		if c.Session == session {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func (rec *sessionRecorder) successesOf(session string) []string {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	return append([]string(nil), rec.successes[session]...)
+}
+
+// newSessionBroker is a session-enabled retrytest queue on the bubble's clock.
+func newSessionBroker(t *testing.T, opts *retrytest.BrokerOptions) *retrytest.Broker {
+	t.Helper()
+	if opts == nil {
+		opts = &retrytest.BrokerOptions{}
+	}
+	opts.RequiresSession = true
+	return newBroker(t, nil, opts)
+}
+
+// sendSession sends n messages "<session>-<i>" (i from 1) to session.
+func sendSession(t *testing.T, b *retrytest.Broker, session string, n int) {
+	t.Helper()
+	for i := 1; i <= n; i++ {
+		_, err := b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("%s-%d", session, i)), SessionID: strPtr(session), Body: []byte("x")})
+		require.NoError(t, err)
+	}
+}
+
+// newSessionConsumer builds a session consumer on b with the recorder's OnProcessed and a discarded
+// log unless opts say otherwise.
+func newSessionConsumer(t *testing.T, b *retrytest.Broker, h retry.Handler, rec *sessionRecorder, opts *retry.Options, sopts *retry.SessionOptions) *retry.SessionConsumer {
+	t.Helper()
+	if opts == nil {
+		opts = &retry.Options{}
+	}
+	if opts.Logger == nil {
+		opts.Logger = discardLogger()
+	}
+	if rec != nil && opts.Hooks.OnProcessed == nil {
+		opts.Hooks.OnProcessed = rec.onProcessed
+	}
+	sc, err := retry.NewSessionConsumer(b.SessionConnector(), h, opts, sopts)
+	require.NoError(t, err)
+	return sc
+}
+
+// runSessionConsumer starts sc.Run and returns a function that cancels it and returns Run's error.
+func runSessionConsumer(t *testing.T, sc *retry.SessionConsumer) (stop func() error) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- sc.Run(ctx) }()
+	return func() error {
+		cancel()
+		return <-done
+	}
+}
+
+// waitFor waits until cond holds on b, for at most an hour of the bubble's time, so that a consumer that
+// never gets there fails the test instead of running its fake clock for ever.
+func waitFor(t *testing.T, b *retrytest.Broker, cond func() bool) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), time.Hour)
+	defer cancel()
+	require.NoError(t, b.WaitUntil(ctx, cond))
+}
+
+func ids(session string, n ...int) []string {
+	out := make([]string, len(n))
+	for i, k := range n {
+		out[i] = fmt.Sprintf("%s-%d", session, k)
+	}
+	return out
+}
+
+// A running handler keeps ShutdownGrace, and its success is still completed.
+func TestSessionShutdownLetsHandlerFinish(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		started := make(chan struct{})
+		var states []retry.State
+		var mu sync.Mutex
+		h := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			if m.MessageID == "s-1" {
+				close(started)
+				time.Sleep(5 * time.Second)
+				return ctx.Err()
+			}
+			return nil
+		}
+		sc := newSessionConsumer(t, b, h, nil, &retry.Options{ShutdownGrace: 10 * time.Second, Hooks: retry.Hooks{
+			OnStateChange: func(p retry.StateChangeParams) {
+				mu.Lock()
+				states = append(states, p.To)
+				mu.Unlock()
+			}}}, nil)
+		stop := runSessionConsumer(t, sc)
+		<-started
+		require.NoError(t, stop())
+		require.Len(t, b.Completed(), 1)
+		assert.Equal(t, "s-1", b.Completed()[0].MessageID)
+		assert.Equal(t, 1, b.Stats().Active, "s-2 was not started")
+		assert.Equal(t, []retry.State{retry.StateConnecting, retry.StateRunning, retry.StateDraining, retry.StateStopped}, states)
+	})
+}
+
+func TestNewSessionConsumerInvalidOptions(t *testing.T) {
+	connect := func(context.Context) (*retry.SessionConnection, error) { return nil, errors.New("unused") }
+	cases := []struct {
+		name    string
+		connect retry.SessionConnector
+		handler retry.Handler
+		opts    *retry.Options
+		sopts   *retry.SessionOptions
+		field   string
+	}{
+		{name: "nil connector", handler: okHandler, field: "connect"},
+		{name: "nil handler", connect: connect, field: "handler"},
+		{name: "MaxConcurrency", connect: connect, handler: okHandler, opts: &retry.Options{MaxConcurrency: 4}, field: "MaxConcurrency"},
+		{name: "ReceiveBatchSize", connect: connect, handler: okHandler, opts: &retry.Options{ReceiveBatchSize: 4}, field: "ReceiveBatchSize"},
+		{name: "Prefetch", connect: connect, handler: okHandler, opts: &retry.Options{Prefetch: -1}, field: "Prefetch"},
+		{name: "Outage", connect: connect, handler: okHandler, opts: &retry.Options{Outage: &retry.OutageOptions{}}, field: "Outage"},
+		{name: "DisableLockRenewal", connect: connect, handler: okHandler, opts: &retry.Options{DisableLockRenewal: true}, field: "DisableLockRenewal"},
+		{name: "negative MaxAttempts", connect: connect, handler: okHandler, opts: &retry.Options{MaxAttempts: -1}, field: "MaxAttempts"},
+		{name: "negative sessions", connect: connect, handler: okHandler, sopts: &retry.SessionOptions{MaxConcurrentSessions: -1}, field: "MaxConcurrentSessions"},
+		{name: "negative idle", connect: connect, handler: okHandler, sopts: &retry.SessionOptions{SessionIdleTimeout: -1}, field: "SessionIdleTimeout"},
+		{name: "negative hold", connect: connect, handler: okHandler, sopts: &retry.SessionOptions{MaxHold: -time.Second}, field: "MaxHold"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			sc, err := retry.NewSessionConsumer(tc.connect, tc.handler, tc.opts, tc.sopts)
+			assert.Nil(t, sc)
+			require.ErrorIs(t, err, retry.ErrInvalidOptions)
+			var oe *retry.OptionError
+			require.ErrorAs(t, err, &oe)
+			assert.Equal(t, tc.field, oe.Field)
+		})
+	}
+	t.Run("defaults", func(t *testing.T) {
+		sc, err := retry.NewSessionConsumer(connect, okHandler, nil, nil)
+		require.NoError(t, err)
+		assert.Equal(t, retry.StateIdle, sc.Health().State)
+	})
+	t.Run("zero value", func(t *testing.T) {
+		var sc retry.SessionConsumer
+		assert.ErrorIs(t, sc.Run(t.Context()), retry.ErrNotConfigured)
+	})
+}

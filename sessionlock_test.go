@@ -1,0 +1,83 @@
+package retry_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// The session lock is renewed while the session is held, so a hold longer than the lock duration
+// keeps the message: it is completed on its first delivery.
+func TestSessionLockRenewedDuringHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		failed := false
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && !failed {
+				failed = true
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, &retry.SessionOptions{SessionIdleTimeout: time.Minute})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		sessions := b.Sessions()
+		require.NoError(t, stop())
+
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+		calls := rec.callsOf("s")
+		require.Len(t, calls, 3)
+		assert.Equal(t, time.Minute, calls[1].At-calls[0].At, "a one-minute hold under a ten-second lock")
+		for _, m := range b.Completed() {
+			assert.Equal(t, uint32(1), m.DeliveryCount, "the lock held through the hold: %s", m.MessageID)
+		}
+		require.Len(t, sessions, 1, "the session is still held after its last message")
+		assert.False(t, sessions[0].LockedUntil.IsZero())
+	})
+}
+
+// A lost session lock cancels the handler with ErrLockLost, settles nothing, and releases the session:
+// its messages come back in order and are handled again.
+func TestSessionLockLostCancelsHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		started := make(chan struct{})
+		var cause error
+		h := rec.handler(func(ctx context.Context, c sessionCall) error {
+			if c.ID == "s-1" && cause == nil {
+				close(started)
+				<-ctx.Done()
+				cause = context.Cause(ctx)
+				return cause
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, nil, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		<-started
+		b.ExpireLocks()
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+
+		assert.ErrorIs(t, cause, retry.ErrLockLost)
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+		require.Len(t, rec.processed, 3)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome)
+		assert.ErrorIs(t, rec.processed[0].Result.SettleErr, retry.ErrLockLost)
+		assert.Equal(t, "s-1", rec.processed[1].Message.MessageID, "the lost message comes back first")
+		assert.Equal(t, 1, rec.processed[1].Result.Attempt, "a lost lock spends no attempt")
+		assert.Equal(t, uint64(1), sc.Health().LeftForRedelivery)
+	})
+}
