@@ -1,0 +1,134 @@
+//go:build !live
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
+)
+
+// Per-session order through the real SDK on the emulator: 20 sessions of 20 messages, four held at
+// once; every fifth message of each session fails twice and is retried in place. Each session's
+// successes must be in sequence, no message may run before its predecessor succeeded, and the retries
+// in place come late by no more than the logged p99 (actual call minus planned: failure + delay).
+func TestSessionOrderAcrossTransientFailures(t *testing.T) {
+	parallel(t)
+	const (
+		sessions   = 20
+		perSession = 20
+		delay      = 50 * time.Millisecond
+	)
+	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "sessions", RequiresSession: true, LockDuration: 10 * time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, em.Close()) })
+	e := &env{connStr: em.ConnectionString(), queue: "sessions", em: em}
+
+	sender, err := e.client(t).NewSender(e.queue, nil)
+	require.NoError(t, err)
+	for i := range perSession {
+		for s := range sessions {
+			sid := fmt.Sprintf("s%02d", s)
+			id := fmt.Sprintf("%s-%02d", sid, i)
+			require.NoError(t, sender.SendMessage(t.Context(), &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte(strconv.Itoa(i))}, nil))
+		}
+	}
+
+	var (
+		mu        sync.Mutex
+		next      = map[string]int{} // per session, the index of the next message allowed to succeed
+		failedAt  = map[string]time.Time{}
+		lateness  []time.Duration
+		outOfTurn []string
+		done      = make(chan struct{})
+		succeeded int
+	)
+	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		sid, _ := retry.SessionIDFromContext(ctx)
+		env, _ := retry.EnvelopeFromContext(ctx)
+		i, _ := strconv.Atoi(string(m.Body))
+		now := time.Now()
+		mu.Lock()
+		defer mu.Unlock()
+		if at, ok := failedAt[m.MessageID]; ok {
+			lateness = append(lateness, now.Sub(at)-delay)
+			delete(failedAt, m.MessageID)
+		}
+		if i != next[sid] {
+			outOfTurn = append(outOfTurn, fmt.Sprintf("%s ran while %d was next", m.MessageID, next[sid]))
+		}
+		if i%5 == 2 && env.Attempt < 3 {
+			failedAt[m.MessageID] = time.Now()
+			return errBoom
+		}
+		next[sid] = i + 1
+		succeeded++
+		if succeeded == sessions*perSession {
+			close(done)
+		}
+		return nil
+	}
+	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
+	})
+	require.NoError(t, err)
+	var processed sync.Map
+	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
+		Backoff: retry.Constant{Interval: delay}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
+		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+			n, _ := processed.LoadOrStore(p.Message.MessageID, new(int))
+			*n.(*int)++
+		}},
+	}, &retry.SessionOptions{MaxConcurrentSessions: 4, SessionIdleTimeout: 500 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- sc.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("the sessions were not drained in time")
+	}
+	elapsed := time.Since(start)
+	cancel()
+	require.NoError(t, <-runErr)
+
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Empty(t, outOfTurn, "no message runs before its predecessor succeeded")
+	for s := range sessions {
+		assert.Equal(t, perSession, next[fmt.Sprintf("s%02d", s)])
+	}
+	h := sc.Health()
+	assert.Equal(t, uint64(sessions*perSession), h.Completed)
+	assert.Zero(t, h.DeadLettered)
+	assert.Zero(t, h.LeftForRedelivery)
+	require.Len(t, lateness, sessions*(perSession/5)*2, "two retries in place of every fifth message")
+	slices.Sort(lateness)
+	p50, p99, worst := lateness[len(lateness)/2], lateness[len(lateness)*99/100], lateness[len(lateness)-1]
+	t.Logf("hold-in-place lateness over %d retries (delay %v): p50 %v, p99 %v, max %v; %d messages in %v",
+		len(lateness), delay, p50, p99, worst, sessions*perSession, elapsed.Round(time.Millisecond))
+	for _, l := range lateness {
+		require.GreaterOrEqual(t, l, time.Duration(0), "never early")
+	}
+	n := 0
+	processed.Range(func(_, v any) bool {
+		assert.Equal(t, 1, *v.(*int), "OnProcessed once per message")
+		n++
+		return true
+	})
+	assert.Equal(t, sessions*perSession, n)
+}
