@@ -197,3 +197,84 @@ func TestSessionShutdownDuringHold(t *testing.T) {
 		}
 	})
 }
+
+// The policies apply to holds in place as to delayed retries: a rule may discard, the first retries
+// wait ImmediateDelay, and RetryAfter replaces the backoff's delay within its cap.
+func TestSessionHoldPolicies(t *testing.T) {
+	errGone := errors.New("order deleted")
+	errThrottled := errors.New("throttled")
+	cases := []struct {
+		name    string
+		opts    retry.Options
+		fail    func(c sessionCall) error
+		gaps    []time.Duration // between the calls of s-1
+		outcome retry.Outcome
+		counter func(h retry.Health) uint64
+		want    uint64
+	}{
+		{
+			name: "discard",
+			opts: retry.Options{Policies: []retry.Rule{{Name: "gone", Match: retry.ErrorIs(errGone), Policy: retry.Policy{Action: retry.ActionDiscard}}}},
+			fail: func(sessionCall) error { return errGone },
+			gaps: []time.Duration{}, outcome: retry.OutcomeDiscarded,
+			counter: func(h retry.Health) uint64 { return h.Discarded }, want: 1,
+		},
+		{
+			name: "immediate retries first",
+			opts: retry.Options{ImmediateRetries: 1, ImmediateDelay: 100 * time.Millisecond, Backoff: retry.Constant{Interval: 10 * time.Second}},
+			fail: func(c sessionCall) error {
+				if c.Attempt < 3 {
+					return errBoom
+				}
+				return nil
+			},
+			gaps: []time.Duration{100 * time.Millisecond, 10 * time.Second}, outcome: retry.OutcomeCompleted,
+			counter: func(h retry.Health) uint64 { return h.Completed }, want: 2,
+		},
+		{
+			name: "RetryAfter within the cap",
+			opts: retry.Options{Backoff: retry.Exponential{Base: time.Second, Cap: 30 * time.Second}},
+			fail: func(c sessionCall) error {
+				switch c.Attempt {
+				case 1:
+					return retry.RetryAfter(3*time.Second, errThrottled)
+				case 2:
+					return retry.RetryAfter(time.Hour, errThrottled)
+				}
+				return nil
+			},
+			gaps: []time.Duration{3 * time.Second, 30 * time.Second}, outcome: retry.OutcomeCompleted,
+			counter: func(h retry.Health) uint64 { return h.Completed }, want: 2,
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newSessionBroker(t, nil)
+				sendSession(t, b, "s", 2)
+				rec := newSessionRecorder()
+				h := rec.handler(func(_ context.Context, c sessionCall) error {
+					if c.ID == "s-1" {
+						return tc.fail(c)
+					}
+					return nil
+				})
+				opts := tc.opts
+				sc := newSessionConsumer(t, b, h, rec, &opts, nil)
+				stop := runSessionConsumer(t, sc)
+				waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+				require.NoError(t, stop())
+				var gaps []time.Duration
+				calls := rec.callsOf("s")
+				for i := 1; i < len(calls)-1; i++ {
+					gaps = append(gaps, calls[i].At-calls[i-1].At)
+				}
+				assert.Equal(t, tc.gaps, append([]time.Duration{}, gaps...), "the waits between the attempts of s-1")
+				require.Len(t, rec.processed, 2)
+				assert.Equal(t, tc.outcome, rec.processed[0].Result.Outcome)
+				assert.Equal(t, "s-2", calls[len(calls)-1].ID, "the session went on after s-1")
+				assert.Equal(t, tc.want, tc.counter(sc.Health()))
+			})
+		})
+	}
+}
