@@ -220,3 +220,31 @@ func TestNewSessionConsumerInvalidOptions(t *testing.T) {
 		assert.ErrorIs(t, sc.Run(t.Context()), retry.ErrNotConfigured)
 	})
 }
+
+// A handler that outlives ShutdownGrace and one SettleTimeout makes Run return a ShutdownError naming
+// it, without settling its message.
+func TestSessionShutdownTimesOut(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		started, release := make(chan struct{}), make(chan struct{})
+		h := func(context.Context, *azservicebus.ReceivedMessage) error {
+			close(started)
+			<-release // ignores its context
+			return nil
+		}
+		sc := newSessionConsumer(t, b, h, nil, &retry.Options{ShutdownGrace: time.Second, SettleTimeout: 2 * time.Second}, nil)
+		stop := runSessionConsumer(t, sc)
+		<-started
+		begin := time.Now()
+		err := stop()
+		assert.Equal(t, 3*time.Second, time.Since(begin), "the grace, then one settle timeout")
+		var se *retry.ShutdownError
+		require.ErrorAs(t, err, &se)
+		assert.Equal(t, 1, se.Running)
+		assert.ErrorIs(t, err, retry.ErrShutdownTimeout)
+		close(release)
+		synctest.Wait()
+		assert.Empty(t, b.Completed(), "nothing is settled after Run gave up")
+	})
+}

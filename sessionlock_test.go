@@ -81,3 +81,40 @@ func TestSessionLockLostCancelsHandler(t *testing.T) {
 		assert.Equal(t, uint64(1), sc.Health().LeftForRedelivery)
 	})
 }
+
+// A session lock lost during a hold ends the hold: nothing is settled, and the message comes back
+// first, its attempts starting again (they are counted in memory only).
+func TestSessionLockLostDuringHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		failed := make(chan struct{})
+		first := true
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && first {
+				first = false
+				close(failed)
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		<-failed
+		synctest.Wait() // holding
+		b.ExpireLocks()
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+
+		require.Len(t, rec.processed, 3)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome)
+		assert.ErrorIs(t, rec.processed[0].Result.SettleErr, retry.ErrLockLost)
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+		calls := rec.callsOf("s")
+		require.Len(t, calls, 3)
+		assert.Equal(t, "s-1", calls[1].ID)
+		assert.Equal(t, 1, calls[1].Attempt)
+		assert.Less(t, calls[1].At, time.Minute, "the hold ended with the lock, not with its delay")
+	})
+}
