@@ -132,3 +132,87 @@ func TestSessionOrderAcrossTransientFailures(t *testing.T) {
 	})
 	assert.Equal(t, sessions*perSession, n)
 }
+
+// A session lock lost through the SDK (the emulator expires it and detaches the link). The SDK's
+// recovery re-locks the session for the same receiver on the next renewal, which then succeeds, so the
+// consumer cannot tell before it settles: the complete of the message received under the old lock
+// fails (bounded by SettleTimeout), the message is left unsettled, the session released, and its
+// messages come back in order; the handler ran twice for the first (at least once), never out of order.
+func TestSessionLockLostThroughTheSDK(t *testing.T) {
+	parallel(t)
+	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "sessions", RequiresSession: true, LockDuration: 4 * time.Second}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, em.Close()) })
+	e := &env{connStr: em.ConnectionString(), queue: "sessions", em: em}
+	sender, err := e.client(t).NewSender(e.queue, nil)
+	require.NoError(t, err)
+	sid := "s"
+	for i := 1; i <= 3; i++ {
+		id := fmt.Sprintf("s-%d", i)
+		require.NoError(t, sender.SendMessage(t.Context(), &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte("x")}, nil))
+	}
+
+	var (
+		mu        sync.Mutex
+		successes []string
+		counts    []uint32
+		results   []retry.Result
+		started   = make(chan struct{})
+		expired   = make(chan struct{})
+		done      = make(chan struct{})
+	)
+	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		mu.Lock()
+		first := len(successes) == 0
+		mu.Unlock()
+		if first {
+			close(started)
+			<-expired
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		successes = append(successes, m.MessageID)
+		counts = append(counts, m.DeliveryCount)
+		if m.MessageID == "s-3" {
+			close(done)
+		}
+		return nil
+	}
+	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
+	})
+	require.NoError(t, err)
+	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
+		SettleTimeout: 3 * time.Second, Logger: quietLogger(),
+		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+			mu.Lock()
+			results = append(results, p.Result)
+			mu.Unlock()
+		}},
+	}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	runErr := make(chan error, 1)
+	go func() { runErr <- sc.Run(ctx) }()
+	<-started
+	lostAt := time.Now()
+	em.Broker().ExpireAllLocks()
+	close(expired)
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("the session was not handled again in time")
+	}
+	t.Logf("lock lost to the session handled again: %v", time.Since(lostAt).Round(time.Millisecond))
+	cancel()
+	require.NoError(t, <-runErr)
+	mu.Lock()
+	defer mu.Unlock()
+	assert.Equal(t, []string{"s-1", "s-1", "s-2", "s-3"}, successes, "in order; the first again, since its complete failed")
+	assert.GreaterOrEqual(t, counts[1], uint32(2), "the lost lock counted the delivery")
+	require.Len(t, results, 4)
+	assert.Equal(t, retry.OutcomeLeftForRedelivery, results[0].Outcome)
+	assert.Error(t, results[0].SettleErr)
+	assert.Equal(t, uint64(3), sc.Health().Completed)
+	assert.Equal(t, uint64(1), sc.Health().LeftForRedelivery)
+}
