@@ -248,3 +248,29 @@ func TestSessionShutdownTimesOut(t *testing.T) {
 		assert.Empty(t, b.Completed(), "nothing is settled after Run gave up")
 	})
 }
+
+// A session consumer on a session-enabled queue: each session's messages in order, a failure retried
+// in place after its backoff while the rest of its session waits. (Compile-only: it needs a namespace.)
+func ExampleNewSessionConsumer() {
+	connect, err := retry.SessionQueueConnectionString("Endpoint=sb://myns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=...", "orders", nil)
+	if err != nil {
+		panic(err)
+	}
+	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		session, _ := retry.SessionIDFromContext(ctx)
+		env, _ := retry.EnvelopeFromContext(ctx)
+		fmt.Println("order", session, "message", msg.MessageID, "attempt", env.Attempt)
+		return nil
+	}
+	c, err := retry.NewSessionConsumer(connect, handler,
+		&retry.Options{MaxAttempts: 5, Backoff: retry.Exponential{Base: time.Second, Cap: 30 * time.Second}},
+		&retry.SessionOptions{MaxConcurrentSessions: 16, MaxHold: 2 * time.Minute})
+	if err != nil {
+		panic(err)
+	}
+	ctx, stop := context.WithCancel(context.Background())
+	defer stop()
+	if err := c.Run(ctx); err != nil {
+		panic(err)
+	}
+}

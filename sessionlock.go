@@ -15,6 +15,13 @@ import (
 // renewal of their own. When the lock is lost (a renewal says so, or renewals kept failing until the
 // lock ran out on the local clock) ctx is cancelled with [ErrLockLost]: the handler's context, the
 // hold's wait and every settle derive from it.
+//
+// Through the Go SDK (azservicebus v1.11) a lost session lock is not always seen here: when no other
+// receiver has taken the session, the SDK's link recovery locks it again for the same receiver and the
+// renewal succeeds, while the messages received under the old lock have been given back (their
+// delivery counted). The consumer then learns it when the message's settle fails, bounded by
+// SettleTimeout; it leaves the message unsettled and releases the session, so the order still holds
+// and the handler runs again (at least once). e2e's TestSessionLockLostThroughTheSDK shows it.
 type sessionLock struct {
 	ctx    context.Context
 	cancel context.CancelCauseFunc
