@@ -216,3 +216,75 @@ func TestSessionLockLostThroughTheSDK(t *testing.T) {
 	assert.Equal(t, uint64(3), sc.Health().Completed)
 	assert.Equal(t, uint64(1), sc.Health().LeftForRedelivery)
 }
+
+// A session-enabled subscription through SessionSubscriptionConnectionString: per-session order with
+// retries in place, the entity path naming the subscription.
+func TestSessionSubscriptionOrder(t *testing.T) {
+	parallel(t)
+	const sessions, perSession = 3, 6
+	em, err := sbemu.Start(sbemu.Config{Topics: []broker.TopicConfig{{Name: "events",
+		Subscriptions: []broker.SubscriptionConfig{{Name: "billing", RequiresSession: true}}}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, em.Close()) })
+	e := &env{connStr: em.ConnectionString(), queue: "events", em: em}
+	sender, err := e.client(t).NewSender("events", nil)
+	require.NoError(t, err)
+	for i := range perSession {
+		for s := range sessions {
+			sid := fmt.Sprintf("s%d", s)
+			id := fmt.Sprintf("%s-%d", sid, i)
+			require.NoError(t, sender.SendMessage(t.Context(), &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte(strconv.Itoa(i))}, nil))
+		}
+	}
+	var (
+		mu       sync.Mutex
+		got      = map[string][]int{}
+		entities = map[string]bool{}
+		done     = make(chan struct{})
+		total    int
+	)
+	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		sid, _ := retry.SessionIDFromContext(ctx)
+		env, _ := retry.EnvelopeFromContext(ctx)
+		i, _ := strconv.Atoi(string(m.Body))
+		if i == 1 && env.Attempt == 1 {
+			return errBoom
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		got[sid] = append(got[sid], i)
+		if total++; total == sessions*perSession {
+			close(done)
+		}
+		return nil
+	}
+	connect, err := retry.SessionSubscriptionConnectionString(e.connStr, "events", "billing", &retry.ConnectOptions{
+		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
+	})
+	require.NoError(t, err)
+	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
+		Backoff: retry.Constant{Interval: 20 * time.Millisecond}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
+		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
+			mu.Lock()
+			entities[p.EntityPath] = true
+			mu.Unlock()
+		}},
+	}, &retry.SessionOptions{MaxConcurrentSessions: 2, SessionIdleTimeout: 300 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	runErr := make(chan error, 1)
+	go func() { runErr <- sc.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(testTimeout):
+		t.Fatal("the subscription's sessions were not drained in time")
+	}
+	cancel()
+	require.NoError(t, <-runErr)
+	mu.Lock()
+	defer mu.Unlock()
+	for s := range sessions {
+		assert.Equal(t, []int{0, 1, 2, 3, 4, 5}, got[fmt.Sprintf("s%d", s)])
+	}
+	assert.Equal(t, map[string]bool{"events/Subscriptions/billing": true}, entities)
+}
