@@ -288,3 +288,67 @@ func TestSessionSubscriptionOrder(t *testing.T) {
 	}
 	assert.Equal(t, map[string]bool{"events/Subscriptions/billing": true}, entities)
 }
+
+// Many sessions, few held at once: 1,000 sessions of one message each through 8 workers, each session
+// released one SessionIdleTimeout after its message.
+func TestSessionManySessions(t *testing.T) {
+	parallel(t)
+	const sessions = 1000
+	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "sessions", RequiresSession: true}}})
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, em.Close()) })
+	e := &env{connStr: em.ConnectionString(), queue: "sessions", em: em}
+	sender, err := e.client(t).NewSender(e.queue, nil)
+	require.NoError(t, err)
+	for s := 0; s < sessions; s += 100 {
+		batch, err := sender.NewMessageBatch(t.Context(), nil)
+		require.NoError(t, err)
+		for i := s; i < s+100; i++ {
+			sid := fmt.Sprintf("s%04d", i)
+			require.NoError(t, batch.AddMessage(&azservicebus.Message{MessageID: &sid, SessionID: &sid, Body: []byte("x")}, nil))
+		}
+		require.NoError(t, sender.SendMessageBatch(t.Context(), batch, nil))
+	}
+	var (
+		mu   sync.Mutex
+		seen = map[string]int{}
+		done = make(chan struct{})
+	)
+	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		sid, _ := retry.SessionIDFromContext(ctx)
+		mu.Lock()
+		defer mu.Unlock()
+		if seen[sid]++; len(seen) == sessions && seen[sid] == 1 {
+			close(done)
+		}
+		return nil
+	}
+	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
+	})
+	require.NoError(t, err)
+	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{SettleTimeout: 5 * time.Second, Logger: quietLogger()},
+		&retry.SessionOptions{MaxConcurrentSessions: 8, SessionIdleTimeout: 50 * time.Millisecond})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	runErr := make(chan error, 1)
+	start := time.Now()
+	go func() { runErr <- sc.Run(ctx) }()
+	select {
+	case <-done:
+	case <-time.After(2 * testTimeout):
+		mu.Lock()
+		n := len(seen)
+		mu.Unlock()
+		t.Fatalf("only %d of %d sessions handled in time", n, sessions)
+	}
+	t.Logf("%d sessions through 8 workers (idle timeout 50ms) in %v", sessions, time.Since(start).Round(time.Millisecond))
+	cancel()
+	require.NoError(t, <-runErr)
+	mu.Lock()
+	defer mu.Unlock()
+	for sid, n := range seen {
+		assert.Equal(t, 1, n, sid)
+	}
+	assert.Equal(t, uint64(sessions), sc.Health().Completed)
+}
