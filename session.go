@@ -227,6 +227,7 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 	})
 	loopErr := r.loop(ctx)
 	if ctx.Err() != nil {
+		// The AfterFunc may not have run yet; the state must pass through draining all the same.
 		c.setState(StateDraining, nil)
 	}
 
@@ -259,6 +260,7 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 		sc.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
 		abandon(ErrShutdownTimeout) // ends every session lock, and with them the settles in flight
 	}
+	// The sessions were closed by their workers; only the client is left.
 	if live := r.current; live != nil {
 		r.closeConnection(ctx, live)
 	}
@@ -312,6 +314,8 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		r.current = live
 		c.setState(StateRunning, nil)
 
+		// The workers of this connection: each accepts and serves one session at a time. wctx ends them
+		// all when one finds the connection broken, or when ctx ends.
 		wctx, stop := context.WithCancel(ctx)
 		n := sc.scfg.maxSessions
 		broken := make(chan error, n)
@@ -329,6 +333,7 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		var why error
 		select {
 		case <-ctx.Done():
+			// Shutdown: Run waits for the workers, within the grace, and closes the connection.
 			stop()
 			return nil
 		case why = <-broken:
@@ -346,6 +351,8 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		}
+		// As for the queue consumer: the failure count is reset only by a connection that worked, so
+		// that one that connects and breaks at once walks the reconnect schedule instead of looping.
 		if live.proven.Load() {
 			failures = 0
 		}

@@ -125,7 +125,7 @@ func sessionConnectOptions(opts *ConnectOptions) error {
 // queueAccept accepts the next session of queue on a client.
 func queueAccept(queue string) func(context.Context, *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
 	return func(ctx context.Context, client *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
-		opts := sessionPeekLock
+		opts := sessionPeekLock // a copy per call: the SDK may keep the pointer
 		return client.AcceptNextSessionForQueue(ctx, queue, &opts)
 	}
 }
@@ -145,6 +145,8 @@ func (cl *clients) sessionConnector(entity string, accept func(context.Context, 
 		if err := resolveHost(ctx, cl.host, cl.opts); err != nil {
 			return nil, err
 		}
+		// One client per connection; it connects lazily, so a dead namespace shows in the first
+		// accept, which the consumer then treats as a broken connection.
 		client, err := cl.newClient()
 		if err != nil {
 			return nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))

@@ -16,6 +16,10 @@ func (r *sessionRun) handle(stop context.Context, recv SessionReceiver, lk *sess
 	c.received.Add(1)
 	c.inFlight.Add(1)
 	now := r.sc.cfg.clock.Now()
+	// The delivery is the processor's (processor.go), so that the hooks, the logs and the dead-letter
+	// decisions see a session message exactly as they see a queue message. Its route has no settler:
+	// the session receiver settles, below. The session id rides in the context from the start, so
+	// that OnStart sees it too.
 	d := &delivery{msg: msg, route: route{entity: entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, sid), start: now, now: now}
 	res := r.holdInPlace(stop, recv, lk, d)
 	res = p.finish(d, d.env, res)
@@ -33,6 +37,8 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 	msg := d.msg
 	env, envErr := DecodeEnvelope(msg)
 	if envErr != nil {
+		// Malformed retry properties cannot be trusted to count attempts: dead-letter at once, as the
+		// queue consumer does, and let the session go on.
 		d.env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 		p.started(d)
 		res := Result{Attempt: env.Attempt}
@@ -42,10 +48,15 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 	d.env = seed(msg, env, d.route.entity, p.idempotencyKey)
 	hctx := p.started(d)
 	res := Result{Attempt: d.env.Attempt}
+	// holdStart is when the first attempt failed: MaxHold counts from there, since until then the
+	// session was not held, only busy.
 	var holdStart time.Time
 	for {
 		herr := r.runHandler(hctx, lk, d)
 		res.Attempt, res.HandlerErr = d.env.Attempt, herr
+		// The order of the checks matters: a lost lock makes any settle impossible, whatever the
+		// handler returned; then a success is completed even during a shutdown (the work is done);
+		// then a failure during a shutdown counts no attempt.
 		if lost, why := lk.lost(); lost {
 			p.log(hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", msg, d.env)
 			return withOutcome(res, OutcomeLeftForRedelivery, why)
@@ -61,6 +72,8 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 		if holdStart.IsZero() {
 			holdStart = d.now
 		}
+		// The same policy order as the queue consumer's (policy.go): Permanent, then the rules, then
+		// the Options.
 		pol := p.policyFor(herr)
 		res.Policy = pol.name
 		dec, delay := r.decideInPlace(d, herr, pol, res.ImmediateRetries, holdStart)
@@ -73,6 +86,9 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 			r.deadLetter(d, recv, lk, dec, &res)
 			return res
 		}
+		// Hold in place: this goroutine is the session's only one, so waiting here is what keeps
+		// every later message of the session from running. The session lock is renewed meanwhile by
+		// its own goroutine (sessionlock.go).
 		p.log(hctx, slog.LevelDebug, "holding the session for a retry in place", msg, d.env, errAttr(herr), slog.Duration("delay", delay))
 		if ok, why := r.waitHold(stop, lk, delay); !ok {
 			p.log(hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", msg, d.env, errAttr(why))
@@ -81,6 +97,8 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 		if res.ImmediateRetries < pol.immediate {
 			res.ImmediateRetries++
 		}
+		// The next attempt, in this delivery: the envelope moves on as a retry copy's would, so the
+		// handler sees Attempt and LastError as it would on a queue.
 		d.env.Attempt++
 		d.env.LastError = p.errorText(herr)
 	}
@@ -112,10 +130,14 @@ func (r *sessionRun) decideInPlace(d *delivery, herr error, pol policy, immediat
 	case env.Attempt >= pol.maxAttempts:
 		return p.deadLetterDecision(env, msg, cfg.reasons.MaxAttempts, herr, now, true), 0
 	}
+	// The backoff's delay (or RetryAfter's, capped by the backoff), except for the policy's immediate
+	// retries, which wait ImmediateDelay as they do on a queue.
 	delay := p.delay(pol, env.Attempt, herr)
 	if immediateDone < pol.immediate {
 		delay = pol.immDelay
 	}
+	// Refuse up front what the wait could not end well: past MaxHold (the session would be held too
+	// long), past the budget, past the producer's expiry.
 	at := now.Add(delay)
 	switch {
 	case at.Sub(holdStart) > r.sc.scfg.maxHold:
@@ -135,6 +157,7 @@ func (r *sessionRun) runHandler(ctx context.Context, lk *sessionLock, d *deliver
 	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, &d.env))
 	unwatch := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
 	start := clk.Now()
+	// callHandler turns a panic into a failed attempt, as for the queue consumer.
 	err := r.sc.proc.callHandler(hctx, d.msg)
 	unwatch()
 	cancel(nil)

@@ -20,6 +20,8 @@ var errSessionIdle = errors.New("retry: no message in the session within Session
 // sessionWorker accepts sessions one after the other and serves each until it is released, until ctx
 // ends (nil) or an accept finds the connection broken (the reason).
 func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnection) error {
+	// One session at a time per worker: MaxConcurrentSessions workers are the limit, without a
+	// semaphore of their own.
 	for ctx.Err() == nil {
 		recv, err := r.acceptNext(ctx, live)
 		switch {
@@ -29,6 +31,9 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 		case ctx.Err() != nil:
 			return nil
 		case acceptTimedOut(err):
+			// Nothing to accept in the window: ask again. Only the broker's own answer proves the
+			// connection; a deadline of ours may hide a dead one, which the next accept's error
+			// will show.
 			if code, ok := sdkCode(err); ok && code == azservicebus.CodeTimeout {
 				live.proven.Store(true) // the broker answered: nothing to accept
 			}
@@ -72,6 +77,8 @@ func (live *liveSessionConnection) entity(def string) string {
 func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, entity string) {
 	sid := recv.SessionID()
 	lk := r.keepSessionLock(recv, r.sc.cfg.clock.Now())
+	// Stop renewing before closing: a renewal racing the close would only fail, and the close is what
+	// gives the session and its unsettled message back.
 	defer r.closeReceiver(recv)
 	defer lk.release()
 	r.sc.cfg.logger.Debug("session accepted", slog.String("session_id", sid), slog.String("entity", entity))
@@ -81,6 +88,8 @@ func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, entity st
 			r.sc.cfg.logger.Debug("releasing the session", slog.String("session_id", sid), errAttr(why))
 			return
 		}
+		// Strictly one at a time: the next message is not asked for until this one is settled, so
+		// a message left unsettled is never overtaken (the receiver is closed first).
 		for _, msg := range msgs {
 			if res := r.handle(stop, recv, lk, sid, entity, msg); res.Outcome == OutcomeLeftForRedelivery {
 				return
@@ -92,6 +101,8 @@ func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, entity st
 // receiveNext receives the session's next message, waiting at most SessionIdleTimeout, and no longer
 // than the lock lasts or stop. With no message it returns why.
 func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock) ([]*azservicebus.ReceivedMessage, error) {
+	// The receive ends at the first of: a message, the idle timeout (on the Clock), the lock's end,
+	// stop. Each cause is kept, so the log says why the session was released.
 	rctx, cancel := context.WithCancelCause(stop)
 	defer cancel(nil)
 	idle := afterFunc(r.sc.cfg.clock, r.sc.scfg.idle, func() { cancel(errSessionIdle) })
@@ -106,6 +117,8 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 		return nil, cause
 	}
 	if err != nil {
+		// A receive that fails releases the session (its message, if any, goes back); whether the
+		// connection is broken is for the next accept to say.
 		r.sc.stats.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
 		return nil, err
 	}

@@ -45,7 +45,11 @@ type sessionClient struct {
 	receivers []*SessionReceiver
 }
 
+// acceptNext is the connection's AcceptNext: [Broker.AcceptNextSession] on the consumed entity.
 func (c *sessionClient) acceptNext(ctx context.Context) (retry.SessionReceiver, error) {
+	// A closed SDK client refuses every call with CodeClosed; so does this one. The check is repeated
+	// after the accept, which waits without the lock, so that a Close meanwhile does not leave a
+	// session locked by a receiver nobody will close.
 	c.mu.Lock()
 	closed := c.closed
 	c.mu.Unlock()
@@ -66,6 +70,8 @@ func (c *sessionClient) acceptNext(ctx context.Context) (retry.SessionReceiver, 
 	return r, nil
 }
 
+// close closes every receiver the connection accepted: their sessions go back at once, their
+// unsettled messages in order, as when an SDK client closes its links.
 func (c *sessionClient) close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
