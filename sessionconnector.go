@@ -125,7 +125,7 @@ func sessionConnectOptions(opts *ConnectOptions) error {
 // queueAccept accepts the next session of queue on a client.
 func queueAccept(queue string) func(context.Context, *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
 	return func(ctx context.Context, client *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
-		opts := sessionPeekLock // a copy per call: the SDK may keep the pointer
+		opts := sessionPeekLock // a copy per call: no call can change what the next one passes
 		return client.AcceptNextSessionForQueue(ctx, queue, &opts)
 	}
 }

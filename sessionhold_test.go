@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -277,4 +278,26 @@ func TestSessionHoldPolicies(t *testing.T) {
 			})
 		})
 	}
+}
+
+// A complete that fails leaves the message unsettled and releases the session, so that it comes back
+// before the messages behind it: the handler runs again for it (at least once), never out of order.
+func TestSessionFailedSettleReleasesTheSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 3)
+		b.Fail(retrytest.OpComplete, 1, &azservicebus.Error{Code: azservicebus.CodeConnectionLost})
+		rec := newSessionRecorder()
+		h := rec.handler(func(context.Context, sessionCall) error { return nil })
+		sc := newSessionConsumer(t, b, h, rec, nil, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 3 })
+		require.NoError(t, stop())
+		assert.Equal(t, []string{"s-1", "s-1", "s-2", "s-3"}, rec.successesOf("s"))
+		require.Len(t, rec.processed, 4)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome)
+		var sbErr *azservicebus.Error
+		require.ErrorAs(t, rec.processed[0].Result.SettleErr, &sbErr)
+		assert.Equal(t, azservicebus.CodeConnectionLost, sbErr.Code)
+	})
 }

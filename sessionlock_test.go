@@ -6,6 +6,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -116,5 +117,32 @@ func TestSessionLockLostDuringHold(t *testing.T) {
 		assert.Equal(t, "s-1", calls[1].ID)
 		assert.Equal(t, 1, calls[1].Attempt)
 		assert.Less(t, calls[1].At, time.Minute, "the hold ended with the lock, not with its delay")
+	})
+}
+
+// A renewal that fails for another reason than a lost lock is tried again, sooner, while the lock
+// lasts: the hold goes on and the message is completed on its first delivery.
+func TestSessionRenewalRetriedAfterTransientFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 1)
+		b.Fail(retrytest.OpRenew, 2, &azservicebus.Error{Code: azservicebus.CodeConnectionLost})
+		rec := newSessionRecorder()
+		failed := false
+		h := rec.handler(func(context.Context, sessionCall) error {
+			if !failed {
+				failed = true
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: 30 * time.Second}}, nil)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		require.NoError(t, stop())
+		require.Len(t, rec.processed, 1)
+		assert.Equal(t, retry.OutcomeCompleted, rec.processed[0].Result.Outcome)
+		assert.Equal(t, 2, rec.processed[0].Result.Attempt)
+		assert.Equal(t, uint32(1), b.Completed()[0].DeliveryCount)
 	})
 }
