@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
 
 	"github.com/sbretry/retry/internal/redact"
 )
@@ -199,8 +200,10 @@ func SessionIDFromContext(ctx context.Context) (string, bool) {
 // returns a [*ShutdownError]; those goroutines end whenever their handlers return.
 //
 // Run returns [ErrAlreadyRunning] if another Run is active. An accept that fails other than by timing
-// out breaks the connection: it is closed and rebuilt on the ReconnectDelays schedule. Only a first
-// connect that finds the entity missing or the credential unauthorized returns an error, unless
+// out breaks the connection: it is closed and rebuilt on the ReconnectDelays schedule. Only the first
+// contact with the broker (a connect, or, since the SDK connects lazily, the accepts before one got
+// an answer) may end Run: an entity missing ([ErrEntityNotFound]), a credential unauthorized
+// ([ErrUnauthorized]) or an entity that is not session-enabled returns an error, unless
 // Options.RetryStartupErrors is set.
 func (sc *SessionConsumer) Run(ctx context.Context) error {
 	if sc == nil || sc.cfg == nil || sc.connect == nil {
@@ -302,6 +305,10 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		failures  int
 		cause     error
 		connected bool
+		// answered: an accept of this Run got an answer from the broker. Until then an accept's
+		// error may be one retrying cannot fix: the SDK connects lazily, so the first accept is the
+		// first contact.
+		answered bool
 	)
 	c.setState(StateConnecting, nil)
 	for {
@@ -354,7 +361,14 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		// As for the queue consumer: the failure count is reset only by a connection that worked, so
 		// that one that connects and breaks at once walks the reconnect schedule instead of looping.
 		if live.proven.Load() {
-			failures = 0
+			failures, answered = 0, true
+		}
+		if fatal := sessionStartupError(why); fatal != nil && !answered && !sc.cfg.retryStartup {
+			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, why)
+			sc.cfg.logger.Error("first accept failed in a way retrying cannot fix", errAttr(why))
+			r.closeConnection(ctx, live)
+			r.current = nil
+			return fatal
 		}
 		failures++
 		cause = redact.Wrap(why)
@@ -363,6 +377,19 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		r.closeConnection(ctx, live)
 		r.current = nil
 	}
+}
+
+// sessionStartupError classifies an accept failure that retrying cannot fix: what startupError says
+// of a connect (a missing entity, a refused credential), and an entity that refuses a session
+// receiver because it does not require sessions (amqp:not-allowed). It returns nil for anything else.
+func sessionStartupError(err error) error {
+	if fatal := startupError(err); fatal != nil {
+		return fatal
+	}
+	if isAMQPCondition(err, amqp.ErrCondNotAllowed) {
+		return fmt.Errorf("retry: the entity refused a session receiver (is it session-enabled?): %w", err)
+	}
+	return nil
 }
 
 // reconnect builds a fresh connection on the schedule of Consumer.reconnect (reconnect.go), whose

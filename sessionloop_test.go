@@ -68,3 +68,55 @@ func TestSessionAcceptFailureReconnects(t *testing.T) {
 		assert.NotEmpty(t, h.LastError)
 	})
 }
+
+// The first accepts are the first contact with the broker (the SDK connects lazily): one that finds
+// the entity missing, or not session-enabled, ends Run unless RetryStartupErrors is set.
+func TestSessionStartupErrors(t *testing.T) {
+	t.Run("entity not found", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := newSessionBroker(t, nil)
+			b.Fail(retrytest.OpAccept, 1, &azservicebus.Error{Code: azservicebus.CodeNotFound})
+			sc := newSessionConsumer(t, b, okHandler, nil, nil, &retry.SessionOptions{MaxConcurrentSessions: 1})
+			err := sc.Run(t.Context())
+			assert.ErrorIs(t, err, retry.ErrEntityNotFound)
+			assert.Equal(t, retry.StateStopped, sc.Health().State)
+		})
+	})
+	t.Run("not session-enabled", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := newBroker(t, nil, nil) // a plain queue
+			sc := newSessionConsumer(t, b, okHandler, nil, nil, &retry.SessionOptions{MaxConcurrentSessions: 2})
+			err := sc.Run(t.Context())
+			require.Error(t, err)
+			assert.Contains(t, err.Error(), "session-enabled")
+		})
+	})
+	t.Run("retried when asked", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := newSessionBroker(t, nil)
+			sendSession(t, b, "s", 1)
+			b.Fail(retrytest.OpAccept, 1, &azservicebus.Error{Code: azservicebus.CodeNotFound})
+			sc := newSessionConsumer(t, b, okHandler, nil, &retry.Options{RetryStartupErrors: true, ReconnectDelays: []time.Duration{time.Second}},
+				&retry.SessionOptions{MaxConcurrentSessions: 1})
+			stop := runSessionConsumer(t, sc)
+			waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+			require.NoError(t, stop())
+			assert.Equal(t, uint64(1), sc.Health().ConnectFailures+sc.Health().ReceiveFailures)
+		})
+	})
+	t.Run("after an answer, reconnected", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			b := newSessionBroker(t, nil)
+			sendSession(t, b, "a", 1)
+			sc := newSessionConsumer(t, b, okHandler, nil, &retry.Options{ReconnectDelays: []time.Duration{time.Second}},
+				&retry.SessionOptions{MaxConcurrentSessions: 1, SessionIdleTimeout: time.Second})
+			stop := runSessionConsumer(t, sc)
+			waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+			b.Fail(retrytest.OpAccept, 1, &azservicebus.Error{Code: azservicebus.CodeNotFound})
+			sendSession(t, b, "b", 1)
+			waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+			require.NoError(t, stop())
+			assert.Equal(t, 2, b.Connects())
+		})
+	})
+}
