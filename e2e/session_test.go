@@ -352,3 +352,23 @@ func TestSessionManySessions(t *testing.T) {
 	}
 	assert.Equal(t, uint64(sessions), sc.Health().Completed)
 }
+
+// Through the SDK, a session consumer on a queue that is not session-enabled ends Run at once with an
+// error that says so, rather than reconnecting for ever.
+func TestSessionConsumerOnPlainQueueRefused(t *testing.T) {
+	parallel(t)
+	e := newEnv(t, queueSettings{})
+	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
+	})
+	require.NoError(t, err)
+	sc, err := retry.NewSessionConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error { return nil },
+		&retry.Options{Logger: quietLogger()}, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
+	defer cancel()
+	err = sc.Run(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "session-enabled")
+	assert.NoError(t, ctx.Err(), "refused at once, not at the test's deadline")
+}
