@@ -274,3 +274,48 @@ func ExampleNewSessionConsumer() {
 		panic(err)
 	}
 }
+
+// The hooks see a session message as they see a queue message: OnStart's context becomes the
+// handler's (the session id still in it), OnSettle reports each settle, OnProcessed the final result.
+func TestSessionHooks(t *testing.T) {
+	type startKey struct{}
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		var mu sync.Mutex
+		var seen []any
+		var ops []string
+		var processed []retry.ProcessedParams
+		h := func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			sid, _ := retry.SessionIDFromContext(ctx)
+			mu.Lock()
+			seen = append(seen, ctx.Value(startKey{}), sid)
+			mu.Unlock()
+			return nil
+		}
+		sc := newSessionConsumer(t, b, h, nil, &retry.Options{Hooks: retry.Hooks{
+			OnStart: func(p retry.StartParams) context.Context {
+				return context.WithValue(p.Context, startKey{}, "from OnStart")
+			},
+			OnSettle: func(p retry.SettleParams) {
+				mu.Lock()
+				ops = append(ops, p.Operation)
+				mu.Unlock()
+			},
+			OnProcessed: func(p retry.ProcessedParams) {
+				mu.Lock()
+				processed = append(processed, p)
+				mu.Unlock()
+			},
+		}}, nil)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		require.NoError(t, stop())
+		assert.Equal(t, []any{"from OnStart", "s"}, seen)
+		assert.Equal(t, []string{retry.SettleComplete}, ops)
+		require.Len(t, processed, 1)
+		assert.Equal(t, "from OnStart", processed[0].Context.Value(startKey{}))
+		assert.Equal(t, retry.OutcomeCompleted, processed[0].Result.Outcome)
+		assert.Equal(t, 1, processed[0].Result.Attempt)
+	})
+}
