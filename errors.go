@@ -16,8 +16,9 @@ var (
 	// ErrInvalidEnvelope is wrapped by [DecodeEnvelope] when a message carries retry properties of the
 	// wrong type or out of range. Such a message is dead-lettered without calling the handler.
 	ErrInvalidEnvelope = errors.New("retry: invalid retry properties")
-	// ErrLockLost is the cause of a handler context cancelled because the message lock was lost; the
-	// broker redelivers the message, so nothing is republished or settled.
+	// ErrLockLost is the cause of a handler context cancelled because the message lock (for a
+	// [SessionConsumer], the session lock) was lost; the broker redelivers the message, so nothing is
+	// republished or settled.
 	ErrLockLost = errors.New("retry: message lock lost")
 	// ErrAlreadyRunning is returned by [Consumer.Run] when it is called while another Run is active.
 	ErrAlreadyRunning = errors.New("retry: consumer already running")

@@ -56,6 +56,9 @@ type DeadLetterReasons struct {
 	Expired string
 	// NoRoute: no route of a [Router] takes the message. Default "RetryNoRoute".
 	NoRoute string
+	// SessionHoldExceeded: a [SessionConsumer]'s next retry in place would end after
+	// SessionOptions.MaxHold. Default "RetrySessionHoldExceeded".
+	SessionHoldExceeded string
 }
 
 // withDefaults fills every empty reason with its documented default.
@@ -73,6 +76,7 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 	set(&r.UnsupportedBody, "RetryUnsupportedBody")
 	set(&r.Expired, "RetryMessageExpired")
 	set(&r.NoRoute, "RetryNoRoute")
+	set(&r.SessionHoldExceeded, "RetrySessionHoldExceeded")
 	return r
 }
 

@@ -1,0 +1,466 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
+
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// The session consumer, file by file: session.go (this file: the options, the consumer, its Run and
+// connection loop), sessionconnector.go (the connections and the built-in connectors), sessionloop.go
+// (one worker: accept a session, receive its messages one at a time, release it when idle),
+// sessionhold.go (one message: the handler, holds in place, the decision and the settle), sessionlock.go
+// (the session lock, renewed while the session is held).
+
+// SessionReceiver is what the session consumer calls on the receiver of one session: the methods of
+// *azservicebus.SessionReceiver it uses, so that a test can pass a fake (retrytest's SessionReceiver
+// is one). AbandonMessage is not among them: a message the consumer gives back is left unsettled and
+// the receiver closed, which returns it to the session in order without counting a delivery.
+type SessionReceiver interface {
+	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
+	DeadLetterMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeadLetterOptions) error
+	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
+	SessionID() string
+	LockedUntil() time.Time
+	Close(ctx context.Context) error
+}
+
+var _ SessionReceiver = (*azservicebus.SessionReceiver)(nil)
+
+// Defaults for [SessionOptions]. Each applies when its field is zero.
+const (
+	DefaultMaxConcurrentSessions = 8
+	DefaultSessionIdleTimeout    = 10 * time.Second
+	DefaultMaxHold               = 5 * time.Minute
+)
+
+// SessionOptions configures what is particular to [NewSessionConsumer]. A nil *SessionOptions means all
+// defaults; the zero value of every field means its documented default, and negative values are
+// invalid.
+type SessionOptions struct {
+	// MaxConcurrentSessions is the most sessions held at once; each runs one handler at a time, so it is
+	// also the most handlers running at once. Zero means [DefaultMaxConcurrentSessions] (8).
+	MaxConcurrentSessions int
+	// SessionIdleTimeout is how long a held session may go without a message before it is closed and the
+	// next available session accepted, so that a few quiet sessions cannot keep the others waiting. Zero
+	// means [DefaultSessionIdleTimeout] (10 s).
+	SessionIdleTimeout time.Duration
+	// MaxHold is the longest one message may hold its session with retries in place, counted from its
+	// first failure: a retry that would be due later is not waited for, and the message is dead-lettered
+	// with DeadLetterReasons.SessionHoldExceeded (the session then goes on with its next message). Zero
+	// means [DefaultMaxHold] (5 min). With the default Backoff (Fibonacci, 10 s floor) that is about
+	// six attempts.
+	MaxHold time.Duration
+}
+
+// sessionConfig is SessionOptions with the defaults applied.
+type sessionConfig struct {
+	maxSessions int
+	idle        time.Duration
+	maxHold     time.Duration
+}
+
+// resolve validates o and applies the defaults.
+func (o *SessionOptions) resolve() (sessionConfig, error) {
+	var so SessionOptions
+	if o != nil {
+		so = *o
+	}
+	switch {
+	case so.MaxConcurrentSessions < 0:
+		return sessionConfig{}, &OptionError{Field: "MaxConcurrentSessions", Reason: "must not be negative"}
+	case so.SessionIdleTimeout < 0:
+		return sessionConfig{}, &OptionError{Field: "SessionIdleTimeout", Reason: "must not be negative"}
+	case so.MaxHold < 0:
+		return sessionConfig{}, &OptionError{Field: "MaxHold", Reason: "must not be negative"}
+	}
+	return sessionConfig{
+		maxSessions: orInt(so.MaxConcurrentSessions, DefaultMaxConcurrentSessions),
+		idle:        orDur(so.SessionIdleTimeout, DefaultSessionIdleTimeout),
+		maxHold:     orDur(so.MaxHold, DefaultMaxHold),
+	}, nil
+}
+
+// refuseForSessions reports the first [Options] field set that a session consumer cannot honour. They
+// are refused rather than ignored, so that a configuration copied from a queue consumer does not
+// silently mean something else.
+func refuseForSessions(o *Options) error {
+	if o == nil {
+		return nil
+	}
+	switch {
+	case o.MaxConcurrency != 0:
+		return &OptionError{Field: "MaxConcurrency", Reason: "not used by a session consumer: set SessionOptions.MaxConcurrentSessions (one handler per session)"}
+	case o.ReceiveBatchSize != 0:
+		return &OptionError{Field: "ReceiveBatchSize", Reason: "not used by a session consumer: each session is received one message at a time"}
+	case o.Prefetch != 0:
+		return &OptionError{Field: "Prefetch", Reason: "not used by a session consumer: each session is received one message at a time"}
+	case o.Outage != nil:
+		return &OptionError{Field: "Outage", Reason: "outage mode is not supported by the session consumer yet"}
+	case o.DisableLockRenewal:
+		return &OptionError{Field: "DisableLockRenewal", Reason: "a session consumer must renew its session locks to hold a session in place"}
+	}
+	return nil
+}
+
+// SessionConsumer consumes a session-enabled queue or subscription: it holds up to
+// MaxConcurrentSessions sessions at once and runs the handler on each session's messages strictly one
+// at a time, in order. A failed attempt holds its session in place: no later message of that session
+// runs while the attempt waits out its backoff (on the Clock) and is retried in this process, with
+// the session lock renewed meanwhile; other sessions go on. Nothing is scheduled, so the order holds;
+// the price is that a held session occupies one of the MaxConcurrentSessions, and that the wait is in
+// memory: a consumer that stops during a hold gives the message back to its session (in order, its
+// attempt not counted) and the next consumer starts its attempts again.
+//
+// Of the [Options], MaxAttempts, Backoff, ImmediateRetries and ImmediateDelay (the first retries of a
+// hold wait ImmediateDelay instead of the backoff), Policies, RetryBudget, IgnoreExpiry, SettleTimeout,
+// LockDuration and LockRenewInterval (of the session lock), IdempotencyKey, ErrorText, Logger, the
+// Hooks OnStart, OnSettle, OnProcessed and OnStateChange, ReconnectDelays, WatchdogInterval,
+// ShutdownGrace, DeadLetterReasons, DescriptionLimit, RetryStartupErrors and Clock apply as to a
+// [Consumer]; EntityPath is taken from the connection. MaxConcurrency, ReceiveBatchSize, Prefetch,
+// Outage and DisableLockRenewal are refused; MaxMessageSize and OnRetryCopy have no effect, since no
+// retry copy is made.
+//
+// Create it with [NewSessionConsumer]; the zero value's Run returns [ErrNotConfigured]. Its methods are
+// safe for concurrent use; Run may be called again after it returns.
+type SessionConsumer struct {
+	connect SessionConnector
+	cfg     *config
+	scfg    sessionConfig
+	// proc decodes envelopes, picks policies, builds dead-letter decisions and runs the hooks, as for
+	// the queue consumer; its receive and settle paths are not used.
+	proc *Processor
+	// stats keeps the health, the counters and the state hook (health.go), shared with the queue
+	// consumer; its own Run is never called.
+	stats   *Consumer
+	running atomic.Bool
+}
+
+// NewSessionConsumer returns a SessionConsumer that gets its connections from connect and passes each
+// message to handler. nil opts and nil sopts mean defaults; invalid options, and Options fields that a
+// session consumer cannot honour (see [SessionConsumer]), return an error wrapping
+// [ErrInvalidOptions].
+func NewSessionConsumer(connect SessionConnector, handler Handler, opts *Options, sopts *SessionOptions) (*SessionConsumer, error) {
+	if connect == nil {
+		return nil, &OptionError{Field: "connect", Reason: "must not be nil"}
+	}
+	if handler == nil {
+		return nil, &OptionError{Field: "handler", Reason: "must not be nil"}
+	}
+	if err := refuseForSessions(opts); err != nil {
+		return nil, err
+	}
+	cfg, err := opts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	scfg, err := sopts.resolve()
+	if err != nil {
+		return nil, err
+	}
+	sc := &SessionConsumer{connect: connect, cfg: cfg, scfg: scfg, proc: newProcessor(nil, handler, cfg), stats: &Consumer{cfg: cfg}}
+	sc.stats.health.Since = cfg.clock.Now()
+	return sc, nil
+}
+
+// Health returns a snapshot of the consumer's state and counters, as [Consumer.Health] does.
+// RetriesScheduled, Held and PossibleDuplicates stay zero: retries happen in place.
+func (sc *SessionConsumer) Health() Health {
+	if sc == nil || sc.stats == nil {
+		return Health{}
+	}
+	return sc.stats.Health()
+}
+
+// sessionIDKey is the context key of the handler's session id.
+type sessionIDKey struct{}
+
+// SessionIDFromContext returns the id of the session whose message the handler that received ctx is
+// handling, for handlers run by a [SessionConsumer].
+func SessionIDFromContext(ctx context.Context) (string, bool) {
+	id, ok := ctx.Value(sessionIDKey{}).(string)
+	return id, ok
+}
+
+// Run holds sessions and processes their messages until ctx ends. It then reports [StateDraining],
+// accepts and receives nothing more, abandons the holds in progress (their messages go back to their
+// sessions unsettled, in order, no attempt counted), gives the handlers running ShutdownGrace to finish
+// (then cancels their contexts) and one SettleTimeout more to return and settle, closes the sessions
+// and the connection and returns nil. If handlers are still running then, it settles nothing more and
+// returns a [*ShutdownError]; those goroutines end whenever their handlers return.
+//
+// Run returns [ErrAlreadyRunning] if another Run is active. An accept that fails other than by timing
+// out breaks the connection: it is closed and rebuilt on the ReconnectDelays schedule. Only the first
+// contact with the broker (a connect, or, since the SDK connects lazily, the accepts before one got
+// an answer) may end Run: an entity missing ([ErrEntityNotFound]), a credential unauthorized
+// ([ErrUnauthorized]) or an entity that is not session-enabled returns an error, unless
+// Options.RetryStartupErrors is set.
+func (sc *SessionConsumer) Run(ctx context.Context) error {
+	if sc == nil || sc.cfg == nil || sc.connect == nil {
+		return ErrNotConfigured
+	}
+	if !sc.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer sc.running.Store(false)
+	c := sc.stats
+
+	// As in Consumer.Run: handlers outlive ctx by the grace; session locks and settles end only when
+	// the shutdown gives up.
+	handlerBase, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelHandlers()
+	settleBase, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer abandon(nil)
+	r := &sessionRun{sc: sc, handlerBase: handlerBase, settleBase: settleBase}
+
+	drainEntered := make(chan struct{})
+	stopDrain := context.AfterFunc(ctx, func() {
+		defer close(drainEntered)
+		c.setState(StateDraining, nil)
+	})
+	loopErr := r.loop(ctx)
+	if ctx.Err() != nil {
+		// The AfterFunc may not have run yet; the state must pass through draining all the same.
+		c.setState(StateDraining, nil)
+	}
+
+	drained := make(chan struct{})
+	go func() {
+		r.workers.Wait()
+		close(drained)
+	}()
+	clk := sc.cfg.clock
+	grace, stopGrace := timerChan(clk, sc.cfg.shutdownGrace)
+	select {
+	case <-drained:
+		stopGrace()
+	case <-grace:
+		sc.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers")
+		cancelHandlers()
+		last, stopLast := timerChan(clk, sc.cfg.settleTimeout)
+		select {
+		case <-drained:
+		case <-last:
+		}
+		stopLast()
+	}
+	var err error
+	select {
+	case <-drained:
+	default:
+		n := int(c.inFlight.Load())
+		err = &ShutdownError{Running: n}
+		sc.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
+		abandon(ErrShutdownTimeout) // ends every session lock, and with them the settles in flight
+	}
+	// The sessions were closed by their workers; only the client is left.
+	if live := r.current; live != nil {
+		r.closeConnection(ctx, live)
+	}
+	if !stopDrain() {
+		<-drainEntered
+	}
+	c.setState(StateStopped, loopErr)
+	return errors.Join(loopErr, err)
+}
+
+// sessionRun is the state of one Run call.
+type sessionRun struct {
+	sc *SessionConsumer
+	// handlerBase is what handler contexts derive from (it outlives Run's context by the grace);
+	// settleBase is what session locks, renewals and settles derive from.
+	handlerBase, settleBase context.Context
+	// workers counts every goroutine of the run, so that Run returns only after they have exited.
+	workers sync.WaitGroup
+	// current is the connection in use; only the connection loop changes it, and Run reads it after
+	// the loop has returned.
+	current *liveSessionConnection
+}
+
+// liveSessionConnection is a SessionConnection with its workers.
+type liveSessionConnection struct {
+	conn    *SessionConnection
+	workers sync.WaitGroup
+	// proven: an accept on it succeeded or timed out, so the broker answered.
+	proven atomic.Bool
+	once   sync.Once
+}
+
+// loop connects, runs MaxConcurrentSessions workers on the connection, and rebuilds the connection when
+// one finds it broken. It returns when ctx ends (nil), leaving the workers to drain, or when the first
+// connect fails in a way retrying cannot fix.
+func (r *sessionRun) loop(ctx context.Context) error {
+	sc, c := r.sc, r.sc.stats
+	var (
+		failures  int
+		cause     error
+		connected bool
+		// answered: an accept of this Run got an answer from the broker. Until then an accept's
+		// error may be one retrying cannot fix: the SDK connects lazily, so the first accept is the
+		// first contact.
+		answered bool
+	)
+	c.setState(StateConnecting, nil)
+	for {
+		conn, err := sc.reconnect(ctx, &failures, cause, !connected)
+		if err != nil || conn == nil {
+			return err
+		}
+		connected = true
+		live := &liveSessionConnection{conn: conn}
+		r.current = live
+		c.setState(StateRunning, nil)
+
+		// The workers of this connection: each accepts and serves one session at a time. wctx ends them
+		// all when one finds the connection broken, or when ctx ends.
+		wctx, stop := context.WithCancel(ctx)
+		n := sc.scfg.maxSessions
+		broken := make(chan error, n)
+		for range n {
+			r.workers.Add(1)
+			live.workers.Add(1)
+			go func() {
+				defer r.workers.Done()
+				defer live.workers.Done()
+				if err := r.sessionWorker(wctx, live); err != nil {
+					broken <- err
+				}
+			}()
+		}
+		var why error
+		select {
+		case <-ctx.Done():
+			// Shutdown: Run waits for the workers, within the grace, and closes the connection.
+			stop()
+			return nil
+		case why = <-broken:
+		}
+		stop() // the other workers finish their session's current message and stop
+		stopped := make(chan struct{})
+		r.workers.Add(1)
+		go func() {
+			defer r.workers.Done()
+			live.workers.Wait()
+			close(stopped)
+		}()
+		select {
+		case <-stopped:
+		case <-ctx.Done():
+			return nil
+		}
+		// As for the queue consumer: the failure count is reset only by a connection that worked, so
+		// that one that connects and breaks at once walks the reconnect schedule instead of looping.
+		if live.proven.Load() {
+			failures, answered = 0, true
+		}
+		if fatal := sessionStartupError(why); fatal != nil && !answered && !sc.cfg.retryStartup {
+			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, why)
+			sc.cfg.logger.Error("first accept failed in a way retrying cannot fix", errAttr(why))
+			r.closeConnection(ctx, live)
+			r.current = nil
+			return fatal
+		}
+		failures++
+		cause = redact.Wrap(why)
+		c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, why)
+		sc.cfg.logger.Warn("session connection broken; rebuilding it", errAttr(why), slog.Int("failures", failures))
+		r.closeConnection(ctx, live)
+		r.current = nil
+	}
+}
+
+// sessionStartupError classifies an accept failure that retrying cannot fix: what startupError says
+// of a connect (a missing entity, a refused credential), and an entity that refuses a session
+// receiver because it does not require sessions (amqp:not-allowed). It returns nil for anything else.
+func sessionStartupError(err error) error {
+	if fatal := startupError(err); fatal != nil {
+		return fatal
+	}
+	if isAMQPCondition(err, amqp.ErrCondNotAllowed) {
+		return fmt.Errorf("retry: the entity refused a session receiver (is it session-enabled?): %w", err)
+	}
+	return nil
+}
+
+// reconnect builds a fresh connection on the schedule of Consumer.reconnect (reconnect.go), whose
+// waits and states it shares: none before the first try, ReconnectDelays after consecutive failures,
+// then the watchdog. It returns (nil, nil) when ctx ends.
+func (sc *SessionConsumer) reconnect(ctx context.Context, failures *int, cause error, first bool) (*SessionConnection, error) {
+	c := sc.stats
+	for {
+		if wait := c.reconnectWait(*failures, cause); wait > 0 {
+			ch, stopTimer := timerChan(sc.cfg.clock, wait)
+			select {
+			case <-ch:
+			case <-ctx.Done():
+				stopTimer()
+				return nil, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		conn, err := sc.dial(ctx)
+		if err == nil {
+			c.update(func(h *Health) { h.Connects++ })
+			return conn, nil
+		}
+		if ctx.Err() != nil {
+			return nil, nil
+		}
+		c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+		if fatal := startupError(err); first && fatal != nil && !sc.cfg.retryStartup {
+			sc.cfg.logger.Error("first connect failed in a way retrying cannot fix", errAttr(err))
+			return nil, fatal
+		}
+		*failures++
+		cause = err
+		sc.cfg.logger.Warn("session connect failed", errAttr(err), slog.Int("failures", *failures))
+	}
+}
+
+// dial calls the connector, bounded by connectTimeout (or the settle timeout if shorter).
+func (sc *SessionConsumer) dial(ctx context.Context) (conn *SessionConnection, err error) {
+	cctx, cancel := context.WithTimeout(ctx, min(sc.cfg.settleTimeout, connectTimeout))
+	defer cancel()
+	defer func() {
+		if r := recover(); r != nil {
+			conn, err = nil, fmt.Errorf("retry: session connector panicked: %v", r)
+		}
+	}()
+	conn, err = sc.connect(cctx)
+	if err != nil {
+		return nil, redact.Wrap(err)
+	}
+	if conn == nil || conn.AcceptNext == nil {
+		if conn != nil && conn.Close != nil {
+			_ = conn.Close(cctx)
+		}
+		return nil, errNilConnection
+	}
+	return conn, nil
+}
+
+// closeConnection closes live once, bounded by the settle timeout even after ctx ended.
+func (r *sessionRun) closeConnection(ctx context.Context, live *liveSessionConnection) {
+	live.once.Do(func() {
+		if live.conn.Close == nil {
+			return
+		}
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), r.sc.cfg.settleTimeout)
+		defer cancel()
+		if err := live.conn.Close(cctx); err != nil {
+			r.sc.cfg.logger.Debug("closing the session connection failed", errAttr(err))
+		}
+	})
+}

@@ -1,0 +1,168 @@
+package retry
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// SessionConnection is one live client of a session-enabled entity: the [SessionConsumer] accepts the
+// sessions it holds through it.
+type SessionConnection struct {
+	// AcceptNext locks the next available session and returns its receiver, as
+	// azservicebus.Client's AcceptNextSessionForQueue does. It waits for one until ctx's deadline; none
+	// coming in time is an error wrapping an *azservicebus.Error with azservicebus.CodeTimeout (or
+	// ctx's deadline), which the consumer takes as "no session now" and asks again. Any other error
+	// means the connection is broken: the consumer closes it and builds a new one. It must not be nil.
+	AcceptNext func(ctx context.Context) (SessionReceiver, error)
+	// EntityPath is the entity the sessions are accepted from (a queue, or "topic/Subscriptions/sub");
+	// it names retry chains and shows in the hooks. Empty means Options.EntityPath.
+	EntityPath string
+	// Close releases the client behind AcceptNext. The consumer closes every session receiver before.
+	// Nil means nothing to release.
+	Close func(ctx context.Context) error
+	// Address is the namespace endpoint, as host:port, for telemetry; empty means unknown.
+	Address string
+}
+
+// SessionConnector builds a fresh SessionConnection. The consumer calls it at start and after the
+// connection broke; a broken connection is closed and never reused.
+type SessionConnector func(ctx context.Context) (*SessionConnection, error)
+
+// sessionPeekLock are the receiver options of every accept: the consumer settles each message itself.
+var sessionPeekLock = azservicebus.SessionReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
+
+// SessionQueueConnectionString returns a SessionConnector for the session-enabled queue using a
+// connection string. A malformed connection string or an empty queue name is an error here. Of opts,
+// only Client is used: nothing is republished, so the send rights and settings options are refused.
+func SessionQueueConnectionString(connectionString, queue string, opts *ConnectOptions) (SessionConnector, error) {
+	if queue == "" {
+		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
+	}
+	if err := sessionConnectOptions(opts); err != nil {
+		return nil, err
+	}
+	cl, err := connectionStringClients(connectionString, opts)
+	if err != nil {
+		return nil, err
+	}
+	return cl.sessionConnector(queue, queueAccept(queue)), nil
+}
+
+// SessionQueueCredential is [SessionQueueConnectionString] with an Entra ID credential for namespace
+// (e.g. "myns.servicebus.windows.net").
+func SessionQueueCredential(namespace string, credential azcore.TokenCredential, queue string, opts *ConnectOptions) (SessionConnector, error) {
+	if queue == "" {
+		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
+	}
+	if err := sessionConnectOptions(opts); err != nil {
+		return nil, err
+	}
+	cl, err := credentialClients(namespace, credential, opts)
+	if err != nil {
+		return nil, err
+	}
+	return cl.sessionConnector(queue, queueAccept(queue)), nil
+}
+
+// SessionSubscriptionConnectionString returns a SessionConnector for the session-enabled subscription of
+// topic using a connection string. No retry queue is needed: retries happen in place.
+func SessionSubscriptionConnectionString(connectionString, topic, subscription string, opts *ConnectOptions) (SessionConnector, error) {
+	if err := validateSessionSubscription(topic, subscription, opts); err != nil {
+		return nil, err
+	}
+	cl, err := connectionStringClients(connectionString, opts)
+	if err != nil {
+		return nil, err
+	}
+	return cl.sessionConnector(SubscriptionPath(topic, subscription), subscriptionAccept(topic, subscription)), nil
+}
+
+// SessionSubscriptionCredential is [SessionSubscriptionConnectionString] with an Entra ID credential for
+// namespace.
+func SessionSubscriptionCredential(namespace string, credential azcore.TokenCredential, topic, subscription string, opts *ConnectOptions) (SessionConnector, error) {
+	if err := validateSessionSubscription(topic, subscription, opts); err != nil {
+		return nil, err
+	}
+	cl, err := credentialClients(namespace, credential, opts)
+	if err != nil {
+		return nil, err
+	}
+	return cl.sessionConnector(SubscriptionPath(topic, subscription), subscriptionAccept(topic, subscription)), nil
+}
+
+// validateSessionSubscription checks the names and options of a session subscription connector.
+func validateSessionSubscription(topic, subscription string, opts *ConnectOptions) error {
+	switch {
+	case topic == "":
+		return &OptionError{Field: "topic", Reason: "must not be empty"}
+	case subscription == "":
+		return &OptionError{Field: "subscription", Reason: "must not be empty"}
+	}
+	return sessionConnectOptions(opts)
+}
+
+// sessionConnectOptions refuses the ConnectOptions a session connector has no use for, rather than
+// ignoring them.
+func sessionConnectOptions(opts *ConnectOptions) error {
+	switch {
+	case opts == nil:
+		return nil
+	case opts.SendConnectionString != "" || opts.SendCredential != nil:
+		return &OptionError{Field: "ConnectOptions.SendConnectionString", Reason: "a session connector republishes nothing; it needs no send rights"}
+	case opts.CheckSettings:
+		return &OptionError{Field: "ConnectOptions.CheckSettings", Reason: "not supported by the session connectors yet"}
+	case opts.Receiver != nil:
+		return &OptionError{Field: "ConnectOptions.Receiver", Reason: "not used by the session connectors (sessions are always received in peek-lock mode)"}
+	}
+	return nil
+}
+
+// queueAccept accepts the next session of queue on a client.
+func queueAccept(queue string) func(context.Context, *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
+	return func(ctx context.Context, client *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
+		opts := sessionPeekLock // a copy per call: no call can change what the next one passes
+		return client.AcceptNextSessionForQueue(ctx, queue, &opts)
+	}
+}
+
+// subscriptionAccept accepts the next session of a topic's subscription on a client.
+func subscriptionAccept(topic, subscription string) func(context.Context, *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
+	return func(ctx context.Context, client *azservicebus.Client) (*azservicebus.SessionReceiver, error) {
+		opts := sessionPeekLock
+		return client.AcceptNextSessionForSubscription(ctx, topic, subscription, &opts)
+	}
+}
+
+// sessionConnector returns the SessionConnector that opens a client (after looking the name up, see
+// resolveHost) and accepts sessions of entity on it with accept.
+func (cl *clients) sessionConnector(entity string, accept func(context.Context, *azservicebus.Client) (*azservicebus.SessionReceiver, error)) SessionConnector {
+	return func(ctx context.Context) (*SessionConnection, error) {
+		if err := resolveHost(ctx, cl.host, cl.opts); err != nil {
+			return nil, err
+		}
+		// One client per connection; it connects lazily, so a dead namespace shows in the first
+		// accept, which the consumer then treats as a broken connection.
+		client, err := cl.newClient()
+		if err != nil {
+			return nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))
+		}
+		return &SessionConnection{
+			AcceptNext: func(ctx context.Context) (SessionReceiver, error) {
+				r, err := accept(ctx, client)
+				if err != nil {
+					// Never a typed nil in the interface.
+					return nil, redact.Wrap(fmt.Errorf("retry: accepting the next session of %q: %w", entity, err))
+				}
+				return r, nil
+			},
+			EntityPath: entity,
+			Close:      client.Close,
+			Address:    cl.addr,
+		}, nil
+	}
+}

@@ -1,0 +1,124 @@
+package retry_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/policy"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+)
+
+const testConnStr = "Endpoint=sb://127.0.0.1:5672;SharedAccessKeyName=k;SharedAccessKey=secret;UseDevelopmentEmulator=true"
+
+// fakeCredential is a token credential that is never asked for a token here.
+type fakeCredential struct{}
+
+func (fakeCredential) GetToken(context.Context, policy.TokenRequestOptions) (azcore.AccessToken, error) {
+	return azcore.AccessToken{}, nil
+}
+
+func TestSessionConnectorsRefuseBadArguments(t *testing.T) {
+	cases := map[string]struct {
+		build func() (retry.SessionConnector, error)
+		field string // empty: any invalid-options error
+	}{
+		"empty queue": {func() (retry.SessionConnector, error) {
+			return retry.SessionQueueConnectionString(testConnStr, "", nil)
+		}, "queue"},
+		"bad connection string": {func() (retry.SessionConnector, error) {
+			return retry.SessionQueueConnectionString("not a connection string", "q", nil)
+		}, ""},
+		"send rights": {func() (retry.SessionConnector, error) {
+			return retry.SessionQueueConnectionString(testConnStr, "q", &retry.ConnectOptions{SendConnectionString: testConnStr})
+		}, "ConnectOptions.SendConnectionString"},
+		"settings check": {func() (retry.SessionConnector, error) {
+			return retry.SessionQueueConnectionString(testConnStr, "q", &retry.ConnectOptions{CheckSettings: true})
+		}, "ConnectOptions.CheckSettings"},
+		"receiver options": {func() (retry.SessionConnector, error) {
+			return retry.SessionQueueConnectionString(testConnStr, "q", &retry.ConnectOptions{Receiver: &azservicebus.ReceiverOptions{}})
+		}, "ConnectOptions.Receiver"},
+		"empty topic": {func() (retry.SessionConnector, error) {
+			return retry.SessionSubscriptionConnectionString(testConnStr, "", "sub", nil)
+		}, "topic"},
+		"empty subscription": {func() (retry.SessionConnector, error) {
+			return retry.SessionSubscriptionConnectionString(testConnStr, "t", "", nil)
+		}, "subscription"},
+		"credential without namespace": {func() (retry.SessionConnector, error) {
+			return retry.SessionQueueCredential("", fakeCredential{}, "q", nil)
+		}, "namespace"},
+		"nil credential": {func() (retry.SessionConnector, error) {
+			return retry.SessionSubscriptionCredential("ns.servicebus.windows.net", nil, "t", "s", nil)
+		}, "credential"},
+	}
+	for name, tc := range cases {
+		t.Run(name, func(t *testing.T) {
+			connect, err := tc.build()
+			assert.Nil(t, connect)
+			require.ErrorIs(t, err, retry.ErrInvalidOptions)
+			assert.NotContains(t, err.Error(), "secret")
+			if tc.field != "" {
+				var oe *retry.OptionError
+				require.ErrorAs(t, err, &oe)
+				assert.Equal(t, tc.field, oe.Field)
+			}
+		})
+	}
+}
+
+// The built-in connectors name their entity and build a connection without touching the network
+// (the SDK connects lazily); the accept is what talks to the broker.
+func TestSessionConnectorsNameTheirEntity(t *testing.T) {
+	q, err := retry.SessionQueueConnectionString(testConnStr, "orders", nil)
+	require.NoError(t, err)
+	sub, err := retry.SessionSubscriptionConnectionString(testConnStr, "events", "billing", nil)
+	require.NoError(t, err)
+	for want, connect := range map[string]retry.SessionConnector{"orders": q, "events/Subscriptions/billing": sub} {
+		conn, err := connect(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, want, conn.EntityPath)
+		assert.Equal(t, "127.0.0.1:5672", conn.Address)
+		require.NotNil(t, conn.AcceptNext)
+		require.NoError(t, conn.Close(t.Context()))
+	}
+}
+
+// retrytest's connector: a closed connection accepts nothing more and gives its sessions up.
+func TestRetrytestSessionConnectorClose(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		conn, err := b.SessionConnector()(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, "queue", conn.EntityPath)
+		recv, err := conn.AcceptNext(t.Context())
+		require.NoError(t, err)
+		assert.Equal(t, "s", recv.SessionID())
+		assert.False(t, recv.LockedUntil().IsZero())
+		require.NoError(t, conn.Close(t.Context()))
+		assert.True(t, b.Sessions()[0].LockedUntil.IsZero(), "closing the connection released the session")
+		_, err = conn.AcceptNext(t.Context())
+		var sbErr *azservicebus.Error
+		require.ErrorAs(t, err, &sbErr)
+		assert.Equal(t, azservicebus.CodeClosed, sbErr.Code)
+
+		// With no session available, an accept times out with CodeTimeout.
+		conn2, err := b.SessionConnector()(t.Context())
+		require.NoError(t, err)
+		defer conn2.Close(t.Context())
+		recv2, err := conn2.AcceptNext(t.Context())
+		require.NoError(t, err)
+		ctx, cancel := context.WithTimeout(t.Context(), 5*time.Second)
+		defer cancel()
+		_, err = conn2.AcceptNext(ctx)
+		require.ErrorAs(t, err, &sbErr)
+		assert.Equal(t, azservicebus.CodeTimeout, sbErr.Code)
+		require.NoError(t, recv2.Close(t.Context()))
+	})
+}

@@ -1,0 +1,235 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// handle runs one message of a held session to its end, counting it in the health and reporting it to
+// OnProcessed once.
+func (r *sessionRun) handle(stop context.Context, recv SessionReceiver, lk *sessionLock, sid, entity string, msg *azservicebus.ReceivedMessage) Result {
+	p, c := r.sc.proc, r.sc.stats
+	c.received.Add(1)
+	c.inFlight.Add(1)
+	now := r.sc.cfg.clock.Now()
+	// The delivery is the processor's (processor.go), so that the hooks, the logs and the dead-letter
+	// decisions see a session message exactly as they see a queue message. Its route has no settler:
+	// the session receiver settles, below. The session id rides in the context from the start, so
+	// that OnStart sees it too.
+	d := &delivery{msg: msg, route: route{entity: entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, sid), start: now, now: now}
+	res := r.holdInPlace(stop, recv, lk, d)
+	res = p.finish(d, d.env, res)
+	c.count(res)
+	return res
+}
+
+// holdInPlace is the path of one message: decode its envelope, run the handler, and on a failure let
+// the policy decide; a retry waits its delay here, holding the session (nothing else of it runs), and
+// calls the handler again with the next attempt. It ends with the message completed, dead-lettered,
+// discarded, or left unsettled for the broker to give back in order (lock lost, shutdown, a failed
+// settle).
+func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk *sessionLock, d *delivery) Result {
+	p, cfg := r.sc.proc, r.sc.cfg
+	msg := d.msg
+	env, envErr := DecodeEnvelope(msg)
+	if envErr != nil {
+		// Malformed retry properties cannot be trusted to count attempts: dead-letter at once, as the
+		// queue consumer does, and let the session go on.
+		d.env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+		p.started(d)
+		res := Result{Attempt: env.Attempt}
+		r.deadLetter(d, recv, lk, p.deadLetterDecision(&d.env, msg, cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res)
+		return res
+	}
+	d.env = seed(msg, env, d.route.entity, p.idempotencyKey)
+	hctx := p.started(d)
+	res := Result{Attempt: d.env.Attempt}
+	// holdStart is when the first attempt failed: MaxHold counts from there, since until then the
+	// session was not held, only busy.
+	var holdStart time.Time
+	for {
+		herr := r.runHandler(hctx, lk, d)
+		res.Attempt, res.HandlerErr = d.env.Attempt, herr
+		// The order of the checks matters: a lost lock makes any settle impossible, whatever the
+		// handler returned; then a success is completed even during a shutdown (the work is done);
+		// then a failure during a shutdown counts no attempt.
+		if lost, why := lk.lost(); lost {
+			p.log(hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", msg, d.env)
+			return withOutcome(res, OutcomeLeftForRedelivery, why)
+		}
+		if herr == nil {
+			r.complete(d, recv, lk, &res, OutcomeCompleted)
+			return res
+		}
+		if stopped(stop) {
+			p.log(hctx, slog.LevelInfo, "handler failed during shutdown; the message goes back to the session", msg, d.env, errAttr(herr))
+			return withOutcome(res, OutcomeLeftForRedelivery, context.Canceled)
+		}
+		if holdStart.IsZero() {
+			holdStart = d.now
+		}
+		// The same policy order as the queue consumer's (policy.go): Permanent, then the rules, then
+		// the Options.
+		pol := p.policyFor(herr)
+		res.Policy = pol.name
+		dec, delay := r.decideInPlace(d, herr, pol, res.ImmediateRetries, holdStart)
+		switch {
+		case dec != nil && dec.kind == decideDiscard:
+			p.log(hctx, slog.LevelWarn, "a policy discarded the failed message", msg, d.env, errAttr(herr), slog.String("policy", pol.name))
+			r.complete(d, recv, lk, &res, OutcomeDiscarded)
+			return res
+		case dec != nil:
+			r.deadLetter(d, recv, lk, dec, &res)
+			return res
+		}
+		// Hold in place: this goroutine is the session's only one, so waiting here is what keeps
+		// every later message of the session from running. The session lock is renewed meanwhile by
+		// its own goroutine (sessionlock.go).
+		p.log(hctx, slog.LevelDebug, "holding the session for a retry in place", msg, d.env, errAttr(herr), slog.Duration("delay", delay))
+		if ok, why := r.waitHold(stop, lk, delay); !ok {
+			p.log(hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", msg, d.env, errAttr(why))
+			return withOutcome(res, OutcomeLeftForRedelivery, why)
+		}
+		if res.ImmediateRetries < pol.immediate {
+			res.ImmediateRetries++
+		}
+		// The next attempt, in this delivery: the envelope moves on as a retry copy's would, so the
+		// handler sees Attempt and LastError as it would on a queue.
+		d.env.Attempt++
+		d.env.LastError = p.errorText(herr)
+	}
+}
+
+// withOutcome is res with its outcome and settle error set.
+func withOutcome(res Result, o Outcome, err error) Result {
+	res.Outcome, res.SettleErr = o, err
+	return res
+}
+
+// decideInPlace decides what a failed attempt becomes in a held session: a dead-letter or a discard
+// (the decision), or a retry in place after delay (nil decision). immediateDone is how many of the
+// policy's immediate retries were made, which wait ImmediateDelay instead of the backoff. A retry that
+// would be due more than MaxHold after the hold began, after the RetryBudget or after the message's
+// expiry is refused up front, as a dead-letter.
+func (r *sessionRun) decideInPlace(d *delivery, herr error, pol policy, immediateDone int, holdStart time.Time) (*decision, time.Duration) {
+	p, cfg := r.sc.proc, r.sc.cfg
+	env, msg, now := &d.env, d.msg, d.now
+	switch {
+	case errors.Is(herr, ErrNoRoute):
+		return p.deadLetterDecision(env, msg, cfg.reasons.NoRoute, herr, now, true), 0
+	case IsPermanent(herr):
+		return p.deadLetterDecision(env, msg, cfg.reasons.Permanent, herr, now, true), 0
+	case pol.action == ActionDeadLetter:
+		return p.deadLetterDecision(env, msg, pol.reason, herr, now, true), 0
+	case pol.action == ActionDiscard:
+		return &decision{kind: decideDiscard, env: env, handlerErr: herr}, 0
+	case env.Attempt >= pol.maxAttempts:
+		return p.deadLetterDecision(env, msg, cfg.reasons.MaxAttempts, herr, now, true), 0
+	}
+	// The backoff's delay (or RetryAfter's, capped by the backoff), except for the policy's immediate
+	// retries, which wait ImmediateDelay as they do on a queue.
+	delay := p.delay(pol, env.Attempt, herr)
+	if immediateDone < pol.immediate {
+		delay = pol.immDelay
+	}
+	// Refuse up front what the wait could not end well: past MaxHold (the session would be held too
+	// long), past the budget, past the producer's expiry.
+	at := now.Add(delay)
+	switch {
+	case at.Sub(holdStart) > r.sc.scfg.maxHold:
+		return p.deadLetterDecision(env, msg, cfg.reasons.SessionHoldExceeded, herr, now, true), 0
+	case cfg.retryBudget > 0 && !env.FirstEnqueuedTime.IsZero() && at.After(env.FirstEnqueuedTime.Add(cfg.retryBudget)):
+		return p.deadLetterDecision(env, msg, cfg.reasons.BudgetExhausted, herr, now, true), 0
+	case !cfg.ignoreExpiry && !env.ExpiresAt.IsZero() && !at.Before(env.ExpiresAt):
+		return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true), 0
+	}
+	return nil, delay
+}
+
+// runHandler runs the handler with ctx carrying the envelope, cancelled with ErrLockLost if the session
+// lock is lost meanwhile, and times it.
+func (r *sessionRun) runHandler(ctx context.Context, lk *sessionLock, d *delivery) error {
+	clk := r.sc.cfg.clock
+	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, &d.env))
+	unwatch := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
+	start := clk.Now()
+	// callHandler turns a panic into a failed attempt, as for the queue consumer.
+	err := r.sc.proc.callHandler(hctx, d.msg)
+	unwatch()
+	cancel(nil)
+	d.now = clk.Now()
+	d.handlerTime += d.now.Sub(start)
+	return err
+}
+
+// waitHold waits delay on the clock while the session is held. It reports false, with why, when stop
+// ended (a shutdown abandons the hold) or the session lock was lost meanwhile.
+func (r *sessionRun) waitHold(stop context.Context, lk *sessionLock, delay time.Duration) (bool, error) {
+	ch, stopTimer := timerChan(r.sc.cfg.clock, delay)
+	defer stopTimer()
+	select {
+	case <-ch:
+		return true, nil
+	case <-stop.Done():
+		return false, context.Canceled
+	case <-lk.ctx.Done():
+		return false, context.Cause(lk.ctx)
+	}
+}
+
+// settleContext bounds one settle call: by the settle timeout, since the SDK's recovery after a lost
+// session lock takes about 30 s, and by the session lock, since a settle after it ended cannot succeed.
+func (r *sessionRun) settleContext(lk *sessionLock) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(lk.ctx, r.sc.cfg.settleTimeout)
+}
+
+// complete completes d's message, with outcome on success. A failed complete leaves the message for
+// the broker to give back (the session is then released, so that it comes back before its followers).
+func (r *sessionRun) complete(d *delivery, recv SessionReceiver, lk *sessionLock, res *Result, outcome Outcome) {
+	p := r.sc.proc
+	start := p.callStart(d)
+	ctx, cancel := r.settleContext(lk)
+	err := recv.CompleteMessage(ctx, d.msg, nil)
+	cancel()
+	d.now = r.sc.cfg.clock.Now()
+	p.settled(d, SettleComplete, "", d.env, start, err)
+	if err != nil {
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
+		p.log(d.ctx, slog.LevelWarn, "complete failed; the message goes back to the session", d.msg, d.env, errAttr(err))
+		return
+	}
+	res.Outcome = outcome
+}
+
+// deadLetter dead-letters d's message as dec says. A failed dead-letter leaves the message for the
+// broker to give back.
+func (r *sessionRun) deadLetter(d *delivery, recv SessionReceiver, lk *sessionLock, dec *decision, res *Result) {
+	p := r.sc.proc
+	reason, desc := dec.reason, dec.desc
+	res.DeadLetterReason = reason
+	start := p.callStart(d)
+	ctx, cancel := r.settleContext(lk)
+	err := recv.DeadLetterMessage(ctx, d.msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
+	cancel()
+	d.now = r.sc.cfg.clock.Now()
+	p.settled(d, SettleDeadLetter, "", d.env, start, err)
+	if err != nil {
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
+		p.log(d.ctx, slog.LevelWarn, "dead-letter failed; the message goes back to the session", d.msg, d.env, errAttr(err))
+		return
+	}
+	res.Outcome = OutcomeDeadLettered
+	p.log(d.ctx, slog.LevelWarn, "message dead-lettered", d.msg, d.env, slog.String("reason", reason))
+}
+
+// settleError is the SettleErr of a failed settle: ErrLockLost when the session lock ended, else err.
+func (r *sessionRun) settleError(lk *sessionLock, err error) error {
+	if lost, why := lk.lost(); lost {
+		return why
+	}
+	return err
+}

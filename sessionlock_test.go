@@ -1,0 +1,148 @@
+package retry_test
+
+import (
+	"context"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+)
+
+// The session lock is renewed while the session is held, so a hold longer than the lock duration
+// keeps the message: it is completed on its first delivery.
+func TestSessionLockRenewedDuringHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		failed := false
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && !failed {
+				failed = true
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, &retry.SessionOptions{SessionIdleTimeout: time.Minute})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		sessions := b.Sessions()
+		require.NoError(t, stop())
+
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+		calls := rec.callsOf("s")
+		require.Len(t, calls, 3)
+		assert.Equal(t, time.Minute, calls[1].At-calls[0].At, "a one-minute hold under a ten-second lock")
+		for _, m := range b.Completed() {
+			assert.Equal(t, uint32(1), m.DeliveryCount, "the lock held through the hold: %s", m.MessageID)
+		}
+		require.Len(t, sessions, 1, "the session is still held after its last message")
+		assert.False(t, sessions[0].LockedUntil.IsZero())
+	})
+}
+
+// A lost session lock cancels the handler with ErrLockLost, settles nothing, and releases the session:
+// its messages come back in order and are handled again.
+func TestSessionLockLostCancelsHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		started := make(chan struct{})
+		var cause error
+		h := rec.handler(func(ctx context.Context, c sessionCall) error {
+			if c.ID == "s-1" && cause == nil {
+				close(started)
+				<-ctx.Done()
+				cause = context.Cause(ctx)
+				return cause
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, nil, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		<-started
+		b.ExpireLocks()
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+
+		assert.ErrorIs(t, cause, retry.ErrLockLost)
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+		require.Len(t, rec.processed, 3)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome)
+		assert.ErrorIs(t, rec.processed[0].Result.SettleErr, retry.ErrLockLost)
+		assert.Equal(t, "s-1", rec.processed[1].Message.MessageID, "the lost message comes back first")
+		assert.Equal(t, 1, rec.processed[1].Result.Attempt, "a lost lock spends no attempt")
+		assert.Equal(t, uint64(1), sc.Health().LeftForRedelivery)
+	})
+}
+
+// A session lock lost during a hold ends the hold: nothing is settled, and the message comes back
+// first, its attempts starting again (they are counted in memory only).
+func TestSessionLockLostDuringHold(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		failed := make(chan struct{})
+		first := true
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && first {
+				first = false
+				close(failed)
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		<-failed
+		synctest.Wait() // holding
+		b.ExpireLocks()
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+
+		require.Len(t, rec.processed, 3)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome)
+		assert.ErrorIs(t, rec.processed[0].Result.SettleErr, retry.ErrLockLost)
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+		calls := rec.callsOf("s")
+		require.Len(t, calls, 3)
+		assert.Equal(t, "s-1", calls[1].ID)
+		assert.Equal(t, 1, calls[1].Attempt)
+		assert.Less(t, calls[1].At, time.Minute, "the hold ended with the lock, not with its delay")
+	})
+}
+
+// A renewal that fails for another reason than a lost lock is tried again, sooner, while the lock
+// lasts: the hold goes on and the message is completed on its first delivery.
+func TestSessionRenewalRetriedAfterTransientFailure(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 10 * time.Second})
+		sendSession(t, b, "s", 1)
+		b.Fail(retrytest.OpRenew, 2, &azservicebus.Error{Code: azservicebus.CodeConnectionLost})
+		rec := newSessionRecorder()
+		failed := false
+		h := rec.handler(func(context.Context, sessionCall) error {
+			if !failed {
+				failed = true
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: 30 * time.Second}}, nil)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		require.NoError(t, stop())
+		require.Len(t, rec.processed, 1)
+		assert.Equal(t, retry.OutcomeCompleted, rec.processed[0].Result.Outcome)
+		assert.Equal(t, 2, rec.processed[0].Result.Attempt)
+		assert.Equal(t, uint32(1), b.Completed()[0].DeliveryCount)
+	})
+}

@@ -1,0 +1,135 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// acceptWindow bounds one accept of the next session. An accept that times out only means no session
+// is available now; the worker asks again at once, so the window decides how often an idle worker
+// talks to the broker, not how long a new session waits.
+const acceptWindow = 30 * time.Second
+
+// errSessionIdle is the cause of a receive ended by SessionIdleTimeout.
+var errSessionIdle = errors.New("retry: no message in the session within SessionIdleTimeout")
+
+// sessionWorker accepts sessions one after the other and serves each until it is released, until ctx
+// ends (nil) or an accept finds the connection broken (the reason).
+func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnection) error {
+	// One session at a time per worker: MaxConcurrentSessions workers are the limit, without a
+	// semaphore of their own.
+	for ctx.Err() == nil {
+		recv, err := r.acceptNext(ctx, live)
+		switch {
+		case err == nil:
+			live.proven.Store(true)
+			r.serve(ctx, recv, live.entity(r.sc.cfg.entityPath))
+		case ctx.Err() != nil:
+			return nil
+		case acceptTimedOut(err):
+			// Nothing to accept in the window: ask again. Only the broker's own answer proves the
+			// connection; a deadline of ours may hide a dead one, which the next accept's error
+			// will show.
+			if code, ok := sdkCode(err); ok && code == azservicebus.CodeTimeout {
+				live.proven.Store(true) // the broker answered: nothing to accept
+			}
+		default:
+			return err
+		}
+	}
+	return nil
+}
+
+// acceptNext accepts the next session, bounded by acceptWindow.
+func (r *sessionRun) acceptNext(ctx context.Context, live *liveSessionConnection) (SessionReceiver, error) {
+	actx, cancel := context.WithTimeout(ctx, acceptWindow)
+	defer cancel()
+	recv, err := live.conn.AcceptNext(actx)
+	if err == nil && recv == nil {
+		return nil, errNilConnection
+	}
+	return recv, err
+}
+
+// acceptTimedOut reports an accept that found no session in its window: CodeTimeout from the broker,
+// or the window's deadline.
+func acceptTimedOut(err error) bool {
+	code, ok := sdkCode(err)
+	return (ok && code == azservicebus.CodeTimeout) || errors.Is(err, context.DeadlineExceeded)
+}
+
+// entity is the connection's entity path, else def.
+func (live *liveSessionConnection) entity(def string) string {
+	if live.conn.EntityPath != "" {
+		return live.conn.EntityPath
+	}
+	return def
+}
+
+// serve holds the session of recv: it keeps its lock and handles its messages one at a time, in order,
+// until the session is idle for SessionIdleTimeout, its lock is lost, a message is left unsettled (for
+// redelivery, which must come before any later message), or stop ends. Then it closes the receiver,
+// which gives the session up and its unsettled message back, in order.
+func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, entity string) {
+	sid := recv.SessionID()
+	lk := r.keepSessionLock(recv, r.sc.cfg.clock.Now())
+	// Stop renewing before closing: a renewal racing the close would only fail, and the close is what
+	// gives the session and its unsettled message back.
+	defer r.closeReceiver(recv)
+	defer lk.release()
+	r.sc.cfg.logger.Debug("session accepted", slog.String("session_id", sid), slog.String("entity", entity))
+	for {
+		msgs, why := r.receiveNext(stop, recv, lk)
+		if len(msgs) == 0 {
+			r.sc.cfg.logger.Debug("releasing the session", slog.String("session_id", sid), errAttr(why))
+			return
+		}
+		// Strictly one at a time: the next message is not asked for until this one is settled, so
+		// a message left unsettled is never overtaken (the receiver is closed first).
+		for _, msg := range msgs {
+			if res := r.handle(stop, recv, lk, sid, entity, msg); res.Outcome == OutcomeLeftForRedelivery {
+				return
+			}
+		}
+	}
+}
+
+// receiveNext receives the session's next message, waiting at most SessionIdleTimeout, and no longer
+// than the lock lasts or stop. With no message it returns why.
+func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock) ([]*azservicebus.ReceivedMessage, error) {
+	// The receive ends at the first of: a message, the idle timeout (on the Clock), the lock's end,
+	// stop. Each cause is kept, so the log says why the session was released.
+	rctx, cancel := context.WithCancelCause(stop)
+	defer cancel(nil)
+	idle := afterFunc(r.sc.cfg.clock, r.sc.scfg.idle, func() { cancel(errSessionIdle) })
+	defer idle.Stop()
+	unwatch := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
+	defer unwatch()
+	msgs, err := recv.ReceiveMessages(rctx, 1, &receiveOptions)
+	if len(msgs) > 0 {
+		return msgs, nil
+	}
+	if cause := context.Cause(rctx); cause != nil {
+		return nil, cause
+	}
+	if err != nil {
+		// A receive that fails releases the session (its message, if any, goes back); whether the
+		// connection is broken is for the next accept to say.
+		r.sc.stats.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
+		return nil, err
+	}
+	return nil, errors.New("retry: the receive returned nothing")
+}
+
+// closeReceiver closes recv, bounded by the settle timeout.
+func (r *sessionRun) closeReceiver(recv SessionReceiver) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(r.settleBase), r.sc.cfg.settleTimeout)
+	defer cancel()
+	if err := recv.Close(ctx); err != nil {
+		r.sc.cfg.logger.Debug("closing the session receiver failed", slog.String("session_id", recv.SessionID()), errAttr(err))
+	}
+}
