@@ -52,8 +52,9 @@ type SessionOptions struct {
 	// also the most handlers running at once. Zero means [DefaultMaxConcurrentSessions] (8).
 	MaxConcurrentSessions int
 	// SessionIdleTimeout is how long a held session may go without a message before it is closed and the
-	// next available session accepted, so that a few quiet sessions cannot keep the others waiting. Zero
-	// means [DefaultSessionIdleTimeout] (10 s).
+	// next available session accepted, so that a few quiet sessions cannot keep the others waiting. It
+	// must leave the broker time to deliver: below its round trip a session is released before its
+	// message arrives. Zero means [DefaultSessionIdleTimeout] (10 s).
 	SessionIdleTimeout time.Duration
 	// MaxHold is the longest one message may hold its session with retries in place, counted from its
 	// first failure: a retry that would be due later is not waited for, and the message is dead-lettered
@@ -221,7 +222,7 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 	defer cancelHandlers()
 	settleBase, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer abandon(nil)
-	r := &sessionRun{sc: sc, handlerBase: handlerBase, settleBase: settleBase}
+	r := &sessionRun{sc: sc, handlerBase: handlerBase, settleBase: settleBase, sessions: make(chan struct{}, sc.scfg.maxSessions)}
 
 	drainEntered := make(chan struct{})
 	stopDrain := context.AfterFunc(ctx, func() {
@@ -258,13 +259,22 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 	select {
 	case <-drained:
 	default:
-		n := int(c.inFlight.Load())
-		err = &ShutdownError{Running: n}
-		sc.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
+		if n := int(c.inFlight.Load()); n > 0 {
+			err = &ShutdownError{Running: n}
+			sc.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
+		} else {
+			// Every message was settled; what is left is a receiver's close that did not return.
+			sc.cfg.logger.Warn("shutdown timed out closing sessions; closing the connection")
+		}
 		abandon(ErrShutdownTimeout) // ends every session lock, and with them the settles in flight
 	}
-	// The sessions were closed by their workers; only the client is left.
-	if live := r.current; live != nil {
+	// The sessions were closed by their workers (or are given up with the client); only the clients are
+	// left.
+	r.mu.Lock()
+	conns := r.conns
+	r.conns = nil
+	r.mu.Unlock()
+	for _, live := range conns {
 		r.closeConnection(ctx, live)
 	}
 	if !stopDrain() {
@@ -282,9 +292,13 @@ type sessionRun struct {
 	handlerBase, settleBase context.Context
 	// workers counts every goroutine of the run, so that Run returns only after they have exited.
 	workers sync.WaitGroup
-	// current is the connection in use; only the connection loop changes it, and Run reads it after
-	// the loop has returned.
-	current *liveSessionConnection
+	// sessions holds one token per session held, MaxConcurrentSessions in all, shared by every
+	// connection: the workers of a broken connection that still finish a message keep theirs, so a new
+	// connection's workers never make the run hold more.
+	sessions chan struct{}
+	// conns lists every connection not yet closed, for Run to close what is left when it ends.
+	mu    sync.Mutex
+	conns []*liveSessionConnection
 }
 
 // liveSessionConnection is a SessionConnection with its workers.
@@ -318,8 +332,11 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		}
 		connected = true
 		live := &liveSessionConnection{conn: conn}
-		r.current = live
-		c.setState(StateRunning, nil)
+		r.mu.Lock()
+		r.conns = append(r.conns, live)
+		r.mu.Unlock()
+		// Running once the broker has answered an accept on it (see sessionWorker): the SDK connects
+		// lazily, so a client built against a dead namespace proves nothing.
 
 		// The workers of this connection: each accepts and serves one session at a time. wctx ends them
 		// all when one finds the connection broken, or when ctx ends.
@@ -346,18 +363,6 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		case why = <-broken:
 		}
 		stop() // the other workers finish their session's current message and stop
-		stopped := make(chan struct{})
-		r.workers.Add(1)
-		go func() {
-			defer r.workers.Done()
-			live.workers.Wait()
-			close(stopped)
-		}()
-		select {
-		case <-stopped:
-		case <-ctx.Done():
-			return nil
-		}
 		// As for the queue consumer: the failure count is reset only by a connection that worked, so
 		// that one that connects and breaks at once walks the reconnect schedule instead of looping.
 		if live.proven.Load() {
@@ -366,16 +371,23 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		if fatal := sessionStartupError(why); fatal != nil && !answered && !sc.cfg.retryStartup {
 			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, why)
 			sc.cfg.logger.Error("first accept failed in a way retrying cannot fix", errAttr(why))
+			live.workers.Wait() // no session was accepted on it: its workers stop at once
 			r.closeConnection(ctx, live)
-			r.current = nil
 			return fatal
 		}
 		failures++
 		cause = redact.Wrap(why)
 		c.recordFailure(func(h *Health) { h.ReceiveFailures++ }, why)
 		sc.cfg.logger.Warn("session connection broken; rebuilding it", errAttr(why), slog.Int("failures", failures))
-		r.closeConnection(ctx, live)
-		r.current = nil
+		c.setState(StateReconnecting, why)
+		// A handler still running on the broken connection must not hold up the others: the connection
+		// is closed once its workers are done, in the background, and a new one is built now.
+		r.workers.Add(1)
+		go func() {
+			defer r.workers.Done()
+			live.workers.Wait()
+			r.closeConnection(ctx, live)
+		}()
 	}
 }
 
@@ -453,6 +465,14 @@ func (sc *SessionConsumer) dial(ctx context.Context) (conn *SessionConnection, e
 
 // closeConnection closes live once, bounded by the settle timeout even after ctx ended.
 func (r *sessionRun) closeConnection(ctx context.Context, live *liveSessionConnection) {
+	r.mu.Lock()
+	for i, l := range r.conns {
+		if l == live {
+			r.conns = append(r.conns[:i], r.conns[i+1:]...)
+			break
+		}
+	}
+	r.mu.Unlock()
 	live.once.Do(func() {
 		if live.conn.Close == nil {
 			return

@@ -319,3 +319,93 @@ func TestSessionHooks(t *testing.T) {
 		assert.Equal(t, 1, processed[0].Result.Attempt)
 	})
 }
+
+// A broken connection is rebuilt at once, not after the handlers still running on it return: one slow
+// handler must not stall the other sessions.
+func TestSessionReconnectDoesNotWaitForASlowHandler(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: time.Minute})
+		sendSession(t, b, "a", 1)
+		started := make(chan struct{})
+		h := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			if m.MessageID == "a-1" {
+				close(started)
+				select { // a slow handler (in the bubble)
+				case <-time.After(10 * time.Minute):
+				case <-ctx.Done():
+				}
+			}
+			return nil
+		}
+		sc := newSessionConsumer(t, b, h, nil, &retry.Options{ReconnectDelays: []time.Duration{time.Second}},
+			&retry.SessionOptions{MaxConcurrentSessions: 2, SessionIdleTimeout: time.Second})
+		stop := runSessionConsumer(t, sc)
+		<-started
+		b.Fail(retrytest.OpAccept, 1, &azservicebus.Error{Code: azservicebus.CodeConnectionLost})
+		sendSession(t, b, "b", 1)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		hl := sc.Health()
+		done := 0
+		for _, m := range b.Completed() {
+			if m.MessageID == "b-1" {
+				done++
+			}
+		}
+		assert.Equal(t, 1, done, "session b should be served within a minute of the break (queue consumer retires the old connection in the background)")
+		assert.Equal(t, retry.StateRunning, hl.State, "running again on the new connection")
+		assert.Equal(t, uint64(2), hl.Connects)
+		require.NoError(t, stop())
+	})
+}
+
+// Accepts that end on our own deadline, with no answer from the broker (a dead or black-holed
+// connection), break the connection, and the consumer is never Ready on it.
+func TestSessionDeadConnectionIsRebuilt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		connects := 0
+		conn := func(ctx context.Context) (*retry.SessionConnection, error) {
+			connects++
+			return &retry.SessionConnection{AcceptNext: func(ctx context.Context) (retry.SessionReceiver, error) {
+				<-ctx.Done() // the network swallows the attach
+				return nil, ctx.Err()
+			}}, nil
+		}
+		sc, err := retry.NewSessionConsumer(conn, okHandler, &retry.Options{Logger: discardLogger()}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- sc.Run(ctx) }()
+		time.Sleep(time.Hour)
+		synctest.Wait()
+		h := sc.Health()
+		cancel()
+		require.NoError(t, <-done)
+		assert.Greater(t, connects, 1, "an hour of accepts that never got an answer should rebuild the connection")
+		assert.False(t, h.Ready(), "an hour without any answer from the broker should not be Ready")
+	})
+}
+
+// An accept that answers CodeTimeout at once is not asked again at once: a worker waits acceptFloor.
+func TestSessionImmediateAcceptTimeoutsDoNotSpin(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		ctx, cancel := context.WithCancel(t.Context())
+		calls := 0
+		start := time.Now()
+		var elapsed time.Duration
+		conn := func(context.Context) (*retry.SessionConnection, error) {
+			return &retry.SessionConnection{AcceptNext: func(context.Context) (retry.SessionReceiver, error) {
+				calls++
+				if calls == 10000 {
+					elapsed = time.Since(start)
+					cancel()
+				}
+				return nil, &azservicebus.Error{Code: azservicebus.CodeTimeout}
+			}}, nil
+		}
+		sc, err := retry.NewSessionConsumer(conn, okHandler, &retry.Options{Logger: discardLogger()}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		require.NoError(t, err)
+		require.NoError(t, sc.Run(ctx))
+		assert.Greater(t, elapsed, time.Second, "10,000 accepts in %v of clock time", elapsed)
+	})
+}

@@ -25,7 +25,8 @@ type SessionConnection struct {
 	// Close releases the client behind AcceptNext. The consumer closes every session receiver before.
 	// Nil means nothing to release.
 	Close func(ctx context.Context) error
-	// Address is the namespace endpoint, as host:port, for telemetry; empty means unknown.
+	// Address is the namespace endpoint, as host:port (the built-in connectors set it); empty means
+	// unknown. Nothing reads it yet: retryotel does not instrument the session consumer so far.
 	Address string
 }
 

@@ -10,38 +10,80 @@ import (
 )
 
 // acceptWindow bounds one accept of the next session. An accept that times out only means no session
-// is available now; the worker asks again at once, so the window decides how often an idle worker
-// talks to the broker, not how long a new session waits.
-const acceptWindow = 30 * time.Second
+// is available now; the worker asks again, so the window decides how often an idle worker talks to the
+// broker, not how long a new session waits. It is also how a dead connection shows: the broker answers
+// an empty accept with a timeout of its own just inside the window, and unansweredAccepts windows that
+// end on our deadline instead break the connection.
+const acceptWindow = 10 * time.Second
+
+// unansweredAccepts is how many accepts in a row may end on our own deadline, with no answer from the
+// broker, before the connection is taken for broken.
+const unansweredAccepts = 2
+
+// acceptFloor is the shortest time between two accepts of one worker that found no session: an accept
+// that answers at once (a broker that does not wait) must not make the worker spin.
+const acceptFloor = time.Second
 
 // errSessionIdle is the cause of a receive ended by SessionIdleTimeout.
 var errSessionIdle = errors.New("retry: no message in the session within SessionIdleTimeout")
 
+// errAcceptUnanswered breaks a connection whose accepts keep ending on our deadline.
+var errAcceptUnanswered = errors.New("retry: the broker answered no accept of a session in time; the connection is taken for broken")
+
 // sessionWorker accepts sessions one after the other and serves each until it is released, until ctx
-// ends (nil) or an accept finds the connection broken (the reason).
+// ends (nil) or an accept finds the connection broken (the reason). It holds one of the run's session
+// tokens while it accepts and serves, so that the run never holds more than MaxConcurrentSessions.
 func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnection) error {
-	// One session at a time per worker: MaxConcurrentSessions workers are the limit, without a
-	// semaphore of their own.
+	clk := r.sc.cfg.clock
+	unanswered := 0
 	for ctx.Err() == nil {
+		select {
+		case r.sessions <- struct{}{}:
+		case <-ctx.Done():
+			return nil
+		}
+		start := clk.Now()
 		recv, err := r.acceptNext(ctx, live)
-		switch {
-		case err == nil:
-			live.proven.Store(true)
+		if err == nil {
+			unanswered = 0
+			r.proven(live)
 			r.serve(ctx, recv, live.entity(r.sc.cfg.entityPath))
+			<-r.sessions
+			continue
+		}
+		<-r.sessions
+		switch {
 		case ctx.Err() != nil:
 			return nil
 		case acceptTimedOut(err):
-			// Nothing to accept in the window: ask again. Only the broker's own answer proves the
-			// connection; a deadline of ours may hide a dead one, which the next accept's error
-			// will show.
 			if code, ok := sdkCode(err); ok && code == azservicebus.CodeTimeout {
-				live.proven.Store(true) // the broker answered: nothing to accept
+				unanswered = 0
+				r.proven(live) // the broker answered: nothing to accept
+			} else if unanswered++; unanswered >= unansweredAccepts {
+				return errAcceptUnanswered
+			}
+			if wait := acceptFloor - clk.Now().Sub(start); wait > 0 {
+				ch, stop := timerChan(clk, wait)
+				select {
+				case <-ch:
+				case <-ctx.Done():
+					stop()
+					return nil
+				}
 			}
 		default:
 			return err
 		}
 	}
 	return nil
+}
+
+// proven records that the broker answered an accept on live: the connection works, and the consumer
+// is running.
+func (r *sessionRun) proven(live *liveSessionConnection) {
+	if !live.proven.Swap(true) {
+		r.sc.stats.setState(StateRunning, nil)
+	}
 }
 
 // acceptNext accepts the next session, bounded by acceptWindow.
