@@ -66,7 +66,15 @@ func (c *sessionClient) acceptNext(ctx context.Context) (retry.SessionReceiver, 
 		_ = r.Close(ctx)
 		return nil, &azservicebus.Error{Code: azservicebus.CodeClosed}
 	}
-	c.receivers = append(c.receivers, r)
+	// Forget the receivers that gave their session up (closed, or their lock ran out), so that a long
+	// test of many sessions does not keep them all.
+	held := c.receivers[:0]
+	for _, old := range c.receivers {
+		if old.lock.Held() {
+			held = append(held, old)
+		}
+	}
+	c.receivers = append(held, r)
 	return r, nil
 }
 
