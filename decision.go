@@ -63,24 +63,16 @@ type deadLetterPlan struct {
 // discard.
 func (p *Processor) decideFailure(d *delivery, herr error, pol policy) *decision {
 	cfg, msg, env, now := p.cfg, d.msg, &d.env, d.now
-	switch {
-	case errors.Is(herr, ErrNoRoute):
-		return p.deadLetterDecision(env, msg, cfg.reasons.NoRoute, herr, now, true)
-	case IsPermanent(herr):
-		return p.deadLetterDecision(env, msg, cfg.reasons.Permanent, herr, now, true)
-	case pol.action == ActionDeadLetter:
-		return p.deadLetterDecision(env, msg, pol.reason, herr, now, true)
-	case pol.action == ActionDiscard:
-		return &decision{kind: decideDiscard, env: env, handlerErr: herr}
-	case env.Attempt >= pol.maxAttempts:
-		return p.deadLetterDecision(env, msg, cfg.reasons.MaxAttempts, herr, now, true)
-	case hasNonDataBody(msg):
+	if dec := p.finalDecision(d, herr, pol); dec != nil {
+		return dec
+	}
+	if hasNonDataBody(msg) {
 		return p.deadLetterDecision(env, msg, cfg.reasons.UnsupportedBody, herr, now, true)
 	}
 
 	delay := p.delay(pol, env.Attempt, herr)
 	at := now.Add(delay)
-	if cfg.retryBudget > 0 && !env.FirstEnqueuedTime.IsZero() && at.After(env.FirstEnqueuedTime.Add(cfg.retryBudget)) {
+	if p.overBudget(env, at) {
 		return p.deadLetterDecision(env, msg, cfg.reasons.BudgetExhausted, herr, now, true)
 	}
 	ttl, expired := p.copyTTL(env, msg, at)
@@ -95,6 +87,32 @@ func (p *Processor) decideFailure(d *delivery, herr error, pol policy) *decision
 	}
 	return &decision{kind: decideRetry, env: env, handlerErr: herr,
 		retryPlan: &retryPlan{copyMsg: copyMsg, nextTry: next, delay: delay, at: at, errText: errText}}
+}
+
+// finalDecision is what a failed attempt becomes when it is not retried at all, whatever the retry
+// would look like: no route, Permanent, a policy that dead-letters or discards, the attempts spent.
+// It returns nil when the attempt may be retried. The queue processor and the session consumer's holds
+// in place (sessionhold.go) both start from it.
+func (p *Processor) finalDecision(d *delivery, herr error, pol policy) *decision {
+	cfg, msg, env, now := p.cfg, d.msg, &d.env, d.now
+	switch {
+	case errors.Is(herr, ErrNoRoute):
+		return p.deadLetterDecision(env, msg, cfg.reasons.NoRoute, herr, now, true)
+	case IsPermanent(herr):
+		return p.deadLetterDecision(env, msg, cfg.reasons.Permanent, herr, now, true)
+	case pol.action == ActionDeadLetter:
+		return p.deadLetterDecision(env, msg, pol.reason, herr, now, true)
+	case pol.action == ActionDiscard:
+		return &decision{kind: decideDiscard, env: env, handlerErr: herr}
+	case env.Attempt >= pol.maxAttempts:
+		return p.deadLetterDecision(env, msg, cfg.reasons.MaxAttempts, herr, now, true)
+	}
+	return nil
+}
+
+// overBudget reports whether an attempt due at at falls after Options.RetryBudget.
+func (p *Processor) overBudget(env *Envelope, at time.Time) bool {
+	return p.cfg.retryBudget > 0 && !env.FirstEnqueuedTime.IsZero() && at.After(env.FirstEnqueuedTime.Add(p.cfg.retryBudget))
 }
 
 // copyTTL is the TimeToLive of a copy due at at. Service Bus counts a TimeToLive from the (scheduled)

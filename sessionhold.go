@@ -2,7 +2,6 @@ package retry
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 	"time"
 
@@ -118,17 +117,8 @@ func withOutcome(res Result, o Outcome, err error) Result {
 func (r *sessionRun) decideInPlace(d *delivery, herr error, pol policy, immediateDone int, holdStart time.Time) (*decision, time.Duration) {
 	p, cfg := r.sc.proc, r.sc.cfg
 	env, msg, now := &d.env, d.msg, d.now
-	switch {
-	case errors.Is(herr, ErrNoRoute):
-		return p.deadLetterDecision(env, msg, cfg.reasons.NoRoute, herr, now, true), 0
-	case IsPermanent(herr):
-		return p.deadLetterDecision(env, msg, cfg.reasons.Permanent, herr, now, true), 0
-	case pol.action == ActionDeadLetter:
-		return p.deadLetterDecision(env, msg, pol.reason, herr, now, true), 0
-	case pol.action == ActionDiscard:
-		return &decision{kind: decideDiscard, env: env, handlerErr: herr}, 0
-	case env.Attempt >= pol.maxAttempts:
-		return p.deadLetterDecision(env, msg, cfg.reasons.MaxAttempts, herr, now, true), 0
+	if dec := p.finalDecision(d, herr, pol); dec != nil {
+		return dec, 0
 	}
 	// The backoff's delay (or RetryAfter's, capped by the backoff), except for the policy's immediate
 	// retries, which wait ImmediateDelay as they do on a queue.
@@ -142,7 +132,7 @@ func (r *sessionRun) decideInPlace(d *delivery, herr error, pol policy, immediat
 	switch {
 	case at.Sub(holdStart) > r.sc.scfg.maxHold:
 		return p.deadLetterDecision(env, msg, cfg.reasons.SessionHoldExceeded, herr, now, true), 0
-	case cfg.retryBudget > 0 && !env.FirstEnqueuedTime.IsZero() && at.After(env.FirstEnqueuedTime.Add(cfg.retryBudget)):
+	case p.overBudget(env, at):
 		return p.deadLetterDecision(env, msg, cfg.reasons.BudgetExhausted, herr, now, true), 0
 	case !cfg.ignoreExpiry && !env.ExpiresAt.IsZero() && !at.Before(env.ExpiresAt):
 		return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true), 0
