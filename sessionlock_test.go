@@ -146,3 +146,61 @@ func TestSessionRenewalRetriedAfterTransientFailure(t *testing.T) {
 		assert.Equal(t, uint32(1), b.Completed()[0].DeliveryCount)
 	})
 }
+
+// lenientComplete is a session receiver whose CompleteMessage reports success whatever the broker
+// said, as the SDK can after its link recovery: only the consumer's own check of the lock stands
+// between a lost lock and a success reported for a message that goes back to its session.
+type lenientComplete struct{ retry.SessionReceiver }
+
+func (l lenientComplete) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error {
+	_ = l.SessionReceiver.CompleteMessage(ctx, m, o)
+	return nil
+}
+
+// A handler that succeeds after the session lock was lost is not completed: the message goes back
+// first, whatever a complete call would claim.
+func TestSessionSuccessAfterALostLockIsNotSettled(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		inner := b.SessionConnector()
+		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
+			c, err := inner(ctx)
+			if err != nil {
+				return nil, err
+			}
+			accept := c.AcceptNext
+			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+				r, err := accept(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return lenientComplete{r}, nil
+			}
+			return c, nil
+		}
+		rec := newSessionRecorder()
+		started := make(chan struct{})
+		first := true
+		h := rec.handler(func(ctx context.Context, c sessionCall) error {
+			if c.ID == "s-1" && first {
+				first = false
+				close(started)
+				<-ctx.Done() // the lock is lost; the handler finishes its work anyway
+			}
+			return nil
+		})
+		sc, err := retry.NewSessionConsumer(connect, h, &retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed}},
+			&retry.SessionOptions{MaxConcurrentSessions: 1})
+		require.NoError(t, err)
+		stop := runSessionConsumer(t, sc)
+		<-started
+		b.ExpireLocks()
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+		require.Len(t, rec.processed, 3)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome, "not reported completed")
+		assert.ErrorIs(t, rec.processed[0].Result.SettleErr, retry.ErrLockLost)
+		assert.Equal(t, "s-1", rec.processed[1].Message.MessageID, "it comes back first")
+	})
+}
