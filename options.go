@@ -59,6 +59,9 @@ type DeadLetterReasons struct {
 	// SessionHoldExceeded: a [SessionConsumer]'s next retry in place would end after
 	// SessionOptions.MaxHold. Default "RetrySessionHoldExceeded".
 	SessionHoldExceeded string
+	// SessionBacklogFull: a message of a durably held session could not be deferred behind the hold,
+	// because 10,000 messages already wait there. Default "RetrySessionBacklogFull".
+	SessionBacklogFull string
 }
 
 // withDefaults fills every empty reason with its documented default.
@@ -77,6 +80,7 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 	set(&r.Expired, "RetryMessageExpired")
 	set(&r.NoRoute, "RetryNoRoute")
 	set(&r.SessionHoldExceeded, "RetrySessionHoldExceeded")
+	set(&r.SessionBacklogFull, "RetrySessionBacklogFull")
 	return r
 }
 

@@ -30,6 +30,12 @@ type SessionReceiver interface {
 	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
 	DeadLetterMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeadLetterOptions) error
 	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
+	// The durable hold's calls (sessiondurable.go): a held message and its followers are deferred and
+	// received back by sequence number; what blocks the session is kept in its state.
+	DeferMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeferMessageOptions) error
+	ReceiveDeferredMessages(ctx context.Context, sequenceNumbers []int64, options *azservicebus.ReceiveDeferredMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	GetSessionState(ctx context.Context, options *azservicebus.GetSessionStateOptions) ([]byte, error)
+	SetSessionState(ctx context.Context, state []byte, options *azservicebus.SetSessionStateOptions) error
 	SessionID() string
 	LockedUntil() time.Time
 	Close(ctx context.Context) error
@@ -62,6 +68,19 @@ type SessionOptions struct {
 	// means [DefaultMaxHold] (5 min). With the default Backoff (Fibonacci, 10 s floor) that is about
 	// six attempts.
 	MaxHold time.Duration
+	// DurableHolds makes a retry that cannot wait in place (due after MaxHold) a durable hold instead
+	// of a dead-letter: the message is deferred in its session, what blocks the session is recorded in
+	// the session state, and a wake-up message is scheduled into the session for when the retry is due;
+	// the session is released meanwhile, and messages of it that arrive are deferred behind the held
+	// one, in order. The hold survives the consumer: whichever consumer accepts the session next
+	// resumes it, in order. It needs a connection with a Sender (the queue connectors have one). A
+	// MaxHold of 1 ns makes every delayed retry durable.
+	DurableHolds bool
+	// BlockAfterDeadLetter keeps a session blocked after one of its messages is dead-lettered (after
+	// its last attempt, a Permanent error, a dead-letter policy): its later messages are deferred, in
+	// order, until an operator releases the session (sbretry sessions release, or [PlanRelease]).
+	// False (the default) lets the session go on with its next message.
+	BlockAfterDeadLetter bool
 }
 
 // sessionConfig is SessionOptions with the defaults applied.
@@ -69,6 +88,8 @@ type sessionConfig struct {
 	maxSessions int
 	idle        time.Duration
 	maxHold     time.Duration
+	durable     bool
+	block       bool
 }
 
 // resolve validates o and applies the defaults.
@@ -89,6 +110,8 @@ func (o *SessionOptions) resolve() (sessionConfig, error) {
 		maxSessions: orInt(so.MaxConcurrentSessions, DefaultMaxConcurrentSessions),
 		idle:        orDur(so.SessionIdleTimeout, DefaultSessionIdleTimeout),
 		maxHold:     orDur(so.MaxHold, DefaultMaxHold),
+		durable:     so.DurableHolds,
+		block:       so.BlockAfterDeadLetter,
 	}, nil
 }
 

@@ -22,6 +22,12 @@ type SessionConnection struct {
 	// EntityPath is the entity the sessions are accepted from (a queue, or "topic/Subscriptions/sub");
 	// it names retry chains and shows in the hooks. Empty means Options.EntityPath.
 	EntityPath string
+	// Sender schedules the wake-ups of durable holds (SessionOptions.DurableHolds) into the entity's
+	// sessions: a sender to the queue itself. Nil means durable holds are not available on this
+	// connection; the consumer then refuses to run with DurableHolds set. The built-in queue connectors
+	// set it; the subscription connectors do not (a wake-up sent to the topic would reach every
+	// subscription).
+	Sender Sender
 	// Close releases the client behind AcceptNext. The consumer closes every session receiver before.
 	// Nil means nothing to release.
 	Close func(ctx context.Context) error

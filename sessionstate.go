@@ -1,0 +1,245 @@
+package retry
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// The durable hold's record, kept in the session's own state (Service Bus session state, which lives
+// with the session on the broker whether or not a receiver holds it). A consumer reads it when it
+// accepts the session and writes it before every deferral, so that a consumer killed at any point
+// finds, in the session itself, what blocks the session and in which order the deferred messages run.
+// The file holds the format and the operator's release; sessiondurable.go holds the consumer's side.
+
+// Properties of the messages a durable hold involves.
+const (
+	// PropControl marks a control message of the session consumer: PropControl = [ControlWake] is the
+	// wake-up scheduled into a held session for when its retry is due. Control messages never reach
+	// the handler.
+	PropControl = "sbretry-control"
+	// PropWakeSequenceNumber is the sequence number of the held message a wake-up is for (int64).
+	PropWakeSequenceNumber = "sbretry-wake-sequence-number"
+	// PropHeldUntil is stamped on a message deferred by a durable hold: when its next attempt is due
+	// (a timestamp). A peek of the entity shows it without locking the session.
+	PropHeldUntil = "sbretry-held-until"
+	// PropHeldBehind is stamped on a message deferred behind a held one: the held message's sequence
+	// number (int64).
+	PropHeldBehind = "sbretry-held-behind"
+)
+
+// ControlWake is the PropControl value of a wake-up message.
+const ControlWake = "wake"
+
+// SessionStateFormat is the value of the "format" field that marks a session state as the durable
+// hold's record, version 1. A session state without it (another application's) is never overwritten.
+const SessionStateFormat = "sbretry/v1"
+
+// maxFollowers bounds how many messages may be deferred behind one hold: their sequence numbers are
+// listed in the session state, which Service Bus bounds by the entity's message size (256 KiB on the
+// standard tier). 10,000 numbers of up to 19 digits take under 200 KiB. A message arriving behind a
+// full list is dead-lettered with DeadLetterReasons.SessionBacklogFull instead of deferred.
+const maxFollowers = 10000
+
+// SessionState is the durable hold's record in a session's state: what blocks the session and what
+// waits behind it. Read one with [DecodeSessionState]. The zero value means nothing is held.
+type SessionState struct {
+	// Hold is the message that blocks the session, nil when none does (the followers, if any, then run
+	// next, in order).
+	Hold *SessionHold
+	// Followers are the sequence numbers of the session's messages deferred behind the hold, in the
+	// order they arrived: they run in this order once the hold ends.
+	Followers []int64
+}
+
+// SessionHold is the message that blocks a held session.
+type SessionHold struct {
+	// SequenceNumber identifies the held message, deferred in its session; MessageID is its id.
+	SequenceNumber int64
+	MessageID      string
+	// Attempt is the attempt its next handler call will be (as Envelope.Attempt).
+	Attempt int
+	// FirstFailure is when its first attempt failed.
+	FirstFailure time.Time
+	// WakeAt is when the next attempt is due, and WakeID the MessageID of the wake-up message scheduled
+	// into the session for then. Both are zero for a session blocked after a dead-letter.
+	WakeAt time.Time
+	WakeID string
+	// LastError is the text of the latest failure, as Envelope.LastError.
+	LastError string
+	// DeadLetterReason is set when the message was dead-lettered and the session stays blocked until an
+	// operator releases it (SessionOptions.BlockAfterDeadLetter); the message is then in the
+	// dead-letter queue, no longer in the session.
+	DeadLetterReason string
+	// DeadLetteredAt is when it was dead-lettered.
+	DeadLetteredAt time.Time
+}
+
+// Blocked reports whether the session's new messages must wait: something is held or deferred.
+func (s SessionState) Blocked() bool { return s.Hold != nil || len(s.Followers) > 0 }
+
+// wireState is the JSON form of SessionState. Field names are short and stable: the record is read by
+// other versions of the consumer and by the operator tools.
+type wireState struct {
+	Format    string    `json:"format"`
+	Hold      *wireHold `json:"hold,omitempty"`
+	Followers []int64   `json:"followers,omitempty"`
+}
+
+type wireHold struct {
+	Seq            int64     `json:"seq"`
+	MessageID      string    `json:"id,omitempty"`
+	Attempt        int       `json:"attempt"`
+	FirstFailure   time.Time `json:"first_failure"`
+	WakeAt         time.Time `json:"wake_at,omitzero"`
+	WakeID         string    `json:"wake_id,omitempty"`
+	LastError      string    `json:"last_error,omitempty"`
+	DeadLetter     string    `json:"dead_letter_reason,omitempty"`
+	DeadLetteredAt time.Time `json:"dead_lettered_at,omitzero"`
+}
+
+// ErrForeignSessionState is returned by [DecodeSessionState] for a state that is not the durable
+// hold's record: another application's, or one written by a newer version. The consumer leaves such a
+// state alone and holds that session in place only.
+var ErrForeignSessionState = errors.New("retry: the session state is not a durable hold record")
+
+// DecodeSessionState reads a session's state. An empty state is the zero SessionState (nothing held).
+// A state that is not JSON, or JSON without this version's format marker, returns an error wrapping
+// [ErrForeignSessionState]; a record with the marker but impossible contents (a negative sequence
+// number, an attempt below 2, a follower listed twice) returns another error.
+func DecodeSessionState(b []byte) (SessionState, error) {
+	if len(bytes.TrimSpace(b)) == 0 {
+		return SessionState{}, nil
+	}
+	var w wireState
+	if err := json.Unmarshal(b, &w); err != nil || w.Format != SessionStateFormat {
+		return SessionState{}, fmt.Errorf("%w (%d bytes)", ErrForeignSessionState, len(b))
+	}
+	s := SessionState{Followers: w.Followers}
+	seen := make(map[int64]bool, len(w.Followers)+1)
+	if h := w.Hold; h != nil {
+		if h.Seq < 0 || h.Attempt < 2 {
+			return SessionState{}, fmt.Errorf("retry: session state: invalid hold (sequence number %d, attempt %d)", h.Seq, h.Attempt)
+		}
+		seen[h.Seq] = true
+		s.Hold = &SessionHold{
+			SequenceNumber: h.Seq, MessageID: h.MessageID, Attempt: h.Attempt, FirstFailure: h.FirstFailure,
+			WakeAt: h.WakeAt, WakeID: h.WakeID, LastError: h.LastError, DeadLetterReason: h.DeadLetter, DeadLetteredAt: h.DeadLetteredAt,
+		}
+	}
+	for _, f := range w.Followers {
+		if f < 0 || seen[f] {
+			return SessionState{}, fmt.Errorf("retry: session state: invalid or repeated follower %d", f)
+		}
+		seen[f] = true
+	}
+	return s, nil
+}
+
+// encode returns the state's record; the zero state encodes as nil, which clears the session state.
+func (s SessionState) encode() ([]byte, error) {
+	if !s.Blocked() {
+		return nil, nil
+	}
+	w := wireState{Format: SessionStateFormat, Followers: s.Followers}
+	if h := s.Hold; h != nil {
+		w.Hold = &wireHold{
+			Seq: h.SequenceNumber, MessageID: h.MessageID, Attempt: h.Attempt, FirstFailure: h.FirstFailure.UTC(),
+			WakeAt: h.WakeAt.UTC(), WakeID: h.WakeID, LastError: h.LastError, DeadLetter: h.DeadLetterReason, DeadLetteredAt: h.DeadLetteredAt.UTC(),
+		}
+	}
+	return json.Marshal(w)
+}
+
+// follows reports whether seq is listed among the followers.
+func (s SessionState) follows(seq int64) bool {
+	for _, f := range s.Followers {
+		if f == seq {
+			return true
+		}
+	}
+	return false
+}
+
+// wakeID is the MessageID of the wake-up for attempt of the message seq, due at: deterministic, so
+// that duplicate detection absorbs a wake-up scheduled twice, and distinct per schedule.
+func wakeID(seq int64, attempt int, at time.Time) string {
+	return "sbretry-wake-" + strconv.FormatInt(seq, 10) + "-" + strconv.Itoa(attempt) + "-" + strconv.FormatInt(at.UnixMilli(), 10)
+}
+
+// wakeMessage is the wake-up of hold, into session sessionID: an empty body, the control properties.
+func wakeMessage(sessionID string, h *SessionHold) *azservicebus.Message {
+	id, sid := h.WakeID, sessionID
+	return &azservicebus.Message{
+		MessageID: &id,
+		SessionID: &sid,
+		Subject:   strPtr("sbretry wake-up"),
+		ApplicationProperties: map[string]any{
+			PropControl:            ControlWake,
+			PropWakeSequenceNumber: h.SequenceNumber,
+		},
+	}
+}
+
+func strPtr(s string) *string { return &s }
+
+// isControl reports whether msg is a control message of the session consumer.
+func isControl(msg *azservicebus.ReceivedMessage) (kind string, ok bool) {
+	v, ok := msg.ApplicationProperties[PropControl]
+	if !ok {
+		return "", false
+	}
+	s, _ := v.(string)
+	return s, true
+}
+
+// ReleasePlan is what [PlanRelease] would change in a held session: its state before and after, and
+// the wake-up message that makes a consumer take the session up again.
+type ReleasePlan struct {
+	Before, After SessionState
+	// Wake is scheduled for now (sent at once): without a message that can be received, no consumer
+	// accepts a session whose messages are all deferred.
+	Wake *azservicebus.Message
+}
+
+// ErrNotHeld is returned by [PlanRelease] for a session whose state holds nothing.
+var ErrNotHeld = errors.New("retry: the session holds nothing to release")
+
+// PlanRelease plans an operator's release of session sessionID, whose current state is state: a
+// session blocked after a dead-letter is unblocked (its followers run next, in order); a session
+// waiting for a retry has the retry made due now. The plan changes nothing by itself: the operator
+// tools show it in a dry run and apply it by writing After as the session state (SessionState's
+// MarshalSessionState) and sending Wake, while holding the session's lock, in that order: send first,
+// so that a release interrupted between the two leaves the session blocked (and the wake-up ignored)
+// rather than unblocked with nothing to make a consumer take it up.
+func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePlan, error) {
+	if !state.Blocked() {
+		return ReleasePlan{}, ErrNotHeld
+	}
+	after := SessionState{Followers: append([]int64(nil), state.Followers...)}
+	plan := ReleasePlan{Before: state}
+	var wakeFor *SessionHold
+	if h := state.Hold; h != nil && h.DeadLetterReason == "" {
+		nh := *h
+		nh.WakeAt = now
+		nh.WakeID = wakeID(h.SequenceNumber, h.Attempt, now)
+		after.Hold = &nh
+		wakeFor = &nh
+	} else {
+		// Blocked after a dead-letter, or followers waiting with nothing held (a consumer stopped
+		// between two of them): the wake-up names no message, it only brings a consumer.
+		wakeFor = &SessionHold{SequenceNumber: -1, WakeID: wakeID(-1, 0, now)}
+	}
+	plan.After = after
+	plan.Wake = wakeMessage(sessionID, wakeFor)
+	return plan, nil
+}
+
+// MarshalSessionState returns the record of s to write as a session's state; nil (clearing the
+// state) when s holds nothing.
+func MarshalSessionState(s SessionState) ([]byte, error) { return s.encode() }
