@@ -27,8 +27,8 @@ type Consumer struct {
 	stateMu sync.Mutex
 
 	// The per-message counters are atomics, so that counting costs the workers no shared lock.
-	received, completed, retries, deadLettered, left, duplicates, held, discarded atomic.Uint64
-	inFlight                                                                      atomic.Int64
+	received, completed, retries, deadLettered, left, duplicates, held, discarded, deferred atomic.Uint64
+	inFlight                                                                                atomic.Int64
 }
 
 // NewConsumer returns a Consumer that gets its connections from connect and passes each message to

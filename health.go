@@ -80,6 +80,9 @@ type Health struct {
 	// Held counts messages held by the outage breaker ([OutcomeHeld]); Discarded those a policy
 	// discarded ([OutcomeDiscarded]).
 	Held, Discarded uint64
+	// Deferred counts the messages a [SessionConsumer] deferred in their session: held durably
+	// ([OutcomeDeferred]) or set aside behind a held message, in order.
+	Deferred uint64
 	// Outage is the outage breaker: closed unless an outage or [Consumer.Pause] paused receiving. An open
 	// breaker does not make the consumer unready: it is connected and well, and restarting it would not
 	// bring back what it depends on.
@@ -108,6 +111,7 @@ func (c *Consumer) Health() Health {
 	h.PossibleDuplicates = c.duplicates.Load()
 	h.Held = c.held.Load()
 	h.Discarded = c.discarded.Load()
+	h.Deferred = c.deferred.Load()
 	if c.outage != nil {
 		h.Outage = c.outage.status()
 	}
@@ -129,6 +133,8 @@ func (c *Consumer) count(res Result) {
 		c.held.Add(1)
 	case OutcomeDiscarded:
 		c.discarded.Add(1)
+	case OutcomeDeferred:
+		c.deferred.Add(1)
 	}
 	if res.PossibleDuplicate {
 		c.duplicates.Add(1)

@@ -69,6 +69,8 @@ const (
 	SettleSchedule   = "schedule"
 	SettleComplete   = "complete"
 	SettleDeadLetter = "dead-letter"
+	// SettleDefer is a [SessionConsumer]'s deferral of a message it holds durably.
+	SettleDefer = "defer"
 )
 
 // SettleParams describes one broker call made for a delivery.
@@ -78,7 +80,7 @@ type SettleParams struct {
 	Envelope Envelope
 	// EntityPath is the entity the message was received from.
 	EntityPath string
-	// Operation is [SettleSchedule], [SettleComplete] or [SettleDeadLetter].
+	// Operation is [SettleSchedule], [SettleComplete], [SettleDeadLetter] or [SettleDefer].
 	Operation string
 	// RetryMessageID is the MessageID of the copy, for SettleSchedule.
 	RetryMessageID string

@@ -32,6 +32,10 @@ const (
 	// OutcomeDiscarded: a [Policy] with [ActionDiscard] took the failure; the message was completed
 	// without success.
 	OutcomeDiscarded
+	// OutcomeDeferred: a [SessionConsumer] held the message durably (SessionOptions.DurableHolds): it
+	// was deferred in its session, with the hold recorded in the session state and a wake-up
+	// scheduled for when its next attempt is due.
+	OutcomeDeferred
 )
 
 func (o Outcome) String() string {
@@ -48,6 +52,8 @@ func (o Outcome) String() string {
 		return "held"
 	case OutcomeDiscarded:
 		return "discarded"
+	case OutcomeDeferred:
+		return "deferred"
 	}
 	return "unknown"
 }

@@ -354,6 +354,12 @@ func (r *sessionRun) loop(ctx context.Context) error {
 			return err
 		}
 		connected = true
+		if sc.scfg.durable && conn.Sender == nil {
+			if conn.Close != nil {
+				_ = conn.Close(context.WithoutCancel(ctx))
+			}
+			return errNoWakeSender
+		}
 		live := &liveSessionConnection{conn: conn}
 		r.mu.Lock()
 		r.conns = append(r.conns, live)
@@ -413,6 +419,9 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		}()
 	}
 }
+
+// errNoWakeSender ends Run when durable holds are on and the connection cannot schedule wake-ups.
+var errNoWakeSender = &OptionError{Field: "DurableHolds", Reason: "the session connection has no Sender to schedule wake-ups with (the subscription connectors have none yet)"}
 
 // sessionStartupError classifies an accept failure that retrying cannot fix: what startupError says
 // of a connect (a missing entity, a refused credential), and an entity that refuses a session

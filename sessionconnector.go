@@ -57,7 +57,7 @@ func SessionQueueConnectionString(connectionString, queue string, opts *ConnectO
 	if err != nil {
 		return nil, err
 	}
-	return cl.sessionConnector(queue, queueAccept(queue)), nil
+	return cl.sessionConnector(queue, queue, queueAccept(queue)), nil
 }
 
 // SessionQueueCredential is [SessionQueueConnectionString] with an Entra ID credential for namespace
@@ -73,7 +73,7 @@ func SessionQueueCredential(namespace string, credential azcore.TokenCredential,
 	if err != nil {
 		return nil, err
 	}
-	return cl.sessionConnector(queue, queueAccept(queue)), nil
+	return cl.sessionConnector(queue, queue, queueAccept(queue)), nil
 }
 
 // SessionSubscriptionConnectionString returns a SessionConnector for the session-enabled subscription of
@@ -86,7 +86,7 @@ func SessionSubscriptionConnectionString(connectionString, topic, subscription s
 	if err != nil {
 		return nil, err
 	}
-	return cl.sessionConnector(SubscriptionPath(topic, subscription), subscriptionAccept(topic, subscription)), nil
+	return cl.sessionConnector(SubscriptionPath(topic, subscription), "", subscriptionAccept(topic, subscription)), nil
 }
 
 // SessionSubscriptionCredential is [SessionSubscriptionConnectionString] with an Entra ID credential for
@@ -99,7 +99,7 @@ func SessionSubscriptionCredential(namespace string, credential azcore.TokenCred
 	if err != nil {
 		return nil, err
 	}
-	return cl.sessionConnector(SubscriptionPath(topic, subscription), subscriptionAccept(topic, subscription)), nil
+	return cl.sessionConnector(SubscriptionPath(topic, subscription), "", subscriptionAccept(topic, subscription)), nil
 }
 
 // validateSessionSubscription checks the names and options of a session subscription connector.
@@ -146,8 +146,9 @@ func subscriptionAccept(topic, subscription string) func(context.Context, *azser
 }
 
 // sessionConnector returns the SessionConnector that opens a client (after looking the name up, see
-// resolveHost) and accepts sessions of entity on it with accept.
-func (cl *clients) sessionConnector(entity string, accept func(context.Context, *azservicebus.Client) (*azservicebus.SessionReceiver, error)) SessionConnector {
+// resolveHost) and accepts sessions of entity on it with accept; with a queue name in wakeTo, its
+// connections schedule the wake-ups of durable holds into that queue.
+func (cl *clients) sessionConnector(entity, wakeTo string, accept func(context.Context, *azservicebus.Client) (*azservicebus.SessionReceiver, error)) SessionConnector {
 	return func(ctx context.Context) (*SessionConnection, error) {
 		if err := resolveHost(ctx, cl.host, cl.opts); err != nil {
 			return nil, err
@@ -158,7 +159,18 @@ func (cl *clients) sessionConnector(entity string, accept func(context.Context, 
 		if err != nil {
 			return nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))
 		}
+		var sender Sender
+		if wakeTo != "" {
+			// Links open lazily too: a sender costs nothing until the first wake-up.
+			s, err := client.NewSender(wakeTo, nil)
+			if err != nil {
+				_ = client.Close(ctx)
+				return nil, redact.Wrap(fmt.Errorf("retry: creating the sender of %q: %w", wakeTo, err))
+			}
+			sender = s
+		}
 		return &SessionConnection{
+			Sender: sender,
 			AcceptNext: func(ctx context.Context) (SessionReceiver, error) {
 				r, err := accept(ctx, client)
 				if err != nil {

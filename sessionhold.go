@@ -10,7 +10,9 @@ import (
 
 // handle runs one message of a held session to its end, counting it in the health and reporting it to
 // OnProcessed once.
-func (r *sessionRun) handle(stop context.Context, recv SessionReceiver, lk *sessionLock, sid, entity string, msg *azservicebus.ReceivedMessage) Result {
+// from is the durable hold msg resumes, nil for a message that is not held: its Attempt and LastError
+// are the envelope's.
+func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage, from *SessionHold) Result {
 	p, c := r.sc.proc, r.sc.stats
 	c.received.Add(1)
 	c.inFlight.Add(1)
@@ -19,8 +21,8 @@ func (r *sessionRun) handle(stop context.Context, recv SessionReceiver, lk *sess
 	// decisions see a session message exactly as they see a queue message. Its route has no settler:
 	// the session receiver settles, below. The session id rides in the context from the start, so
 	// that OnStart sees it too.
-	d := &delivery{msg: msg, route: route{entity: entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, sid), start: now, now: now}
-	res := r.holdInPlace(stop, recv, lk, d)
+	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
+	res := r.holdInPlace(stop, hs, d, from)
 	res = p.finish(d, d.env, res)
 	c.count(res)
 	return res
@@ -31,8 +33,9 @@ func (r *sessionRun) handle(stop context.Context, recv SessionReceiver, lk *sess
 // calls the handler again with the next attempt. It ends with the message completed, dead-lettered,
 // discarded, or left unsettled for the broker to give back in order (lock lost, shutdown, a failed
 // settle).
-func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk *sessionLock, d *delivery) Result {
+func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *delivery, from *SessionHold) Result {
 	p, cfg := r.sc.proc, r.sc.cfg
+	lk := hs.lk
 	msg := d.msg
 	env, envErr := DecodeEnvelope(msg)
 	if envErr != nil {
@@ -41,15 +44,21 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 		d.env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 		p.started(d)
 		res := Result{Attempt: env.Attempt}
-		r.deadLetter(d, recv, lk, p.deadLetterDecision(&d.env, msg, cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res)
+		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res)
 		return res
 	}
 	d.env = seed(msg, env, d.route.entity, p.idempotencyKey)
+	// firstFailure is when the message first failed (kept across durable holds); holdStart when this
+	// hold in place began: MaxHold counts from there, since until then the session was not held, only
+	// busy.
+	var firstFailure, holdStart time.Time
+	if from != nil {
+		// A durable hold's record is written before the message is deferred, so it is the latest word
+		// on the attempt, even if the consumer stopped before the deferral stamped the message.
+		d.env.Attempt, d.env.LastError, firstFailure = from.Attempt, from.LastError, from.FirstFailure
+	}
 	hctx := p.started(d)
 	res := Result{Attempt: d.env.Attempt}
-	// holdStart is when the first attempt failed: MaxHold counts from there, since until then the
-	// session was not held, only busy.
-	var holdStart time.Time
 	for {
 		herr := r.runHandler(hctx, lk, d)
 		res.Attempt, res.HandlerErr = d.env.Attempt, herr
@@ -61,7 +70,7 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 			return withOutcome(res, OutcomeLeftForRedelivery, why)
 		}
 		if herr == nil {
-			r.complete(d, recv, lk, &res, OutcomeCompleted)
+			r.complete(d, hs, &res, OutcomeCompleted)
 			return res
 		}
 		if stopped(stop) {
@@ -71,18 +80,25 @@ func (r *sessionRun) holdInPlace(stop context.Context, recv SessionReceiver, lk 
 		if holdStart.IsZero() {
 			holdStart = d.now
 		}
+		if firstFailure.IsZero() {
+			firstFailure = d.now
+		}
 		// The same policy order as the queue consumer's (policy.go): Permanent, then the rules, then
 		// the Options.
 		pol := p.policyFor(herr)
 		res.Policy = pol.name
-		dec, delay := r.decideInPlace(d, herr, pol, res.ImmediateRetries, holdStart)
+		dec, delay, durable := r.decideInPlace(hs, d, herr, pol, res.ImmediateRetries, holdStart)
 		switch {
+		case durable:
+			// Too long to wait here: the hold goes into the session (sessiondurable.go).
+			r.holdDurably(hs, d, herr, d.now.Add(delay), firstFailure, &res)
+			return res
 		case dec != nil && dec.kind == decideDiscard:
 			p.log(hctx, slog.LevelWarn, "a policy discarded the failed message", msg, d.env, errAttr(herr), slog.String("policy", pol.name))
-			r.complete(d, recv, lk, &res, OutcomeDiscarded)
+			r.complete(d, hs, &res, OutcomeDiscarded)
 			return res
 		case dec != nil:
-			r.deadLetter(d, recv, lk, dec, &res)
+			r.deadLetter(d, hs, dec, &res)
 			return res
 		}
 		// Hold in place: this goroutine is the session's only one, so waiting here is what keeps
@@ -110,34 +126,38 @@ func withOutcome(res Result, o Outcome, err error) Result {
 }
 
 // decideInPlace decides what a failed attempt becomes in a held session: a dead-letter or a discard
-// (the decision), or a retry in place after delay (nil decision). immediateDone is how many of the
-// policy's immediate retries were made, which wait ImmediateDelay instead of the backoff. A retry that
-// would be due more than MaxHold after the hold began, after the RetryBudget or after the message's
-// expiry is refused up front, as a dead-letter.
-func (r *sessionRun) decideInPlace(d *delivery, herr error, pol policy, immediateDone int, holdStart time.Time) (*decision, time.Duration) {
+// (the decision), a retry in place after delay (nil decision), or a durable hold due after delay
+// (durable). immediateDone is how many of the policy's immediate retries were made, which wait
+// ImmediateDelay instead of the backoff. A retry that would be due after the RetryBudget or after the
+// message's expiry is refused up front, as a dead-letter; one due more than MaxHold after the hold
+// began is held durably when the session can be (SessionOptions.DurableHolds), else dead-lettered.
+func (r *sessionRun) decideInPlace(hs *heldSession, d *delivery, herr error, pol policy, immediateDone int, holdStart time.Time) (dec *decision, delay time.Duration, durable bool) {
 	p, cfg := r.sc.proc, r.sc.cfg
 	env, msg, now := &d.env, d.msg, d.now
 	if dec := p.finalDecision(d, herr, pol); dec != nil {
-		return dec, 0
+		return dec, 0, false
 	}
 	// The backoff's delay (or RetryAfter's, capped by the backoff), except for the policy's immediate
 	// retries, which wait ImmediateDelay as they do on a queue.
-	delay := p.delay(pol, env.Attempt, herr)
+	delay = p.delay(pol, env.Attempt, herr)
 	if immediateDone < pol.immediate {
 		delay = pol.immDelay
 	}
-	// Refuse up front what the wait could not end well: past MaxHold (the session would be held too
-	// long), past the budget, past the producer's expiry.
+	// Refuse up front what the wait could not end well: past the budget, past the producer's expiry;
+	// then past MaxHold, the session would be held in place too long.
 	at := now.Add(delay)
 	switch {
-	case at.Sub(holdStart) > r.sc.scfg.maxHold:
-		return p.deadLetterDecision(env, msg, cfg.reasons.SessionHoldExceeded, herr, now, true), 0
 	case p.overBudget(env, at):
-		return p.deadLetterDecision(env, msg, cfg.reasons.BudgetExhausted, herr, now, true), 0
+		return p.deadLetterDecision(env, msg, cfg.reasons.BudgetExhausted, herr, now, true), 0, false
 	case !cfg.ignoreExpiry && !env.ExpiresAt.IsZero() && !at.Before(env.ExpiresAt):
-		return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true), 0
+		return p.deadLetterDecision(env, msg, cfg.reasons.Expired, herr, now, true), 0, false
+	case at.Sub(holdStart) > r.sc.scfg.maxHold:
+		if r.sc.scfg.durable && hs.canHoldDurably() && msg.SequenceNumber != nil {
+			return nil, delay, true
+		}
+		return p.deadLetterDecision(env, msg, cfg.reasons.SessionHoldExceeded, herr, now, true), 0, false
 	}
-	return nil, delay
+	return nil, delay, false
 }
 
 // runHandler runs the handler with ctx carrying the envelope, cancelled with ErrLockLost if the session
@@ -179,8 +199,8 @@ func (r *sessionRun) settleContext(lk *sessionLock) (context.Context, context.Ca
 
 // complete completes d's message, with outcome on success. A failed complete leaves the message for
 // the broker to give back (the session is then released, so that it comes back before its followers).
-func (r *sessionRun) complete(d *delivery, recv SessionReceiver, lk *sessionLock, res *Result, outcome Outcome) {
-	p := r.sc.proc
+func (r *sessionRun) complete(d *delivery, hs *heldSession, res *Result, outcome Outcome) {
+	p, recv, lk := r.sc.proc, hs.recv, hs.lk
 	start := p.callStart(d)
 	ctx, cancel := r.settleContext(lk)
 	err := recv.CompleteMessage(ctx, d.msg, nil)
@@ -197,8 +217,8 @@ func (r *sessionRun) complete(d *delivery, recv SessionReceiver, lk *sessionLock
 
 // deadLetter dead-letters d's message as dec says. A failed dead-letter leaves the message for the
 // broker to give back.
-func (r *sessionRun) deadLetter(d *delivery, recv SessionReceiver, lk *sessionLock, dec *decision, res *Result) {
-	p := r.sc.proc
+func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res *Result) {
+	p, recv, lk := r.sc.proc, hs.recv, hs.lk
 	reason, desc := dec.reason, dec.desc
 	res.DeadLetterReason = reason
 	start := p.callStart(d)

@@ -47,7 +47,7 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 		if err == nil {
 			unanswered = 0
 			r.proven(live)
-			r.serve(ctx, recv, live.entity(r.sc.cfg.entityPath))
+			r.serve(ctx, recv, live)
 			<-r.sessions
 			continue
 		}
@@ -115,25 +115,36 @@ func (live *liveSessionConnection) entity(def string) string {
 // serve holds the session of recv: it keeps its lock and handles its messages one at a time, in order,
 // until the session is idle for SessionIdleTimeout, its lock is lost, a message is left unsettled (for
 // redelivery, which must come before any later message), or stop ends. Then it closes the receiver,
-// which gives the session up and its unsettled message back, in order.
-func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, entity string) {
-	sid := recv.SessionID()
-	lk := r.keepSessionLock(recv, r.sc.cfg.clock.Now())
+// which gives the session up and its unsettled message back, in order. With durable holds or blocking
+// on, it first reads the session's record and resumes what is due (sessiondurable.go).
+func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, live *liveSessionConnection) {
+	hs := &heldSession{recv: recv, sid: recv.SessionID(), entity: live.entity(r.sc.cfg.entityPath), sender: live.conn.Sender}
+	hs.lk = r.keepSessionLock(recv, r.sc.cfg.clock.Now())
 	// Stop renewing before closing: a renewal racing the close would only fail, and the close is what
 	// gives the session and its unsettled message back.
 	defer r.closeReceiver(recv)
-	defer lk.release()
-	r.sc.cfg.logger.Debug("session accepted", slog.String("session_id", sid), slog.String("entity", entity))
+	defer hs.lk.release()
+	r.sc.cfg.logger.Debug("session accepted", slog.String("session_id", hs.sid), slog.String("entity", hs.entity))
+	if r.sc.scfg.durable || r.sc.scfg.block {
+		if err := r.loadState(hs); err != nil {
+			r.sc.stats.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
+			r.sc.cfg.logger.Warn("reading the session state failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
+			return
+		}
+	}
 	for {
-		msgs, why := r.receiveNext(stop, recv, lk)
+		if hs.ds != nil && !hs.ds.foreign && r.resume(stop, hs) {
+			return
+		}
+		msgs, why := r.receiveNext(stop, recv, hs.lk)
 		if len(msgs) == 0 {
-			r.sc.cfg.logger.Debug("releasing the session", slog.String("session_id", sid), errAttr(why))
+			r.sc.cfg.logger.Debug("releasing the session", slog.String("session_id", hs.sid), errAttr(why))
 			return
 		}
 		// Strictly one at a time: the next message is not asked for until this one is settled, so
 		// a message left unsettled is never overtaken (the receiver is closed first).
 		for _, msg := range msgs {
-			if res := r.handle(stop, recv, lk, sid, entity, msg); res.Outcome == OutcomeLeftForRedelivery {
+			if !r.dispatch(stop, hs, msg) {
 				return
 			}
 		}

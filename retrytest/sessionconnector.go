@@ -32,13 +32,22 @@ func (b *Broker) SessionConnector() retry.SessionConnector {
 		b.notifyLocked()
 		b.mu.Unlock()
 		sc := &sessionClient{b: b}
-		return &retry.SessionConnection{AcceptNext: sc.acceptNext, EntityPath: b.consumed.Name(), Close: sc.close}, nil
+		conn := &retry.SessionConnection{AcceptNext: sc.acceptNext, EntityPath: b.consumed.Name(), Close: sc.close}
+		if b.consumed == b.scheduleTarget {
+			// A session queue: wake-ups of durable holds are scheduled into the queue itself. A
+			// subscription gets none, as from the built-in connectors (its topic would fan them out).
+			sc.sender = b.senderOn(b.newConnection())
+			conn.Sender = sc.sender
+		}
+		return conn, nil
 	}
 }
 
 // sessionClient is one connection of SessionConnector: the receivers it accepted, closed with it.
 type sessionClient struct {
 	b *Broker
+	// sender schedules into the queue, nil on a subscription; it is closed with the connection.
+	sender *sender
 
 	mu        sync.Mutex
 	closed    bool
@@ -88,6 +97,9 @@ func (c *sessionClient) close(ctx context.Context) error {
 	c.mu.Unlock()
 	for _, r := range rs {
 		_ = r.Close(ctx)
+	}
+	if c.sender != nil {
+		_ = c.sender.Close(ctx)
 	}
 	return nil
 }

@@ -1,0 +1,401 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+)
+
+// Durable holds (SessionOptions.DurableHolds) and blocked sessions (BlockAfterDeadLetter): the
+// consumer's side of the record in sessionstate.go. Every step that changes what blocks a session is
+// ordered so that a consumer killed between any two calls leaves the session in a state the next
+// consumer resumes in order, and never loses a message:
+//
+//   - Holding a message: (1) schedule the wake-up, (2) write the record naming it, (3) defer the
+//     message. Killed after (1): the message comes back unsettled and the wake-up, named by no record,
+//     is ignored. After (2): the message comes back active and the record says it is held: it is
+//     deferred then (or run, if due).
+//   - Deferring a follower: (1) list it in the record, (2) defer it. Killed after (1): it comes back
+//     active and listed, and is deferred then.
+//   - Ending a hold or running a follower: settle the message first, then write the record without
+//     it. Killed between: the record names a message that is gone, which the next consumer finds
+//     (receive by sequence number: not found) and drops from the record.
+//   - A wake-up is completed only after the record no longer needs it, so that a session whose other
+//     messages are all deferred still has a message that makes a consumer accept it.
+//
+// Decided cases, each with a test in sessiondurable_test.go: a missing state means nothing is held; a
+// state that is not our record (another application's, or corrupt) is left alone and the session is
+// held in place only; a record that cannot be written (too large, or any failure) leaves the message
+// unsettled and releases the session, so nothing moves out of order; a wake-up that arrives early
+// waits in place for its time (or, if that is beyond MaxHold, is scheduled again); one that arrives
+// twice, or for a hold that is over, is completed and ignored; a deferred message that expired (or was
+// settled before a consumer stopped) is dropped from the record with a warning; more than
+// maxFollowers messages behind one hold dead-letter the newcomers (DeadLetterReasons.SessionBacklogFull).
+
+// heldSession is one accepted session while a worker serves it.
+type heldSession struct {
+	recv        SessionReceiver
+	lk          *sessionLock
+	sid, entity string
+	// sender schedules wake-ups; nil when the connection has none.
+	sender Sender
+	// ds is the session's record, nil when neither durable holds nor blocking are on and no wake-up
+	// made the consumer read it.
+	ds *durableState
+}
+
+// durableState is what the consumer knows of a held session's record.
+type durableState struct {
+	st SessionState
+	// foreign: the session's state is not our record; it is never written, and the session is held in
+	// place only.
+	foreign bool
+}
+
+// canHoldDurably reports whether a failure in this session may become a durable hold.
+func (hs *heldSession) canHoldDurably() bool {
+	return hs.sender != nil && hs.ds != nil && !hs.ds.foreign
+}
+
+// blocked reports whether the session's new messages must be deferred.
+func (hs *heldSession) blocked() bool {
+	return hs.ds != nil && !hs.ds.foreign && hs.ds.st.Blocked()
+}
+
+// loadState reads the session's record into hs.ds.
+func (r *sessionRun) loadState(hs *heldSession) error {
+	ctx, cancel := r.settleContext(hs.lk)
+	b, err := hs.recv.GetSessionState(ctx, nil)
+	cancel()
+	if err != nil {
+		return err
+	}
+	st, derr := DecodeSessionState(b)
+	if derr != nil {
+		// Not ours, or not readable: it is left as it is, and the session is held in place only.
+		r.sc.cfg.logger.Warn("the session's state is not a durable hold record; holding this session in place only",
+			slog.String("session_id", hs.sid), errAttr(derr))
+		hs.ds = &durableState{foreign: true}
+		return nil
+	}
+	hs.ds = &durableState{st: st}
+	return nil
+}
+
+// writeState replaces the session's record with next.
+func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
+	b, err := next.encode()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := r.settleContext(hs.lk)
+	err = hs.recv.SetSessionState(ctx, b, nil)
+	cancel()
+	if err != nil {
+		r.sc.cfg.logger.Warn("writing the session's durable hold record failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
+		return r.settleError(hs.lk, err)
+	}
+	hs.ds.st = next
+	return nil
+}
+
+// dispatch handles one received message of a held session and reports whether the session may go on
+// (false: release it, so that what was left unsettled comes back before anything later).
+func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+	if _, ok := isControl(msg); ok {
+		return r.control(stop, hs, msg)
+	}
+	if hs.blocked() {
+		return r.deferBehind(stop, hs, msg)
+	}
+	res := r.handle(stop, hs, msg, nil)
+	if res.Outcome == OutcomeLeftForRedelivery {
+		return false
+	}
+	return r.afterSettle(hs, msg, res)
+}
+
+// control handles a wake-up: it runs what is due (the hold it names, then the followers), and is
+// completed once the record no longer needs it.
+func (r *sessionRun) control(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+	if hs.ds == nil {
+		// Durable holds are off here, but another consumer (or this one, configured otherwise) may
+		// have held the session: the wake-up says so, and the record is honoured.
+		if err := r.loadState(hs); err != nil {
+			return false
+		}
+	}
+	if h := hs.ds.st.Hold; !hs.ds.foreign && h != nil && h.DeadLetterReason == "" && h.WakeID == msg.MessageID {
+		if early := h.WakeAt.Sub(r.sc.cfg.clock.Now()); early > 0 {
+			if !r.wakeEarly(stop, hs, early) {
+				return false
+			}
+		}
+	}
+	if !hs.ds.foreign && r.resume(stop, hs) {
+		return false
+	}
+	ok := r.settleControl(hs, msg)
+	return ok
+}
+
+// wakeEarly handles a wake-up that came before its hold is due (clocks differ): it waits in place when
+// the wait fits MaxHold, else schedules the wake-up again for its time. It reports false when the
+// session must be released.
+func (r *sessionRun) wakeEarly(stop context.Context, hs *heldSession, early time.Duration) bool {
+	if early <= r.sc.scfg.maxHold {
+		ok, _ := r.waitHold(stop, hs.lk, early)
+		return ok
+	}
+	if hs.sender == nil {
+		return true // the hold stays; what is due runs when a consumer with a sender wakes it
+	}
+	h := *hs.ds.st.Hold
+	h.WakeID = wakeID(h.SequenceNumber, h.Attempt, h.WakeAt)
+	if h.WakeID == hs.ds.st.Hold.WakeID {
+		h.WakeID += "-again"
+	}
+	next := SessionState{Hold: &h, Followers: hs.ds.st.Followers}
+	if err := r.scheduleWake(hs, &h); err != nil {
+		return false
+	}
+	return r.writeState(hs, next) == nil
+}
+
+// settleControl completes a control message that nothing needs any more.
+func (r *sessionRun) settleControl(hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+	ctx, cancel := r.settleContext(hs.lk)
+	err := hs.recv.CompleteMessage(ctx, msg, nil)
+	cancel()
+	if err != nil {
+		r.sc.cfg.logger.Debug("completing a wake-up failed; it comes back and is ignored then", slog.String("session_id", hs.sid), errAttr(err))
+		return false
+	}
+	return true
+}
+
+// resume runs what the record says is due, in order: the held message once its time has come, then
+// the followers, one at a time, until one is held again or none is left. It reports true when the
+// session must be released.
+func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool) {
+	for {
+		if stopped(stop) {
+			return true
+		}
+		st := hs.ds.st
+		var seq int64
+		var from *SessionHold
+		switch {
+		case st.Hold != nil && st.Hold.DeadLetterReason != "":
+			return false // blocked until an operator releases it
+		case st.Hold != nil:
+			if r.sc.cfg.clock.Now().Before(st.Hold.WakeAt) {
+				return false // not yet: its wake-up is scheduled
+			}
+			seq, from = st.Hold.SequenceNumber, st.Hold
+		case len(st.Followers) > 0:
+			seq = st.Followers[0]
+		default:
+			return false
+		}
+		msg, err := r.receiveDeferred(hs, seq)
+		if errors.Is(err, errDeferredGone) {
+			r.sc.cfg.logger.Warn("a deferred message of a held session is gone (expired, or settled before a consumer stopped); going on without it",
+				slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
+			if r.writeState(hs, st.without(seq)) != nil {
+				return true
+			}
+			continue
+		}
+		if err != nil {
+			r.sc.cfg.logger.Warn("receiving a deferred message of a held session failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
+			return true
+		}
+		res := r.handle(stop, hs, msg, from)
+		if res.Outcome == OutcomeLeftForRedelivery || !r.afterSettle(hs, msg, res) {
+			return true
+		}
+	}
+}
+
+// errDeferredGone: the record names a deferred message the session no longer has.
+var errDeferredGone = errors.New("retry: the deferred message is gone")
+
+// receiveDeferred receives the session's deferred message seq.
+func (r *sessionRun) receiveDeferred(hs *heldSession, seq int64) (*azservicebus.ReceivedMessage, error) {
+	ctx, cancel := r.settleContext(hs.lk)
+	msgs, err := hs.recv.ReceiveDeferredMessages(ctx, []int64{seq}, nil)
+	cancel()
+	if code, ok := sdkCode(err); ok && code == azservicebus.CodeNotFound {
+		return nil, errDeferredGone
+	}
+	if err != nil {
+		return nil, r.settleError(hs.lk, err)
+	}
+	for _, m := range msgs {
+		if m != nil && m.SequenceNumber != nil && *m.SequenceNumber == seq {
+			return m, nil
+		}
+	}
+	return nil, errDeferredGone
+}
+
+// afterSettle updates the record once msg is settled for good (completed, discarded, dead-lettered):
+// the message no longer blocks the session nor waits in it; with BlockAfterDeadLetter a dead-letter
+// blocks the session instead. A durable hold wrote its record itself. It reports false when the
+// record could not be written (the session is released; the next consumer finds the message gone).
+func (r *sessionRun) afterSettle(hs *heldSession, msg *azservicebus.ReceivedMessage, res Result) bool {
+	if hs.ds == nil || hs.ds.foreign || msg.SequenceNumber == nil || res.Outcome == OutcomeDeferred {
+		return true
+	}
+	seq := *msg.SequenceNumber
+	st := hs.ds.st
+	next := st.without(seq)
+	if res.Outcome == OutcomeDeadLettered && r.sc.scfg.block {
+		next.Hold = &SessionHold{
+			SequenceNumber: seq, MessageID: msg.MessageID, Attempt: max(res.Attempt+1, 2), LastError: r.sc.proc.errorText(res.HandlerErr),
+			DeadLetterReason: res.DeadLetterReason, DeadLetteredAt: r.sc.cfg.clock.Now(),
+		}
+		if next.Hold.DeadLetterReason == "" {
+			next.Hold.DeadLetterReason = "dead-lettered"
+		}
+		r.sc.cfg.logger.Warn("session blocked after a dead-letter until an operator releases it", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
+	}
+	if next.equal(st) {
+		return true
+	}
+	return r.writeState(hs, next) == nil
+}
+
+// holdDurably holds d's message in its session until at: the wake-up, the record, the deferral, in
+// that order (see the top of this file). Any failure leaves the message unsettled for the broker to
+// give back in order, with the session released.
+func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, firstFailure time.Time, res *Result) {
+	p := r.sc.proc
+	seq := *d.msg.SequenceNumber
+	h := &SessionHold{
+		SequenceNumber: seq, MessageID: d.msg.MessageID, Attempt: d.env.Attempt + 1, FirstFailure: firstFailure,
+		WakeAt: at, LastError: p.errorText(herr),
+	}
+	h.WakeID = wakeID(seq, h.Attempt, at)
+	next := hs.ds.st.without(seq)
+	next.Hold = h
+	if err := r.scheduleWake(hs, h); err != nil {
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, err)
+		return
+	}
+	if err := r.writeState(hs, next); err != nil {
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, err)
+		return
+	}
+	props := map[string]any{PropAttempt: int64(h.Attempt), PropLastError: h.LastError, PropHeldUntil: at.UTC()}
+	start := p.callStart(d)
+	ctx, cancel := r.settleContext(hs.lk)
+	err := hs.recv.DeferMessage(ctx, d.msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
+	cancel()
+	d.now = r.sc.cfg.clock.Now()
+	p.settled(d, SettleDefer, "", d.env, start, err)
+	if err != nil {
+		// The record says the message is held: whoever gets it back defers it, or runs it when due.
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err))
+		p.log(d.ctx, slog.LevelWarn, "defer failed; the message goes back to the session", d.msg, d.env, errAttr(err))
+		return
+	}
+	res.Outcome = OutcomeDeferred
+	p.log(d.ctx, slog.LevelInfo, "session held durably until its retry is due", d.msg, d.env, errAttr(herr), slog.Time("wake_at", at))
+}
+
+// scheduleWake schedules h's wake-up into the session.
+func (r *sessionRun) scheduleWake(hs *heldSession, h *SessionHold) error {
+	ctx, cancel := context.WithTimeout(r.settleBase, r.sc.cfg.settleTimeout)
+	_, err := hs.sender.ScheduleMessages(ctx, []*azservicebus.Message{wakeMessage(hs.sid, h)}, h.WakeAt, nil)
+	cancel()
+	if err != nil {
+		r.sc.stats.recordFailure(func(h *Health) { h.SendFailures++ }, err)
+		r.sc.cfg.logger.Warn("scheduling a wake-up failed; the message goes back to the session", slog.String("session_id", hs.sid), errAttr(err))
+	}
+	return err
+}
+
+// deferBehind sets msg aside behind what blocks the session, listing it in the record first. The held
+// message itself, come back active because a consumer stopped before deferring it, is deferred (or run,
+// when due); a message already listed is deferred again.
+func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+	c, p := r.sc.stats, r.sc.proc
+	if msg.SequenceNumber == nil {
+		// Every broker-delivered message has one; without it nothing can find it again.
+		res := r.handle(stop, hs, msg, nil)
+		return res.Outcome != OutcomeLeftForRedelivery
+	}
+	seq := *msg.SequenceNumber
+	st := hs.ds.st
+	props := map[string]any{}
+	switch h := st.Hold; {
+	case h != nil && h.SequenceNumber == seq && h.DeadLetterReason == "":
+		if !r.sc.cfg.clock.Now().Before(h.WakeAt) {
+			res := r.handle(stop, hs, msg, h)
+			return res.Outcome != OutcomeLeftForRedelivery && r.afterSettle(hs, msg, res)
+		}
+		props[PropAttempt], props[PropLastError], props[PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
+	case st.follows(seq):
+	case len(st.Followers) >= maxFollowers:
+		c.received.Add(1)
+		c.inFlight.Add(1)
+		now := r.sc.cfg.clock.Now()
+		d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
+		env, _ := DecodeEnvelope(msg)
+		d.env = seed(msg, env, hs.entity, p.idempotencyKey)
+		p.started(d)
+		res := Result{Attempt: d.env.Attempt}
+		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, r.sc.cfg.reasons.SessionBacklogFull, nil, now, false), &res)
+		res = p.finish(d, d.env, res)
+		c.count(res)
+		return res.Outcome != OutcomeLeftForRedelivery
+	default:
+		next := SessionState{Hold: st.Hold, Followers: append(slices.Clip(st.Followers), seq)}
+		if r.writeState(hs, next) != nil {
+			return false
+		}
+	}
+	if h := st.Hold; h != nil {
+		props[PropHeldBehind] = h.SequenceNumber
+	}
+	ctx, cancel := r.settleContext(hs.lk)
+	err := hs.recv.DeferMessage(ctx, msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
+	cancel()
+	c.received.Add(1)
+	if err != nil {
+		c.left.Add(1)
+		r.sc.cfg.logger.Warn("deferring a message behind a held one failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
+		return false
+	}
+	c.deferred.Add(1)
+	r.sc.cfg.logger.Debug("message deferred behind the session's hold", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
+	return true
+}
+
+// without is s with seq neither held nor following (the hold stays when it is another message's).
+func (s SessionState) without(seq int64) SessionState {
+	next := SessionState{Hold: s.Hold}
+	if s.Hold != nil && s.Hold.SequenceNumber == seq {
+		next.Hold = nil
+	}
+	for _, f := range s.Followers {
+		if f != seq {
+			next.Followers = append(next.Followers, f)
+		}
+	}
+	return next
+}
+
+// equal reports whether s and o are the same record.
+func (s SessionState) equal(o SessionState) bool {
+	if (s.Hold == nil) != (o.Hold == nil) || (s.Hold != nil && *s.Hold != *o.Hold) {
+		return false
+	}
+	return slices.Equal(s.Followers, o.Followers)
+}

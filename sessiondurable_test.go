@@ -1,0 +1,471 @@
+package retry_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retrytest"
+	"github.com/sbretry/retry/sbemu/broker"
+)
+
+// durableOnly makes every delayed retry a durable hold: no wait fits a MaxHold of 1 ns.
+var durableOnly = &retry.SessionOptions{MaxHold: time.Nanosecond, DurableHolds: true}
+
+// sessionState reads the record of session sid on b.
+func sessionState(t *testing.T, b *retrytest.Broker, sid string) retry.SessionState {
+	t.Helper()
+	for _, s := range b.Sessions() {
+		if s.ID == sid {
+			st, err := retry.DecodeSessionState(s.State)
+			require.NoError(t, err)
+			return st
+		}
+	}
+	return retry.SessionState{}
+}
+
+// wakeUpsPending counts the wake-ups scheduled into session sid and not yet receivable.
+func wakeUpsPending(b *retrytest.Broker, sid string) int {
+	for _, s := range b.Sessions() {
+		if s.ID == sid {
+			return s.Scheduled
+		}
+	}
+	return 0
+}
+
+// successes counts the successes of session sid.
+func successCount(rec *sessionRecorder, sid string) int { return len(rec.successesOf(sid)) }
+
+// A held message is deferred with its hold in the session state and a wake-up scheduled; the session's
+// later messages are deferred behind it; at the wake-up it runs again, then its followers, in order.
+func TestSessionDurableHoldKeepsOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		var seenHeld retry.SessionState
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && c.Attempt < 3 {
+				return errBoom
+			}
+			if c.ID == "s-1" {
+				seenHeld = sessionState(t, b, "s")
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		stop := runSessionConsumer(t, sc)
+		// The first failure holds s-1 durably; s-2 (and a message sent during the hold) wait behind it.
+		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
+		st := sessionState(t, b, "s")
+		require.NotNil(t, st.Hold)
+		assert.Equal(t, "s-1", st.Hold.MessageID)
+		assert.Equal(t, 2, st.Hold.Attempt)
+		assert.Equal(t, errBoom.Error(), st.Hold.LastError)
+		assert.Len(t, st.Followers, 1)
+		sched := b.Scheduled()
+		require.Len(t, sched, 1, "one wake-up")
+		assert.Equal(t, retry.ControlWake, sched[0].Message.ApplicationProperties[retry.PropControl])
+		assert.True(t, st.Hold.WakeAt.Equal(sched[0].At), "the wake-up is due with the hold")
+		assert.Equal(t, st.Hold.WakeID, *sched[0].Message.MessageID)
+		sendSession3(t, b, "s", 3)
+
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 3 })
+		waitFor(t, b, func() bool { return !sessionState(t, b, "s").Blocked() && wakeUpsPending(b, "s") == 0 })
+		require.NoError(t, stop())
+
+		assert.Equal(t, ids("s", 1, 2, 3), rec.successesOf("s"))
+		var order []string
+		for _, c := range rec.callsOf("s") {
+			order = append(order, fmt.Sprintf("%s#%d", c.ID, c.Attempt))
+		}
+		assert.Equal(t, []string{"s-1#1", "s-1#2", "s-1#3", "s-2#1", "s-3#1"}, order, "wake-ups never reach the handler")
+		calls := rec.callsOf("s")
+		assert.Equal(t, time.Minute, calls[1].At-calls[0].At, "the retry runs at its wake-up")
+		assert.Equal(t, time.Minute, calls[2].At-calls[1].At)
+		require.NotNil(t, seenHeld.Hold, "the record holds s-1 while its third attempt runs")
+		assert.Equal(t, 3, seenHeld.Hold.Attempt)
+		assert.Empty(t, b.Deferred())
+		hh := sc.Health()
+		assert.Equal(t, uint64(3), hh.Completed)
+		assert.Equal(t, uint64(4), hh.Deferred, "two holds of s-1, s-2 and s-3 behind it")
+		assert.Equal(t, 0, hh.InFlight)
+		assert.Empty(t, b.DeadLettered())
+	})
+}
+
+// sendSession3 sends the message "<session>-<i>" to session.
+func sendSession3(t *testing.T, b *retrytest.Broker, session string, i int) {
+	t.Helper()
+	_, err := b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("%s-%d", session, i)), SessionID: strPtr(session), Body: []byte("x")})
+	require.NoError(t, err)
+}
+
+// A durably held session gives its place up: with one session at a time, another session runs
+// during the hold, which hold in place could not do.
+func TestSessionDurableHoldFreesTheSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "held", 2)
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "held-1" && c.Attempt == 1 {
+				return errBoom
+			}
+			return nil
+		})
+		so := *durableOnly
+		so.MaxConcurrentSessions = 1
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Hour}}, &so)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
+		sendSession(t, b, "free", 2)
+		waitFor(t, b, func() bool { return successCount(rec, "free") == 2 })
+		assert.Empty(t, rec.successesOf("held"))
+		waitFor(t, b, func() bool { return successCount(rec, "held") == 2 })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("held", 1, 2), rec.successesOf("held"))
+		free, held := rec.callsOf("free"), rec.callsOf("held")
+		assert.Less(t, free[1].At, held[1].At)
+		assert.Equal(t, time.Hour, held[1].At-held[0].At)
+	})
+}
+
+// The hold survives its consumer: a consumer stopped during the hold, and a new one started after
+// it, resume the session in order, with the attempt count kept.
+func TestSessionDurableHoldSurvivesTheConsumer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 3)
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-2" && c.Attempt < 3 {
+				return errBoom
+			}
+			return nil
+		})
+		opts := func() *retry.Options { return &retry.Options{Backoff: retry.Constant{Interval: time.Minute}} }
+		first := newSessionConsumer(t, b, h, rec, opts(), durableOnly)
+		stop := runSessionConsumer(t, first)
+		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
+		require.NoError(t, stop())
+
+		time.Sleep(10 * time.Minute) // the bubble's clock: the wake-up falls due with no consumer running
+		second := newSessionConsumer(t, b, h, rec, opts(), durableOnly)
+		stop = runSessionConsumer(t, second)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 3 })
+		require.NoError(t, stop())
+
+		assert.Equal(t, ids("s", 1, 2, 3), rec.successesOf("s"))
+		var order []string
+		for _, c := range rec.callsOf("s") {
+			order = append(order, fmt.Sprintf("%s#%d", c.ID, c.Attempt))
+		}
+		assert.Equal(t, []string{"s-1#1", "s-2#1", "s-2#2", "s-2#3", "s-3#1"}, order)
+		assert.False(t, sessionState(t, b, "s").Blocked())
+	})
+}
+
+// A consumer may stop between any two steps of a hold or a deferral. Each step is failed in turn: the
+// message then comes back to the session, and the order, the attempts and the count of successes
+// hold; nothing is left deferred, and no wake-up reaches the handler.
+func TestSessionDurableHoldInterruptedAtEachStep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   retrytest.Op
+		// when the fault is set: at the failure of s-1's first attempt (its hold), or while s-1's
+		// second attempt runs (s-2 and s-3 are then deferred behind it).
+		atHold bool
+	}{
+		{"wake-up not scheduled", retrytest.OpSchedule, true},
+		{"record not written", retrytest.OpSessionState, true},
+		{"held message not deferred", retrytest.OpDefer, true},
+		{"follower not deferred", retrytest.OpDefer, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newSessionBroker(t, nil)
+				sendSession(t, b, "s", 3)
+				rec := newSessionRecorder()
+				injected := false
+				h := rec.handler(func(_ context.Context, c sessionCall) error {
+					if c.ID != "s-1" {
+						return nil
+					}
+					if !injected && tc.atHold {
+						injected = true
+						b.Fail(tc.op, 1, errors.New("injected"))
+					}
+					if c.Attempt < 3 {
+						return errBoom
+					}
+					return nil
+				})
+				opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}
+				if !tc.atHold {
+					// Armed once the hold's own deferral is done: the next deferral is s-2's.
+					opts.Hooks.OnSettle = func(p retry.SettleParams) {
+						if p.Operation == retry.SettleDefer && !injected {
+							injected = true
+							b.Fail(tc.op, 1, errors.New("injected"))
+						}
+					}
+				}
+				sc := newSessionConsumer(t, b, h, rec, opts, durableOnly)
+				stop := runSessionConsumer(t, sc)
+				waitFor(t, b, func() bool { return successCount(rec, "s") == 3 })
+				waitFor(t, b, func() bool { return !sessionState(t, b, "s").Blocked() && len(b.Deferred()) == 0 })
+				require.NoError(t, stop())
+				assert.Equal(t, ids("s", 1, 2, 3), rec.successesOf("s"))
+				for _, c := range rec.callsOf("s") {
+					assert.NotContains(t, c.ID, "wake", "a wake-up reached the handler")
+				}
+				assert.Empty(t, b.DeadLettered())
+				assert.True(t, injected)
+				assert.Positive(t, sc.Health().LeftForRedelivery+sc.Health().SendFailures, "the fault was met")
+			})
+		})
+	}
+}
+
+// A session state that is not our record is never written; that session's retries are held in place
+// only, and one past MaxHold is dead-lettered as without durable holds.
+func TestSessionDurableForeignStateLeftAlone(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		r, err := b.AcceptSession(t.Context(), "s")
+		require.NoError(t, err)
+		require.NoError(t, r.SetSessionState(t.Context(), []byte(`{"cart":42}`), nil))
+		require.NoError(t, r.Close(t.Context()))
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" {
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 && len(b.DeadLettered()) == 1 })
+		require.NoError(t, stop())
+		assert.Equal(t, "RetrySessionHoldExceeded", b.DeadLettered()[0].Reason)
+		for _, s := range b.Sessions() {
+			if s.ID == "s" {
+				assert.JSONEq(t, `{"cart":42}`, string(s.State))
+			}
+		}
+		assert.Empty(t, b.Deferred())
+		assert.Zero(t, wakeUpsPending(b, "s"))
+	})
+}
+
+// A deferred message that expired during its hold is gone at the wake-up: the consumer says so and
+// goes on with the followers, in order.
+func TestSessionDurableHeldMessageExpired(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		ttl := 30 * time.Second
+		_, err := b.Send(&azservicebus.Message{MessageID: strPtr("s-1"), SessionID: strPtr("s"), Body: []byte("x"), TimeToLive: &ttl})
+		require.NoError(t, err)
+		sendSession3(t, b, "s", 2)
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" {
+				return errBoom
+			}
+			return nil
+		})
+		// IgnoreExpiry: the hold is made although it ends after the producer's expiry.
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, IgnoreExpiry: true}, durableOnly)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
+		waitFor(t, b, func() bool { return !sessionState(t, b, "s").Blocked() })
+		require.NoError(t, stop())
+		assert.Equal(t, []string{"s-2"}, rec.successesOf("s"))
+		assert.Len(t, rec.callsOf("s"), 2, "s-1 ran once: it expired during its hold")
+		assert.Empty(t, b.Deferred())
+	})
+}
+
+// A wake-up that comes twice, or after its hold is over, is completed and ignored.
+func TestSessionDurableWakeUpTwice(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && c.Attempt == 1 {
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Scheduled()) == 1 })
+		wake := b.Scheduled()[0].Message
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+		// The same wake-up again, as a second schedule would deliver it.
+		_, err := b.Send(&azservicebus.Message{MessageID: wake.MessageID, SessionID: strPtr("s"), ApplicationProperties: wake.ApplicationProperties})
+		require.NoError(t, err)
+		sendSession3(t, b, "s", 3)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 3 })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("s", 1, 2, 3), rec.successesOf("s"))
+		assert.Len(t, rec.callsOf("s"), 4)
+		assert.False(t, sessionState(t, b, "s").Blocked())
+	})
+}
+
+// With BlockAfterDeadLetter a dead-letter blocks the session: its later messages are deferred until
+// an operator releases it (PlanRelease, applied as the operator tools do); then they run in order.
+func TestSessionBlockAfterDeadLetterUntilReleased(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 3)
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" {
+				return retry.Permanent(errors.New("malformed order"))
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, nil, &retry.SessionOptions{BlockAfterDeadLetter: true})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.DeadLettered()) == 1 && len(b.Deferred()) == 2 })
+		st := sessionState(t, b, "s")
+		require.NotNil(t, st.Hold)
+		assert.Equal(t, "RetryPermanentFailure", st.Hold.DeadLetterReason)
+		assert.Equal(t, "s-1", st.Hold.MessageID)
+		assert.Len(t, st.Followers, 2)
+		assert.Empty(t, rec.successesOf("s"))
+		// Nothing moves on its own: a minute later the session is still blocked.
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		assert.Empty(t, rec.successesOf("s"))
+
+		// The operator's release, as sbretry applies it: wake-up first, then the record.
+		r, err := acceptWhenFree(t, b, "s")
+		require.NoError(t, err)
+		raw, err := r.GetSessionState(t.Context(), nil)
+		require.NoError(t, err)
+		cur, err := retry.DecodeSessionState(raw)
+		require.NoError(t, err)
+		plan, err := retry.PlanRelease("s", cur, time.Now())
+		require.NoError(t, err)
+		assert.Nil(t, plan.After.Hold)
+		assert.Equal(t, cur.Followers, plan.After.Followers)
+		_, err = b.Sender().ScheduleMessages(t.Context(), []*azservicebus.Message{plan.Wake}, time.Time{}, nil)
+		require.NoError(t, err)
+		rec2, err := retry.MarshalSessionState(plan.After)
+		require.NoError(t, err)
+		require.NoError(t, r.SetSessionState(t.Context(), rec2, nil))
+		require.NoError(t, r.Close(t.Context()))
+
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+		waitFor(t, b, func() bool { return !sessionState(t, b, "s").Blocked() })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("s", 2, 3), rec.successesOf("s"))
+		assert.Empty(t, b.Deferred())
+	})
+}
+
+// acceptWhenFree accepts session sid once no consumer holds it.
+func acceptWhenFree(t *testing.T, b *retrytest.Broker, sid string) (*retrytest.SessionReceiver, error) {
+	t.Helper()
+	for range 100 {
+		r, err := b.AcceptSession(t.Context(), sid)
+		if err == nil {
+			return r, nil
+		}
+		time.Sleep(time.Second)
+	}
+	return nil, errors.New("the session stayed locked")
+}
+
+// Without DurableHolds, a wake-up still makes the consumer honour a record another consumer wrote: the
+// held message runs at its time, then its followers.
+func TestSessionRecordHonouredWithoutDurableHolds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		fail := true
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && fail {
+				return errBoom
+			}
+			return nil
+		})
+		first := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		stop := runSessionConsumer(t, first)
+		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
+		require.NoError(t, stop())
+		fail = false
+		plain := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, nil)
+		stop = runSessionConsumer(t, plain)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+		assert.False(t, sessionState(t, b, "s").Blocked())
+	})
+}
+
+// Durable holds need a sender for the wake-ups: a subscription's session connection has none, and Run
+// says so instead of dead-lettering what it cannot hold.
+func TestSessionDurableNeedsASender(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{EntityPath: "events", Subscriptions: []broker.SubscriptionConfig{{Name: "billing"}}})
+		sc := newSessionConsumer(t, b, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, nil, nil, durableOnly)
+		err := sc.Run(t.Context())
+		require.ErrorIs(t, err, retry.ErrInvalidOptions)
+		assert.ErrorContains(t, err, "DurableHolds")
+	})
+}
+
+// The record round-trips, and what is not ours is told apart from what is broken.
+func TestDecodeSessionState(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	st := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, MessageID: "m", Attempt: 3, FirstFailure: at, WakeAt: at.Add(time.Minute), WakeID: "w", LastError: "boom"}, Followers: []int64{9, 8}}
+	raw, err := retry.MarshalSessionState(st)
+	require.NoError(t, err)
+	got, err := retry.DecodeSessionState(raw)
+	require.NoError(t, err)
+	assert.Equal(t, st, got)
+	empty, err := retry.MarshalSessionState(retry.SessionState{})
+	require.NoError(t, err)
+	assert.Nil(t, empty, "nothing held clears the state")
+
+	for _, foreign := range []string{"hello", `{"cart":1}`, `{"format":"sbretry/v9"}`, `[1,2]`} {
+		_, err := retry.DecodeSessionState([]byte(foreign))
+		assert.ErrorIs(t, err, retry.ErrForeignSessionState, foreign)
+	}
+	for _, broken := range []string{
+		`{"format":"sbretry/v1","hold":{"seq":-1,"attempt":2}}`,
+		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":1}}`,
+		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":2},"followers":[1]}`,
+		`{"format":"sbretry/v1","followers":[3,3]}`,
+	} {
+		_, err := retry.DecodeSessionState([]byte(broken))
+		require.Error(t, err, broken)
+		assert.NotErrorIs(t, err, retry.ErrForeignSessionState, broken)
+	}
+	_, err = retry.PlanRelease("s", retry.SessionState{}, at)
+	assert.ErrorIs(t, err, retry.ErrNotHeld)
+	plan, err := retry.PlanRelease("s", st, at)
+	require.NoError(t, err)
+	assert.Equal(t, at, plan.After.Hold.WakeAt, "a retry hold is made due now")
+	assert.Equal(t, plan.After.Hold.WakeID, *plan.Wake.MessageID)
+	assert.Equal(t, "s", *plan.Wake.SessionID)
+	assert.Equal(t, 3, st.Hold.Attempt, "the plan does not change its input")
+}
