@@ -92,20 +92,29 @@ func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessag
 	if s, ok := msg.ApplicationProperties[retry.PropSource].(string); ok && s != "" {
 		src = parseEntity(s)
 	}
+	var extra []attribute.KeyValue
 	if d != nil {
 		d.mu.Lock()
 		parent, src = d.ctx, d.source
 		d.mu.Unlock()
+		extra = append(extra, d.sessionAttrs()...)
 	}
-	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opRenewLock)}, in.metrics.entityAttrs(dest, src)...)
-	if err != nil {
-		common = append(common, semconv.ErrorTypeKey.String(errorType(err)))
-	}
-	var extra []attribute.KeyValue
 	if msg.MessageID != "" {
 		extra = append(extra, semconv.MessagingMessageID(msg.MessageID))
 	}
-	_, span := in.tracer.Start(parent, dest.spanName(opRenewLock),
+	in.recordRenewal(parent, opRenewLock, dest, src, extra, start, end, err)
+}
+
+// recordRenewal records one lock renewal (op: a message's or a session's) of a lock on dest, for a
+// chain that started on src, made from start to end: a CLIENT span, a child of parent, with the
+// conventions' attributes and extra (per message or session: on the span only), and a
+// messaging.client.operation.duration measurement.
+func (in *Instrumentation) recordRenewal(parent context.Context, op string, dest, src destination, extra []attribute.KeyValue, start, end time.Time, err error) {
+	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(op)}, in.metrics.entityAttrs(dest, src)...)
+	if err != nil {
+		common = append(common, semconv.ErrorTypeKey.String(errorType(err)))
+	}
+	_, span := in.tracer.Start(parent, dest.spanName(op),
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(start),
 		trace.WithAttributes(common...),

@@ -75,6 +75,11 @@ type Instrumentation struct {
 	// orphans holds the process span of a delivery whose OnStart never ran (the processor dead-letters a
 	// message with malformed retry properties before it), from its first OnSettle to its OnProcessed.
 	orphans sync.Map // *azservicebus.ReceivedMessage -> *delivery
+
+	// sessions maps a session to the delivery being handled in it, from OnStart to OnProcessed, so that
+	// a session lock renewal ([Instrumentation.SessionConnector]), which the core makes on a goroutine
+	// of its own, finds the process span it belongs to.
+	sessions sync.Map // sessionKey -> *delivery
 }
 
 // New returns an Instrumentation on the providers of opts. It fails if ServerPort is out of range or a
