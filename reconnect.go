@@ -40,7 +40,12 @@ func (r *run) loop(ctx context.Context) error {
 			return nil
 		}
 		if !connected && conn.Settings != nil {
-			r.checkSettings(ctx, conn)
+			if err := r.checkSettings(ctx, conn); err != nil {
+				c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+				c.cfg.logger.Error("the entity requires sessions; not consuming it", errAttr(err))
+				c.closeConnection(ctx, conn)
+				return err
+			}
 		}
 		connected = true
 		live := &liveConnection{conn: conn}
@@ -86,8 +91,10 @@ func (r *run) loop(ctx context.Context) error {
 	}
 }
 
-// checkSettings reads the entity's settings once and reports what weakens the crash contract.
-func (r *run) checkSettings(ctx context.Context, conn *Connection) {
+// checkSettings reads the entity's settings once and reports what weakens the crash contract. It
+// returns an error only for an entity that requires sessions without Options.AllowReorder (wrapping
+// [ErrSessionEntity]), which Run cannot consume.
+func (r *run) checkSettings(ctx context.Context, conn *Connection) error {
 	c := r.c
 	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -95,12 +102,16 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) {
 	if entity == "" {
 		entity = c.cfg.entityPath
 	}
-	if entity == "" {
-		entity = "(entity)"
-	}
+	entity = orUnnamed(entity)
 	ws, err := conn.Settings(sctx, c.cfg.settleTimeout)
+	if errors.Is(err, ErrSessionEntity) {
+		if !c.cfg.allowReorder {
+			return err
+		}
+		ws, err = append(ws, sessionSettingsWarning(entity)), nil
+	}
 	if err != nil && ctx.Err() != nil {
-		return // Run is stopping: the check was cut short, not refused
+		return nil // Run is stopping: the check was cut short, not refused
 	}
 	if err != nil {
 		// Unknown settings may be the weak ones: an operator must know the check did not run.
@@ -109,12 +120,13 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) {
 			slog.String("entity", entity), slog.String("error", text))
 		w := fmt.Sprintf("%s: settings not checked, so duplicate detection and MaxDeliveryCount are unknown: %s", entity, text)
 		c.update(func(h *Health) { h.Warnings = []string{w} })
-		return
+		return nil
 	}
 	for _, w := range ws {
 		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("entity", entity), slog.String("warning", w))
 	}
 	c.update(func(h *Health) { h.Warnings = append([]string(nil), ws...) })
+	return nil
 }
 
 // liveConnection is a Connection with the handlers still using it.
@@ -170,6 +182,12 @@ func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error, fi
 		}
 		if ctx.Err() != nil {
 			return nil, nil
+		}
+		if errors.Is(err, ErrSessionEntity) {
+			// Configuration, not the environment: no retry, first connect or not, can fix it.
+			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+			c.cfg.logger.Error("the connection receives from a session; not consuming it", errAttr(err))
+			return nil, err
 		}
 		if fatal := startupError(err); first && fatal != nil && !c.cfg.retryStartup {
 			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
@@ -242,6 +260,11 @@ func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 			_ = conn.Close(cctx)
 		}
 		return nil, errNilConnection
+	}
+	// Before the check, which would touch the entity (a peek, a scheduled probe).
+	if err := c.cfg.refuseSessionReceivers(conn, c.cfg.entityPath); err != nil {
+		_ = conn.close(cctx)
+		return nil, err
 	}
 	if conn.Check != nil {
 		if err := conn.Check(cctx); err != nil {

@@ -46,13 +46,13 @@ func (in *Instrumentation) Connector(connect retry.Connector) retry.Connector {
 			in.retryQueues.Store(q, q)
 		}
 		if c.Receiver != nil {
-			c.Receiver = &renewingReceiver{Receiver: c.Receiver, in: in, entity: c.EntityPath}
+			c.Receiver = in.renewing(c.Receiver, c.EntityPath)
 		}
 		if len(c.Sources) > 0 {
 			c.Sources = append([]retry.Source(nil), c.Sources...)
 			for i, s := range c.Sources {
 				if s.Receiver != nil {
-					c.Sources[i].Receiver = &renewingReceiver{Receiver: s.Receiver, in: in, entity: s.EntityPath}
+					c.Sources[i].Receiver = in.renewing(s.Receiver, s.EntityPath)
 				}
 			}
 		}
@@ -68,6 +68,26 @@ type renewingReceiver struct {
 }
 
 var _ retry.Receiver = (*renewingReceiver)(nil)
+
+// renewing wraps r, a receiver of entity, so that its lock renewals are recorded. A receiver of one
+// session (one with a SessionID method) stays one: the consumer refuses a session entity by that
+// method unless Options.AllowReorder is set, and the wrapper must not hide it.
+func (in *Instrumentation) renewing(r retry.Receiver, entity string) retry.Receiver {
+	rr := &renewingReceiver{Receiver: r, in: in, entity: entity}
+	if s, ok := r.(interface{ SessionID() string }); ok {
+		return &renewingSessionHolder{renewingReceiver: rr, session: s}
+	}
+	return rr
+}
+
+// renewingSessionHolder is a renewingReceiver of one session, which reports its session id.
+type renewingSessionHolder struct {
+	*renewingReceiver
+	session interface{ SessionID() string }
+}
+
+// SessionID returns the id of the session the wrapped receiver holds.
+func (r *renewingSessionHolder) SessionID() string { return r.session.SessionID() }
 
 // RenewMessageLock renews msg's lock through the wrapped receiver and records the call.
 func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, options *azservicebus.RenewMessageLockOptions) error {
