@@ -189,7 +189,7 @@ func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error, fi
 			c.cfg.logger.Error("the connection receives from a session; not consuming it", errAttr(err))
 			return nil, err
 		}
-		if fatal := startupError(err); first && fatal != nil && !c.cfg.retryStartup {
+		if fatal := queueStartupError(err); first && fatal != nil && !c.cfg.retryStartup {
 			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
 			c.cfg.logger.Error("first connect failed in a way retrying cannot fix", errAttr(err))
 			return nil, fatal
@@ -242,6 +242,36 @@ func startupError(err error) error {
 	return nil
 }
 
+// queueStartupError is startupError for the queue consumer's connect, which also knows the refusal of
+// a plain receiver by an entity that requires sessions: Service Bus refuses the link with
+// amqp:not-allowed, which the SDK passes through as a go-amqp *amqp.Error (as sessionStartupError
+// reads the opposite refusal), and the built-in connectors' check (a peek) meets it at once. It is
+// wrapped in [ErrSessionEntity]: no retry can make a plain receiver read sessions.
+func queueStartupError(err error) error {
+	if fatal := startupError(err); fatal != nil {
+		return fatal
+	}
+	if isAMQPCondition(err, amqp.ErrCondNotAllowed) {
+		return fmt.Errorf("retry: the entity refused the receiver (amqp:not-allowed): a queue or subscription that requires sessions is consumed by NewSessionConsumer, a topic through its subscriptions: %w", err)
+	}
+	return nil
+}
+
+// explainRefusedReceiver turns the failed check of a first connection whose receiver the entity refused
+// (amqp:not-allowed, see queueStartupError) into an error wrapping [ErrSessionEntity] when the
+// connection's settings check says the entity requires sessions; otherwise it returns nil. Only the
+// settings tell a session entity from another refusal, such as a topic's.
+func (c *Consumer) explainRefusedReceiver(ctx context.Context, conn *Connection, checkErr error) error {
+	if conn.Settings == nil || !isAMQPCondition(checkErr, amqp.ErrCondNotAllowed) {
+		return nil
+	}
+	_, err := conn.Settings(ctx, c.cfg.settleTimeout)
+	if !errors.Is(err, ErrSessionEntity) {
+		return nil
+	}
+	return fmt.Errorf("%w; the connection's receiver holds no session, so only a Connector of your own whose receivers hold sessions can consume it with AllowReorder (the check: %w)", err, checkErr)
+}
+
 // dial calls the connector and its check, bounded by connectTimeout (or the settle timeout if shorter).
 func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 	cctx, cancel := context.WithTimeout(ctx, min(c.cfg.settleTimeout, connectTimeout))
@@ -274,6 +304,10 @@ func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 				now := c.cfg.clock.Now()
 				c.update(func(h *Health) { h.LastError, h.LastErrorTime = redact.String(err.Error()), now })
 				return conn, nil
+			}
+			if serr := c.explainRefusedReceiver(cctx, conn, err); serr != nil {
+				_ = conn.close(cctx)
+				return nil, redact.Wrap(serr)
 			}
 			_ = conn.close(cctx)
 			return nil, redact.Wrap(fmt.Errorf("retry: connection check failed: %w", err))

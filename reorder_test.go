@@ -2,6 +2,7 @@ package retry_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -217,4 +218,54 @@ func TestConsumerSettingsRequireSessions(t *testing.T) {
 			assert.True(t, strings.HasPrefix(ws[1], "orders: the entity requires sessions"), ws[1])
 		})
 	})
+}
+
+// checkedBy is b's Connector with a Check that receives through the connection's receiver, as the
+// built-in connectors' check peeks through theirs, and, when sessionSettings, the Settings of a
+// settings check that found RequiresSession.
+func checkedBy(b *retrytest.Broker, sessionSettings bool) retry.Connector {
+	connect := b.Connector()
+	return func(ctx context.Context) (*retry.Connection, error) {
+		c, err := connect(ctx)
+		if c == nil {
+			return c, err
+		}
+		recv := c.Receiver
+		c.Check = func(ctx context.Context) error {
+			_, err := recv.ReceiveMessages(ctx, 0, nil)
+			return err
+		}
+		if sessionSettings {
+			c.Settings = func(context.Context, time.Duration) ([]string, error) {
+				return nil, fmt.Errorf("%w (orders: RequiresSession is set)", retry.ErrSessionEntity)
+			}
+		}
+		return c, err
+	}
+}
+
+// A plain receiver on a session entity is refused by the broker (amqp:not-allowed) at the first
+// connect's check: Run returns a startup error pointing to NewSessionConsumer instead of reconnecting
+// for ever, and with a settings check to tell why, one wrapping ErrSessionEntity.
+func TestConsumerPlainReceiverOnASessionEntity(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		settings bool
+	}{{"without settings", false}, {"with a settings check", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b, err := retrytest.New(nil, &retrytest.BrokerOptions{RequiresSession: true})
+				require.NoError(t, err)
+				sendInSession(t, b, "order-1", "created")
+				c, err := retry.NewConsumer(checkedBy(b, tc.settings), okHandler, &retry.Options{Logger: discardLogger()})
+				require.NoError(t, err)
+				err = c.Run(t.Context())
+				require.Error(t, err)
+				assert.Contains(t, err.Error(), "NewSessionConsumer")
+				assert.Equal(t, tc.settings, errors.Is(err, retry.ErrSessionEntity), "%v", err)
+				assert.Equal(t, 1, b.Connects(), "no reconnect")
+				assert.Zero(t, c.Health().Received)
+			})
+		})
+	}
 }
