@@ -245,8 +245,9 @@ func startupError(err error) error {
 // queueStartupError is startupError for the queue consumer's connect, which also knows the refusal of
 // a plain receiver by an entity that requires sessions: Service Bus refuses the link with
 // amqp:not-allowed, which the SDK passes through as a go-amqp *amqp.Error (as sessionStartupError
-// reads the opposite refusal), and the built-in connectors' check (a peek) meets it at once. It is
-// wrapped in [ErrSessionEntity]: no retry can make a plain receiver read sessions.
+// reads the opposite refusal), and the built-in connectors' check (a peek) meets it at once. A topic's
+// name where a queue is expected is refused the same way, and the condition alone cannot tell them
+// apart (explainRefusedReceiver asks the settings), so the error names both and wraps no sentinel.
 func queueStartupError(err error) error {
 	if fatal := startupError(err); fatal != nil {
 		return fatal
