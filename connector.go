@@ -49,7 +49,9 @@ type Connection struct {
 	// once after its first connect and reports the warnings in its log and in Health.Warnings. An error
 	// (the administration API is not reachable, or the credential lacks Manage rights) means the settings
 	// are unknown: the consumer runs on, and says so in its log and in Health.Warnings, naming the entity
-	// and the error, which should name the endpoint it could not read.
+	// and the error, which should name the endpoint it could not read. The one exception is an error
+	// wrapping [ErrSessionEntity], returned with the warnings: the entity requires sessions, and Run
+	// returns that error unless Options.AllowReorder is set (see there).
 	Settings func(ctx context.Context, settleTimeout time.Duration) ([]string, error)
 	// Ping, if set, is a cheap liveness probe (the built-in connectors peek at one message). The
 	// consumer calls it when the connection has been quiet for a few seconds or the SDK reported a
@@ -103,7 +105,7 @@ type ConnectOptions struct {
 	// start and warn about those that weaken the crash contract (see [Connection.Settings]). It needs a
 	// credential with Manage rights and a reachable administration endpoint (https://<namespace>/);
 	// without them the check cannot run, which the consumer reports as a warning naming the entity and
-	// the endpoint.
+	// the endpoint. An entity that requires sessions is refused (see Options.AllowReorder).
 	CheckSettings bool
 	// Admin is passed to the administration client CheckSettings uses (for the emulator:
 	// sbemu's AdminClientOptions).
@@ -124,10 +126,15 @@ func settingsCheck(opts *ConnectOptions, entity, retryQueue, endpoint string, ne
 			var ws []entitycheck.Warning
 			if ws, err = entitycheck.Check(ctx, ac, entity, &entitycheck.Options{SettleTimeout: settleTimeout, RetryQueue: retryQueue}); err == nil {
 				out := make([]string, 0, len(ws))
+				var session error
 				for _, w := range ws {
+					if w.Code == entitycheck.RequiresSession {
+						session = fmt.Errorf("%w (%s: RequiresSession is set)", ErrSessionEntity, w.Entity)
+						continue
+					}
 					out = append(out, w.Entity+": "+w.Message)
 				}
-				return out, nil
+				return out, session
 			}
 		}
 		return nil, redact.Wrap(fmt.Errorf("retry: reading the settings of %s through the administration API at %s: %w", entity, endpoint, err))

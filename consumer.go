@@ -61,7 +61,11 @@ func NewConsumer(connect Connector, handler Handler, opts *Options) (*Consumer, 
 // Run returns [ErrAlreadyRunning] if another Run is active. Connection failures do not end Run: they
 // are retried (see [State]); only a first connect that finds the entity missing or the credential
 // unauthorized returns an error wrapping [ErrEntityNotFound] or [ErrUnauthorized], unless
-// Options.RetryStartupErrors is set.
+// Options.RetryStartupErrors is set; so does a first connect whose check the entity refuses with
+// amqp:not-allowed (a receiver that holds no session, on an entity that requires sessions; a topic).
+// A connection that receives from a session-enabled entity (a receiver with a SessionID method, or a
+// settings check that finds RequiresSession) ends Run with an error wrapping [ErrSessionEntity] before
+// anything is received, unless Options.AllowReorder is set.
 func (c *Consumer) Run(ctx context.Context) error {
 	if c == nil || c.cfg == nil || c.connect == nil {
 		return ErrNotConfigured

@@ -41,6 +41,13 @@ var (
 	// for lack of rights, including the right to send to the republish target (unless
 	// Options.RetryStartupErrors is set).
 	ErrUnauthorized = errors.New("retry: unauthorized")
+	// ErrSessionEntity is wrapped by the error [Consumer.Run] returns when a connection receives from a
+	// session-enabled entity and Options.AllowReorder is not set: a retry copy would rejoin its session
+	// behind later messages. Retrying cannot fix it, so Options.RetryStartupErrors does not apply. It is
+	// also wrapped by the startup error of a receiver that holds no session, which such an entity
+	// refuses, when the settings check (ConnectOptions.CheckSettings) can tell that it requires
+	// sessions.
+	ErrSessionEntity = errors.New("retry: the entity requires sessions, and a Consumer's retry copies would rejoin their session behind later messages; use NewSessionConsumer to keep the order, or set Options.AllowReorder to accept the reordering")
 )
 
 // permanentError marks an error as not worth retrying.

@@ -174,6 +174,15 @@ type Options struct {
 	// credential unauthorized, for namespaces whose entities are created after the consumer starts. By
 	// default Run returns such an error at once, since retrying cannot fix a typo or a missing role.
 	RetryStartupErrors bool
+	// AllowReorder lets a [Consumer] run on a session-enabled entity. Its retries schedule a copy of the
+	// failed message, which keeps the message's SessionID and so rejoins its session behind the
+	// messages that arrived meanwhile: the session's order is lost. By default the consumer refuses
+	// such an entity at connect, with an error wrapping [ErrSessionEntity], when it can tell (a
+	// receiver with a SessionID method, such as one built on *azservicebus.SessionReceiver, or the
+	// settings check of ConnectOptions.CheckSettings finding RequiresSession); [NewSessionConsumer]
+	// keeps the order by retrying in place. Set it when the order within a session does not matter.
+	// A [SessionConsumer] ignores it: it never reorders.
+	AllowReorder bool
 	// Logger receives structured logs. Nil means slog.Default(). Message bodies are never logged.
 	Logger *slog.Logger
 	// Hooks observe outcomes and state changes.
@@ -222,6 +231,7 @@ type config struct {
 	ignoreExpiry      bool
 	errorText         func(error) string
 	retryStartup      bool
+	allowReorder      bool
 	key               func(*azservicebus.ReceivedMessage) string
 	userKey           bool // key is Options.IdempotencyKey (which may panic), not defaultKey
 	logger            *slog.Logger
@@ -334,6 +344,7 @@ func (o *Options) resolve() (*config, error) {
 		ignoreExpiry:      opts.IgnoreExpiry,
 		errorText:         opts.ErrorText,
 		retryStartup:      opts.RetryStartupErrors,
+		allowReorder:      opts.AllowReorder,
 		key:               opts.IdempotencyKey,
 		userKey:           opts.IdempotencyKey != nil,
 		logger:            opts.Logger,

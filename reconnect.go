@@ -40,7 +40,12 @@ func (r *run) loop(ctx context.Context) error {
 			return nil
 		}
 		if !connected && conn.Settings != nil {
-			r.checkSettings(ctx, conn)
+			if err := r.checkSettings(ctx, conn); err != nil {
+				c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+				c.cfg.logger.Error("the entity requires sessions; not consuming it", errAttr(err))
+				c.closeConnection(ctx, conn)
+				return err
+			}
 		}
 		connected = true
 		live := &liveConnection{conn: conn}
@@ -86,8 +91,10 @@ func (r *run) loop(ctx context.Context) error {
 	}
 }
 
-// checkSettings reads the entity's settings once and reports what weakens the crash contract.
-func (r *run) checkSettings(ctx context.Context, conn *Connection) {
+// checkSettings reads the entity's settings once and reports what weakens the crash contract. It
+// returns an error only for an entity that requires sessions without Options.AllowReorder (wrapping
+// [ErrSessionEntity]), which Run cannot consume.
+func (r *run) checkSettings(ctx context.Context, conn *Connection) error {
 	c := r.c
 	sctx, cancel := context.WithTimeout(ctx, connectTimeout)
 	defer cancel()
@@ -95,12 +102,16 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) {
 	if entity == "" {
 		entity = c.cfg.entityPath
 	}
-	if entity == "" {
-		entity = "(entity)"
-	}
+	entity = orUnnamed(entity)
 	ws, err := conn.Settings(sctx, c.cfg.settleTimeout)
+	if errors.Is(err, ErrSessionEntity) {
+		if !c.cfg.allowReorder {
+			return err
+		}
+		ws, err = append(ws, sessionSettingsWarning(entity)), nil
+	}
 	if err != nil && ctx.Err() != nil {
-		return // Run is stopping: the check was cut short, not refused
+		return nil // Run is stopping: the check was cut short, not refused
 	}
 	if err != nil {
 		// Unknown settings may be the weak ones: an operator must know the check did not run.
@@ -109,12 +120,13 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) {
 			slog.String("entity", entity), slog.String("error", text))
 		w := fmt.Sprintf("%s: settings not checked, so duplicate detection and MaxDeliveryCount are unknown: %s", entity, text)
 		c.update(func(h *Health) { h.Warnings = []string{w} })
-		return
+		return nil
 	}
 	for _, w := range ws {
 		c.cfg.logger.Warn("entity settings weaken the crash contract", slog.String("entity", entity), slog.String("warning", w))
 	}
 	c.update(func(h *Health) { h.Warnings = append([]string(nil), ws...) })
+	return nil
 }
 
 // liveConnection is a Connection with the handlers still using it.
@@ -171,7 +183,13 @@ func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error, fi
 		if ctx.Err() != nil {
 			return nil, nil
 		}
-		if fatal := startupError(err); first && fatal != nil && !c.cfg.retryStartup {
+		if errors.Is(err, ErrSessionEntity) {
+			// Configuration, not the environment: no retry, first connect or not, can fix it.
+			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+			c.cfg.logger.Error("the connection receives from a session; not consuming it", errAttr(err))
+			return nil, err
+		}
+		if fatal := queueStartupError(err); first && fatal != nil && !c.cfg.retryStartup {
 			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
 			c.cfg.logger.Error("first connect failed in a way retrying cannot fix", errAttr(err))
 			return nil, fatal
@@ -224,6 +242,37 @@ func startupError(err error) error {
 	return nil
 }
 
+// queueStartupError is startupError for the queue consumer's connect, which also knows the refusal of
+// a plain receiver by an entity that requires sessions: Service Bus refuses the link with
+// amqp:not-allowed, which the SDK passes through as a go-amqp *amqp.Error (as sessionStartupError
+// reads the opposite refusal), and the built-in connectors' check (a peek) meets it at once. A topic's
+// name where a queue is expected is refused the same way, and the condition alone cannot tell them
+// apart (explainRefusedReceiver asks the settings), so the error names both and wraps no sentinel.
+func queueStartupError(err error) error {
+	if fatal := startupError(err); fatal != nil {
+		return fatal
+	}
+	if isAMQPCondition(err, amqp.ErrCondNotAllowed) {
+		return fmt.Errorf("retry: the entity refused the receiver (amqp:not-allowed): a queue or subscription that requires sessions is consumed by NewSessionConsumer, a topic through its subscriptions: %w", err)
+	}
+	return nil
+}
+
+// explainRefusedReceiver turns the failed check of a first connection whose receiver the entity refused
+// (amqp:not-allowed, see queueStartupError) into an error wrapping [ErrSessionEntity] when the
+// connection's settings check says the entity requires sessions; otherwise it returns nil. Only the
+// settings tell a session entity from another refusal, such as a topic's.
+func (c *Consumer) explainRefusedReceiver(ctx context.Context, conn *Connection, checkErr error) error {
+	if conn.Settings == nil || !isAMQPCondition(checkErr, amqp.ErrCondNotAllowed) {
+		return nil
+	}
+	_, err := conn.Settings(ctx, c.cfg.settleTimeout)
+	if !errors.Is(err, ErrSessionEntity) {
+		return nil
+	}
+	return fmt.Errorf("%w; the connection's receiver holds no session, so only a Connector of your own whose receivers hold sessions can consume it with AllowReorder (the check: %w)", err, checkErr)
+}
+
 // dial calls the connector and its check, bounded by connectTimeout (or the settle timeout if shorter).
 func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 	cctx, cancel := context.WithTimeout(ctx, min(c.cfg.settleTimeout, connectTimeout))
@@ -243,6 +292,11 @@ func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 		}
 		return nil, errNilConnection
 	}
+	// Before the check, which would touch the entity (a peek, a scheduled probe).
+	if err := c.cfg.refuseSessionReceivers(conn, c.cfg.entityPath); err != nil {
+		_ = conn.close(cctx)
+		return nil, err
+	}
 	if conn.Check != nil {
 		if err := conn.Check(cctx); err != nil {
 			var warn *CheckWarning
@@ -251,6 +305,10 @@ func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
 				now := c.cfg.clock.Now()
 				c.update(func(h *Health) { h.LastError, h.LastErrorTime = redact.String(err.Error()), now })
 				return conn, nil
+			}
+			if serr := c.explainRefusedReceiver(cctx, conn, err); serr != nil {
+				_ = conn.close(cctx)
+				return nil, redact.Wrap(serr)
 			}
 			_ = conn.close(cctx)
 			return nil, redact.Wrap(fmt.Errorf("retry: connection check failed: %w", err))

@@ -32,7 +32,7 @@ type SessionConnection struct {
 	// Nil means nothing to release.
 	Close func(ctx context.Context) error
 	// Address is the namespace endpoint, as host:port (the built-in connectors set it); empty means
-	// unknown. Nothing reads it yet: retryotel does not instrument the session consumer so far.
+	// unknown. It is for telemetry: retryotel's SessionConnector reports it as server.address and server.port.
 	Address string
 }
 

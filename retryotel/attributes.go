@@ -80,6 +80,16 @@ const (
 	// messaging.destination.name (and messaging.destination.subscription.name) name that entity, as
 	// they name it for its deliveries, and this attribute tells the two apart.
 	AttrSubQueue = attribute.Key("sbretry.sub_queue")
+	// AttrSessionID is the Service Bus session id of a message received from a session-enabled entity
+	// (the handler's retry.SessionIDFromContext under a retry.SessionConsumer, else the message's
+	// SessionID), on the process span and the spans of its broker calls and session lock renewals. The
+	// semantic conventions have no attribute for it: the Service Bus attributes
+	// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/) name none,
+	// messaging.message.conversation_id is the message's correlation id there (and carries it), and
+	// session.id is a client application's user session (https://opentelemetry.io/docs/specs/semconv/general/session/),
+	// not a broker's message group. It goes on spans only: session ids are unbounded, so no metric
+	// carries it.
+	AttrSessionID = attribute.Key("sbretry.session_id")
 )
 
 // SubQueueDeadLetter is the value of [AttrSubQueue] for a call on a dead-letter queue.
@@ -109,6 +119,9 @@ const (
 	opReceive = "receive"
 	// opRenewLock is the lock renewal, a Service Bus "receiver operation" name in the conventions.
 	opRenewLock = "renew_message_lock"
+	// opRenewSessionLock is a session lock's renewal, one of the conventions' Service Bus "session
+	// operations" (accept_session, get_session_state, set_session_state, renew_session_lock).
+	opRenewSessionLock = "renew_session_lock"
 )
 
 // Error types this package reports in error.type, besides a Service Bus SDK error's Code ("locklost",

@@ -46,13 +46,13 @@ func (in *Instrumentation) Connector(connect retry.Connector) retry.Connector {
 			in.retryQueues.Store(q, q)
 		}
 		if c.Receiver != nil {
-			c.Receiver = &renewingReceiver{Receiver: c.Receiver, in: in, entity: c.EntityPath}
+			c.Receiver = in.renewing(c.Receiver, c.EntityPath)
 		}
 		if len(c.Sources) > 0 {
 			c.Sources = append([]retry.Source(nil), c.Sources...)
 			for i, s := range c.Sources {
 				if s.Receiver != nil {
-					c.Sources[i].Receiver = &renewingReceiver{Receiver: s.Receiver, in: in, entity: s.EntityPath}
+					c.Sources[i].Receiver = in.renewing(s.Receiver, s.EntityPath)
 				}
 			}
 		}
@@ -68,6 +68,26 @@ type renewingReceiver struct {
 }
 
 var _ retry.Receiver = (*renewingReceiver)(nil)
+
+// renewing wraps r, a receiver of entity, so that its lock renewals are recorded. A receiver of one
+// session (one with a SessionID method) stays one: the consumer refuses a session entity by that
+// method unless Options.AllowReorder is set, and the wrapper must not hide it.
+func (in *Instrumentation) renewing(r retry.Receiver, entity string) retry.Receiver {
+	rr := &renewingReceiver{Receiver: r, in: in, entity: entity}
+	if s, ok := r.(interface{ SessionID() string }); ok {
+		return &renewingSessionHolder{renewingReceiver: rr, session: s}
+	}
+	return rr
+}
+
+// renewingSessionHolder is a renewingReceiver of one session, which reports its session id.
+type renewingSessionHolder struct {
+	*renewingReceiver
+	session interface{ SessionID() string }
+}
+
+// SessionID returns the id of the session the wrapped receiver holds.
+func (r *renewingSessionHolder) SessionID() string { return r.session.SessionID() }
 
 // RenewMessageLock renews msg's lock through the wrapped receiver and records the call.
 func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azservicebus.ReceivedMessage, options *azservicebus.RenewMessageLockOptions) error {
@@ -92,20 +112,29 @@ func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessag
 	if s, ok := msg.ApplicationProperties[retry.PropSource].(string); ok && s != "" {
 		src = parseEntity(s)
 	}
+	var extra []attribute.KeyValue
 	if d != nil {
 		d.mu.Lock()
 		parent, src = d.ctx, d.source
 		d.mu.Unlock()
+		extra = append(extra, d.sessionAttrs()...)
 	}
-	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opRenewLock)}, in.metrics.entityAttrs(dest, src)...)
-	if err != nil {
-		common = append(common, semconv.ErrorTypeKey.String(errorType(err)))
-	}
-	var extra []attribute.KeyValue
 	if msg.MessageID != "" {
 		extra = append(extra, semconv.MessagingMessageID(msg.MessageID))
 	}
-	_, span := in.tracer.Start(parent, dest.spanName(opRenewLock),
+	in.recordRenewal(parent, opRenewLock, dest, src, extra, start, end, err)
+}
+
+// recordRenewal records one lock renewal (op: a message's or a session's) of a lock on dest, for a
+// chain that started on src, made from start to end: a CLIENT span, a child of parent, with the
+// conventions' attributes and extra (per message or session: on the span only), and a
+// messaging.client.operation.duration measurement.
+func (in *Instrumentation) recordRenewal(parent context.Context, op string, dest, src destination, extra []attribute.KeyValue, start, end time.Time, err error) {
+	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(op)}, in.metrics.entityAttrs(dest, src)...)
+	if err != nil {
+		common = append(common, semconv.ErrorTypeKey.String(errorType(err)))
+	}
+	_, span := in.tracer.Start(parent, dest.spanName(op),
 		trace.WithSpanKind(trace.SpanKindClient),
 		trace.WithTimestamp(start),
 		trace.WithAttributes(common...),

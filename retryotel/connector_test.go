@@ -121,3 +121,33 @@ func TestConnectorLearnsTheServer(t *testing.T) {
 		})
 	}
 }
+
+// sessionFakeReceiver is a fakeReceiver of one session, as a user's adapter around
+// *azservicebus.SessionReceiver is.
+type sessionFakeReceiver struct{ fakeReceiver }
+
+func (*sessionFakeReceiver) SessionID() string { return "order-1" }
+
+// A receiver of one session stays one through the wrapper, so that the consumer still refuses the
+// session entity (retry.ErrSessionEntity) unless Options.AllowReorder; a plain receiver gets no
+// SessionID method. Its renewals are still recorded.
+func TestConnectorKeepsASessionReceiversSessionID(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, nil)
+	connect := f.inst.Connector(func(context.Context) (*retry.Connection, error) {
+		return &retry.Connection{Receiver: &sessionFakeReceiver{}, Sender: &fakeSender{}, EntityPath: "orders",
+			Sources: []retry.Source{{Receiver: &fakeReceiver{}, EntityPath: "plain"}}}, nil
+	})
+	conn, err := connect(context.Background())
+	require.NoError(t, err)
+	s, ok := conn.Receiver.(interface{ SessionID() string })
+	require.True(t, ok, "the wrapped session receiver still has SessionID")
+	assert.Equal(t, "order-1", s.SessionID())
+	_, ok = conn.Sources[0].Receiver.(interface{ SessionID() string })
+	assert.False(t, ok, "a plain receiver gains no SessionID")
+	require.NoError(t, conn.Receiver.RenewMessageLock(context.Background(), &azservicebus.ReceivedMessage{MessageID: "m-1"}, nil))
+	assert.Len(t, f.ended("renew_message_lock orders"), 1)
+
+	c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &retry.Options{Logger: discard()})
+	require.NoError(t, err)
+	assert.ErrorIs(t, c.Run(t.Context()), retry.ErrSessionEntity)
+}

@@ -22,6 +22,13 @@
 // [ServerFromConnectionString]) for server.address and server.port, which the conventions require
 // when available and which the hooks do not carry.
 //
+// A [retry.SessionConsumer] is instrumented the same way, its connector wrapped by
+// [Instrumentation.SessionConnector] (which adds the session lock renewals and learns the server):
+//
+//	consumer, err := retry.NewSessionConsumer(inst.SessionConnector(connect), handler, &retry.Options{
+//		Hooks: inst.Hooks(retry.Hooks{}),
+//	}, nil)
+//
 // # Trace shape
 //
 // Each delivery gets a span "process <queue or topic>" of kind CONSUMER, a child of the context the
@@ -35,6 +42,12 @@
 // [PropOriginTraceparent]), so each attempt links straight back to the producer too, and all attempts
 // share the attribute sbretry.chain_id. Set [Options].ParentFromMessage to make the whole history
 // one trace instead.
+//
+// A session consumer retries in place: a message's attempts are all in its one process span, which
+// has the "complete" or "dead_letter" child of the message and, through
+// [Instrumentation.SessionConnector], the "renew_session_lock <entity>" spans of the session lock
+// renewed while it was handled or held. Every span of a message received from a session carries its
+// session id in [AttrSessionID] (the conventions define no attribute for it); metrics do not.
 //
 // # Where a chain belongs
 //

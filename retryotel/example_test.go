@@ -72,6 +72,28 @@ func ExampleInstrumentation_Connector() {
 	_ = consumer.Run(context.Background())
 }
 
+// Instrumenting a session consumer: the same hooks, and the SessionConnector wrapper for the session
+// lock renewals and the server (learned from the connection). The handler's spans carry the session id
+// in sbretry.session_id. This example needs an Azure namespace, so it is only compiled.
+func ExampleInstrumentation_SessionConnector() {
+	inst, err := retryotel.New(nil)
+	if err != nil {
+		panic(err)
+	}
+	connect, err := retry.SessionQueueConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), "orders", nil)
+	if err != nil {
+		panic(err)
+	}
+	consumer, err := retry.NewSessionConsumer(inst.SessionConnector(connect),
+		func(ctx context.Context, msg *azservicebus.ReceivedMessage) error { return nil },
+		&retry.Options{Hooks: inst.Hooks(retry.Hooks{})}, nil,
+	)
+	if err != nil {
+		panic(err)
+	}
+	_ = consumer.Run(context.Background())
+}
+
 // A message fails once and succeeds on its retry. Each attempt has a process span with its broker calls
 // as children, and the retry's span links back to the first attempt's, which the copy carried in its
 // traceparent property.

@@ -41,8 +41,9 @@ type Options struct {
 	// server.address on every span and metric: the conventions make it "Conditionally Required If
 	// available" on the Service Bus spans and on every messaging metric
 	// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/). Empty means learning it
-	// from the connections [Instrumentation.Connector] wraps (their [retry.Connection].Address, which the
-	// built-in connectors set), and leaving it out until one is made. Set it for the operator tools
+	// from the connections [Instrumentation.Connector] and [Instrumentation.SessionConnector] wrap (their
+	// [retry.Connection].Address or [retry.SessionConnection].Address, which the built-in connectors
+	// set), and leaving it out until one is made. Set it for the operator tools
 	// ([ServerFromConnectionString] reads it from a connection string's Endpoint; with a credential it
 	// is the namespace), or to report a name other than the endpoint's. One Instrumentation reports one
 	// namespace; use one per namespace.
@@ -75,6 +76,11 @@ type Instrumentation struct {
 	// orphans holds the process span of a delivery whose OnStart never ran (the processor dead-letters a
 	// message with malformed retry properties before it), from its first OnSettle to its OnProcessed.
 	orphans sync.Map // *azservicebus.ReceivedMessage -> *delivery
+
+	// sessions maps a session to the delivery being handled in it, from OnStart to OnProcessed, so that
+	// a session lock renewal ([Instrumentation.SessionConnector]), which the core makes on a goroutine
+	// of its own, finds the process span it belongs to.
+	sessions sync.Map // sessionKey -> *delivery
 }
 
 // New returns an Instrumentation on the providers of opts. It fails if ServerPort is out of range or a

@@ -29,6 +29,8 @@ type delivery struct {
 	dest destination
 	// source is where the delivery's retry chain started (the envelope's Source).
 	source destination
+	// session is the message's session id ([AttrSessionID]), empty on an entity without sessions.
+	session string
 	// started is true when OnStart ran: the handler was about to run.
 	started bool
 	// origin is the chain's creation context, written into the retry copy.
@@ -67,12 +69,15 @@ func (in *Instrumentation) onStart(p retry.StartParams) context.Context {
 	if p.Message != nil {
 		in.live.Store(p.Message, d)
 	}
+	if d.session != "" {
+		in.sessions.Store(sessionKey{entity: p.EntityPath, id: d.session}, d)
+	}
 	return context.WithValue(d.ctx, deliveryKey{}, d)
 }
 
 // startDelivery starts the process span; a zero start means now.
 func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.ReceivedMessage, env retry.Envelope, entity string, start time.Time) *delivery {
-	d := &delivery{dest: parseEntity(entity), source: chainSource(env, entity)}
+	d := &delivery{dest: parseEntity(entity), source: chainSource(env, entity), session: sessionOf(ctx, msg)}
 	var props map[string]any
 	if msg != nil {
 		props = msg.ApplicationProperties
@@ -116,6 +121,7 @@ func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.
 		trace.WithSpanKind(trace.SpanKindConsumer),
 		trace.WithLinks(links...),
 		trace.WithAttributes(in.processAttributes(msg, env, d.dest, d.source)...),
+		trace.WithAttributes(d.sessionAttrs()...),
 	}
 	if !start.IsZero() {
 		opts = append(opts, trace.WithTimestamp(start))
@@ -226,7 +232,7 @@ func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	d := in.deliveryFor(p.Context, p.Message, p.Envelope, p.EntityPath, start)
 	// Copy what the span needs under the lock and create the span outside it.
 	d.mu.Lock()
-	parent, dest, src := d.ctx, d.dest, d.source
+	parent, dest, src, session := d.ctx, d.dest, d.source, d.session
 	copyID, copyAttempt, scheduledFor, injected := d.copyID, d.copyAttempt, d.scheduledFor, d.injected
 	d.mu.Unlock()
 	if copyID == "" {
@@ -269,6 +275,9 @@ func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	// A settle acts on the received message; a schedule sends the copy, whose id OnRetryCopy recorded.
 	if p.Operation != retry.SettleSchedule && p.Message != nil && p.Message.MessageID != "" {
 		extra = append(extra, semconv.MessagingMessageID(p.Message.MessageID))
+	}
+	if session != "" {
+		extra = append(extra, AttrSessionID.String(session))
 	}
 	// common goes on the span and the metrics; extra (per message) on the span only.
 	common := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(op)}, in.metrics.entityAttrs(dest, src)...)
@@ -325,6 +334,9 @@ func (in *Instrumentation) onProcessed(p retry.ProcessedParams) (end func()) {
 	}
 	if p.Message != nil {
 		in.live.CompareAndDelete(p.Message, d)
+	}
+	if d != nil && d.session != "" {
+		in.sessions.CompareAndDelete(sessionKey{entity: p.EntityPath, id: d.session}, d)
 	}
 	if d == nil {
 		d = in.startDelivery(orBackground(p.Context), p.Message, p.Envelope, p.EntityPath, time.Now().Add(-p.Duration))
@@ -389,6 +401,30 @@ func (in *Instrumentation) onProcessed(p retry.ProcessedParams) (end func()) {
 	// The metrics are recorded in the span's context, so an exemplar-aware SDK links them to the trace.
 	in.metrics.recordProcessed(d.ctx, p, dest, src, errType, started)
 	return func() { span.End() }
+}
+
+// sessionOf is the session id of a delivery: the one the session consumer puts in the handler's context
+// (retry.SessionIDFromContext), else the message's own SessionID (a message of a session-enabled entity
+// that a queue consumer with Options.AllowReorder receives). Empty means none.
+func sessionOf(ctx context.Context, msg *azservicebus.ReceivedMessage) string {
+	if ctx != nil {
+		if id, ok := retry.SessionIDFromContext(ctx); ok {
+			return id
+		}
+	}
+	if msg != nil && msg.SessionID != nil {
+		return *msg.SessionID
+	}
+	return ""
+}
+
+// sessionAttrs is [AttrSessionID] for a delivery of a session, else nothing. session is set once, at
+// the delivery's start, so it is read without the lock.
+func (d *delivery) sessionAttrs() []attribute.KeyValue {
+	if d.session == "" {
+		return nil
+	}
+	return []attribute.KeyValue{AttrSessionID.String(d.session)}
 }
 
 func orBackground(ctx context.Context) context.Context {

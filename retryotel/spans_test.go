@@ -244,3 +244,22 @@ func TestInvalidEnvelopeStillTraced(t *testing.T) {
 	require.Len(t, dl, 1)
 	assert.Equal(t, processes[0].SpanContext().SpanID(), dl[0].Parent().SpanID())
 }
+
+// A message that carries a SessionID (a session entity consumed with Options.AllowReorder) has it on
+// its process span and its broker calls' spans, in sbretry.session_id; one without has none.
+func TestSpansCarryTheMessagesSessionID(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, nil)
+	_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("m-1"), SessionID: strPtr("order-1"), Body: []byte("{}")})
+	require.NoError(t, err)
+	_, err = f.broker.Send(&azservicebus.Message{MessageID: strPtr("m-2"), Body: []byte("{}")})
+	require.NoError(t, err)
+	require.Equal(t, retry.OutcomeCompleted, f.process().Outcome)
+	require.Equal(t, retry.OutcomeCompleted, f.process().Outcome)
+
+	for _, name := range []string{"process orders", "complete orders"} {
+		spans := f.ended(name)
+		require.Len(t, spans, 2, name)
+		assert.Equal(t, "order-1", attrs(spans[0])["sbretry.session_id"].AsString(), name)
+		assert.NotContains(t, attrs(spans[1]), attribute.Key("sbretry.session_id"), name)
+	}
+}

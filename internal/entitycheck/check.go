@@ -59,6 +59,9 @@ const (
 	DuplicateDetectionOff         Code = "DuplicateDetectionOff"
 	DuplicateDetectionWindowShort Code = "DuplicateDetectionWindowShort"
 	MaxDeliveryCountLow           Code = "MaxDeliveryCountLow"
+	// RequiresSession is an entity that requires sessions: retry copies scheduled to it rejoin their
+	// session behind later messages. It comes first, before the crash-contract warnings.
+	RequiresSession Code = "RequiresSession"
 )
 
 // Warning is one setting that weakens the crash contract.
@@ -82,6 +85,7 @@ type settings struct {
 	dedupWindow      time.Duration
 	dedupApplicable  bool // queues only: subscriptions cannot detect duplicates
 	maxDeliveryKnown bool
+	requiresSession  bool
 }
 
 // Check reads entity ("queue" or "topic/Subscriptions/sub") and, for a
@@ -107,6 +111,10 @@ func Check(ctx context.Context, client Getter, entity string, opts *Options) ([]
 		return nil, err
 	}
 	var warnings []Warning
+	if main.requiresSession {
+		warnings = append(warnings, Warning{Code: RequiresSession, Entity: main.path, Message: "RequiresSession is set: " +
+			"a retry copy keeps its SessionID and rejoins its session behind the messages that arrived meanwhile, so the session's order is lost"})
+	}
 	if main.maxDeliveryKnown && main.maxDelivery < o.MinMaxDeliveryCount {
 		warnings = append(warnings, Warning{Code: MaxDeliveryCountLow, Entity: main.path, Message: fmt.Sprintf(
 			"MaxDeliveryCount is %d, below %d: redeliveries after lost locks or dropped connections will dead-letter messages whose handler never failed; use the default 10 or more",
@@ -151,7 +159,7 @@ func read(ctx context.Context, client Getter, path string) (settings, error) {
 		case resp == nil:
 			return settings{}, fmt.Errorf("%w: %s", ErrNotFound, path)
 		}
-		s := settings{path: path}
+		s := settings{path: path, requiresSession: resp.RequiresSession != nil && *resp.RequiresSession}
 		if s.lock, err = duration(resp.LockDuration); err != nil {
 			return settings{}, fmt.Errorf("entitycheck: %s LockDuration: %w", path, err)
 		}
@@ -167,7 +175,7 @@ func read(ctx context.Context, client Getter, path string) (settings, error) {
 	case resp == nil:
 		return settings{}, fmt.Errorf("%w: %s", ErrNotFound, path)
 	}
-	s := settings{path: path, dedupApplicable: true}
+	s := settings{path: path, dedupApplicable: true, requiresSession: resp.RequiresSession != nil && *resp.RequiresSession}
 	if s.lock, err = duration(resp.LockDuration); err != nil {
 		return settings{}, fmt.Errorf("entitycheck: %s LockDuration: %w", path, err)
 	}

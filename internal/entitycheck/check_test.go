@@ -34,6 +34,7 @@ func TestCheckAgainstTheEmulator(t *testing.T) {
 			{Name: "nodedup", MaxDeliveryCount: 3},
 			{Name: "shortwindow", DuplicateDetectionWindow: time.Minute, LockDuration: time.Minute},
 			{Name: "retries", DuplicateDetectionWindow: 2 * time.Minute, LockDuration: 30 * time.Second},
+			{Name: "sessions", RequiresSession: true, DuplicateDetectionWindow: 10 * time.Minute},
 		},
 		Topics: []broker.TopicConfig{{Name: "events", Subscriptions: []broker.SubscriptionConfig{
 			{Name: "billing", LockDuration: 2 * time.Minute, MaxDeliveryCount: 2},
@@ -51,6 +52,7 @@ func TestCheckAgainstTheEmulator(t *testing.T) {
 		want   []entitycheck.Code
 	}{
 		{"recommended settings", "good", nil, nil},
+		{"a session queue: copies would rejoin their session out of order", "sessions", nil, []entitycheck.Code{entitycheck.RequiresSession}},
 		{"duplicate detection off, few deliveries", "nodedup", nil, []entitycheck.Code{entitycheck.MaxDeliveryCountLow, entitycheck.DuplicateDetectionOff}},
 		{"window below lock + settle + handler", "shortwindow", nil, []entitycheck.Code{entitycheck.DuplicateDetectionWindowShort}},
 		{"long handlers need a longer window", "good", &entitycheck.Options{HandlerAllowance: 9 * time.Minute}, []entitycheck.Code{entitycheck.DuplicateDetectionWindowShort}},
