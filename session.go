@@ -144,7 +144,10 @@ func refuseForSessions(o *Options) error {
 // the session lock renewed meanwhile; other sessions go on. Nothing is scheduled, so the order holds;
 // the price is that a held session occupies one of the MaxConcurrentSessions, and that the wait is in
 // memory: a consumer that stops during a hold gives the message back to its session (in order, its
-// attempt not counted) and the next consumer starts its attempts again.
+// attempt not counted) and the next consumer starts its attempts again. With
+// SessionOptions.DurableHolds a retry due after MaxHold is held in the session itself instead
+// (sessiondurable.go): deferred, recorded in the session state, woken by a scheduled message, and
+// resumed in order by whichever consumer takes the session next.
 //
 // Of the [Options], MaxAttempts, Backoff, ImmediateRetries and ImmediateDelay (the first retries of a
 // hold wait ImmediateDelay instead of the backoff), Policies, RetryBudget, IgnoreExpiry, SettleTimeout,
@@ -152,8 +155,8 @@ func refuseForSessions(o *Options) error {
 // Hooks OnStart, OnSettle, OnProcessed and OnStateChange, ReconnectDelays, WatchdogInterval,
 // ShutdownGrace, DeadLetterReasons, DescriptionLimit, RetryStartupErrors and Clock apply as to a
 // [Consumer]; EntityPath is taken from the connection. MaxConcurrency, ReceiveBatchSize, Prefetch,
-// Outage and DisableLockRenewal are refused; MaxMessageSize and OnRetryCopy have no effect, since no
-// retry copy is made.
+// Outage and DisableLockRenewal are refused; MaxMessageSize, OnRetryCopy and AllowReorder have no
+// effect, since no retry copy is made.
 //
 // Create it with [NewSessionConsumer]; the zero value's Run returns [ErrNotConfigured]. Its methods are
 // safe for concurrent use; Run may be called again after it returns.
