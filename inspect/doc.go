@@ -90,6 +90,6 @@
 // # Concurrency
 //
 // An Inspector is safe for concurrent use. It holds no links of its own: each call opens the
-// receivers (and, for Cancel, the sender) it needs on the shared client and closes them before it
-// returns.
+// receivers (session receivers for the session calls) and senders (for Cancel and Release) it needs on
+// the shared client and closes them before it returns.
 package inspect
