@@ -259,3 +259,24 @@ func operations(calls []observed) []string {
 	}
 	return ops
 }
+
+// Every broker call of a listing reaches the Observer, the session calls with their session id.
+func TestListHeldSessionsObserved(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.holdSession(t, "s1", "", "a1")
+	obs := &recordingObserver{}
+	_, err := h.inspector(t, &Options{Observer: obs}).ListHeldSessions(sbtest.Context(t))
+	require.NoError(t, err)
+	calls := obs.snapshot()
+	assert.Equal(t, []string{OpListSessions, OpAcceptSession, OpGetSessionState, OpPeek, OpPeek}, operations(calls), "one page of sessions; the session read until an empty peek")
+	assert.Equal(t, 1, calls[0].Messages, "the page held one session")
+	for _, c := range calls {
+		assert.Equal(t, sessionQueue, c.Entity)
+		assert.NoError(t, c.Err)
+		if c.Operation != OpListSessions {
+			assert.Equal(t, "s1", c.SessionID, c.Operation)
+		}
+	}
+	assert.Equal(t, 2, calls[3].Messages, "the held message and its wake-up")
+}

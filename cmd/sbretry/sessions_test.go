@@ -1,8 +1,10 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,4 +224,43 @@ func splitLines(s string) []string {
 		out = append(out, l)
 	}
 	return out
+}
+
+// A release with --trace-file records each of its broker calls as a span under the command's, the
+// wake-up's send before the state's write.
+func TestSessionsReleaseTraceFile(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.holdSession(t, "s1", "", "a1")
+	path := filepath.Join(t.TempDir(), "sbretry.otlp.jsonl")
+	code, _, errOut := h.cli(t, "", "sessions", "release", "--session", "s1", "--yes", "--trace-file", path)
+	require.Equal(t, exitOK, code, errOut)
+	spans, _ := readTraceFile(t, path)
+	var root fileSpan
+	var calls []fileSpan
+	for _, s := range spans {
+		if s.Name == "sbretry sessions release" {
+			root = s
+		} else {
+			calls = append(calls, s)
+		}
+	}
+	require.NotEmpty(t, root.SpanID)
+	slices.SortStableFunc(calls, func(a, b fileSpan) int { return cmpNano(a.Start, b.Start) })
+	var names []string
+	for _, s := range calls {
+		assert.Equal(t, root.SpanID, s.ParentSpanID, s.Name)
+		names = append(names, s.Name)
+	}
+	assert.Equal(t, []string{
+		"accept_session jobs", "get_session_state jobs", // the preview
+		"accept_session jobs", "get_session_state jobs", "send jobs", "set_session_state jobs", // the release
+	}, names)
+}
+
+// cmpNano orders OTLP JSON timestamps (decimal strings of Unix nanoseconds).
+func cmpNano(a, b string) int {
+	x, _ := strconv.ParseInt(a, 10, 64)
+	y, _ := strconv.ParseInt(b, 10, 64)
+	return cmp.Compare(x, y)
 }
