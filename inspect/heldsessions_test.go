@@ -11,6 +11,8 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 func TestListHeldSessions(t *testing.T) {
@@ -279,4 +281,39 @@ func TestListHeldSessionsObserved(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 2, calls[3].Messages, "the held message and its wake-up")
+}
+
+// A session-enabled subscription is listed like a queue; it cannot be released, since the wake-up would
+// have to go to its topic, and so to every subscription.
+func TestHeldSessionsOfASubscription(t *testing.T) {
+	t.Parallel()
+	em := sbemu.StartT(t, sbemu.Config{Topics: []broker.TopicConfig{{Name: "ev", Subscriptions: []broker.SubscriptionConfig{{Name: "sub", RequiresSession: true}}}}})
+	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries})
+	require.NoError(t, err)
+	ctx := sbtest.Context(t)
+	defer func() { _ = client.Close(ctx) }()
+	s, err := client.NewSender("ev", nil)
+	require.NoError(t, err)
+	m := sbtest.Message("e1")
+	sid := "s1"
+	m.SessionID = &sid
+	require.NoError(t, s.SendMessage(ctx, m, nil))
+	require.NoError(t, s.Close(ctx))
+	r, err := client.AcceptSessionForSubscription(ctx, "ev", "sub", sid, nil)
+	require.NoError(t, err)
+	state := retry.SessionState{Followers: []int64{1}}
+	raw, err := retry.MarshalSessionState(state)
+	require.NoError(t, err)
+	require.NoError(t, r.SetSessionState(ctx, raw, nil))
+	require.NoError(t, r.Close(ctx))
+
+	in, err := New(client, "ev/Subscriptions/sub", &Options{RetryQueue: "ev-retry"})
+	require.NoError(t, err)
+	got, err := in.ListHeldSessions(ctx)
+	require.NoError(t, err)
+	require.Len(t, got.Sessions, 1)
+	assert.Equal(t, "ev/Subscriptions/sub", got.Sessions[0].Entity)
+	assert.Equal(t, state, got.Sessions[0].State)
+	_, err = in.PreviewRelease(ctx, sid, time.Now())
+	assert.ErrorIs(t, err, ErrUnknownEntity)
 }
