@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/sbretry/retry"
@@ -72,7 +73,7 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 	if err := in.releasable(id); err != nil {
 		return nil, err
 	}
-	if preview.Entity != in.entity.Path() {
+	if !strings.EqualFold(preview.Entity, in.entity.Path()) {
 		return nil, fmt.Errorf("%w: the preview is of %s, this inspector reads %s", ErrUnknownEntity, preview.Entity, in.entity)
 	}
 	r, err := in.openSession(ctx, id)

@@ -120,6 +120,9 @@ func printHeldSessions(w io.Writer, sessions []inspect.HeldSession) error {
 					if wu := s.NextWakeUp(); wu != nil {
 						wake = formatTime(wu.DueTime)
 					}
+					if s.HeldMessage() == nil && !s.Scan.Truncated {
+						note = "the held message is not in the session"
+					}
 				}
 				if h.LastError != "" {
 					note = strings.TrimPrefix(note+"; last error: "+h.LastError, "; ")
@@ -210,11 +213,11 @@ func printRelease(w io.Writer, r *inspect.SessionRelease) {
 	fmt.Fprintf(w, "  before: %s\n", describeState(r.Plan.Before))
 	fmt.Fprintf(w, "  after:  %s\n", describeState(r.Plan.After))
 	wake := r.Plan.Wake
-	for_ := "no message (it brings a consumer to run the followers)"
+	target := "no message (it brings a consumer to run the followers)"
 	if n, ok := wake.ApplicationProperties[retry.PropWakeSequenceNumber].(int64); ok && n >= 0 {
-		for_ = "sequence number " + strconv.FormatInt(n, 10)
+		target = "sequence number " + strconv.FormatInt(n, 10)
 	}
-	fmt.Fprintf(w, "  send:   wake-up %s to %s in session %q, receivable now, for %s\n", derefString(wake.MessageID), r.Entity, r.SessionID, for_)
+	fmt.Fprintf(w, "  send:   wake-up %s to %s in session %q, receivable now, for %s\n", derefString(wake.MessageID), r.Entity, r.SessionID, target)
 }
 
 // describeState says in one line what a session state holds.

@@ -264,3 +264,16 @@ func cmpNano(a, b string) int {
 	y, _ := strconv.ParseInt(b, 10, 64)
 	return cmp.Compare(x, y)
 }
+
+// A waiting session whose held message and wake-up are not in the session says so: no consumer will
+// take it up by itself.
+func TestSessionsListStuckSession(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	raw, err := retry.MarshalSessionState(retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 999, MessageID: "gone", Attempt: 2, WakeAt: timeMust(t, "2026-01-01T00:00:00Z")}})
+	require.NoError(t, err)
+	h.setState(t, "s-stuck", raw)
+	code, out, _ := h.cli(t, "", "sessions", "list")
+	require.Equal(t, exitOK, code)
+	assert.Regexp(t, `(?m)^jobs +s-stuck +waiting +999 +gone +2 +2026-01-01T00:00:00.000Z +0 +none +the held message is not in the session$`, out)
+}
