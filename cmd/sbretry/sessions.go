@@ -287,6 +287,8 @@ func (r *releaseReport) toJSON(err error) any {
 
 // Output shapes of the sessions commands' --json; the names are stable.
 
+// jsonHeldSessions is sessions list --json: the entity, its held sessions, how many sessions with a
+// state were read and whether --max-sessions stopped the listing.
 type jsonHeldSessions struct {
 	Entity    string            `json:"entity"`
 	Sessions  []jsonHeldSession `json:"sessions"`
@@ -294,6 +296,10 @@ type jsonHeldSessions struct {
 	Truncated bool              `json:"truncated"`
 }
 
+// jsonHeldSession is one session of the listing. status is one of the status constants; state is
+// absent when the session was locked (nothing read) or its state is not a hold record (stateError says
+// why); deferred and wakeUps are what the peek inside the session found; nextWakeUp is the wake-up of
+// the current hold, absent when none was found.
 type jsonHeldSession struct {
 	Entity           string              `json:"entity"`
 	SessionID        string              `json:"sessionId"`
@@ -309,6 +315,7 @@ type jsonHeldSession struct {
 	Scan             *jsonScan           `json:"scan,omitempty"`
 }
 
+// jsonSessionState is a retry.SessionState: hold is null when nothing is held.
 type jsonSessionState struct {
 	Hold      *jsonHold `json:"hold"`
 	Followers []int64   `json:"followers"`
@@ -326,6 +333,8 @@ type jsonHold struct {
 	DeadLetteredAt   time.Time `json:"deadLetteredAt,omitzero"`
 }
 
+// jsonSessionMsg is a deferred message of the session: heldUntil on the held one, heldBehind on the
+// ones deferred behind it.
 type jsonSessionMsg struct {
 	SequenceNumber int64     `json:"sequenceNumber"`
 	MessageID      string    `json:"messageId"`
@@ -343,12 +352,17 @@ type jsonSessionWakeUp struct {
 	ForSequenceNumber int64     `json:"forSequenceNumber"`
 }
 
+// jsonWake is the wake-up a release sends; forSequenceNumber is -1 when it names no held message (a
+// session blocked after a dead-letter, or with followers only).
 type jsonWake struct {
 	MessageID         string `json:"messageId"`
 	SessionID         string `json:"sessionId"`
 	ForSequenceNumber int64  `json:"forSequenceNumber"`
 }
 
+// jsonRelease is sessions release --json: the preview (before, after, wakeUp) and, for a real run, what
+// was done: wakeSent, then stateWritten. wakeSent without stateWritten is a release that stopped part
+// way (exit 1; error says why): the session is still held, run the release again.
 type jsonRelease struct {
 	Action       string           `json:"action"`
 	DryRun       bool             `json:"dryRun"`
