@@ -29,14 +29,38 @@
 // # How it reads
 //
 // Everything is read with PeekMessages, which neither locks nor changes a message, so inspecting a
-// live entity never disturbs its consumers. The one exception is [Inspector.Cancel], which cancels a
-// scheduled retry copy by its [Ref] through a Sender's CancelScheduledMessages.
+// live entity never disturbs its consumers. The exceptions are [Inspector.Cancel], which cancels a
+// scheduled retry copy by its [Ref] through a Sender's CancelScheduledMessages, and the session calls
+// (see Held sessions), which lock each session they read for a moment.
 //
 // Service Bus peek returns every message still in the entity, including scheduled ones that are not
 // yet receivable: those come back with State [azservicebus.MessageStateScheduled] and their due time
 // in ScheduledEnqueueTime. That is how a pending retry is found: the retry library schedules its copies
 // with ScheduleMessages. Messages in any other state are receivable now or locked by a consumer (peek
 // cannot tell the two apart) and are reported as [Active].
+//
+// # Held sessions
+//
+// On a session-enabled entity, retry.SessionConsumer's durable holds keep a failed message deferred in
+// its session until its retry is due, with the later messages of the session deferred behind it, the
+// hold's record in the session's state ([retry.SessionState]) and a wake-up message scheduled into the
+// session for the due time; with SessionOptions.BlockAfterDeadLetter a session whose message was
+// dead-lettered stays blocked until an operator releases it. [Inspector.ListHeldSessions] lists those
+// sessions: what blocks each (the held message's sequence number, id, attempt and due time, or the
+// dead-letter reason), its followers and its pending wake-up. [Inspector.PreviewRelease] shows what a
+// release would change ([retry.PlanRelease]: the state before and after, the wake-up) and
+// [Inspector.Release] carries it out, sending the wake-up before it writes the state.
+//
+// A session entity cannot be peeked as a whole with the Go SDK: Service Bus refuses a receiver without
+// a session on it ("It is not possible for an entity that requires sessions to create a
+// non-sessionful message receiver"), and the SDK's peek needs that receiver. So the session calls list
+// the sessions that have a state (the hold's record is written before any deferral), and read each one
+// by accepting it: its state, a peek of its messages, and a close at once. Reading a session
+// therefore locks an idle session for a moment: a consumer that would take it then (a wake-up falling
+// due, a new message of the session) waits until the inspector closes it. A session a consumer holds
+// at that moment cannot be read at all; it is listed as locked, with nothing of it known, and a
+// release of it is refused ([ErrSessionLocked]). A state that is not a hold record (another
+// application's) is shown as such and never written.
 //
 // # Bounded reads
 //
@@ -52,7 +76,8 @@
 //
 // # Telemetry
 //
-// Set [Options].Observer to be told about every broker call: each peek request, each cancel and, for
+// Set [Options].Observer to be told about every broker call: each peek request, each cancel, each
+// session listing page, accept, state read and write and wake-up send and, for
 // a redrive or purge of the Inspector's selections, each receive, send, complete and abandon. The
 // package depends on no telemetry library; github.com/sbretry/retry/retryotel's Instrumentation is an
 // [Observer] that makes an OpenTelemetry span and metrics of each call, following the messaging
@@ -65,6 +90,6 @@
 // # Concurrency
 //
 // An Inspector is safe for concurrent use. It holds no links of its own: each call opens the
-// receivers (and, for Cancel, the sender) it needs on the shared client and closes them before it
-// returns.
+// receivers (session receivers for the session calls) and senders (for Cancel and Release) it needs on
+// the shared client and closes them before it returns.
 package inspect

@@ -41,13 +41,14 @@ func TestParseEntity(t *testing.T) {
 func TestOptionsDefaultsAndValidation(t *testing.T) {
 	got, err := (*Options)(nil).withDefaults()
 	require.NoError(t, err)
-	assert.Equal(t, Options{MaxPeek: DefaultMaxPeek, PeekBatchSize: DefaultPeekBatchSize}, got)
+	assert.Equal(t, Options{MaxPeek: DefaultMaxPeek, PeekBatchSize: DefaultPeekBatchSize, MaxSessions: DefaultMaxSessions}, got)
 	got, err = (&Options{MaxPeek: 10}).withDefaults()
 	require.NoError(t, err)
 	assert.Equal(t, 10, got.PeekBatchSize, "a batch never exceeds the bound")
 	for name, o := range map[string]Options{
 		"negative MaxPeek":       {MaxPeek: -1},
 		"negative PeekBatchSize": {PeekBatchSize: -1},
+		"negative MaxSessions":   {MaxSessions: -1},
 		"retry queue with slash": {RetryQueue: "t/Subscriptions/s"},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -39,3 +39,17 @@ var (
 	// another entity (see [Scan.Foreign]): the inspector never acts on another consumer's messages.
 	ErrOtherEntity = errors.New("inspect: message of another entity")
 )
+
+// Errors of the session calls ([Inspector.ListHeldSessions], [Inspector.PreviewRelease],
+// [Inspector.Release]).
+var (
+	// ErrSessionLocked is wrapped when a session cannot be accepted because a receiver (a consumer)
+	// holds its lock now: its state cannot be read or written until that receiver lets it go.
+	ErrSessionLocked = errors.New("inspect: the session is locked by a consumer now")
+	// ErrSessionChanged is wrapped by [Inspector.Release] when the session's state is no longer the one
+	// its preview read: the release would not do what was shown, so it does nothing.
+	ErrSessionChanged = errors.New("inspect: the session changed since the preview")
+	// ErrEmptySessionID is wrapped for an empty session id: Service Bus has a session "", but an
+	// operator who typed nothing means none.
+	ErrEmptySessionID = errors.New("inspect: empty session id")
+)

@@ -18,6 +18,8 @@ const (
 	DefaultPeekBatchSize = 250
 	// DefaultPageLimit is the page size of [Inspector.ListPending] when [PageOptions.Limit] is zero.
 	DefaultPageLimit = 100
+	// DefaultMaxSessions is the default bound on the sessions [Inspector.ListHeldSessions] reads.
+	DefaultMaxSessions = 1000
 	// closeTimeout bounds closing the links a call opened, even when the call's context is done.
 	closeTimeout = 10 * time.Second
 )
@@ -43,8 +45,14 @@ type Options struct {
 	// name a queue: a topic cannot be peeked.
 	RetryQueue string
 
-	// Observer, when set, is told about every broker call the Inspector makes (each peek request and
-	// cancel) and, through [Inspector.Observer], every call of a redrive or purge of its selections:
+	// MaxSessions bounds how many sessions one [Inspector.ListHeldSessions] reads: each costs an accept
+	// of the session, a read of its state and a peek, so that listing a session entity with many
+	// sessions costs a known amount and ends. When the listing stops at the bound, [HeldSessions] says
+	// Truncated. Zero means [DefaultMaxSessions] (1,000); negative is invalid.
+	MaxSessions int
+
+	// Observer, when set, is told about every broker call the Inspector makes (each peek request,
+	// cancel, session accept, state read and write, and wake-up send) and, through [Inspector.Observer], every call of a redrive or purge of its selections:
 	// github.com/sbretry/retry/retryotel's Instrumentation traces and measures them. Nil means none.
 	Observer Observer
 }
@@ -58,6 +66,8 @@ func (o *Options) withDefaults() (Options, error) {
 	switch {
 	case c.MaxPeek < 0:
 		return c, fmt.Errorf("%w: MaxPeek %d is negative", ErrInvalidOptions, c.MaxPeek)
+	case c.MaxSessions < 0:
+		return c, fmt.Errorf("%w: MaxSessions %d is negative", ErrInvalidOptions, c.MaxSessions)
 	case c.PeekBatchSize < 0:
 		return c, fmt.Errorf("%w: PeekBatchSize %d is negative", ErrInvalidOptions, c.PeekBatchSize)
 	case strings.Contains(c.RetryQueue, "/"):
@@ -65,6 +75,9 @@ func (o *Options) withDefaults() (Options, error) {
 	}
 	if c.MaxPeek == 0 {
 		c.MaxPeek = DefaultMaxPeek
+	}
+	if c.MaxSessions == 0 {
+		c.MaxSessions = DefaultMaxSessions
 	}
 	if c.PeekBatchSize == 0 {
 		c.PeekBatchSize = DefaultPeekBatchSize
@@ -116,6 +129,9 @@ type Inspector struct {
 	entity Entity
 	opts   Options
 	links  links
+	// sessions opens the session links of [Inspector.ListHeldSessions] and the release; nil when the
+	// links given to newInspector have none (the fakes of the peek tests).
+	sessions sessionLinks
 }
 
 // New returns an Inspector over entity (a queue name, or "topic/Subscriptions/subscription") through
@@ -141,7 +157,9 @@ func New(client *azservicebus.Client, entity string, opts *Options) (*Inspector,
 }
 
 func newInspector(e Entity, o Options, l links) *Inspector {
-	return &Inspector{entity: e, opts: o, links: l}
+	in := &Inspector{entity: e, opts: o, links: l}
+	in.sessions, _ = l.(sessionLinks)
+	return in
 }
 
 // Entity returns the inspected entity.

@@ -22,10 +22,21 @@ const (
 	OpSend = "send"
 	// OpCancelScheduled is a CancelScheduledMessages call: a pending retry copy is cancelled.
 	OpCancelScheduled = "cancel_scheduled"
+	// OpListSessions is one page of a session listing (the client's ListSessions pager): the
+	// sessions of a session entity that have a state. Messages counts the session ids returned.
+	OpListSessions = "list_sessions"
+	// OpAcceptSession is an AcceptSessionForQueue (or ForSubscription) call: it locks one session
+	// by id, to read it ([Inspector.ListHeldSessions]) or release it ([Inspector.Release]).
+	OpAcceptSession = "accept_session"
+	// OpGetSessionState is a GetSessionState call on an accepted session.
+	OpGetSessionState = "get_session_state"
+	// OpSetSessionState is a SetSessionState call on an accepted session: a release writes the
+	// session's new state.
+	OpSetSessionState = "set_session_state"
 )
 
-// Observer is told about every call the operator tools make to Service Bus: the [Inspector]'s peeks
-// and cancels and, for the inspector they were selected with, the receives, sends, completes and
+// Observer is told about every call the operator tools make to Service Bus: the [Inspector]'s peeks,
+// cancels, session reads and releases and, for the inspector they were selected with, the receives, sends, completes and
 // abandons of a redrive or purge. It is how those calls are traced and measured without this package
 // depending on a telemetry library: github.com/sbretry/retry/retryotel's Instrumentation is an
 // Observer that turns each call into an OpenTelemetry span and metrics. Set it in
@@ -51,8 +62,12 @@ type Call struct {
 	// the queue sent to.
 	Entity string
 	// MessageID is the MessageID of the one message a complete, abandon, send or cancel acts on (for
-	// a send, the fresh delivery's); empty for a peek or a receive, and when the message has none.
+	// a send, the fresh delivery's or the wake-up's); empty for a peek or a receive, and when the
+	// message has none.
 	MessageID string
+	// SessionID is the session a session call (accept, state read or write) acts on, and of a peek or
+	// send in a session; empty otherwise.
+	SessionID string
 	// Properties are, for a send, the application properties of the message about to be sent, so
 	// that an Observer can read the trace context they carry (a redrive keeps the dead letter's
 	// traceparent). They must not be changed. Nil for every other operation.

@@ -12,6 +12,10 @@
 //	sbretry [entity flags] dlq show REF
 //	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--redrive-to QUEUE]
 //	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--yes]
+//	sbretry [entity flags] sessions list [--max-sessions N]
+//	                                            held sessions of a session-enabled queue
+//	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes]
+//	                                            release one held session
 //	sbretry [entity flags] serve [--listen ADDR] [--token T] [--entity PATH[=RETRYQUEUE]]...
 //	                             [--poll-interval D] [--window D] [--show-bodies]
 //	                                            the web console
@@ -84,6 +88,40 @@
 // cancelling anything, one that is not a scheduled retry copy, so a mistyped number never deletes a
 // live message.
 //
+// # Held sessions
+//
+// On a session-enabled queue, retry.SessionConsumer's durable holds block a session whose message
+// failed: the message is deferred in its session until its retry is due, the session's later messages
+// are deferred behind it, the session's state holds the record (retry.SessionState), and a wake-up
+// message is scheduled into the session for the due time. With SessionOptions.BlockAfterDeadLetter, a
+// session whose message was dead-lettered stays blocked until an operator releases it.
+//
+// sessions list (or sessions held) shows them, one line per session with its entity and session id:
+// STATUS is waiting (a retry is due at DUE, its held message is SEQ / MESSAGE ID at ATTEMPT), dead-lettered
+// (blocked until released; NOTE gives the reason), followers (nothing held, deferred messages waiting to
+// run), foreign (the session's state is another application's, left alone), invalid (a hold record
+// that cannot be read, left alone) or locked (a consumer holds the session now, so nothing of it could
+// be read: run the listing again later). FOLLOWERS counts the messages deferred behind the hold, and
+// WAKE-UP is the due time of the wake-up found in the session ("none" when a waiting session has none:
+// no consumer will take it up before a new message of the session arrives; release it). Only sessions
+// with a state are read (a hold always writes one), at most --max-sessions (default 1000), each by
+// accepting it, reading its state, peeking its messages and closing it at once: a session a consumer
+// would take up during that moment (a wake-up falling due) waits for the close. Service Bus lets only
+// a session's holder read it, so a session entity cannot be peeked the way other entities are.
+//
+// sessions release --session ID releases one session of the queue: a waiting retry is made due now, a
+// session blocked after a dead-letter runs its followers next (retry.PlanRelease). It prints the state
+// before and after and the wake-up it sends; --dry-run stops there, otherwise it asks for the word yes
+// unless --yes is given. The real run then locks the session, refuses it if its state is no longer
+// the one shown (a consumer moved on meanwhile: preview again), sends the wake-up to the queue (a plain
+// send, receivable at once) and only then writes the new state. If the send succeeded and the state
+// write failed, it says exactly that and exits 1: the session is still held, the consumer ignores a
+// wake-up its state does not name, and running the release again finishes it. It refuses, and changes
+// nothing: a session a consumer holds now (exit 1; run it again once the consumer lets it go), a
+// session whose state is not a hold record (exit 1), a session that holds nothing (exit 3), a missing
+// --session, and a subscription, whose wake-up would go to its topic and so to every subscription
+// (exit 2). The session is named by --queue and --session together; an empty session id is refused.
+//
 // # Serve
 //
 // serve runs the web console of package github.com/sbretry/retry/console for the entity of the entity
@@ -122,6 +160,13 @@
 // with its "ref", "entity", "sequenceNumber", "done" and, for a redrive, "resubmitMessageId" and "sent"
 // (the fresh delivery went out; "done" can still be false when completing the dead letter failed).
 // cancel prints {"action", "dryRun", "selected", "done", "items", "error"}, each item a pending retry.
+// sessions list prints {"entity", "sessions", "listed", "truncated"}, each session with its "entity",
+// "sessionId", "status", "lockedByConsumer", "lockError", "stateError", "stateBytes", "state" ({"hold",
+// "followers"}, the hold with "sequenceNumber", "messageId", "attempt", "firstFailure", "wakeAt",
+// "wakeId", "lastError", "deadLetterReason", "deadLetteredAt"), "deferred", "wakeUps", "nextWakeUp"
+// and "scan". sessions release prints {"action": "release", "dryRun", "entity", "sessionId",
+// "plannedAt", "before", "after", "wakeUp" ({"messageId", "sessionId", "forSequenceNumber"}), "wakeSent",
+// "stateWritten", "error"}.
 // Both are printed also when the command stopped part way; then "error" says why and the exit code is 1.
 // Messages of the retry queue whose chain belongs to another entity (sbretry-source) are left out of
 // every answer, with a warning on stderr: the retry queue may be shared, or named by mistake.
@@ -152,7 +197,7 @@
 //	2  a usage error: a bad flag, a missing --retry-queue, a REF that is ambiguous or names an entity
 //	   the command does not read; nothing was done
 //	3  not found: status found nothing for the KEY where it looked, dlq show or cancel found no message
-//	   at the REF
+//	   at the REF, sessions release found nothing held in the session
 //
 // Errors are printed with every secret redacted; the connection string is never printed.
 package main

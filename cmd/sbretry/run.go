@@ -12,6 +12,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/entitypath"
 	"github.com/sbretry/retry/internal/redact"
@@ -49,6 +50,11 @@ commands:
   dlq show REF        one dead letter with its properties and body
   dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --all; --dry-run; --redrive-to QUEUE)
   dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
+  sessions list       held sessions of a session-enabled queue: what blocks each, its followers, its wake-up
+                      (--max-sessions N, default 1000)
+  sessions release --session ID
+                      release one held session: its retry runs now, or a session blocked after a
+                      dead-letter runs its followers (--dry-run; asks for confirmation unless --yes)
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback;
                       --entity PATH[=RETRYQUEUE] repeatable; --poll-interval D; --window D; --show-bodies)
   pause --consumer URL   pause one consumer through its control endpoint (retry.ControlHandler), as a
@@ -68,7 +74,7 @@ common flags (before or after the command):
   --json                 JSON output for jq (every command, dry runs included)
   --trace-file F         append the command's spans (every broker call) to F as OTLP JSON; not for serve
 times (--since, --until) are RFC 3339 ("2026-12-01T10:00:00Z") or a duration back from now ("2h").
-exit codes: 0 done or found, 1 error, 2 usage, 3 not found (status, dlq show, cancel).
+exit codes: 0 done or found, 1 error, 2 usage, 3 not found (status, dlq show, cancel, sessions release).
 `
 
 // app is one invocation of the command: its streams, environment and test hooks.
@@ -135,7 +141,7 @@ func (a *app) exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, errNothingFound):
 		return exitNotFound
-	case errors.Is(err, inspect.ErrNotFound):
+	case errors.Is(err, inspect.ErrNotFound), errors.Is(err, retry.ErrNotHeld):
 		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
 		return exitNotFound
 	default:
@@ -152,7 +158,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		switch {
-		case len(words) < 2 && !strings.HasPrefix(arg, "-") && (len(words) == 0 || words[0] == "dlq"):
+		case len(words) < 2 && !strings.HasPrefix(arg, "-") && (len(words) == 0 || words[0] == "dlq" || words[0] == "sessions"):
 			words = append(words, arg)
 		case arg == "-h" || arg == "--help" || arg == "-help":
 			return flag.ErrHelp
@@ -175,6 +181,12 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		}
 		name += " " + words[1]
 	}
+	if name == "sessions" {
+		if len(words) < 2 {
+			return usagef("sessions needs a subcommand: list or release")
+		}
+		name += " " + words[1]
+	}
 	switch name {
 	case "status":
 		return a.status(ctx, rest)
@@ -190,6 +202,10 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.dlqRedrive(ctx, rest)
 	case "dlq purge":
 		return a.dlqPurge(ctx, rest)
+	case "sessions list", "sessions held":
+		return a.sessionsList(ctx, rest)
+	case "sessions release":
+		return a.sessionsRelease(ctx, rest)
 	case "serve":
 		return a.serve(ctx, rest)
 	case "pause", "resume", "outage":
@@ -230,7 +246,7 @@ func takesValue(arg string) bool {
 	switch strings.TrimLeft(arg, "-") {
 	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
 		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait",
-		"listen", "token", "entity", "poll-interval", "window", "trace-file", "consumer":
+		"listen", "token", "entity", "poll-interval", "window", "trace-file", "consumer", "session", "max-sessions":
 		return true
 	}
 	return false
@@ -242,6 +258,8 @@ type common struct {
 	maxPeek                                         int
 	timeout                                         time.Duration
 	json                                            bool
+	// maxSessions is --max-sessions (sessions list only); zero means the inspector's default.
+	maxSessions int
 	// traceFile is --trace-file: where the command's spans are appended (tracefile.go).
 	traceFile string
 	// command is the command's name, as newFlagSet was given it ("dlq redrive").
@@ -355,7 +373,7 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 		}
 		ctx, obs = tctx, o
 	}
-	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, RetryQueue: c.retryQueue, Observer: obs})
+	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, MaxSessions: c.maxSessions, RetryQueue: c.retryQueue, Observer: obs})
 	if err != nil {
 		_ = client.Close(ctx)
 		return nil, nil, nil, usagef("%v", err)

@@ -1,0 +1,319 @@
+package inspect
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
+)
+
+func TestListHeldSessions(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	held := h.holdSession(t, "s-held", "", "a1", "a2", "a3")
+	dl := h.holdSession(t, "s-dead", "RetryMaxAttemptsExceeded", "b1", "b2")
+	h.setState(t, "s-foreign", []byte("another application's state"))
+	h.send(t, "s-plain", "c1") // messages, no state: not held
+	h.setState(t, "s-idle", nil)
+	locked := h.holdSession(t, "s-locked", "", "d1")
+	consumer := h.accept(t, "s-locked") // a consumer holds it now
+	defer func() { _ = consumer.Close(sbtest.Context(t)) }()
+
+	in := h.inspector(t, nil)
+	got, err := in.ListHeldSessions(sbtest.Context(t))
+	require.NoError(t, err)
+	assert.Equal(t, sessionQueue, got.Entity)
+	assert.False(t, got.Truncated)
+	assert.Equal(t, 4, got.Listed, "the sessions with a state")
+	byID := map[string]HeldSession{}
+	for _, s := range got.Sessions {
+		assert.Equal(t, sessionQueue, s.Entity, "every row names its entity")
+		byID[s.SessionID] = s
+	}
+	require.Len(t, byID, 4)
+	assert.NotContains(t, byID, "s-plain")
+
+	s := byID["s-held"]
+	assert.False(t, s.Locked)
+	require.NoError(t, s.StateErr)
+	assert.Equal(t, held.state, s.State)
+	require.NotNil(t, s.HeldMessage())
+	assert.Equal(t, SessionMessage{SequenceNumber: held.held, MessageID: "a1", HeldUntil: held.due, HeldBehind: -1, Attempt: 3, LastError: "downstream unavailable"}, *s.HeldMessage())
+	require.Len(t, s.Deferred, 3)
+	for i, f := range held.followers {
+		assert.Equal(t, f, s.Deferred[i+1].SequenceNumber)
+		assert.Equal(t, held.held, s.Deferred[i+1].HeldBehind)
+	}
+	require.NotNil(t, s.NextWakeUp())
+	assert.Equal(t, WakeUp{SequenceNumber: held.wakeSeq, MessageID: held.wakeID, Scheduled: true, DueTime: held.due, ForSequenceNumber: held.held}, *s.NextWakeUp())
+
+	s = byID["s-dead"]
+	require.NoError(t, s.StateErr)
+	require.NotNil(t, s.Hold())
+	assert.Equal(t, "RetryMaxAttemptsExceeded", s.Hold().DeadLetterReason)
+	assert.Nil(t, s.HeldMessage(), "the dead letter is not in the session")
+	assert.Nil(t, s.NextWakeUp())
+	assert.Equal(t, dl.followers, s.State.Followers)
+	require.Len(t, s.Deferred, 1)
+
+	s = byID["s-foreign"]
+	assert.ErrorIs(t, s.StateErr, retry.ErrForeignSessionState)
+	assert.Equal(t, len("another application's state"), s.StateSize)
+
+	s = byID["s-locked"]
+	assert.True(t, s.Locked, "held by a consumer now")
+	assert.ErrorIs(t, s.LockErr, ErrSessionLocked)
+	assert.Nil(t, s.Hold(), "nothing of it could be read")
+	_ = locked
+}
+
+func TestListHeldSessionsBounded(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	for _, sid := range []string{"s1", "s2", "s3"} {
+		h.holdSession(t, sid, "", sid+"-m")
+	}
+	got, err := h.inspector(t, &Options{MaxSessions: 2}).ListHeldSessions(sbtest.Context(t))
+	require.NoError(t, err)
+	assert.True(t, got.Truncated)
+	assert.Equal(t, 2, got.Listed)
+	assert.Len(t, got.Sessions, 2)
+	_, err = New(h.client, sessionQueue, &Options{MaxSessions: -1})
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+}
+
+func TestHeldSessionNotHeld(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.send(t, "s-plain", "c1")
+	in := h.inspector(t, nil)
+	_, err := in.HeldSession(sbtest.Context(t), "s-plain")
+	assert.ErrorIs(t, err, retry.ErrNotHeld)
+	_, err = in.HeldSession(sbtest.Context(t), "")
+	assert.ErrorIs(t, err, ErrEmptySessionID)
+}
+
+func TestPreviewReleaseChangesNothing(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	f := h.holdSession(t, "s1", "", "a1", "a2")
+	before := h.snapshot(t, "s1")
+	stats := h.stats(t)
+	in := h.inspector(t, nil)
+	now := time.Now().UTC()
+	p, err := in.PreviewRelease(sbtest.Context(t), "s1", now)
+	require.NoError(t, err)
+	assert.Equal(t, sessionQueue, p.Entity)
+	assert.Equal(t, f.state, p.Plan.Before)
+	require.NotNil(t, p.Plan.After.Hold)
+	assert.Equal(t, now.Truncate(time.Millisecond), p.Plan.After.Hold.WakeAt, "the retry is made due now")
+	assert.Equal(t, p.PlannedAt, p.Plan.After.Hold.WakeAt)
+	assert.Equal(t, f.followers, p.Plan.After.Followers)
+	assert.False(t, p.WakeSent)
+	assert.False(t, p.StateWritten)
+	assert.Equal(t, before, h.snapshot(t, "s1"), "state and messages as they were")
+	assert.Equal(t, stats, h.stats(t))
+}
+
+func TestReleaseSendsWakeThenWritesState(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, deadLetter string
+	}{{name: "waiting retry"}, {name: "blocked after dead-letter", deadLetter: "RetryMaxAttemptsExceeded"}} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			h := newSessionHarness(t)
+			f := h.holdSession(t, "s1", tc.deadLetter, "a1", "a2")
+			obs := &recordingObserver{}
+			in := h.inspector(t, &Options{Observer: obs})
+			ctx := sbtest.Context(t)
+			p, err := in.PreviewRelease(ctx, "s1", time.Now())
+			require.NoError(t, err)
+			n := len(obs.snapshot())
+			rel, err := in.Release(ctx, p)
+			require.NoError(t, err)
+			assert.True(t, rel.WakeSent)
+			assert.True(t, rel.StateWritten)
+			assert.Equal(t, []string{OpAcceptSession, OpGetSessionState, OpSend, OpSetSessionState}, operations(obs.snapshot()[n:]), "the wake-up is sent before the state is written")
+
+			r := h.accept(t, "s1")
+			defer func() { _ = r.Close(ctx) }()
+			raw, err := r.GetSessionState(ctx, nil)
+			require.NoError(t, err)
+			state, err := retry.DecodeSessionState(raw)
+			require.NoError(t, err)
+			assert.Equal(t, p.Plan.After, state)
+			if tc.deadLetter == "" {
+				require.NotNil(t, state.Hold)
+				assert.Equal(t, f.held, state.Hold.SequenceNumber)
+				assert.Equal(t, *p.Plan.Wake.MessageID, state.Hold.WakeID, "the state names the wake-up sent")
+			} else {
+				assert.Nil(t, state.Hold, "unblocked: the followers run next")
+				assert.Equal(t, f.followers, state.Followers)
+			}
+			msgs, err := r.ReceiveMessages(ctx, 1, nil)
+			require.NoError(t, err)
+			require.Len(t, msgs, 1)
+			assert.Equal(t, *p.Plan.Wake.MessageID, msgs[0].MessageID, "the wake-up is receivable in the session at once")
+			assert.Equal(t, retry.ControlWake, msgs[0].ApplicationProperties[retry.PropControl])
+		})
+	}
+}
+
+func TestReleaseRefuses(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.holdSession(t, "s-locked", "", "a1")
+	h.holdSession(t, "s-changed", "", "b1")
+	h.setState(t, "s-foreign", []byte(`{"format":"someone-else"}`))
+	h.send(t, "s-plain", "c1")
+	in := h.inspector(t, nil)
+	ctx := sbtest.Context(t)
+	now := time.Now()
+
+	consumer := h.accept(t, "s-locked")
+	_, err := in.PreviewRelease(ctx, "s-locked", now)
+	assert.ErrorIs(t, err, ErrSessionLocked)
+	require.NoError(t, consumer.Close(ctx))
+	p, err := in.PreviewRelease(ctx, "s-locked", now)
+	require.NoError(t, err, "free again")
+	consumer = h.accept(t, "s-locked")
+	_, err = in.Release(ctx, p)
+	assert.ErrorIs(t, err, ErrSessionLocked)
+	require.NoError(t, consumer.Close(ctx))
+
+	foreign := h.snapshot(t, "s-foreign")
+	_, err = in.PreviewRelease(ctx, "s-foreign", now)
+	assert.ErrorIs(t, err, retry.ErrForeignSessionState)
+	assert.Equal(t, foreign, h.snapshot(t, "s-foreign"), "left alone")
+
+	_, err = in.PreviewRelease(ctx, "s-plain", now)
+	assert.ErrorIs(t, err, retry.ErrNotHeld)
+	_, err = in.PreviewRelease(ctx, "", now)
+	assert.ErrorIs(t, err, ErrEmptySessionID)
+
+	// The state changed between the preview and the release: nothing is sent or written.
+	p, err = in.PreviewRelease(ctx, "s-changed", now)
+	require.NoError(t, err)
+	r := h.accept(t, "s-changed")
+	require.NoError(t, r.SetSessionState(ctx, []byte(`{"format":"sbretry/v1","followers":[99]}`), nil))
+	require.NoError(t, r.Close(ctx))
+	changed := h.snapshot(t, "s-changed")
+	stats := h.stats(t)
+	_, err = in.Release(ctx, p)
+	assert.ErrorIs(t, err, ErrSessionChanged)
+	assert.Equal(t, changed, h.snapshot(t, "s-changed"))
+	assert.Equal(t, stats, h.stats(t), "no wake-up sent")
+}
+
+// TestReleaseStateWriteFails: the wake-up went out and the state write failed; the release says
+// exactly that, and the session is still held.
+func TestReleaseStateWriteFails(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	f := h.holdSession(t, "s1", "", "a1")
+	in := h.inspector(t, nil)
+	ctx := sbtest.Context(t)
+	p, err := in.PreviewRelease(ctx, "s1", time.Now())
+	require.NoError(t, err)
+	in.sessions = failingStateWrites{in.sessions}
+	rel, err := in.Release(ctx, p)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "was sent, but writing its new state failed")
+	require.NotNil(t, rel)
+	assert.True(t, rel.WakeSent)
+	assert.False(t, rel.StateWritten)
+	s, err := h.inspector(t, nil).HeldSession(ctx, "s1")
+	require.NoError(t, err)
+	assert.Equal(t, f.state, s.State, "still held as before")
+	assert.Len(t, s.WakeUps, 2, "the scheduled wake-up and the one sent")
+}
+
+type failingStateWrites struct{ sessionLinks }
+
+func (l failingStateWrites) acceptSession(ctx context.Context, id string) (sessionReceiver, error) {
+	r, err := l.sessionLinks.acceptSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return failingSetState{r}, nil
+}
+
+type failingSetState struct{ sessionReceiver }
+
+func (failingSetState) SetSessionState(context.Context, []byte, *azservicebus.SetSessionStateOptions) error {
+	return errBoom
+}
+
+// operations are the operations of calls, in order.
+func operations(calls []observed) []string {
+	ops := make([]string, len(calls))
+	for i, c := range calls {
+		ops[i] = c.Operation
+	}
+	return ops
+}
+
+// Every broker call of a listing reaches the Observer, the session calls with their session id.
+func TestListHeldSessionsObserved(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.holdSession(t, "s1", "", "a1")
+	obs := &recordingObserver{}
+	_, err := h.inspector(t, &Options{Observer: obs}).ListHeldSessions(sbtest.Context(t))
+	require.NoError(t, err)
+	calls := obs.snapshot()
+	assert.Equal(t, []string{OpListSessions, OpAcceptSession, OpGetSessionState, OpPeek, OpPeek}, operations(calls), "one page of sessions; the session read until an empty peek")
+	assert.Equal(t, 1, calls[0].Messages, "the page held one session")
+	for _, c := range calls {
+		assert.Equal(t, sessionQueue, c.Entity)
+		assert.NoError(t, c.Err)
+		if c.Operation != OpListSessions {
+			assert.Equal(t, "s1", c.SessionID, c.Operation)
+		}
+	}
+	assert.Equal(t, 2, calls[3].Messages, "the held message and its wake-up")
+}
+
+// A session-enabled subscription is listed like a queue; it cannot be released, since the wake-up would
+// have to go to its topic, and so to every subscription.
+func TestHeldSessionsOfASubscription(t *testing.T) {
+	t.Parallel()
+	em := sbemu.StartT(t, sbemu.Config{Topics: []broker.TopicConfig{{Name: "ev", Subscriptions: []broker.SubscriptionConfig{{Name: "sub", RequiresSession: true}}}}})
+	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries})
+	require.NoError(t, err)
+	ctx := sbtest.Context(t)
+	defer func() { _ = client.Close(ctx) }()
+	s, err := client.NewSender("ev", nil)
+	require.NoError(t, err)
+	m := sbtest.Message("e1")
+	sid := "s1"
+	m.SessionID = &sid
+	require.NoError(t, s.SendMessage(ctx, m, nil))
+	require.NoError(t, s.Close(ctx))
+	r, err := client.AcceptSessionForSubscription(ctx, "ev", "sub", sid, nil)
+	require.NoError(t, err)
+	state := retry.SessionState{Followers: []int64{1}}
+	raw, err := retry.MarshalSessionState(state)
+	require.NoError(t, err)
+	require.NoError(t, r.SetSessionState(ctx, raw, nil))
+	require.NoError(t, r.Close(ctx))
+
+	in, err := New(client, "ev/Subscriptions/sub", &Options{RetryQueue: "ev-retry"})
+	require.NoError(t, err)
+	got, err := in.ListHeldSessions(ctx)
+	require.NoError(t, err)
+	require.Len(t, got.Sessions, 1)
+	assert.Equal(t, "ev/Subscriptions/sub", got.Sessions[0].Entity)
+	assert.Equal(t, state, got.Sessions[0].State)
+	_, err = in.PreviewRelease(ctx, sid, time.Now())
+	assert.ErrorIs(t, err, ErrUnknownEntity)
+}

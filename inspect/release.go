@@ -1,0 +1,152 @@
+package inspect
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/sbretry/retry"
+)
+
+// SessionRelease is an operator's release of a held session: the plan [retry.PlanRelease] made from the
+// session's state, and, after [Inspector.Release], what of it was done.
+type SessionRelease struct {
+	// Entity is the session entity (a queue) and SessionID the session.
+	Entity    string
+	SessionID string
+	// Plan is the session's state before and after the release and the wake-up it sends.
+	Plan retry.ReleasePlan
+	// PlannedAt is the time the plan was made for, in UTC to the millisecond: a held retry is made due
+	// then.
+	PlannedAt time.Time
+	// WakeSent says the wake-up was sent; StateWritten that the new state was written after it. A
+	// release that failed part way has WakeSent without StateWritten: the session is still blocked, and
+	// the consumer ignores a wake-up its state does not name (run the release again).
+	WakeSent     bool
+	StateWritten bool
+	// state is the raw state the plan was made from, so that the release can refuse a session that
+	// changed since its preview.
+	state []byte
+}
+
+// PreviewRelease plans the release of the session id of the inspected queue at now, and changes
+// nothing: it accepts the session, reads its state, closes it at once and returns what
+// [retry.PlanRelease] plans, which [Inspector.Release] carries out. It refuses, with an error wrapping:
+// [ErrSessionLocked], a session a consumer holds now; [retry.ErrForeignSessionState], a state that is
+// not a hold record (it is never overwritten); [retry.ErrNotHeld], a session that holds nothing;
+// [ErrEmptySessionID], an empty id. A subscription cannot be released: its wake-up would have to be
+// sent to the topic, which delivers it to every subscription.
+//
+// Like every read of a session, it locks the session for a moment (see [Inspector.ListHeldSessions]).
+func (in *Inspector) PreviewRelease(ctx context.Context, id string, now time.Time) (*SessionRelease, error) {
+	if err := in.releasable(id); err != nil {
+		return nil, err
+	}
+	r, err := in.openSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer closeQuietly(ctx, r)
+	// In UTC and to the millisecond, as the state records times: the state written is then exactly the
+	// After shown, and reads back equal to it.
+	return in.planRelease(ctx, r, id, now.UTC().Truncate(time.Millisecond))
+}
+
+// Release carries out the release preview planned, holding the session's lock throughout: it accepts
+// the session, reads its state again and refuses, with an error wrapping [ErrSessionChanged] and
+// nothing done, unless it is the state the preview read (the release does what was shown, or
+// nothing); then it sends the wake-up to the queue (a plain send, receivable at once), and only then
+// writes the new state, and closes the session. Sending first means that a release interrupted between
+// the two leaves the session blocked, with a wake-up its state does not name, which the consumer
+// ignores, rather than unblocked with nothing to make a consumer take it up.
+//
+// It returns the release with WakeSent and StateWritten saying what was done, also with an error: a
+// release whose wake-up went out and whose state write failed returns WakeSent and an error saying so;
+// run it again. The errors of [Inspector.PreviewRelease] apply, for the session as it is now.
+func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*SessionRelease, error) {
+	if preview == nil {
+		return nil, fmt.Errorf("%w: nil release preview", ErrInvalidOptions)
+	}
+	id := preview.SessionID
+	if err := in.releasable(id); err != nil {
+		return nil, err
+	}
+	if !strings.EqualFold(preview.Entity, in.entity.Path()) {
+		return nil, fmt.Errorf("%w: the preview is of %s, this inspector reads %s", ErrUnknownEntity, preview.Entity, in.entity)
+	}
+	r, err := in.openSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	defer closeQuietly(ctx, r)
+	rel, err := in.planRelease(ctx, r, id, preview.PlannedAt)
+	if err != nil {
+		return nil, err
+	}
+	if !bytes.Equal(rel.state, preview.state) {
+		return nil, fmt.Errorf("%w: %s session %q: its state is not the one the preview read; nothing was done, preview again", ErrSessionChanged, in.entity, id)
+	}
+	after, err := retry.MarshalSessionState(rel.Plan.After)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: encoding the new state of %s session %q: %w", in.entity, id, err)
+	}
+	s, err := in.sessions.entitySender()
+	if err != nil {
+		return nil, fmt.Errorf("inspect: opening a sender on %s: %w", in.entity, err)
+	}
+	defer closeQuietly(ctx, s)
+	wake := rel.Plan.Wake
+	err = in.observe(ctx, Call{Operation: OpSend, Entity: in.entity.Path(), MessageID: deref(wake.MessageID), SessionID: id, Properties: wake.ApplicationProperties}, func(ctx context.Context) (int, error) {
+		return 0, s.SendMessage(ctx, wake, nil)
+	})
+	if err != nil {
+		return rel, fmt.Errorf("inspect: sending the wake-up of %s session %q: %w; nothing was changed", in.entity, id, err)
+	}
+	rel.WakeSent = true
+	err = in.observe(ctx, Call{Operation: OpSetSessionState, Entity: in.entity.Path(), SessionID: id}, func(ctx context.Context) (int, error) {
+		return 0, r.SetSessionState(ctx, after, nil)
+	})
+	if err != nil {
+		return rel, fmt.Errorf("inspect: the wake-up of %s session %q was sent, but writing its new state failed: %w; the session is still held (the consumer ignores that wake-up): run the release again", in.entity, id, err)
+	}
+	rel.StateWritten = true
+	return rel, nil
+}
+
+// releasable refuses what a release cannot act on before anything is opened.
+func (in *Inspector) releasable(id string) error {
+	if id == "" {
+		return ErrEmptySessionID
+	}
+	if in.entity.IsSubscription() {
+		return fmt.Errorf("%w: %s is a subscription: a release sends a wake-up, and a send to its topic reaches every subscription", ErrUnknownEntity, in.entity)
+	}
+	return nil
+}
+
+// planRelease reads the state of the accepted session r and plans its release at now.
+func (in *Inspector) planRelease(ctx context.Context, r sessionReceiver, id string, now time.Time) (*SessionRelease, error) {
+	raw, err := in.sessionState(ctx, r, id)
+	if err != nil {
+		return nil, err
+	}
+	state, err := retry.DecodeSessionState(raw)
+	if err != nil {
+		// Another application's state, or an invalid record: never overwritten.
+		return nil, fmt.Errorf("inspect: %s session %q: %w; it is left alone", in.entity, id, err)
+	}
+	plan, err := retry.PlanRelease(id, state, now)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %s session %q: %w", in.entity, id, err)
+	}
+	return &SessionRelease{Entity: in.entity.Path(), SessionID: id, Plan: plan, PlannedAt: now, state: raw}, nil
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
