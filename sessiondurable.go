@@ -27,11 +27,16 @@ import (
 //   - A wake-up is completed only after the record no longer needs it, so that a session whose other
 //     messages are all deferred still has a message that makes a consumer accept it.
 //
+//   - Blocking after a dead-letter (BlockAfterDeadLetter): (1) write the record naming the message as
+//     dead-lettered, (2) dead-letter it. Killed after (1): the message is still in the session, active
+//     or deferred, and whoever finds it there dead-letters it then.
+//
 // Decided cases, each with a test in sessiondurable_test.go: a missing state means nothing is held; a
-// state that is not our record (another application's, or corrupt) is left alone and the session is
-// held in place only; a record that cannot be written (too large, or any failure) leaves the message
-// unsettled and releases the session, so nothing moves out of order; a wake-up that arrives early
-// waits in place for its time (or, if that is beyond MaxHold, is scheduled again); one that arrives
+// state that is not our record (another application's, or one that cannot be valid) is left alone and
+// the session is held in place only; a record that cannot be written (too large, or any failure)
+// leaves the message unsettled and releases the session, so nothing moves out of order; a wake-up
+// that names the hold makes it due whatever the local clock says, since the broker's clock delivered
+// it (clocks differ; waiting or scheduling again could only add delay, or loop); one that arrives
 // twice, or for a hold that is over, is completed and ignored; a deferred message that expired (or was
 // settled before a consumer stopped) is dropped from the record with a warning; more than
 // maxFollowers messages behind one hold dead-letter the newcomers (DeadLetterReasons.SessionBacklogFull).
@@ -46,6 +51,13 @@ type heldSession struct {
 	// ds is the session's record, nil when neither durable holds nor blocking are on and no wake-up
 	// made the consumer read it.
 	ds *durableState
+	// holdNotDeferred: the held message was not found deferred. It may have come back active (a
+	// consumer stopped between writing the record and deferring it), in which case it is the first
+	// message received; anything else received first means it is gone.
+	holdNotDeferred bool
+	// deadLetterChecked: for a session blocked after a dead-letter, the dead-lettered message was
+	// looked for among the deferred ones (it is there if a consumer stopped before dead-lettering it).
+	deadLetterChecked bool
 }
 
 // durableState is what the consumer knows of a held session's record.
@@ -75,8 +87,15 @@ func (r *sessionRun) loadState(hs *heldSession) error {
 		return err
 	}
 	st, derr := DecodeSessionState(b)
-	if derr != nil {
-		// Not ours, or not readable: it is left as it is, and the session is held in place only.
+	switch {
+	case errors.Is(derr, ErrInvalidSessionState):
+		// Ours, but impossible: nothing this version writes. It is left for an operator to look at.
+		r.sc.cfg.logger.Error("the session's durable hold record is invalid; leaving it alone and holding this session in place only",
+			slog.String("session_id", hs.sid), errAttr(derr))
+		hs.ds = &durableState{foreign: true}
+		return nil
+	case derr != nil:
+		// Not ours: it is left as it is, and the session is held in place only.
 		r.sc.cfg.logger.Warn("the session's state is not a durable hold record; holding this session in place only",
 			slog.String("session_id", hs.sid), errAttr(derr))
 		hs.ds = &durableState{foreign: true}
@@ -86,10 +105,15 @@ func (r *sessionRun) loadState(hs *heldSession) error {
 	return nil
 }
 
-// writeState replaces the session's record with next.
+// writeState replaces the session's record with next. A record that would not read back is never
+// written.
 func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
 	b, err := next.encode()
+	if err == nil {
+		_, err = DecodeSessionState(b)
+	}
 	if err != nil {
+		r.sc.cfg.logger.Error("refusing to write an invalid durable hold record; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
 		return err
 	}
 	ctx, cancel := r.settleContext(hs.lk)
@@ -106,7 +130,17 @@ func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
 // dispatch handles one received message of a held session and reports whether the session may go on
 // (false: release it, so that what was left unsettled comes back before anything later).
 func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
-	if _, ok := isControl(msg); ok {
+	if hs.holdNotDeferred {
+		// The first message after the held one was not found deferred: unless it is the held one,
+		// back active, the held one is gone.
+		if h := hs.ds.st.Hold; h != nil && (msg.SequenceNumber == nil || *msg.SequenceNumber != h.SequenceNumber) {
+			if !r.dropMissingHold(hs) {
+				return false
+			}
+		}
+		hs.holdNotDeferred = false
+	}
+	if isControl(msg) {
 		return r.control(stop, hs, msg)
 	}
 	if hs.blocked() {
@@ -129,41 +163,35 @@ func (r *sessionRun) control(stop context.Context, hs *heldSession, msg *azservi
 			return false
 		}
 	}
-	if h := hs.ds.st.Hold; !hs.ds.foreign && h != nil && h.DeadLetterReason == "" && h.WakeID == msg.MessageID {
-		if early := h.WakeAt.Sub(r.sc.cfg.clock.Now()); early > 0 {
-			if !r.wakeEarly(stop, hs, early) {
-				return false
-			}
+	if hs.ds.foreign {
+		return r.settleControl(hs, msg)
+	}
+	if h := hs.ds.st.Hold; h != nil && h.DeadLetterReason == "" && h.WakeID == msg.MessageID {
+		// The broker delivered the wake-up at the hold's time on its own clock: the hold is due, even
+		// if this clock is behind.
+		if now := r.sc.cfg.clock.Now(); now.Before(h.WakeAt) {
+			due := *h
+			due.WakeAt = now
+			hs.ds.st.Hold = &due
 		}
 	}
-	if !hs.ds.foreign && r.resume(stop, hs) {
+	if r.resume(stop, hs) {
 		return false
 	}
-	ok := r.settleControl(hs, msg)
-	return ok
-}
-
-// wakeEarly handles a wake-up that came before its hold is due (clocks differ): it waits in place when
-// the wait fits MaxHold, else schedules the wake-up again for its time. It reports false when the
-// session must be released.
-func (r *sessionRun) wakeEarly(stop context.Context, hs *heldSession, early time.Duration) bool {
-	if early <= r.sc.scfg.maxHold {
-		ok, _ := r.waitHold(stop, hs.lk, early)
-		return ok
+	if hs.holdNotDeferred {
+		// The held message is not deferred, and the wake-up came first: it is gone (a held message
+		// back active would have come before its wake-up, scheduled after it).
+		if !r.dropMissingHold(hs) || r.resume(stop, hs) {
+			return false
+		}
 	}
-	if hs.sender == nil {
-		return true // the hold stays; what is due runs when a consumer with a sender wakes it
-	}
-	h := *hs.ds.st.Hold
-	h.WakeID = wakeID(h.SequenceNumber, h.Attempt, h.WakeAt)
-	if h.WakeID == hs.ds.st.Hold.WakeID {
-		h.WakeID += "-again"
-	}
-	next := SessionState{Hold: &h, Followers: hs.ds.st.Followers}
-	if err := r.scheduleWake(hs, &h); err != nil {
+	if h := hs.ds.st.Hold; h != nil && h.WakeID == msg.MessageID {
+		// Cannot happen (the hold was made due above); completing the wake-up would leave nothing to
+		// bring a consumer back to a session whose messages are all deferred.
+		r.sc.cfg.logger.Error("a wake-up is still needed after its hold ran; leaving it", slog.String("session_id", hs.sid))
 		return false
 	}
-	return r.writeState(hs, next) == nil
+	return r.settleControl(hs, msg)
 }
 
 // settleControl completes a control message that nothing needs any more.
@@ -191,7 +219,20 @@ func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool
 		var from *SessionHold
 		switch {
 		case st.Hold != nil && st.Hold.DeadLetterReason != "":
-			return false // blocked until an operator releases it
+			// Blocked until an operator releases it. The record is written before the dead-letter, so
+			// the message may still be deferred here, if a consumer stopped between the two.
+			if !hs.deadLetterChecked {
+				hs.deadLetterChecked = true
+				if msg, err := r.receiveDeferred(hs, st.Hold.SequenceNumber); err == nil {
+					if !r.deadLetterRecorded(hs, msg, st.Hold) {
+						return true
+					}
+					continue
+				} else if !errors.Is(err, errDeferredGone) {
+					return true
+				}
+			}
+			return false
 		case st.Hold != nil:
 			if r.sc.cfg.clock.Now().Before(st.Hold.WakeAt) {
 				return false // not yet: its wake-up is scheduled
@@ -203,6 +244,11 @@ func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool
 			return false
 		}
 		msg, err := r.receiveDeferred(hs, seq)
+		if errors.Is(err, errDeferredGone) && from != nil {
+			// Not deferred: it may be back active (see holdNotDeferred); the next receive says.
+			hs.holdNotDeferred = true
+			return false
+		}
 		if errors.Is(err, errDeferredGone) {
 			r.sc.cfg.logger.Warn("a deferred message of a held session is gone (expired, or settled before a consumer stopped); going on without it",
 				slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
@@ -245,30 +291,100 @@ func (r *sessionRun) receiveDeferred(hs *heldSession, seq int64) (*azservicebus.
 }
 
 // afterSettle updates the record once msg is settled for good (completed, discarded, dead-lettered):
-// the message no longer blocks the session nor waits in it; with BlockAfterDeadLetter a dead-letter
-// blocks the session instead. A durable hold wrote its record itself. It reports false when the
-// record could not be written (the session is released; the next consumer finds the message gone).
+// the message no longer blocks the session nor waits in it. A durable hold, and a dead-letter that
+// blocks the session, wrote their record before settling (holdDurably, blockingRecord). It reports
+// false when the record could not be written (the session is released; the next consumer finds the
+// message gone).
 func (r *sessionRun) afterSettle(hs *heldSession, msg *azservicebus.ReceivedMessage, res Result) bool {
 	if hs.ds == nil || hs.ds.foreign || msg.SequenceNumber == nil || res.Outcome == OutcomeDeferred {
 		return true
 	}
-	seq := *msg.SequenceNumber
 	st := hs.ds.st
-	next := st.without(seq)
-	if res.Outcome == OutcomeDeadLettered && r.sc.scfg.block {
-		next.Hold = &SessionHold{
-			SequenceNumber: seq, MessageID: msg.MessageID, Attempt: max(res.Attempt+1, 2), LastError: r.sc.proc.errorText(res.HandlerErr),
-			DeadLetterReason: res.DeadLetterReason, DeadLetteredAt: r.sc.cfg.clock.Now(),
-		}
-		if next.Hold.DeadLetterReason == "" {
-			next.Hold.DeadLetterReason = "dead-lettered"
-		}
-		r.sc.cfg.logger.Warn("session blocked after a dead-letter until an operator releases it", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
+	if h := st.Hold; h != nil && h.DeadLetterReason != "" && h.SequenceNumber == *msg.SequenceNumber {
+		return true // the record already blocks the session on it
 	}
+	next := st.without(*msg.SequenceNumber)
 	if next.equal(st) {
 		return true
 	}
 	return r.writeState(hs, next) == nil
+}
+
+// blockingRecord writes, before d's message is dead-lettered with reason, the record that keeps the
+// session blocked on it (BlockAfterDeadLetter): written first, so that a consumer stopped between the
+// two leaves the block, and the message for the next consumer to dead-letter (deadLetterRecorded).
+// It reports false when the record could not be written: the message is then not dead-lettered.
+func (r *sessionRun) blockingRecord(hs *heldSession, d *delivery, reason string, cause error) bool {
+	if !r.sc.scfg.block || hs.ds == nil || hs.ds.foreign || d.msg.SequenceNumber == nil {
+		return true
+	}
+	seq := *d.msg.SequenceNumber
+	next := hs.ds.st.without(seq)
+	next.Hold = &SessionHold{
+		SequenceNumber: seq, MessageID: d.msg.MessageID, Attempt: max(d.env.Attempt+1, 2), LastError: r.sc.proc.errorText(cause),
+		DeadLetterReason: reason, DeadLetteredAt: r.sc.cfg.clock.Now(),
+	}
+	if cause == nil {
+		next.Hold.LastError = d.env.LastError
+	}
+	if r.writeState(hs, next) != nil {
+		return false
+	}
+	r.sc.cfg.logger.Warn("session blocked after a dead-letter until an operator releases it", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
+	return true
+}
+
+// deadLetterRecorded dead-letters msg, which the record says was dead-lettered (with h's reason) but
+// is still in the session: a consumer stopped between writing the record and dead-lettering it. It
+// reports whether the session may go on.
+func (r *sessionRun) deadLetterRecorded(hs *heldSession, msg *azservicebus.ReceivedMessage, h *SessionHold) bool {
+	p := r.sc.proc
+	d := r.setAside(hs, msg)
+	var cause error
+	if h.LastError != "" {
+		cause = errors.New(h.LastError)
+	}
+	res := Result{Attempt: d.env.Attempt}
+	r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, h.DeadLetterReason, cause, d.now, cause != nil), &res, false)
+	return r.endSetAside(d, res)
+}
+
+// setAside starts the delivery of a message the consumer settles without running the handler
+// (deferred behind a hold, or dead-lettered as the record says): counted, with OnStart, as any.
+func (r *sessionRun) setAside(hs *heldSession, msg *azservicebus.ReceivedMessage) *delivery {
+	c, p := r.sc.stats, r.sc.proc
+	c.received.Add(1)
+	c.inFlight.Add(1)
+	now := r.sc.cfg.clock.Now()
+	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
+	env, err := DecodeEnvelope(msg)
+	if err != nil {
+		env = Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+	}
+	d.env = seed(msg, env, hs.entity, p.idempotencyKey)
+	p.started(d)
+	return d
+}
+
+// endSetAside ends such a delivery with res (OnProcessed, the counters) and reports whether the
+// session may go on.
+func (r *sessionRun) endSetAside(d *delivery, res Result) bool {
+	res = r.sc.proc.finish(d, d.env, res)
+	r.sc.stats.count(res)
+	return res.Outcome != OutcomeLeftForRedelivery
+}
+
+// dropMissingHold drops from the record a held message found neither deferred nor first in line: it
+// is gone (expired, or settled before a consumer stopped).
+func (r *sessionRun) dropMissingHold(hs *heldSession) bool {
+	hs.holdNotDeferred = false
+	h := hs.ds.st.Hold
+	if h == nil || h.DeadLetterReason != "" {
+		return true
+	}
+	r.sc.cfg.logger.Warn("the held message of a session is gone (expired, or settled before a consumer stopped); going on without it",
+		slog.String("session_id", hs.sid), slog.Int64("sequence_number", h.SequenceNumber))
+	return r.writeState(hs, hs.ds.st.without(h.SequenceNumber)) == nil
 }
 
 // holdDurably holds d's message in its session until at: the wake-up, the record, the deferral, in
@@ -323,9 +439,10 @@ func (r *sessionRun) scheduleWake(hs *heldSession, h *SessionHold) error {
 
 // deferBehind sets msg aside behind what blocks the session, listing it in the record first. The held
 // message itself, come back active because a consumer stopped before deferring it, is deferred (or run,
-// when due); a message already listed is deferred again.
+// when due), and one the record says was dead-lettered is dead-lettered; a message already listed is
+// deferred again.
 func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
-	c, p := r.sc.stats, r.sc.proc
+	p := r.sc.proc
 	if msg.SequenceNumber == nil {
 		// Every broker-delivered message has one; without it nothing can find it again.
 		res := r.handle(stop, hs, msg, nil)
@@ -335,7 +452,9 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 	st := hs.ds.st
 	props := map[string]any{}
 	switch h := st.Hold; {
-	case h != nil && h.SequenceNumber == seq && h.DeadLetterReason == "":
+	case h != nil && h.SequenceNumber == seq && h.DeadLetterReason != "":
+		return r.deadLetterRecorded(hs, msg, h)
+	case h != nil && h.SequenceNumber == seq:
 		if !r.sc.cfg.clock.Now().Before(h.WakeAt) {
 			res := r.handle(stop, hs, msg, h)
 			return res.Outcome != OutcomeLeftForRedelivery && r.afterSettle(hs, msg, res)
@@ -343,39 +462,34 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 		props[PropAttempt], props[PropLastError], props[PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
 	case st.follows(seq):
 	case len(st.Followers) >= maxFollowers:
-		c.received.Add(1)
-		c.inFlight.Add(1)
-		now := r.sc.cfg.clock.Now()
-		d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
-		env, _ := DecodeEnvelope(msg)
-		d.env = seed(msg, env, hs.entity, p.idempotencyKey)
-		p.started(d)
+		d := r.setAside(hs, msg)
 		res := Result{Attempt: d.env.Attempt}
-		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, r.sc.cfg.reasons.SessionBacklogFull, nil, now, false), &res)
-		res = p.finish(d, d.env, res)
-		c.count(res)
-		return res.Outcome != OutcomeLeftForRedelivery
+		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, r.sc.cfg.reasons.SessionBacklogFull, nil, d.now, false), &res, false)
+		return r.endSetAside(d, res)
 	default:
 		next := SessionState{Hold: st.Hold, Followers: append(slices.Clip(st.Followers), seq)}
 		if r.writeState(hs, next) != nil {
 			return false
 		}
 	}
-	if h := st.Hold; h != nil {
+	if h := st.Hold; h != nil && h.SequenceNumber != seq {
 		props[PropHeldBehind] = h.SequenceNumber
 	}
+	d := r.setAside(hs, msg)
+	res := Result{Attempt: d.env.Attempt}
+	start := p.callStart(d)
 	ctx, cancel := r.settleContext(hs.lk)
 	err := hs.recv.DeferMessage(ctx, msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
 	cancel()
-	c.received.Add(1)
+	d.now = r.sc.cfg.clock.Now()
+	p.settled(d, SettleDefer, "", d.env, start, err)
 	if err != nil {
-		c.left.Add(1)
 		r.sc.cfg.logger.Warn("deferring a message behind a held one failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
-		return false
+		return r.endSetAside(d, withOutcome(res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err)))
 	}
-	c.deferred.Add(1)
+	res.Outcome = OutcomeDeferred
 	r.sc.cfg.logger.Debug("message deferred behind the session's hold", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
-	return true
+	return r.endSetAside(d, res)
 }
 
 // without is s with seq neither held nor following (the hold stays when it is another message's).

@@ -101,6 +101,12 @@ func TestSessionDurableHoldKeepsOrder(t *testing.T) {
 		assert.Equal(t, uint64(4), hh.Deferred, "two holds of s-1, s-2 and s-3 behind it")
 		assert.Equal(t, 0, hh.InFlight)
 		assert.Empty(t, b.DeadLettered())
+		assert.Len(t, rec.processed, int(hh.Received), "OnProcessed once per delivery, deferrals included")
+		var outcomes []string
+		for _, p := range rec.processed {
+			outcomes = append(outcomes, p.Message.MessageID+":"+p.Result.Outcome.String())
+		}
+		assert.Equal(t, []string{"s-1:deferred", "s-2:deferred", "s-3:deferred", "s-1:deferred", "s-1:completed", "s-2:completed", "s-3:completed"}, outcomes)
 	})
 }
 
@@ -457,7 +463,7 @@ func TestDecodeSessionState(t *testing.T) {
 		`{"format":"sbretry/v1","followers":[3,3]}`,
 	} {
 		_, err := retry.DecodeSessionState([]byte(broken))
-		require.Error(t, err, broken)
+		require.ErrorIs(t, err, retry.ErrInvalidSessionState, broken)
 		assert.NotErrorIs(t, err, retry.ErrForeignSessionState, broken)
 	}
 	_, err = retry.PlanRelease("s", retry.SessionState{}, at)
@@ -466,6 +472,188 @@ func TestDecodeSessionState(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, at, plan.After.Hold.WakeAt, "a retry hold is made due now")
 	assert.Equal(t, plan.After.Hold.WakeID, *plan.Wake.MessageID)
+	assert.Equal(t, plan.WakeID, *plan.Wake.MessageID)
+	assert.Equal(t, int64(7), plan.WakeFor)
+	wake := &azservicebus.ReceivedMessage{ApplicationProperties: plan.Wake.ApplicationProperties}
+	forSeq, ok := retry.IsWakeUp(wake)
+	assert.True(t, ok)
+	assert.Equal(t, int64(7), forSeq)
+	_, ok = retry.IsWakeUp(&azservicebus.ReceivedMessage{ApplicationProperties: map[string]any{"x": 1}})
+	assert.False(t, ok)
+	blocked := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, Attempt: 2, DeadLetterReason: "RetryPermanentFailure"}, Followers: []int64{9}}
+	plan, err = retry.PlanRelease("s", blocked, at.Add(1500*time.Microsecond).In(time.FixedZone("x", 3600)))
+	require.NoError(t, err)
+	assert.Nil(t, plan.After.Hold, "a dead-letter block is lifted")
+	assert.Equal(t, []int64{9}, plan.After.Followers)
+	assert.Equal(t, int64(retry.NoHeldMessage), plan.WakeFor)
 	assert.Equal(t, "s", *plan.Wake.SessionID)
 	assert.Equal(t, 3, st.Hold.Attempt, "the plan does not change its input")
+}
+
+// A consumer stopped between writing a hold's record and deferring the message, with the next one
+// coming after the hold is due: the message is back active, and runs as the attempt the record says,
+// so MaxAttempts still counts from the first.
+func TestSessionDurableHeldMessageBackActiveKeepsItsAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		injected := false
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && !injected {
+				injected = true
+				b.Fail(retrytest.OpDefer, 1, errors.New("killed"))
+			}
+			if c.ID == "s-1" {
+				return errBoom
+			}
+			return nil
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 2}
+		opts.Hooks.OnSettle = func(p retry.SettleParams) {
+			if p.Operation == retry.SettleDefer && p.Err != nil {
+				cancel() // the process dies right after the failed deferral
+			}
+		}
+		first := newSessionConsumer(t, b, h, rec, opts, durableOnly)
+		done := make(chan error, 1)
+		go func() { done <- first.Run(ctx) }()
+		require.NoError(t, <-done)
+		st := sessionState(t, b, "s")
+		require.NotNil(t, st.Hold)
+		assert.Equal(t, 2, st.Hold.Attempt)
+
+		time.Sleep(10 * time.Minute)
+		second := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 2}, durableOnly)
+		stop := runSessionConsumer(t, second)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 && len(b.DeadLettered()) == 1 })
+		require.NoError(t, stop())
+		var attempts []int
+		for _, c := range rec.callsOf("s") {
+			if c.ID == "s-1" {
+				attempts = append(attempts, c.Attempt)
+			}
+		}
+		assert.Equal(t, []int{1, 2}, attempts, "attempt 2 is the last: MaxAttempts counts across the stop")
+		assert.Equal(t, "RetryMaxAttemptsExceeded", b.DeadLettered()[0].Reason)
+		assert.Equal(t, []string{"s-2"}, rec.successesOf("s"))
+	})
+}
+
+// skewedClock is the bubble's clock, lag behind.
+type skewedClock struct{ lag time.Duration }
+
+func (c skewedClock) Now() time.Time                         { return time.Now().Add(-c.lag) }
+func (c skewedClock) After(d time.Duration) <-chan time.Time { return time.After(d) }
+
+// A consumer whose clock is behind the broker's sees the wake-up before its hold is due by its own
+// clock. The broker's delivery of the wake-up makes the hold due: it runs at once, and the session is
+// never left with nothing to wake it (duplicate detection on, which would drop a wake-up scheduled
+// again under an id used before).
+func TestSessionDurableWakeUpEarlyByTheLocalClock(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		sender bool
+	}{{"with a sender", true}, {"without a sender", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newSessionBroker(t, &retrytest.BrokerOptions{DuplicateDetection: true})
+				sendSession(t, b, "s", 2)
+				rec := newSessionRecorder()
+				fail := true
+				h := rec.handler(func(_ context.Context, c sessionCall) error {
+					if c.ID == "s-1" && fail {
+						return errBoom
+					}
+					return nil
+				})
+				// The hold is made by a consumer on the broker's clock...
+				first := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+				stop := runSessionConsumer(t, first)
+				waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
+				require.NoError(t, stop())
+				fail = false
+				// ...and woken on one whose clock is 10 s behind, with or without a sender.
+				connect := b.SessionConnector()
+				if !tc.sender {
+					base := connect
+					connect = func(ctx context.Context) (*retry.SessionConnection, error) {
+						c, err := base(ctx)
+						if c != nil {
+							c.Sender = nil
+						}
+						return c, err
+					}
+				}
+				sopts := &retry.SessionOptions{MaxHold: time.Nanosecond, DurableHolds: tc.sender, BlockAfterDeadLetter: !tc.sender}
+				sc, err := retry.NewSessionConsumer(connect, h, &retry.Options{Logger: discardLogger(), Clock: skewedClock{10 * time.Second}}, sopts)
+				require.NoError(t, err)
+				stop = runSessionConsumer(t, sc)
+				waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+				require.NoError(t, stop())
+				assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"))
+				calls := rec.callsOf("s")
+				assert.Equal(t, time.Minute, calls[1].At-calls[0].At, "run at the wake-up, not 10 s later")
+				assert.False(t, sessionState(t, b, "s").Blocked())
+			})
+		})
+	}
+}
+
+// With BlockAfterDeadLetter the block is recorded before the dead-letter: a record write that fails
+// leaves the message unsettled (nothing runs past it), and a consumer stopped between the record and
+// the dead-letter leaves the message for the next one to dead-letter. Either way the session ends
+// blocked, with the message dead-lettered once and the later messages deferred.
+func TestSessionBlockSurvivesFailures(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		op   retrytest.Op
+	}{{"record write fails", retrytest.OpSessionState}, {"dead-letter fails after the record", retrytest.OpDeadLetter}} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newSessionBroker(t, nil)
+				sendSession(t, b, "s", 3)
+				rec := newSessionRecorder()
+				injected := false
+				h := rec.handler(func(_ context.Context, c sessionCall) error {
+					if c.ID == "s-1" {
+						if !injected {
+							injected = true
+							b.Fail(tc.op, 1, errors.New("injected"))
+						}
+						return retry.Permanent(errors.New("bad"))
+					}
+					return nil
+				})
+				sc := newSessionConsumer(t, b, h, rec, nil, &retry.SessionOptions{BlockAfterDeadLetter: true})
+				stop := runSessionConsumer(t, sc)
+				waitFor(t, b, func() bool { return len(b.DeadLettered()) == 1 && len(b.Deferred()) == 2 })
+				time.Sleep(5 * time.Minute)
+				synctest.Wait()
+				require.NoError(t, stop())
+				assert.Len(t, b.DeadLettered(), 1)
+				assert.Empty(t, rec.successesOf("s"), "nothing ran past the dead-lettered s-1")
+				st := sessionState(t, b, "s")
+				require.NotNil(t, st.Hold)
+				assert.Equal(t, "RetryPermanentFailure", st.Hold.DeadLetterReason)
+				assert.Len(t, st.Followers, 2)
+			})
+		})
+	}
+}
+
+// A message whose sbretry-control property is not a wake-up is the application's: it reaches the
+// handler.
+func TestSessionControlPropertyOfTheApplication(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		_, err := b.Send(&azservicebus.Message{MessageID: strPtr("s-1"), SessionID: strPtr("s"), ApplicationProperties: map[string]any{retry.PropControl: "pause"}})
+		require.NoError(t, err)
+		rec := newSessionRecorder()
+		sc := newSessionConsumer(t, b, rec.handler(func(context.Context, sessionCall) error { return nil }), rec, nil, durableOnly)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
+		require.NoError(t, stop())
+	})
 }

@@ -2,6 +2,7 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -44,7 +45,7 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 		d.env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 		p.started(d)
 		res := Result{Attempt: env.Attempt}
-		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res)
+		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res, true)
 		return res
 	}
 	d.env = seed(msg, env, d.route.entity, p.idempotencyKey)
@@ -98,7 +99,7 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 			r.complete(d, hs, &res, OutcomeDiscarded)
 			return res
 		case dec != nil:
-			r.deadLetter(d, hs, dec, &res)
+			r.deadLetter(d, hs, dec, &res, true)
 			return res
 		}
 		// Hold in place: this goroutine is the session's only one, so waiting here is what keeps
@@ -215,11 +216,16 @@ func (r *sessionRun) complete(d *delivery, hs *heldSession, res *Result, outcome
 	res.Outcome = outcome
 }
 
-// deadLetter dead-letters d's message as dec says. A failed dead-letter leaves the message for the
-// broker to give back.
-func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res *Result) {
+// deadLetter dead-letters d's message as dec says. With blocks, the message heads its session, and
+// BlockAfterDeadLetter records the block first (sessiondurable.go). A failed dead-letter leaves the
+// message for the broker to give back.
+func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res *Result, blocks bool) {
 	p, recv, lk := r.sc.proc, hs.recv, hs.lk
 	reason, desc := dec.reason, dec.desc
+	if blocks && !r.blockingRecord(hs, d, reason, res.HandlerErr) {
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, errors.New("retry: the session's record could not be written"))
+		return
+	}
 	res.DeadLetterReason = reason
 	start := p.callStart(d)
 	ctx, cancel := r.settleContext(lk)

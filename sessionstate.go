@@ -20,8 +20,8 @@ import (
 // Properties of the messages a durable hold involves.
 const (
 	// PropControl marks a control message of the session consumer: PropControl = [ControlWake] is the
-	// wake-up scheduled into a held session for when its retry is due. Control messages never reach
-	// the handler.
+	// wake-up scheduled into a held session for when its retry is due. Wake-ups never reach the
+	// handler.
 	PropControl = "sbretry-control"
 	// PropWakeSequenceNumber is the sequence number of the held message a wake-up is for (int64).
 	PropWakeSequenceNumber = "sbretry-wake-sequence-number"
@@ -108,10 +108,14 @@ type wireHold struct {
 // state alone and holds that session in place only.
 var ErrForeignSessionState = errors.New("retry: the session state is not a durable hold record")
 
+// ErrInvalidSessionState is returned by [DecodeSessionState] for a record with this version's format
+// marker but impossible contents. The consumer treats it as it treats a foreign state: left alone.
+var ErrInvalidSessionState = errors.New("retry: invalid durable hold record")
+
 // DecodeSessionState reads a session's state. An empty state is the zero SessionState (nothing held).
 // A state that is not JSON, or JSON without this version's format marker, returns an error wrapping
 // [ErrForeignSessionState]; a record with the marker but impossible contents (a negative sequence
-// number, an attempt below 2, a follower listed twice) returns another error.
+// number, an attempt below 2, a follower listed twice) returns one wrapping [ErrInvalidSessionState].
 func DecodeSessionState(b []byte) (SessionState, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
 		return SessionState{}, nil
@@ -124,7 +128,7 @@ func DecodeSessionState(b []byte) (SessionState, error) {
 	seen := make(map[int64]bool, len(w.Followers)+1)
 	if h := w.Hold; h != nil {
 		if h.Seq < 0 || h.Attempt < 2 {
-			return SessionState{}, fmt.Errorf("retry: session state: invalid hold (sequence number %d, attempt %d)", h.Seq, h.Attempt)
+			return SessionState{}, fmt.Errorf("%w: hold with sequence number %d, attempt %d", ErrInvalidSessionState, h.Seq, h.Attempt)
 		}
 		seen[h.Seq] = true
 		s.Hold = &SessionHold{
@@ -134,7 +138,7 @@ func DecodeSessionState(b []byte) (SessionState, error) {
 	}
 	for _, f := range w.Followers {
 		if f < 0 || seen[f] {
-			return SessionState{}, fmt.Errorf("retry: session state: invalid or repeated follower %d", f)
+			return SessionState{}, fmt.Errorf("%w: invalid or repeated follower %d", ErrInvalidSessionState, f)
 		}
 		seen[f] = true
 	}
@@ -188,14 +192,31 @@ func wakeMessage(sessionID string, h *SessionHold) *azservicebus.Message {
 
 func strPtr(s string) *string { return &s }
 
-// isControl reports whether msg is a control message of the session consumer.
-func isControl(msg *azservicebus.ReceivedMessage) (kind string, ok bool) {
-	v, ok := msg.ApplicationProperties[PropControl]
-	if !ok {
-		return "", false
+// isControl reports whether msg is a control message of the session consumer: a wake-up. A message
+// with another PropControl value is the application's, and goes to the handler.
+func isControl(msg *azservicebus.ReceivedMessage) bool {
+	_, ok := IsWakeUp(msg)
+	return ok
+}
+
+// NoHeldMessage is the sequence number a wake-up names when it is for no held message: an operator's
+// release of a session blocked after a dead-letter, which only brings a consumer to the session.
+const NoHeldMessage = -1
+
+// IsWakeUp reports whether msg is a wake-up of a durable hold, and the sequence number of the held
+// message it is for ([NoHeldMessage] for a release that names none).
+func IsWakeUp(msg *azservicebus.ReceivedMessage) (forSequenceNumber int64, ok bool) {
+	if msg == nil {
+		return 0, false
 	}
-	s, _ := v.(string)
-	return s, true
+	if kind, _ := msg.ApplicationProperties[PropControl].(string); kind != ControlWake {
+		return 0, false
+	}
+	n, isLong := msg.ApplicationProperties[PropWakeSequenceNumber].(int64)
+	if !isLong {
+		n = NoHeldMessage
+	}
+	return n, true
 }
 
 // ReleasePlan is what [PlanRelease] would change in a held session: its state before and after, and
@@ -203,8 +224,11 @@ func isControl(msg *azservicebus.ReceivedMessage) (kind string, ok bool) {
 type ReleasePlan struct {
 	Before, After SessionState
 	// Wake is scheduled for now (sent at once): without a message that can be received, no consumer
-	// accepts a session whose messages are all deferred.
-	Wake *azservicebus.Message
+	// accepts a session whose messages are all deferred. WakeID is its MessageID, and WakeFor the
+	// sequence number of the held message it is for ([NoHeldMessage] when none).
+	Wake    *azservicebus.Message
+	WakeID  string
+	WakeFor int64
 }
 
 // ErrNotHeld is returned by [PlanRelease] for a session whose state holds nothing.
@@ -212,15 +236,16 @@ var ErrNotHeld = errors.New("retry: the session holds nothing to release")
 
 // PlanRelease plans an operator's release of session sessionID, whose current state is state: a
 // session blocked after a dead-letter is unblocked (its followers run next, in order); a session
-// waiting for a retry has the retry made due now. The plan changes nothing by itself: the operator
-// tools show it in a dry run and apply it by writing After as the session state (SessionState's
-// MarshalSessionState) and sending Wake, while holding the session's lock, in that order: send first,
-// so that a release interrupted between the two leaves the session blocked (and the wake-up ignored)
-// rather than unblocked with nothing to make a consumer take it up.
+// waiting for a retry has the retry made due now (now in UTC, to the millisecond, as the record keeps
+// it). The plan changes nothing by itself: the operator tools show it in a dry run and apply it while
+// holding the session's lock by first sending Wake, then writing After as the session state
+// ([MarshalSessionState]). Send first: a release interrupted between the two then leaves the session
+// blocked (and the wake-up ignored) rather than unblocked with nothing to make a consumer take it up.
 func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePlan, error) {
 	if !state.Blocked() {
 		return ReleasePlan{}, ErrNotHeld
 	}
+	now = now.UTC().Truncate(time.Millisecond)
 	after := SessionState{Followers: append([]int64(nil), state.Followers...)}
 	plan := ReleasePlan{Before: state}
 	var wakeFor *SessionHold
@@ -233,10 +258,11 @@ func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePl
 	} else {
 		// Blocked after a dead-letter, or followers waiting with nothing held (a consumer stopped
 		// between two of them): the wake-up names no message, it only brings a consumer.
-		wakeFor = &SessionHold{SequenceNumber: -1, WakeID: wakeID(-1, 0, now)}
+		wakeFor = &SessionHold{SequenceNumber: NoHeldMessage, WakeID: wakeID(NoHeldMessage, 0, now)}
 	}
 	plan.After = after
 	plan.Wake = wakeMessage(sessionID, wakeFor)
+	plan.WakeID, plan.WakeFor = wakeFor.WakeID, wakeFor.SequenceNumber
 	return plan, nil
 }
 
