@@ -147,7 +147,7 @@ func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azserv
 		return r.deferBehind(stop, hs, msg)
 	}
 	res := r.handle(stop, hs, msg, nil)
-	if res.Outcome == OutcomeLeftForRedelivery {
+	if !settledForSure(res) {
 		return false
 	}
 	return r.afterSettle(hs, msg, res)
@@ -262,7 +262,7 @@ func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool
 			return true
 		}
 		res := r.handle(stop, hs, msg, from)
-		if res.Outcome == OutcomeLeftForRedelivery || !r.afterSettle(hs, msg, res) {
+		if !settledForSure(res) || !r.afterSettle(hs, msg, res) {
 			return true
 		}
 	}
@@ -371,7 +371,7 @@ func (r *sessionRun) setAside(hs *heldSession, msg *azservicebus.ReceivedMessage
 func (r *sessionRun) endSetAside(d *delivery, res Result) bool {
 	res = r.sc.proc.finish(d, d.env, res)
 	r.sc.stats.count(res)
-	return res.Outcome != OutcomeLeftForRedelivery
+	return settledForSure(res)
 }
 
 // dropMissingHold drops from the record a held message found neither deferred nor first in line: it
@@ -446,7 +446,7 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 	if msg.SequenceNumber == nil {
 		// Every broker-delivered message has one; without it nothing can find it again.
 		res := r.handle(stop, hs, msg, nil)
-		return res.Outcome != OutcomeLeftForRedelivery
+		return settledForSure(res)
 	}
 	seq := *msg.SequenceNumber
 	st := hs.ds.st
@@ -457,7 +457,7 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 	case h != nil && h.SequenceNumber == seq:
 		if !r.sc.cfg.clock.Now().Before(h.WakeAt) {
 			res := r.handle(stop, hs, msg, h)
-			return res.Outcome != OutcomeLeftForRedelivery && r.afterSettle(hs, msg, res)
+			return settledForSure(res) && r.afterSettle(hs, msg, res)
 		}
 		props[PropAttempt], props[PropLastError], props[PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
 	case st.follows(seq):

@@ -214,6 +214,26 @@ func (r *sessionRun) complete(d *delivery, hs *heldSession, res *Result, outcome
 		return
 	}
 	res.Outcome = outcome
+	r.doubt(d, start, res)
+}
+
+// doubt marks a settle that succeeded only after the SDK retried it (it took slowSettle or more) as
+// possibly not done: azservicebus v1.11 reports success for a retried settle that the broker had
+// rejected, the message still locked (soak/README.md findings 1 and 3). The session is then released
+// (see settledForSure), so that the message, if it is still there, comes back before its successors
+// and runs again, rather than after them.
+func (r *sessionRun) doubt(d *delivery, start time.Time, res *Result) {
+	if d.now.Sub(start) < slowSettle {
+		return
+	}
+	res.PossibleDuplicate = true
+	r.sc.proc.log(d.ctx, slog.LevelWarn, "a settle succeeded only after the SDK retried it, which may not have settled it; releasing the session", d.msg, d.env)
+}
+
+// settledForSure reports whether res's message is settled beyond doubt, so that the session may go
+// on with its next message.
+func settledForSure(res Result) bool {
+	return res.Outcome != OutcomeLeftForRedelivery && !res.PossibleDuplicate
 }
 
 // deadLetter dead-letters d's message as dec says. With blocks, the message heads its session, and
@@ -240,6 +260,7 @@ func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res
 	}
 	res.Outcome = OutcomeDeadLettered
 	p.log(d.ctx, slog.LevelWarn, "message dead-lettered", d.msg, d.env, slog.String("reason", reason))
+	r.doubt(d, start, res)
 }
 
 // settleError is the SettleErr of a failed settle: ErrLockLost when the session lock ended, else err.

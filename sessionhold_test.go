@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -299,5 +300,57 @@ func TestSessionFailedSettleReleasesTheSession(t *testing.T) {
 		var sbErr *azservicebus.Error
 		require.ErrorAs(t, rec.processed[0].Result.SettleErr, &sbErr)
 		assert.Equal(t, azservicebus.CodeConnectionLost, sbErr.Code)
+	})
+}
+
+// lyingReceiver is a session receiver whose first complete takes 3 s and reports success without
+// completing anything, as azservicebus v1.11 does for a retried settle the broker had rejected
+// (soak/README.md findings 1 and 3).
+type lyingReceiver struct {
+	retry.SessionReceiver
+	lied *atomic.Bool
+}
+
+func (l lyingReceiver) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error {
+	if l.lied.CompareAndSwap(false, true) {
+		time.Sleep(3 * time.Second)
+		return nil
+	}
+	return l.SessionReceiver.CompleteMessage(ctx, m, o)
+}
+
+// A complete that succeeded only after the SDK retried it is doubted: the session is released, so
+// that the message, still there, comes back before its successor and runs again; never after it.
+func TestSessionDoubtedCompleteKeepsOrder(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		var lied atomic.Bool
+		base := b.SessionConnector()
+		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
+			c, err := base(ctx)
+			if err != nil {
+				return nil, err
+			}
+			accept := c.AcceptNext
+			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+				r, err := accept(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return lyingReceiver{SessionReceiver: r, lied: &lied}, nil
+			}
+			return c, nil
+		}
+		sc, err := retry.NewSessionConsumer(connect, rec.handler(func(context.Context, sessionCall) error { return nil }),
+			&retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed}}, nil)
+		require.NoError(t, err)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("s", 1, 1, 2), rec.successesOf("s"), "s-1 again, before s-2")
+		assert.True(t, rec.processed[0].Result.PossibleDuplicate)
+		assert.Equal(t, uint64(1), sc.Health().PossibleDuplicates)
 	})
 }

@@ -117,7 +117,8 @@ func (live *liveSessionConnection) entity(def string) string {
 // redelivery, which must come before any later message), or stop ends. Then it closes the receiver,
 // which gives the session up and its unsettled message back, in order. With durable holds or blocking
 // on, it first reads the session's record and resumes what is due (sessiondurable.go).
-func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, live *liveSessionConnection) {
+func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live *liveSessionConnection) {
+	recv := newSerialReceiver(accepted) // the lock's goroutine and this one share it (sessionreceiver.go)
 	hs := &heldSession{recv: recv, sid: recv.SessionID(), entity: live.entity(r.sc.cfg.entityPath), sender: live.conn.Sender}
 	hs.lk = r.keepSessionLock(recv, r.sc.cfg.clock.Now())
 	// Stop renewing before closing: a renewal racing the close would only fail, and the close is what
@@ -152,31 +153,46 @@ func (r *sessionRun) serve(stop context.Context, recv SessionReceiver, live *liv
 }
 
 // receiveNext receives the session's next message, waiting at most SessionIdleTimeout, and no longer
-// than the lock lasts or stop. With no message it returns why.
+// than the lock lasts or stop. With no message it returns why. The wait is cut into receives of at
+// most receiveSlice, so that the lock's renewals get the receiver in between (sessionreceiver.go).
 func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock) ([]*azservicebus.ReceivedMessage, error) {
-	// The receive ends at the first of: a message, the idle timeout (on the Clock), the lock's end,
-	// stop. Each cause is kept, so the log says why the session was released.
+	// The wait ends at the first of: a message, the idle timeout (on the Clock), the lock's end, stop.
+	// Each cause is kept, so the log says why the session was released.
+	clk := r.sc.cfg.clock
 	rctx, cancel := context.WithCancelCause(stop)
 	defer cancel(nil)
-	idle := afterFunc(r.sc.cfg.clock, r.sc.scfg.idle, func() { cancel(errSessionIdle) })
+	idle := afterFunc(clk, r.sc.scfg.idle, func() { cancel(errSessionIdle) })
 	defer idle.Stop()
 	unwatch := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
 	defer unwatch()
-	msgs, err := recv.ReceiveMessages(rctx, 1, &receiveOptions)
-	if len(msgs) > 0 {
-		return msgs, nil
+	for {
+		sctx, endSlice := context.WithCancelCause(rctx)
+		slice := afterFunc(clk, receiveSlice, func() { endSlice(errSliceOver) })
+		msgs, err := recv.ReceiveMessages(sctx, 1, &receiveOptions)
+		slice.Stop()
+		sliceOver := errors.Is(context.Cause(sctx), errSliceOver)
+		endSlice(nil)
+		if len(msgs) > 0 {
+			return msgs, nil
+		}
+		if cause := context.Cause(rctx); cause != nil {
+			return nil, cause
+		}
+		if sliceOver {
+			continue
+		}
+		if err != nil {
+			// A receive that fails releases the session (its message, if any, goes back); whether the
+			// connection is broken is for the next accept to say.
+			r.sc.stats.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
+			return nil, err
+		}
+		return nil, errors.New("retry: the receive returned nothing")
 	}
-	if cause := context.Cause(rctx); cause != nil {
-		return nil, cause
-	}
-	if err != nil {
-		// A receive that fails releases the session (its message, if any, goes back); whether the
-		// connection is broken is for the next accept to say.
-		r.sc.stats.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
-		return nil, err
-	}
-	return nil, errors.New("retry: the receive returned nothing")
 }
+
+// errSliceOver ends one slice of a wait for the session's next message.
+var errSliceOver = errors.New("retry: receive slice over")
 
 // closeReceiver closes recv, bounded by the settle timeout.
 func (r *sessionRun) closeReceiver(recv SessionReceiver) {
