@@ -17,10 +17,13 @@ type DeadLetter struct {
 // Ours reports whether the consumer dead-lettered it (our reasons all start with "Retry"), not the broker.
 func (d DeadLetter) Ours() bool { return strings.HasPrefix(d.Reason, "Retry") }
 
-// Expect is what the driver sent: the message's class.
+// Expect is what the driver sent: the message's class and, in a sessions run, its session and its
+// index in the session's sequence (0, 1, …, in the order sent).
 type Expect struct {
 	Class        Class
 	FailAttempts int
+	Session      string
+	Index        int
 }
 
 // Run is everything a finished soak run knows.
@@ -35,6 +38,14 @@ type Run struct {
 	// InFlightBound is the most deliveries one consumer process holds between receive and settle: what one
 	// kill can leave finished but not completed.
 	InFlightBound int
+	// Sessions marks a run over a session queue: the session rules apply ([Log.Session] in order,
+	// sessionorder.go), and a success the consumer left unsettled because the session lock was lost
+	// (a P record left-for-redelivery of that attempt in that process, after the success) explains a
+	// repeat in the same process as a failed complete does: the broker gives the session back, in
+	// order, with the message. It does whether it is the earlier success of the pair or the later one
+	// (a handler that was still running when its lock ran out, the session already with another
+	// receiver of the process).
+	Sessions bool
 }
 
 // Report is the outcome of [Check].
@@ -48,6 +59,11 @@ type Report struct {
 	FailedCompletes int
 	// Inherited counts deliveries completed without running the handler (an outcome decided earlier).
 	Inherited int
+	// LockLostRepeats counts the same-process repeats of a sessions run that no failed complete explains
+	// but a success left unsettled after its session lock was lost does.
+	LockLostRepeats int
+	// SessionReport is the session rules' outcome; zero unless Run.Sessions.
+	SessionReport
 	// Violations lists every broken invariant, with the ids that show it. Empty means the run passed.
 	Violations []string
 }
@@ -195,6 +211,30 @@ func Check(r Run) Report {
 		}
 		failed[k][f.PID] = true
 	}
+	// In a sessions run, a success left unsettled because the session lock was lost (no complete was
+	// tried, so no F record) is given back by the broker like one whose complete failed: its delivery's P
+	// record says left-for-redelivery, after the success, in the same process.
+	type pidKey struct {
+		attemptKey
+		pid int
+	}
+	leftAfter := map[pidKey][]int{} // the records of the left-for-redelivery P lines
+	if r.Sessions {
+		for _, p := range r.Log.Processed {
+			if p.Outcome == outcomeLeftForRedelivery {
+				k := pidKey{attemptKey{p.ID, p.Attempt}, p.PID}
+				leftAfter[k] = append(leftAfter[k], p.Record)
+			}
+		}
+	}
+	leftAfterSuccess := func(s Success) bool {
+		for _, rec := range leftAfter[pidKey{attemptKey{s.ID, s.Attempt}, s.PID}] {
+			if rec > s.Record {
+				return true
+			}
+		}
+		return false
+	}
 	var unexplained []string
 	for id, ss := range succeeded {
 		for i := 1; i < len(ss); i++ {
@@ -205,16 +245,29 @@ func Check(r Run) Report {
 				continue
 			}
 			rep.SameProcess++
-			if !failed[attemptKey{id, prev.Attempt}][prev.PID] {
+			k := attemptKey{id, prev.Attempt}
+			switch {
+			case failed[k][prev.PID]:
+			case leftAfterSuccess(prev), leftAfterSuccess(ss[i]):
+				// The earlier success lost its lock before the complete, or this one did: a handler still
+				// running when its session lock ran out and the session went to another receiver.
+				// Either way the consumer settled neither twice.
+				rep.LockLostRepeats++
+			default:
 				unexplained = append(unexplained, fmt.Sprintf("%s#%d(pid %d)", id, prev.Attempt, prev.PID))
 			}
 		}
 	}
 	if len(unexplained) > 0 {
-		violate("repeated successes in one process without a failed complete: %s", listed(unexplained))
+		what := "a failed complete"
+		if r.Sessions {
+			what += " or a lost session lock"
+		}
+		violate("repeated successes in one process without %s: %s", what, listed(unexplained))
 	}
-	if bound := r.Kills*r.InFlightBound + rep.FailedCompletes; rep.Duplicates > bound {
-		violate("%d duplicate successes exceed kills × in-flight + failed completes = %d×%d + %d", rep.Duplicates, r.Kills, r.InFlightBound, rep.FailedCompletes)
+	if bound := r.Kills*r.InFlightBound + rep.FailedCompletes + rep.LockLostRepeats; rep.Duplicates > bound {
+		violate("%d duplicate successes exceed kills × in-flight + failed completes + lost-lock repeats = %d×%d + %d + %d",
+			rep.Duplicates, r.Kills, r.InFlightBound, rep.FailedCompletes, rep.LockLostRepeats)
 	}
 
 	// Each class ends the way its handler says: ok and transient succeed at their one succeeding attempt
@@ -250,6 +303,9 @@ func Check(r Run) Report {
 	}
 	if len(wrong) > 0 {
 		violate("messages that ended otherwise than their class says: %s", listed(wrong))
+	}
+	if r.Sessions {
+		rep.SessionReport = checkSessions(r, violate, listed)
 	}
 	sort.Strings(rep.Violations)
 	return rep
