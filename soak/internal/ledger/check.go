@@ -40,11 +40,10 @@ type Run struct {
 	InFlightBound int
 	// Sessions marks a run over a session queue: the session rules apply ([Log.Session] in order,
 	// sessionorder.go), and a success the consumer left unsettled because the session lock was lost
-	// (a P record left-for-redelivery of that attempt in that process, after the success) explains a
-	// repeat in the same process as a failed complete does: the broker gives the session back, in
-	// order, with the message. It does whether it is the earlier success of the pair or the later one
-	// (a handler that was still running when its lock ran out, the session already with another
-	// receiver of the process).
+	// (a P record left-for-redelivery of that attempt in that process, after the earlier success) explains
+	// a repeat in the same process as a failed complete does: the broker gives the session back, in
+	// order, with the message. The unsettled one may be the earlier success or the later (a handler
+	// still running when its lock ran out, the session already with another receiver of the process).
 	Sessions bool
 }
 
@@ -248,10 +247,10 @@ func Check(r Run) Report {
 			k := attemptKey{id, prev.Attempt}
 			switch {
 			case failed[k][prev.PID]:
-			case leftAfterSuccess(prev), leftAfterSuccess(ss[i]):
-				// The earlier success lost its lock before the complete, or this one did: a handler still
-				// running when its session lock ran out and the session went to another receiver.
-				// Either way the consumer settled neither twice.
+			case leftAfterSuccess(prev):
+				// A delivery of this attempt was left unsettled after the earlier success: that one lost
+				// its lock before the complete, or this one did (a handler still running when its session
+				// lock ran out and the session went to another receiver of the process).
 				rep.LockLostRepeats++
 			default:
 				unexplained = append(unexplained, fmt.Sprintf("%s#%d(pid %d)", id, prev.Attempt, prev.PID))
