@@ -1,0 +1,71 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/soak/internal/ledger"
+)
+
+// The sessions soak (-sessions N): the same run as the queue soak (emulator, proxy, kills, faults,
+// drain, set arithmetic), on a session-enabled queue consumed by a retry.SessionConsumer, with each
+// session sent an ordered sequence and the session rules of package ledger added to the checks.
+
+// sessionQueueName is the sessions soak's queue (RequiresSession).
+const sessionQueueName = "soak-sessions"
+
+// perSession and perSessionShort are the messages per session when -messages is not given.
+const (
+	perSession      = 25
+	perSessionShort = 6
+)
+
+// planSessions draws the sessions run's messages (package ledger's SessionMix), in the order they are
+// sent: index 0 of every session, then index 1, ….
+func planSessions(r *rand.Rand, sessions, n, maxFail int) ([]string, map[string]ledger.Expect) {
+	msgs := ledger.PlanSessions(r, ledger.SessionMix, sessions, n, maxFail)
+	ids := make([]string, len(msgs))
+	out := make(map[string]ledger.Expect, len(msgs))
+	for i, m := range msgs {
+		ids[i] = m.ID
+		out[m.ID] = m.Expect
+	}
+	return ids, out
+}
+
+// sessionConsumerArgs are soakconsumer's flags for the sessions soak; none for the queue soak.
+func sessionConsumerArgs(s settings) []string {
+	if s.sessions == 0 {
+		return nil
+	}
+	return []string{"-sessions", "-session-mode", s.sessionMode,
+		"-max-sessions", fmt.Sprint(s.maxSessions), "-session-idle", s.sessionIdle.String()}
+}
+
+// sessionsBanner is the first line's description of the sessions soak; empty for the queue soak.
+func sessionsBanner(s settings) string {
+	if s.sessions == 0 {
+		return ""
+	}
+	return fmt.Sprintf(" sessions=%d session-mode=%s max-sessions=%d", s.sessions, s.sessionMode, s.maxSessions)
+}
+
+// sessionsEmpty reports whether no session of q holds a receivable, locked or scheduled message.
+func sessionsEmpty(q *broker.Queue) bool {
+	for _, snap := range q.SessionSnapshots() {
+		if snap.Active+snap.Locked+snap.Scheduled > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// printSessionLine prints what the session rules found, before the summary line. Repeats are allowed:
+// delivery is at least once, so a handler that succeeded but whose complete never happened (its
+// process killed, the complete failed, the session lock lost) runs again when the broker gives the
+// session back; the duplicate rules say each is explained.
+func printSessionLine(rep ledger.Report) {
+	fmt.Printf("soak: sessions=%d out-of-order=%d repeats=%d (after a later index %d; explained by kills %d, failed completes or lost session locks %d of them, %d by a lost lock alone)\n",
+		rep.Sessions, rep.OutOfOrder, rep.Repeats, rep.RepeatsAfterLater, rep.CrossProcess, rep.SameProcess, rep.LockLostRepeats)
+}
