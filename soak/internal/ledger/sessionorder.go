@@ -19,10 +19,14 @@ import (
 // A message can end twice: a handler succeeds and the process is killed before the complete (or the
 // complete fails, or the session lock is lost), and the broker gives the message back, in order, to the
 // next receiver of the session, which runs the handler again. That is at-least-once delivery, the
-// contract, and the repeat is allowed anywhere after the first success (a slow handler that lost its
-// session lock may even write its success after the next receiver went on to later messages). Check's
-// duplicate rules say whether each repeat is explained (a kill, a failed complete, a lost lock); the
-// session rules count them.
+// contract: the repeat is allowed, and counted; Check's duplicate rules say whether each is explained
+// (a kill, a failed complete, a lost lock). A message given back comes back before its successors, so
+// a repeat comes before any later index ends, with one exception: a handler still running when its
+// session lock ran out (the session already with another receiver, which may have gone on) writes its
+// success late; the consumer then leaves that delivery unsettled (a P record left-for-redelivery of the
+// same attempt, in the same process, after the repeat). Any other repeat after a later index is an
+// inversion: the message was handed to a handler again after its successor was, which breaks the
+// order the handler sees, and is a violation.
 
 // PropIndex is the application property that carries a session message's index in its session.
 const PropIndex = "soak-index"
@@ -82,8 +86,9 @@ type SessionReport struct {
 	OutOfOrder int
 	// Repeats counts session successes of an index that had already ended (the at-least-once
 	// duplicates, seen from the sessions); RepeatsAfterLater of them came after a later index of the
-	// session had ended.
-	Repeats, RepeatsAfterLater int
+	// session had ended, from a handler that had lost its session lock (allowed); Inversions of them
+	// came after a later index otherwise (a violation).
+	Repeats, RepeatsAfterLater, Inversions int
 }
 
 // outcomeLeftForRedelivery is retry.OutcomeLeftForRedelivery's text in P records.
@@ -106,8 +111,29 @@ func checkSessions(r Run, violate func(string, ...any), listed func([]string) st
 		ended map[int]SessionEvent // first end of each index
 		high  SessionEvent         // the first end with the highest index so far
 	}
+	// The deliveries left unsettled (lost lock, failed settle), by id, attempt and process: a late
+	// repeat must be one of them.
+	type delivery struct {
+		id           string
+		attempt, pid int
+	}
+	left := map[delivery][]int{}
+	for _, p := range r.Log.Processed {
+		if p.Outcome == outcomeLeftForRedelivery {
+			k := delivery{p.ID, p.Attempt, p.PID}
+			left[k] = append(left[k], p.Record)
+		}
+	}
+	leftAfter := func(e SessionEvent) bool {
+		for _, rec := range left[delivery{e.ID, e.Attempt, e.PID}] {
+			if rec > e.Record {
+				return true
+			}
+		}
+		return false
+	}
 	bySession := map[string]*state{}
-	var outOfOrder, mislabelled []string
+	var outOfOrder, mislabelled, inverted []string
 	for _, e := range r.Log.Session {
 		if want, ok := r.Sent[e.ID]; ok && (want.Session != e.Session || want.Index != e.Index) {
 			mislabelled = append(mislabelled, fmt.Sprintf("%s(recorded as %s#%d, sent as %s#%d)", e.ID, e.Session, e.Index, want.Session, want.Index))
@@ -120,8 +146,13 @@ func checkSessions(r Run, violate func(string, ...any), listed func([]string) st
 		if _, done := st.ended[e.Index]; done {
 			if !e.DeadLettered {
 				rep.Repeats++
-				if e.Index < st.high.Index {
+				switch {
+				case e.Index >= st.high.Index:
+				case leftAfter(e):
 					rep.RepeatsAfterLater++
+				default:
+					inverted = append(inverted, fmt.Sprintf("%s(success record %d, pid %d, after index %d's %s record %d, pid %d)",
+						e.ID, e.Record, e.PID, st.high.Index, kind(st.high), st.high.Record, st.high.PID))
 				}
 			}
 			continue
@@ -137,6 +168,10 @@ func checkSessions(r Run, violate func(string, ...any), listed func([]string) st
 	rep.OutOfOrder = len(outOfOrder)
 	if len(outOfOrder) > 0 {
 		violate("session messages that ended after a later message of their session: %s", listed(outOfOrder))
+	}
+	rep.Inversions = len(inverted)
+	if len(inverted) > 0 {
+		violate("session messages handled again after a later message of their session, by a handler that held its lock: %s", listed(inverted))
 	}
 	if len(mislabelled) > 0 {
 		violate("session records whose session or index differs from what was sent: %s", listed(mislabelled))

@@ -113,15 +113,31 @@ func TestCheckSessions(t *testing.T) {
 			assert.Equal(t, SessionReport{Sessions: 2, Repeats: 1, RepeatsAfterLater: 1}, rep.SessionReport)
 			assert.Equal(t, 1, rep.LockLostRepeats)
 		}},
-		{name: "a late repeat without a lost lock is unexplained", lines: []string{
+		{name: "a late repeat without a lost lock is an inversion", lines: []string{
 			"O s000-00000 s000 0 1 1 10 1",
+			"O s000-00001 s000 1 1 4 10 3",
+			"P s000-00001 1 4 completed 0 0 10 3", // reported completed, but the broker gave it back later
+			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
+			"O s000-00003 s000 3 1 6 10 7",
+			"O s000-00001 s000 1 1 4 11 8",
+			"O s001-00000 s001 0 2 2 10 2",
+			"O s001-00001 s001 1 1 5 10 5",
+		}, edit: func(r *Run) { r.Kills = 1 }, // explained as a duplicate by the kill; not as an order
+			want: "handled again after a later message of their session, by a handler that held its lock: s000-00001(success record 5, pid 11, after index 3's success record 4, pid 10)",
+			check: func(t *testing.T, rep Report) {
+				assert.Equal(t, SessionReport{Sessions: 2, Repeats: 1, Inversions: 1}, rep.SessionReport)
+			}},
+		{name: "a late repeat left unsettled before its success is an inversion", lines: []string{
+			"O s000-00000 s000 0 1 1 10 1",
+			"P s000-00001 1 4 left-for-redelivery 0 0 11 2", // an earlier delivery, in the process of the late repeat
 			"O s000-00001 s000 1 1 4 10 3",
 			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
 			"O s000-00003 s000 3 1 6 10 7",
-			"O s000-00001 s000 1 1 4 10 8",
+			"O s000-00001 s000 1 1 4 11 8",
 			"O s001-00000 s001 0 2 2 10 2",
 			"O s001-00001 s001 1 1 5 10 5",
-		}, want: "without a failed complete or a lost session lock: s000-00001#1(pid 10)"},
+		}, edit: func(r *Run) { r.Kills = 1 },
+			want: "by a handler that held its lock: s000-00001(success record 5, pid 11"},
 		{name: "a session message never ended is lost", edit: func(r *Run) {
 			r.Sent["s001-00002"] = Expect{Class: ClassOK, Session: "s001", Index: 2}
 		}, want: "lost (neither succeeded nor dead-lettered): s001-00002"},
