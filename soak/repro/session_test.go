@@ -19,13 +19,15 @@ import (
 )
 
 // TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete: finding 3 of the soak (sessions soak,
-// seed 1). The broker rejects the first complete of a session message (server-busy, the lock stays:
-// finding 1). azservicebus retries it and reports success after ~4 s without having settled anything,
-// as in finding 1; retry.Consumer doubts a settle that slow and remembers the outcome, but
-// retry.SessionConsumer takes the success at its word (OnProcessed says completed), receives the
-// session's next message, and gets the same message again: the handler runs a second time in the same
-// process, with nothing that failed. Order holds (the repeat comes before the next message); the
-// message is handled twice although no process died and no settle failed.
+// seeds 1 and 2). The broker rejects the first complete of a session message (server-busy, the lock
+// stays: finding 1). azservicebus retries it and reports success after ~4 s without having settled
+// anything, as in finding 1; retry.Consumer doubts a settle that slow and remembers the outcome, but
+// retry.SessionConsumer takes the success at its word (OnProcessed says completed, Health counts it) and
+// receives the session's next message. The first message is still locked under the session lock, so
+// the broker hands out the second; when the session is released (idle) the first comes back and the
+// handler runs it again, after its successor: the handler sees m-0, m-1, m-0 in one process where
+// nothing died and no settle call failed. In the soak the repeat came at once (the SDK's recovered link
+// delivered the same message again) or after a later index.
 func TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete(t *testing.T) {
 	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "q", RequiresSession: true, LockDuration: 10 * time.Second}}})
 	require.NoError(t, err)
