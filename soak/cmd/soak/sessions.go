@@ -67,5 +67,5 @@ func sessionsEmpty(q *broker.Queue) bool {
 // session back; the duplicate rules say each is explained.
 func printSessionLine(rep ledger.Report) {
 	fmt.Printf("soak: sessions=%d out-of-order=%d inversions=%d repeats=%d (in another process after a kill %d, in the same process %d of which %d after a lost session lock; late from a handler that lost its lock %d)\n",
-		rep.Sessions, rep.OutOfOrder, rep.Inversions, rep.Repeats, rep.CrossProcess, rep.SameProcess, rep.LockLostRepeats, rep.RepeatsAfterLater)
+		rep.Sessions, rep.OutOfOrder, rep.Inversions, rep.Repeats, rep.CrossProcess, rep.SameProcess, rep.UnsettledRepeats, rep.RepeatsAfterLater)
 }

@@ -2,6 +2,7 @@ package ledger
 
 import (
 	"fmt"
+	"math"
 	"math/rand/v2"
 )
 
@@ -20,13 +21,14 @@ import (
 // complete fails, or the session lock is lost), and the broker gives the message back, in order, to the
 // next receiver of the session, which runs the handler again. That is at-least-once delivery, the
 // contract: the repeat is allowed, and counted; Check's duplicate rules say whether each is explained
-// (a kill, a failed complete, a lost lock). A message given back comes back before its successors, so
-// a repeat comes before any later index ends, with one exception: a handler still running when its
-// session lock ran out (the session already with another receiver, which may have gone on) writes its
-// success late; the consumer then leaves that delivery unsettled (a P record left-for-redelivery of the
-// same attempt, in the same process, after the repeat). Any other repeat after a later index is an
-// inversion: the message was handed to a handler again after its successor was, which breaks the
-// order the handler sees, and is a violation.
+// (a kill, a failed complete, a success the consumer had not reported completed). A message given back
+// comes back before its successors, so a repeat comes before any later index ends, with one exception:
+// a handler still running when its session lock ran out (the session already with another receiver,
+// which may have gone on) writes its success late, and the consumer cannot complete that delivery (it
+// leaves it unsettled, or is killed first). Any other repeat after a later index, one that the consumer
+// then reports completed (a P record completed of the same attempt, in the same process, after it), is
+// an inversion: the message was handed to a handler again after its successor was and settled that
+// way, which breaks the order the handler sees, and is a violation.
 
 // PropIndex is the application property that carries a session message's index in its session.
 const PropIndex = "soak-index"
@@ -86,13 +88,46 @@ type SessionReport struct {
 	OutOfOrder int
 	// Repeats counts session successes of an index that had already ended (the at-least-once
 	// duplicates, seen from the sessions); RepeatsAfterLater of them came after a later index of the
-	// session had ended, from a handler that had lost its session lock (allowed); Inversions of them
-	// came after a later index otherwise (a violation).
+	// session had ended, from a handler whose delivery was then not reported completed (a handler that
+	// had lost its session lock: allowed); Inversions of them came after a later index and were then
+	// reported completed (a violation).
 	Repeats, RepeatsAfterLater, Inversions int
 }
 
-// outcomeLeftForRedelivery is retry.OutcomeLeftForRedelivery's text in P records.
-const outcomeLeftForRedelivery = "left-for-redelivery"
+// outcomeCompleted is retry.OutcomeCompleted's text in P records.
+const outcomeCompleted = "completed"
+
+// completions holds the records of the P lines that report a delivery completed, by id, attempt and
+// process.
+type completions map[completionKey][]int
+
+type completionKey struct {
+	id           string
+	attempt, pid int
+}
+
+// completedRecords collects l's completions.
+func completedRecords(l *Log) completions {
+	c := completions{}
+	for _, p := range l.Processed {
+		if p.Outcome == outcomeCompleted {
+			k := completionKey{p.ID, p.Attempt, p.PID}
+			c[k] = append(c[k], p.Record)
+		}
+	}
+	return c
+}
+
+// within reports whether process pid reported attempt of id completed in a record after from and
+// before to.
+func (c completions) within(id string, attempt, pid, from, to int) bool {
+	for _, rec := range c[completionKey{id, attempt, pid}] {
+		if rec > from && rec < to {
+			return true
+		}
+	}
+	return false
+}
 
 // checkSessions applies the session rules to r: along the log, each session's first ends (first
 // success or our dead-letter) have strictly increasing indexes; a later end of an index is a repeat,
@@ -111,27 +146,7 @@ func checkSessions(r Run, violate func(string, ...any), listed func([]string) st
 		ended map[int]SessionEvent // first end of each index
 		high  SessionEvent         // the first end with the highest index so far
 	}
-	// The deliveries left unsettled (lost lock, failed settle), by id, attempt and process: a late
-	// repeat must be one of them.
-	type delivery struct {
-		id           string
-		attempt, pid int
-	}
-	left := map[delivery][]int{}
-	for _, p := range r.Log.Processed {
-		if p.Outcome == outcomeLeftForRedelivery {
-			k := delivery{p.ID, p.Attempt, p.PID}
-			left[k] = append(left[k], p.Record)
-		}
-	}
-	leftAfter := func(e SessionEvent) bool {
-		for _, rec := range left[delivery{e.ID, e.Attempt, e.PID}] {
-			if rec > e.Record {
-				return true
-			}
-		}
-		return false
-	}
+	completed := completedRecords(r.Log)
 	bySession := map[string]*state{}
 	var outOfOrder, mislabelled, inverted []string
 	for _, e := range r.Log.Session {
@@ -148,7 +163,7 @@ func checkSessions(r Run, violate func(string, ...any), listed func([]string) st
 				rep.Repeats++
 				switch {
 				case e.Index >= st.high.Index:
-				case leftAfter(e):
+				case !completed.within(e.ID, e.Attempt, e.PID, e.Record, math.MaxInt):
 					rep.RepeatsAfterLater++
 				default:
 					inverted = append(inverted, fmt.Sprintf("%s(success record %d, pid %d, after index %d's %s record %d, pid %d)",
@@ -171,7 +186,7 @@ func checkSessions(r Run, violate func(string, ...any), listed func([]string) st
 	}
 	rep.Inversions = len(inverted)
 	if len(inverted) > 0 {
-		violate("session messages handled again after a later message of their session, by a handler that held its lock: %s", listed(inverted))
+		violate("session messages handled again, and completed, after a later message of their session: %s", listed(inverted))
 	}
 	if len(mislabelled) > 0 {
 		violate("session records whose session or index differs from what was sent: %s", listed(mislabelled))

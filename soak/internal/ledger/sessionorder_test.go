@@ -99,7 +99,7 @@ func TestCheckSessions(t *testing.T) {
 		}, edit: func(r *Run) {
 			r.DeadLetters = []DeadLetter{{ID: "s000-00002", Attempt: 1, Seq: 3, Reason: "MaxDeliveryCountExceeded"}}
 		}},
-		{name: "a late repeat of an earlier index by a handler that lost its lock is counted, not out of order", lines: []string{
+		{name: "a late repeat by a handler that lost its lock is counted, not out of order", lines: []string{
 			"O s000-00000 s000 0 1 1 10 1",
 			"O s000-00001 s000 1 1 4 10 3",
 			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
@@ -111,33 +111,61 @@ func TestCheckSessions(t *testing.T) {
 			"O s001-00001 s001 1 1 5 10 5",
 		}, check: func(t *testing.T, rep Report) {
 			assert.Equal(t, SessionReport{Sessions: 2, Repeats: 1, RepeatsAfterLater: 1}, rep.SessionReport)
-			assert.Equal(t, 1, rep.LockLostRepeats)
+			assert.Equal(t, 1, rep.UnsettledRepeats)
 		}},
-		{name: "a late repeat without a lost lock is an inversion", lines: []string{
+		{name: "a late repeat then reported completed is an inversion", lines: []string{
 			"O s000-00000 s000 0 1 1 10 1",
 			"O s000-00001 s000 1 1 4 10 3",
 			"P s000-00001 1 4 completed 0 0 10 3", // reported completed, but the broker gave it back later
 			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
 			"O s000-00003 s000 3 1 6 10 7",
 			"O s000-00001 s000 1 1 4 11 8",
+			"P s000-00001 1 4 completed 0 0 11 8",
 			"O s001-00000 s001 0 2 2 10 2",
 			"O s001-00001 s001 1 1 5 10 5",
 		}, edit: func(r *Run) { r.Kills = 1 }, // explained as a duplicate by the kill; not as an order
-			want: "handled again after a later message of their session, by a handler that held its lock: s000-00001(success record 5, pid 11, after index 3's success record 4, pid 10)",
+			want: "handled again, and completed, after a later message of their session: s000-00001(success record 5, pid 11, after index 3's success record 4, pid 10)",
 			check: func(t *testing.T, rep Report) {
 				assert.Equal(t, SessionReport{Sessions: 2, Repeats: 1, Inversions: 1}, rep.SessionReport)
 			}},
-		{name: "a late repeat left unsettled before its success is an inversion", lines: []string{
+		{name: "a late repeat whose process was killed before it settled is not an inversion", lines: []string{
 			"O s000-00000 s000 0 1 1 10 1",
-			"P s000-00001 1 4 left-for-redelivery 0 0 11 2", // an earlier delivery, in the process of the late repeat
 			"O s000-00001 s000 1 1 4 10 3",
+			"P s000-00001 1 4 completed 0 0 10 3",
 			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
 			"O s000-00003 s000 3 1 6 10 7",
-			"O s000-00001 s000 1 1 4 11 8",
+			"O s000-00001 s000 1 1 4 10 8", // the handler that lost its lock; pid 10 killed while it settles
 			"O s001-00000 s001 0 2 2 10 2",
 			"O s001-00001 s001 1 1 5 10 5",
 		}, edit: func(r *Run) { r.Kills = 1 },
-			want: "by a handler that held its lock: s000-00001(success record 5, pid 11"},
+			check: func(t *testing.T, rep Report) {
+				assert.Equal(t, SessionReport{Sessions: 2, Repeats: 1, RepeatsAfterLater: 1}, rep.SessionReport, "an order the handler saw, not one the consumer settled")
+				assert.Equal(t, 1, rep.UnsettledRepeats)
+			}},
+		{name: "a stale handler writing first, its process killed while it settles, explains a repeat", lines: []string{
+			"O s000-00000 s000 0 1 1 10 1", // the handler whose session lock ran out: its complete hangs
+			"O s000-00000 s000 0 1 1 10 2", // the session's next receiver in the same process
+			"P s000-00000 1 1 completed 0 0 10 2",
+			"O s000-00001 s000 1 1 4 10 3",
+			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
+			"O s000-00003 s000 3 1 6 10 7",
+			"O s001-00000 s001 0 2 2 10 2",
+			"O s001-00001 s001 1 1 5 10 5",
+		}, check: func(t *testing.T, rep Report) {
+			assert.Equal(t, 1, rep.UnsettledRepeats)
+			assert.Equal(t, SessionReport{Sessions: 2, Repeats: 1}, rep.SessionReport)
+		}},
+		{name: "a same-process repeat of a success reported completed is unexplained", lines: []string{
+			"O s000-00000 s000 0 1 1 10 1",
+			"P s000-00000 1 1 completed 0 0 10 1", // the SDK's retried complete said nil; the lock stayed
+			"O s000-00000 s000 0 1 1 10 2",
+			"P s000-00000 1 1 completed 0 0 10 2",
+			"O s000-00001 s000 1 1 4 10 3",
+			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
+			"O s000-00003 s000 3 1 6 10 7",
+			"O s001-00000 s001 0 2 2 10 2",
+			"O s001-00001 s001 1 1 5 10 5",
+		}, want: "repeated successes in one process without a failed complete, the earlier one reported completed before: s000-00000#1(pid 10)"},
 		{name: "a session message never ended is lost", edit: func(r *Run) {
 			r.Sent["s001-00002"] = Expect{Class: ClassOK, Session: "s001", Index: 2}
 		}, want: "lost (neither succeeded nor dead-lettered): s001-00002"},
@@ -155,7 +183,7 @@ func TestCheckSessions(t *testing.T) {
 			"O s001-00001 s001 1 1 5 10 5",
 		}, check: func(t *testing.T, rep Report) {
 			assert.Equal(t, 1, rep.SameProcess)
-			assert.Equal(t, 1, rep.LockLostRepeats)
+			assert.Equal(t, 1, rep.UnsettledRepeats)
 			assert.Equal(t, 1, rep.Repeats)
 		}},
 		{name: "a left-for-redelivery before the success explains nothing", lines: []string{
@@ -163,12 +191,13 @@ func TestCheckSessions(t *testing.T) {
 			"O s000-00000 s000 0 1 1 10 1",
 			"P s000-00000 1 1 completed 0 0 10 1",
 			"O s000-00000 s000 0 1 1 10 2",
+			"P s000-00000 1 1 completed 0 0 10 2",
 			"O s000-00001 s000 1 1 4 10 3",
 			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
 			"O s000-00003 s000 3 1 6 10 7",
 			"O s001-00000 s001 0 2 2 10 2",
 			"O s001-00001 s001 1 1 5 10 5",
-		}, want: "repeated successes in one process without a failed complete or a lost session lock: s000-00000#1(pid 10)"},
+		}, want: "repeated successes in one process without a failed complete, the earlier one reported completed before: s000-00000#1(pid 10)"},
 		{name: "outside a sessions run a lost lock explains nothing", lines: []string{
 			"O s000-00000 s000 0 1 1 10 1",
 			"P s000-00000 1 1 left-for-redelivery 0 0 10 1",
