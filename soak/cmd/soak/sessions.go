@@ -66,6 +66,6 @@ func sessionsEmpty(q *broker.Queue) bool {
 // process killed, the complete failed, the session lock lost) runs again when the broker gives the
 // session back; the duplicate rules say each is explained.
 func printSessionLine(rep ledger.Report) {
-	fmt.Printf("soak: sessions=%d out-of-order=%d inversions=%d repeats=%d (in another process after a kill %d, in the same process %d of which %d after a lost session lock; late from a handler that lost its lock %d)\n",
+	fmt.Printf("soak: sessions=%d out-of-order=%d inversions=%d repeats=%d (in another process, after a kill: %d; in the same process: %d, of which %d not reported completed; late, after a later index, from a handler that lost its lock: %d)\n",
 		rep.Sessions, rep.OutOfOrder, rep.Inversions, rep.Repeats, rep.CrossProcess, rep.SameProcess, rep.UnsettledRepeats, rep.RepeatsAfterLater)
 }
