@@ -18,8 +18,8 @@ import (
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
-// TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete: finding 3 of the soak (sessions soak,
-// seeds 1 and 2). The broker rejects the first complete of a session message (server-busy, the lock
+// TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete: finding 3 of the soak (sessions soak: full
+// seeds 1 and 3, short seeds 5, 6, 10). The broker rejects the first complete of a session message (server-busy, the lock
 // stays: finding 1). azservicebus retries it and reports success after ~4 s without having settled
 // anything, as in finding 1; retry.Consumer doubts a settle that slow and remembers the outcome, but
 // retry.SessionConsumer takes the success at its word (OnProcessed says completed, Health counts it) and
@@ -77,7 +77,7 @@ func TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete(t *testing.T) {
 	assert.Equal(t, []string{"m-0", "m-1"}, runs, "each message handled once: no process died and no settle failed")
 }
 
-// TestSessionIDRacesWithLinkRecovery: finding 4 of the soak (sessions soak, seed 1; a race report fails
+// TestSessionIDRacesWithLinkRecovery: finding 4 of the soak (sessions soak, full seeds 1-3; a race report fails
 // the run). azservicebus's SessionReceiver.SessionID and LockedUntil read fields (sessionID,
 // lockedUntil) that its link recovery rewrites (SessionReceiver.newLink) without a lock, and recovery
 // runs inside whichever call finds the link broken. retry.SessionConsumer calls SessionID (the renewal
