@@ -19,15 +19,15 @@ import (
 )
 
 // TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete: finding 3 of the soak (sessions soak: full
-// seeds 1 and 3, short seeds 5, 6, 10). The broker rejects the first complete of a session message (server-busy, the lock
-// stays: finding 1). azservicebus retries it and reports success after ~4 s without having settled
-// anything, as in finding 1; retry.Consumer doubts a settle that slow and remembers the outcome, but
-// retry.SessionConsumer takes the success at its word (OnProcessed says completed, Health counts it) and
-// receives the session's next message. The first message is still locked under the session lock, so
-// the broker hands out the second; when the session is released (idle) the first comes back and the
-// handler runs it again, after its successor: the handler sees m-0, m-1, m-0 in one process where
-// nothing died and no settle call failed. In the soak the repeat came at once (the SDK's recovered link
-// delivered the same message again) or after a later index.
+// seeds 1 and 3, short seeds 5, 6, 10). The broker rejects the first complete of a session message
+// (server-busy, the lock stays: finding 1). azservicebus retries it and reports success after ~4 s
+// without having settled anything, as in finding 1; retry.Consumer doubts a settle that slow and
+// remembers the outcome, but retry.SessionConsumer takes the success at its word (OnProcessed says
+// completed, Health counts it) and receives the session's next message. The first message is still locked
+// under the session lock, so the broker hands out the second; when the session is released (idle) the
+// first comes back and the handler runs it again, after its successor: the handler sees m-0, m-1, m-0 in
+// one process where nothing died and no settle call failed. In the soak the repeat came at once (the
+// SDK's recovered link delivered the same message again) or after a later index.
 func TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete(t *testing.T) {
 	em, err := sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "q", RequiresSession: true, LockDuration: 10 * time.Second}}})
 	require.NoError(t, err)
@@ -77,15 +77,15 @@ func TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete(t *testing.T) {
 	assert.Equal(t, []string{"m-0", "m-1"}, runs, "each message handled once: no process died and no settle failed")
 }
 
-// TestSessionIDRacesWithLinkRecovery: finding 4 of the soak (sessions soak, full seeds 1-3; a race report fails
-// the run). azservicebus's SessionReceiver.SessionID and LockedUntil read fields (sessionID,
+// TestSessionIDRacesWithLinkRecovery: finding 4 of the soak (sessions soak, full seeds 1-3; a race report
+// fails the run). azservicebus's SessionReceiver.SessionID and LockedUntil read fields (sessionID,
 // lockedUntil) that its link recovery rewrites (SessionReceiver.newLink) without a lock, and recovery
 // runs inside whichever call finds the link broken. retry.SessionConsumer calls SessionID (the renewal
 // failure's and the lost lock's log lines, sessionlock.go) and LockedUntil (after each renewal, when
 // Options.LockDuration is zero) on the session lock's goroutine while the session's worker goroutine
-// completes or receives: after a dropped connection, the worker's CompleteMessage recovers the link
-// while the renewal, failing on the same broken link, logs recv.SessionID(). The soak's race detector
-// saw exactly that pair (sessionlock.go:121 against session_receiver.go:136/142 under
+// completes or receives: after a dropped connection, the worker's CompleteMessage recovers the link while
+// the renewal, failing on the same broken link, logs recv.SessionID(). The soak's race detector saw
+// exactly that pair (sessionlock.go:121 against session_receiver.go:136/142 under
 // SessionReceiver.CompleteMessage). This test shows the SDK half deterministically: run it with -race.
 // The library can avoid its half by reading SessionID once, at accept (serve already has it), and by not
 // reading LockedUntil off the worker's goroutine; the fix of the fields themselves is the SDK's.
