@@ -63,6 +63,7 @@ type settings struct {
 	sessionMode string
 	maxSessions int
 	sessionIdle time.Duration
+	maxHold     time.Duration
 }
 
 func parseFlags() settings {
@@ -88,7 +89,8 @@ func parseFlags() settings {
 	flag.StringVar(&s.out, "out", "", "directory for the ledger, the chaos log and the consumer logs; empty means a temporary one")
 	flag.BoolVar(&s.keep, "keep", false, "keep the output directory even when the run passes")
 	flag.IntVar(&s.sessions, "sessions", 0, "run the sessions soak over this many sessions (0: the queue soak); -messages then defaults to "+fmt.Sprint(perSession)+" per session ("+fmt.Sprint(perSessionShort)+" with -short)")
-	flag.StringVar(&s.sessionMode, "session-mode", "inplace", "with -sessions: how a failure holds its session: inplace (durable is refused until the library has it)")
+	flag.StringVar(&s.sessionMode, "session-mode", "inplace", "with -sessions: how a failure holds its session: inplace (in memory), or durable (SessionOptions.DurableHolds: deferred in the session, recorded in its state)")
+	flag.DurationVar(&s.maxHold, "max-hold", 0, "with -sessions: the consumer's MaxHold; 0 means the library's default (5m) in place, 1ns (every delayed retry durable) with -session-mode durable")
 	flag.IntVar(&s.maxSessions, "max-sessions", 16, "with -sessions: the consumer's MaxConcurrentSessions")
 	flag.DurationVar(&s.sessionIdle, "session-idle", 500*time.Millisecond, "with -sessions: the consumer's SessionIdleTimeout")
 	flag.Parse()
@@ -369,13 +371,14 @@ func run(s settings) int {
 
 // waitDrained waits up to d for the queue to hold no receivable, locked or scheduled message (other
 // than the consumer's send-rights probes, scheduled an hour ahead) for a whole second. On a session
-// queue (sessions) a message locked under a session lock is in no Stats count but its session's.
+// queue (sessions) a message locked under a session lock is in no Stats count but its session's, and a
+// deferred one (a durable hold's) must have been received back too.
 func waitDrained(q *broker.Queue, d time.Duration, sessions bool) bool {
 	deadline := time.Now().Add(d)
 	var quietSince time.Time
 	for time.Now().Before(deadline) {
 		st := q.Stats()
-		empty := st.Active == 0 && st.Locked == 0 && (!sessions || sessionsEmpty(q))
+		empty := st.Active == 0 && st.Locked == 0 && (!sessions || st.Deferred == 0 && sessionsEmpty(q))
 		if empty && st.Scheduled > 0 {
 			for _, m := range q.ScheduledMessages() {
 				var id string

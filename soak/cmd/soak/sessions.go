@@ -39,7 +39,7 @@ func sessionConsumerArgs(s settings) []string {
 	if s.sessions == 0 {
 		return nil
 	}
-	return []string{"-sessions", "-session-mode", s.sessionMode,
+	return []string{"-sessions", "-session-mode", s.sessionMode, "-max-hold", s.maxHold.String(),
 		"-max-sessions", fmt.Sprint(s.maxSessions), "-session-idle", s.sessionIdle.String()}
 }
 
@@ -48,13 +48,14 @@ func sessionsBanner(s settings) string {
 	if s.sessions == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" sessions=%d session-mode=%s max-sessions=%d", s.sessions, s.sessionMode, s.maxSessions)
+	return fmt.Sprintf(" sessions=%d session-mode=%s max-hold=%v max-sessions=%d", s.sessions, s.sessionMode, s.maxHold, s.maxSessions)
 }
 
-// sessionsEmpty reports whether no session of q holds a receivable, locked or scheduled message.
+// sessionsEmpty reports whether no session of q holds a receivable, locked, deferred or scheduled
+// message (a durable hold's wake-up is a scheduled one).
 func sessionsEmpty(q *broker.Queue) bool {
 	for _, snap := range q.SessionSnapshots() {
-		if snap.Active+snap.Locked+snap.Scheduled > 0 {
+		if snap.Active+snap.Locked+snap.Deferred+snap.Scheduled > 0 {
 			return false
 		}
 	}

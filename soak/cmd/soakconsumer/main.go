@@ -55,6 +55,7 @@ type settings struct {
 	sessionMode string
 	maxSessions int
 	sessionIdle time.Duration
+	maxHold     time.Duration
 }
 
 func parseFlags() settings {
@@ -74,7 +75,8 @@ func parseFlags() settings {
 	flag.Float64Var(&s.slowShare, "slow-share", 0.01, "share of handler runs that are slow")
 	flag.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
 	flag.BoolVar(&s.sessions, "sessions", false, "consume a session-enabled queue with retry.SessionConsumer (-concurrency is then unused)")
-	flag.StringVar(&s.sessionMode, "session-mode", "inplace", "with -sessions: how a failure holds its session (inplace; durable is refused until the library has it)")
+	flag.StringVar(&s.sessionMode, "session-mode", "inplace", "with -sessions: how a failure holds its session: inplace, or durable (SessionOptions.DurableHolds)")
+	flag.DurationVar(&s.maxHold, "max-hold", 0, "with -sessions: SessionOptions.MaxHold; 0 means the library's default (5m) in place, 1ns with -session-mode durable")
 	flag.IntVar(&s.maxSessions, "max-sessions", 16, "with -sessions: retry.SessionOptions.MaxConcurrentSessions")
 	flag.DurationVar(&s.sessionIdle, "session-idle", 500*time.Millisecond, "with -sessions: retry.SessionOptions.SessionIdleTimeout")
 	flag.Parse()

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
@@ -26,19 +27,22 @@ func newSessionConsumer(connStr string, s settings, h *handler, opts *retry.Opti
 	return retry.NewSessionConsumer(connect, h.handle, opts, sopts)
 }
 
-// sessionOptions maps the flags to retry.SessionOptions. -session-mode is where the durable hold will
-// be switched on: once SessionOptions has its field, sessionmode.Parse accepts durable and this sets it.
+// sessionOptions maps the flags to retry.SessionOptions: -session-mode durable turns on DurableHolds,
+// with MaxHold 1 ns unless -max-hold says otherwise, so that every delayed retry is held durably.
 func sessionOptions(s settings) (*retry.SessionOptions, error) {
 	mode, err := sessionmode.Parse(s.sessionMode)
 	if err != nil {
 		return nil, err
 	}
-	so := &retry.SessionOptions{MaxConcurrentSessions: s.maxSessions, SessionIdleTimeout: s.sessionIdle}
+	so := &retry.SessionOptions{MaxConcurrentSessions: s.maxSessions, SessionIdleTimeout: s.sessionIdle, MaxHold: s.maxHold}
 	switch mode {
 	case sessionmode.InPlace:
-		// The default: a failure holds its session in place, in memory.
-	default:
-		return nil, errors.New("soakconsumer: session mode " + string(mode) + " has no options mapping")
+		// The default: a failure holds its session in place, in memory, up to MaxHold.
+	case sessionmode.Durable:
+		so.DurableHolds = true
+		if so.MaxHold == 0 {
+			so.MaxHold = time.Nanosecond
+		}
 	}
 	return so, nil
 }
