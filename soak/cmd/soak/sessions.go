@@ -6,6 +6,7 @@ import (
 
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/soak/internal/ledger"
+	"github.com/sbretry/retry/soak/internal/sessionmode"
 )
 
 // The sessions soak (-sessions N): the same run as the queue soak (emulator, proxy, kills, faults,
@@ -48,7 +49,14 @@ func sessionsBanner(s settings) string {
 	if s.sessions == 0 {
 		return ""
 	}
-	return fmt.Sprintf(" sessions=%d session-mode=%s max-hold=%v max-sessions=%d", s.sessions, s.sessionMode, s.maxHold, s.maxSessions)
+	hold := s.maxHold.String()
+	if s.maxHold == 0 {
+		hold = "default(5m)"
+		if s.sessionMode == string(sessionmode.Durable) {
+			hold = "1ns" // soakconsumer's default for durable holds
+		}
+	}
+	return fmt.Sprintf(" sessions=%d session-mode=%s max-hold=%s max-sessions=%d", s.sessions, s.sessionMode, hold, s.maxSessions)
 }
 
 // sessionsEmpty reports whether no session of q holds a receivable, locked, deferred or scheduled
