@@ -8,6 +8,11 @@
 //	go run ./soak/cmd/soak              # full: 10,000 messages
 //	go run ./soak/cmd/soak -short       # CI: 1,000 messages, under 2 minutes
 //	go run ./soak/cmd/soak -seed 42     # replay a seed
+//	go run ./soak/cmd/soak -sessions 200 # the sessions soak: a retry.SessionConsumer on 200 sessions
+//
+// With -sessions N (sessions.go) the queue is session-enabled, the producer sends each of N sessions an
+// ordered sequence, the consumer process runs a retry.SessionConsumer, and the checks add the session
+// rules: every session's messages end in the order sent, and the repeats are counted.
 package main
 
 import (
@@ -31,6 +36,7 @@ import (
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/soak/internal/faultproxy"
 	"github.com/sbretry/retry/soak/internal/ledger"
+	"github.com/sbretry/retry/soak/internal/sessionmode"
 )
 
 // settings are the flags; -short changes the defaults of the sizes.
@@ -52,6 +58,12 @@ type settings struct {
 	reconnectDelays  string
 	short            bool
 	consumerFlags    string
+	// The sessions soak's (sessions.go): sessions is 0 for the queue soak.
+	sessions    int
+	sessionMode string
+	maxSessions int
+	sessionIdle time.Duration
+	maxHold     time.Duration
 }
 
 func parseFlags() settings {
@@ -76,16 +88,31 @@ func parseFlags() settings {
 	flag.BoolVar(&s.race, "race", true, "build the consumer with the race detector (a reported race fails the run)")
 	flag.StringVar(&s.out, "out", "", "directory for the ledger, the chaos log and the consumer logs; empty means a temporary one")
 	flag.BoolVar(&s.keep, "keep", false, "keep the output directory even when the run passes")
+	flag.IntVar(&s.sessions, "sessions", 0, "run the sessions soak over this many sessions (0: the queue soak); -messages then defaults to "+fmt.Sprint(perSession)+" per session ("+fmt.Sprint(perSessionShort)+" with -short)")
+	flag.StringVar(&s.sessionMode, "session-mode", "inplace", "with -sessions: how a failure holds its session: inplace (in memory), or durable (SessionOptions.DurableHolds: deferred in the session, recorded in its state)")
+	flag.DurationVar(&s.maxHold, "max-hold", 0, "with -sessions: the consumer's MaxHold; 0 means the library's default (5m) in place, 1ns (every delayed retry durable) with -session-mode durable")
+	flag.IntVar(&s.maxSessions, "max-sessions", 16, "with -sessions: the consumer's MaxConcurrentSessions")
+	flag.DurationVar(&s.sessionIdle, "session-idle", 500*time.Millisecond, "with -sessions: the consumer's SessionIdleTimeout")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	if s.sessions > 0 && !set["messages"] {
+		s.messages = s.sessions * perSession
+		if s.short {
+			s.messages = s.sessions * perSessionShort
+		}
+	}
 	if s.short {
-		set := map[string]bool{}
-		flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
 		def := func(name string, apply func()) {
 			if !set[name] {
 				apply()
 			}
 		}
-		def("messages", func() { s.messages = 1000 })
+		def("messages", func() {
+			if s.sessions == 0 {
+				s.messages = 1000
+			}
+		})
 		def("chaos", func() { s.chaos = 30 * time.Second })
 		def("kill-min", func() { s.killMin = 3 * time.Second })
 		def("kill-max", func() { s.killMax = 7 * time.Second })
@@ -109,6 +136,15 @@ const extraSettleSlots = 64
 
 func run(s settings) int {
 	began := time.Now()
+	if s.sessions > 0 {
+		if _, err := sessionmode.Parse(s.sessionMode); err != nil {
+			return fail(err)
+		}
+	}
+	queue := queueName
+	if s.sessions > 0 {
+		queue = sessionQueueName
+	}
 	baseline := goleak.IgnoreCurrent()
 	rng := func(stream uint64) *rand.Rand { return rand.New(rand.NewPCG(s.seed, stream)) }
 	keepLocks := s.keepLocks == "true" || (s.keepLocks == "seed" && rng(0).IntN(2) == 1)
@@ -122,7 +158,7 @@ func run(s settings) int {
 	} else if err := os.MkdirAll(out, 0o755); err != nil {
 		return fail(err)
 	}
-	fmt.Printf("soak: seed=%d messages=%d chaos=%v keep-locks=%v exclude=%q out=%s\n", s.seed, s.messages, s.chaos, keepLocks, s.exclude, out)
+	fmt.Printf("soak: seed=%d messages=%d%s chaos=%v keep-locks=%v exclude=%q out=%s\n", s.seed, s.messages, sessionsBanner(s), s.chaos, keepLocks, s.exclude, out)
 	fmt.Printf("soak: replay with: go run ./soak/cmd/soak -seed %d%s\n", s.seed, replayFlags(s))
 
 	bin := s.consumer
@@ -143,15 +179,16 @@ func run(s settings) int {
 	em, err := sbemu.Start(sbemu.Config{
 		KeepLocksOnDisconnect: keepLocks,
 		Queues: []broker.QueueConfig{{
-			Name:                     queueName,
+			Name:                     queue,
 			LockDuration:             s.lockDuration,
 			DuplicateDetectionWindow: time.Hour, // longer than the run: every republish of an attempt is absorbed
+			RequiresSession:          s.sessions > 0,
 		}},
 	})
 	if err != nil {
 		return fail(err)
 	}
-	q, _ := em.Broker().Queue(queueName)
+	q, _ := em.Broker().Queue(queue)
 	proxy, err := faultproxy.Start(em.Addr().String())
 	if err != nil {
 		_ = em.Close()
@@ -163,7 +200,7 @@ func run(s settings) int {
 	if err != nil {
 		return fail(err)
 	}
-	sender, err := client.NewSender(queueName, nil)
+	sender, err := client.NewSender(queue, nil)
 	if err != nil {
 		return fail(err)
 	}
@@ -174,11 +211,12 @@ func run(s settings) int {
 		return fail(err)
 	}
 	defer chaosLog.Close()
-	consumerArgs := []string{"-queue", queueName, "-ledger", ledgerPath,
+	consumerArgs := []string{"-queue", queue, "-ledger", ledgerPath,
 		"-max-attempts", fmt.Sprint(s.maxAttempts), "-concurrency", fmt.Sprint(s.concurrency)}
 	if s.reconnectDelays != "" {
 		consumerArgs = append(consumerArgs, "-reconnect-delays", s.reconnectDelays)
 	}
+	consumerArgs = append(consumerArgs, sessionConsumerArgs(s)...)
 	consumerArgs = append(consumerArgs, strings.Fields(s.consumerFlags)...)
 	proc := &consumerProcess{
 		bin:    bin,
@@ -207,6 +245,9 @@ func run(s settings) int {
 
 	// Chaos phase: messages go out over most of it, faults and kills over all of it.
 	ids, planned := plan(rng(3), s.messages, s.maxAttempts-1)
+	if s.sessions > 0 {
+		ids, planned = planSessions(rng(3), s.sessions, s.messages, s.maxAttempts-1)
+	}
 	prod := &producer{sender: sender, planned: planned, sent: map[string]ledger.Expect{}}
 	chaosEnd := time.Now().Add(s.chaos)
 	prodErr := make(chan error, 1)
@@ -232,7 +273,7 @@ func run(s settings) int {
 	}
 
 	// Drain: wait for the queue to hold nothing but cancelled-probe leftovers, steadily.
-	drained := waitDrained(q, s.drain)
+	drained := waitDrained(q, s.drain, s.sessions > 0)
 	if !drained {
 		st := q.Stats()
 		violate("the queue did not settle within %v of the chaos ending: %+v", s.drain, st)
@@ -248,7 +289,7 @@ func run(s settings) int {
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	dead, err := readDeadLetters(ctx, client, queueName)
+	dead, err := readDeadLetters(ctx, client, queue)
 	cancel()
 	if err != nil {
 		violate("reading the dead-letter queue: %v", err)
@@ -281,9 +322,13 @@ func run(s settings) int {
 
 	sent, sendRetries := prod.result()
 	counts, drops := ch.summary()
+	inFlight := s.concurrency + extraSettleSlots
+	if s.sessions > 0 {
+		inFlight = s.maxSessions // one handler per session held, the held sessions bounded across connections
+	}
 	rep := ledger.Check(ledger.Run{
 		Sent: sent, Log: tail.Log(), DeadLetters: dead, Kills: counts["kill"],
-		MaxAttempts: s.maxAttempts, InFlightBound: s.concurrency + extraSettleSlots,
+		MaxAttempts: s.maxAttempts, InFlightBound: inFlight, Sessions: s.sessions > 0,
 	})
 	violations = append(violations, rep.Violations...)
 
@@ -301,6 +346,9 @@ func run(s settings) int {
 	sort.Strings(kinds)
 	fmt.Printf("soak: faults %s; failed completes=%d inherited=%d duplicates same-process=%d cross-process=%d; producer retries=%d; consumer starts=%d\n",
 		strings.Join(kinds, " "), rep.FailedCompletes, rep.Inherited, rep.SameProcess, rep.CrossProcess, sendRetries, proc.starts)
+	if s.sessions > 0 {
+		printSessionLine(rep)
+	}
 	for _, v := range violations {
 		fmt.Fprintln(os.Stderr, "soak: FAIL:", v)
 	}
@@ -322,13 +370,15 @@ func run(s settings) int {
 }
 
 // waitDrained waits up to d for the queue to hold no receivable, locked or scheduled message (other
-// than the consumer's send-rights probes, scheduled an hour ahead) for a whole second.
-func waitDrained(q *broker.Queue, d time.Duration) bool {
+// than the consumer's send-rights probes, scheduled an hour ahead) for a whole second. On a session
+// queue (sessions) a message locked under a session lock is in no Stats count but its session's, and a
+// deferred one (a durable hold's) must have been received back too.
+func waitDrained(q *broker.Queue, d time.Duration, sessions bool) bool {
 	deadline := time.Now().Add(d)
 	var quietSince time.Time
 	for time.Now().Before(deadline) {
 		st := q.Stats()
-		empty := st.Active == 0 && st.Locked == 0
+		empty := st.Active == 0 && st.Locked == 0 && (!sessions || st.Deferred == 0 && sessionsEmpty(q))
 		if empty && st.Scheduled > 0 {
 			for _, m := range q.ScheduledMessages() {
 				var id string

@@ -88,11 +88,17 @@ func (p *producer) sendOnce(ctx context.Context, ids []string) error {
 	for _, id := range ids {
 		e := p.planned[id]
 		mid := id
-		if err := batch.AddMessage(&azservicebus.Message{
+		m := &azservicebus.Message{
 			MessageID:             &mid,
 			Body:                  []byte(id),
 			ApplicationProperties: ledger.Properties(e.Class, e.FailAttempts),
-		}, nil); err != nil {
+		}
+		if e.Session != "" {
+			// A sessions run: the batch's order is the session's (batches go out one after the other).
+			sid := e.Session
+			m.SessionID, m.ApplicationProperties = &sid, ledger.SessionProperties(e)
+		}
+		if err := batch.AddMessage(m, nil); err != nil {
 			return err
 		}
 	}

@@ -1,7 +1,8 @@
 // Command soakconsumer is the consumer process of the soak (see soak/README.md): a retry.Consumer built
 // from this repository, with a handler whose behaviour each message names (package ledger's classes),
 // recording every success durably before it returns. The soak driver starts it, SIGKILLs it at random
-// times and starts it again; SIGTERM or SIGINT shut it down gracefully.
+// times and starts it again; SIGTERM or SIGINT shut it down gracefully. With -sessions it consumes a
+// session-enabled queue with a retry.SessionConsumer instead (sessions.go).
 //
 // The connection string comes from SOAK_CONNECTION_STRING (it holds a key, so not a flag); the rest are
 // flags:
@@ -49,6 +50,12 @@ type settings struct {
 	workMax, slowMax time.Duration
 	slowShare        float64
 	logLevel         string
+	// The sessions soak's (sessions.go).
+	sessions    bool
+	sessionMode string
+	maxSessions int
+	sessionIdle time.Duration
+	maxHold     time.Duration
 }
 
 func parseFlags() settings {
@@ -67,6 +74,11 @@ func parseFlags() settings {
 	flag.DurationVar(&s.slowMax, "slow-work", time.Second, "a slow handler works up to this long")
 	flag.Float64Var(&s.slowShare, "slow-share", 0.01, "share of handler runs that are slow")
 	flag.StringVar(&s.logLevel, "log-level", "info", "debug, info, warn or error")
+	flag.BoolVar(&s.sessions, "sessions", false, "consume a session-enabled queue with retry.SessionConsumer (-concurrency is then unused)")
+	flag.StringVar(&s.sessionMode, "session-mode", "inplace", "with -sessions: how a failure holds its session: inplace, or durable (SessionOptions.DurableHolds)")
+	flag.DurationVar(&s.maxHold, "max-hold", 0, "with -sessions: SessionOptions.MaxHold; 0 means the library's default (5m) in place, 1ns with -session-mode durable")
+	flag.IntVar(&s.maxSessions, "max-sessions", 16, "with -sessions: retry.SessionOptions.MaxConcurrentSessions")
+	flag.DurationVar(&s.sessionIdle, "session-idle", 500*time.Millisecond, "with -sessions: retry.SessionOptions.SessionIdleTimeout")
 	flag.Parse()
 	return s
 }
@@ -99,14 +111,9 @@ func run() error {
 	}
 	defer w.Close()
 
-	connect, err := retry.QueueConnectionString(connStr, s.queue, nil)
-	if err != nil {
-		return err
-	}
 	h := &handler{w: w, s: s}
-	consumer, err := retry.NewConsumer(connect, h.handle, &retry.Options{
+	opts := &retry.Options{
 		MaxAttempts:      s.maxAttempts,
-		MaxConcurrency:   s.concurrency,
 		Backoff:          retry.Fibonacci{Base: s.backoffBase, Floor: s.backoffBase, Cap: s.backoffCap},
 		ReconnectDelays:  delays,
 		WatchdogInterval: s.watchdog,
@@ -122,6 +129,11 @@ func run() error {
 				if err := w.Processed(chainID(p.Message, p.Envelope), p.Envelope.Attempt, seqOf(p.Message), res.Outcome.String(), res.Inherited, res.PossibleDuplicate); err != nil {
 					logger.Error("soak: writing the ledger failed", "error", err)
 				}
+				if s.sessions && res.Outcome == retry.OutcomeDeadLettered {
+					if err := recordSessionDeadLetter(w, p); err != nil {
+						logger.Error("soak: writing the ledger failed", "error", err)
+					}
+				}
 			},
 			OnSettle: func(p retry.SettleParams) {
 				if p.Err == nil || isProbe(p.Message) {
@@ -132,14 +144,28 @@ func run() error {
 				}
 			},
 		},
-	})
-	if err != nil {
-		return err
 	}
-
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
 	defer stop()
-	logger.Info("soak: consumer starting", "pid", os.Getpid())
+	var consumer interface {
+		Run(context.Context) error
+		Health() retry.Health
+	}
+	if s.sessions {
+		if consumer, err = newSessionConsumer(connStr, s, h, opts); err != nil {
+			return err
+		}
+	} else {
+		connect, err := retry.QueueConnectionString(connStr, s.queue, nil)
+		if err != nil {
+			return err
+		}
+		opts.MaxConcurrency = s.concurrency
+		if consumer, err = retry.NewConsumer(connect, h.handle, opts); err != nil {
+			return err
+		}
+	}
+	logger.Info("soak: consumer starting", "pid", os.Getpid(), "sessions", s.sessions)
 	runErr := consumer.Run(ctx)
 	hl := consumer.Health()
 	logger.Info("soak: consumer stopped", "received", hl.Received, "completed", hl.Completed, "retries", hl.RetriesScheduled,
@@ -183,6 +209,9 @@ func (h *handler) handle(ctx context.Context, msg *azservicebus.ReceivedMessage)
 		return errTransient
 	}
 	// Durable before the handler returns: a success the consumer is killed after is still counted.
+	if h.s.sessions {
+		return recordSessionSuccess(ctx, h.w, msg, env)
+	}
 	return h.w.Success(chainID(msg, env), env.Attempt, seqOf(msg))
 }
 

@@ -36,7 +36,7 @@ func TestWriterAndTailRoundTrip(t *testing.T) {
 	assert.Equal(t, 150, n)
 	l := tail.Log()
 	require.Len(t, l.Successes, 50)
-	assert.Equal(t, Success{ID: "m-1", Attempt: 2, Seq: l.Successes[0].Seq, PID: os.Getpid(), UnixMS: l.Successes[0].UnixMS}, l.Successes[0])
+	assert.Equal(t, Success{ID: "m-1", Attempt: 2, Seq: l.Successes[0].Seq, PID: os.Getpid(), UnixMS: l.Successes[0].UnixMS, Record: l.Successes[0].Record}, l.Successes[0])
 	assert.InDelta(t, time.Now().UnixMilli(), l.Successes[0].UnixMS, 60000)
 	require.Len(t, l.Processed, 50)
 	assert.True(t, l.Processed[0].Inherited)
@@ -64,7 +64,7 @@ func TestTailKeepsAnIncompleteLastLine(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, 1, n)
 	assert.False(t, tail.Partial())
-	assert.Equal(t, []Success{{ID: "a", Attempt: 1, Seq: 7, PID: 100, UnixMS: 5}, {ID: "b", Attempt: 1, Seq: 8, PID: 100, UnixMS: 6}}, tail.Log().Successes)
+	assert.Equal(t, []Success{{ID: "a", Attempt: 1, Seq: 7, PID: 100, UnixMS: 5}, {ID: "b", Attempt: 1, Seq: 8, PID: 100, UnixMS: 6, Record: 1}}, tail.Log().Successes)
 }
 
 func TestAddRejectsMalformedRecords(t *testing.T) {
@@ -72,4 +72,28 @@ func TestAddRejectsMalformedRecords(t *testing.T) {
 		var l Log
 		assert.Error(t, l.Add(line), "%q", line)
 	}
+}
+
+func TestSessionRecordsAreSuccessesAndEventsInOrder(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ledger.log")
+	w, err := OpenWriter(path)
+	require.NoError(t, err)
+	require.NoError(t, w.Processed("s001-00000", 1, 3, "retry-scheduled", false, false))
+	require.NoError(t, w.SessionSuccess("s001-00000", "s001", 0, 2, 3))
+	require.NoError(t, w.SessionDeadLettered("s001-00001", "s001", 1, 1, "RetryPermanentFailure"))
+	require.NoError(t, w.Close())
+
+	tail := NewTail(path)
+	n, err := tail.Read()
+	require.NoError(t, err)
+	assert.Equal(t, 3, n)
+	l := tail.Log()
+	require.Len(t, l.Session, 2)
+	ok, dl := l.Session[0], l.Session[1]
+	assert.Equal(t, SessionEvent{ID: "s001-00000", Session: "s001", Index: 0, Attempt: 2, Seq: 3, PID: os.Getpid(), UnixMS: ok.UnixMS, Record: 1}, ok)
+	assert.Equal(t, SessionEvent{ID: "s001-00001", Session: "s001", Index: 1, Attempt: 1, DeadLettered: true, Reason: "RetryPermanentFailure",
+		Seq: -1, PID: os.Getpid(), UnixMS: dl.UnixMS, Record: 2}, dl)
+	assert.Equal(t, []Success{{ID: "s001-00000", Attempt: 2, Seq: 3, PID: os.Getpid(), UnixMS: ok.UnixMS, Record: 1}}, l.Successes,
+		"an O record is a success too")
+	assert.Equal(t, 0, l.Processed[0].Record)
 }
