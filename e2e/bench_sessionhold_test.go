@@ -38,7 +38,9 @@ const (
 // lateness of a retry is the start of the second call minus the return of the first and the delay:
 // what the library adds to the backoff (its decision, the timer's wake-up, the next call's set-up) on
 // top of the Go timer's own lateness. It reports the median, the 99th percentile and the maximum in
-// ms, and how many retries in place a second went through.
+// ms, and how many retries in place a second went through; timer-p50-ms and timer-p99-ms are the
+// lateness of a bare timer of the same delay, waited over and over in the same run
+// (probeTimerLateness), the floor the machine set at that moment.
 //
 //   - impl=retry: retry.SessionConsumer with MaxConcurrentSessions 16 and Backoff retry.Constant;
 //   - impl=loop: the hand-written session loop of BenchmarkPairedSessions (runSessionLoop) holding a
@@ -123,9 +125,11 @@ func benchSessionHold(b *testing.B, run func(ctx context.Context, e *env, handle
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	stopped := make(chan error, 1)
+	probed := make(chan []time.Duration, 1)
 	b.ResetTimer()
 	start := time.Now()
 	go func() { stopped <- run(ctx, e, handler) }()
+	go func() { probed <- probeTimerLateness(ctx, holdDelay) }()
 	timeout := time.NewTimer(holdTimeout)
 	defer timeout.Stop()
 	select {
@@ -144,6 +148,7 @@ func benchSessionHold(b *testing.B, run func(ctx context.Context, e *env, handle
 	if err := <-stopped; err != nil {
 		b.Fatal(err)
 	}
+	floor := <-probed
 	mu.Lock()
 	defer mu.Unlock()
 	slices.Sort(late)
@@ -151,8 +156,32 @@ func benchSessionHold(b *testing.B, run func(ctx context.Context, e *env, handle
 	b.ReportMetric(ms(late[len(late)/2]), "p50-ms")
 	b.ReportMetric(ms(late[len(late)*99/100]), "p99-ms")
 	b.ReportMetric(ms(late[len(late)-1]), "max-ms")
+	if len(floor) > 0 {
+		slices.Sort(floor)
+		b.ReportMetric(ms(floor[len(floor)/2]), "timer-p50-ms")
+		b.ReportMetric(ms(floor[len(floor)*99/100]), "timer-p99-ms")
+	}
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "retries/s")
 	if late[0] < 0 {
 		b.Errorf("a retry ran %v before its delay was over", -late[0])
+	}
+}
+
+// probeTimerLateness waits delay on a timer again and again until ctx ends, and returns how late each
+// wait ended: the machine's own lateness for the same delay, during the same run, which no session
+// loop can go below.
+func probeTimerLateness(ctx context.Context, delay time.Duration) []time.Duration {
+	var late []time.Duration
+	t := time.NewTimer(delay)
+	defer t.Stop()
+	for {
+		armed := time.Now()
+		select {
+		case <-t.C:
+			late = append(late, time.Since(armed)-delay)
+			t.Reset(delay)
+		case <-ctx.Done():
+			return late
+		}
 	}
 }

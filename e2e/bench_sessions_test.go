@@ -39,6 +39,11 @@ const (
 	// for the consumer, as many accepting goroutines for the loop. 16, as MaxConcurrency in
 	// BenchmarkPaired, so that the two benchmarks ask the same of two cores.
 	sessionsConcurrency = 16
+	// sessionsLongCount and sessionsLongLength are the shape of case=long: 40 sessions of 125 messages,
+	// where accepting and releasing a session are a fifth as frequent as in case=success and the
+	// per-message path weighs more.
+	sessionsLongCount  = 40
+	sessionsLongLength = 125
 	// sessionsAcceptWindow bounds one accept of the hand-written loop, as the consumer's acceptWindow.
 	sessionsAcceptWindow = 10 * time.Second
 	// sessionsReleaseTimeout bounds the wait, after a burst, for its sessions to be released.
@@ -68,6 +73,11 @@ var sessionsReceiveOptions = azservicebus.ReceiveMessagesOptions{TimeAfterFirstM
 // every burst, and a burst ends only once the broker holds none of its sessions locked, plus
 // sessionsQuiet, so that every burst starts with every worker parked in an accept.
 //
+// case=success is that shape; case=long is 40 sessions of 125 messages (5,000 as well, with a cushion
+// of 32 sessions of 125), so that a fifth as many sessions are accepted, waited out and released per
+// message and the per-message path (receive, handler, complete) weighs more. In both every handler
+// succeeds at once.
+//
 //   - retry: retry.SessionConsumer with MaxConcurrentSessions 16 and SessionIdleTimeout -sessions.idle
 //     (20 ms), otherwise the defaults, its logger discarded, counting through OnProcessed;
 //   - loop (runSessionLoop): 16 goroutines on one client (as the consumer's one connection), each
@@ -89,20 +99,29 @@ var sessionsReceiveOptions = azservicebus.ReceiveMessagesOptions{TimeAfterFirstM
 //
 // With -v it logs one line per round, which e2e/poolsessions.py pools over several runs.
 func BenchmarkPairedSessions(b *testing.B) {
-	b.Run("case=success", func(b *testing.B) {
-		count, length, idle := *sessionsCount, *sessionsLength, *sessionsIdle
-		if count < 1 || length < 1 || idle <= 0 {
-			b.Fatalf("-sessions.count=%d -sessions.length=%d -sessions.idle=%v: need at least one session of one message and an idle timeout", count, length, idle)
-		}
-		succeed := func(context.Context, *azservicebus.ReceivedMessage) error { return nil }
-		impls := []*pairedImpl{
-			startSessionImpl(b, "loop", func(ctx context.Context, e *env, p *pairedImpl) error {
-				return runSessionLoop(ctx, e, sessionsConcurrency, idle, succeed, 0, p)
-			}),
-			startSessionImpl(b, "retry", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, idle, succeed)),
-		}
-		runPairedSessionBursts(b, impls, count, length, 2*sessionsConcurrency, []pairedRatio{{"retry", "loop"}})
-	})
+	cases := []struct {
+		name          string
+		count, length int
+	}{
+		{"case=success", *sessionsCount, *sessionsLength},
+		{"case=long", sessionsLongCount, sessionsLongLength},
+	}
+	for _, c := range cases {
+		b.Run(c.name, func(b *testing.B) {
+			idle := *sessionsIdle
+			if c.count < 1 || c.length < 1 || idle <= 0 {
+				b.Fatalf("%d sessions of %d messages, idle timeout %v: need at least one session of one message and an idle timeout", c.count, c.length, idle)
+			}
+			succeed := func(context.Context, *azservicebus.ReceivedMessage) error { return nil }
+			impls := []*pairedImpl{
+				startSessionImpl(b, "loop", func(ctx context.Context, e *env, p *pairedImpl) error {
+					return runSessionLoop(ctx, e, sessionsConcurrency, idle, succeed, 0, p)
+				}),
+				startSessionImpl(b, "retry", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, idle, succeed)),
+			}
+			runPairedSessionBursts(b, impls, c.count, c.length, 2*sessionsConcurrency, []pairedRatio{{"retry", "loop"}})
+		})
+	}
 }
 
 // startSessionEmulator starts an emulator with the session-enabled queue "orders" at its defaults
