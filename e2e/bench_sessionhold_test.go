@@ -54,7 +54,7 @@ func BenchmarkSessionHoldLateness(b *testing.B) {
 	b.Run("impl=loop", func(b *testing.B) {
 		benchSessionHold(b, func(ctx context.Context, e *env, handler retry.Handler) error {
 			p := &pairedImpl{name: "loop"} // counts nothing: the handler does
-			return runSessionLoop(ctx, e, holdConcurrency, holdIdle, handler, holdDelay, p)
+			return runSessionLoop(ctx, e, sessionLoopConfig{concurrency: holdConcurrency, idle: holdIdle, hold: holdDelay}, handler, p)
 		})
 	})
 	b.Run("impl=retry", func(b *testing.B) {

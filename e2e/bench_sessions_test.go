@@ -84,7 +84,10 @@ var sessionsReceiveOptions = azservicebus.ReceiveMessagesOptions{TimeAfterFirstM
 //     accepting the next session (bounded by 10 s, as the consumer), renewing its lock from a goroutine
 //     of its own at half the granted duration, and receiving one message at a time with the
 //     consumer's receive options and a receive bounded by the same idle timeout, then the handler, then
-//     the complete; a receive that ends with nothing releases the session (closes the receiver).
+//     the complete; a receive that ends with nothing releases the session (closes the receiver);
+//   - loop-bounded: the same loop with every complete bounded by the default SettleTimeout under the
+//     session lock's context, as the consumer bounds it (settleContext): what a loop that must not hang
+//     on a settle pays for it.
 //
 // Neither renews during a burst: the emulator grants 60 s and a session lasts well under a second.
 // Both pay for what renewal costs when it does not fire (a goroutine and a timer per session), which
@@ -115,11 +118,15 @@ func BenchmarkPairedSessions(b *testing.B) {
 			succeed := func(context.Context, *azservicebus.ReceivedMessage) error { return nil }
 			impls := []*pairedImpl{
 				startSessionImpl(b, "loop", func(ctx context.Context, e *env, p *pairedImpl) error {
-					return runSessionLoop(ctx, e, sessionsConcurrency, idle, succeed, 0, p)
+					return runSessionLoop(ctx, e, sessionLoopConfig{concurrency: sessionsConcurrency, idle: idle}, succeed, p)
+				}),
+				startSessionImpl(b, "loop-bounded", func(ctx context.Context, e *env, p *pairedImpl) error {
+					cfg := sessionLoopConfig{concurrency: sessionsConcurrency, idle: idle, settleTimeout: retry.DefaultSettleTimeout}
+					return runSessionLoop(ctx, e, cfg, succeed, p)
 				}),
 				startSessionImpl(b, "retry", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, idle, succeed)),
 			}
-			runPairedSessionBursts(b, impls, c.count, c.length, 2*sessionsConcurrency, []pairedRatio{{"retry", "loop"}})
+			runPairedSessionBursts(b, impls, c.count, c.length, 2*sessionsConcurrency, []pairedRatio{{"retry", "loop"}, {"retry", "loop-bounded"}})
 		})
 	}
 }
@@ -198,21 +205,34 @@ func runPairedSessionConsumer(opts *retry.Options, concurrency int, idle time.Du
 	}
 }
 
-// runSessionLoop is the hand-written session loop: concurrency goroutines on one client, each
+// sessionLoopConfig is how the hand-written session loop runs.
+type sessionLoopConfig struct {
+	// concurrency is how many sessions it holds at once, one goroutine each.
+	concurrency int
+	// idle is how long a session may go without a message before it is released.
+	idle time.Duration
+	// hold, if positive, is how long a failed handler holds its session before it is called again
+	// (the loop's retry in place); with zero a failure leaves the message unsettled and releases the
+	// session.
+	hold time.Duration
+	// settleTimeout, if positive, bounds every complete, under the session lock's context, as the
+	// consumer's settleContext does; with zero a complete is bounded by nothing but the loop's end.
+	settleTimeout time.Duration
+}
+
+// runSessionLoop is the hand-written session loop: cfg.concurrency goroutines on one client, each
 // accepting the next session and serving it (serveSession) until ctx ends. An accept that finds no
 // session in its window is asked again (not sooner than a second after the last ask, as the consumer);
-// any other accept failure ends the loop with it. hold, if
-// positive, is how long a failed handler holds its session before it is called again (the loop's
-// retry in place); with zero a failure leaves the message unsettled and releases the session.
-func runSessionLoop(ctx context.Context, e *env, concurrency int, idle time.Duration, handle func(context.Context, *azservicebus.ReceivedMessage) error, hold time.Duration, p *pairedImpl) error {
+// any other accept failure ends the loop with it.
+func runSessionLoop(ctx context.Context, e *env, cfg sessionLoopConfig, handle func(context.Context, *azservicebus.ReceivedMessage) error, p *pairedImpl) error {
 	client, err := azservicebus.NewClientFromConnectionString(e.connStr, nil)
 	if err != nil {
 		return err
 	}
 	defer closeBounded(client.Close)
 	var wg sync.WaitGroup
-	errs := make(chan error, concurrency)
-	for range concurrency {
+	errs := make(chan error, cfg.concurrency)
+	for range cfg.concurrency {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -237,7 +257,7 @@ func runSessionLoop(ctx context.Context, e *env, concurrency int, idle time.Dura
 					}
 					continue
 				}
-				serveSession(ctx, r, idle, handle, hold, p)
+				serveSession(ctx, r, cfg, handle, p)
 			}
 		}()
 	}
@@ -251,7 +271,7 @@ func runSessionLoop(ctx context.Context, e *env, concurrency int, idle time.Dura
 // within idle, then stops renewing and closes the receiver, which releases the session. A failed
 // complete, or a failed handler with no hold, releases the session at once, leaving the message to
 // come back first.
-func serveSession(ctx context.Context, r *azservicebus.SessionReceiver, idle time.Duration, handle func(context.Context, *azservicebus.ReceivedMessage) error, hold time.Duration, p *pairedImpl) {
+func serveSession(ctx context.Context, r *azservicebus.SessionReceiver, cfg sessionLoopConfig, handle func(context.Context, *azservicebus.ReceivedMessage) error, p *pairedImpl) {
 	defer closeBounded(r.Close)
 	lockCtx, stopRenewing := context.WithCancel(ctx)
 	renewing := make(chan struct{})
@@ -264,23 +284,34 @@ func serveSession(ctx context.Context, r *azservicebus.SessionReceiver, idle tim
 		<-renewing
 	}()
 	for {
-		rctx, cancel := context.WithTimeout(ctx, idle)
+		rctx, cancel := context.WithTimeout(ctx, cfg.idle)
 		msgs, _ := r.ReceiveMessages(rctx, 1, &sessionsReceiveOptions)
 		cancel()
 		if len(msgs) == 0 {
 			return // idle (or the receive failed): release the session
 		}
 		for _, m := range msgs {
-			if !handleInPlace(ctx, lockCtx, m, handle, hold, p) {
+			if !handleInPlace(ctx, lockCtx, m, handle, cfg.hold, p) {
 				return
 			}
-			if err := r.CompleteMessage(ctx, m, nil); err != nil {
+			if err := completeSessionMessage(ctx, lockCtx, r, m, cfg.settleTimeout); err != nil {
 				p.failed(err)
 				return
 			}
 			p.settled()
 		}
 	}
+}
+
+// completeSessionMessage completes m, bounded by settleTimeout under lockCtx if settleTimeout is
+// positive, else under ctx alone.
+func completeSessionMessage(ctx, lockCtx context.Context, r *azservicebus.SessionReceiver, m *azservicebus.ReceivedMessage, settleTimeout time.Duration) error {
+	if settleTimeout <= 0 {
+		return r.CompleteMessage(ctx, m, nil)
+	}
+	sctx, cancel := context.WithTimeout(lockCtx, settleTimeout)
+	defer cancel()
+	return r.CompleteMessage(sctx, m, nil)
 }
 
 // handleInPlace calls handle on m until it succeeds (true), waiting hold after each failure; with no
