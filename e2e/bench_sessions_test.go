@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -53,6 +54,25 @@ const (
 	// done while the next implementation's burst is measured.
 	sessionsQuiet = 20 * time.Millisecond
 )
+
+// sessionAccepts counts, per implementation name, the sessions accepted since its start, so that
+// BenchmarkPairedSessions can report how many accepts a burst took (a session released while it still
+// had messages is accepted again).
+var sessionAccepts sync.Map // name -> *atomic.Int64
+
+// countAccept counts one session accepted by the implementation p.
+func countAccept(p *pairedImpl) {
+	n, _ := sessionAccepts.LoadOrStore(p.name, new(atomic.Int64))
+	n.(*atomic.Int64).Add(1)
+}
+
+// acceptsOf is how many sessions the implementation p accepted since its start.
+func acceptsOf(p *pairedImpl) int64 {
+	if n, ok := sessionAccepts.Load(p.name); ok {
+		return n.(*atomic.Int64).Load()
+	}
+	return 0
+}
 
 // sessionsReceiveOptions are the consumer's receive options (receiveloop.go's receiveOptions): with
 // one message asked for, TimeAfterFirstMessage never runs, but the call is the same.
@@ -194,9 +214,25 @@ func runPairedSessionConsumer(opts *retry.Options, concurrency int, idle time.Du
 			}
 			p.failed(fmt.Errorf("%s: outcome %v (settle error %v)", pp.Message.MessageID, pp.Result.Outcome, pp.Result.SettleErr))
 		}
-		connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, nil)
+		dial, err := retry.SessionQueueConnectionString(e.connStr, e.queue, nil)
 		if err != nil {
 			return err
+		}
+		// The connector's accepts are counted (countAccept), at the cost of one closure call each.
+		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
+			conn, err := dial(ctx)
+			if err != nil || conn == nil || conn.AcceptNext == nil {
+				return conn, err
+			}
+			accept := conn.AcceptNext
+			conn.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+				r, err := accept(ctx)
+				if err == nil {
+					countAccept(p)
+				}
+				return r, err
+			}
+			return conn, nil
 		}
 		sc, err := retry.NewSessionConsumer(connect, handler, opts, &retry.SessionOptions{MaxConcurrentSessions: concurrency, SessionIdleTimeout: idle})
 		if err != nil {
@@ -258,6 +294,7 @@ func runSessionLoop(ctx context.Context, e *env, cfg sessionLoopConfig, handle f
 					}
 					continue
 				}
+				countAccept(p)
 				serveSession(ctx, r, cfg, handle, p)
 			}
 		}()
@@ -388,6 +425,10 @@ func runPairedSessionBursts(b *testing.B, impls []*pairedImpl, count, length, cu
 	for _, p := range impls {
 		s.run(b, p, k, extra)
 	}
+	acceptsBefore := make(map[string]int64, len(impls))
+	for _, p := range impls {
+		acceptsBefore[p.name] = acceptsOf(p)
+	}
 	results := make(map[string][]burstResult, len(impls))
 	b.ResetTimer()
 	for round := range b.N {
@@ -401,6 +442,10 @@ func runPairedSessionBursts(b *testing.B, impls []*pairedImpl, count, length, cu
 	}
 	b.StopTimer()
 	reportPaired(b, impls, results, ratios)
+	// The sessions of a burst are count+cushion; more accepts mean sessions released early.
+	for _, p := range impls {
+		b.ReportMetric(float64(acceptsOf(p)-acceptsBefore[p.name])/float64(b.N), p.name+"-accepts/burst")
+	}
 }
 
 // run is burstScheduler.run with sessionBurstScheduler.once: a void burst is redone with a longer lead,
