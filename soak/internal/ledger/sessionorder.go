@@ -118,6 +118,19 @@ func completedRecords(l *Log) completions {
 	return c
 }
 
+// doubtedRecords indexes the completions the consumer doubted (PossibleDuplicate: the SDK retried the
+// settle, which may not have taken; soak/README.md finding 3) the same way.
+func doubtedRecords(l *Log) completions {
+	c := completions{}
+	for _, p := range l.Processed {
+		if p.Outcome == outcomeCompleted && p.PossibleDuplicate {
+			k := completionKey{p.ID, p.Attempt, p.PID}
+			c[k] = append(c[k], p.Record)
+		}
+	}
+	return c
+}
+
 // within reports whether process pid reported attempt of id completed in a record after from and
 // before to.
 func (c completions) within(id string, attempt, pid, from, to int) bool {

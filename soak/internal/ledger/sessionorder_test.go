@@ -189,6 +189,20 @@ func TestCheckSessions(t *testing.T) {
 			assert.Equal(t, 1, rep.UnsettledRepeats)
 			assert.Equal(t, 1, rep.Repeats)
 		}},
+		{name: "a same-process repeat of a success whose complete the consumer doubted is explained", lines: []string{
+			"O s000-00000 s000 0 1 1 10 1",
+			"P s000-00000 1 1 completed 0 1 10 1", // the SDK retried the complete: the consumer doubts it
+			"O s000-00000 s000 0 1 1 10 2",
+			"P s000-00000 1 1 completed 0 0 10 2",
+			"O s000-00001 s000 1 1 4 10 3",
+			"D s000-00002 s000 2 1 RetryPermanentFailure 10 4",
+			"O s000-00003 s000 3 1 6 10 7",
+			"O s001-00000 s001 0 2 2 10 2",
+			"O s001-00001 s001 1 1 5 10 5",
+		}, check: func(t *testing.T, rep Report) {
+			assert.Equal(t, 1, rep.UnsettledRepeats)
+			assert.Equal(t, 1, rep.Repeats)
+		}},
 		{name: "a left-for-redelivery before the success explains nothing", lines: []string{
 			"P s000-00000 1 1 left-for-redelivery 0 0 10 1", // an earlier delivery whose handler was cancelled
 			"O s000-00000 s000 0 1 1 10 1",
