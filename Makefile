@@ -3,7 +3,7 @@ GO ?= go
 PKGS := ./...
 FUZZTIME ?= 10s
 
-.PHONY: test vet fmt-check sdk-live fuzz bench bench-paired bench-all quickstart soak soak-short soak-sessions soak-sessions-short
+.PHONY: test vet fmt-check sdk-live fuzz bench bench-paired bench-sessions bench-all quickstart soak soak-short soak-sessions soak-sessions-short
 
 test: vet fmt-check
 	$(GO) test -race -shuffle=on -count=1 $(PKGS)
@@ -61,6 +61,20 @@ bench-paired:
 	  grep '^BenchmarkPaired/' bench-paired-$$i.txt | grep ns/op || true; echo "run $$i of $(RUNS)"; \
 	done
 	python3 e2e/poolpaired.py bench-paired-*.txt
+
+# The session consumer's ratios (issue 18, BENCHMARKS.md "Session consumer"): BenchmarkPairedSessions
+# in paired bursts against a hand-written session loop, RUNS runs of ROUNDS rounds pooled by
+# e2e/poolsessions.py (SESSION_CASES: success, 200 sessions of 25; long, 40 of 125), then
+# BenchmarkSessionHoldLateness three times.
+SESSION_CASES ?= success|long
+bench-sessions:
+	$(GO) test -c -o bench-e2e.test ./e2e/
+	@rm -f bench-sessions-*.txt; set -e; for i in $$(seq $(RUNS)); do \
+	  (cd e2e && ../bench-e2e.test -test.run='^$$' -test.bench='^BenchmarkPairedSessions$$/^case=($(SESSION_CASES))$$' -test.benchtime=$(ROUNDS)x -test.timeout=60m -test.v) > bench-sessions-$$i.txt; \
+	  grep '^BenchmarkPairedSessions/' bench-sessions-$$i.txt | grep ns/op || true; echo "run $$i of $(RUNS)"; \
+	done
+	python3 e2e/poolsessions.py bench-sessions-*.txt
+	(cd e2e && ../bench-e2e.test -test.run='^$$' -test.bench='^BenchmarkSessionHoldLateness$$' -test.benchtime=2000x -test.count=3)
 
 # Every benchmark of every package, once.
 bench-all:
