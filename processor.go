@@ -85,7 +85,10 @@ type Result struct {
 	// PossibleDuplicate is true when the retry copy was scheduled but completing the original failed:
 	// the broker will redeliver the original. A redelivery that reaches this process completes it without
 	// running the handler again (see Inherited); one that reaches another process runs the handler, and its
-	// republish reuses the same MessageID, which duplicate detection absorbs.
+	// republish reuses the same MessageID, which duplicate detection absorbs. For a [SessionConsumer] it
+	// is true when a complete or dead-letter succeeded only after the SDK retried it, which may not have
+	// settled it: the session is released, and the message, if still there, runs again before its
+	// successors.
 	PossibleDuplicate bool
 	// Inherited is true when the handler did not run because an earlier delivery of the same message, in
 	// this process, had already decided the outcome but could not settle it (its lock died with a

@@ -201,7 +201,9 @@ func NewSessionConsumer(connect SessionConnector, handler Handler, opts *Options
 }
 
 // Health returns a snapshot of the consumer's state and counters, as [Consumer.Health] does.
-// RetriesScheduled, Held and PossibleDuplicates stay zero: retries happen in place.
+// RetriesScheduled and Held stay zero: no copy is scheduled. PossibleDuplicates counts settles the SDK
+// retried, which may not have taken (the session was released so that the message, if still there,
+// runs again first); Deferred counts the messages deferred by durable holds and behind them.
 func (sc *SessionConsumer) Health() Health {
 	if sc == nil || sc.stats == nil {
 		return Health{}

@@ -43,7 +43,9 @@ import (
 
 // heldSession is one accepted session while a worker serves it.
 type heldSession struct {
+	// recv is the session's receiver, serial the same one, for calls that are timed (sessionreceiver.go).
 	recv        SessionReceiver
+	serial      *serialReceiver
 	lk          *sessionLock
 	sid, entity string
 	// sender schedules wake-ups; nil when the connection has none.
@@ -135,7 +137,9 @@ func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azserv
 		// back active, the held one is gone.
 		if h := hs.ds.st.Hold; h != nil && (msg.SequenceNumber == nil || *msg.SequenceNumber != h.SequenceNumber) {
 			if !r.dropMissingHold(hs) {
-				return false
+				// msg was received: it is left unsettled, and reported as such.
+				d := r.setAside(hs, msg)
+				return r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, errors.New("retry: the session's record could not be written")))
 			}
 		}
 		hs.holdNotDeferred = false
@@ -467,15 +471,23 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, r.sc.cfg.reasons.SessionBacklogFull, nil, d.now, false), &res, false)
 		return r.endSetAside(d, res)
 	default:
+		d := r.setAside(hs, msg)
 		next := SessionState{Hold: st.Hold, Followers: append(slices.Clip(st.Followers), seq)}
-		if r.writeState(hs, next) != nil {
-			return false
+		if err := r.writeState(hs, next); err != nil {
+			return r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, err))
 		}
+		return r.deferAside(hs, d, st, props)
 	}
+	return r.deferAside(hs, r.setAside(hs, msg), st, props)
+}
+
+// deferAside defers d's message behind what blocks the session (st), stamped with props, and ends its
+// delivery.
+func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st SessionState, props map[string]any) bool {
+	p, msg, seq := r.sc.proc, d.msg, *d.msg.SequenceNumber
 	if h := st.Hold; h != nil && h.SequenceNumber != seq {
 		props[PropHeldBehind] = h.SequenceNumber
 	}
-	d := r.setAside(hs, msg)
 	res := Result{Attempt: d.env.Attempt}
 	start := p.callStart(d)
 	ctx, cancel := r.settleContext(hs.lk)

@@ -370,7 +370,7 @@ func TestSessionBlockAfterDeadLetterUntilReleased(t *testing.T) {
 		plan, err := retry.PlanRelease("s", cur, time.Now())
 		require.NoError(t, err)
 		assert.Nil(t, plan.After.Hold)
-		assert.Equal(t, cur.Followers, plan.After.Followers)
+		assert.Equal(t, append([]int64{cur.Hold.SequenceNumber}, cur.Followers...), plan.After.Followers)
 		_, err = b.Sender().ScheduleMessages(t.Context(), []*azservicebus.Message{plan.Wake}, time.Time{}, nil)
 		require.NoError(t, err)
 		rec2, err := retry.MarshalSessionState(plan.After)
@@ -484,7 +484,7 @@ func TestDecodeSessionState(t *testing.T) {
 	plan, err = retry.PlanRelease("s", blocked, at.Add(1500*time.Microsecond).In(time.FixedZone("x", 3600)))
 	require.NoError(t, err)
 	assert.Nil(t, plan.After.Hold, "a dead-letter block is lifted")
-	assert.Equal(t, []int64{9}, plan.After.Followers)
+	assert.Equal(t, []int64{7, 9}, plan.After.Followers, "the dead-lettered message heads the followers, in case it is still there")
 	assert.Equal(t, int64(retry.NoHeldMessage), plan.WakeFor)
 	assert.Equal(t, "s", *plan.Wake.SessionID)
 	assert.Equal(t, 3, st.Hold.Attempt, "the plan does not change its input")
@@ -655,5 +655,66 @@ func TestSessionControlPropertyOfTheApplication(t *testing.T) {
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
 		require.NoError(t, stop())
+	})
+}
+
+// A consumer stopped after recording a dead-letter block but before the dead-letter, then an operator's
+// release before any consumer takes the session again: the release puts the message at the head of
+// the followers, so the next consumer finds it still deferred and runs it again, instead of leaving it
+// deferred with no record naming it.
+func TestSessionReleaseBeforeAPendingDeadLetter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		rec := newSessionRecorder()
+		permanent := true
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			switch {
+			case c.ID != "s-1":
+				return nil
+			case c.Attempt == 1:
+				return errBoom // held durably: deferred
+			case permanent:
+				b.Fail(retrytest.OpDeadLetter, 1, errors.New("killed"))
+				return retry.Permanent(errors.New("bad"))
+			}
+			return nil
+		})
+		ctx, cancel := context.WithCancel(t.Context())
+		opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}
+		opts.Hooks.OnSettle = func(p retry.SettleParams) {
+			if p.Operation == retry.SettleDeadLetter && p.Err != nil {
+				cancel() // the process dies between the record and the dead-letter
+			}
+		}
+		sopts := &retry.SessionOptions{MaxHold: time.Nanosecond, DurableHolds: true, BlockAfterDeadLetter: true}
+		first := newSessionConsumer(t, b, h, rec, opts, sopts)
+		done := make(chan error, 1)
+		go func() { done <- first.Run(ctx) }()
+		require.NoError(t, <-done)
+		st := sessionState(t, b, "s")
+		require.NotNil(t, st.Hold)
+		require.NotEmpty(t, st.Hold.DeadLetterReason)
+		require.Empty(t, b.DeadLettered(), "the dead-letter did not happen")
+
+		r, err := acceptWhenFree(t, b, "s")
+		require.NoError(t, err)
+		plan, err := retry.PlanRelease("s", st, time.Now())
+		require.NoError(t, err)
+		_, err = b.Sender().ScheduleMessages(t.Context(), []*azservicebus.Message{plan.Wake}, time.Time{}, nil)
+		require.NoError(t, err)
+		raw, err := retry.MarshalSessionState(plan.After)
+		require.NoError(t, err)
+		require.NoError(t, r.SetSessionState(t.Context(), raw, nil))
+		require.NoError(t, r.Close(t.Context()))
+
+		permanent = false
+		second := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, sopts)
+		stop := runSessionConsumer(t, second)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"), "s-1 ran again, then s-2")
+		assert.Empty(t, b.Deferred())
+		assert.False(t, sessionState(t, b, "s").Blocked())
 	})
 }

@@ -32,53 +32,93 @@ func newSerialReceiver(r SessionReceiver) *serialReceiver {
 	return &serialReceiver{turn: make(chan struct{}, 1), r: r, sid: r.SessionID()}
 }
 
+// take waits for the receiver's turn, or for ctx to end (then it returns ctx's error).
+func (s *serialReceiver) take(ctx context.Context) error {
+	select {
+	case s.turn <- struct{}{}:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *serialReceiver) give() { <-s.turn }
+
+// timed runs call on the receiver in its turn and reports how long the call itself took on clk, the
+// wait for the turn left out: a settle is doubted by that time (sessionhold.go doubt).
+func (s *serialReceiver) timed(ctx context.Context, clk Clock, call func(SessionReceiver) error) (time.Duration, error) {
+	if err := s.take(ctx); err != nil {
+		return 0, err
+	}
+	defer s.give()
+	start := clk.Now()
+	err := call(s.r)
+	return clk.Now().Sub(start), err
+}
+
 var _ SessionReceiver = (*serialReceiver)(nil)
 
 func (s *serialReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return nil, err
+	}
+	defer s.give()
 	return s.r.ReceiveMessages(ctx, n, o)
 }
 
 func (s *serialReceiver) CompleteMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.CompleteMessageOptions) error {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return err
+	}
+	defer s.give()
 	return s.r.CompleteMessage(ctx, m, o)
 }
 
 func (s *serialReceiver) DeadLetterMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.DeadLetterOptions) error {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return err
+	}
+	defer s.give()
 	return s.r.DeadLetterMessage(ctx, m, o)
 }
 
 func (s *serialReceiver) DeferMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.DeferMessageOptions) error {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return err
+	}
+	defer s.give()
 	return s.r.DeferMessage(ctx, m, o)
 }
 
 func (s *serialReceiver) ReceiveDeferredMessages(ctx context.Context, seqs []int64, o *azservicebus.ReceiveDeferredMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return nil, err
+	}
+	defer s.give()
 	return s.r.ReceiveDeferredMessages(ctx, seqs, o)
 }
 
 func (s *serialReceiver) GetSessionState(ctx context.Context, o *azservicebus.GetSessionStateOptions) ([]byte, error) {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return nil, err
+	}
+	defer s.give()
 	return s.r.GetSessionState(ctx, o)
 }
 
 func (s *serialReceiver) SetSessionState(ctx context.Context, state []byte, o *azservicebus.SetSessionStateOptions) error {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return err
+	}
+	defer s.give()
 	return s.r.SetSessionState(ctx, state, o)
 }
 
 func (s *serialReceiver) RenewSessionLock(ctx context.Context, o *azservicebus.RenewSessionLockOptions) error {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return err
+	}
+	defer s.give()
 	return s.r.RenewSessionLock(ctx, o)
 }
 
@@ -92,7 +132,9 @@ func (s *serialReceiver) LockedUntil() time.Time {
 }
 
 func (s *serialReceiver) Close(ctx context.Context) error {
-	s.turn <- struct{}{}
-	defer func() { <-s.turn }()
+	if err := s.take(ctx); err != nil {
+		return err
+	}
+	defer s.give()
 	return s.r.Close(ctx)
 }

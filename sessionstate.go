@@ -235,7 +235,8 @@ type ReleasePlan struct {
 var ErrNotHeld = errors.New("retry: the session holds nothing to release")
 
 // PlanRelease plans an operator's release of session sessionID, whose current state is state: a
-// session blocked after a dead-letter is unblocked (its followers run next, in order); a session
+// session blocked after a dead-letter is unblocked (its followers run next, in order, after the
+// dead-lettered message if it is still there: see below); a session
 // waiting for a retry has the retry made due now (now in UTC, to the millisecond, as the record keeps
 // it). The plan changes nothing by itself: the operator tools show it in a dry run and apply it while
 // holding the session's lock by first sending Wake, then writing After as the session state
@@ -259,6 +260,13 @@ func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePl
 		// Blocked after a dead-letter, or followers waiting with nothing held (a consumer stopped
 		// between two of them): the wake-up names no message, it only brings a consumer.
 		wakeFor = &SessionHold{SequenceNumber: NoHeldMessage, WakeID: wakeID(NoHeldMessage, 0, now)}
+		if h != nil {
+			// The record of a dead-letter is written before the dead-letter itself, so a consumer that
+			// stopped between the two left the message in the session. It heads the followers: the
+			// consumer looks it up first and skips it if it is gone (dead-lettered, the usual case),
+			// or runs it again if it is still there, so that nothing stays deferred unnamed.
+			after.Followers = append([]int64{h.SequenceNumber}, after.Followers...)
+		}
 	}
 	plan.After = after
 	plan.Wake = wakeMessage(sessionID, wakeFor)

@@ -163,12 +163,14 @@ func TestSessionsReleaseJSONAfterDeadLetter(t *testing.T) {
 	require.NotNil(t, rep.Before.Hold)
 	assert.Equal(t, "RetryMaxAttemptsExceeded", rep.Before.Hold.DeadLetterReason)
 	assert.Nil(t, rep.After.Hold, "unblocked")
-	assert.Equal(t, f.followers, rep.After.Followers)
+	// The dead-lettered message heads the followers, in case a consumer stopped before dead-lettering it.
+	followers := append([]int64{f.held}, f.followers...)
+	assert.Equal(t, followers, rep.After.Followers)
 	assert.Equal(t, int64(-1), rep.WakeUp.ForSequenceNumber)
 	s := h.snapshot(t, "s1")
 	state, err := retry.DecodeSessionState(s.state)
 	require.NoError(t, err)
-	assert.Equal(t, retry.SessionState{Followers: f.followers}, state)
+	assert.Equal(t, retry.SessionState{Followers: followers}, state)
 }
 
 func TestSessionsReleaseRefuses(t *testing.T) {
