@@ -25,6 +25,9 @@ type HeldSession struct {
 	// is not known.
 	Locked  bool
 	LockErr error
+	// ReadErr is set when the session could not be read for another reason (an accept, a state read
+	// or a peek failed): the listing goes on with the next session, and this one says why.
+	ReadErr error
 
 	// State is the session's durable hold record. StateErr is set instead when the session's state is
 	// not one: it wraps [retry.ErrForeignSessionState] for another application's state (or a newer
@@ -158,11 +161,15 @@ func (in *Inspector) ListHeldSessions(ctx context.Context) (*HeldSessions, error
 			}
 			out.Listed++
 			s, err := in.HeldSession(ctx, id)
-			if err != nil && !errors.Is(err, retry.ErrNotHeld) {
-				return out, err
-			}
-			if err == nil {
+			switch {
+			case err == nil:
 				out.Sessions = append(out.Sessions, *s)
+			case errors.Is(err, retry.ErrNotHeld):
+			case ctx.Err() != nil:
+				return out, err
+			default:
+				// One session that cannot be read does not hide the others: it is listed as unreadable.
+				out.Sessions = append(out.Sessions, HeldSession{Entity: out.Entity, SessionID: id, ReadErr: err})
 			}
 		}
 	}

@@ -317,3 +317,130 @@ func TestHeldSessionsOfASubscription(t *testing.T) {
 	_, err = in.PreviewRelease(ctx, sid, time.Now())
 	assert.ErrorIs(t, err, ErrUnknownEntity)
 }
+
+// relockingLinks hands out receivers whose LockedUntil moves during the wake-up's send, or during the
+// state write: as after azservicebus took the session again, its lock lost (it retries a call whose
+// session lock was lost by accepting the session anew).
+type relockingLinks struct {
+	sessionLinks
+	duringWrite bool
+	moved       *bool
+}
+
+func (l relockingLinks) acceptSession(ctx context.Context, id string) (sessionReceiver, error) {
+	r, err := l.sessionLinks.acceptSession(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	return relockingReceiver{sessionReceiver: r, l: l}, nil
+}
+
+func (l relockingLinks) entitySender() (sender, error) {
+	s, err := l.sessionLinks.entitySender()
+	return relockingSender{sender: s, l: l}, err
+}
+
+type relockingReceiver struct {
+	sessionReceiver
+	l relockingLinks
+}
+
+func (r relockingReceiver) SetSessionState(ctx context.Context, b []byte, o *azservicebus.SetSessionStateOptions) error {
+	err := r.sessionReceiver.SetSessionState(ctx, b, o)
+	if r.l.duringWrite {
+		*r.l.moved = true
+	}
+	return err
+}
+
+func (r relockingReceiver) LockedUntil() time.Time {
+	if *r.l.moved {
+		return r.sessionReceiver.LockedUntil().Add(time.Hour)
+	}
+	return r.sessionReceiver.LockedUntil()
+}
+
+type relockingSender struct {
+	sender
+	l relockingLinks
+}
+
+func (s relockingSender) SendMessage(ctx context.Context, m *azservicebus.Message, o *azservicebus.SendMessageOptions) error {
+	err := s.sender.SendMessage(ctx, m, o)
+	if !s.l.duringWrite {
+		*s.l.moved = true
+	}
+	return err
+}
+
+// A session lock lost and taken again by the SDK during a release is never reported as a success:
+// during the send, the state is not written; during the write, the release says the state written may
+// have replaced a newer record.
+func TestReleaseLockTakenAgain(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	ctx := sbtest.Context(t)
+	for _, duringWrite := range []bool{false, true} {
+		id, msgID := "s-relock-send", "r1"
+		if duringWrite {
+			id, msgID = "s-relock-write", "r2"
+		}
+		f := h.holdSession(t, id, "", msgID)
+		in := h.inspector(t, nil)
+		p, err := in.PreviewRelease(ctx, id, time.Now())
+		require.NoError(t, err)
+		in.sessions = relockingLinks{sessionLinks: in.sessions, duringWrite: duringWrite, moved: new(bool)}
+		rel, err := in.Release(ctx, p)
+		require.ErrorIs(t, err, ErrSessionChanged, id)
+		require.NotNil(t, rel)
+		assert.True(t, rel.WakeSent, id)
+		assert.Equal(t, duringWrite, rel.StateWritten, "%s: what was done is said", id)
+		if !duringWrite {
+			s, err := h.inspector(t, nil).HeldSession(ctx, id)
+			require.NoError(t, err)
+			assert.Equal(t, f.state, s.State, "not written once the lock moved")
+		}
+	}
+}
+
+// unreadableLinks fails the state read of one session.
+type unreadableLinks struct {
+	sessionLinks
+	id string
+}
+
+func (l unreadableLinks) acceptSession(ctx context.Context, id string) (sessionReceiver, error) {
+	r, err := l.sessionLinks.acceptSession(ctx, id)
+	if err != nil || id != l.id {
+		return r, err
+	}
+	return failingGetState{r}, nil
+}
+
+type failingGetState struct{ sessionReceiver }
+
+func (failingGetState) GetSessionState(context.Context, *azservicebus.GetSessionStateOptions) ([]byte, error) {
+	return nil, errBoom
+}
+
+// One session that cannot be read does not hide the others: it is listed as unreadable, with why.
+func TestListHeldSessionsGoesOnPastAnUnreadableSession(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.holdSession(t, "u1", "", "u1-a")
+	h.holdSession(t, "u2", "", "u2-a")
+	h.holdSession(t, "u3", "", "u3-a")
+	in := h.inspector(t, nil)
+	in.sessions = unreadableLinks{sessionLinks: in.sessions, id: "u2"}
+	held, err := in.ListHeldSessions(sbtest.Context(t))
+	require.NoError(t, err)
+	require.Len(t, held.Sessions, 3)
+	for _, s := range held.Sessions {
+		if s.SessionID == "u2" {
+			assert.ErrorIs(t, s.ReadErr, errBoom)
+		} else {
+			assert.NoError(t, s.ReadErr, s.SessionID)
+			assert.NotNil(t, s.Hold(), s.SessionID)
+		}
+	}
+}

@@ -97,23 +97,45 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 		return nil, fmt.Errorf("inspect: opening a sender on %s: %w", in.entity, err)
 	}
 	defer closeQuietly(ctx, s)
+	// Both calls are made under one lock, renewed first and not outlived: azservicebus retries a call
+	// whose session lock was lost by accepting the session again (v1.11 takes a lost session lock for
+	// retryable), and a write under that new lock could replace a record a consumer wrote meanwhile.
+	// A LockedUntil that moves without a renewal of ours says the SDK took the session again.
+	if err := r.RenewSessionLock(ctx, nil); err != nil {
+		return rel, fmt.Errorf("inspect: renewing the lock of %s session %q before releasing it: %w; nothing was changed", in.entity, id, err)
+	}
+	until := r.LockedUntil()
+	lctx, cancel := context.WithDeadline(ctx, until.Add(-min(releaseMargin, time.Until(until)/4)))
+	defer cancel()
+	relocked := func() bool { return !r.LockedUntil().Equal(until) }
 	wake := rel.Plan.Wake
-	err = in.observe(ctx, Call{Operation: OpSend, Entity: in.entity.Path(), MessageID: deref(wake.MessageID), SessionID: id, Properties: wake.ApplicationProperties}, func(ctx context.Context) (int, error) {
+	err = in.observe(lctx, Call{Operation: OpSend, Entity: in.entity.Path(), MessageID: deref(wake.MessageID), SessionID: id, Properties: wake.ApplicationProperties}, func(ctx context.Context) (int, error) {
 		return 0, s.SendMessage(ctx, wake, nil)
 	})
 	if err != nil {
-		return rel, fmt.Errorf("inspect: sending the wake-up of %s session %q: %w; nothing was changed", in.entity, id, err)
+		return rel, fmt.Errorf("inspect: sending the wake-up of %s session %q: %w; the state was not changed (a wake-up that went out all the same is ignored by the consumer)", in.entity, id, err)
 	}
 	rel.WakeSent = true
-	err = in.observe(ctx, Call{Operation: OpSetSessionState, Entity: in.entity.Path(), SessionID: id}, func(ctx context.Context) (int, error) {
+	if relocked() {
+		return rel, fmt.Errorf("%w: %s session %q: its lock was lost while the wake-up was sent; the state was not changed (the consumer ignores that wake-up): preview again", ErrSessionChanged, in.entity, id)
+	}
+	err = in.observe(lctx, Call{Operation: OpSetSessionState, Entity: in.entity.Path(), SessionID: id}, func(ctx context.Context) (int, error) {
 		return 0, r.SetSessionState(ctx, after, nil)
 	})
 	if err != nil {
-		return rel, fmt.Errorf("inspect: the wake-up of %s session %q was sent, but writing its new state failed: %w; the session is still held (the consumer ignores that wake-up): run the release again", in.entity, id, err)
+		return rel, fmt.Errorf("inspect: the wake-up of %s session %q was sent, but writing its new state failed: %w; the state may not have been written (the consumer ignores a wake-up its state does not name): preview again", in.entity, id, err)
 	}
 	rel.StateWritten = true
+	if relocked() {
+		// Written, but perhaps under a lock taken again after a consumer wrote: say so, never success.
+		return rel, fmt.Errorf("%w: %s session %q: its lock was lost and taken again during the release; the state written may have replaced a newer record: list the session and check it", ErrSessionChanged, in.entity, id)
+	}
 	return rel, nil
 }
+
+// releaseMargin is how long before the session lock runs out a release's calls must end (a quarter of
+// what is left of the lock, if that is less).
+const releaseMargin = 2 * time.Second
 
 // releasable refuses what a release cannot act on before anything is opened.
 func (in *Inspector) releasable(id string) error {

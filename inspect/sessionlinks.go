@@ -25,6 +25,8 @@ type sessionReceiver interface {
 	GetSessionState(ctx context.Context, options *azservicebus.GetSessionStateOptions) ([]byte, error)
 	SetSessionState(ctx context.Context, state []byte, options *azservicebus.SetSessionStateOptions) error
 	PeekMessages(ctx context.Context, maxMessageCount int, options *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
+	LockedUntil() time.Time
 	Close(ctx context.Context) error
 }
 

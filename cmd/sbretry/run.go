@@ -258,6 +258,10 @@ type common struct {
 	maxPeek                                         int
 	timeout                                         time.Duration
 	json                                            bool
+	// noRetries makes the client retry nothing (sessions release): azservicebus retries a call whose
+	// session lock was lost by accepting the session again, which would write a release's state under a
+	// new lock, after a consumer may have written a newer one (inspect.Inspector.Release).
+	noRetries bool
 	// maxSessions is --max-sessions (sessions list only); zero means the inspector's default.
 	maxSessions int
 	// traceFile is --trace-file: where the command's spans are appended (tracefile.go).
@@ -360,7 +364,11 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 	if connStr == "" {
 		return nil, nil, nil, usagef("no connection string: give --connection-string or set %s", envConnectionString)
 	}
-	client, err := azservicebus.NewClientFromConnectionString(connStr, &azservicebus.ClientOptions{RetryOptions: clientRetries})
+	retries := clientRetries
+	if c.noRetries {
+		retries = azservicebus.RetryOptions{MaxRetries: -1}
+	}
+	client, err := azservicebus.NewClientFromConnectionString(connStr, &azservicebus.ClientOptions{RetryOptions: retries})
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connection string: %w", err)
 	}

@@ -26,6 +26,7 @@ const (
 	statusLocked       = "locked"        // a consumer holds the session now: not read
 	statusForeign      = "foreign"       // the state is another application's: left alone
 	statusInvalid      = "invalid"       // a hold record that cannot be read: left alone
+	statusUnreadable   = "unreadable"    // reading the session failed: see the note
 )
 
 // isForeign reports a session state that is another application's.
@@ -34,6 +35,8 @@ func isForeign(err error) bool { return errors.Is(err, retry.ErrForeignSessionSt
 // sessionStatus names what blocks s.
 func sessionStatus(s inspect.HeldSession) string {
 	switch {
+	case s.ReadErr != nil:
+		return statusUnreadable
 	case s.Locked:
 		return statusLocked
 	case s.StateErr != nil && isForeign(s.StateErr):
@@ -85,13 +88,43 @@ func (a *app) sessionsList(ctx context.Context, args []string) error {
 		for _, hs := range held.Sessions {
 			out.Sessions = append(out.Sessions, heldSessionJSON(hs))
 		}
-		return writeJSON(a.stdout, out)
+		if err := writeJSON(a.stdout, out); err != nil {
+			return err
+		}
+		return unreadableError(held)
 	}
 	if len(held.Sessions) == 0 {
 		fmt.Fprintf(a.stdout, "no held sessions on %s (read %d sessions with a state)\n", held.Entity, held.Listed)
 		return nil
 	}
-	return printHeldSessions(a.stdout, held.Sessions)
+	if err := printHeldSessions(a.stdout, held.Sessions); err != nil {
+		return err
+	}
+	return unreadableError(held)
+}
+
+// unreadableError is the listing's error when some session could not be read: the rest was printed.
+func unreadableError(held *inspect.HeldSessions) error {
+	n := 0
+	for _, s := range held.Sessions {
+		if s.ReadErr != nil {
+			n++
+		}
+	}
+	if n == 0 {
+		return nil
+	}
+	return fmt.Errorf("%d of the sessions of %s could not be read (status %s)", n, held.Entity, statusUnreadable)
+}
+
+// printable is s, quoted when it holds characters a terminal would act on.
+func printable(s string) string {
+	for _, r := range s {
+		if !strconv.IsPrint(r) || r == '\t' {
+			return strconv.Quote(s)
+		}
+	}
+	return s
 }
 
 // printHeldSessions writes the listing, one session a line, named by its entity and session id.
@@ -103,6 +136,8 @@ func printHeldSessions(w io.Writer, sessions []inspect.HeldSession) error {
 		note := ""
 		status := sessionStatus(s)
 		switch status {
+		case statusUnreadable:
+			note = "not read: " + redact.String(s.ReadErr.Error())
 		case statusLocked:
 			note = "held by a consumer now: not read (run again later)"
 		case statusForeign:
@@ -130,10 +165,10 @@ func printHeldSessions(w io.Writer, sessions []inspect.HeldSession) error {
 			}
 		}
 		followers := "-"
-		if s.StateErr == nil && !s.Locked {
+		if s.StateErr == nil && !s.Locked && s.ReadErr == nil {
 			followers = strconv.Itoa(len(s.State.Followers))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Entity, s.SessionID, status, seq, clip(id, 40), attempt, due, followers, wake, clip(redact.String(note), 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Entity, printable(s.SessionID), status, seq, clip(id, 40), attempt, due, followers, wake, clip(redact.String(note), 80))
 	}
 	return tw.Flush()
 }
@@ -165,6 +200,7 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 	if e.IsSubscription() {
 		return usagef("sessions release works on a queue: the wake-up it sends would go to every subscription of topic %s", e.Topic)
 	}
+	c.noRetries = true // a failed call is reported, never retried under a lock taken again
 	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
 		return err
@@ -306,6 +342,7 @@ type jsonHeldSession struct {
 	Status           string              `json:"status"`
 	LockedByConsumer bool                `json:"lockedByConsumer"`
 	LockError        string              `json:"lockError,omitempty"`
+	ReadError        string              `json:"readError,omitempty"`
 	StateError       string              `json:"stateError,omitempty"`
 	StateBytes       int                 `json:"stateBytes"`
 	State            *jsonSessionState   `json:"state,omitempty"`
@@ -400,6 +437,10 @@ func heldSessionJSON(s inspect.HeldSession) jsonHeldSession {
 	}
 	if s.LockErr != nil {
 		out.LockError = redact.String(s.LockErr.Error())
+	}
+	if s.ReadErr != nil {
+		out.ReadError = redact.String(s.ReadErr.Error())
+		return out
 	}
 	if s.StateErr != nil {
 		out.StateError = redact.String(s.StateErr.Error())
