@@ -14,7 +14,13 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m)
+	// azservicebus v1.11 starts a claim renewer goroutine per link (internal/namespace.go,
+	// startNegotiateClaimRenewer), stopped when the link closes. Once, under make test on a loaded machine
+	// (2026-12-02, -test.shuffle 1796194878574460833; not reproduced in three reruns with that seed and
+	// two more shuffled), two of them, of one link, were still running at the end: the SDK's, not one
+	// of ours, presumably a link its recovery created while a test's client was closing. They are
+	// ignored by name only; every other goroutine of the SDK (its connection, its links) still counts.
+	goleak.VerifyTestMain(m, goleak.IgnoreTopFunction("github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/internal.(*Namespace).startNegotiateClaimRenewer.func3"))
 }
 
 // testTimeout bounds every SDK call in the tests.
