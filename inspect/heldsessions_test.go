@@ -18,13 +18,13 @@ import (
 func TestListHeldSessions(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	held := h.holdSession(t, "s-held", "", "a1", "a2", "a3")
-	dl := h.holdSession(t, "s-dead", "RetryMaxAttemptsExceeded", "b1", "b2")
-	h.setState(t, "s-foreign", []byte("another application's state"))
-	h.send(t, "s-plain", "c1") // messages, no state: not held
-	h.setState(t, "s-idle", nil)
-	locked := h.holdSession(t, "s-locked", "", "d1")
-	consumer := h.accept(t, "s-locked") // a consumer holds it now
+	held := h.Hold(t, "s-held", "", "a1", "a2", "a3")
+	dl := h.Hold(t, "s-dead", "RetryMaxAttemptsExceeded", "b1", "b2")
+	h.SetState(t, "s-foreign", []byte("another application's state"))
+	h.Send(t, "s-plain", "c1") // messages, no state: not held
+	h.SetState(t, "s-idle", nil)
+	locked := h.Hold(t, "s-locked", "", "d1")
+	consumer := h.Accept(t, "s-locked") // a consumer holds it now
 	defer func() { _ = consumer.Close(sbtest.Context(t)) }()
 
 	in := h.inspector(t, nil)
@@ -44,16 +44,16 @@ func TestListHeldSessions(t *testing.T) {
 	s := byID["s-held"]
 	assert.False(t, s.Locked)
 	require.NoError(t, s.StateErr)
-	assert.Equal(t, held.state, s.State)
+	assert.Equal(t, held.State, s.State)
 	require.NotNil(t, s.HeldMessage())
-	assert.Equal(t, SessionMessage{SequenceNumber: held.held, MessageID: "a1", HeldUntil: held.due, HeldBehind: -1, Attempt: 3, LastError: "downstream unavailable"}, *s.HeldMessage())
+	assert.Equal(t, SessionMessage{SequenceNumber: held.Held, MessageID: "a1", HeldUntil: held.Due, HeldBehind: -1, Attempt: 3, LastError: "downstream unavailable"}, *s.HeldMessage())
 	require.Len(t, s.Deferred, 3)
-	for i, f := range held.followers {
+	for i, f := range held.Followers {
 		assert.Equal(t, f, s.Deferred[i+1].SequenceNumber)
-		assert.Equal(t, held.held, s.Deferred[i+1].HeldBehind)
+		assert.Equal(t, held.Held, s.Deferred[i+1].HeldBehind)
 	}
 	require.NotNil(t, s.NextWakeUp())
-	assert.Equal(t, WakeUp{SequenceNumber: held.wakeSeq, MessageID: held.wakeID, Scheduled: true, DueTime: held.due, ForSequenceNumber: held.held}, *s.NextWakeUp())
+	assert.Equal(t, WakeUp{SequenceNumber: held.WakeSeq, MessageID: held.WakeID, Scheduled: true, DueTime: held.Due, ForSequenceNumber: held.Held}, *s.NextWakeUp())
 
 	s = byID["s-dead"]
 	require.NoError(t, s.StateErr)
@@ -61,7 +61,7 @@ func TestListHeldSessions(t *testing.T) {
 	assert.Equal(t, "RetryMaxAttemptsExceeded", s.Hold().DeadLetterReason)
 	assert.Nil(t, s.HeldMessage(), "the dead letter is not in the session")
 	assert.Nil(t, s.NextWakeUp())
-	assert.Equal(t, dl.followers, s.State.Followers)
+	assert.Equal(t, dl.Followers, s.State.Followers)
 	require.Len(t, s.Deferred, 1)
 
 	s = byID["s-foreign"]
@@ -79,21 +79,21 @@ func TestListHeldSessionsBounded(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
 	for _, sid := range []string{"s1", "s2", "s3"} {
-		h.holdSession(t, sid, "", sid+"-m")
+		h.Hold(t, sid, "", sid+"-m")
 	}
 	got, err := h.inspector(t, &Options{MaxSessions: 2}).ListHeldSessions(sbtest.Context(t))
 	require.NoError(t, err)
 	assert.True(t, got.Truncated)
 	assert.Equal(t, 2, got.Listed)
 	assert.Len(t, got.Sessions, 2)
-	_, err = New(h.client, sessionQueue, &Options{MaxSessions: -1})
+	_, err = New(h.Client, sessionQueue, &Options{MaxSessions: -1})
 	assert.ErrorIs(t, err, ErrInvalidOptions)
 }
 
 func TestHeldSessionNotHeld(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	h.send(t, "s-plain", "c1")
+	h.Send(t, "s-plain", "c1")
 	in := h.inspector(t, nil)
 	_, err := in.HeldSession(sbtest.Context(t), "s-plain")
 	assert.ErrorIs(t, err, retry.ErrNotHeld)
@@ -104,23 +104,23 @@ func TestHeldSessionNotHeld(t *testing.T) {
 func TestPreviewReleaseChangesNothing(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	f := h.holdSession(t, "s1", "", "a1", "a2")
-	before := h.snapshot(t, "s1")
-	stats := h.stats(t)
+	f := h.Hold(t, "s1", "", "a1", "a2")
+	before := h.Snapshot(t, "s1")
+	stats := h.Stats(t)
 	in := h.inspector(t, nil)
 	now := time.Now().UTC()
 	p, err := in.PreviewRelease(sbtest.Context(t), "s1", now)
 	require.NoError(t, err)
 	assert.Equal(t, sessionQueue, p.Entity)
-	assert.Equal(t, f.state, p.Plan.Before)
+	assert.Equal(t, f.State, p.Plan.Before)
 	require.NotNil(t, p.Plan.After.Hold)
 	assert.Equal(t, now.Truncate(time.Millisecond), p.Plan.After.Hold.WakeAt, "the retry is made due now")
 	assert.Equal(t, p.PlannedAt, p.Plan.After.Hold.WakeAt)
-	assert.Equal(t, f.followers, p.Plan.After.Followers)
+	assert.Equal(t, f.Followers, p.Plan.After.Followers)
 	assert.False(t, p.WakeSent)
 	assert.False(t, p.StateWritten)
-	assert.Equal(t, before, h.snapshot(t, "s1"), "state and messages as they were")
-	assert.Equal(t, stats, h.stats(t))
+	assert.Equal(t, before, h.Snapshot(t, "s1"), "state and messages as they were")
+	assert.Equal(t, stats, h.Stats(t))
 }
 
 func TestReleaseSendsWakeThenWritesState(t *testing.T) {
@@ -131,7 +131,7 @@ func TestReleaseSendsWakeThenWritesState(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			h := newSessionHarness(t)
-			f := h.holdSession(t, "s1", tc.deadLetter, "a1", "a2")
+			f := h.Hold(t, "s1", tc.deadLetter, "a1", "a2")
 			obs := &recordingObserver{}
 			in := h.inspector(t, &Options{Observer: obs})
 			ctx := sbtest.Context(t)
@@ -144,7 +144,7 @@ func TestReleaseSendsWakeThenWritesState(t *testing.T) {
 			assert.True(t, rel.StateWritten)
 			assert.Equal(t, []string{OpAcceptSession, OpGetSessionState, OpSend, OpSetSessionState}, operations(obs.snapshot()[n:]), "the wake-up is sent before the state is written")
 
-			r := h.accept(t, "s1")
+			r := h.Accept(t, "s1")
 			defer func() { _ = r.Close(ctx) }()
 			raw, err := r.GetSessionState(ctx, nil)
 			require.NoError(t, err)
@@ -153,11 +153,11 @@ func TestReleaseSendsWakeThenWritesState(t *testing.T) {
 			assert.Equal(t, p.Plan.After, state)
 			if tc.deadLetter == "" {
 				require.NotNil(t, state.Hold)
-				assert.Equal(t, f.held, state.Hold.SequenceNumber)
+				assert.Equal(t, f.Held, state.Hold.SequenceNumber)
 				assert.Equal(t, *p.Plan.Wake.MessageID, state.Hold.WakeID, "the state names the wake-up sent")
 			} else {
 				assert.Nil(t, state.Hold, "unblocked: the followers run next, after the dead-lettered one if it is still there")
-				assert.Equal(t, append([]int64{f.held}, f.followers...), state.Followers)
+				assert.Equal(t, append([]int64{f.Held}, f.Followers...), state.Followers)
 			}
 			msgs, err := r.ReceiveMessages(ctx, 1, nil)
 			require.NoError(t, err)
@@ -171,29 +171,29 @@ func TestReleaseSendsWakeThenWritesState(t *testing.T) {
 func TestReleaseRefuses(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	h.holdSession(t, "s-locked", "", "a1")
-	h.holdSession(t, "s-changed", "", "b1")
-	h.setState(t, "s-foreign", []byte(`{"format":"someone-else"}`))
-	h.send(t, "s-plain", "c1")
+	h.Hold(t, "s-locked", "", "a1")
+	h.Hold(t, "s-changed", "", "b1")
+	h.SetState(t, "s-foreign", []byte(`{"format":"someone-else"}`))
+	h.Send(t, "s-plain", "c1")
 	in := h.inspector(t, nil)
 	ctx := sbtest.Context(t)
 	now := time.Now()
 
-	consumer := h.accept(t, "s-locked")
+	consumer := h.Accept(t, "s-locked")
 	_, err := in.PreviewRelease(ctx, "s-locked", now)
 	assert.ErrorIs(t, err, ErrSessionLocked)
 	require.NoError(t, consumer.Close(ctx))
 	p, err := in.PreviewRelease(ctx, "s-locked", now)
 	require.NoError(t, err, "free again")
-	consumer = h.accept(t, "s-locked")
+	consumer = h.Accept(t, "s-locked")
 	_, err = in.Release(ctx, p)
 	assert.ErrorIs(t, err, ErrSessionLocked)
 	require.NoError(t, consumer.Close(ctx))
 
-	foreign := h.snapshot(t, "s-foreign")
+	foreign := h.Snapshot(t, "s-foreign")
 	_, err = in.PreviewRelease(ctx, "s-foreign", now)
 	assert.ErrorIs(t, err, retry.ErrForeignSessionState)
-	assert.Equal(t, foreign, h.snapshot(t, "s-foreign"), "left alone")
+	assert.Equal(t, foreign, h.Snapshot(t, "s-foreign"), "left alone")
 
 	_, err = in.PreviewRelease(ctx, "s-plain", now)
 	assert.ErrorIs(t, err, retry.ErrNotHeld)
@@ -203,15 +203,15 @@ func TestReleaseRefuses(t *testing.T) {
 	// The state changed between the preview and the release: nothing is sent or written.
 	p, err = in.PreviewRelease(ctx, "s-changed", now)
 	require.NoError(t, err)
-	r := h.accept(t, "s-changed")
+	r := h.Accept(t, "s-changed")
 	require.NoError(t, r.SetSessionState(ctx, []byte(`{"format":"sbretry/v1","followers":[99]}`), nil))
 	require.NoError(t, r.Close(ctx))
-	changed := h.snapshot(t, "s-changed")
-	stats := h.stats(t)
+	changed := h.Snapshot(t, "s-changed")
+	stats := h.Stats(t)
 	_, err = in.Release(ctx, p)
 	assert.ErrorIs(t, err, ErrSessionChanged)
-	assert.Equal(t, changed, h.snapshot(t, "s-changed"))
-	assert.Equal(t, stats, h.stats(t), "no wake-up sent")
+	assert.Equal(t, changed, h.Snapshot(t, "s-changed"))
+	assert.Equal(t, stats, h.Stats(t), "no wake-up sent")
 }
 
 // TestReleaseStateWriteFails: the wake-up went out and the state write failed; the release says
@@ -219,7 +219,7 @@ func TestReleaseRefuses(t *testing.T) {
 func TestReleaseStateWriteFails(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	f := h.holdSession(t, "s1", "", "a1")
+	f := h.Hold(t, "s1", "", "a1")
 	in := h.inspector(t, nil)
 	ctx := sbtest.Context(t)
 	p, err := in.PreviewRelease(ctx, "s1", time.Now())
@@ -233,7 +233,7 @@ func TestReleaseStateWriteFails(t *testing.T) {
 	assert.False(t, rel.StateWritten)
 	s, err := h.inspector(t, nil).HeldSession(ctx, "s1")
 	require.NoError(t, err)
-	assert.Equal(t, f.state, s.State, "still held as before")
+	assert.Equal(t, f.State, s.State, "still held as before")
 	assert.Len(t, s.WakeUps, 2, "the scheduled wake-up and the one sent")
 }
 
@@ -266,7 +266,7 @@ func operations(calls []observed) []string {
 func TestListHeldSessionsObserved(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	h.holdSession(t, "s1", "", "a1")
+	h.Hold(t, "s1", "", "a1")
 	obs := &recordingObserver{}
 	_, err := h.inspector(t, &Options{Observer: obs}).ListHeldSessions(sbtest.Context(t))
 	require.NoError(t, err)
@@ -385,7 +385,7 @@ func TestReleaseLockTakenAgain(t *testing.T) {
 		if duringWrite {
 			id, msgID = "s-relock-write", "r2"
 		}
-		f := h.holdSession(t, id, "", msgID)
+		f := h.Hold(t, id, "", msgID)
 		in := h.inspector(t, nil)
 		p, err := in.PreviewRelease(ctx, id, time.Now())
 		require.NoError(t, err)
@@ -398,7 +398,7 @@ func TestReleaseLockTakenAgain(t *testing.T) {
 		if !duringWrite {
 			s, err := h.inspector(t, nil).HeldSession(ctx, id)
 			require.NoError(t, err)
-			assert.Equal(t, f.state, s.State, "not written once the lock moved")
+			assert.Equal(t, f.State, s.State, "not written once the lock moved")
 		}
 	}
 }
@@ -427,9 +427,9 @@ func (failingGetState) GetSessionState(context.Context, *azservicebus.GetSession
 func TestListHeldSessionsGoesOnPastAnUnreadableSession(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	h.holdSession(t, "u1", "", "u1-a")
-	h.holdSession(t, "u2", "", "u2-a")
-	h.holdSession(t, "u3", "", "u3-a")
+	h.Hold(t, "u1", "", "u1-a")
+	h.Hold(t, "u2", "", "u2-a")
+	h.Hold(t, "u3", "", "u3-a")
 	in := h.inspector(t, nil)
 	in.sessions = unreadableLinks{sessionLinks: in.sessions, id: "u2"}
 	held, err := in.ListHeldSessions(sbtest.Context(t))

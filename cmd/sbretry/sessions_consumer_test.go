@@ -24,8 +24,8 @@ import (
 func TestSessionsReleaseWithTheConsumer(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	h.send(t, "s-retry", "r1", "r2")
-	h.send(t, "s-dead", "d1", "d2")
+	h.Send(t, "s-retry", "r1", "r2")
+	h.Send(t, "s-dead", "d1", "d2")
 
 	var mu sync.Mutex
 	var ran []string
@@ -42,7 +42,7 @@ func TestSessionsReleaseWithTheConsumer(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionQueueConnectionString(h.em.ConnectionString(), sessionQueue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
+	connect, err := retry.SessionQueueConnectionString(h.Em.ConnectionString(), sessionQueue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
 		Backoff: retry.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
