@@ -24,6 +24,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/cputime"
+	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
@@ -239,12 +240,18 @@ func (p *pairedImpl) failure() string {
 // the emulator.
 func startPairedImpl(b *testing.B, name string, run func(ctx context.Context, e *env, p *pairedImpl) error) *pairedImpl {
 	b.Helper()
+	return startPairedImplOn(b, name, startBenchEmulator, run)
+}
+
+// startPairedImplOn is startPairedImpl on the emulator start makes (its "orders" queue).
+func startPairedImplOn(b *testing.B, name string, start func() (*sbemu.Emulator, error), run func(ctx context.Context, e *env, p *pairedImpl) error) *pairedImpl {
+	b.Helper()
 	// Every goroutine of this implementation (its emulator's, its client's, its own) carries the label
 	// impl=name, so that a CPU profile of the benchmark splits by implementation:
 	//	go tool pprof -tagfocus=impl=retry bench.prof
 	defer pprof.SetGoroutineLabels(context.Background())
 	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("impl", name)))
-	em, err := startBenchEmulator()
+	em, err := start()
 	if err != nil {
 		b.Fatal(err)
 	}

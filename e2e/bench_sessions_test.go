@@ -10,7 +10,6 @@ import (
 	"log/slog"
 	"math"
 	"runtime"
-	"runtime/pprof"
 	"slices"
 	"strconv"
 	"sync"
@@ -158,43 +157,10 @@ func startSessionEmulator() (*sbemu.Emulator, error) {
 	return sbemu.Start(sbemu.Config{Queues: []broker.QueueConfig{{Name: "orders", RequiresSession: true}}})
 }
 
-// startSessionImpl is startPairedImpl (bench_paired_test.go) on a session-enabled queue: it starts an
-// emulator of its own and, in a goroutine labelled impl=name for the profiles, run; cleanup stops run,
-// bounded by pairedStopTimeout, then the emulator.
+// startSessionImpl is startPairedImpl (bench_paired_test.go) on a session-enabled queue.
 func startSessionImpl(b *testing.B, name string, run func(ctx context.Context, e *env, p *pairedImpl) error) *pairedImpl {
 	b.Helper()
-	defer pprof.SetGoroutineLabels(context.Background())
-	pprof.SetGoroutineLabels(pprof.WithLabels(context.Background(), pprof.Labels("impl", name)))
-	em, err := startSessionEmulator()
-	if err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = em.Close() })
-	q, ok := em.Broker().Queue("orders")
-	if !ok {
-		b.Fatal("no queue orders")
-	}
-	e := &env{connStr: em.ConnectionString(), queue: "orders", em: em}
-	p := &pairedImpl{name: name, queue: q, exited: make(chan struct{})}
-	ctx, cancel := context.WithCancel(context.Background())
-	go func() {
-		defer close(p.exited)
-		p.err = run(ctx, e, p)
-	}()
-	b.Cleanup(func() {
-		cancel()
-		t := time.NewTimer(pairedStopTimeout)
-		defer t.Stop()
-		select {
-		case <-p.exited:
-			if p.err != nil {
-				b.Errorf("%s: %v", name, p.err)
-			}
-		case <-t.C:
-			b.Errorf("%s: still running %v after the end of the sub-benchmark", name, pairedStopTimeout)
-		}
-	})
-	return p
+	return startPairedImplOn(b, name, startSessionEmulator, run)
 }
 
 // runPairedSessionConsumer returns the run function of a retry.SessionConsumer with opts (its logger
