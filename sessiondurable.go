@@ -43,9 +43,8 @@ import (
 
 // heldSession is one accepted session while a worker serves it.
 type heldSession struct {
-	// recv is the session's receiver, serial the same one, for calls that are timed (sessionreceiver.go).
-	recv        SessionReceiver
-	serial      *serialReceiver
+	// recv is the session's receiver, its calls made one at a time (sessionreceiver.go).
+	recv        *serialReceiver
 	lk          *sessionLock
 	sid, entity string
 	// sender schedules wake-ups; nil when the connection has none.
@@ -144,7 +143,8 @@ func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azserv
 		}
 		hs.holdNotDeferred = false
 	}
-	if isControl(msg) {
+	if _, wake := IsWakeUp(msg); wake {
+		// A wake-up never reaches the handler; any other value of PropControl is the application's.
 		return r.control(stop, hs, msg)
 	}
 	if hs.blocked() {

@@ -204,7 +204,7 @@ func (r *sessionRun) complete(d *delivery, hs *heldSession, res *Result, outcome
 	p, lk := r.sc.proc, hs.lk
 	start := p.callStart(d)
 	ctx, cancel := r.settleContext(lk)
-	took, err := hs.serial.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error { return recv.CompleteMessage(ctx, d.msg, nil) })
+	took, err := hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error { return recv.CompleteMessage(ctx, d.msg, nil) })
 	cancel()
 	d.now = r.sc.cfg.clock.Now()
 	p.settled(d, SettleComplete, "", d.env, start, err)
@@ -250,7 +250,7 @@ func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res
 	res.DeadLetterReason = reason
 	start := p.callStart(d)
 	ctx, cancel := r.settleContext(lk)
-	took, err := hs.serial.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error {
+	took, err := hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error {
 		return recv.DeadLetterMessage(ctx, d.msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
 	})
 	cancel()

@@ -119,7 +119,7 @@ func (live *liveSessionConnection) entity(def string) string {
 // on, it first reads the session's record and resumes what is due (sessiondurable.go).
 func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live *liveSessionConnection) {
 	recv := newSerialReceiver(accepted) // the lock's goroutine and this one share it (sessionreceiver.go)
-	hs := &heldSession{recv: recv, serial: recv, sid: recv.SessionID(), entity: live.entity(r.sc.cfg.entityPath), sender: live.conn.Sender}
+	hs := &heldSession{recv: recv, sid: recv.SessionID(), entity: live.entity(r.sc.cfg.entityPath), sender: live.conn.Sender}
 	hs.lk = r.keepSessionLock(recv, r.sc.cfg.clock.Now())
 	// Stop renewing before closing: a renewal racing the close would only fail, and the close is what
 	// gives the session and its unsettled message back.

@@ -192,13 +192,6 @@ func wakeMessage(sessionID string, h *SessionHold) *azservicebus.Message {
 
 func strPtr(s string) *string { return &s }
 
-// isControl reports whether msg is a control message of the session consumer: a wake-up. A message
-// with another PropControl value is the application's, and goes to the handler.
-func isControl(msg *azservicebus.ReceivedMessage) bool {
-	_, ok := IsWakeUp(msg)
-	return ok
-}
-
 // NoHeldMessage is the sequence number a wake-up names when it is for no held message: an operator's
 // release of a session blocked after a dead-letter, which only brings a consumer to the session.
 const NoHeldMessage = -1
