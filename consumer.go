@@ -81,6 +81,9 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer cancelHandlers()
 	settleBase, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer abandon(nil)
+	// Ending the settle base ends every broker call in flight, through the locks (renewals.abandon).
+	stopAbandon := context.AfterFunc(settleBase, c.proc.renewals.abandon)
+	defer stopAbandon()
 
 	r := &run{c: c, handlerCtx: handlerCtx, settleBase: settleBase, slots: newSlots(c.cfg)}
 	r.workers = workers{deliver: r.deliver, work: make(chan job),

@@ -44,12 +44,16 @@ var errSettled = errors.New("retry: message settled")
 // and no registration with the settle base, which every message shares.
 type lockKeeper struct {
 	base context.Context // the settle base
-	p    *Processor
-	msg  *azservicebus.ReceivedMessage
-	env  *Envelope
-	rcv  Settler
-	dur  time.Duration // the granted lock duration
-	each time.Duration // the renewal interval
+	// values is the settle base without its cancellation: what the delivery's broker calls derive from
+	// (see settle.go). They are ended by the lock, their timeout and a shutdown that gives up
+	// (renewals.abandon), never by registering with the settle base, which every message shares.
+	values context.Context
+	p      *Processor
+	msg    *azservicebus.ReceivedMessage
+	env    *Envelope
+	rcv    Settler
+	dur    time.Duration // the granted lock duration
+	each   time.Duration // the renewal interval
 
 	slowSettle atomic.Bool // a lock-bound settle succeeded only after the SDK retried it
 	over       atomic.Bool // ended: lost or settled
@@ -59,15 +63,18 @@ type lockKeeper struct {
 	done     chan struct{} // closed when the lock ends; made on demand (Done)
 	deadline time.Time     // local time at which the lock runs out unless renewed
 	// What ending the lock cancels: the running handler's context, the lock-bound settle call in
-	// flight and the renewal call in flight (nil when none).
-	handler      context.CancelCauseFunc
-	settle, call context.CancelFunc
-	stopped      bool           // stop was called: schedule nothing more
-	calls        sync.WaitGroup // the renewal call in flight
+	// flight and the renewal call in flight (nil when none). publish is the republish of a retry copy in
+	// flight, which only a shutdown that gives up ends (cancelCalls), never the lock.
+	handler               context.CancelCauseFunc
+	settle, call, publish context.CancelFunc
+	stopped               bool           // stop was called: schedule nothing more
+	calls                 sync.WaitGroup // the renewal call in flight
 
-	// The processor's renewal schedule (renewals) lists the lock while it waits for its next renewal;
-	// these fields are guarded by the schedule's mutex.
+	// The processor's renewal schedule (renewals) lists the lock from keepLock to stop, except while a
+	// renewal call is in flight; renews is set when it is listed for a renewal at due. These fields are
+	// guarded by the schedule's mutex.
 	due        time.Time
+	renews     bool
 	prev, next *lockKeeper
 	listed     bool
 }
@@ -79,6 +86,10 @@ func (p *Processor) keepLock(d *delivery, base context.Context, now time.Time) {
 	cfg := p.cfg
 	lk := &d.lock
 	lk.base, lk.p, lk.msg, lk.env, lk.rcv = base, p, d.msg, &d.env, d.route.settler
+	lk.values = base
+	if base.Done() != nil {
+		lk.values = context.WithoutCancel(base)
+	}
 	lk.dur = grantedLockDuration(cfg.lockDuration, d.msg, now)
 	lk.deadline = now.Add(lk.dur)
 	lk.each = cfg.lockRenewInterval
@@ -90,9 +101,8 @@ func (p *Processor) keepLock(d *delivery, base context.Context, now time.Time) {
 		// which would renew only after the expiry) is cut to two thirds of it.
 		lk.each = max(lk.dur*2/3, minRenewWait)
 	}
-	if cfg.lockRenewal {
-		p.renewals.add(lk, now.Add(lk.each))
-	}
+	// Listed either way, so that a shutdown that gives up finds the lock's calls in flight.
+	p.renewals.add(lk, now.Add(lk.each), cfg.lockRenewal)
 }
 
 // grantedLockDuration is the lock duration the broker grants: the configured one if known, else the
@@ -146,6 +156,19 @@ func (lk *lockKeeper) end(cause error) {
 	}
 }
 
+// cancelCalls ends the broker calls in flight, the republish included, without ending the lock: the
+// settle base ended (a shutdown gave up), and the lock is over with it (ended).
+func (lk *lockKeeper) cancelCalls() {
+	lk.mu.Lock()
+	settle, call, publish := lk.settle, lk.call, lk.publish
+	lk.mu.Unlock()
+	for _, cancel := range []context.CancelFunc{settle, call, publish} {
+		if cancel != nil {
+			cancel()
+		}
+	}
+}
+
 // lose records that the lock is gone, which cancels the handler's context and the calls in flight.
 func (lk *lockKeeper) lose() { lk.end(ErrLockLost) }
 
@@ -187,6 +210,17 @@ func (lk *lockKeeper) follow(slot *context.CancelFunc, cancel context.CancelFunc
 	over := lk.cause != nil
 	lk.mu.Unlock()
 	if cancel != nil && (over || lk.base.Err() != nil) {
+		cancel()
+	}
+}
+
+// followPublish makes a shutdown that gives up cancel the republish in flight (cancel; nil stops
+// following), and cancels it at once if that already happened. The lock's end does not cancel it.
+func (lk *lockKeeper) followPublish(cancel context.CancelFunc) {
+	lk.mu.Lock()
+	lk.publish = cancel
+	lk.mu.Unlock()
+	if cancel != nil && lk.base.Err() != nil {
 		cancel()
 	}
 }
@@ -244,6 +278,17 @@ func (lk *lockKeeper) renew() {
 	}
 
 	p := lk.p
+	// Whatever the call's outcome, the lock goes back on the schedule until stop takes it off: for its
+	// next renewal, or, once it is over, only so that a shutdown that gives up finds its calls.
+	renews := false
+	var next time.Duration
+	defer func() {
+		lk.mu.Lock()
+		defer lk.mu.Unlock()
+		if !lk.stopped {
+			p.renewals.add(lk, p.cfg.clock.Now().Add(max(next, 0)), renews)
+		}
+	}()
 	sent := p.cfg.clock.Now()
 	if !lk.alive(sent) {
 		if lk.lost() {
@@ -256,8 +301,12 @@ func (lk *lockKeeper) renew() {
 	err := lk.rcv.RenewMessageLock(rctx, lk.msg, nil)
 	lk.follow(&lk.call, nil)
 	cancel()
+	if lk.base.Err() != nil {
+		// A shutdown gave up while the lock was off the schedule for this call, so renewals.abandon
+		// did not see it: end its other calls here.
+		lk.cancelCalls()
+	}
 
-	var next time.Duration
 	switch code, ok := sdkCode(err); {
 	case lk.ended():
 		return // settled (or lost) while the renewal was in flight
@@ -275,9 +324,5 @@ func (lk *lockKeeper) renew() {
 		rem := lk.remaining(p.cfg.clock.Now())
 		next = min(max(rem/2, minRenewWait), max(rem, 0))
 	}
-	lk.mu.Lock()
-	defer lk.mu.Unlock()
-	if !lk.stopped {
-		p.renewals.add(lk, p.cfg.clock.Now().Add(max(next, 0)))
-	}
+	renews = true
 }

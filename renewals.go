@@ -5,8 +5,10 @@ import (
 	"time"
 )
 
-// renewals is a processor's schedule of lock renewals: the locks waiting for their next renewal in one
-// list, oldest first, and one timer for all of them, armed for the earliest. It stays for its measured
+// renewals is a processor's schedule of lock renewals: the locks being kept in one list, oldest first
+// (each from keepLock to stop, except while its renewal call is in flight), and one timer for all of
+// them, armed for the earliest renewal due. A lock with renewal disabled, or over, is listed without a
+// renewal, so that a shutdown that gives up finds every call in flight (abandon). It stays for its measured
 // gain: with a runtime timer per lock (time.AfterFunc at receive, Stop at settle), arming and stopping
 // the timers took 4.4 % of the consumer's CPU in BenchmarkPaired's success case, the SDK's many timers
 // making each timer operation a heap update; with the schedule, 0.5 % (BENCHMARKS.md, "Primitives kept
@@ -28,24 +30,43 @@ type renewals struct {
 	gen uint64
 }
 
-// add lists lk for a renewal at due.
-func (s *renewals) add(lk *lockKeeper, due time.Time) {
+// add lists lk: for a renewal at due if renews, else only so that abandon finds it (renewal is
+// disabled, or the lock is over).
+func (s *renewals) add(lk *lockKeeper, due time.Time, renews bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	lk.due, lk.prev, lk.next, lk.listed = due, s.tail, nil, true
+	lk.due, lk.renews, lk.prev, lk.next, lk.listed = due, renews, s.tail, nil, true
 	if s.tail != nil {
 		s.tail.next = lk
 	} else {
 		s.head = lk
 	}
 	s.tail = lk
-	if s.armedAt.IsZero() || due.Before(s.armedAt) {
+	if renews && (s.armedAt.IsZero() || due.Before(s.armedAt)) {
 		s.armLocked(due)
 	}
 }
 
+// abandon ends the broker calls in flight of every listed lock (lockKeeper.cancelCalls): the settle
+// base ended, a shutdown gave up. The consumer calls it once per Run (context.AfterFunc on its settle
+// base), instead of every call registering with that context, which all messages share: that
+// registration cost 3 to 4 % of CPU per message in BenchmarkPaired (BENCHMARKS.md, "Primitives kept
+// and removed"). A lock off the list meanwhile, for a renewal call, does the same when that call
+// returns (lockKeeper.renew).
+func (s *renewals) abandon() {
+	s.mu.Lock()
+	var listed []*lockKeeper
+	for lk := s.head; lk != nil; lk = lk.next {
+		listed = append(listed, lk)
+	}
+	s.mu.Unlock()
+	for _, lk := range listed {
+		lk.cancelCalls()
+	}
+}
+
 // remove takes lk out of the list, if it is listed. On an injected clock the timer is stopped once
-// the list is empty, so that an idle processor leaves no goroutine waiting on that clock; on the system
+// no listed lock renews, so that an idle processor leaves no goroutine waiting on that clock; on the system
 // clock it is left to fire (a runtime timer costs nothing while it waits), so that a processor whose
 // list keeps emptying between messages does not re-arm it for each.
 func (s *renewals) remove(lk *lockKeeper) {
@@ -87,6 +108,7 @@ func (s *renewals) fire(gen uint64) {
 	for lk := s.head; lk != nil; {
 		following := lk.next
 		switch {
+		case !lk.renews:
 		case !lk.due.After(now):
 			s.unlinkLocked(lk)
 			lk.calls.Add(1) // under the list's mutex: stop, which removes lk first, then waits for it

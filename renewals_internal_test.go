@@ -82,11 +82,11 @@ func TestALateFiringOfAReplacedTimerDoesNothing(t *testing.T) {
 	mock := clock.NewMock()
 	s := &renewals{clk: mock}
 	lk := &lockKeeper{}
-	s.add(lk, mock.Now().Add(time.Minute))
+	s.add(lk, mock.Now().Add(time.Minute), true)
 	s.mu.Lock()
 	old := s.gen
 	s.mu.Unlock()
-	s.add(&lockKeeper{}, mock.Now().Add(time.Second)) // earlier: the timer is replaced
+	s.add(&lockKeeper{}, mock.Now().Add(time.Second), true) // earlier: the timer is replaced
 	s.mu.Lock()
 	live, gen := s.timer, s.gen
 	s.mu.Unlock()
@@ -98,4 +98,50 @@ func TestALateFiringOfAReplacedTimerDoesNothing(t *testing.T) {
 	assert.Same(t, live, s.timer, "the live timer is left as it was")
 	assert.True(t, lk.listed)
 	live.Stop()
+}
+
+// abandon ends every listed lock's calls in flight, the republish included, whether the lock renews or
+// not; a call that starts once the settle base has ended is ended at once. The lock itself is not
+// ended by it: its end comes from the settle base (ended).
+func TestAbandonEndsTheCallsOfEveryListedLock(t *testing.T) {
+	mock := clock.NewMock()
+	s := &renewals{clk: mock}
+	base, abandon := context.WithCancel(context.Background())
+	renewing, quiet := &lockKeeper{base: base}, &lockKeeper{base: base}
+	s.add(renewing, mock.Now().Add(time.Minute), true)
+	s.add(quiet, time.Time{}, false)
+	settleCtx, cancelSettle := context.WithCancel(context.Background())
+	publishCtx, cancelPublish := context.WithCancel(context.Background())
+	renewing.follow(&renewing.settle, cancelSettle)
+	quiet.followPublish(cancelPublish)
+	abandon()
+	s.abandon()
+	assert.Error(t, settleCtx.Err(), "the lock-bound call of a renewing lock")
+	assert.Error(t, publishCtx.Err(), "the republish of a lock listed without renewal")
+	assert.True(t, quiet.ended(), "over with the settle base")
+	late, cancelLate := context.WithCancel(context.Background())
+	quiet.followPublish(cancelLate)
+	assert.Error(t, late.Err(), "a republish that starts after the settle base ended is ended at once")
+	s.remove(renewing)
+	s.remove(quiet)
+	assert.Nil(t, s.timer, "an empty schedule on an injected clock holds no timer")
+}
+
+// A lock listed without renewal is never renewed: a firing passes it by.
+func TestALockListedWithoutRenewalIsNotRenewed(t *testing.T) {
+	mock := clock.NewMock()
+	s := &renewals{clk: mock}
+	quiet := &lockKeeper{base: context.Background()}
+	s.add(quiet, time.Time{}, false)
+	s.add(&lockKeeper{base: context.Background(), stopped: true}, mock.Now(), true)
+	s.mu.Lock()
+	armed, gen := s.timer, s.gen
+	s.mu.Unlock()
+	armed.Stop() // fired by hand below
+	s.fire(gen)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	assert.True(t, quiet.listed, "still listed, for abandon")
+	assert.Same(t, quiet, s.head)
+	assert.Nil(t, quiet.next, "the due renewing lock left the list for its renewal")
 }

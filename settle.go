@@ -11,10 +11,11 @@ import (
 )
 
 // Settling: every broker call made for a delivery once its outcome is decided. Each call is bounded by
-// a context.WithTimeout of its own: a lock-bound call (complete, dead-letter) derives from the lock, so
-// losing the lock ends it, and is cut to what is left of the lock; the republish of a retry copy derives
-// from the settle base and is bounded by the settle timeout only, since once started its outcome must be
-// known.
+// a context.WithTimeout of its own. A lock-bound call (complete, dead-letter) is ended by the lock's end
+// too, and is cut to what is left of the lock; the republish of a retry copy is bounded by the settle
+// timeout only, since once started its outcome must be known. Both derive from the settle base without
+// its cancellation (lockKeeper.values) and are ended by a shutdown that gives up through the renewal
+// schedule (renewals.abandon), so that no call registers with the one context every message shares.
 
 // slowSettle is how long a settle call must take before its success is doubted (see endLockBound): the
 // SDK's first retry of a settle waits about 4 s, a settle that is not retried takes milliseconds.
@@ -46,7 +47,7 @@ func (p *Processor) beginLockBound(d *delivery) (context.Context, context.Cancel
 	if !lk.alive(d.now) {
 		return nil, nil, errLockGone
 	}
-	ctx, cancel := context.WithTimeout(lk.base, lk.callTimeout(p.cfg.settleTimeout, d.now))
+	ctx, cancel := context.WithTimeout(lk.values, lk.callTimeout(p.cfg.settleTimeout, d.now))
 	lk.follow(&lk.settle, cancel)
 	return ctx, cancel, nil
 }
@@ -117,9 +118,11 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 			res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, context.Cause(settleBase)
 			return
 		}
-		ctx, cancel := context.WithTimeout(settleBase, p.cfg.settleTimeout)
+		ctx, cancel := context.WithTimeout(d.lock.values, p.cfg.settleTimeout)
+		d.lock.followPublish(cancel)
 		hookStart := p.callStart(d)
 		seqs, err := d.route.sender.ScheduleMessages(ctx, []*azservicebus.Message{dec.copyMsg}, dec.at, nil)
+		d.lock.followPublish(nil)
 		cancel()
 		p.settled(d, SettleSchedule, res.RetryMessageID, env, hookStart, err)
 		d.now = p.cfg.clock.Now()

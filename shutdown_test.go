@@ -2,6 +2,7 @@ package retry_test
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -141,8 +142,15 @@ func (s *slowSettler) CompleteMessage(ctx context.Context, m *azservicebus.Recei
 }
 
 // A settle call already in flight when Run gives up on the shutdown is ended then, not left to reach
-// the broker after Run returned (the connection's Close need not abort it).
+// the broker after Run returned (the connection's Close need not abort it), with lock renewal on or off
+// (the call does not derive from the settle base: renewals.abandon ends it).
 func TestShutdownThatGivesUpEndsTheSettleInFlight(t *testing.T) {
+	for _, renewal := range []bool{true, false} {
+		t.Run(fmt.Sprintf("renewal=%v", renewal), func(t *testing.T) { testShutdownEndsTheSettleInFlight(t, !renewal) })
+	}
+}
+
+func testShutdownEndsTheSettleInFlight(t *testing.T, disableRenewal bool) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, nil, nil)
 		sendN(b, 1)
@@ -162,7 +170,7 @@ func TestShutdownThatGivesUpEndsTheSettleInFlight(t *testing.T) {
 			close(started)
 			<-time.After(2500 * time.Millisecond) // ignores ctx; returns after the grace, within the settle timeout
 			return nil
-		}, &retry.Options{ShutdownGrace: time.Second, SettleTimeout: 2 * time.Second, Logger: discardLogger()})
+		}, &retry.Options{ShutdownGrace: time.Second, SettleTimeout: 2 * time.Second, Logger: discardLogger(), DisableLockRenewal: disableRenewal})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)
