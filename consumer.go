@@ -81,9 +81,6 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer cancelHandlers()
 	settleBase, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer abandon(nil)
-	// Ending the settle base ends every broker call in flight, through the locks (renewals.abandon).
-	stopAbandon := context.AfterFunc(settleBase, c.proc.renewals.abandon)
-	defer stopAbandon()
 
 	r := &run{c: c, handlerCtx: handlerCtx, settleBase: settleBase, slots: newSlots(c.cfg)}
 	r.workers = workers{deliver: r.deliver, work: make(chan job),
@@ -131,7 +128,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		n := int(r.busy.Load())
 		err = &ShutdownError{Running: n}
 		c.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
-		abandon(ErrShutdownTimeout) // ends every lock, and with them the settle calls in flight
+		abandon(ErrShutdownTimeout) // ends every lock
+		c.proc.renewals.abandon()   // and the broker calls in flight, which do not derive from settleBase
 	}
 	r.closeAll(ctx)
 	if !stopDrain() {

@@ -156,9 +156,13 @@ func (lk *lockKeeper) end(cause error) {
 	}
 }
 
-// cancelCalls ends the broker calls in flight, the republish included, without ending the lock: the
-// settle base ended (a shutdown gave up), and the lock is over with it (ended).
+// cancelCalls ends the broker calls in flight, the republish included, without ending the lock, once
+// the settle base has ended (a shutdown gave up: the lock is over with it, see ended); before that it
+// does nothing.
 func (lk *lockKeeper) cancelCalls() {
+	if lk.base.Err() == nil {
+		return
+	}
 	lk.mu.Lock()
 	settle, call, publish := lk.settle, lk.call, lk.publish
 	lk.mu.Unlock()
@@ -284,9 +288,14 @@ func (lk *lockKeeper) renew() {
 	var next time.Duration
 	defer func() {
 		lk.mu.Lock()
-		defer lk.mu.Unlock()
 		if !lk.stopped {
 			p.renewals.add(lk, p.cfg.clock.Now().Add(max(next, 0)), renews)
+		}
+		lk.mu.Unlock()
+		// Listed again before this check: a shutdown that gave up meanwhile either found the lock on
+		// the schedule (renewals.abandon) or is seen here, so its calls in flight end either way.
+		if lk.base.Err() != nil {
+			lk.cancelCalls()
 		}
 	}()
 	sent := p.cfg.clock.Now()
@@ -301,11 +310,6 @@ func (lk *lockKeeper) renew() {
 	err := lk.rcv.RenewMessageLock(rctx, lk.msg, nil)
 	lk.follow(&lk.call, nil)
 	cancel()
-	if lk.base.Err() != nil {
-		// A shutdown gave up while the lock was off the schedule for this call, so renewals.abandon
-		// did not see it: end its other calls here.
-		lk.cancelCalls()
-	}
 
 	switch code, ok := sdkCode(err); {
 	case lk.ended():

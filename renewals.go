@@ -23,6 +23,7 @@ type renewals struct {
 	clk        Clock
 	mu         sync.Mutex
 	head, tail *lockKeeper
+	renewing   int       // how many listed locks renew
 	timer      stopper   // armed for armedAt; nil when not armed
 	armedAt    time.Time // zero when not armed
 	// gen counts the armings: a firing that was already on its way when its timer was replaced or
@@ -42,14 +43,17 @@ func (s *renewals) add(lk *lockKeeper, due time.Time, renews bool) {
 		s.head = lk
 	}
 	s.tail = lk
+	if renews {
+		s.renewing++
+	}
 	if renews && (s.armedAt.IsZero() || due.Before(s.armedAt)) {
 		s.armLocked(due)
 	}
 }
 
 // abandon ends the broker calls in flight of every listed lock (lockKeeper.cancelCalls): the settle
-// base ended, a shutdown gave up. The consumer calls it once per Run (context.AfterFunc on its settle
-// base), instead of every call registering with that context, which all messages share: that
+// base ended, a shutdown gave up. The consumer calls it then, once, instead of every call registering
+// with that context, which all messages share: that
 // registration cost 3 to 4 % of CPU per message in BenchmarkPaired (BENCHMARKS.md, "Primitives kept
 // and removed"). A lock off the list meanwhile, for a renewal call, does the same when that call
 // returns (lockKeeper.renew).
@@ -75,7 +79,7 @@ func (s *renewals) remove(lk *lockKeeper) {
 	if lk.listed {
 		s.unlinkLocked(lk)
 	}
-	if _, system := s.clk.(realClock); !system && s.head == nil && s.timer != nil {
+	if _, system := s.clk.(realClock); !system && s.renewing == 0 && s.timer != nil {
 		s.timer.Stop()
 		s.timer, s.armedAt = nil, time.Time{}
 		s.gen++
@@ -128,6 +132,9 @@ func (s *renewals) fire(gen uint64) {
 }
 
 func (s *renewals) unlinkLocked(lk *lockKeeper) {
+	if lk.renews {
+		s.renewing--
+	}
 	if lk.prev != nil {
 		lk.prev.next = lk.next
 	} else {

@@ -191,3 +191,72 @@ func testShutdownEndsTheSettleInFlight(t *testing.T, disableRenewal bool) {
 		assert.Empty(t, b.Completed())
 	})
 }
+
+// slowRenewals passes lock renewals through after renewFor unless their context ends first, and its
+// completes wait for their context to end, recording when.
+type slowRenewals struct {
+	retry.Receiver
+	renewFor time.Duration
+	mu       sync.Mutex
+	ended    []time.Time
+}
+
+func (s *slowRenewals) RenewMessageLock(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.RenewMessageLockOptions) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(s.renewFor):
+	}
+	return s.Receiver.RenewMessageLock(ctx, m, o)
+}
+
+func (s *slowRenewals) CompleteMessage(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.CompleteMessageOptions) error {
+	<-ctx.Done()
+	s.mu.Lock()
+	s.ended = append(s.ended, time.Now())
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+// A settle in flight whose lock is off the renewal schedule for a renewal call when Run gives up on the
+// shutdown is ended then too, by the renewal's return (lockKeeper.renew), not at its own bound.
+func TestShutdownThatGivesUpDuringARenewalEndsTheSettleInFlight(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newBroker(t, nil, nil)
+		sendN(b, 1)
+		started := make(chan struct{})
+		settler := &slowRenewals{renewFor: 900 * time.Millisecond} // renewals at 1 s, 2 s, …, each in flight 0.9 s
+		connect := func(ctx context.Context) (*retry.Connection, error) {
+			conn, err := b.Connector()(ctx)
+			if err != nil {
+				return nil, err
+			}
+			settler.Receiver = conn.Receiver
+			conn.Receiver = settler
+			conn.Close = func(context.Context) error { return nil } // a Close that aborts nothing
+			return conn, nil
+		}
+		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
+			close(started)
+			<-time.After(4 * time.Second) // ignores ctx
+			return nil
+		}, &retry.Options{ShutdownGrace: time.Second, SettleTimeout: 5 * time.Second, LockRenewInterval: time.Second, Logger: discardLogger()})
+		require.NoError(t, err)
+		ctx, cancel := context.WithCancel(t.Context())
+		done := make(chan error, 1)
+		go func() { done <- c.Run(ctx) }()
+		<-started
+		start := time.Now()
+		<-time.After(500 * time.Millisecond)
+		cancel()
+		err = <-done
+		require.ErrorIs(t, err, retry.ErrShutdownTimeout)
+		assert.Equal(t, 6500*time.Millisecond, time.Since(start), "half a second, then grace plus one settle timeout")
+		synctest.Wait()
+		settler.mu.Lock()
+		defer settler.mu.Unlock()
+		require.Len(t, settler.ended, 1)
+		assert.Equal(t, 6500*time.Millisecond, settler.ended[0].Sub(start), "ended when Run gave up (a renewal was in flight), not at 9 s")
+		assert.Empty(t, b.Completed())
+	})
+}
