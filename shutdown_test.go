@@ -156,16 +156,7 @@ func testShutdownEndsTheSettleInFlight(t *testing.T, disableRenewal bool) {
 		sendN(b, 1)
 		started := make(chan struct{})
 		settler := &slowSettler{delay: 1500 * time.Millisecond}
-		connect := func(ctx context.Context) (*retry.Connection, error) {
-			conn, err := b.Connector()(ctx)
-			if err != nil {
-				return nil, err
-			}
-			settler.Receiver = conn.Receiver
-			conn.Receiver = settler
-			conn.Close = func(context.Context) error { return nil } // a Close that aborts nothing
-			return conn, nil
-		}
+		connect := connectNoAbort(b, func(r retry.Receiver) retry.Receiver { settler.Receiver = r; return settler })
 		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
 			close(started)
 			<-time.After(2500 * time.Millisecond) // ignores ctx; returns after the grace, within the settle timeout
@@ -226,16 +217,7 @@ func TestShutdownThatGivesUpDuringARenewalEndsTheSettleInFlight(t *testing.T) {
 		sendN(b, 1)
 		started := make(chan struct{})
 		settler := &slowRenewals{renewFor: 900 * time.Millisecond} // renewals at 1 s, 2 s, …, each in flight 0.9 s
-		connect := func(ctx context.Context) (*retry.Connection, error) {
-			conn, err := b.Connector()(ctx)
-			if err != nil {
-				return nil, err
-			}
-			settler.Receiver = conn.Receiver
-			conn.Receiver = settler
-			conn.Close = func(context.Context) error { return nil } // a Close that aborts nothing
-			return conn, nil
-		}
+		connect := connectNoAbort(b, func(r retry.Receiver) retry.Receiver { settler.Receiver = r; return settler })
 		c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {
 			close(started)
 			<-time.After(4 * time.Second) // ignores ctx
@@ -259,4 +241,18 @@ func TestShutdownThatGivesUpDuringARenewalEndsTheSettleInFlight(t *testing.T) {
 		assert.Equal(t, 6500*time.Millisecond, settler.ended[0].Sub(start), "ended when Run gave up (a renewal was in flight), not at 9 s")
 		assert.Empty(t, b.Completed())
 	})
+}
+
+// connectNoAbort connects through b with the receiver wrap returns, and a Close that aborts nothing, so
+// that only the consumer itself can end a call in flight.
+func connectNoAbort(b *retrytest.Broker, wrap func(retry.Receiver) retry.Receiver) retry.Connector {
+	return func(ctx context.Context) (*retry.Connection, error) {
+		conn, err := b.Connector()(ctx)
+		if err != nil {
+			return nil, err
+		}
+		conn.Receiver = wrap(conn.Receiver)
+		conn.Close = func(context.Context) error { return nil }
+		return conn, nil
+	}
 }
