@@ -40,6 +40,11 @@ import (
 // twice, or for a hold that is over, is completed and ignored; a deferred message that expired (or was
 // settled before a consumer stopped) is dropped from the record with a warning; more than
 // maxFollowers messages behind one hold dead-letter the newcomers (DeadLetterReasons.SessionBacklogFull).
+// A state that changed since this consumer read it (its lock was lost, azservicebus took the session
+// again, and the session's holder meanwhile wrote) is never written over: the message is left
+// unsettled and the session released (serialReceiver.replaceState; the e2e test
+// TestSessionStateWrittenMeanwhileIsNotOverwritten, the unit test
+// TestSessionStateWriteAfterTheSDKTookTheSessionAgain).
 
 // heldSession is one accepted session while a worker serves it.
 type heldSession struct {
@@ -64,6 +69,9 @@ type heldSession struct {
 // durableState is what the consumer knows of a held session's record.
 type durableState struct {
 	st SessionState
+	// raw is the state as this consumer last read or wrote it: a write replaces only that
+	// (serialReceiver.replaceState).
+	raw []byte
 	// foreign: the session's state is not our record; it is never written, and the session is held in
 	// place only.
 	foreign bool
@@ -102,7 +110,7 @@ func (r *sessionRun) loadState(hs *heldSession) error {
 		hs.ds = &durableState{foreign: true}
 		return nil
 	}
-	hs.ds = &durableState{st: st}
+	hs.ds = &durableState{st: st, raw: b}
 	return nil
 }
 
@@ -118,13 +126,22 @@ func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
 		return err
 	}
 	ctx, cancel := r.settleContext(hs.lk)
-	err = hs.recv.SetSessionState(ctx, b, nil)
+	err = hs.recv.replaceState(ctx, hs.ds.raw, b)
 	cancel()
-	if err != nil {
+	switch {
+	case errors.Is(err, errStateChanged):
+		r.sc.cfg.logger.Warn("the session's state changed since this consumer read it (its session lock was lost and another holder wrote it); writing nothing and releasing the session",
+			slog.String("session_id", hs.sid))
+		return err
+	case errors.Is(err, errSessionRetaken):
+		r.sc.cfg.logger.Error("the SDK took the session again while its durable hold record was written; a state another holder wrote in that moment may have been replaced. Releasing the session",
+			slog.String("session_id", hs.sid))
+		return err
+	case err != nil:
 		r.sc.cfg.logger.Warn("writing the session's durable hold record failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
 		return r.settleError(hs.lk, err)
 	}
-	hs.ds.st = next
+	hs.ds.st, hs.ds.raw = next, b
 	return nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -716,5 +717,76 @@ func TestSessionReleaseBeforeAPendingDeadLetter(t *testing.T) {
 		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"), "s-1 ran again, then s-2")
 		assert.Empty(t, b.Deferred())
 		assert.False(t, sessionState(t, b, "s").Blocked())
+	})
+}
+
+// retakenOnWrite is a session receiver whose first state write goes through only after the SDK took
+// the session again (the new link's LockedUntil is later): what azservicebus does when the lock was
+// lost before the call.
+type retakenOnWrite struct {
+	retry.SessionReceiver
+	retaken *atomic.Bool
+}
+
+func (r retakenOnWrite) SetSessionState(ctx context.Context, state []byte, o *azservicebus.SetSessionStateOptions) error {
+	err := r.SessionReceiver.SetSessionState(ctx, state, o)
+	r.retaken.Store(true)
+	return err
+}
+
+func (r retakenOnWrite) LockedUntil() time.Time {
+	if r.retaken.Load() {
+		return r.SessionReceiver.LockedUntil().Add(time.Second)
+	}
+	return r.SessionReceiver.LockedUntil()
+}
+
+// A record written only after the SDK took the session again may have replaced one another holder
+// wrote in that moment: the consumer does not go on as if its view were the session's, but leaves the
+// message unsettled and releases the session, so that the next holder starts from the broker's state
+// (here the record it wrote, which holds the message as a stopped consumer's would).
+func TestSessionStateWriteAfterTheSDKTookTheSessionAgain(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		inner := b.SessionConnector()
+		var accepts atomic.Int32
+		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
+			c, err := inner(ctx)
+			if err != nil {
+				return nil, err
+			}
+			accept := c.AcceptNext
+			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+				r, err := accept(ctx)
+				if err != nil || accepts.Add(1) > 1 {
+					return r, err
+				}
+				return retakenOnWrite{SessionReceiver: r, retaken: new(atomic.Bool)}, nil
+			}
+			return c, nil
+		}
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && c.Attempt < 2 {
+				return errBoom
+			}
+			return nil
+		})
+		sc, err := retry.NewSessionConsumer(connect, h, &retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed},
+			Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		require.NoError(t, err)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+		require.NoError(t, stop())
+		assert.Equal(t, []string{"s-1", "s-2"}, rec.successesOf("s"), "in order")
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		require.NotEmpty(t, rec.processed)
+		first := rec.processed[0]
+		assert.Equal(t, "s-1", first.Message.MessageID)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, first.Result.Outcome, "not reported held: the session was released")
+		assert.GreaterOrEqual(t, accepts.Load(), int32(2), "the session was accepted again")
+		assert.Nil(t, sessionState(t, b, "s").Hold, "the hold ended once the message succeeded")
 	})
 }

@@ -1,7 +1,9 @@
 package retry
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -112,6 +114,45 @@ func (s *serialReceiver) SetSessionState(ctx context.Context, state []byte, o *a
 	}
 	defer s.give()
 	return s.r.SetSessionState(ctx, state, o)
+}
+
+// Why replaceState wrote nothing, or doubts its write.
+var (
+	errStateChanged   = errors.New("retry: the session state changed since this consumer read it")
+	errSessionRetaken = errors.New("retry: the SDK took the session again while its state was written")
+)
+
+// replaceState writes next as the session's state, in one turn, only if the state is still old: what
+// this consumer read at accept or wrote last. The SDK takes a session whose lock was lost again on its
+// next call, without a word (azservicebus v1.11 internal/errors.go, GetRecoveryKindForSession: "a lock
+// lost on a session _is_ retryable"; the new link re-accepts the same session id), so a consumer whose
+// lock ran out while its handler ran would otherwise write its record over the one the session's next
+// holder wrote meanwhile (e2e TestSessionStateWrittenMeanwhileIsNotOverwritten). It returns
+// errStateChanged without writing when the state is not old, and errSessionRetaken when the write went
+// through only after the SDK took the session again (LockedUntil moved during the call, which only a
+// new link does): a state written by another holder in that moment may have been replaced, and the
+// caller releases the session so that the next holder starts from the broker's state. No check can
+// close that last window: Service Bus offers no conditional write of a session state.
+func (s *serialReceiver) replaceState(ctx context.Context, old, next []byte) error {
+	if err := s.take(ctx); err != nil {
+		return err
+	}
+	defer s.give()
+	cur, err := s.r.GetSessionState(ctx, nil)
+	if err != nil {
+		return err
+	}
+	if !bytes.Equal(cur, old) {
+		return errStateChanged
+	}
+	before := s.r.LockedUntil()
+	if err := s.r.SetSessionState(ctx, next, nil); err != nil {
+		return err
+	}
+	if !s.r.LockedUntil().Equal(before) {
+		return errSessionRetaken
+	}
+	return nil
 }
 
 func (s *serialReceiver) RenewSessionLock(ctx context.Context, o *azservicebus.RenewSessionLockOptions) error {

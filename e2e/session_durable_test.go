@@ -257,3 +257,85 @@ func sessionDone(o *sessionOrder, sid string, n int) bool {
 	defer o.mu.Unlock()
 	return o.next[sid] == n
 }
+
+// A consumer whose session lock was lost while its handler ran must not write its record over one
+// written meanwhile. The SDK takes a session whose lock was lost again on the next call, silently
+// (GetRecoveryKindForSession in azservicebus internal/errors.go: "a lock lost on a session _is_
+// retryable"), so without a check the consumer's state write succeeds and replaces what the session's
+// next holder wrote. Here that holder writes a state of the application's own; the consumer reads the
+// state again before its write, finds it changed, writes nothing and releases the session, and the
+// message, left unsettled, runs again under the state as it is now.
+func TestSessionStateWrittenMeanwhileIsNotOverwritten(t *testing.T) {
+	parallel(t)
+	e, sender := sessionEnv(t)
+	sid := "s"
+	for i := 1; i <= 2; i++ {
+		id := fmt.Sprintf("s-%d", i)
+		require.NoError(t, sender.SendMessage(t.Context(), &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte("x")}, nil))
+	}
+	var (
+		mu        sync.Mutex
+		successes []string
+		started   = make(chan struct{})
+		intruded  = make(chan struct{})
+		done      = make(chan struct{})
+	)
+	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		env, _ := retry.EnvelopeFromContext(ctx)
+		if m.MessageID == "s-1" && env.Attempt == 1 && m.DeliveryCount == 1 {
+			close(started)
+			<-intruded
+			return errBoom // a durable hold: the consumer writes its record now
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		successes = append(successes, m.MessageID)
+		if len(successes) == 2 {
+			close(done)
+		}
+		return nil
+	}
+	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}})
+	require.NoError(t, err)
+	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
+		Backoff: retry.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
+	}, &retry.SessionOptions{MaxConcurrentSessions: 1, MaxHold: time.Nanosecond, DurableHolds: true})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	runErr := make(chan error, 1)
+	go func() { runErr <- sc.Run(ctx) }()
+
+	<-started
+	e.em.Broker().ExpireAllLocks()
+	// The session's next holder: it writes a state of its own and lets the session go.
+	other, err := e.client(t).AcceptSessionForQueue(t.Context(), e.queue, sid, nil)
+	require.NoError(t, err)
+	theirs := []byte(`{"cart":42}`)
+	require.NoError(t, other.SetSessionState(t.Context(), theirs, nil))
+	require.NoError(t, other.Close(t.Context()))
+	close(intruded)
+
+	deadline := time.After(testTimeout)
+	for waiting := true; waiting; {
+		select {
+		case <-done:
+			waiting = false
+		case <-deadline:
+			t.Fatal("the session's messages were not handled in time")
+		case <-time.After(20 * time.Millisecond):
+			require.Zero(t, sc.Health().Deferred, "the consumer held the message under its own record, written over the state written meanwhile")
+		}
+	}
+	cancel()
+	require.NoError(t, <-runErr)
+	mu.Lock()
+	assert.Equal(t, []string{"s-1", "s-2"}, successes, "in order, the first again since its hold was not written")
+	mu.Unlock()
+	r, err := e.client(t).AcceptSessionForQueue(t.Context(), e.queue, sid, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close(context.WithoutCancel(t.Context()))) }()
+	raw, err := r.GetSessionState(t.Context(), nil)
+	require.NoError(t, err)
+	assert.Equal(t, string(theirs), string(raw), "the state written meanwhile is kept")
+	assert.Zero(t, sc.Health().Deferred, "nothing was held under a record that is not the session's")
+}
