@@ -45,6 +45,12 @@ type Options struct {
 	// name a queue: a topic cannot be peeked.
 	RetryQueue string
 
+	// SessionConsumer says the entity is consumed by a retry.SessionConsumer, which holds its retries
+	// in the session (in memory, or durably in the session state) and schedules no retry copies: its
+	// messages and its dead letters are all in the entity itself. A subscription then needs no
+	// RetryQueue, which must be empty, and has no pending retry to cancel.
+	SessionConsumer bool
+
 	// MaxSessions bounds how many sessions one [Inspector.ListHeldSessions] reads: each costs an accept
 	// of the session, a read of its state and a peek, so that listing a session entity with many
 	// sessions costs a known amount and ends. When the listing stops at the bound, [HeldSessions] says
@@ -72,6 +78,8 @@ func (o *Options) withDefaults() (Options, error) {
 		return c, fmt.Errorf("%w: PeekBatchSize %d is negative", ErrInvalidOptions, c.PeekBatchSize)
 	case strings.Contains(c.RetryQueue, "/"):
 		return c, fmt.Errorf("%w: RetryQueue %q must name a queue", ErrInvalidOptions, c.RetryQueue)
+	case c.SessionConsumer && c.RetryQueue != "":
+		return c, fmt.Errorf("%w: RetryQueue %q with SessionConsumer: a session consumer schedules no retry copies", ErrInvalidOptions, c.RetryQueue)
 	}
 	if c.MaxPeek == 0 {
 		c.MaxPeek = DefaultMaxPeek
@@ -137,7 +145,7 @@ type Inspector struct {
 // New returns an Inspector over entity (a queue name, or "topic/Subscriptions/subscription") through
 // client. It does not contact Service Bus: a missing entity or a credential without Listen rights is
 // reported by the first call. Errors wrap [ErrInvalidEntity], [ErrInvalidOptions], or for a
-// subscription without [Options.RetryQueue], [ErrNoRetryQueue].
+// subscription without [Options.RetryQueue] (nor [Options.SessionConsumer]), [ErrNoRetryQueue].
 func New(client *azservicebus.Client, entity string, opts *Options) (*Inspector, error) {
 	if client == nil {
 		return nil, fmt.Errorf("%w: nil client", ErrInvalidOptions)
@@ -150,8 +158,8 @@ func New(client *azservicebus.Client, entity string, opts *Options) (*Inspector,
 	if err != nil {
 		return nil, err
 	}
-	if e.IsSubscription() && o.RetryQueue == "" {
-		return nil, fmt.Errorf("%w %s: set Options.RetryQueue to the queue its consumer schedules retries on", ErrNoRetryQueue, e)
+	if e.IsSubscription() && o.RetryQueue == "" && !o.SessionConsumer {
+		return nil, fmt.Errorf("%w %s: set Options.RetryQueue to the queue its consumer schedules retries on (or Options.SessionConsumer, if a retry.SessionConsumer consumes it)", ErrNoRetryQueue, e)
 	}
 	return newInspector(e, o, &clientLinks{client: client, entity: e, retryQueue: o.RetryQueue}), nil
 }

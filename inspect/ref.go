@@ -75,6 +75,10 @@ func (in *Inspector) resolve(r Ref, candidates []source, what string) (source, R
 	if r.SequenceNumber < 0 {
 		return 0, r, fmt.Errorf("%w: sequence number %d is negative", ErrInvalidRef, r.SequenceNumber)
 	}
+	if len(candidates) == 0 {
+		// A subscription a session consumer consumes: it holds its retries in the session.
+		return 0, r, fmt.Errorf("%w: %s: %s holds no %s (its session consumer holds retries in the session)", ErrUnknownEntity, r, in.entity, what)
+	}
 	if r.Entity == "" {
 		if len(candidates) == 1 {
 			return candidates[0], in.refOf(candidates[0], r.SequenceNumber), nil

@@ -125,6 +125,17 @@ func TestSubscriptionNeedsRetryQueue(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, []string{"orders/$DeadLetterQueue"}, q.DeadLetterQueues())
 	assert.Equal(t, []string{"orders"}, q.RetryEntities())
+
+	// A subscription a session consumer consumes has no retry queue: everything is in it.
+	ss, err := New(client, "events/Subscriptions/billing", &Options{SessionConsumer: true})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"events/Subscriptions/billing/$DeadLetterQueue"}, ss.DeadLetterQueues())
+	assert.Empty(t, ss.RetryEntities())
+	_, err = ss.Cancel(t.Context(), Ref{SequenceNumber: 7})
+	assert.ErrorIs(t, err, ErrUnknownEntity)
+	assert.ErrorContains(t, err, "holds retries in the session")
+	_, err = New(client, "events/Subscriptions/billing", &Options{SessionConsumer: true, RetryQueue: "billing-retry"})
+	assert.ErrorIs(t, err, ErrInvalidOptions)
 }
 
 func TestCursorRoundTrip(t *testing.T) {

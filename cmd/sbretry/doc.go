@@ -13,7 +13,7 @@
 //	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--redrive-to QUEUE]
 //	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--yes]
 //	sbretry [entity flags] sessions list [--max-sessions N]
-//	                                            held sessions of a session-enabled queue
+//	                                            held sessions of a session-enabled queue or subscription
 //	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes]
 //	                                            release one held session
 //	sbretry [entity flags] serve [--listen ADDR] [--token T] [--entity PATH[=RETRYQUEUE]]...
@@ -27,6 +27,8 @@
 //	--topic T --subscription S --retry-queue R
 //	                        a subscription and the queue its consumer schedules retry copies on
 //	--retry-queue Q         for a queue: the queue holding its retry copies, if not the queue itself
+//	--session-consumer      a retry.SessionConsumer consumes the entity: it holds retries in the
+//	                        session and has no retry queue, so a subscription needs no --retry-queue
 //	--max-peek N            read at most N messages from each entity (default 10000)
 //	--timeout D             bound on the whole command (default 5m)
 //	--json                  machine-readable output on stdout, for jq: every command, dry runs included
@@ -47,7 +49,9 @@
 // A subscription needs --retry-queue: its pending retries and the dead letters of its last attempts are
 // there, and an answer that left them out would say "nothing pending" about a place it never looked.
 // The queue is the retryQueue argument of retry.SubscriptionConnectionString; Service Bus records no
-// link between the two, so the operator names it.
+// link between the two, so the operator names it. A subscription that a retry.SessionConsumer consumes
+// has none (its retries are held in the session, its dead letters are in the subscription's own
+// dead-letter queue): say so with --session-consumer, which sessions list implies.
 //
 // Reading is peek-based (package github.com/sbretry/retry/inspect): it never locks or changes a message,
 // and it is bounded by --max-peek; when the bound is hit, a warning on stderr says the answer covers the

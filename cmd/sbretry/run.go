@@ -40,7 +40,7 @@ const (
 // every command is safe to run again.
 var clientRetries = azservicebus.RetryOptions{MaxRetries: 3, RetryDelay: 200 * time.Millisecond, MaxRetryDelay: 2 * time.Second}
 
-const usageText = `usage: sbretry [--connection-string S] (--queue Q | --topic T --subscription S --retry-queue R) COMMAND ...
+const usageText = `usage: sbretry [--connection-string S] (--queue Q | --topic T --subscription S (--retry-queue R | --session-consumer)) COMMAND ...
 
 commands:
   status KEY          pending retries, active copies and dead letters of a key, correlation id or message id
@@ -50,8 +50,8 @@ commands:
   dlq show REF        one dead letter with its properties and body
   dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --all; --dry-run; --redrive-to QUEUE)
   dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
-  sessions list       held sessions of a session-enabled queue: what blocks each, its followers, its wake-up
-                      (--max-sessions N, default 1000)
+  sessions list       held sessions of a session-enabled queue or subscription: what blocks each, its
+                      followers, its wake-up (--max-sessions N, default 1000; implies --session-consumer)
   sessions release --session ID
                       release one held session: its retry runs now, or a session blocked after a
                       dead-letter runs its followers (--dry-run; asks for confirmation unless --yes)
@@ -69,6 +69,8 @@ common flags (before or after the command):
   --connection-string S  default $SERVICEBUS_CONNECTION_STRING
   --queue Q | --topic T --subscription S
   --retry-queue Q        queue holding the consumer's retry copies: required for a subscription
+  --session-consumer     the entity is consumed by a retry.SessionConsumer, which holds retries in the
+                         session and has no retry queue (a subscription then needs no --retry-queue)
   --max-peek N           read at most N messages per entity (default 10000)
   --timeout D            bound on the whole command (default 5m)
   --json                 JSON output for jq (every command, dry runs included)
@@ -258,6 +260,9 @@ type common struct {
 	maxPeek                                         int
 	timeout                                         time.Duration
 	json                                            bool
+	// sessionConsumer is --session-consumer: a retry.SessionConsumer consumes the entity, so a
+	// subscription has no retry queue (inspect.Options.SessionConsumer).
+	sessionConsumer bool
 	// noRetries makes the client retry nothing (sessions release): azservicebus retries a call whose
 	// session lock was lost by accepting the session again, which would write a release's state under a
 	// new lock, after a consumer may have written a newer one (inspect.Inspector.Release).
@@ -282,6 +287,7 @@ func newFlagSet(name string, c *common) *flag.FlagSet {
 	fs.IntVar(&c.maxPeek, "max-peek", inspect.DefaultMaxPeek, "")
 	fs.DurationVar(&c.timeout, "timeout", defaultTimeout, "")
 	fs.BoolVar(&c.json, "json", false, "")
+	fs.BoolVar(&c.sessionConsumer, "session-consumer", false, "")
 	fs.StringVar(&c.traceFile, "trace-file", "", "")
 	c.command = name
 	return fs
@@ -346,10 +352,14 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if e.IsSubscription() && c.retryQueue == "" {
+	if e.IsSubscription() && c.retryQueue == "" && !c.sessionConsumer {
 		// Never answer "nothing" for a place not looked at: the retry library's subscription
-		// consumers always have a retry queue, and only the operator knows its name.
-		return nil, nil, nil, usagef("subscription %s: give --retry-queue QUEUE, the queue its consumer schedules retries on: its pending retries and its last attempts' dead letters are there, and an answer without them would leave them out", e)
+		// consumers always have a retry queue, and only the operator knows its name; a session
+		// consumer has none, which only the operator can say.
+		return nil, nil, nil, usagef("subscription %s: give --retry-queue QUEUE, the queue its consumer schedules retries on: its pending retries and its last attempts' dead letters are there, and an answer without them would leave them out (or --session-consumer, if a retry.SessionConsumer consumes it: it has no retry queue)", e)
+	}
+	if c.sessionConsumer && c.retryQueue != "" {
+		return nil, nil, nil, usagef("--session-consumer and --retry-queue: a session consumer schedules no retry copies, so it has no retry queue; give one or the other")
 	}
 	if c.maxPeek <= 0 {
 		return nil, nil, nil, usagef("--max-peek must be positive")
@@ -381,7 +391,7 @@ func (a *app) open(ctx context.Context, c *common) (*session, context.Context, f
 		}
 		ctx, obs = tctx, o
 	}
-	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, MaxSessions: c.maxSessions, RetryQueue: c.retryQueue, Observer: obs})
+	in, err := inspect.New(client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, MaxSessions: c.maxSessions, RetryQueue: c.retryQueue, SessionConsumer: c.sessionConsumer, Observer: obs})
 	if err != nil {
 		_ = client.Close(ctx)
 		return nil, nil, nil, usagef("%v", err)

@@ -66,6 +66,8 @@ func (a *app) sessionsList(ctx context.Context, args []string) error {
 	if c.maxSessions <= 0 {
 		return usagef("--max-sessions must be positive")
 	}
+	// Held sessions are a session consumer's: a subscription it consumes has no retry queue.
+	c.sessionConsumer = c.sessionConsumer || c.retryQueue == ""
 	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
 		return err

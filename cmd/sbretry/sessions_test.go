@@ -9,12 +9,17 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/azcore/to"
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 func TestSessionsListCommand(t *testing.T) {
@@ -278,4 +283,52 @@ func TestSessionsListStuckSession(t *testing.T) {
 	code, out, _ := h.cli(t, "", "sessions", "list")
 	require.Equal(t, exitOK, code)
 	assert.Regexp(t, `(?m)^jobs +s-stuck +waiting +999 +gone +2 +2026-01-01T00:00:00.000Z +0 +none +the held message is not in the session$`, out)
+}
+
+// A session consumer on a subscription has no retry queue: `sessions list` needs none (it implies
+// --session-consumer), and the other commands take --session-consumer instead of --retry-queue, reading
+// the subscription and its own dead-letter queue only.
+func TestSessionsOnASubscription(t *testing.T) {
+	t.Parallel()
+	em := sbemu.StartT(t, sbemu.Config{Topics: []broker.TopicConfig{{Name: "events",
+		Subscriptions: []broker.SubscriptionConfig{{Name: "billing", RequiresSession: true}}}}})
+	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries})
+	require.NoError(t, err)
+	defer func() { _ = client.Close(sbtest.Context(t)) }()
+	sender, err := client.NewSender("events", nil)
+	require.NoError(t, err)
+	sid, id := "s-dead", "b1"
+	require.NoError(t, sender.SendMessage(sbtest.Context(t), &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte("x")}, nil))
+	require.NoError(t, sender.Close(sbtest.Context(t)))
+	// The record a consumer with BlockAfterDeadLetter writes before it dead-letters the message.
+	r, err := client.AcceptSessionForSubscription(sbtest.Context(t), "events", "billing", sid, nil)
+	require.NoError(t, err)
+	msgs, err := r.ReceiveMessages(sbtest.Context(t), 1, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	rec, err := retry.MarshalSessionState(retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: *msgs[0].SequenceNumber, MessageID: id, Attempt: 3,
+		LastError: "downstream unavailable", DeadLetterReason: "RetryMaxAttemptsExceeded", DeadLetteredAt: time.Now()}})
+	require.NoError(t, err)
+	require.NoError(t, r.SetSessionState(sbtest.Context(t), rec, nil))
+	require.NoError(t, r.DeadLetterMessage(sbtest.Context(t), msgs[0], &azservicebus.DeadLetterOptions{Reason: to.Ptr("RetryMaxAttemptsExceeded")}))
+	require.NoError(t, r.Close(sbtest.Context(t)))
+
+	sub := []string{"--connection-string", em.ConnectionString(), "--topic", "events", "--subscription", "billing"}
+	code, out, errOut := cliNoEntity(t, "", append(sub, "sessions", "list")...)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Regexp(t, `(?m)^events/Subscriptions/billing +s-dead +dead-lettered +\d+ +b1 +3 `, out)
+
+	code, out, errOut = cliNoEntity(t, "", append(sub, "--session-consumer", "dlq", "list")...)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Regexp(t, `(?m)^events/Subscriptions/billing/\$DeadLetterQueue +\d+ .*RetryMaxAttemptsExceeded`, out)
+
+	code, _, errOut = cliNoEntity(t, "", append(sub, "dlq", "list")...)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "--session-consumer")
+	code, _, errOut = cliNoEntity(t, "", append(sub, "--session-consumer", "--retry-queue", "billing-retry", "dlq", "list")...)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "no retry queue")
+	code, _, errOut = cliNoEntity(t, "", append(sub, "--session-consumer", "cancel", "7", "--yes")...)
+	assert.NotEqual(t, exitOK, code)
+	assert.Contains(t, errOut, "holds retries in the session")
 }
