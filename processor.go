@@ -86,8 +86,8 @@ type Result struct {
 	// the broker will redeliver the original. A redelivery that reaches this process completes it without
 	// running the handler again (see Inherited); one that reaches another process runs the handler, and its
 	// republish reuses the same MessageID, which duplicate detection absorbs. For a [SessionConsumer] it
-	// is true when a complete or dead-letter succeeded only after the SDK retried it, which may not have
-	// settled it: the session is released, and the message, if still there, runs again before its
+	// is true when a complete, dead-letter or defer succeeded only after the SDK retried it, which may
+	// not have settled it: the session is released, and the message, if still there, runs again before its
 	// successors.
 	PossibleDuplicate bool
 	// Inherited is true when the handler did not run because an earlier delivery of the same message, in

@@ -431,9 +431,7 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 	}
 	props := map[string]any{PropAttempt: int64(h.Attempt), PropLastError: h.LastError, PropHeldUntil: at.UTC()}
 	start := p.callStart(d)
-	ctx, cancel := r.settleContext(hs.lk)
-	err := hs.recv.DeferMessage(ctx, d.msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
-	cancel()
+	took, err := r.deferMessage(hs, d.msg, props)
 	d.now = r.sc.cfg.clock.Now()
 	p.settled(d, SettleDefer, "", d.env, start, err)
 	if err != nil {
@@ -444,6 +442,19 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 	}
 	res.Outcome = OutcomeDeferred
 	p.log(d.ctx, slog.LevelInfo, "session held durably until its retry is due", d.msg, d.env, errAttr(herr), slog.Time("wake_at", at))
+	// A defer is a settle: one the SDK retried may not have happened, the message still locked here,
+	// and this consumer would then find the hold "gone" once due and run its followers first.
+	r.doubt(d, took, res)
+}
+
+// deferMessage defers msg with props, bounded by the settle timeout under the session's lock, and
+// reports how long the call itself took (see doubt).
+func (r *sessionRun) deferMessage(hs *heldSession, msg *azservicebus.ReceivedMessage, props map[string]any) (time.Duration, error) {
+	ctx, cancel := r.settleContext(hs.lk)
+	defer cancel()
+	return hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error {
+		return recv.DeferMessage(ctx, msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
+	})
 }
 
 // scheduleWake schedules h's wake-up into the session.
@@ -507,9 +518,7 @@ func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st SessionState, p
 	}
 	res := Result{Attempt: d.env.Attempt}
 	start := p.callStart(d)
-	ctx, cancel := r.settleContext(hs.lk)
-	err := hs.recv.DeferMessage(ctx, msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
-	cancel()
+	took, err := r.deferMessage(hs, msg, props)
 	d.now = r.sc.cfg.clock.Now()
 	p.settled(d, SettleDefer, "", d.env, start, err)
 	if err != nil {
@@ -517,6 +526,7 @@ func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st SessionState, p
 		return r.endSetAside(d, withOutcome(res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err)))
 	}
 	res.Outcome = OutcomeDeferred
+	r.doubt(d, took, &res)
 	r.sc.cfg.logger.Debug("message deferred behind the session's hold", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
 	return r.endSetAside(d, res)
 }

@@ -790,3 +790,66 @@ func TestSessionStateWriteAfterTheSDKTookTheSessionAgain(t *testing.T) {
 		assert.Nil(t, sessionState(t, b, "s").Hold, "the hold ended once the message succeeded")
 	})
 }
+
+// slowFalseDefer is a session receiver whose first defer takes 3 s and reports success without
+// deferring: what azservicebus v1.11 can do with a settle it retried (soak/README.md findings 1 and 3).
+type slowFalseDefer struct {
+	retry.SessionReceiver
+	lied *atomic.Bool
+}
+
+func (r slowFalseDefer) DeferMessage(ctx context.Context, m *azservicebus.ReceivedMessage, o *azservicebus.DeferMessageOptions) error {
+	if r.lied.CompareAndSwap(false, true) {
+		time.Sleep(3 * time.Second) // fake time: the SDK's retries
+		return nil
+	}
+	return r.SessionReceiver.DeferMessage(ctx, m, o)
+}
+
+// A defer that succeeded only after the SDK retried it is doubted, as a complete is: the session is
+// released rather than gone on with, so that a held message the defer left locked here is not taken
+// for gone once due (which would run its followers first) but comes back, first, to run in order.
+func TestSessionDurableHoldDoubtsASlowDefer(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		inner := b.SessionConnector()
+		lied := new(atomic.Bool)
+		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
+			c, err := inner(ctx)
+			if err != nil {
+				return nil, err
+			}
+			accept := c.AcceptNext
+			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+				r, err := accept(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return slowFalseDefer{SessionReceiver: r, lied: lied}, nil
+			}
+			return c, nil
+		}
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" && c.Attempt < 2 {
+				return errBoom
+			}
+			return nil
+		})
+		// The retry is due 1 s after the failure: before the slow defer returns.
+		sc, err := retry.NewSessionConsumer(connect, h, &retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed},
+			Backoff: retry.Constant{Interval: time.Second}}, durableOnly)
+		require.NoError(t, err)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+		require.NoError(t, stop())
+		require.True(t, lied.Load())
+		assert.Equal(t, []string{"s-1", "s-2"}, rec.successesOf("s"), "in order")
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		first := rec.processed[0]
+		assert.Equal(t, retry.OutcomeDeferred, first.Result.Outcome)
+		assert.True(t, first.Result.PossibleDuplicate, "the defer is doubted")
+	})
+}
