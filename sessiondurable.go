@@ -134,6 +134,10 @@ func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
 			slog.String("session_id", hs.sid))
 		return err
 	case errors.Is(err, errSessionRetaken):
+		r.sc.cfg.logger.Warn("the session's lock was lost and the SDK took the session again; writing nothing and releasing the session",
+			slog.String("session_id", hs.sid))
+		return err
+	case errors.Is(err, errStateWrittenRetaken):
 		r.sc.cfg.logger.Error("the SDK took the session again while its durable hold record was written; a state another holder wrote in that moment may have been replaced. Releasing the session",
 			slog.String("session_id", hs.sid))
 		return err
@@ -148,6 +152,9 @@ func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
 // dispatch handles one received message of a held session and reports whether the session may go on
 // (false: release it, so that what was left unsettled comes back before anything later).
 func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+	if r.lostBeforeRun(hs, msg) {
+		return false
+	}
 	if hs.holdNotDeferred {
 		// The first message after the held one was not found deferred: unless it is the held one,
 		// back active, the held one is gone.
@@ -282,11 +289,28 @@ func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool
 			r.sc.cfg.logger.Warn("receiving a deferred message of a held session failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
 			return true
 		}
+		if r.lostBeforeRun(hs, msg) {
+			return true
+		}
 		res := r.handle(stop, hs, msg, from)
 		if !settledForSure(res) || !r.afterSettle(hs, msg, res) {
 			return true
 		}
 	}
+}
+
+// lostBeforeRun ends msg's delivery unsettled, without running anything, when the session's lock was
+// lost by the time it arrived: the call that brought it may have found the session taken again by the
+// SDK (serialReceiver.watch), and what this consumer knows of the session (its record, what blocks
+// it) may be stale, so nothing may run on it. It reports whether it did.
+func (r *sessionRun) lostBeforeRun(hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+	lost, why := hs.lk.lost()
+	if !lost {
+		return false
+	}
+	d := r.setAside(hs, msg)
+	r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, why))
+	return true
 }
 
 // errDeferredGone: the record names a deferred message the session no longer has.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -851,5 +852,73 @@ func TestSessionDurableHoldDoubtsASlowDefer(t *testing.T) {
 		first := rec.processed[0]
 		assert.Equal(t, retry.OutcomeDeferred, first.Result.Outcome)
 		assert.True(t, first.Result.PossibleDuplicate, "the defer is doubted")
+	})
+}
+
+// retakenOnReceive is a session receiver whose second receive comes back through a new link: the SDK
+// took the session again after its lock was lost (its LockedUntil moves).
+type retakenOnReceive struct {
+	retry.SessionReceiver
+	receives *atomic.Int32
+	retaken  *atomic.Bool
+}
+
+func (r retakenOnReceive) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	msgs, err := r.SessionReceiver.ReceiveMessages(ctx, n, o)
+	if len(msgs) > 0 && r.receives.Add(1) == 2 {
+		r.retaken.Store(true)
+	}
+	return msgs, err
+}
+
+func (r retakenOnReceive) LockedUntil() time.Time {
+	if r.retaken.Load() {
+		return r.SessionReceiver.LockedUntil().Add(time.Second)
+	}
+	return r.SessionReceiver.LockedUntil()
+}
+
+// A call that finds the session taken again by the SDK (its lock was lost meanwhile, and another
+// consumer may have held the session and changed its record) ends the session as a lost lock does: the
+// message that call brought is not run on this consumer's view of the session, which may be stale, but
+// goes back, and runs once the session is accepted afresh.
+func TestSessionTakenAgainBySDKIsTreatedAsLost(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		inner := b.SessionConnector()
+		var accepts atomic.Int32
+		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
+			c, err := inner(ctx)
+			if err != nil {
+				return nil, err
+			}
+			accept := c.AcceptNext
+			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+				r, err := accept(ctx)
+				if err != nil || accepts.Add(1) > 1 {
+					return r, err
+				}
+				return retakenOnReceive{SessionReceiver: r, receives: new(atomic.Int32), retaken: new(atomic.Bool)}, nil
+			}
+			return c, nil
+		}
+		rec := newSessionRecorder()
+		var mu sync.Mutex
+		var ran []string
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			mu.Lock()
+			ran = append(ran, fmt.Sprintf("%s#%d", c.ID, accepts.Load()))
+			mu.Unlock()
+			return nil
+		})
+		sc, err := retry.NewSessionConsumer(connect, h, &retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed}}, durableOnly)
+		require.NoError(t, err)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{"s-1#1", "s-2#2"}, ran, "s-2 ran only once the session was accepted afresh")
 	})
 }

@@ -24,6 +24,9 @@ type serialReceiver struct {
 	turn chan struct{}
 	r    SessionReceiver
 	sid  string
+	// retaken, when set, is called when a call other than a renewal finds that the SDK took the
+	// session again (see watch); set before the worker's first call, read only by the worker's calls.
+	retaken func()
 }
 
 // receiveSlice is the longest one receive holds a session's receiver; a wait for the session's next
@@ -53,6 +56,7 @@ func (s *serialReceiver) timed(ctx context.Context, clk Clock, call func(Session
 		return 0, err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	start := clk.Now()
 	err := call(s.r)
 	return clk.Now().Sub(start), err
@@ -65,6 +69,7 @@ func (s *serialReceiver) ReceiveMessages(ctx context.Context, n int, o *azservic
 		return nil, err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	return s.r.ReceiveMessages(ctx, n, o)
 }
 
@@ -73,6 +78,7 @@ func (s *serialReceiver) CompleteMessage(ctx context.Context, m *azservicebus.Re
 		return err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	return s.r.CompleteMessage(ctx, m, o)
 }
 
@@ -81,6 +87,7 @@ func (s *serialReceiver) DeadLetterMessage(ctx context.Context, m *azservicebus.
 		return err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	return s.r.DeadLetterMessage(ctx, m, o)
 }
 
@@ -89,6 +96,7 @@ func (s *serialReceiver) DeferMessage(ctx context.Context, m *azservicebus.Recei
 		return err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	return s.r.DeferMessage(ctx, m, o)
 }
 
@@ -97,6 +105,7 @@ func (s *serialReceiver) ReceiveDeferredMessages(ctx context.Context, seqs []int
 		return nil, err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	return s.r.ReceiveDeferredMessages(ctx, seqs, o)
 }
 
@@ -105,6 +114,7 @@ func (s *serialReceiver) GetSessionState(ctx context.Context, o *azservicebus.Ge
 		return nil, err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	return s.r.GetSessionState(ctx, o)
 }
 
@@ -113,13 +123,15 @@ func (s *serialReceiver) SetSessionState(ctx context.Context, state []byte, o *a
 		return err
 	}
 	defer s.give()
+	defer s.watch(s.r.LockedUntil())
 	return s.r.SetSessionState(ctx, state, o)
 }
 
 // Why replaceState wrote nothing, or doubts its write.
 var (
-	errStateChanged   = errors.New("retry: the session state changed since this consumer read it")
-	errSessionRetaken = errors.New("retry: the SDK took the session again while its state was written")
+	errStateChanged        = errors.New("retry: the session state changed since this consumer read it")
+	errSessionRetaken      = errors.New("retry: the SDK took the session again after its lock was lost")
+	errStateWrittenRetaken = errors.New("retry: the session state was written only after the SDK took the session again")
 )
 
 // replaceState writes next as the session's state, in one turn, only if the state is still old: what
@@ -128,31 +140,49 @@ var (
 // lost on a session _is_ retryable"; the new link re-accepts the same session id), so a consumer whose
 // lock ran out while its handler ran would otherwise write its record over the one the session's next
 // holder wrote meanwhile (e2e TestSessionStateWrittenMeanwhileIsNotOverwritten). It returns
-// errStateChanged without writing when the state is not old, and errSessionRetaken when the write went
-// through only after the SDK took the session again (LockedUntil moved during the call, which only a
-// new link does): a state written by another holder in that moment may have been replaced, and the
-// caller releases the session so that the next holder starts from the broker's state. No check can
-// close that last window: Service Bus offers no conditional write of a session state.
+// errStateChanged without writing when the state is not old, errSessionRetaken without writing when
+// the read already took the session again, and errStateWrittenRetaken when the write went through only
+// after the SDK took the session again: a state written by another holder in that moment may have been
+// replaced. Both of the last two make the session lost (watch), so that the next holder starts from
+// the broker's state. No check can close that last window: Service Bus offers no conditional write of
+// a session state.
 func (s *serialReceiver) replaceState(ctx context.Context, old, next []byte) error {
 	if err := s.take(ctx); err != nil {
 		return err
 	}
 	defer s.give()
+	before := s.r.LockedUntil()
 	cur, err := s.r.GetSessionState(ctx, nil)
-	if err != nil {
+	switch {
+	case s.watch(before):
+		return errSessionRetaken // read under a lock taken again: nothing written, the session is lost
+	case err != nil:
 		return err
-	}
-	if !bytes.Equal(cur, old) {
+	case !bytes.Equal(cur, old):
 		return errStateChanged
 	}
-	before := s.r.LockedUntil()
 	if err := s.r.SetSessionState(ctx, next, nil); err != nil {
 		return err
 	}
-	if !s.r.LockedUntil().Equal(before) {
-		return errSessionRetaken
+	if s.watch(before) {
+		return errStateWrittenRetaken
 	}
 	return nil
+}
+
+// watch reports whether the SDK took the session again since LockedUntil was before (only a new link
+// moves it outside a renewal: azservicebus v1.11 session_receiver.go, newLink), and then calls retaken:
+// the lock this consumer held was lost meanwhile, and another consumer may have held the session and
+// changed it, so the session is treated as lost (its message left unsettled, the session released)
+// rather than served on a view that may be stale. Called in the receiver's turn, after the call.
+func (s *serialReceiver) watch(before time.Time) bool {
+	if s.r.LockedUntil().Equal(before) {
+		return false
+	}
+	if s.retaken != nil {
+		s.retaken()
+	}
+	return true
 }
 
 func (s *serialReceiver) RenewSessionLock(ctx context.Context, o *azservicebus.RenewSessionLockOptions) error {
