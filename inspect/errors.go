@@ -22,11 +22,17 @@ var (
 	// a scheduled retry copy (it is already receivable, or a message the retry library did not
 	// schedule): cancelling it would delete a live message.
 	ErrNotPending = errors.New("inspect: not a pending retry")
-	// ErrNoRetryQueue is wrapped by [New] for a subscription without [Options.RetryQueue]: a
+	// ErrNoRetryQueue is wrapped by [New] for a subscription without [Options.RetryQueue] (nor
+	// [Options.SessionConsumer], for which it has none): a
 	// subscription's retry copies are scheduled on another entity, and its last attempts are
 	// dead-lettered there, so an inspector that read the subscription alone would answer "nothing
 	// pending" for a place it never looked.
 	ErrNoRetryQueue = errors.New("inspect: no retry queue configured for the subscription")
+	// ErrSessionEntity is wrapped by the calls that would peek the entity itself (pending retries,
+	// status, counts) when [Options.SessionConsumer] says it is a session entity: Service Bus refuses a
+	// receiver without a session on it, so it can be read only session by session
+	// ([Inspector.ListHeldSessions]).
+	ErrSessionEntity = errors.New("inspect: the entity requires sessions")
 	// ErrInvalidRef is wrapped by [ParseRef] and by the methods taking a [Ref] for a malformed one.
 	ErrInvalidRef = errors.New("inspect: invalid message reference")
 	// ErrAmbiguousRef is wrapped when a [Ref] without an entity could name a message in more than one

@@ -48,7 +48,10 @@ type Options struct {
 	// SessionConsumer says the entity is consumed by a retry.SessionConsumer, which holds its retries
 	// in the session (in memory, or durably in the session state) and schedules no retry copies: its
 	// messages and its dead letters are all in the entity itself. A subscription then needs no
-	// RetryQueue, which must be empty, and has no pending retry to cancel.
+	// RetryQueue, which must be empty, and has no pending retry to cancel. The entity requires sessions,
+	// so only its dead-letter queue can be peeked as a whole; the calls that would peek the entity
+	// itself (ListPending, Status, Counts) return [ErrSessionEntity], and its sessions are read with
+	// ListHeldSessions.
 	SessionConsumer bool
 
 	// MaxSessions bounds how many sessions one [Inspector.ListHeldSessions] reads: each costs an accept
@@ -130,7 +133,8 @@ type links interface {
 }
 
 // Inspector reads the retry state of one entity: the entity, its retry queue when that is another
-// queue (always, for a subscription), and the dead-letter queues of both. Create it with [New]; the
+// queue (always, for a subscription, unless a session consumer consumes it: [Options.SessionConsumer]),
+// and the dead-letter queues of both. Create it with [New]; the
 // zero value is not usable. It is safe for concurrent use and holds no resources between calls (see
 // the package documentation), so it needs no Close; close the client when done.
 type Inspector struct {

@@ -43,6 +43,11 @@ func Truncated(scans []Scan) bool {
 // peek cursor plays no part and the scan can be repeated.
 func (in *Inspector) scan(ctx context.Context, s source, visit func(decoded)) (Scan, error) {
 	sc := Scan{Entity: in.sourcePath(s)}
+	if s == sourceEntity && in.opts.SessionConsumer {
+		// Service Bus refuses a receiver without a session on a session entity, so it cannot be
+		// peeked as a whole; say so rather than answer for a place never read.
+		return sc, fmt.Errorf("%w: %s can be read only session by session (ListHeldSessions; sbretry sessions list); its dead-letter queue reads as usual", ErrSessionEntity, sc.Entity)
+	}
 	p, err := in.links.peeker(s)
 	if err != nil {
 		return sc, fmt.Errorf("inspect: opening %s: %w", sc.Entity, err)

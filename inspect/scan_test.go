@@ -136,6 +136,13 @@ func TestSubscriptionNeedsRetryQueue(t *testing.T) {
 	assert.ErrorContains(t, err, "holds retries in the session")
 	_, err = New(client, "events/Subscriptions/billing", &Options{SessionConsumer: true, RetryQueue: "billing-retry"})
 	assert.ErrorIs(t, err, ErrInvalidOptions)
+	// Its entity requires sessions: the calls that would peek it say so, and read nothing.
+	_, err = ss.ListPending(t.Context(), PageOptions{})
+	assert.ErrorIs(t, err, ErrSessionEntity)
+	_, err = ss.Status(t.Context(), "order-42")
+	assert.ErrorIs(t, err, ErrSessionEntity)
+	_, err = ss.Counts(t.Context())
+	assert.ErrorIs(t, err, ErrSessionEntity)
 }
 
 func TestCursorRoundTrip(t *testing.T) {

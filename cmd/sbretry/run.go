@@ -68,9 +68,11 @@ a REF names a message by its entity and sequence number, as the listings show th
 common flags (before or after the command):
   --connection-string S  default $SERVICEBUS_CONNECTION_STRING
   --queue Q | --topic T --subscription S
-  --retry-queue Q        queue holding the consumer's retry copies: required for a subscription
+  --retry-queue Q        queue holding the consumer's retry copies: required for a subscription,
+                         unless --session-consumer
   --session-consumer     the entity is consumed by a retry.SessionConsumer, which holds retries in the
-                         session and has no retry queue (a subscription then needs no --retry-queue)
+                         session and has no retry queue (a subscription then needs no --retry-queue);
+                         dlq commands and sessions list work, pending/status need a plain entity; not serve
   --max-peek N           read at most N messages per entity (default 10000)
   --timeout D            bound on the whole command (default 5m)
   --json                 JSON output for jq (every command, dry runs included)

@@ -72,6 +72,10 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		// A file that grows for as long as the console runs is no way to trace a server.
 		return usagef("--trace-file is for the one-shot commands, not serve")
 	}
+	if c.sessionConsumer {
+		// The console shows retry queues and their pending retries, which a session consumer has none of.
+		return usagef("--session-consumer is for the one-shot commands, not serve: the console reads a consumer's retry queue, and a session consumer has none")
+	}
 	if c.queue != "" || c.topic != "" || c.subscription != "" {
 		e, err := c.entity()
 		if err != nil {

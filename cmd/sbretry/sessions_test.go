@@ -331,4 +331,14 @@ func TestSessionsOnASubscription(t *testing.T) {
 	code, _, errOut = cliNoEntity(t, "", append(sub, "--session-consumer", "cancel", "7", "--yes")...)
 	assert.NotEqual(t, exitOK, code)
 	assert.Contains(t, errOut, "holds retries in the session")
+	// A session entity can be read only session by session: never "nothing pending".
+	for _, cmd := range [][]string{{"pending"}, {"status", "b1"}} {
+		code, out, errOut = cliNoEntity(t, "", append(append(sub, "--session-consumer"), cmd...)...)
+		assert.Equal(t, exitError, code, cmd)
+		assert.Contains(t, errOut, "session by session", cmd)
+		assert.NotContains(t, out, "nothing", cmd)
+	}
+	code, _, errOut = cliNoEntity(t, "", append(sub, "--session-consumer", "serve", "--listen", "127.0.0.1:0")...)
+	assert.Equal(t, exitUsage, code)
+	assert.Contains(t, errOut, "not serve")
 }

@@ -194,7 +194,7 @@ func checkPlanned(it *Item, m *azservicebus.ReceivedMessage) error {
 }
 
 // ErrRedriveToTopic explains why a subscription's dead letters are never sent to its topic.
-var ErrRedriveToTopic = errors.New("a subscription cannot be sent to, and sending to its topic would deliver the message to every subscription of the topic, not only the one it was dead-lettered from; give --redrive-to QUEUE, a queue that reaches this subscription's consumer only (its forwarding or retry queue)")
+var ErrRedriveToTopic = errors.New("a subscription cannot be sent to, and sending to its topic would deliver the message to every subscription of the topic, not only the one it was dead-lettered from; give --redrive-to QUEUE, a queue that reaches this subscription's consumer only (a queue forwarding to it, or its consumer's retry queue)")
 
 // ErrInvalidTarget is returned by [Target] for a redrive target it cannot use.
 var ErrInvalidTarget = errors.New("invalid redrive target")
