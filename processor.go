@@ -87,8 +87,8 @@ type Result struct {
 	// running the handler again (see Inherited); one that reaches another process runs the handler, and its
 	// republish reuses the same MessageID, which duplicate detection absorbs. For a [SessionConsumer] it
 	// is true when a complete, dead-letter or defer succeeded only after the SDK retried it, which may
-	// not have settled it: the session is released, and the message, if still there, runs again before its
-	// successors.
+	// not have settled it: the session is released, and the message, if still there, comes back before
+	// its successors (to run again, or, for a defer, to be deferred again or run once due).
 	PossibleDuplicate bool
 	// Inherited is true when the handler did not run because an earlier delivery of the same message, in
 	// this process, had already decided the outcome but could not settle it (its lock died with a

@@ -308,6 +308,9 @@ func (r *sessionRun) lostBeforeRun(hs *heldSession, msg *azservicebus.ReceivedMe
 	if !lost {
 		return false
 	}
+	if _, wake := IsWakeUp(msg); wake {
+		return true // ours, never the hooks': it goes back when the receiver closes
+	}
 	d := r.setAside(hs, msg)
 	r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, why))
 	return true

@@ -161,10 +161,11 @@ func (s *serialReceiver) replaceState(ctx context.Context, old, next []byte) err
 	case !bytes.Equal(cur, old):
 		return errStateChanged
 	}
-	if err := s.r.SetSessionState(ctx, next, nil); err != nil {
-		return err
-	}
-	if s.watch(before) {
+	err = s.r.SetSessionState(ctx, next, nil)
+	switch retaken := s.watch(before); {
+	case err != nil:
+		return err // the session is lost if retaken: nothing to doubt, the write failed
+	case retaken:
 		return errStateWrittenRetaken
 	}
 	return nil

@@ -121,7 +121,7 @@ func (in *Inspector) DeadLetterQueues() []string { return in.paths(in.deadSource
 
 // RetryEntities returns the paths of the entities that hold the pending retries the inspector can
 // cancel, the entities a pending retry's [Ref] may name: the queue itself, or the retry queue (also
-// the queue, when a queue has a retry queue of its own); none for a subscription a session consumer
+// the queue, when a queue has a retry queue of its own); none for an entity a session consumer
 // consumes ([Options.SessionConsumer]).
 func (in *Inspector) RetryEntities() []string { return in.paths(in.cancelSources()) }
 

@@ -122,6 +122,9 @@ func (in *Inspector) peekAt(ctx context.Context, s source, r Ref) (decoded, erro
 // [ErrNotFound].
 func (in *Inspector) peekOne(ctx context.Context, s source, seq int64) (*azservicebus.ReceivedMessage, error) {
 	path := in.sourcePath(s)
+	if s == sourceEntity && in.opts.SessionConsumer {
+		return nil, fmt.Errorf("%w: %s can be read only session by session (ListHeldSessions; sbretry sessions list)", ErrSessionEntity, path)
+	}
 	p, err := in.links.peeker(s)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: opening %s: %w", path, err)

@@ -143,6 +143,15 @@ func TestSubscriptionNeedsRetryQueue(t *testing.T) {
 	assert.ErrorIs(t, err, ErrSessionEntity)
 	_, err = ss.Counts(t.Context())
 	assert.ErrorIs(t, err, ErrSessionEntity)
+	// A session queue alike: nothing to cancel, and the queue is not peeked.
+	sq, err := New(client, "jobs", &Options{SessionConsumer: true})
+	require.NoError(t, err)
+	assert.Empty(t, sq.RetryEntities())
+	assert.Equal(t, []string{"jobs/$DeadLetterQueue"}, sq.DeadLetterQueues())
+	_, err = sq.Cancel(t.Context(), Ref{SequenceNumber: 7})
+	assert.ErrorIs(t, err, ErrUnknownEntity)
+	_, err = sq.Status(t.Context(), "order-42")
+	assert.ErrorIs(t, err, ErrSessionEntity)
 }
 
 func TestCursorRoundTrip(t *testing.T) {

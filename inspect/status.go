@@ -92,11 +92,11 @@ func (in *Inspector) liveSources() []source {
 
 // cancelSources are the queues that hold retry copies a Sender can cancel: the queue, the retry queue
 // when it is another queue, and for a subscription its retry queue only (a subscription cannot be sent
-// to, so nothing is ever scheduled on it by the retry library), none for one a session consumer
-// consumes (it has no retry queue).
+// to, so nothing is ever scheduled on it by the retry library), none for an entity a session consumer
+// consumes (it schedules no retry copies).
 func (in *Inspector) cancelSources() []source {
 	switch {
-	case in.entity.IsSubscription() && in.opts.SessionConsumer:
+	case in.opts.SessionConsumer:
 		return nil
 	case in.entity.IsSubscription():
 		return []source{sourceRetryQueue}
