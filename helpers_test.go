@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -206,3 +207,24 @@ func (discardSender) ScheduleMessages(context.Context, []*azservicebus.Message, 
 	return []int64{1}, nil
 }
 func (discardSender) Close(context.Context) error { return nil }
+
+// wrapAccepted returns base with every session receiver it accepts passed through wrap, which gets
+// the receiver and how many the connector has accepted so far, this one included (1 for the first).
+func wrapAccepted(base retry.SessionConnector, wrap func(r retry.SessionReceiver, n int) retry.SessionReceiver) retry.SessionConnector {
+	var accepts atomic.Int32
+	return func(ctx context.Context) (*retry.SessionConnection, error) {
+		c, err := base(ctx)
+		if err != nil {
+			return nil, err
+		}
+		accept := c.AcceptNext
+		c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+			r, err := accept(ctx)
+			if err != nil {
+				return nil, err
+			}
+			return wrap(r, int(accepts.Add(1))), nil
+		}
+		return c, nil
+	}
+}

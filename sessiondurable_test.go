@@ -752,21 +752,13 @@ func TestSessionStateWriteAfterTheSDKTookTheSessionAgain(t *testing.T) {
 		sendSession(t, b, "s", 2)
 		inner := b.SessionConnector()
 		var accepts atomic.Int32
-		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
-			c, err := inner(ctx)
-			if err != nil {
-				return nil, err
+		connect := wrapAccepted(inner, func(r retry.SessionReceiver, n int) retry.SessionReceiver {
+			accepts.Store(int32(n))
+			if n > 1 {
+				return r
 			}
-			accept := c.AcceptNext
-			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
-				r, err := accept(ctx)
-				if err != nil || accepts.Add(1) > 1 {
-					return r, err
-				}
-				return retakenOnWrite{SessionReceiver: r, retaken: new(atomic.Bool)}, nil
-			}
-			return c, nil
-		}
+			return retakenOnWrite{SessionReceiver: r, retaken: new(atomic.Bool)}
+		})
 		rec := newSessionRecorder()
 		h := rec.handler(func(_ context.Context, c sessionCall) error {
 			if c.ID == "s-1" && c.Attempt < 2 {
@@ -816,21 +808,9 @@ func TestSessionDurableHoldDoubtsASlowDefer(t *testing.T) {
 		sendSession(t, b, "s", 2)
 		inner := b.SessionConnector()
 		lied := new(atomic.Bool)
-		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
-			c, err := inner(ctx)
-			if err != nil {
-				return nil, err
-			}
-			accept := c.AcceptNext
-			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
-				r, err := accept(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return slowFalseDefer{SessionReceiver: r, lied: lied}, nil
-			}
-			return c, nil
-		}
+		connect := wrapAccepted(inner, func(r retry.SessionReceiver, _ int) retry.SessionReceiver {
+			return slowFalseDefer{SessionReceiver: r, lied: lied}
+		})
 		rec := newSessionRecorder()
 		h := rec.handler(func(_ context.Context, c sessionCall) error {
 			if c.ID == "s-1" && c.Attempt < 2 {
@@ -888,21 +868,13 @@ func TestSessionTakenAgainBySDKIsTreatedAsLost(t *testing.T) {
 		sendSession(t, b, "s", 2)
 		inner := b.SessionConnector()
 		var accepts atomic.Int32
-		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
-			c, err := inner(ctx)
-			if err != nil {
-				return nil, err
+		connect := wrapAccepted(inner, func(r retry.SessionReceiver, n int) retry.SessionReceiver {
+			accepts.Store(int32(n))
+			if n > 1 {
+				return r
 			}
-			accept := c.AcceptNext
-			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
-				r, err := accept(ctx)
-				if err != nil || accepts.Add(1) > 1 {
-					return r, err
-				}
-				return retakenOnReceive{SessionReceiver: r, receives: new(atomic.Int32), retaken: new(atomic.Bool)}, nil
-			}
-			return c, nil
-		}
+			return retakenOnReceive{SessionReceiver: r, receives: new(atomic.Int32), retaken: new(atomic.Bool)}
+		})
 		rec := newSessionRecorder()
 		var mu sync.Mutex
 		var ran []string

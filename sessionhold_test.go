@@ -328,21 +328,9 @@ func TestSessionDoubtedCompleteKeepsOrder(t *testing.T) {
 		rec := newSessionRecorder()
 		var lied atomic.Bool
 		base := b.SessionConnector()
-		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
-			c, err := base(ctx)
-			if err != nil {
-				return nil, err
-			}
-			accept := c.AcceptNext
-			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
-				r, err := accept(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return lyingReceiver{SessionReceiver: r, lied: &lied}, nil
-			}
-			return c, nil
-		}
+		connect := wrapAccepted(base, func(r retry.SessionReceiver, _ int) retry.SessionReceiver {
+			return lyingReceiver{SessionReceiver: r, lied: &lied}
+		})
 		sc, err := retry.NewSessionConsumer(connect, rec.handler(func(context.Context, sessionCall) error { return nil }),
 			&retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed}}, nil)
 		require.NoError(t, err)

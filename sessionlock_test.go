@@ -165,21 +165,9 @@ func TestSessionSuccessAfterALostLockIsNotSettled(t *testing.T) {
 		b := newSessionBroker(t, nil)
 		sendSession(t, b, "s", 2)
 		inner := b.SessionConnector()
-		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
-			c, err := inner(ctx)
-			if err != nil {
-				return nil, err
-			}
-			accept := c.AcceptNext
-			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
-				r, err := accept(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return lenientComplete{r}, nil
-			}
-			return c, nil
-		}
+		connect := wrapAccepted(inner, func(r retry.SessionReceiver, _ int) retry.SessionReceiver {
+			return lenientComplete{r}
+		})
 		rec := newSessionRecorder()
 		started := make(chan struct{})
 		first := true
@@ -250,21 +238,9 @@ func TestSessionReceiverCallsNeverOverlap(t *testing.T) {
 		sendSession(t, b, "s", 3)
 		var in, overlapped atomic.Int32
 		base := b.SessionConnector()
-		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
-			c, err := base(ctx)
-			if err != nil {
-				return nil, err
-			}
-			accept := c.AcceptNext
-			c.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
-				r, err := accept(ctx)
-				if err != nil {
-					return nil, err
-				}
-				return overlapReceiver{SessionReceiver: r, in: &in, overlapped: &overlapped}, nil
-			}
-			return c, nil
-		}
+		connect := wrapAccepted(base, func(r retry.SessionReceiver, _ int) retry.SessionReceiver {
+			return overlapReceiver{SessionReceiver: r, in: &in, overlapped: &overlapped}
+		})
 		slow := func(context.Context, *azservicebus.ReceivedMessage) error { time.Sleep(10 * time.Second); return nil }
 		sc, err := retry.NewSessionConsumer(connect, slow, &retry.Options{Logger: discardLogger()}, &retry.SessionOptions{SessionIdleTimeout: 20 * time.Second})
 		require.NoError(t, err)
