@@ -129,13 +129,9 @@ func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
 	err = hs.recv.replaceState(ctx, hs.ds.raw, b)
 	cancel()
 	switch {
-	case errors.Is(err, errStateChanged):
-		r.sc.cfg.logger.Warn("the session's state changed since this consumer read it (its session lock was lost and another holder wrote it); writing nothing and releasing the session",
-			slog.String("session_id", hs.sid))
-		return err
-	case errors.Is(err, errSessionRetaken):
-		r.sc.cfg.logger.Warn("the session's lock was lost and the SDK took the session again; writing nothing and releasing the session",
-			slog.String("session_id", hs.sid))
+	case errors.Is(err, errStateChanged), errors.Is(err, errSessionRetaken):
+		r.sc.cfg.logger.Warn("the session's lock was lost and its state may be another holder's now; writing nothing and releasing the session",
+			slog.String("session_id", hs.sid), errAttr(err))
 		return err
 	case errors.Is(err, errStateWrittenRetaken):
 		r.sc.cfg.logger.Error("the SDK took the session again while its durable hold record was written; a state another holder wrote in that moment may have been replaced. Releasing the session",
