@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"maps"
 	"math"
 	"strconv"
@@ -82,8 +83,14 @@ func (p *Processor) decideFailure(d *delivery, herr error, pol policy) *decision
 	next := env.Attempt + 1
 	errText := p.errorText(herr)
 	copyMsg := p.buildCopy(d, next, errText, ttl, at, env.RetryMessageID(next))
-	if !fitsLimits(copyMsg, cfg.maxMessageSize) {
-		return p.deadLetterDecision(env, msg, cfg.reasons.MessageTooLarge, herr, now, false)
+	if why := oversize(copyMsg, cfg.maxMessageSize); why != "" {
+		dec := p.deadLetterDecision(env, msg, cfg.reasons.MessageTooLarge, herr, now, false)
+		// The description says what did not fit, by how much; the handler's error follows it.
+		if text := p.errorText(herr); text != "" {
+			why += "; the handler failed with: " + text
+		}
+		dec.deadLetterPlan.desc = truncate(why, cfg.descriptionLimit)
+		return dec
 	}
 	return &decision{kind: decideRetry, env: env, handlerErr: herr,
 		retryPlan: &retryPlan{copyMsg: copyMsg, nextTry: next, delay: delay, at: at, errText: errText}}
@@ -180,8 +187,8 @@ func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, her
 		id := heldMessageID(*env, d.route.entity, msg)
 		copyMsg := p.buildCopy(d, env.Attempt, errText, ttl, at, id)
 		copyMsg.ApplicationProperties[PropHeld] = now.UTC()
-		if !fitsLimits(copyMsg, p.cfg.maxMessageSize) {
-			return p.leftForRedelivery(d, errCannotHold, "outage mode: the held copy would exceed the size limits; the broker will redeliver the message")
+		if why := oversize(copyMsg, p.cfg.maxMessageSize); why != "" {
+			return p.leftForRedelivery(d, fmt.Errorf("%w: %s", errCannotHold, why), "outage mode: the held copy would exceed the size limits; the broker will redeliver the message")
 		}
 		dec = &decision{kind: decideRetry, env: env, handlerErr: herr,
 			retryPlan: &retryPlan{copyMsg: copyMsg, nextTry: env.Attempt, delay: at.Sub(now), at: at, errText: errText, held: true}}

@@ -157,16 +157,21 @@ func TestOversizedCopyDeadLetters(t *testing.T) {
 	res := f.process()
 	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 	assert.Equal(t, "RetryMessageTooLarge", res.DeadLetterReason)
+	// The description says how large the copy would be and what the limit is, then the handler's error.
+	dl := f.broker.DeadLettered()
+	require.Len(t, dl, 1)
+	assert.Regexp(t, `^the retry copy would take about \d+ bytes \(body \d+\); the limit is 262144 \(Options.MaxMessageSize\); the handler failed with: downstream unavailable$`, dl[0].Description)
 }
 
 func TestCopyOverHeaderLimitsDeadLetters(t *testing.T) {
 	cases := []struct {
 		name  string
 		props map[string]any
+		desc  string // the dead-letter description, a regexp
 	}{
-		{"one property near 32 KiB", map[string]any{"big": strings.Repeat("x", 32*1024-10)}},
+		{"one property near 32 KiB", map[string]any{"big": strings.Repeat("x", 32*1024-10)}, `^the retry copy's application property "big" takes about \d+ bytes; the limit is 32768; `},
 		// Just under 64 KiB, which Service Bus accepts; the copy's retry properties take it over.
-		{"properties over 64 KiB together with the copy's", map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024), "c": strings.Repeat("x", 4000)}},
+		{"properties over 64 KiB together with the copy's", map[string]any{"a": strings.Repeat("x", 30*1024), "b": strings.Repeat("x", 30*1024), "c": strings.Repeat("x", 4000)}, `^the retry copy's header and application properties take about \d+ bytes; the limit is 65536; `},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -177,6 +182,9 @@ func TestCopyOverHeaderLimitsDeadLetters(t *testing.T) {
 			assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 			assert.Equal(t, "RetryMessageTooLarge", res.DeadLetterReason)
 			assert.Empty(t, f.broker.Scheduled())
+			dl := f.broker.DeadLettered()
+			require.Len(t, dl, 1)
+			assert.Regexp(t, tc.desc, dl[0].Description)
 		})
 	}
 	// Just inside the limits, the copy is scheduled.

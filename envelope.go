@@ -12,6 +12,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/internal/redact"
 )
 
 // Application property names of the retry envelope. They are written on every retry copy and read back
@@ -338,10 +340,12 @@ const (
 	maxHeaderSize   = 64 * 1024
 )
 
-// fitsLimits reports whether the retry copy m fits the Service Bus limits: its estimated encoded size
-// within maxMessageSize, each application property within 32 KiB and the headers within 64 KiB. The
-// estimates err on the large side (a fixed allowance for framing, the widest encoding for numbers).
-func fitsLimits(m *azservicebus.Message, maxMessageSize int) bool {
+// oversize says why the retry copy m would not fit the Service Bus limits, with the size and the limit
+// ("" when it fits): its estimated encoded size within maxMessageSize, each application property
+// within 32 KiB and the headers within 64 KiB. The estimates err on the large side (a fixed allowance
+// for framing, the widest encoding for numbers). The text becomes the dead-letter's description, so an
+// operator sees what was too large by how much without opening the message.
+func oversize(m *azservicebus.Message, maxMessageSize int) string {
 	const framing = 512
 	header := 0
 	for _, s := range []*string{m.ContentType, m.CorrelationID, m.MessageID, m.PartitionKey, m.ReplyTo, m.ReplyToSessionID, m.SessionID, m.Subject, m.To} {
@@ -352,14 +356,20 @@ func fitsLimits(m *azservicebus.Message, maxMessageSize int) bool {
 	for k, v := range m.ApplicationProperties {
 		size := len(k) + 5 + valueSize(v)
 		if size > maxPropertySize {
-			return false
+			return fmt.Sprintf("the retry copy's application property %q takes about %d bytes; the limit is %d", redact.String(truncate(k, 64)), size, maxPropertySize)
 		}
 		header += size
 	}
-	return header <= maxHeaderSize && framing+header+len(m.Body) <= maxMessageSize
+	if header > maxHeaderSize {
+		return fmt.Sprintf("the retry copy's header and application properties take about %d bytes; the limit is %d", header, maxHeaderSize)
+	}
+	if total := framing + header + len(m.Body); total > maxMessageSize {
+		return fmt.Sprintf("the retry copy would take about %d bytes (body %d); the limit is %d (Options.MaxMessageSize)", total, len(m.Body), maxMessageSize)
+	}
+	return ""
 }
 
-// propertiesSize estimates the encoded size of application properties, as fitsLimits counts them.
+// propertiesSize estimates the encoded size of application properties, as oversize counts them.
 func propertiesSize(props map[string]any) int {
 	n := 0
 	for k, v := range props {

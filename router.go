@@ -136,8 +136,12 @@ type RouterOptions struct {
 }
 
 // NewRouter returns a Router over routes, tried in order. A route without Match or Handler, or with an
-// invalid rule, returns an error wrapping [ErrInvalidOptions].
+// invalid rule, returns an error wrapping [ErrInvalidOptions], and so does a router with neither a
+// route nor a fallback, which could only dead-letter every message.
 func NewRouter(routes []Route, opts *RouterOptions) (*Router, error) {
+	if len(routes) == 0 && (opts == nil || opts.Fallback.Handler == nil) {
+		return nil, &OptionError{Field: "routes", Reason: "the router has no route and no fallback, so it would dead-letter every message"}
+	}
 	r := &Router{}
 	for i, rt := range routes {
 		field := "routes[" + strconv.Itoa(i) + "]"

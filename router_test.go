@@ -168,6 +168,8 @@ func TestNewRouterRejectsBadRoutes(t *testing.T) {
 		opts   *retry.RouterOptions
 		field  string
 	}{
+		{"no route and no fallback", nil, nil, "routes"},
+		{"empty routes and a fallback without handler", []retry.Route{}, &retry.RouterOptions{}, "routes"},
 		{"no match", []retry.Route{{Handler: okHandler}}, nil, "routes[0].Match"},
 		{"no handler", []retry.Route{{Match: retry.Subject("a")}}, nil, "routes[0].Handler"},
 		{"bad rule", []retry.Route{{Match: retry.Subject("a"), Handler: okHandler, Policies: []retry.Rule{{}}}}, nil, "routes[0].Policies[0].Match"},
@@ -179,8 +181,12 @@ func TestNewRouterRejectsBadRoutes(t *testing.T) {
 			var oe *retry.OptionError
 			require.ErrorAs(t, err, &oe)
 			assert.Equal(t, tc.field, oe.Field)
+			assert.ErrorIs(t, err, retry.ErrInvalidOptions)
 		})
 	}
+	// A fallback alone is a router: every message goes to it.
+	_, err := retry.NewRouter(nil, &retry.RouterOptions{Fallback: retry.Route{Handler: okHandler}})
+	require.NoError(t, err)
 }
 
 // A middleware around the router that wraps its errors keeps the route's policies.
