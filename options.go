@@ -95,8 +95,9 @@ type Options struct {
 	// ImmediateRetries is how many times a failed handler is called again at once, in the same delivery,
 	// before a delayed retry is scheduled, as NServiceBus's immediate retries: each counts as an attempt
 	// against MaxAttempts, and the handler sees its Envelope's Attempt and LastError move on. The
-	// delivery keeps its lock (renewed) and its handler slot meanwhile. Zero (the default) means none;
-	// at most [MaxImmediateRetries].
+	// delivery keeps its lock (renewed) and its handler slot meanwhile. A failure answered with
+	// [RetryAfter] ends them: the delayed retry is scheduled at the delay it asked for. Zero (the
+	// default) means none; at most [MaxImmediateRetries].
 	ImmediateRetries int
 	// ImmediateDelay is the wait before each immediate retry, at most [MaxImmediateDelay]. Zero means
 	// none.

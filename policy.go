@@ -60,7 +60,8 @@ type Policy struct {
 	Action Action
 	// ImmediateRetries is how many times the handler is called again at once, in the same delivery,
 	// before a delayed retry is scheduled; each counts as an attempt (the handler sees the Envelope's
-	// Attempt grow and LastError set). Zero means Options.ImmediateRetries; negative means none.
+	// Attempt grow and LastError set); a [RetryAfter] answer ends them. Zero means
+	// Options.ImmediateRetries; negative means none.
 	ImmediateRetries int
 	// ImmediateDelay is the wait before each immediate retry, at most [MaxImmediateDelay]. Zero means
 	// Options.ImmediateDelay.

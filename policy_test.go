@@ -189,6 +189,33 @@ func TestImmediateRetriesSkipPermanentAndOtherActions(t *testing.T) {
 	}
 }
 
+// A handler that answers RetryAfter (a 429) asked for its delay: no immediate retry calls it again
+// at once, and the delayed retry is due after the delay it asked for, within the backoff's cap.
+func TestRetryAfterEndsImmediateRetries(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		after time.Duration
+		want  time.Duration
+	}{
+		{"its own delay", 30 * time.Second, 30 * time.Second},
+		{"capped by the backoff", 30 * time.Minute, 10 * time.Minute},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			calls := 0
+			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error {
+				calls++
+				return retry.RetryAfter(tc.after, errBoom)
+			}, &retry.Options{ImmediateRetries: 2, Backoff: retry.Exponential{Base: time.Second, Cap: 10 * time.Minute}})
+			f.broker.Send(sampleMessage())
+			res := f.process()
+			assert.Equal(t, 1, calls, "no immediate retry after RetryAfter")
+			assert.Equal(t, 0, res.ImmediateRetries)
+			assert.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
+			assert.Equal(t, tc.want, res.Delay)
+		})
+	}
+}
+
 func TestImmediateDelayWaitsOnTheClock(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		var at []time.Duration

@@ -400,9 +400,18 @@ func (p *Processor) admit(d *delivery, stop context.Context) (adm admission, ok 
 }
 
 // retryAtOnce reports whether a failed attempt gets an immediate retry under pol: one is left (done
-// so far), the policy retries, and the message has attempts left.
+// so far), the policy retries, the handler did not ask for a delay of its own ([RetryAfter]), and the
+// message has attempts left.
 func (p *Processor) retryAtOnce(d *delivery, pol policy, done int, herr error) bool {
-	return done < pol.immediate && pol.action == ActionRetry && !IsPermanent(herr) && d.env.Attempt < pol.maxAttempts
+	return immediateLeft(pol, done, herr) && pol.action == ActionRetry && !IsPermanent(herr) && d.env.Attempt < pol.maxAttempts
+}
+
+// immediateLeft reports whether the failure herr may be retried after pol's ImmediateDelay instead of
+// its backoff: an immediate retry is left (done so far), and the handler did not answer with
+// [RetryAfter], which ends the immediate retries (a 429 asks for its delay, not another call now).
+func immediateLeft(pol policy, done int, herr error) bool {
+	var ra *RetryAfterError
+	return done < pol.immediate && !errors.As(herr, &ra)
 }
 
 // waitImmediate waits delay before an immediate retry; false if the caller stopped or the lock ended

@@ -110,7 +110,7 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 			p.log(hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", msg, d.env, errAttr(why))
 			return withOutcome(res, OutcomeLeftForRedelivery, why)
 		}
-		if res.ImmediateRetries < pol.immediate {
+		if immediateLeft(pol, res.ImmediateRetries, herr) {
 			res.ImmediateRetries++
 		}
 		// The next attempt, in this delivery: the envelope moves on as a retry copy's would, so the
@@ -141,7 +141,7 @@ func (r *sessionRun) decideInPlace(hs *heldSession, d *delivery, herr error, pol
 	// The backoff's delay (or RetryAfter's, capped by the backoff), except for the policy's immediate
 	// retries, which wait ImmediateDelay as they do on a queue.
 	delay = p.delay(pol, env.Attempt, herr)
-	if immediateDone < pol.immediate {
+	if immediateLeft(pol, immediateDone, herr) {
 		delay = pol.immDelay
 	}
 	// Refuse up front what the wait could not end well: past the budget, past the producer's expiry;

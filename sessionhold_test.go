@@ -234,6 +234,18 @@ func TestSessionHoldPolicies(t *testing.T) {
 			counter: func(h retry.Health) uint64 { return h.Completed }, want: 2,
 		},
 		{
+			name: "RetryAfter ends the immediate retries",
+			opts: retry.Options{ImmediateRetries: 2, ImmediateDelay: 100 * time.Millisecond, Backoff: retry.Constant{Interval: 10 * time.Second}},
+			fail: func(c sessionCall) error {
+				if c.Attempt < 3 {
+					return retry.RetryAfter(30*time.Second, errThrottled)
+				}
+				return nil
+			},
+			gaps: []time.Duration{10 * time.Second, 10 * time.Second}, outcome: retry.OutcomeCompleted,
+			counter: func(h retry.Health) uint64 { return h.Completed }, want: 2,
+		},
+		{
 			name: "RetryAfter within the cap",
 			opts: retry.Options{Backoff: retry.Exponential{Base: time.Second, Cap: 30 * time.Second}},
 			fail: func(c sessionCall) error {
