@@ -104,13 +104,14 @@ const (
 	LinkPreviousAttempt = "previous_attempt"
 )
 
-// Values of messaging.operation.name. The Service Bus conventions list "complete", "dead_letter" and
-// "schedule" as operation names, and "process" among their examples
-// (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/).
+// Values of messaging.operation.name. The Service Bus conventions list "complete", "dead_letter",
+// "defer" (settlement operations) and "schedule" (a sender operation) as operation names, and "process"
+// among their examples (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/).
 const (
 	opProcess    = "process"
 	opComplete   = "complete"
 	opDeadLetter = "dead_letter"
+	opDefer      = "defer"
 	opSchedule   = "schedule"
 	// opReceive names the consumed-messages metric: the conventions list receive, peek, poll and
 	// consume as its operation names ("messaging.client.consumed.messages",

@@ -217,7 +217,7 @@ func (in *Instrumentation) deliveryFor(ctx context.Context, msg *azservicebus.Re
 // onSettle records one broker call as a child span of the process span. The hook reports after the
 // call, so the span is placed by explicit timestamps: it ends now and lasts the reported Duration
 // (measured on the processor's clock; the span's own times are on the tracer's, like the process span).
-// Settle operations ("complete", "dead_letter") have operation type settle and the Service Bus
+// Settle operations ("complete", "dead_letter", "defer") have operation type settle and the Service Bus
 // disposition status, on the entity the message was received from. The schedule of a retry copy is a
 // send operation named "schedule" on the entity the copy goes to (see copyDestination); it links to
 // the creation context written into the copy, as the conventions ask: 'The "Send" span SHOULD always
@@ -269,6 +269,13 @@ func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	case retry.SettleDeadLetter:
 		op, opType = opDeadLetter, semconv.MessagingOperationTypeSettle
 		extra = append(extra, semconv.MessagingServiceBusDispositionStatusDeadLetter)
+	case retry.SettleDefer:
+		// A session consumer's durable hold defers the message: "defer" is one of the conventions'
+		// Service Bus settlement operations, and messaging.servicebus.disposition_status is
+		// "Conditionally Required if and only if messaging.operation is settle", its values complete,
+		// abandon, dead_letter and defer (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/).
+		op, opType = opDefer, semconv.MessagingOperationTypeSettle
+		extra = append(extra, semconv.MessagingServiceBusDispositionStatusDefer)
 	default:
 		op = p.Operation // a future operation of the core: reported under its own name
 	}
