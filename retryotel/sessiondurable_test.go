@@ -25,9 +25,9 @@ import (
 // durableRun is what a session consumer with durable holds reported while one message failed once
 // and succeeded at its wake-up.
 type durableRun struct {
-	spans  map[string][]sdktrace.ReadOnlySpan
-	byID   map[trace.SpanID]sdktrace.ReadOnlySpan
-	rm     metricdata.ResourceMetrics
+	spans map[string][]sdktrace.ReadOnlySpan
+	byID  map[trace.SpanID]sdktrace.ReadOnlySpan
+	rm    metricdata.ResourceMetrics
 }
 
 // runDurableHold runs a real SessionConsumer over retrytest's session queue "orders", through
