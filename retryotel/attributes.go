@@ -133,7 +133,10 @@ const (
 const (
 	// ErrorTypeHandlerPanic is a handler that panicked (retry.ErrHandlerPanic).
 	ErrorTypeHandlerPanic = "handler_panic"
-	// ErrorTypeCanceled is a context cancelled before the operation finished (shutdown).
+	// ErrorTypeCanceled is a context cancelled before the operation finished (a handler stopped by a
+	// shutdown, a settle cut short). A lock renewal (renew_message_lock, renew_session_lock) that the
+	// consumer cancelled itself, because the message was settled, the session released or the consumer
+	// stopped, is not a failure: its span has no error.type and an unset status.
 	ErrorTypeCanceled = "canceled"
 )
 

@@ -2,6 +2,7 @@ package retryotel
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -20,7 +21,8 @@ import (
 //     (a child of the delivery's process span while the delivery is between OnStart and OnProcessed,
 //     a root span for a message received ahead of its handler) and a
 //     messaging.client.operation.duration measurement. The core renews locks on a context of its own
-//     and reports renewals to no hook, so they are seen only here.
+//     and reports renewals to no hook, so they are seen only here. A renewal the consumer cancels
+//     itself (the message settled meanwhile, a shutdown) is not recorded as an error.
 //   - where retry copies go: for a connection on a subscription whose [retry.Connection.Sources] is the
 //     one retry queue (what [retry.SubscriptionConnectionString] and the other subscription connectors
 //     build), the copies of both entities' deliveries are scheduled to that queue, and the "schedule"
@@ -97,7 +99,7 @@ func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azserviceb
 	start := time.Now()
 	err := r.Receiver.RenewMessageLock(ctx, msg, options)
 	dl, _ := d.(*delivery)
-	r.in.renewed(dl, msg, r.entity, start, time.Now(), err)
+	r.in.renewed(dl, msg, r.entity, start, time.Now(), renewalFailure(ctx, err))
 	return err
 }
 
@@ -105,7 +107,8 @@ func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azserviceb
 // out: renew_message_lock is a "receiver operation" name of the Service Bus conventions, but none of
 // the operation types (create, send, receive, process, settle) describes it, and the attribute is
 // "Conditionally Required If applicable".
-// d is the delivery msg belongs to, nil for a message whose handling has not started (received ahead).
+// d is the delivery msg belongs to, nil for a message whose handling has not started (received ahead);
+// err is the call's failure, nil also for a call its caller cancelled (see renewalFailure).
 func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessage, entity string, start, end time.Time, err error) {
 	parent := context.Background()
 	dest, src := parseEntity(entity), parseEntity(entity)
@@ -123,6 +126,23 @@ func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessag
 		extra = append(extra, semconv.MessagingMessageID(msg.MessageID))
 	}
 	in.recordRenewal(parent, opRenewLock, dest, src, extra, start, end, err)
+}
+
+// renewalFailure is the error a lock renewal made on ctx is recorded with: err, or nil when the call
+// ended because ctx was cancelled. The consumer cancels its own renewals (a message settled, a session
+// released when idle, a shutdown), and a call it abandoned did not fail: recording it as an error
+// would show a failed dependency where nothing went wrong. The conventions leave this to the
+// instrumentation: 'Instrumentations that have additional context about a specific request MAY use
+// this context to set the span status more precisely', and 'Errors that were retried or handled
+// (allowing an operation to complete gracefully) SHOULD NOT be recorded on spans or metrics that
+// describe this operation' (https://opentelemetry.io/docs/specs/semconv/general/recording-errors/).
+// A context.Canceled that the caller did not cause, and a deadline (the core's per-call timeout), are
+// failures.
+func renewalFailure(ctx context.Context, err error) error {
+	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil
+	}
+	return err
 }
 
 // recordRenewal records one lock renewal (op: a message's or a session's) of a lock on dest, for a

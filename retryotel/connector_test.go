@@ -3,6 +3,7 @@ package retryotel_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -150,4 +151,77 @@ func TestConnectorKeepsASessionReceiversSessionID(t *testing.T) {
 	c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, &retry.Options{Logger: discard()})
 	require.NoError(t, err)
 	assert.ErrorIs(t, c.Run(t.Context()), retry.ErrSessionEntity)
+}
+
+// ctxReceiver is a retry.Receiver whose renewals end as the SDK's do when their context ends first:
+// with the context's error, wrapped; or with err when set.
+type ctxReceiver struct {
+	fakeReceiver
+	err error
+}
+
+func (r *ctxReceiver) RenewMessageLock(ctx context.Context, _ *azservicebus.ReceivedMessage, _ *azservicebus.RenewMessageLockOptions) error {
+	if r.err != nil {
+		return r.err
+	}
+	<-ctx.Done()
+	return fmt.Errorf("renewing the lock: %w", ctx.Err())
+}
+
+// A lock renewal the consumer cancels itself (the message settled, a shutdown) did not fail: its span
+// has an unset status and no error.type, and neither has its operation-duration measurement. A renewal
+// that ends with context.Canceled its caller did not cause, one that timed out, and a lost lock are
+// failures.
+func TestRenewalCancelledByTheConsumerIsNotAnError(t *testing.T) {
+	cases := []struct {
+		name    string
+		err     error // the receiver's answer; nil: wait for the context
+		cancel  bool  // the caller cancels the call's context
+		timeout bool  // the call's context has a deadline that passes
+		errType string
+	}{
+		{name: "cancelled by the consumer", cancel: true},
+		{name: "canceled, not by the consumer", err: context.Canceled, errType: "canceled"},
+		{name: "timed out", timeout: true, errType: "timeout"},
+		{name: "lock lost", err: &azservicebus.Error{Code: azservicebus.CodeLockLost}, errType: "locklost"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, nil)
+			conn, err := f.inst.Connector(func(context.Context) (*retry.Connection, error) {
+				return &retry.Connection{Receiver: &ctxReceiver{err: tc.err}, Sender: &fakeSender{}, EntityPath: "orders"}, nil
+			})(context.Background())
+			require.NoError(t, err)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			if tc.cancel {
+				cancel()
+			}
+			if tc.timeout {
+				var stop context.CancelFunc
+				ctx, stop = context.WithDeadline(ctx, time.Now())
+				defer stop()
+			}
+			err = conn.Receiver.RenewMessageLock(ctx, &azservicebus.ReceivedMessage{MessageID: "m-1"}, nil)
+			require.Error(t, err, "the caller still sees the call's error")
+
+			renewals := f.ended("renew_message_lock orders")
+			require.Len(t, renewals, 1)
+			s := renewals[0]
+			ops := find(t, f.metrics(), "messaging.client.operation.duration")
+			renew := attribute.String("messaging.operation.name", "renew_message_lock")
+			if tc.errType == "" {
+				assert.Equal(t, codes.Unset, s.Status().Code)
+				assert.NotContains(t, attrs(s), attribute.Key("error.type"))
+				assert.Equal(t, uint64(1), histogramCount(t, ops, renew))
+				for _, set := range dataPoints(ops) {
+					assert.False(t, set.HasValue("error.type"), "no error.type on the measurement")
+				}
+				return
+			}
+			assert.Equal(t, codes.Error, s.Status().Code)
+			assert.Equal(t, tc.errType, attrs(s)["error.type"].AsString())
+			assert.Equal(t, uint64(1), histogramCount(t, ops, renew, attribute.String("error.type", tc.errType)))
+		})
+	}
 }

@@ -79,7 +79,7 @@ func (r *renewingSessionReceiver) RenewSessionLock(ctx context.Context, options 
 	start := time.Now()
 	err := r.SessionReceiver.RenewSessionLock(ctx, options)
 	dl, _ := d.(*delivery)
-	r.in.sessionRenewed(dl, r.entity, id, start, time.Now(), err)
+	r.in.sessionRenewed(dl, r.entity, id, start, time.Now(), renewalFailure(ctx, err))
 	return err
 }
 

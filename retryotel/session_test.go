@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
@@ -138,4 +139,36 @@ func TestSessionConsumerTelemetry(t *testing.T) {
 		require.NoError(t, tp.Shutdown(context.Background()))
 		require.NoError(t, mp.Shutdown(context.Background()))
 	})
+}
+
+// A session lock renewal the consumer cancels itself (the session released when idle, a shutdown) is
+// not an error either: an unset status and no error.type.
+func TestSessionRenewalCancelledByTheConsumerIsNotAnError(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	inst, err := retryotel.New(&retryotel.Options{TracerProvider: tp})
+	require.NoError(t, err)
+	b := newBroker(t, nil, &retrytest.BrokerOptions{EntityPath: "orders", RequiresSession: true})
+	sid := "order-1"
+	_, err = b.Send(&azservicebus.Message{MessageID: strPtr("m-1"), SessionID: &sid, Body: []byte("x")})
+	require.NoError(t, err)
+	conn, err := inst.SessionConnector(b.SessionConnector())(t.Context())
+	require.NoError(t, err)
+	defer func() { assert.NoError(t, conn.Close(context.Background())) }()
+	r, err := conn.AcceptNext(t.Context())
+	require.NoError(t, err)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	require.ErrorIs(t, r.RenewSessionLock(ctx, nil), context.Canceled, "the caller still sees the error")
+	require.NoError(t, r.RenewSessionLock(t.Context(), nil))
+
+	ended := spans.Ended()
+	require.Len(t, ended, 2)
+	for _, s := range ended {
+		assert.Equal(t, "renew_session_lock orders", s.Name())
+		assert.Equal(t, codes.Unset, s.Status().Code)
+		assert.NotContains(t, attrs(s), attribute.Key("error.type"))
+	}
+	require.NoError(t, tp.Shutdown(context.Background()))
 }
