@@ -1,10 +1,5 @@
 package broker
 
-import (
-	"container/heap"
-	"slices"
-)
-
 // Peek returns up to max messages with sequence numbers from fromSeq on, in
 // sequence order, without locking or counting them: available, locked and
 // scheduled messages alike, because Service Bus peek shows every message
@@ -24,7 +19,12 @@ func (q *Queue) Peek(fromSeq int64, max int) []*Delivery {
 		q.advance(now)
 		defer q.armTimer(now)
 	}
-	return q.peekLocked(smallestFrom(q.entries, fromSeq, max, nil))
+	seqs := make([]int64, 0, min(max, len(q.entries)))
+	q.order.ascend(fromSeq, func(seq int64) bool {
+		seqs = append(seqs, seq)
+		return len(seqs) < max
+	})
+	return q.peekLocked(seqs)
 }
 
 // PeekSession is [Queue.Peek] within one session of a session-aware
@@ -42,7 +42,13 @@ func (q *Queue) PeekSession(session string, fromSeq int64, max int) []*Delivery 
 		q.advance(now)
 		defer q.armTimer(now)
 	}
-	return q.peekLocked(smallestFrom(q.entries, fromSeq, max, func(e *entry) bool { return sessionID(e.msg) == session }))
+	var seqs []int64
+	keep := func(seq int64) bool { return sessionID(q.entries[seq].msg) == session }
+	q.order.ascendSession(session, fromSeq, keep, func(seq int64) bool {
+		seqs = append(seqs, seq)
+		return len(seqs) < max
+	})
+	return q.peekLocked(seqs)
 }
 
 // peekLocked builds the peek deliveries of seqs; b.mu must be held.
@@ -60,45 +66,4 @@ func (q *Queue) peekLocked(seqs []int64) []*Delivery {
 		out = append(out, &Delivery{Message: m, SequenceNumber: s})
 	}
 	return out
-}
-
-// smallestFrom returns, in ascending order, the up to n smallest sequence
-// numbers of entries that are at least from (and that keep accepts, when
-// keep is not nil). It keeps a max-heap of n
-// candidates instead of sorting every entry, so a small peek of a large
-// queue costs O(entries · log n) under the broker lock, not a full sort.
-func smallestFrom(entries map[int64]*entry, from int64, n int, keep func(*entry) bool) []int64 {
-	if n <= 0 {
-		return nil
-	}
-	h := make(seqMaxHeap, 0, min(n, len(entries)))
-	for s, e := range entries {
-		switch {
-		case s < from:
-		case keep != nil && !keep(e):
-		case len(h) < n:
-			heap.Push(&h, s)
-		case s < h[0]:
-			h[0] = s
-			heap.Fix(&h, 0)
-		}
-	}
-	out := []int64(h)
-	slices.Sort(out)
-	return out
-}
-
-// seqMaxHeap is a max-heap of sequence numbers: the root is the largest
-// candidate, the first to give way to a smaller one.
-type seqMaxHeap []int64
-
-func (h seqMaxHeap) Len() int           { return len(h) }
-func (h seqMaxHeap) Less(i, j int) bool { return h[i] > h[j] }
-func (h seqMaxHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *seqMaxHeap) Push(x any)        { *h = append(*h, x.(int64)) }
-func (h *seqMaxHeap) Pop() any {
-	old := *h
-	v := old[len(old)-1]
-	*h = old[:len(old)-1]
-	return v
 }

@@ -56,32 +56,6 @@ func TestPeek(t *testing.T) {
 	assert.Equal(t, Stats{Active: 1, Locked: 1, Scheduled: 1}, q.Stats(), "peek takes no locks")
 }
 
-func TestSmallestFrom(t *testing.T) {
-	entries := map[int64]*entry{}
-	for _, s := range []int64{9, 3, 7, 1, 12, 5, 8} {
-		entries[s] = nil
-	}
-	tests := []struct {
-		from int64
-		n    int
-		want []int64
-	}{
-		{0, 3, []int64{1, 3, 5}},
-		{4, 2, []int64{5, 7}},
-		{8, 10, []int64{8, 9, 12}},
-		{13, 5, []int64{}},
-		{0, 0, []int64{}},
-	}
-	for _, tc := range tests {
-		got := smallestFrom(entries, tc.from, tc.n, nil)
-		if len(tc.want) == 0 {
-			assert.Empty(t, got)
-			continue
-		}
-		assert.Equal(t, tc.want, got, "from %d n %d", tc.from, tc.n)
-	}
-}
-
 // TestPeekSessionShowsOnlyItsSession: a session receiver's peek sees its
 // session's messages, received or not, and no other session's.
 func TestPeekSessionShowsOnlyItsSession(t *testing.T) {

@@ -532,7 +532,7 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 				return nil, err
 			}
 			encoded[e] = s.msgs[seq].msg
-			q.entries[seq] = e
+			q.storeEntry(e)
 			switch e.state {
 			case stateScheduled:
 				q.timeline.setDeadline(e, e.scheduledAt)

@@ -36,6 +36,7 @@ type Queue struct {
 	// (stateScheduled), and in timeline whenever it has a deadline.
 	lastSeq   int64
 	entries   map[int64]*entry    // every stored message by current sequence number
+	order     entryOrder          // the same in sequence order (order.go), for peek
 	locks     map[[16]byte]*entry // peek-locked messages by lock token
 	available availableHeap
 	timeline  timelineHeap
@@ -45,6 +46,9 @@ type Queue struct {
 	// sessions holds, on a session-aware entity, each session's receivable
 	// messages (instead of available), lock and state (session.go).
 	sessions map[string]*sessionState
+	// ready holds the sessions AcceptNextSession may take
+	// (readysessions.go).
+	ready readySessions
 	// sessionDeadline is no later than the earliest session lock expiry
 	// (zero: none), so receivers parked in a session wake when it passes.
 	sessionDeadline time.Time
@@ -145,7 +149,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp bool) (int
 	e := newEntry(stored, size)
 	e.seq = q.nextSeq()
 	e.enqueuedAt = now
-	q.entries[e.seq] = e
+	q.storeEntry(e)
 	q.journalEntry(e.seq, e)
 	q.rememberID(id, e.seq, now)
 	if at.After(now) {
@@ -218,7 +222,7 @@ func (q *Queue) makeAvailable(e *entry) {
 	e.owner = 0
 	e.lockToken = [16]byte{}
 	e.lockedUntil = time.Time{}
-	heap.Push(q.availableFor(e), e)
+	q.pushAvailable(e)
 	q.timeline.setDeadline(e, e.expiresAt)
 	q.wakeWaiters()
 }
@@ -226,10 +230,9 @@ func (q *Queue) makeAvailable(e *entry) {
 // removeEntry forgets e entirely (settled, expired, cancelled or moved).
 func (q *Queue) removeEntry(e *entry) {
 	q.journalEntry(e.seq, e)
-	delete(q.entries, e.seq)
+	q.forgetEntry(e)
 	if e.availIndex >= 0 {
-		h := q.availableFor(e)
-		heap.Remove(h, e.availIndex)
+		q.popAvailable(e)
 		if q.sessionful() {
 			q.pruneSession(q.session(sessionID(e.msg)), q.b.clock.Now())
 		}
@@ -326,7 +329,7 @@ func (q *Queue) deadLetter(e *entry, reason, description string, props map[strin
 	de := newEntry(m, e.size)
 	de.seq = d.nextSeq()
 	de.deliveryCount = e.deliveryCount
-	d.entries[de.seq] = de
+	d.storeEntry(de)
 	d.journalEntry(de.seq, de)
 	d.activate(de, now, now)
 }
@@ -367,9 +370,9 @@ func (q *Queue) advanceOwn(now time.Time) {
 		switch e.state {
 		case stateScheduled:
 			q.journalEntry(e.seq, e)
-			delete(q.entries, e.seq)
+			q.forgetEntry(e)
 			e.seq = q.nextSeq()
-			q.entries[e.seq] = e
+			q.storeEntry(e)
 			q.journalEntry(e.seq, e)
 			q.activate(e, e.scheduledAt, now)
 		case stateAvailable:

@@ -1,7 +1,6 @@
 package broker
 
 import (
-	"container/heap"
 	"context"
 	"fmt"
 	"time"
@@ -230,7 +229,7 @@ func (q *Queue) dropLock(e *entry) {
 // removeAvailable takes e out of the receivable set without forgetting it.
 func (q *Queue) removeAvailable(e *entry) {
 	if e.availIndex >= 0 {
-		heap.Remove(q.availableFor(e), e.availIndex)
+		q.popAvailable(e)
 	}
 	q.timeline.setDeadline(e, time.Time{})
 }

@@ -82,6 +82,9 @@ type sessionState struct {
 	// lost is closed when the current holder's lock ends (its
 	// [SessionLock.Lost]).
 	lost chan struct{}
+	// readyIndex is the session's place among the queue's ready sessions
+	// (readysessions.go), -1 when it is not there.
+	readyIndex int
 	// stateUpdated is when state was last set, on the broker's clock; zero
 	// for a state restored from a data directory written before it was
 	// kept (persist_record.go).
@@ -152,7 +155,7 @@ func (q *Queue) session(id string) *sessionState {
 	}
 	s, ok := q.sessions[id]
 	if !ok {
-		s = &sessionState{id: id}
+		s = &sessionState{id: id, readyIndex: -1}
 		q.sessions[id] = s
 	}
 	return s
@@ -166,13 +169,28 @@ func (q *Queue) pruneSession(s *sessionState, now time.Time) {
 	}
 }
 
-// availableFor is the heap e is receivable in: its session's on a
-// session-aware entity, the queue's otherwise.
-func (q *Queue) availableFor(e *entry) *availableHeap {
+// pushAvailable puts e among the receivable messages of its heap, and
+// its session among the ready sessions; b.mu must be held.
+func (q *Queue) pushAvailable(e *entry) {
 	if !q.sessionful() {
-		return &q.available
+		heap.Push(&q.available, e)
+		return
 	}
-	return &q.session(sessionID(e.msg)).available
+	s := q.session(sessionID(e.msg))
+	heap.Push(&s.available, e)
+	q.readyChanged(s)
+}
+
+// popAvailable takes e, which is receivable, out of its heap, and updates
+// its session's place among the ready sessions; b.mu must be held.
+func (q *Queue) popAvailable(e *entry) {
+	if !q.sessionful() {
+		heap.Remove(&q.available, e.availIndex)
+		return
+	}
+	s := q.session(sessionID(e.msg))
+	heap.Remove(&s.available, e.availIndex)
+	q.readyChanged(s)
 }
 
 // availableLen counts the receivable messages.
@@ -306,7 +324,7 @@ func (q *Queue) TryAcceptNextSession(owner uint64) (*SessionLock, time.Time, err
 // timer; b.mu must be held and q advanced to now.
 func (q *Queue) acceptNextLocked(owner uint64, now time.Time) (*SessionLock, time.Time) {
 	defer q.armTimer(now)
-	s := q.nextFreeSession(now)
+	s := q.nextFreeSession()
 	if s == nil {
 		return nil, time.Time{}
 	}
@@ -326,21 +344,6 @@ func (q *Queue) sessionCallAllowed() error {
 	return nil
 }
 
-// nextFreeSession picks the unlocked session with the oldest receivable
-// message; nil if there is none.
-func (q *Queue) nextFreeSession(now time.Time) *sessionState {
-	var best *sessionState
-	for _, s := range q.sessions {
-		if len(s.available) == 0 || !s.free(now) {
-			continue
-		}
-		if best == nil || s.available[0].seq < best.available[0].seq {
-			best = s
-		}
-	}
-	return best
-}
-
 func (q *Queue) lockSession(s *sessionState, owner uint64, now time.Time) *SessionLock {
 	if s.holder != 0 {
 		// An expired lock advance has not ended yet (it always has: the
@@ -349,6 +352,7 @@ func (q *Queue) lockSession(s *sessionState, owner uint64, now time.Time) *Sessi
 	}
 	l := &SessionLock{q: q, id: s.id, holder: sessionHolders.Add(1), owner: owner, lost: make(chan struct{})}
 	s.holder, s.owner, s.lockedUntil, s.lost = l.holder, owner, now.Add(q.cfg.LockDuration), l.lost
+	q.readyChanged(s)
 	q.noteSessionDeadline(s.lockedUntil)
 	return l
 }
@@ -494,6 +498,7 @@ func (q *Queue) endSessionLock(s *sessionState, counted bool, now time.Time) {
 		close(s.lost)
 	}
 	s.holder, s.owner, s.lockedUntil, s.lost = 0, 0, time.Time{}, nil
+	q.readyChanged(s)
 	if len(s.locked) == 0 {
 		return
 	}
@@ -692,6 +697,7 @@ func (q *Queue) takeFrom(s *sessionState, mode Mode, owner uint64, now time.Time
 		return d
 	}
 	heap.Remove(h, e.availIndex)
+	q.readyChanged(s)
 	q.timeline.setDeadline(e, time.Time{})
 	q.lockEntry(e, d, owner, now)
 	q.lockUnderSession(e, d, s)

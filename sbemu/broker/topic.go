@@ -192,7 +192,7 @@ func (q *Queue) enqueueLocked(m *amqp.Message, size int, enqueuedAt, expiryCap, 
 	e := newEntry(m, size)
 	e.seq = q.nextSeq()
 	e.expiryCap = expiryCap
-	q.entries[e.seq] = e
+	q.storeEntry(e)
 	q.journalEntry(e.seq, e)
 	q.rememberID(id, e.seq, now)
 	q.activate(e, enqueuedAt, now)

@@ -1,0 +1,39 @@
+// Package retryindex keeps an index of retry state, so that "will event X be retried, and when?" is
+// answered in well under a second at any backlog, with the event's history, instead of by peeking the
+// whole retry entity for every question (Service Bus has no query by property, so a broker scan is
+// linear in the backlog).
+//
+// # The broker stays the truth
+//
+// The index is a cache of what the broker and the consumer did; retries never depend on it. It is fed
+// from two sides, each optional:
+//
+//   - the consumer: [Recorder.Hooks] returns a [retry.Hooks] value that records every delivery's outcome
+//     (a retry scheduled with its due time, a success, a dead letter with its reason, a failure left for
+//     redelivery), composed with the user's own hooks the way retryotel's are. The hook never blocks the
+//     consumer: records queue in memory and one writer stores them in batches; a full queue drops the
+//     record and counts it, and the tailer repairs what was dropped.
+//   - the broker: a [Tailer] peeks the retry entity and its dead-letter queue from the last sequence
+//     number it saw, so that copies scheduled by any process (and dead letters) are indexed too, and
+//     [Tailer.Rebuild] reads everything again and marks the events whose copy is no longer there. A lost
+//     or stale index is rebuilt this way.
+//
+// Every answer says how fresh it is: each event carries when it was last updated and by which feed, and
+// each answer lists every feed with the time of its last record (see [Freshness]).
+//
+// # Storage
+//
+// [OpenSQLite] opens an embedded, pure-Go SQLite database (modernc.org/sqlite) in WAL mode: one file
+// beside the process that keeps it, no server. It survives a kill -9 of that process (a committed batch
+// is in the write-ahead log before the commit returns). Message bodies are never stored; error texts are
+// redacted (the library's secret redaction) and bounded ([SQLiteOptions.MaxErrorLength]). History is
+// kept for [SQLiteOptions.Retention] (14 days by default) after an event's last change: [Store.Prune]
+// deletes older finished events.
+//
+// # Answers
+//
+// [Store.Lookup] finds events by a retry MessageID, the original MessageID, the idempotency key or the
+// correlation id; [Store.Pending] pages pending retries in due order; [Store.Counts] counts events by
+// state, exactly, as of the time it states. These are the calls an operator console or a command-line
+// tool makes (sbretry status and pending take --index).
+package retryindex

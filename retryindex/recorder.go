@@ -1,0 +1,287 @@
+package retryindex
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry"
+)
+
+// Defaults of [RecorderOptions].
+const (
+	// DefaultBuffer is how many records wait for the writer before the hook drops new ones.
+	DefaultBuffer = 8192
+	// DefaultBatchSize is the most records one write transaction stores.
+	DefaultBatchSize = 512
+	// DefaultRetention is how long a finished event is kept after its last change.
+	DefaultRetention = 14 * 24 * time.Hour
+	// DefaultPruneInterval is how often the writer prunes events older than the retention.
+	DefaultPruneInterval = time.Hour
+)
+
+// RecorderOptions configures [NewRecorder]. A nil *RecorderOptions means every default.
+type RecorderOptions struct {
+	// Process names this process in the history ("which process recorded attempt 3"). Empty means
+	// "host/pid".
+	Process string
+	// RetryEntity is the entity the consumer schedules its retry copies on (the retry queue of a
+	// subscription), recorded as where a pending copy is. Empty means the entity the message was
+	// received from when that is a queue, else unknown (a subscription cannot hold the copies).
+	RetryEntity string
+	// Buffer is how many records may wait for the writer; once it is full the hook drops records (and
+	// counts them, see [Recorder.Stats]) rather than slow the consumer down. Zero means
+	// [DefaultBuffer]; negative is invalid.
+	Buffer int
+	// BatchSize is the most records one write transaction stores. Zero means [DefaultBatchSize];
+	// negative is invalid.
+	BatchSize int
+	// Retention is how long a finished event (succeeded, dead-lettered, discarded, gone) is kept after
+	// its last change; the writer prunes older ones every PruneInterval. Zero means
+	// [DefaultRetention] (14 days); negative is invalid.
+	Retention time.Duration
+	// PruneInterval is how often the writer prunes. Zero means [DefaultPruneInterval]; negative
+	// disables pruning (prune with [Store.Prune] yourself).
+	PruneInterval time.Duration
+	// Now is the clock that stamps records. Nil means time.Now.
+	Now func() time.Time
+}
+
+// RecorderStats counts what a [Recorder] did with the records its hooks made.
+type RecorderStats struct {
+	// Stored records were written to the store; Dropped ones were not, because the buffer was full or
+	// the recorder closed; Failed ones were lost with a write the store refused.
+	Stored, Dropped, Failed int64
+	// LastErr is the last write error, nil if none.
+	LastErr error
+}
+
+// Recorder feeds a [Store] from a consumer's hooks. Create it with [NewRecorder], compose
+// [Recorder.Hooks] into the consumer's options, and Close it after the consumer's Run returned. It owns
+// one writer goroutine, started by NewRecorder and ended by Close. It is safe for concurrent use.
+type Recorder struct {
+	store Store
+	opts  RecorderOptions
+
+	mu     sync.RWMutex // guards closed against sends on queue
+	closed bool
+	queue  chan Record
+	done   chan struct{}
+
+	stored, dropped, failed atomic.Int64
+	lastErr                 atomic.Pointer[error]
+}
+
+// NewRecorder starts a recorder writing to store.
+func NewRecorder(store Store, opts *RecorderOptions) (*Recorder, error) {
+	var o RecorderOptions
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case store == nil:
+		return nil, fmt.Errorf("%w: nil store", ErrInvalidOptions)
+	case o.Buffer < 0:
+		return nil, fmt.Errorf("%w: Buffer %d is negative", ErrInvalidOptions, o.Buffer)
+	case o.BatchSize < 0:
+		return nil, fmt.Errorf("%w: BatchSize %d is negative", ErrInvalidOptions, o.BatchSize)
+	case o.Retention < 0:
+		return nil, fmt.Errorf("%w: Retention %v is negative", ErrInvalidOptions, o.Retention)
+	}
+	if o.Process == "" {
+		host, _ := os.Hostname()
+		o.Process = host + "/" + strconv.Itoa(os.Getpid())
+	}
+	if o.Buffer == 0 {
+		o.Buffer = DefaultBuffer
+	}
+	if o.BatchSize == 0 {
+		o.BatchSize = DefaultBatchSize
+	}
+	if o.Retention == 0 {
+		o.Retention = DefaultRetention
+	}
+	if o.PruneInterval == 0 {
+		o.PruneInterval = DefaultPruneInterval
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	r := &Recorder{store: store, opts: o, queue: make(chan Record, o.Buffer), done: make(chan struct{})}
+	go r.write(o.Now())
+	return r, nil
+}
+
+// Hooks returns hooks that record each delivery's outcome and then call next's hook of the same name,
+// so that the index composes with the user's own hooks and with instrumentation:
+//
+//	opts := &retry.Options{Hooks: rec.Hooks(inst.Hooks(retry.Hooks{}))}
+//
+// Only OnProcessed records (once per delivery, after it is settled: the outcome is then what the
+// broker holds); it never blocks. The other hooks of next are passed through unchanged.
+func (r *Recorder) Hooks(next retry.Hooks) retry.Hooks {
+	h := next
+	h.OnProcessed = func(p retry.ProcessedParams) {
+		r.onProcessed(p)
+		if next.OnProcessed != nil {
+			next.OnProcessed(p)
+		}
+	}
+	return h
+}
+
+// onProcessed turns one delivery's outcome into a record and queues it.
+func (r *Recorder) onProcessed(p retry.ProcessedParams) {
+	rec, ok := r.record(p)
+	if !ok {
+		return
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	if r.closed {
+		r.dropped.Add(1)
+		return
+	}
+	select {
+	case r.queue <- rec:
+	default:
+		r.dropped.Add(1)
+	}
+}
+
+// record maps a processed delivery to a record; ok is false for what is no event (a connection
+// check's probe).
+func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
+	msg, env, res := p.Message, p.Envelope, p.Result
+	if msg == nil || isProbe(msg) {
+		return Record{}, false
+	}
+	rec := Record{
+		Chain: env.ChainID(), OriginalID: env.OriginalMessageID, Key: env.Key, CorrelationID: env.CorrelationID,
+		Source: env.Source, Attempt: res.Attempt, At: r.opts.Now(), Process: r.opts.Process, Feed: FeedConsumer,
+		SequenceNumber: -1,
+	}
+	if rec.Source == "" {
+		rec.Source = p.EntityPath
+	}
+	if res.HandlerErr != nil {
+		rec.Error = res.HandlerErr.Error()
+	}
+	switch res.Outcome {
+	case retry.OutcomeCompleted:
+		rec.Kind = KindSucceeded
+	case retry.OutcomeRetryScheduled:
+		rec.Kind, rec.NextAttempt, rec.NextDue = KindScheduled, res.Attempt+1, res.ScheduledFor
+		rec.Entity, rec.SequenceNumber = r.retryEntity(p.EntityPath), res.SequenceNumber
+	case retry.OutcomeHeld, retry.OutcomeDeferred:
+		rec.Kind, rec.NextAttempt, rec.NextDue = KindHeld, res.Attempt, res.ScheduledFor
+		rec.Entity, rec.SequenceNumber = r.retryEntity(p.EntityPath), res.SequenceNumber
+		if res.Outcome == retry.OutcomeDeferred {
+			rec.Entity = p.EntityPath // deferred in the session entity itself
+		}
+	case retry.OutcomeDeadLettered:
+		rec.Kind, rec.Reason = KindDeadLettered, res.DeadLetterReason
+		rec.Entity = p.EntityPath + "/$DeadLetterQueue"
+	case retry.OutcomeDiscarded:
+		rec.Kind = KindDiscarded
+	case retry.OutcomeLeftForRedelivery:
+		rec.Kind = KindLeftForRedelivery
+		if rec.Error == "" && res.SettleErr != nil {
+			rec.Error = res.SettleErr.Error()
+		}
+	default:
+		return Record{}, false
+	}
+	return rec, true
+}
+
+// retryEntity is where the consumer of entity schedules its copies, as far as the recorder knows.
+func (r *Recorder) retryEntity(entity string) string {
+	switch {
+	case r.opts.RetryEntity != "":
+		return r.opts.RetryEntity
+	case strings.Contains(entity, "/"):
+		return "" // a subscription: its retry queue was not named
+	}
+	return entity
+}
+
+func isProbe(m *azservicebus.ReceivedMessage) bool {
+	v, ok := m.ApplicationProperties[retry.PropProbe].(string)
+	return ok && v == retry.ProbeValue
+}
+
+// write is the writer goroutine: it stores what the hooks queued in batches until Close, and prunes
+// every PruneInterval counted from lastPrune (the recorder's start).
+func (r *Recorder) write(lastPrune time.Time) {
+	defer close(r.done)
+	batch := make([]Record, 0, r.opts.BatchSize)
+	for rec := range r.queue {
+		batch = append(batch[:0], rec)
+	fill:
+		for len(batch) < r.opts.BatchSize {
+			select {
+			case more, ok := <-r.queue:
+				if !ok {
+					break fill
+				}
+				batch = append(batch, more)
+			default:
+				break fill
+			}
+		}
+		r.flush(batch)
+		if now := r.opts.Now(); r.opts.PruneInterval > 0 && now.Sub(lastPrune) >= r.opts.PruneInterval {
+			lastPrune = now
+			if _, err := r.store.Prune(context.Background(), now.Add(-r.opts.Retention)); err != nil {
+				r.lastErr.Store(&err)
+			}
+		}
+	}
+}
+
+// flush stores one batch. A failed write loses the batch (counted in Failed): the broker still has
+// the truth, and the tailer reads it again.
+func (r *Recorder) flush(batch []Record) {
+	if err := r.store.Apply(context.Background(), batch); err != nil {
+		r.failed.Add(int64(len(batch)))
+		r.lastErr.Store(&err)
+		return
+	}
+	r.stored.Add(int64(len(batch)))
+}
+
+// Stats says what the recorder did so far.
+func (r *Recorder) Stats() RecorderStats {
+	s := RecorderStats{Stored: r.stored.Load(), Dropped: r.dropped.Load(), Failed: r.failed.Load()}
+	if p := r.lastErr.Load(); p != nil {
+		s.LastErr = *p
+	}
+	return s
+}
+
+// Close stops taking records, waits for the writer to store what is queued, and returns when it has,
+// or when ctx ends (the writer then finishes in the background and the error says so). Hooks called
+// after Close drop their records. It is idempotent; it does not close the store.
+func (r *Recorder) Close(ctx context.Context) error {
+	r.mu.Lock()
+	if !r.closed {
+		r.closed = true
+		close(r.queue)
+	}
+	r.mu.Unlock()
+	select {
+	case <-r.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("retryindex: closing the recorder: %d records still queued: %w", len(r.queue), errors.Join(ErrClosed, ctx.Err()))
+	}
+}

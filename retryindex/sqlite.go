@@ -1,0 +1,838 @@
+package retryindex
+
+import (
+	"context"
+	"database/sql"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net/url"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+	"unicode/utf8"
+
+	// The pure-Go SQLite driver, registered as "sqlite": no cgo, no server.
+	_ "modernc.org/sqlite"
+
+	"github.com/sbretry/retry/internal/redact"
+)
+
+// Defaults of [SQLiteOptions].
+const (
+	// DefaultMaxErrorLength bounds the error text stored per attempt, in bytes.
+	DefaultMaxErrorLength = 512
+	// defaultMaxEvents and defaultMaxHistory are the zero values of [LookupOptions].
+	defaultMaxEvents  = 20
+	defaultMaxHistory = 100
+	// busyTimeout is how long a write waits for another process's write to the same file.
+	busyTimeout = 10 * time.Second
+)
+
+// SQLiteOptions configures [OpenSQLite]. A nil *SQLiteOptions means every default.
+type SQLiteOptions struct {
+	// MaxErrorLength bounds the error text stored per attempt, in bytes, after redaction; a longer text
+	// is cut at a character boundary and marked "…". Zero means [DefaultMaxErrorLength] (512); negative
+	// is invalid.
+	MaxErrorLength int
+	// ReadOnly opens the file for reading only, as a console or sbretry does: the file must exist, and
+	// Apply, SetCursor, MarkGone and Prune fail.
+	ReadOnly bool
+	// Now is the clock that stamps freshness ("as of") and feed times. Nil means time.Now.
+	Now func() time.Time
+}
+
+// SQLite is the embedded [Store]: one SQLite database file in WAL mode (modernc.org/sqlite, pure Go).
+// Several processes may open the same file (SQLite locks it); within one process, share one *SQLite. It
+// is safe for concurrent use. Create it with [OpenSQLite]; the zero value is not usable.
+type SQLite struct {
+	// write has one connection, taken with BEGIN IMMEDIATE, so that writes queue here instead of
+	// failing with SQLITE_BUSY; read has several, which WAL lets run beside the writer.
+	write, read *sql.DB
+	opts        SQLiteOptions
+
+	mu     sync.Mutex
+	names  map[string]int64 // entity, source and process names, interned (see the names table)
+	byID   map[int64]string
+	fresh  []string // names the open write transaction added to names, forgotten if it rolls back
+	closed bool
+}
+
+// Compile-time proof that *SQLite is a Store.
+var _ Store = (*SQLite)(nil)
+
+// schema creates the tables. Times are Unix milliseconds (the precision of Service Bus), chains 20
+// bytes, and repeated strings (entities, processes) small integers: see BENCHMARKS.md for the bytes
+// per event this gives. key and corr are NULL when they equal original_id (the library's defaults),
+// which lookups by key and correlation id then find through original_id.
+const schema = `
+CREATE TABLE IF NOT EXISTS names (id INTEGER PRIMARY KEY, name TEXT NOT NULL UNIQUE);
+CREATE TABLE IF NOT EXISTS events (
+	id INTEGER PRIMARY KEY,
+	chain BLOB NOT NULL UNIQUE,
+	original_id TEXT NOT NULL,
+	key TEXT,
+	corr TEXT,
+	source INTEGER,
+	state INTEGER NOT NULL,
+	pos INTEGER NOT NULL,
+	attempt INTEGER NOT NULL,
+	due INTEGER,
+	entity INTEGER,
+	seq INTEGER,
+	updated INTEGER NOT NULL,
+	feed INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS events_original ON events(original_id);
+CREATE INDEX IF NOT EXISTS events_key ON events(key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_corr ON events(corr) WHERE corr IS NOT NULL;
+CREATE INDEX IF NOT EXISTS events_pending ON events(due, id) WHERE state = 1;
+CREATE INDEX IF NOT EXISTS events_state ON events(state);
+CREATE TABLE IF NOT EXISTS attempts (
+	event INTEGER NOT NULL,
+	attempt INTEGER NOT NULL,
+	kind INTEGER NOT NULL,
+	at INTEGER NOT NULL,
+	error TEXT,
+	reason TEXT,
+	next_due INTEGER,
+	process INTEGER,
+	feed INTEGER NOT NULL
+);
+CREATE INDEX IF NOT EXISTS attempts_event ON attempts(event);
+CREATE TABLE IF NOT EXISTS feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0);
+`
+
+// OpenSQLite opens (creating unless ReadOnly) the index at path. The file is in WAL mode with
+// synchronous=NORMAL: a committed write survives the process being killed (it is in the log); only a
+// power loss may take the last commits, which the tailer then reads again from the broker.
+func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
+	var o SQLiteOptions
+	if opts != nil {
+		o = *opts
+	}
+	switch {
+	case path == "":
+		return nil, fmt.Errorf("%w: empty path", ErrInvalidOptions)
+	case o.MaxErrorLength < 0:
+		return nil, fmt.Errorf("%w: MaxErrorLength %d is negative", ErrInvalidOptions, o.MaxErrorLength)
+	}
+	if o.MaxErrorLength == 0 {
+		o.MaxErrorLength = DefaultMaxErrorLength
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	pragmas := "_pragma=busy_timeout(" + strconv.Itoa(int(busyTimeout/time.Millisecond)) + ")&_pragma=synchronous(NORMAL)"
+	s := &SQLite{opts: o, names: map[string]int64{}, byID: map[int64]string{}}
+	base := "file:" + (&url.URL{Path: path}).EscapedPath()
+	if o.ReadOnly {
+		read, err := sql.Open("sqlite", base+"?mode=ro&"+pragmas)
+		if err != nil {
+			return nil, fmt.Errorf("retryindex: opening %s: %w", path, err)
+		}
+		s.read = read
+		if err := read.Ping(); err != nil {
+			_ = read.Close()
+			return nil, fmt.Errorf("retryindex: opening %s: %w", path, err)
+		}
+		return s, nil
+	}
+	write, err := sql.Open("sqlite", base+"?_txlock=immediate&_pragma=journal_mode(WAL)&"+pragmas)
+	if err != nil {
+		return nil, fmt.Errorf("retryindex: opening %s: %w", path, err)
+	}
+	write.SetMaxOpenConns(1)
+	if _, err := write.Exec(schema); err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("retryindex: creating the schema in %s: %w", path, err)
+	}
+	read, err := sql.Open("sqlite", base+"?"+pragmas)
+	if err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("retryindex: opening %s: %w", path, err)
+	}
+	s.write, s.read = write, read
+	return s, nil
+}
+
+// Close closes the database. It is idempotent.
+func (s *SQLite) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	err := s.read.Close()
+	if s.write != nil {
+		err = errors.Join(err, s.write.Close())
+	}
+	return err
+}
+
+// writeTx runs fn in one write transaction, or says why it cannot.
+func (s *SQLite) writeTx(ctx context.Context, fn func(*sqlTx) error) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	switch {
+	case closed:
+		return ErrClosed
+	case s.write == nil:
+		return errors.New("retryindex: the index was opened read-only")
+	}
+	tx, err := s.write.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("retryindex: starting a write: %w", err)
+	}
+	err = fn(tx)
+	if err != nil {
+		_ = tx.Rollback()
+	} else if err = tx.Commit(); err != nil {
+		err = fmt.Errorf("retryindex: committing: %w", err)
+	}
+	s.mu.Lock()
+	if err != nil {
+		// A name inserted by a transaction that did not commit has no row: its id may be given to
+		// another name later, so the cache must not keep it.
+		for _, name := range s.fresh {
+			delete(s.byID, s.names[name])
+			delete(s.names, name)
+		}
+	}
+	s.fresh = s.fresh[:0]
+	s.mu.Unlock()
+	return err
+}
+
+// readTx runs fn in one read transaction, a consistent snapshot; asOf is the store's clock at its start.
+func (s *SQLite) readTx(ctx context.Context, fn func(tx *sql.Tx, asOf time.Time) error) error {
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
+	tx, err := s.read.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return fmt.Errorf("retryindex: starting a read: %w", err)
+	}
+	defer func() { _ = tx.Rollback() }()
+	asOf := s.opts.Now()
+	return fn(tx, asOf)
+}
+
+// nameID interns name in the names table (within tx) and returns its id; 0 for "".
+func (s *SQLite) nameID(ctx context.Context, tx *sql.Tx, name string) (int64, error) {
+	if name == "" {
+		return 0, nil
+	}
+	s.mu.Lock()
+	id, ok := s.names[name]
+	s.mu.Unlock()
+	if ok {
+		return id, nil
+	}
+	if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO names(name) VALUES (?)`, name); err != nil {
+		return 0, fmt.Errorf("retryindex: storing a name: %w", err)
+	}
+	if err := tx.QueryRowContext(ctx, `SELECT id FROM names WHERE name = ?`, name).Scan(&id); err != nil {
+		return 0, fmt.Errorf("retryindex: reading a name: %w", err)
+	}
+	s.mu.Lock()
+	s.names[name], s.byID[id] = id, name
+	s.fresh = append(s.fresh, name)
+	s.mu.Unlock()
+	return id, nil
+}
+
+// nameOf returns the name behind id, reading it through q when not cached; "" for 0 or NULL.
+func (s *SQLite) nameOf(ctx context.Context, q interface {
+	QueryRowContext(context.Context, string, ...any) *sql.Row
+}, id sql.NullInt64) string {
+	if !id.Valid || id.Int64 == 0 {
+		return ""
+	}
+	s.mu.Lock()
+	name, ok := s.byID[id.Int64]
+	s.mu.Unlock()
+	if ok {
+		return name
+	}
+	if err := q.QueryRowContext(ctx, `SELECT name FROM names WHERE id = ?`, id.Int64).Scan(&name); err != nil {
+		return ""
+	}
+	s.mu.Lock()
+	s.byID[id.Int64] = name
+	s.mu.Unlock()
+	return name
+}
+
+func feedCode(feed string) int {
+	if feed == FeedTailer {
+		return 1
+	}
+	return 0
+}
+
+func feedName(code int) string {
+	if code == 1 {
+		return FeedTailer
+	}
+	return FeedConsumer
+}
+
+func ms(t time.Time) sql.NullInt64 {
+	if t.IsZero() {
+		return sql.NullInt64{}
+	}
+	return sql.NullInt64{Int64: t.UnixMilli(), Valid: true}
+}
+
+func fromMS(v sql.NullInt64) time.Time {
+	if !v.Valid {
+		return time.Time{}
+	}
+	return time.UnixMilli(v.Int64).UTC()
+}
+
+func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
+
+// boundError redacts secrets from an error text and bounds it to limit bytes at a character boundary.
+func boundError(s string, limit int) string {
+	s = redact.String(s)
+	if len(s) <= limit {
+		return s
+	}
+	const mark = "…"
+	cut := max(limit-len(mark), 0)
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	if cut == 0 {
+		return ""
+	}
+	return s[:cut] + mark
+}
+
+func validate(r *Record) error {
+	switch {
+	case !isChain(r.Chain):
+		return fmt.Errorf("%w: chain %q is not 40 lower-case hex digits", ErrInvalidRecord, r.Chain)
+	case stateOf(r.Kind) == 0 || r.Kind == KindGone:
+		return fmt.Errorf("%w: kind %v", ErrInvalidRecord, r.Kind)
+	case r.At.IsZero():
+		return fmt.Errorf("%w: no time", ErrInvalidRecord)
+	}
+	return nil
+}
+
+// Apply folds records into their events, in one transaction. A record applies to the event's state
+// when it is about a later stage (see [Record]) than the state it has, or the same stage and not older;
+// it is added to the history in any case, except that a tailer's record repeats nothing the history
+// already has for its attempt and kind.
+func (s *SQLite) Apply(ctx context.Context, records []Record) error {
+	for i := range records {
+		if err := validate(&records[i]); err != nil {
+			return err
+		}
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		feeds := map[string]bool{}
+		for i := range records {
+			if err := s.apply(ctx, tx, &records[i]); err != nil {
+				return err
+			}
+			if records[i].Feed != FeedTailer {
+				feeds["consumer "+records[i].Process] = true
+			}
+		}
+		now := s.opts.Now().UnixMilli()
+		for name := range feeds {
+			if _, err := tx.ExecContext(ctx, `INSERT INTO feeds(name, last) VALUES (?, ?) ON CONFLICT(name) DO UPDATE SET last = excluded.last`, name, now); err != nil {
+				return fmt.Errorf("retryindex: recording the feed: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+func (s *SQLite) apply(ctx context.Context, tx *sql.Tx, r *Record) error {
+	chain, _ := hex.DecodeString(r.Chain)
+	state := stateOf(r.Kind)
+	pos := r.position()
+	attempt := r.Attempt
+	if state == StatePending {
+		attempt = r.NextAttempt
+	}
+	var due sql.NullInt64
+	if state == StatePending {
+		due = ms(r.NextDue)
+	}
+	entity, err := s.nameID(ctx, tx, r.Entity)
+	if err != nil {
+		return err
+	}
+	var seq sql.NullInt64
+	if r.SequenceNumber > 0 {
+		seq = sql.NullInt64{Int64: r.SequenceNumber, Valid: true}
+	}
+	at := r.At.UnixMilli()
+	feed := feedCode(r.Feed)
+
+	var id, curPos, curUpdated int64
+	var curState State
+	var curEntity, curSeq sql.NullInt64
+	err = tx.QueryRowContext(ctx, `SELECT id, pos, state, updated, entity, seq FROM events WHERE chain = ?`, chain).
+		Scan(&id, &curPos, &curState, &curUpdated, &curEntity, &curSeq)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		source, err := s.nameID(ctx, tx, r.Source)
+		if err != nil {
+			return err
+		}
+		key, corr := r.Key, r.CorrelationID
+		if key == r.OriginalID {
+			key = ""
+		}
+		if corr == r.OriginalID {
+			corr = ""
+		}
+		res, err := tx.ExecContext(ctx, `INSERT INTO events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			chain, r.OriginalID, nullString(key), nullString(corr), sql.NullInt64{Int64: source, Valid: source != 0},
+			state, pos, attempt, due, sql.NullInt64{Int64: entity, Valid: entity != 0}, seq, at, feed)
+		if err != nil {
+			return fmt.Errorf("retryindex: inserting an event: %w", err)
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return fmt.Errorf("retryindex: inserting an event: %w", err)
+		}
+	case err != nil:
+		return fmt.Errorf("retryindex: reading an event: %w", err)
+	case pos > curPos || (pos == curPos && at >= curUpdated):
+		// A record of the same state that does not know where the copy is keeps what an earlier one
+		// knew (the consumer's dead letter does not know the tailer's sequence number, say).
+		if state == curState && entity == 0 && !seq.Valid {
+			seq = curSeq
+			entity = curEntity.Int64
+		}
+		_, err := tx.ExecContext(ctx, `UPDATE events SET state = ?, pos = ?, attempt = ?, due = ?, entity = ?, seq = ?, updated = ?, feed = ? WHERE id = ?`,
+			state, pos, attempt, due, sql.NullInt64{Int64: entity, Valid: entity != 0}, seq, at, feed, id)
+		if err != nil {
+			return fmt.Errorf("retryindex: updating an event: %w", err)
+		}
+	}
+	if r.Feed == FeedTailer {
+		var seen int
+		err := tx.QueryRowContext(ctx, `SELECT count(*) FROM attempts WHERE event = ? AND attempt = ? AND kind = ?`, id, r.Attempt, int(r.Kind)).Scan(&seen)
+		if err != nil {
+			return fmt.Errorf("retryindex: reading the history: %w", err)
+		}
+		if seen > 0 {
+			return nil
+		}
+	}
+	process, err := s.nameID(ctx, tx, r.Process)
+	if err != nil {
+		return err
+	}
+	_, err = tx.ExecContext(ctx, `INSERT INTO attempts(event, attempt, kind, at, error, reason, next_due, process, feed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+		id, r.Attempt, int(r.Kind), at, nullString(boundError(r.Error, s.opts.MaxErrorLength)), nullString(r.Reason),
+		ms(r.NextDue), sql.NullInt64{Int64: process, Valid: process != 0}, feed)
+	if err != nil {
+		return fmt.Errorf("retryindex: adding to the history: %w", err)
+	}
+	return nil
+}
+
+// eventColumns are read by scanEvent, in its order; the last error comes from the newest history
+// entry that has one, so that no event stores its error twice.
+const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
+	(SELECT a.error FROM attempts a WHERE a.event = e.id AND a.error IS NOT NULL ORDER BY a.rowid DESC LIMIT 1),
+	(SELECT a.reason FROM attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.rowid DESC LIMIT 1)`
+
+type rowScanner interface{ Scan(dest ...any) error }
+
+func (s *SQLite) scanEvent(ctx context.Context, tx *sql.Tx, row rowScanner) (int64, Event, error) {
+	var (
+		id              int64
+		chain           []byte
+		e               Event
+		key, corr       sql.NullString
+		source, entity  sql.NullInt64
+		due, seq        sql.NullInt64
+		updated         int64
+		feed            int
+		lastErr, reason sql.NullString
+	)
+	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &e.State, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason)
+	if err != nil {
+		return 0, e, err
+	}
+	e.Chain = hex.EncodeToString(chain)
+	e.Key, e.CorrelationID = key.String, corr.String
+	if e.Key == "" {
+		e.Key = e.OriginalID
+	}
+	if e.CorrelationID == "" {
+		e.CorrelationID = e.OriginalID
+	}
+	e.Source = s.nameOf(ctx, tx, source)
+	e.Entity = s.nameOf(ctx, tx, entity)
+	e.Due = fromMS(due)
+	e.SequenceNumber = seq.Int64
+	e.Updated = time.UnixMilli(updated).UTC()
+	e.Feed = feedName(feed)
+	e.LastError, e.Reason = lastErr.String, reason.String
+	return id, e, nil
+}
+
+func (lo *LookupOptions) withDefaults() (LookupOptions, error) {
+	var o LookupOptions
+	if lo != nil {
+		o = *lo
+	}
+	if o.MaxEvents < 0 || o.MaxHistory < 0 {
+		return o, fmt.Errorf("%w: negative LookupOptions bound", ErrInvalidOptions)
+	}
+	if o.MaxEvents == 0 {
+		o.MaxEvents = defaultMaxEvents
+	}
+	if o.MaxHistory == 0 {
+		o.MaxHistory = defaultMaxHistory
+	}
+	return o, nil
+}
+
+// Lookup implements [Store.Lookup]: by chain (a retry MessageID names its chain), else through the
+// indexes on the original id, key and correlation id.
+func (s *SQLite) Lookup(ctx context.Context, id string, opts *LookupOptions) (*Answer, error) {
+	o, err := opts.withDefaults()
+	if err != nil {
+		return nil, err
+	}
+	if id == "" {
+		return nil, errors.New("retryindex: empty id")
+	}
+	ans := &Answer{ID: id}
+	err = s.readTx(ctx, func(tx *sql.Tx, asOf time.Time) error {
+		ans.AsOf = asOf
+		var rows *sql.Rows
+		var err error
+		chain, isCopy := ChainOfMessageID(id)
+		if !isCopy && isChain(id) {
+			chain, isCopy = id, true
+		}
+		if isCopy {
+			raw, _ := hex.DecodeString(chain)
+			rows, err = tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e WHERE e.chain = ?`, raw)
+		} else {
+			rows, err = tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e WHERE e.id IN (
+				SELECT id FROM events WHERE original_id = ?1 UNION SELECT id FROM events WHERE key = ?1 UNION SELECT id FROM events WHERE corr = ?1)
+				ORDER BY e.updated DESC, e.id DESC LIMIT ?2`, id, o.MaxEvents+1)
+		}
+		if err != nil {
+			return fmt.Errorf("retryindex: looking up: %w", err)
+		}
+		var ids []int64
+		for rows.Next() {
+			eid, e, err := s.scanEvent(ctx, tx, rows)
+			if err != nil {
+				_ = rows.Close()
+				return fmt.Errorf("retryindex: reading an event: %w", err)
+			}
+			ids = append(ids, eid)
+			ans.Events = append(ans.Events, e)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return fmt.Errorf("retryindex: looking up: %w", err)
+		}
+		if len(ans.Events) > o.MaxEvents {
+			ans.Events, ids, ans.Truncated = ans.Events[:o.MaxEvents], ids[:o.MaxEvents], true
+		}
+		for i, eid := range ids {
+			h, err := s.history(ctx, tx, eid, o.MaxHistory)
+			if err != nil {
+				return err
+			}
+			ans.Events[i].History = h
+		}
+		ans.Feeds, err = s.feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+// history reads the newest limit entries of an event's history, returned oldest first.
+func (s *SQLite) history(ctx context.Context, tx *sql.Tx, event int64, limit int) ([]Attempt, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT attempt, kind, at, error, reason, next_due, process, feed FROM attempts WHERE event = ? ORDER BY rowid DESC LIMIT ?`, event, limit)
+	if err != nil {
+		return nil, fmt.Errorf("retryindex: reading the history: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []Attempt
+	for rows.Next() {
+		var a Attempt
+		var at int64
+		var errText, reason sql.NullString
+		var next, process sql.NullInt64
+		var feed int
+		if err := rows.Scan(&a.Attempt, &a.Kind, &at, &errText, &reason, &next, &process, &feed); err != nil {
+			return nil, fmt.Errorf("retryindex: reading the history: %w", err)
+		}
+		a.At = time.UnixMilli(at).UTC()
+		a.Error, a.Reason = errText.String, reason.String
+		a.NextDue = fromMS(next)
+		a.Process = s.nameOf(ctx, tx, process)
+		a.Feed = feedName(feed)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("retryindex: reading the history: %w", err)
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+func (s *SQLite) feeds(ctx context.Context, tx *sql.Tx) ([]FeedStatus, error) {
+	rows, err := tx.QueryContext(ctx, `SELECT name, last, cursor FROM feeds ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("retryindex: reading the feeds: %w", err)
+	}
+	defer func() { _ = rows.Close() }()
+	var out []FeedStatus
+	for rows.Next() {
+		var f FeedStatus
+		var last int64
+		if err := rows.Scan(&f.Name, &last, &f.Cursor); err != nil {
+			return nil, fmt.Errorf("retryindex: reading the feeds: %w", err)
+		}
+		f.Last = time.UnixMilli(last).UTC()
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// Freshness implements [Store.Freshness].
+func (s *SQLite) Freshness(ctx context.Context) (*Freshness, error) {
+	var f Freshness
+	err := s.readTx(ctx, func(tx *sql.Tx, asOf time.Time) error {
+		f.AsOf = asOf
+		var err error
+		f.Feeds, err = s.feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// Pending implements [Store.Pending] through the partial index of pending events by due time: a page
+// costs its own size, whatever the backlog. The cursor is the last row's due time and id.
+func (s *SQLite) Pending(ctx context.Context, opts *PendingOptions) (*PendingPage, error) {
+	var o PendingOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Limit < 0 {
+		return nil, fmt.Errorf("%w: Limit %d is negative", ErrInvalidOptions, o.Limit)
+	}
+	if o.Limit == 0 {
+		o.Limit = DefaultPageLimit
+	}
+	afterDue, afterID := int64(-1<<63), int64(-1<<63)
+	if o.Cursor != "" {
+		d, i, ok := strings.Cut(o.Cursor, ".")
+		var err1, err2 error
+		afterDue, err1 = strconv.ParseInt(d, 10, 64)
+		afterID, err2 = strconv.ParseInt(i, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%w: %q", ErrInvalidCursor, o.Cursor)
+		}
+	}
+	page := &PendingPage{}
+	err := s.readTx(ctx, func(tx *sql.Tx, asOf time.Time) error {
+		page.AsOf = asOf
+		rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e INDEXED BY events_pending
+			WHERE e.state = 1 AND (e.due, e.id) > (?, ?) ORDER BY e.due, e.id LIMIT ?`, afterDue, afterID, o.Limit+1)
+		if err != nil {
+			return fmt.Errorf("retryindex: listing pending: %w", err)
+		}
+		var last [2]int64
+		for rows.Next() {
+			eid, e, err := s.scanEvent(ctx, tx, rows)
+			if err != nil {
+				_ = rows.Close()
+				return fmt.Errorf("retryindex: listing pending: %w", err)
+			}
+			if len(page.Items) == o.Limit {
+				page.Next = strconv.FormatInt(last[0], 10) + "." + strconv.FormatInt(last[1], 10)
+				break
+			}
+			last = [2]int64{e.Due.UnixMilli(), eid}
+			page.Items = append(page.Items, e)
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return fmt.Errorf("retryindex: listing pending: %w", err)
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM events INDEXED BY events_pending WHERE state = 1`).Scan(&page.Total); err != nil {
+			return fmt.Errorf("retryindex: counting pending: %w", err)
+		}
+		page.Feeds, err = s.feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// Counts implements [Store.Counts] from the index of events by state, in one snapshot.
+func (s *SQLite) Counts(ctx context.Context) (*Counts, error) {
+	c := &Counts{ByState: map[State]int64{}}
+	err := s.readTx(ctx, func(tx *sql.Tx, asOf time.Time) error {
+		c.AsOf = asOf
+		rows, err := tx.QueryContext(ctx, `SELECT state, count(*) FROM events GROUP BY state`)
+		if err != nil {
+			return fmt.Errorf("retryindex: counting: %w", err)
+		}
+		for rows.Next() {
+			var st State
+			var n int64
+			if err := rows.Scan(&st, &n); err != nil {
+				_ = rows.Close()
+				return fmt.Errorf("retryindex: counting: %w", err)
+			}
+			c.ByState[st] = n
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return fmt.Errorf("retryindex: counting: %w", err)
+		}
+		c.Feeds, err = s.feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// finished lists the states Prune may delete, as SQL.
+const finished = `(3, 4, 5, 6)`
+
+// Prune implements [Store.Prune].
+func (s *SQLite) Prune(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		cut := before.UnixMilli()
+		if _, err := tx.ExecContext(ctx, `DELETE FROM attempts WHERE event IN (SELECT id FROM events WHERE state IN `+finished+` AND updated < ?)`, cut); err != nil {
+			return fmt.Errorf("retryindex: pruning the history: %w", err)
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE state IN `+finished+` AND updated < ?`, cut)
+		if err != nil {
+			return fmt.Errorf("retryindex: pruning events: %w", err)
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return n, err
+}
+
+// Cursor implements [Store.Cursor].
+func (s *SQLite) Cursor(ctx context.Context, entity string) (int64, error) {
+	var next int64
+	err := s.readTx(ctx, func(tx *sql.Tx, _ time.Time) error {
+		err := tx.QueryRowContext(ctx, `SELECT cursor FROM feeds WHERE name = ?`, "tailer "+entity).Scan(&next)
+		if errors.Is(err, sql.ErrNoRows) {
+			next = 0
+			return nil
+		}
+		return err
+	})
+	return next, err
+}
+
+// SetCursor implements [Store.SetCursor].
+func (s *SQLite) SetCursor(ctx context.Context, entity string, next int64, records []Record) error {
+	for i := range records {
+		if err := validate(&records[i]); err != nil {
+			return err
+		}
+	}
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		for i := range records {
+			if err := s.apply(ctx, tx, &records[i]); err != nil {
+				return err
+			}
+		}
+		_, err := tx.ExecContext(ctx, `INSERT INTO feeds(name, last, cursor) VALUES (?, ?, ?) ON CONFLICT(name) DO UPDATE SET last = excluded.last, cursor = excluded.cursor`,
+			"tailer "+entity, s.opts.Now().UnixMilli(), next)
+		if err != nil {
+			return fmt.Errorf("retryindex: recording the cursor: %w", err)
+		}
+		return nil
+	})
+}
+
+// MarkGone implements [Store.MarkGone].
+func (s *SQLite) MarkGone(ctx context.Context, entity string, before int64, since time.Time, seen func(chain string) bool) (int64, error) {
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		eid, err := s.nameID(ctx, tx, entity)
+		if err != nil {
+			return err
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT id, chain, attempt FROM events WHERE state IN (1, 2) AND entity = ? AND (seq IS NULL OR seq < ?) AND updated < ?`,
+			eid, before, since.UnixMilli())
+		if err != nil {
+			return fmt.Errorf("retryindex: finding gone copies: %w", err)
+		}
+		type gone struct {
+			id      int64
+			attempt int
+		}
+		var marks []gone
+		for rows.Next() {
+			var g gone
+			var chain []byte
+			if err := rows.Scan(&g.id, &chain, &g.attempt); err != nil {
+				_ = rows.Close()
+				return fmt.Errorf("retryindex: finding gone copies: %w", err)
+			}
+			if !seen(hex.EncodeToString(chain)) {
+				marks = append(marks, g)
+			}
+		}
+		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
+			return fmt.Errorf("retryindex: finding gone copies: %w", err)
+		}
+		now := s.opts.Now().UnixMilli()
+		for _, g := range marks {
+			if _, err := tx.ExecContext(ctx, `UPDATE events SET state = ?, due = NULL, updated = ?, feed = 1 WHERE id = ?`, StateGone, now, g.id); err != nil {
+				return fmt.Errorf("retryindex: marking a copy gone: %w", err)
+			}
+			if _, err := tx.ExecContext(ctx, `INSERT INTO attempts(event, attempt, kind, at, feed) VALUES (?, ?, ?, ?, 1)`, g.id, g.attempt, int(KindGone), now); err != nil {
+				return fmt.Errorf("retryindex: marking a copy gone: %w", err)
+			}
+		}
+		n = int64(len(marks))
+		return nil
+	})
+	return n, err
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+// sqlTx is the transaction type writeTx passes, named so that tests can write through it.
+type sqlTx = sql.Tx

@@ -1,0 +1,219 @@
+package retryindex
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Errors returned by this package. Each has the "retryindex: " prefix.
+var (
+	// ErrInvalidOptions wraps every refusal of an options struct.
+	ErrInvalidOptions = errors.New("retryindex: invalid options")
+	// ErrInvalidRecord wraps a record a store refuses (no chain, an unknown kind).
+	ErrInvalidRecord = errors.New("retryindex: invalid record")
+	// ErrClosed is returned by calls on a closed store or recorder.
+	ErrClosed = errors.New("retryindex: closed")
+	// ErrInvalidCursor is returned by [Store.Pending] for a cursor it did not write.
+	ErrInvalidCursor = errors.New("retryindex: invalid cursor")
+)
+
+// Store is an index of retry state. [OpenSQLite] returns the embedded one. Implementations are safe for
+// concurrent use: feeds write while consoles read.
+type Store interface {
+	// Apply folds records into their events' state and history, in one transaction: all or none.
+	Apply(ctx context.Context, records []Record) error
+	// Lookup finds the events id names: a retry MessageID or a chain id (the event itself), else every
+	// event whose original MessageID, idempotency key or correlation id is id (at most
+	// [LookupOptions.MaxEvents], newest first), each with its history.
+	Lookup(ctx context.Context, id string, opts *LookupOptions) (*Answer, error)
+	// Pending returns one page of pending retries, earliest due first.
+	Pending(ctx context.Context, opts *PendingOptions) (*PendingPage, error)
+	// Counts counts the events in each state, exactly, as of the time it states.
+	Counts(ctx context.Context) (*Counts, error)
+	// Prune deletes the finished events (succeeded, dead-lettered, discarded, gone) last changed before
+	// before, with their history, and returns how many events it deleted.
+	Prune(ctx context.Context, before time.Time) (int64, error)
+	// Freshness lists the feeds and when each last wrote.
+	Freshness(ctx context.Context) (*Freshness, error)
+	// Cursor returns the next sequence number a [Tailer] reads in entity (0 when it never read it), and
+	// SetCursor records it together with the records read up to it, in one transaction, with the
+	// feed's freshness.
+	Cursor(ctx context.Context, entity string) (int64, error)
+	SetCursor(ctx context.Context, entity string, next int64, records []Record) error
+	// MarkGone records, for each pending or active event whose copy in entity has a sequence number
+	// below before and was not seen by the rebuild that started at since (see [Tailer.Rebuild]), that
+	// the copy is gone. It returns how many events it marked.
+	MarkGone(ctx context.Context, entity string, before int64, since time.Time, seen func(chain string) bool) (int64, error)
+	// Close releases the store. Calls after Close return [ErrClosed].
+	Close() error
+}
+
+// State is where an event stands, as the last record that applied says.
+type State int
+
+// States of an event.
+const (
+	// StatePending: a retry copy is scheduled; it falls due at [Event.Due].
+	StatePending State = iota + 1
+	// StateActive: the copy is receivable or being processed (it fell due, or was left for
+	// redelivery).
+	StateActive
+	// StateSucceeded: an attempt succeeded.
+	StateSucceeded
+	// StateDeadLettered: the message was dead-lettered.
+	StateDeadLettered
+	// StateDiscarded: a policy discarded the failure.
+	StateDiscarded
+	// StateGone: the pending copy is no longer in the broker and no feed said why.
+	StateGone
+)
+
+// States lists every state, in the order counts print them.
+var States = []State{StatePending, StateActive, StateSucceeded, StateDeadLettered, StateDiscarded, StateGone}
+
+// String names the state.
+func (s State) String() string {
+	switch s {
+	case StatePending:
+		return "pending"
+	case StateActive:
+		return "active"
+	case StateSucceeded:
+		return "succeeded"
+	case StateDeadLettered:
+		return "dead-lettered"
+	case StateDiscarded:
+		return "discarded"
+	case StateGone:
+		return "gone"
+	}
+	return "unknown"
+}
+
+// stateOf is the state a record of kind k leaves its event in.
+func stateOf(k Kind) State {
+	switch k {
+	case KindScheduled, KindHeld:
+		return StatePending
+	case KindActive, KindLeftForRedelivery:
+		return StateActive
+	case KindSucceeded:
+		return StateSucceeded
+	case KindDeadLettered:
+		return StateDeadLettered
+	case KindDiscarded:
+		return StateDiscarded
+	case KindGone:
+		return StateGone
+	}
+	return 0
+}
+
+// Event is the indexed state of one retry chain.
+type Event struct {
+	// Chain is the event's id ([retry.Envelope.ChainID]); OriginalID, Key and CorrelationID are its
+	// names; Source is the entity the chain started on.
+	Chain, OriginalID, Key, CorrelationID, Source string
+	State                                         State
+	// Attempt is the attempt the state is about: for StatePending the attempt the copy will run as,
+	// otherwise the last attempt that ran or runs.
+	Attempt int
+	// Due is when the pending copy falls due (StatePending only).
+	Due time.Time
+	// LastError is the last recorded error (redacted, bounded); Reason the dead-letter reason.
+	LastError, Reason string
+	// Entity and SequenceNumber place the copy or dead letter in the broker, when a feed knew it.
+	Entity         string
+	SequenceNumber int64
+	// Updated is when the state last changed, and Feed which feed changed it: how fresh this event is.
+	Updated time.Time
+	Feed    string
+	// History is every recorded attempt, oldest first (bounded by [LookupOptions.MaxHistory]); empty
+	// in pages.
+	History []Attempt
+}
+
+// RetryMessageID is the MessageID of the pending copy ("sbretry-<chain>-<attempt>"), empty when the
+// event is not pending.
+func (e Event) RetryMessageID() string {
+	if e.State != StatePending || e.Attempt < 1 {
+		return ""
+	}
+	return retryIDPrefix + e.Chain + "-" + itoa(e.Attempt)
+}
+
+// Attempt is one entry of an event's history.
+type Attempt struct {
+	Attempt int
+	Kind    Kind
+	At      time.Time
+	// Error is the attempt's error (redacted, bounded); Reason the dead-letter reason.
+	Error, Reason string
+	// NextDue is when the copy it scheduled falls due (KindScheduled, KindHeld).
+	NextDue time.Time
+	// Process is the process that recorded it; Feed the feed.
+	Process, Feed string
+}
+
+// FeedStatus says when one feed last wrote.
+type FeedStatus struct {
+	// Name is the feed: "consumer <process>", or "tailer <entity>".
+	Name string
+	// Last is the time of its last write. For a tailer, Cursor is the next sequence number it reads.
+	Last   time.Time
+	Cursor int64
+}
+
+// Freshness says how fresh an answer is: as of when it was read, and when each feed last wrote.
+type Freshness struct {
+	AsOf  time.Time
+	Feeds []FeedStatus
+}
+
+// Answer is what [Store.Lookup] found.
+type Answer struct {
+	// ID is what was asked for.
+	ID     string
+	Events []Event
+	// Truncated says more events matched than [LookupOptions.MaxEvents].
+	Truncated bool
+	Freshness
+}
+
+// LookupOptions bounds a lookup. A nil *LookupOptions means every default.
+type LookupOptions struct {
+	// MaxEvents bounds the events returned (a correlation id may name many). Zero means 20.
+	MaxEvents int
+	// MaxHistory bounds the history entries per event (the newest are kept). Zero means 100.
+	MaxHistory int
+}
+
+// PendingOptions selects a page of pending retries. A nil *PendingOptions means the first page of
+// [DefaultPageLimit].
+type PendingOptions struct {
+	// Limit is the page size. Zero means [DefaultPageLimit]; negative is invalid.
+	Limit int
+	// Cursor continues after the page that returned it as [PendingPage.Next]; empty starts at the
+	// earliest due.
+	Cursor string
+}
+
+// DefaultPageLimit is the page size of [Store.Pending] when [PendingOptions.Limit] is zero.
+const DefaultPageLimit = 100
+
+// PendingPage is one page of pending retries in due order.
+type PendingPage struct {
+	Items []Event
+	// Next continues the listing; empty on the last page.
+	Next string
+	// Total counts every pending retry, as of Freshness.AsOf.
+	Total int64
+	Freshness
+}
+
+// Counts counts events by state, exactly, as of AsOf.
+type Counts struct {
+	ByState map[State]int64
+	Freshness
+}
