@@ -664,8 +664,20 @@ func (s *SQLite) Pending(ctx context.Context, opts *PendingOptions) (*PendingPag
 	page := &PendingPage{}
 	err := s.readTx(ctx, func(tx *sql.Tx, asOf time.Time) error {
 		page.AsOf = asOf
+		var source int64 = -1 // no name has this id: with a Source that was never recorded, nothing matches
+		if o.Source != "" {
+			if err := tx.QueryRowContext(ctx, `SELECT id FROM names WHERE name = ?`, o.Source).Scan(&source); err != nil && !errors.Is(err, sql.ErrNoRows) {
+				return fmt.Errorf("retryindex: listing pending: %w", err)
+			}
+		}
+		filter := ""
+		args := []any{afterDue, afterID}
+		if o.Source != "" {
+			filter = " AND e.source = ?"
+			args = append(args, source)
+		}
 		rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e INDEXED BY events_pending
-			WHERE e.state = 1 AND (e.due, e.id) > (?, ?) ORDER BY e.due, e.id LIMIT ?`, afterDue, afterID, o.Limit+1)
+			WHERE e.state = 1 AND (e.due, e.id) > (?, ?)`+filter+` ORDER BY e.due, e.id LIMIT ?`, append(args, o.Limit+1)...)
 		if err != nil {
 			return fmt.Errorf("retryindex: listing pending: %w", err)
 		}
@@ -686,7 +698,7 @@ func (s *SQLite) Pending(ctx context.Context, opts *PendingOptions) (*PendingPag
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return fmt.Errorf("retryindex: listing pending: %w", err)
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM events INDEXED BY events_pending WHERE state = 1`).Scan(&page.Total); err != nil {
+		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM events INDEXED BY events_pending WHERE state = 1`+strings.ReplaceAll(filter, "e.", ""), args[2:]...).Scan(&page.Total); err != nil {
 			return fmt.Errorf("retryindex: counting pending: %w", err)
 		}
 		page.Feeds, err = s.feeds(ctx, tx)
@@ -786,15 +798,15 @@ func (s *SQLite) SetCursor(ctx context.Context, entity string, next int64, recor
 }
 
 // MarkGone implements [Store.MarkGone].
-func (s *SQLite) MarkGone(ctx context.Context, entity string, before int64, since time.Time, seen func(chain string) bool) (int64, error) {
+func (s *SQLite) MarkGone(ctx context.Context, entity string, since time.Time, seen func(chain string) bool) (int64, error) {
 	var n int64
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		eid, err := s.nameID(ctx, tx, entity)
 		if err != nil {
 			return err
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT id, chain, attempt FROM events WHERE state IN (1, 2) AND entity = ? AND (seq IS NULL OR seq < ?) AND updated < ?`,
-			eid, before, since.UnixMilli())
+		rows, err := tx.QueryContext(ctx, `SELECT id, chain, attempt FROM events WHERE state IN (1, 2) AND entity = ? AND updated < ?`,
+			eid, since.UnixMilli())
 		if err != nil {
 			return fmt.Errorf("retryindex: finding gone copies: %w", err)
 		}

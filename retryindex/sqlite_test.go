@@ -309,3 +309,24 @@ func TestChainOfMessageID(t *testing.T) {
 		assert.False(t, ok, id)
 	}
 }
+
+// TestPendingBySource lists and counts only the pending retries of one entity's chains.
+func TestPendingBySource(t *testing.T) {
+	t.Parallel()
+	s, _ := openTemp(t, nil)
+	ctx := context.Background()
+	a := rec("a", 1, KindScheduled, 1, 0)
+	b := rec("b", 2, KindScheduled, 1, time.Minute)
+	b.Source = "events/Subscriptions/billing"
+	require.NoError(t, s.Apply(ctx, []Record{a, b}))
+	for source, want := range map[string][]string{"": {"a", "b"}, "orders": {"a"}, "events/Subscriptions/billing": {"b"}, "never-seen": nil} {
+		page, err := s.Pending(ctx, &PendingOptions{Source: source})
+		require.NoError(t, err)
+		var got []string
+		for _, e := range page.Items {
+			got = append(got, e.OriginalID)
+		}
+		assert.Equal(t, want, got, source)
+		assert.EqualValues(t, len(want), page.Total, source)
+	}
+}

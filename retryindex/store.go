@@ -41,10 +41,10 @@ type Store interface {
 	// feed's freshness.
 	Cursor(ctx context.Context, entity string) (int64, error)
 	SetCursor(ctx context.Context, entity string, next int64, records []Record) error
-	// MarkGone records, for each pending or active event whose copy in entity has a sequence number
-	// below before and was not seen by the rebuild that started at since (see [Tailer.Rebuild]), that
-	// the copy is gone. It returns how many events it marked.
-	MarkGone(ctx context.Context, entity string, before int64, since time.Time, seen func(chain string) bool) (int64, error)
+	// MarkGone records, for each pending or active event whose copy is in entity, that no feed changed
+	// since since, and that seen reports not seen by the rebuild that started then (see
+	// [Tailer.Rebuild]), that the copy is gone. It returns how many events it marked.
+	MarkGone(ctx context.Context, entity string, since time.Time, seen func(chain string) bool) (int64, error)
 	// Close releases the store. Calls after Close return [ErrClosed].
 	Close() error
 }
@@ -197,6 +197,10 @@ type PendingOptions struct {
 	// Cursor continues after the page that returned it as [PendingPage.Next]; empty starts at the
 	// earliest due.
 	Cursor string
+	// Source, when set, keeps only the events whose chain started on that entity (a queue, or
+	// "topic/Subscriptions/sub"), and Total counts only those. The page still walks the due-time index,
+	// skipping other entities' rows, so it costs more when Source is a small part of the backlog.
+	Source string
 }
 
 // DefaultPageLimit is the page size of [Store.Pending] when [PendingOptions.Limit] is zero.

@@ -159,11 +159,8 @@ func (t *Tailer) Rebuild(ctx context.Context) (TailResult, error) {
 			return res, err
 		}
 	}
-	end, err := t.store.Cursor(ctx, t.entities[0])
-	if err != nil {
-		return res, err
-	}
-	res.Gone, err = t.store.MarkGone(ctx, t.entities[0], end, start, func(chain string) bool {
+	var err error
+	res.Gone, err = t.store.MarkGone(ctx, t.entities[0], start, func(chain string) bool {
 		var k [20]byte
 		_, _ = hex.Decode(k[:], []byte(chain))
 		_, ok := seen[k]

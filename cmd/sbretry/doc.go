@@ -4,7 +4,8 @@
 // Usage:
 //
 //	sbretry [entity flags] status KEY           pending retries, active copies and dead letters of one message
-//	sbretry [entity flags] pending [--limit N] [--cursor C] [--wide]
+//	sbretry status --index PATH KEY             the same from a retry-state index, with the history
+//	sbretry [entity flags] pending [--limit N] [--cursor C] [--wide] [--index PATH]
 //	                                            pending retries by due time, one page at a time
 //	sbretry [entity flags] cancel REF... [--dry-run] [--yes]
 //	                                            cancel pending retries
@@ -55,7 +56,24 @@
 //
 // Reading is peek-based (package github.com/sbretry/retry/inspect): it never locks or changes a message,
 // and it is bounded by --max-peek; when the bound is hit, a warning on stderr says the answer covers the
-// messages read only.
+// messages read only, and the answer itself says it is partial: status that found nothing says "not
+// found in what was read, which is partial" and exits 4 instead of 3, pending prints a "partial:" line
+// (a peek reads in sequence order, not due order, so a retry beyond the bound may be due before every
+// one listed), and --json carries "partial": true.
+//
+// # The retry-state index
+//
+// status and pending take --index PATH, a retry-state index file (package
+// github.com/sbretry/retry/retryindex) that a consumer keeps through retryindex.Recorder.Hooks, or a
+// retryindex.Tailer keeps by peeking the broker. They then answer from the index without reading the
+// broker, in milliseconds whatever the backlog: status with the event's state (pending with its due
+// time and attempt, active, succeeded, dead-lettered with its reason, discarded, or its copy gone) and
+// its history (every attempt: when, outcome, error, next due, which process); pending in true due order
+// over the whole backlog, with the exact total. Every index answer starts with "from index PATH, as of
+// T" and when each feed last wrote to it, since the index is only as fresh as its feeds: the broker
+// stays the truth, and an action (cancel, redrive) still verifies there before it acts. The entity
+// flags and the connection string are optional with --index; entity flags, when given, keep only the
+// events whose chain started on that entity. The file is opened read-only.
 //
 // # Redrive
 //
@@ -200,8 +218,10 @@
 //	1  an error: Service Bus refused, a confirmation was refused, an action stopped part way (re-run it)
 //	2  a usage error: a bad flag, a missing --retry-queue, a REF that is ambiguous or names an entity
 //	   the command does not read; nothing was done
-//	3  not found: status found nothing for the KEY where it looked, dlq show or cancel found no message
-//	   at the REF, sessions release found nothing held in the session
+//	3  not found: status found nothing for the KEY where it looked (the whole entity, or the index), dlq
+//	   show or cancel found no message at the REF, sessions release found nothing held in the session
+//	4  not found in a partial read: status found nothing among the messages it read, but the read stopped
+//	   at --max-peek, so the rest of the entity was not looked at (raise --max-peek, or use --index)
 //
 // Errors are printed with every secret redacted; the connection string is never printed.
 package main

@@ -11,13 +11,16 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// pending prints one page of pending retries by due time.
+// pending prints one page of pending retries by due time. With --index PATH the page comes from the
+// retry-state index (pendingFromIndex): in true due order over the whole backlog, with the exact
+// total. Without it, a scan that stopped at --max-peek says that its page is partial.
 func (a *app) pending(ctx context.Context, args []string) error {
 	var c common
 	fs := newFlagSet("pending", &c)
 	limit := fs.Int("limit", defaultPageLimit, "")
 	cursor := fs.String("cursor", "", "")
 	wide := fs.Bool("wide", false, "")
+	index := fs.String("index", "", "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -27,6 +30,12 @@ func (a *app) pending(ctx context.Context, args []string) error {
 	}
 	if *limit <= 0 {
 		return usagef("--limit must be positive")
+	}
+	if *index != "" {
+		if c.timeout <= 0 {
+			return usagef("--timeout must be positive")
+		}
+		return a.pendingFromIndex(ctx, &c, *index, *limit, *cursor, *wide)
 	}
 	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
@@ -45,14 +54,23 @@ func (a *app) pending(ctx context.Context, args []string) error {
 			Pending []jsonPending `json:"pending"`
 			Next    string        `json:"next,omitempty"`
 			Scans   []jsonScan    `json:"scans"`
-		}{Pending: []jsonPending{}, Next: page.Next, Scans: scansJSON(page.Scans)}
+			Partial bool          `json:"partial"`
+		}{Pending: []jsonPending{}, Next: page.Next, Scans: scansJSON(page.Scans), Partial: inspect.Truncated(page.Scans)}
 		for _, p := range page.Items {
 			out.Pending = append(out.Pending, pendingJSON(p))
 		}
 		return writeJSON(a.stdout, out)
 	}
+	partial := inspect.Truncated(page.Scans)
+	if partial {
+		// A peek reads in sequence order, not due order: a retry beyond the bound may be due before
+		// every one listed.
+		fmt.Fprintf(a.stdout, "partial: read only %s (--max-peek); this page is in due order among those only, and retries beyond them may be due earlier (raise --max-peek or use --index)\n", describeScans(page.Scans))
+	}
 	if len(page.Items) == 0 {
-		fmt.Fprintf(a.stdout, "no pending retries (read %s)\n", describeScans(page.Scans))
+		if !partial {
+			fmt.Fprintf(a.stdout, "no pending retries (read %s)\n", describeScans(page.Scans))
+		}
 		return nil
 	}
 	// ENTITY and SEQ first: together they are the REF that cancel takes.

@@ -24,6 +24,7 @@ const (
 	exitError    = 1 // an error, a refused confirmation, or an action that stopped part way
 	exitUsage    = 2 // the command line cannot run: a bad flag, a missing or ambiguous entity
 	exitNotFound = 3 // status, dlq show, cancel: nothing matches what was asked for
+	exitPartial  = 4 // status: nothing matches among the messages read, but the read stopped at --max-peek
 )
 
 // envConnectionString names the environment variable read when --connection-string is not given.
@@ -44,7 +45,9 @@ const usageText = `usage: sbretry [--connection-string S] (--queue Q | --topic T
 
 commands:
   status KEY          pending retries, active copies and dead letters of a key, correlation id or message id
-  pending             pending retries by due time (--limit N, --cursor C, --wide)
+                      (--index PATH: from the retry-state index, with the history; no broker read)
+  pending             pending retries by due time (--limit N, --cursor C, --wide; --index PATH: from the
+                      retry-state index, in due order over the whole backlog, with the exact total)
   cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)
   dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --wide)
   dlq show REF        one dead letter with its properties and body
@@ -78,7 +81,8 @@ common flags (before or after the command):
   --json                 JSON output for jq (every command, dry runs included)
   --trace-file F         append the command's spans (every broker call) to F as OTLP JSON; not for serve
 times (--since, --until) are RFC 3339 ("2026-12-01T10:00:00Z") or a duration back from now ("2h").
-exit codes: 0 done or found, 1 error, 2 usage, 3 not found (status, dlq show, cancel, sessions release).
+exit codes: 0 done or found, 1 error, 2 usage, 3 not found (status, dlq show, cancel, sessions release),
+  4 not found in a partial read (status stopped at --max-peek: the rest was not read).
 `
 
 // app is one invocation of the command: its streams, environment and test hooks.
@@ -145,6 +149,8 @@ func (a *app) exitCode(err error) int {
 		return exitUsage
 	case errors.Is(err, errNothingFound):
 		return exitNotFound
+	case errors.Is(err, errPartialNotFound):
+		return exitPartial
 	case errors.Is(err, inspect.ErrNotFound), errors.Is(err, retry.ErrNotHeld):
 		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
 		return exitNotFound
@@ -250,7 +256,7 @@ func takesValue(arg string) bool {
 	switch strings.TrimLeft(arg, "-") {
 	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
 		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait",
-		"listen", "token", "entity", "poll-interval", "window", "trace-file", "consumer", "session", "max-sessions":
+		"listen", "token", "entity", "poll-interval", "window", "trace-file", "consumer", "session", "max-sessions", "index":
 		return true
 	}
 	return false

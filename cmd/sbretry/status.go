@@ -11,16 +11,26 @@ import (
 
 // status prints everything the entity says about one key: "will be retried at T (attempt n)",
 // "active now", "dead-lettered at T: reason", each with the REF (entity and sequence number) that the
-// other commands take. A key found nowhere exits with exitNotFound, after saying what was read.
+// other commands take. A key found nowhere exits with exitNotFound, after saying what was read; a key
+// not found in a scan that stopped at --max-peek exits with exitPartial, since the rest was not read.
+// With --index PATH it answers from the retry-state index instead (statusFromIndex), without reading
+// the broker.
 func (a *app) status(ctx context.Context, args []string) error {
 	var c common
 	fs := newFlagSet("status", &c)
+	index := fs.String("index", "", "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
 	}
 	if len(pos) != 1 || pos[0] == "" {
 		return usagef("status needs exactly one KEY (a key, correlation id or message id)")
+	}
+	if *index != "" {
+		if c.timeout <= 0 {
+			return usagef("--timeout must be positive")
+		}
+		return a.statusFromIndex(ctx, &c, *index, pos[0])
 	}
 	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
@@ -40,7 +50,8 @@ func (a *app) status(ctx context.Context, args []string) error {
 			Active      []jsonActive     `json:"active"`
 			DeadLetters []jsonDeadLetter `json:"deadLetters"`
 			Scans       []jsonScan       `json:"scans"`
-		}{ID: st.ID, Pending: []jsonPending{}, Active: []jsonActive{}, DeadLetters: []jsonDeadLetter{}, Scans: scansJSON(st.Scans)}
+			Partial     bool             `json:"partial"`
+		}{ID: st.ID, Pending: []jsonPending{}, Active: []jsonActive{}, DeadLetters: []jsonDeadLetter{}, Scans: scansJSON(st.Scans), Partial: st.Truncated()}
 		for _, p := range st.Pending {
 			out.Pending = append(out.Pending, pendingJSON(p))
 		}
@@ -82,18 +93,28 @@ func (a *app) status(ctx context.Context, args []string) error {
 		}
 		fmt.Fprintf(w, "; sequence number %d in %s\n", d.SequenceNumber, d.Entity)
 	}
-	if len(st.Pending)+len(st.Active)+len(st.DeadLetters) == 0 {
+	switch {
+	case len(st.Pending)+len(st.Active)+len(st.DeadLetters) > 0 && st.Truncated():
+		fmt.Fprintf(w, "  partial answer: read only %s (--max-peek); more may be beyond that: raise --max-peek or use --index\n", describeScans(st.Scans))
+	case st.Truncated():
+		fmt.Fprintf(w, "  not found in what was read, which is partial: read only %s (--max-peek), and the entity holds more; raise --max-peek or use --index\n", describeScans(st.Scans))
+	case len(st.Pending)+len(st.Active)+len(st.DeadLetters) == 0:
 		fmt.Fprintf(w, "  nothing pending, active or dead-lettered (read %s)\n", describeScans(st.Scans))
 	}
 	return nothingFound(st)
 }
 
-// nothingFound is errNothingFound when st found nothing: the command then exits with exitNotFound.
+// nothingFound is errNothingFound when st found nothing in a complete read (the command then exits
+// with exitNotFound), errPartialNotFound when it found nothing in a read that stopped at --max-peek
+// (exitPartial): "not found" would be a claim about messages never read.
 func nothingFound(st *inspect.Status) error {
-	if len(st.Pending)+len(st.Active)+len(st.DeadLetters) == 0 {
-		return errNothingFound
+	if len(st.Pending)+len(st.Active)+len(st.DeadLetters) > 0 {
+		return nil
 	}
-	return nil
+	if st.Truncated() {
+		return errPartialNotFound
+	}
+	return errNothingFound
 }
 
 // relative says how far t is from now, for a person reading a due time.

@@ -60,6 +60,33 @@ func TestStatusWarnsWhenTruncated(t *testing.T) {
 	h := newHarness(t)
 	h.seed(t, "pending-1", "pending-2", "pending-3")
 	code, _, errOut := h.cli(t, "", "status", "pending-3", "--max-peek", "2")
-	assert.Contains(t, []int{exitOK, exitNotFound}, code, "found or not among the messages read")
+	assert.Contains(t, []int{exitOK, exitPartial}, code, "found or not among the messages read")
 	assert.Contains(t, errOut, "warning: read only the first 2 messages of orders (--max-peek)")
+}
+
+// TestStatusSaysPartialInsteadOfNotFound: a key not found in a read stopped by --max-peek is not
+// "not found" (exit 3) but "not found in a partial read" (exit 4), in words and in JSON; a found key
+// in a partial read says the answer may miss more.
+func TestStatusSaysPartialInsteadOfNotFound(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.seed(t, "pending-1", "pending-2", "pending-3")
+	code, out, _ := h.cli(t, "", "status", "nobody", "--max-peek", "2")
+	assert.Equal(t, exitPartial, code)
+	assert.Contains(t, out, "not found in what was read, which is partial: read only 2 messages of orders")
+	assert.NotContains(t, out, "nothing pending, active or dead-lettered")
+	code, out, _ = h.cli(t, "", "status", "nobody", "--max-peek", "2", "--json")
+	assert.Equal(t, exitPartial, code)
+	var st struct {
+		Partial bool `json:"partial"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &st))
+	assert.True(t, st.Partial)
+
+	code, out, _ = h.cli(t, "", "status", "corr-pending-1", "--max-peek", "1")
+	if code == exitOK { // pending-1's copy is the first message read
+		assert.Contains(t, out, "partial answer: read only 1 messages of orders")
+	}
+	code, _, _ = h.cli(t, "", "status", "nobody")
+	assert.Equal(t, exitNotFound, code, "a complete read that finds nothing is not found")
 }

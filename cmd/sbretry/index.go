@@ -1,0 +1,305 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/sbretry/retry/internal/redact"
+	"github.com/sbretry/retry/retryindex"
+)
+
+// openIndex opens the retry-state index at path for reading (retryindex.OpenSQLite, read-only): a
+// file a consumer's recorder or a tailer keeps. A missing file is a usage error, never an empty answer.
+func openIndex(path string) (*retryindex.SQLite, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, usagef("--index %s: %v", path, err)
+	}
+	return retryindex.OpenSQLite(path, &retryindex.SQLiteOptions{ReadOnly: true})
+}
+
+// indexSource is the entity path the flags name, if any, for filtering index answers: the index may
+// hold several entities' events, and the flags are optional with --index.
+func indexSource(c *common) (string, error) {
+	if c.queue == "" && c.topic == "" && c.subscription == "" {
+		return "", nil
+	}
+	e, err := c.entity()
+	if err != nil {
+		return "", err
+	}
+	return e.Path(), nil
+}
+
+// describeFreshness says how fresh an index answer is: as of when it was read, and when each feed
+// last wrote, relative to that.
+func describeFreshness(f retryindex.Freshness) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "as of %s", formatTime(f.AsOf))
+	if len(f.Feeds) == 0 {
+		b.WriteString("; no feed has written to it yet")
+		return b.String()
+	}
+	b.WriteString("; feeds:")
+	for i, fd := range f.Feeds {
+		if i > 0 {
+			b.WriteString(",")
+		}
+		fmt.Fprintf(&b, " %s last wrote %s (%s ago)", fd.Name, formatTime(fd.Last), f.AsOf.Sub(fd.Last).Round(time.Second))
+		if strings.HasPrefix(fd.Name, "tailer ") {
+			fmt.Fprintf(&b, ", next sequence number %d", fd.Cursor)
+		}
+	}
+	return b.String()
+}
+
+// JSON shapes of the index answers.
+
+type jsonFeed struct {
+	Name   string    `json:"name"`
+	Last   time.Time `json:"last"`
+	Cursor int64     `json:"cursor,omitempty"`
+}
+
+type jsonAttempt struct {
+	Attempt int       `json:"attempt"`
+	Outcome string    `json:"outcome"`
+	At      time.Time `json:"at"`
+	Error   string    `json:"error,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	NextDue time.Time `json:"nextDue,omitzero"`
+	Process string    `json:"process,omitempty"`
+	Feed    string    `json:"feed"`
+}
+
+type jsonEvent struct {
+	Chain             string        `json:"chain"`
+	State             string        `json:"state"`
+	Attempt           int           `json:"attempt"`
+	Due               time.Time     `json:"due,omitzero"`
+	Ref               string        `json:"ref,omitempty"`
+	Entity            string        `json:"entity,omitempty"`
+	SequenceNumber    int64         `json:"sequenceNumber,omitempty"`
+	RetryMessageID    string        `json:"retryMessageId,omitempty"`
+	OriginalMessageID string        `json:"originalMessageId"`
+	Key               string        `json:"key"`
+	CorrelationID     string        `json:"correlationId"`
+	Source            string        `json:"source,omitempty"`
+	LastError         string        `json:"lastError,omitempty"`
+	Reason            string        `json:"reason,omitempty"`
+	Updated           time.Time     `json:"updated"`
+	Feed              string        `json:"feed"`
+	History           []jsonAttempt `json:"history,omitempty"`
+}
+
+func feedsJSON(fs []retryindex.FeedStatus) []jsonFeed {
+	out := make([]jsonFeed, len(fs))
+	for i, f := range fs {
+		out[i] = jsonFeed{Name: f.Name, Last: f.Last, Cursor: f.Cursor}
+	}
+	return out
+}
+
+func eventJSON(e retryindex.Event) jsonEvent {
+	j := jsonEvent{
+		Chain: e.Chain, State: e.State.String(), Attempt: e.Attempt, Due: e.Due, Entity: e.Entity, SequenceNumber: e.SequenceNumber,
+		RetryMessageID: e.RetryMessageID(), OriginalMessageID: e.OriginalID, Key: e.Key, CorrelationID: e.CorrelationID,
+		Source: e.Source, LastError: redact.String(e.LastError), Reason: e.Reason, Updated: e.Updated, Feed: e.Feed,
+	}
+	if e.Entity != "" && e.SequenceNumber > 0 {
+		j.Ref = fmt.Sprintf("%s:%d", e.Entity, e.SequenceNumber)
+	}
+	for _, h := range e.History {
+		j.History = append(j.History, jsonAttempt{Attempt: h.Attempt, Outcome: h.Kind.String(), At: h.At, Error: redact.String(h.Error),
+			Reason: h.Reason, NextDue: h.NextDue, Process: h.Process, Feed: h.Feed})
+	}
+	return j
+}
+
+// statusFromIndex answers status from the index at path: where the event stands, and its history.
+func (a *app) statusFromIndex(ctx context.Context, c *common, path, id string) error {
+	source, err := indexSource(c)
+	if err != nil {
+		return err
+	}
+	idx, err := openIndex(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = idx.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	ans, err := idx.Lookup(ctx, id, nil)
+	if err != nil {
+		return err
+	}
+	events := ans.Events[:0:0]
+	for _, e := range ans.Events {
+		if source == "" || strings.EqualFold(e.Source, source) {
+			events = append(events, e)
+		}
+	}
+	if c.json {
+		out := struct {
+			ID        string      `json:"id"`
+			From      string      `json:"from"`
+			Index     string      `json:"index"`
+			AsOf      time.Time   `json:"asOf"`
+			Feeds     []jsonFeed  `json:"feeds"`
+			Events    []jsonEvent `json:"events"`
+			Truncated bool        `json:"truncated"`
+		}{ID: id, From: "index", Index: path, AsOf: ans.AsOf, Feeds: feedsJSON(ans.Feeds), Events: []jsonEvent{}, Truncated: ans.Truncated}
+		for _, e := range events {
+			out.Events = append(out.Events, eventJSON(e))
+		}
+		if err := writeJSON(a.stdout, out); err != nil {
+			return err
+		}
+	} else {
+		w := a.stdout
+		where := "the index"
+		if source != "" {
+			where = source + " in the index"
+		}
+		fmt.Fprintf(w, "%s on %s: from index %s, %s\n", id, where, path, describeFreshness(ans.Freshness))
+		for _, e := range events {
+			writeIndexEvent(w, e, a.now())
+		}
+		if ans.Truncated {
+			fmt.Fprintf(w, "  (more events match %s than shown: the newest %d are listed)\n", id, len(ans.Events))
+		}
+		if len(events) == 0 {
+			fmt.Fprintf(w, "  no trace in the index: searched retry message ids, original message ids, idempotency keys and correlation ids\n")
+		}
+	}
+	if len(events) == 0 {
+		return errNothingFound
+	}
+	return nil
+}
+
+// writeIndexEvent prints one event: its state in the words status uses, then its history.
+func writeIndexEvent(w io.Writer, e retryindex.Event, now time.Time) {
+	switch e.State {
+	case retryindex.StatePending:
+		fmt.Fprintf(w, "  will be retried at %s (attempt %d), %s", formatTime(e.Due), e.Attempt, relative(e.Due, now))
+		if e.SequenceNumber > 0 && e.Entity != "" {
+			fmt.Fprintf(w, "; sequence number %d in %s", e.SequenceNumber, e.Entity)
+		}
+		fmt.Fprintf(w, ", message id %s", e.RetryMessageID())
+	case retryindex.StateActive:
+		fmt.Fprintf(w, "  active (attempt %d): receivable or being processed, since %s", e.Attempt, formatTime(e.Updated))
+	case retryindex.StateSucceeded:
+		fmt.Fprintf(w, "  succeeded at %s (attempt %d)", formatTime(e.Updated), e.Attempt)
+	case retryindex.StateDeadLettered:
+		fmt.Fprintf(w, "  dead-lettered at %s: %s (attempt %d)", formatTime(e.Updated), e.Reason, e.Attempt)
+		if e.SequenceNumber > 0 && e.Entity != "" {
+			fmt.Fprintf(w, "; sequence number %d in %s", e.SequenceNumber, e.Entity)
+		}
+	case retryindex.StateDiscarded:
+		fmt.Fprintf(w, "  discarded by a retry policy at %s (attempt %d)", formatTime(e.Updated), e.Attempt)
+	case retryindex.StateGone:
+		fmt.Fprintf(w, "  copy gone (found missing at %s): its retry copy is no longer in %s and no feed said why (consumed by a consumer that does not record, or cancelled)", formatTime(e.Updated), e.Entity)
+	}
+	if e.LastError != "" && e.State != retryindex.StateSucceeded {
+		fmt.Fprintf(w, "; last error: %s", clip(redact.String(e.LastError), 200))
+	}
+	fmt.Fprintf(w, " [original id %s, key %s, correlation id %s; updated by the %s feed]\n", e.OriginalID, e.Key, e.CorrelationID, e.Feed)
+	if len(e.History) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "  history:")
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+	for _, h := range e.History {
+		line := fmt.Sprintf("    %s\tattempt %d\t%s", formatTime(h.At), h.Attempt, h.Kind)
+		if !h.NextDue.IsZero() {
+			line += ", due " + formatTime(h.NextDue)
+		}
+		if h.Reason != "" {
+			line += ": " + h.Reason
+		}
+		if h.Error != "" {
+			line += "; error: " + clip(redact.String(h.Error), 120)
+		}
+		fmt.Fprintf(tw, "%s\t%s (%s)\n", line, h.Process, h.Feed)
+	}
+	_ = tw.Flush()
+}
+
+// pendingFromIndex lists one page of pending retries from the index at path, in due order, with the
+// exact total.
+func (a *app) pendingFromIndex(ctx context.Context, c *common, path string, limit int, cursor string, wide bool) error {
+	source, err := indexSource(c)
+	if err != nil {
+		return err
+	}
+	idx, err := openIndex(path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = idx.Close() }()
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	page, err := idx.Pending(ctx, &retryindex.PendingOptions{Limit: limit, Cursor: cursor, Source: source})
+	if errors.Is(err, retryindex.ErrInvalidCursor) {
+		return usagef("--cursor %q: not a cursor of pending --index", cursor)
+	}
+	if err != nil {
+		return err
+	}
+	if c.json {
+		out := struct {
+			From    string      `json:"from"`
+			Index   string      `json:"index"`
+			AsOf    time.Time   `json:"asOf"`
+			Feeds   []jsonFeed  `json:"feeds"`
+			Total   int64       `json:"total"`
+			Pending []jsonEvent `json:"pending"`
+			Next    string      `json:"next,omitempty"`
+		}{From: "index", Index: path, AsOf: page.AsOf, Feeds: feedsJSON(page.Feeds), Total: page.Total, Pending: []jsonEvent{}, Next: page.Next}
+		for _, e := range page.Items {
+			out.Pending = append(out.Pending, eventJSON(e))
+		}
+		return writeJSON(a.stdout, out)
+	}
+	fmt.Fprintf(a.stdout, "%d pending retries, from index %s, %s\n", page.Total, path, describeFreshness(page.Freshness))
+	if len(page.Items) == 0 {
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	head := "ENTITY\tSEQ\tDUE\tATTEMPT\tORIGINAL ID"
+	if wide {
+		head += "\tMESSAGE ID\tKEY"
+	}
+	fmt.Fprintln(tw, head+"\tLAST ERROR")
+	for _, e := range page.Items {
+		entity, seq := e.Entity, "?"
+		if entity == "" {
+			entity = "?"
+		}
+		if e.SequenceNumber > 0 {
+			seq = fmt.Sprint(e.SequenceNumber)
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%d\t%s", entity, seq, formatTime(e.Due), e.Attempt, clip(e.OriginalID, 60))
+		if wide {
+			line += "\t" + e.RetryMessageID() + "\t" + clip(e.Key, 60)
+		}
+		fmt.Fprintln(tw, line+"\t"+clip(redact.String(e.LastError), 60))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if page.Next != "" {
+		fmt.Fprintf(a.stdout, "more: sbretry pending --index %s --limit %d --cursor %s\n", path, limit, page.Next)
+	}
+	return nil
+}
+
+// errPartialNotFound is status finding nothing in a scan that stopped at --max-peek: it exits with
+// exitPartial, since the messages beyond the bound were not read.
+var errPartialNotFound = errors.New("nothing found in a partial read")
