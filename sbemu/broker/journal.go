@@ -98,8 +98,10 @@ type JournalStats struct {
 	// Syncs is the number of fsyncs of the journal file that made records
 	// durable.
 	Syncs int64
-	// Snapshots is the number of snapshots written, including the one
-	// written when the directory was opened.
+	// Snapshots is the number of snapshots written, including one
+	// written when the directory was opened (only a directory whose
+	// layout cannot be continued as it is gets one then, see
+	// openLocked).
 	Snapshots int64
 }
 
@@ -147,22 +149,39 @@ type snapshotRequest struct {
 	data []byte // framed records, without the file header
 }
 
-// newJournal starts the journal goroutine on an open log file of
-// generation gen. lastSnap is the size of the snapshot just written.
-func newJournal(dir string, f *os.File, gen uint64, compactAfter, lastSnap int64, log *slog.Logger) *journal {
+// journalState is where a journal starts: the log of generation gen, of
+// size bytes (its header included) when it is continued, the size of the
+// snapshot it follows, and whether that snapshot was written by this
+// start (counted in [JournalStats.Snapshots]).
+type journalState struct {
+	gen             uint64
+	compactAfter    int64
+	lastSnap        int64
+	size            int64 // 0: a new log, its header only
+	snapshotWritten bool
+}
+
+// newJournal starts the journal goroutine on f, an open log file as st
+// describes it. A continued log counts as grown by its records, so it is
+// compacted when it would have been without the restart.
+func newJournal(dir string, f *os.File, st journalState, log *slog.Logger) *journal {
+	size := max(st.size, int64(len(journalMagic)))
 	j := &journal{
 		dir:          dir,
-		compactAfter: compactAfter,
+		compactAfter: st.compactAfter,
 		log:          log,
 		failed:       make(chan struct{}),
-		lastSnap:     lastSnap,
+		lastSnap:     st.lastSnap,
+		grown:        size - int64(len(journalMagic)),
 		wake:         make(chan struct{}, 1),
 		done:         make(chan struct{}),
-		gen:          gen,
-		fileSize:     int64(len(journalMagic)),
+		gen:          st.gen,
+		fileSize:     size,
 	}
 	j.file = j.faults.wrap(f)
-	j.stats.Snapshots = 1
+	if st.snapshotWritten {
+		j.stats.Snapshots = 1
+	}
 	go j.run()
 	return j
 }

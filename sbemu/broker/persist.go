@@ -334,6 +334,16 @@ func openPersistent(opts Options, queues []QueueConfig) (*Broker, error) {
 }
 
 // openLocked does the work of openPersistent once the directory is locked.
+//
+// A start serves as soon as it has replayed the directory: when the
+// directory is a snapshot and the one log after it, as every clean stop,
+// crash and compaction leaves it, the broker goes on appending to that
+// log (its torn tail, if any, cut off first) and leaves compaction to the
+// journal, which snapshots once the log has grown as usual. Writing and
+// fsyncing a whole snapshot before serving is what made a start with 1M
+// messages take 10–15 s (issue 31). Any other layout (no snapshot yet,
+// several logs, a truncated damaged journal) is rare, and starts the old
+// way: a new generation whose snapshot is written before serving.
 func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 	dir := opts.DataDir
 	log := opts.Logger
@@ -358,20 +368,41 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	encoded, err := b.restore(img)
+	compactAfter := opts.CompactAfter
+	if compactAfter == 0 {
+		compactAfter = DefaultCompactAfter
+	}
+	resume, ok := resumableLog(img, damage, damaged)
+	encoded, locked, err := b.restore(img, !ok)
 	if err != nil {
 		b.Close()
 		return nil, err
 	}
+	if ok {
+		f, size, err := reopenLog(dir, resume, damage)
+		if err != nil {
+			b.Close()
+			return nil, err
+		}
+		removeStaleFiles(dir, resume.gen, nil)
+		b.mu.Lock()
+		b.persist = newPersistence(newJournal(dir, f, journalState{
+			gen: resume.gen, compactAfter: compactAfter, lastSnap: img.snapshotSize, size: size,
+		}, log))
+		// The locks end now, as changes of this run: journaled like any
+		// other, in the log being continued.
+		b.returnRestoredLocks(locked)
+		b.unlock()
+		return b, nil
+	}
+	b.mu.Lock()
+	b.returnRestoredLocks(locked)
+	b.mu.Unlock()
 	gen++
 	f, err := createJournalFile(dir, gen)
 	if err != nil {
 		b.Close()
 		return nil, err
-	}
-	compactAfter := opts.CompactAfter
-	if compactAfter == 0 {
-		compactAfter = DefaultCompactAfter
 	}
 	b.mu.Lock()
 	err = b.attachJournal(dir, f, gen, compactAfter, encoded, damaged, log)
@@ -382,6 +413,43 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 		return nil, err
 	}
 	return b, nil
+}
+
+// resumableLog returns the log a start may go on appending to: the one
+// log replayed after the snapshot, of the snapshot's generation, when no
+// damage other than a torn tail of that log was found.
+func resumableLog(img *image, damage *journalDamage, damaged []uint64) (replayedLog, bool) {
+	if !img.snapshot || len(img.logs) != 1 || img.logs[0].gen != img.snapshotGen || len(damaged) > 0 {
+		return replayedLog{}, false
+	}
+	if damage != nil && (!damage.torn || damage.gen != img.logs[0].gen || len(damage.later) > 0) {
+		return replayedLog{}, false
+	}
+	return img.logs[0], true
+}
+
+// reopenLog opens log for appending, first cutting off its torn tail
+// (never acknowledged, see persist_damage.go) durably, so the records
+// appended next do not follow damage. It returns the file and its size.
+func reopenLog(dir string, log replayedLog, damage *journalDamage) (*os.File, int64, error) {
+	path := filepath.Join(dir, journalName(log.gen))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		return nil, 0, persistErr("opening journal "+path, err)
+	}
+	size := log.size
+	if damage != nil {
+		size = damage.Offset
+		err = f.Truncate(size)
+		if err == nil {
+			err = f.Sync()
+		}
+		if err != nil {
+			_ = f.Close()
+			return nil, 0, persistErr("cutting the torn tail of journal "+path, err)
+		}
+	}
+	return f, size, nil
 }
 
 // attachJournal writes the snapshot of generation gen and makes f, that
@@ -398,12 +466,14 @@ func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter 
 		return err
 	}
 	removeStaleFiles(dir, gen, damaged)
-	b.persist = &persistence{
-		j:     newJournal(dir, f, gen, compactAfter, int64(len(snap)), log),
-		dirty: map[dirtyKey]*entry{},
-		seqs:  map[*Queue]struct{}{},
-	}
+	b.persist = newPersistence(newJournal(dir, f, journalState{
+		gen: gen, compactAfter: compactAfter, lastSnap: int64(len(snap)), snapshotWritten: true,
+	}, log))
 	return nil
+}
+
+func newPersistence(j *journal) *persistence {
+	return &persistence{j: j, dirty: map[dirtyKey]*entry{}, seqs: map[*Queue]struct{}{}}
 }
 
 // journalGenerations lists the generations of the logs in dir, ascending.
@@ -497,41 +567,45 @@ func (b *Broker) storedQueue(key string) *Queue {
 }
 
 // restore installs the stored messages, counters and duplicate-detection
-// records into the freshly built broker. Messages that were locked come
-// back as if their locks had expired now. It returns each restored
-// message's encoding, for the snapshot that follows.
-func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
+// records into the freshly built broker, and returns the messages that
+// were locked, for [Broker.returnRestoredLocks]. With keepEncoded it also
+// returns each restored message's encoding, for a snapshot that follows
+// at once; otherwise the encodings are left to the collector.
+func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []restoredLock, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.clock.Now()
-	encoded := map[*entry][]byte{}
+	var encoded map[*entry][]byte
+	if keepEncoded {
+		encoded = map[*entry][]byte{}
+	}
 	keys := make([]string, 0, len(img.stored))
 	for k := range img.stored {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	// Every counter first: returning a lock below may dead-letter, which
+	// Every counter first: returning a lock may dead-letter, which
 	// numbers the message in a dead-letter queue not restored yet.
 	for _, k := range keys {
 		q := b.storedQueue(k)
 		if q == nil {
-			return nil, fmt.Errorf("%w: state for unknown entity %q", ErrDamaged, img.stored[k].path)
+			return nil, nil, fmt.Errorf("%w: state for unknown entity %q", ErrDamaged, img.stored[k].path)
 		}
 		q.lastSeq = max(q.lastSeq, img.stored[k].lastSeq)
 	}
-	type lockedEntry struct {
-		q *Queue
-		e *entry
-	}
-	var locked []lockedEntry
+	var locked []restoredLock
 	for _, k := range keys {
 		s, q := img.stored[k], b.storedQueue(k)
 		for _, seq := range slices.Sorted(maps.Keys(s.msgs)) {
 			e, err := restoreEntry(s.msgs[seq], seq, s.path)
 			if err != nil {
-				return nil, err
+				return nil, nil, err
 			}
-			encoded[e] = s.msgs[seq].msg
+			if keepEncoded {
+				encoded[e] = s.msgs[seq].msg
+			}
+			// On disk in full under seq: later changes journal its state
+			// only, and its removal as a delete.
+			e.journaledAt = seq
 			q.storeEntry(e)
 			switch e.state {
 			case stateScheduled:
@@ -539,7 +613,7 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 			case stateAvailable:
 				q.makeAvailable(e)
 			case stateLocked:
-				locked = append(locked, lockedEntry{q, e})
+				locked = append(locked, restoredLock{q, e})
 			case stateDeferred:
 				e.deferred = true
 				q.deferredCount++
@@ -561,11 +635,24 @@ func (b *Broker) restore(img *image) (map[*entry][]byte, error) {
 			q.dedup.order = recs
 		}
 	}
+	return encoded, locked, nil
+}
+
+// restoredLock is a message that was locked when the directory was
+// written, and a queue it is in.
+type restoredLock struct {
+	q *Queue
+	e *entry
+}
+
+// returnRestoredLocks returns the messages that were locked, as if their
+// locks had expired now, and arms the timers; b.mu must be held.
+func (b *Broker) returnRestoredLocks(locked []restoredLock) {
+	now := b.clock.Now()
 	for _, l := range locked {
 		l.q.returnLocked(l.e, true, now)
 	}
 	b.armAll(now)
-	return encoded, nil
 }
 
 // restoreEntry decodes one stored message.

@@ -241,6 +241,7 @@ func loadImage(dir string, stop *journalDamage) (*image, uint64, *journalDamage,
 		if snapGen, err = img.replaySnapshot(snapPath, data); err != nil {
 			return nil, 0, nil, err
 		}
+		img.snapshot, img.snapshotGen, img.snapshotSize = true, snapGen, int64(len(data))
 	case !errors.Is(err, fs.ErrNotExist):
 		return nil, 0, nil, persistErr("reading snapshot", err)
 	}
@@ -280,6 +281,7 @@ func loadImage(dir string, stop *journalDamage) (*image, uint64, *journalDamage,
 				d.gen = g
 				found = d
 			}
+			img.logs = append(img.logs, replayedLog{gen: g, size: int64(len(data))})
 		}
 	}
 	return img, top, found, nil

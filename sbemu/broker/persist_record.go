@@ -311,6 +311,20 @@ type image struct {
 	valid        map[string]bool // lower-case paths of every entity, dead-letter queues included
 	stored       map[string]*storedEntity
 	complete     bool // an opEnd was applied (snapshots only)
+
+	// What loadImage replayed: the snapshot (if any) and the logs after
+	// it, which decide whether a start may go on appending to the last
+	// log (persist.go, resumableLog).
+	snapshot     bool
+	snapshotGen  uint64
+	snapshotSize int64
+	logs         []replayedLog
+}
+
+// replayedLog is one log file replayed after the snapshot.
+type replayedLog struct {
+	gen  uint64
+	size int64 // bytes read, header included
 }
 
 func newImage() *image {

@@ -559,11 +559,13 @@ func FuzzReplaySnapshot(f *testing.F) {
 }
 
 // BenchmarkPersistReopen measures a restart with 10,000 messages of 1 KiB
-// (with properties) in a queue: New on the directory (replay, plus the
-// snapshot every open writes) and Close. from-journal starts from a
+// (with properties) in a queue: New on the directory (replay, and a
+// snapshot when the directory needs one) and Close. from-journal starts from a
 // directory whose messages are all in the journal, as after a crash;
 // from-snapshot from one just reopened, whose messages are in the
-// snapshot.
+// snapshot. A start that can go on appending to the directory's log
+// writes no snapshot (persist.go, openLocked); one from the journal alone
+// writes one.
 //
 //	go test -run '^$' -bench BenchmarkPersistReopen -benchtime 10x -count 5 ./sbemu/broker/
 func BenchmarkPersistReopen(b *testing.B) {
@@ -584,7 +586,7 @@ func BenchmarkPersistReopen(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if got := br.JournalStats(); got.Snapshots != 1 {
+		if got := br.JournalStats(); got.Snapshots > 1 {
 			b.Fatalf("stats %+v", got)
 		}
 		br.Close()
