@@ -15,10 +15,14 @@ import (
 // A nil hook is skipped. They are what an instrumentation package (tracing, metrics) builds on, without
 // the core depending on it.
 type Hooks struct {
-	// OnStart runs once per delivery before the handler. The context it returns (which must derive from
-	// StartParams.Context) becomes the handler's context and the Context of the later hooks, so a
-	// tracer can start a span here. Returning nil keeps the context. A deadline set on it times the
-	// handler out: a failure once it has expired is a failed attempt, retried with its backoff.
+	// OnStart runs before each attempt: once when a delivery starts, and again before each call of the
+	// handler that the same delivery makes after a failure (an immediate retry, or a [SessionConsumer]'s
+	// retry held in place), with StartParams.Rerun counting them. The context it returns (which must
+	// derive from StartParams.Context) becomes that attempt's handler context and the Context of the
+	// later hooks, so a tracer can start a span here (and keep it, when Rerun > 0). Returning nil
+	// keeps the context. A deadline set on it times that attempt out, and each attempt gets its own:
+	// StartParams.Context is the delivery's context before OnStart, never an earlier attempt's. A
+	// failure once it has expired is a failed attempt, retried with its backoff.
 	OnStart func(StartParams) context.Context
 	// OnRetryCopy runs before a retry copy is scheduled, so a tracer can carry its trace context into
 	// the copy's application properties (attempt n+1 then links to attempt n). It may add properties;
@@ -48,8 +52,12 @@ type StartParams struct {
 	Envelope Envelope
 	// EntityPath is the entity the message was received from.
 	EntityPath string
-	// Time is when processing started, on the processor's Clock.
+	// Time is when processing started (the attempt, when Rerun > 0), on the processor's Clock.
 	Time time.Time
+	// Rerun is 0 when the delivery starts, and n before the handler's nth further call in the same
+	// delivery (Envelope.Attempt has moved on with it). A hook that starts per-delivery work (a span,
+	// a timer) starts it when Rerun is 0 and keeps it for the reruns.
+	Rerun int
 }
 
 // RetryCopyParams describes a retry copy about to be scheduled.
@@ -122,10 +130,20 @@ func (p *Processor) finish(d *delivery, env Envelope, res Result) Result {
 	return res
 }
 
-// started runs the OnStart hook, whose context becomes the delivery's.
+// started runs the OnStart hook for the delivery's first attempt, whose context becomes the
+// delivery's.
 func (p *Processor) started(d *delivery) context.Context {
+	d.base = d.ctx
+	return p.startAttempt(d, 0, d.start)
+}
+
+// startAttempt runs the OnStart hook before the handler's call number rerun+1 in d, at, on the
+// delivery's context before any OnStart (d.base): each attempt's context, and the deadline a hook sets
+// on it, is its own.
+func (p *Processor) startAttempt(d *delivery, rerun int, at time.Time) context.Context {
+	d.ctx = d.base
 	if hook := p.cfg.hooks.OnStart; hook != nil {
-		if hctx := hook(StartParams{Context: d.ctx, Message: d.msg, Envelope: d.env, EntityPath: d.route.entity, Time: d.start}); hctx != nil {
+		if hctx := hook(StartParams{Context: d.base, Message: d.msg, Envelope: d.env, EntityPath: d.route.entity, Time: at, Rerun: rerun}); hctx != nil {
 			d.ctx = hctx
 		}
 	}

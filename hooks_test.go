@@ -107,3 +107,62 @@ func TestOnStartContextReachesTheConsumersHandler(t *testing.T) {
 		assert.Len(t, b.Completed(), 2)
 	})
 }
+
+// A deadline that OnStart sets is each attempt's own: an immediate retry (queue) or a retry held in
+// place (session) gets a fresh context from OnStart, never the expired one of an earlier attempt, and
+// OnStart says which rerun it is.
+func TestOnStartDeadlinePerAttempt(t *testing.T) {
+	type start struct {
+		rerun, attempt int
+	}
+	perAttempt := func(starts *[]start) retry.Hooks {
+		return retry.Hooks{OnStart: func(p retry.StartParams) context.Context {
+			*starts = append(*starts, start{p.Rerun, p.Envelope.Attempt})
+			ctx, cancel := context.WithTimeout(p.Context, time.Second)
+			_ = cancel // released when the timeout fires; the test's bubble checks nothing leaks
+			return ctx
+		}}
+	}
+	handler := func(errs *[]error, calls *int) retry.Handler {
+		return func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			*calls++
+			*errs = append(*errs, ctx.Err())
+			if *calls < 3 {
+				return errBoom
+			}
+			return nil
+		}
+	}
+	t.Run("queue: immediate retries", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var errs []error
+			var starts []start
+			calls := 0
+			// ImmediateDelay is longer than the deadline: an attempt that reused the first one's
+			// context would start with it expired.
+			b, r, p := bubbleProcessor(t, handler(&errs, &calls),
+				&retry.Options{ImmediateRetries: 2, ImmediateDelay: 5 * time.Second, Hooks: perAttempt(&starts)})
+			b.Send(sampleMessage())
+			res := p.Process(t.Context(), r, receiveNow(t, r))
+			assert.Equal(t, retry.OutcomeCompleted, res.Outcome)
+			assert.Equal(t, []error{nil, nil, nil}, errs, "every attempt starts with a live context")
+			assert.Equal(t, []start{{0, 1}, {1, 2}, {2, 3}}, starts)
+		})
+	})
+	t.Run("session: retries held in place", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var errs []error
+			var starts []start
+			calls := 0
+			b := newSessionBroker(t, nil)
+			sendSession(t, b, "s", 1)
+			sc := newSessionConsumer(t, b, handler(&errs, &calls), nil,
+				&retry.Options{Backoff: retry.Constant{Interval: 5 * time.Second}, Hooks: perAttempt(&starts)}, nil)
+			stop := runSessionConsumer(t, sc)
+			waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+			require.NoError(t, stop())
+			assert.Equal(t, []error{nil, nil, nil}, errs, "every attempt starts with a live context")
+			assert.Equal(t, []start{{0, 1}, {1, 2}, {2, 3}}, starts)
+		})
+	})
+}

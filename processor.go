@@ -190,9 +190,10 @@ type lockState interface {
 type delivery struct {
 	msg   *azservicebus.ReceivedMessage
 	route route
-	// ctx is the context the hooks see (OnStart's); cleared when the delivery is finished, so that a
-	// remembered outcome does not keep it alive.
-	ctx context.Context
+	// ctx is the context the hooks see (OnStart's, of the latest attempt); cleared when the delivery is
+	// finished, so that a remembered outcome does not keep it alive. base is the context before OnStart,
+	// from which each attempt's is made.
+	ctx, base context.Context
 	// start is when processing began; now is the latest time read for this delivery (at the start, after
 	// the handler, after each broker call): reading the clock once per step instead of once per use is
 	// measurable. handlerTime is how long the handler ran.
@@ -222,7 +223,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 	clk := p.cfg.clock
 	now := clk.Now()
 	d := &delivery{msg: msg, route: rt, ctx: ctx, start: now, now: now}
-	defer func() { d.ctx = nil }()
+	defer func() { d.ctx, d.base = nil, nil }()
 	if isProbe(msg) {
 		// A connection check's probe whose cancellation was lost: not a user's message.
 		slot.release()
@@ -347,6 +348,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		d.env.LastError = p.errorText(handlerErr)
 		res.Attempt, res.ImmediateRetries = d.env.Attempt, res.ImmediateRetries+1
 		adm = admission{kind: admitRun}
+		hctx = p.startAttempt(d, res.ImmediateRetries, d.now)
 	}
 	slot.release()
 

@@ -60,6 +60,7 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 	}
 	hctx := p.started(d)
 	res := Result{Attempt: d.env.Attempt}
+	reruns := 0 // the handler's calls in this delivery after the first
 	for {
 		herr := r.runHandler(hctx, lk, d)
 		res.Attempt, res.HandlerErr = d.env.Attempt, herr
@@ -117,6 +118,9 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 		// handler sees Attempt and LastError as it would on a queue.
 		d.env.Attempt++
 		d.env.LastError = p.errorText(herr)
+		reruns++
+		d.now = cfg.clock.Now()
+		hctx = p.startAttempt(d, reruns, d.now)
 	}
 }
 

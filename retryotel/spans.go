@@ -64,6 +64,14 @@ func (in *Instrumentation) onStart(p retry.StartParams) context.Context {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if p.Rerun > 0 && p.Message != nil {
+		// A further attempt in the same delivery (an immediate retry, a retry held in place): it stays
+		// in the delivery's process span, which OnProcessed ends once.
+		if v, ok := in.live.Load(p.Message); ok {
+			d := v.(*delivery)
+			return context.WithValue(d.ctx, deliveryKey{}, d)
+		}
+	}
 	d := in.startDelivery(ctx, p.Message, p.Envelope, p.EntityPath, time.Time{})
 	d.started = true
 	if p.Message != nil {
