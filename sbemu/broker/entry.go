@@ -7,8 +7,9 @@ import (
 	"github.com/Azure/go-amqp"
 )
 
-// entryState is where a stored message is in its life cycle.
-type entryState int
+// entryState is where a stored message is in its life cycle. A byte, so
+// it packs with the entry's other small fields (see entry).
+type entryState uint8
 
 const (
 	// stateScheduled: waiting for its scheduled enqueue time; invisible to
@@ -26,6 +27,12 @@ const (
 
 // entry is one stored message plus the bookkeeping the broker needs. Entries
 // never leave the package; callers get copies in [Delivery] values.
+//
+// A million stored messages hold a million entries, so the field order
+// keeps the small fields together: the struct is 240 bytes, in the 240
+// size class, where the order it had took 264 bytes, in the 288 class
+// (48 bytes a message, BenchmarkScaleBytesPerMessage). Add a field next
+// to ones of its size.
 type entry struct {
 	// size is the encoded size reported by the sender, in bytes; it is
 	// carried over to the dead-letter copy.
@@ -40,15 +47,9 @@ type entry struct {
 
 	// owner is the connection id passed to Receive, used by ReleaseOwner;
 	// lockToken is zero unless the entry is locked.
-	deliveryCount uint32 // number of peek-lock deliveries so far
-	state         entryState
-	lockToken     [16]byte
-	lockedUntil   time.Time
-	owner         uint64
-	// deferred is set once the message was deferred: a lock on it that
-	// ends without settlement returns it to stateDeferred, not to the
-	// receivable messages.
-	deferred bool
+	lockToken   [16]byte
+	lockedUntil time.Time
+	owner       uint64
 	// sessionHolder is the session lock the entry's message lock lives
 	// under on a session-aware entity (session.go); 0 otherwise.
 	sessionHolder uint64
@@ -64,10 +65,17 @@ type entry struct {
 	// msgChanged says its content changed since, so the next record must
 	// carry it in full again rather than only its state.
 	journaledAt int64
-	msgChanged  bool
 	// storedAt is the journal position after the record that last wrote
 	// the message in full: it is on disk once that position is.
 	storedAt int64
+
+	deliveryCount uint32 // number of peek-lock deliveries so far
+	state         entryState
+	// deferred is set once the message was deferred: a lock on it that
+	// ends without settlement returns it to stateDeferred, not to the
+	// receivable messages.
+	deferred   bool
+	msgChanged bool
 }
 
 func newEntry(msg *amqp.Message, size int) *entry {

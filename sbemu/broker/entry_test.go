@@ -4,6 +4,7 @@ import (
 	"container/heap"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/assert"
 )
@@ -36,4 +37,11 @@ func TestAvailableHeapOrdersBySequence(t *testing.T) {
 		got = append(got, heap.Pop(&h).(*entry).seq)
 	}
 	assert.Equal(t, []int64{1, 3, 5}, got)
+}
+
+// TestEntryFitsItsSizeClass keeps the entry in the 240-byte size class:
+// one is stored per message, and the next class up is 256 bytes (a
+// field added in the wrong place took it to 288, see entry).
+func TestEntryFitsItsSizeClass(t *testing.T) {
+	assert.LessOrEqual(t, unsafe.Sizeof(entry{}), uintptr(240))
 }
