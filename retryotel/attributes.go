@@ -23,8 +23,18 @@ const (
 	// AttrAttempt is the attempt number of the delivery (retry.Envelope.Attempt): 1 for a first
 	// delivery. On a "schedule" span and the retries-scheduled metric it is the failed attempt's number.
 	AttrAttempt = attribute.Key("sbretry.attempt")
-	// AttrOutcome is what the processor did with the delivery: retry.Outcome's String ("completed",
-	// "retry-scheduled", "dead-lettered", "left-for-redelivery").
+	// AttrOutcome is what the processor did with the delivery, retry.Outcome's String, on every
+	// process span (and on the duration histograms with [Options].DurationOutcome):
+	//   - "completed": the handler succeeded and the message was completed;
+	//   - "retry-scheduled": a retry copy was scheduled for the next attempt, the original completed;
+	//   - "dead-lettered": the message was dead-lettered ([AttrDeadLetterReason] says why);
+	//   - "left-for-redelivery": the message was deliberately left unsettled (lock lost, shutdown, a
+	//     failed settle), so the broker delivers it again;
+	//   - "held": the outage breaker was open, so the message was rescheduled without spending an
+	//     attempt, for the breaker's next probe;
+	//   - "discarded": a retry policy discarded the failure ([AttrPolicy]) and completed the message;
+	//   - "deferred": a session consumer held the message durably (deferred in its session, with a
+	//     wake-up scheduled), or deferred it behind the hold of an earlier message of its session.
 	AttrOutcome = attribute.Key("sbretry.outcome")
 	// AttrChainID names the retry chain (retry.Envelope.ChainID): every attempt of one message carries
 	// the same value, so a single attribute query finds a message's whole history across traces.

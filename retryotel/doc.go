@@ -85,8 +85,11 @@
 // sbretry.discarded (by sbretry.policy), sbretry.outage.changes (the breaker's trips, probes and
 // resumes, by sbretry.outage.from, sbretry.outage.to and sbretry.outage.manual),
 // sbretry.consumer.state and sbretry.dead_letter.depth (fed by [Instrumentation.RecordDeadLetterDepth]
-// or [Instrumentation.AdminClient]) of our own. A process span also carries sbretry.policy and
-// sbretry.immediate_retries when a retry policy rule or immediate retries were involved. Every metric of a delivery or a broker call carries the
+// or [Instrumentation.AdminClient]) of our own. A process span carries the delivery's outcome in
+// sbretry.outcome ([AttrOutcome] lists its values), and sbretry.policy and sbretry.immediate_retries
+// when a retry policy rule or immediate retries were involved. The duration histograms carry error.type
+// for a failed delivery but not the outcome, which would multiply their series by up to seven (see
+// [Options].DurationOutcome to add it). Every metric of a delivery or a broker call carries the
 // entity (messaging.destination.name and, for a subscription, messaging.destination.subscription.name)
 // and the server, and a consumer's also the chain's source, so one [Instrumentation] can serve several
 // consumers and tools of a namespace; an operator tool's call on a dead-letter queue carries

@@ -53,6 +53,18 @@ type Options struct {
 	// Zero means the port is not reported; outside 0 to 65535 is invalid. Service Bus listens on
 	// 5671 (AMQP over TLS), or 443 with AMQP over WebSockets.
 	ServerPort int
+	// DurationOutcome adds [AttrOutcome] (sbretry.outcome, what the processor did with the delivery)
+	// to the messaging.process.duration and sbretry.handler.duration histograms. False (the default)
+	// leaves it out: it is not among the conventions' attributes of messaging.process.duration
+	// (https://opentelemetry.io/docs/specs/semconv/messaging/messaging-metrics/), and its seven
+	// values would multiply every series of both histograms (each bucket, per entity, source and
+	// error.type) by up to seven. error.type stays, as the conventions require of a failed processing;
+	// the outcome is on every process span, and the outcomes have counters of their own
+	// ([MetricRetriesScheduled], [MetricDeadLettered], [MetricLeftForRedelivery], [MetricHeld],
+	// [MetricDiscarded]). The conventions ask for attributes that multiply a metric's series to be
+	// opt-in ("Opt-In", https://opentelemetry.io/docs/specs/semconv/general/attribute-requirement-level/):
+	// set it to split the durations by outcome.
+	DurationOutcome bool
 }
 
 // Instrumentation turns a consumer's [retry.Hooks] into OpenTelemetry spans and metrics, and the
@@ -109,7 +121,7 @@ func New(opts *Options) (*Instrumentation, error) {
 			server = append(server, semconv.ServerPort(o.ServerPort))
 		}
 	}
-	m, err := newInstruments(o.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)), server)
+	m, err := newInstruments(o.MeterProvider.Meter(ScopeName, metric.WithSchemaURL(semconv.SchemaURL)), server, o.DurationOutcome)
 	if err != nil {
 		return nil, err
 	}

@@ -79,14 +79,16 @@ type instruments struct {
 	// or else learned from the first connection that reports its address (see Instrumentation.Connector).
 	server      atomic.Pointer[[]attribute.KeyValue]
 	fixedServer bool // set from the Options: connections do not change it
+	// outcome puts sbretry.outcome on the duration histograms (Options.DurationOutcome).
+	outcome bool
 
 	mu    sync.Mutex
 	depth map[destination]int64
 }
 
-// newInstruments creates the instruments on m.
-func newInstruments(m metric.Meter, server []attribute.KeyValue) (*instruments, error) {
-	in := &instruments{depth: map[destination]int64{}, fixedServer: len(server) > 0}
+// newInstruments creates the instruments on m; outcome is Options.DurationOutcome.
+func newInstruments(m metric.Meter, server []attribute.KeyValue, outcome bool) (*instruments, error) {
+	in := &instruments{depth: map[destination]int64{}, fixedServer: len(server) > 0, outcome: outcome}
 	in.server.Store(&server)
 	var errs []error
 	collect := func(err error) {
@@ -157,8 +159,9 @@ func newInstruments(m metric.Meter, server []attribute.KeyValue) (*instruments, 
 // inherited outcome).
 func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedParams, dest, src destination, errType string, handlerRan bool) {
 	// Metric attributes stay low in cardinality: the entity, the chain's source entity, the operation,
-	// the outcome, the error type and our own bounded enums (attempt numbers up to MaxAttempts, reasons
-	// from DeadLetterReasons). Message ids and chain ids go on spans only.
+	// the error type and our own bounded enums (attempt numbers up to MaxAttempts, reasons from
+	// DeadLetterReasons), and the outcome on the durations only when the Options ask for it. Message
+	// ids and chain ids go on spans only.
 	res := p.Result
 	where := in.entityAttrs(dest, src)
 	// Once per delivery. The core pulls every message with a receive call, and this package does not
@@ -167,7 +170,9 @@ func (in *instruments) recordProcessed(ctx context.Context, p retry.ProcessedPar
 	// in the conventions (nor among messaging.process.duration's), so neither carries it.
 	in.consumed.Add(ctx, 1, metric.WithAttributes(append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opReceive)}, where...)...))
 	timed := append([]attribute.KeyValue{semconv.MessagingSystemServiceBus, semconv.MessagingOperationName(opProcess)}, where...)
-	timed = append(timed, AttrOutcome.String(res.Outcome.String()))
+	if in.outcome {
+		timed = append(timed, AttrOutcome.String(res.Outcome.String()))
+	}
 	if errType != "" {
 		timed = append(timed, semconv.ErrorTypeKey.String(errType))
 	}

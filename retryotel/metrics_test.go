@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -103,8 +104,7 @@ func TestProcessingMetrics(t *testing.T) {
 	process := find(t, rm, "messaging.process.duration")
 	assert.Equal(t, "s", process.Unit)
 	assert.Equal(t, uint64(4), histogramCount(t, process, system, orders, attribute.String("messaging.operation.name", "process")))
-	assert.Equal(t, uint64(2), histogramCount(t, process, attribute.String("sbretry.outcome", "retry-scheduled"), attribute.String("error.type", "*errors.errorString")))
-	assert.Equal(t, uint64(1), histogramCount(t, process, attribute.String("sbretry.outcome", "completed")))
+	assert.Equal(t, uint64(3), histogramCount(t, process, attribute.String("error.type", "*errors.errorString")), "order-1's two failures and order-2's")
 
 	consumed := find(t, rm, "messaging.client.consumed.messages")
 	assert.Equal(t, "{message}", consumed.Unit)
@@ -168,4 +168,44 @@ func TestDeadLetterDepthGauge(t *testing.T) {
 	assert.Equal(t, int64(1), intValue(t, depth, attribute.String("messaging.destination.name", "events"),
 		attribute.String("messaging.destination.subscription.name", "billing")))
 	assert.Equal(t, int64(0), intValue(t, depth, attribute.String("messaging.destination.name", "invoices")))
+}
+
+// sbretry.outcome stays off the duration histograms unless Options.DurationOutcome asks for it:
+// by default each histogram has one series per entity, source and error.type (a failure's error.type
+// stays), and with the option one more per outcome.
+func TestDurationOutcomeIsOptIn(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		outcome bool
+	}{{"default", false}, {"DurationOutcome", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &failOnce{}
+			f := newFixture(t, h.handle, &fixtureOptions{otel: retryotel.Options{DurationOutcome: tc.outcome}})
+			f.broker.Send(&azservicebus.Message{MessageID: strPtr("order-1")})
+			require.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome)
+			f.broker.AdvanceToNextScheduled(f.clock)
+			require.Equal(t, retry.OutcomeCompleted, f.process().Outcome)
+
+			rm := f.metrics()
+			for _, name := range []string{"messaging.process.duration", "sbretry.handler.duration"} {
+				m := find(t, rm, name)
+				points := dataPoints(m)
+				require.NotEmpty(t, points, name)
+				for _, set := range points {
+					assert.Equal(t, tc.outcome, set.HasValue("sbretry.outcome"), "%s: sbretry.outcome on %v", name, set.Encoded(attribute.DefaultEncoder()))
+				}
+				assert.Equal(t, uint64(1), histogramCount(t, m, attribute.String("error.type", "*errors.errorString")), "%s: the failure keeps its error.type", name)
+				if tc.outcome {
+					assert.Equal(t, uint64(1), histogramCount(t, m, attribute.String("sbretry.outcome", "retry-scheduled")), name)
+					assert.Equal(t, uint64(1), histogramCount(t, m, attribute.String("sbretry.outcome", "completed")), name)
+				} else {
+					assert.Len(t, points, 2, "%s: one series for the failure, one for the success", name)
+				}
+			}
+			// The outcome is still on every process span.
+			for _, s := range f.ended("process orders") {
+				assert.Contains(t, attrs(s), attribute.Key("sbretry.outcome"))
+			}
+		})
+	}
 }
