@@ -431,17 +431,17 @@ func (r *sessionRun) dropMissingHold(hs *heldSession) bool {
 	return r.writeState(hs, hs.ds.st.without(h.SequenceNumber)) == nil
 }
 
-// holdDurably holds d's message in its session until at: the wake-up, the record, the deferral, in
-// that order (see the top of this file). Any failure leaves the message unsettled for the broker to
+// holdDurably holds d's message in its session until at, immediateRetries of the policy's immediate
+// retries made by the attempt that resumes it: the wake-up, the record, the deferral, in that order (see the top of this file). Any failure leaves the message unsettled for the broker to
 // give back in order, with the session released.
-func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, firstFailure time.Time, res *Result) {
+func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, firstFailure time.Time, immediateRetries int, res *Result) {
 	p := r.sc.proc
 	seq := *d.msg.SequenceNumber
 	h := &SessionHold{
 		SequenceNumber: seq, MessageID: d.msg.MessageID, Attempt: d.env.Attempt + 1, FirstFailure: firstFailure,
-		WakeAt: at, LastError: p.errorText(herr),
+		WakeAt: at, LastError: p.errorText(herr), ImmediateRetries: immediateRetries,
 	}
-	h.WakeID = wakeID(seq, h.Attempt, at)
+	h.WakeID = wakeID(hs.sid, seq, h.Attempt, at, nil)
 	next := hs.ds.st.without(seq)
 	next.Hold = h
 	if err := r.scheduleWake(hs, h); err != nil {

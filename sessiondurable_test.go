@@ -444,7 +444,7 @@ func TestSessionDurableNeedsASender(t *testing.T) {
 // The record round-trips, and what is not ours is told apart from what is broken.
 func TestDecodeSessionState(t *testing.T) {
 	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	st := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, MessageID: "m", Attempt: 3, FirstFailure: at, WakeAt: at.Add(time.Minute), WakeID: "w", LastError: "boom"}, Followers: []int64{9, 8}}
+	st := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, MessageID: "m", Attempt: 3, FirstFailure: at, WakeAt: at.Add(time.Minute), WakeID: "w", LastError: "boom", ImmediateRetries: 2}, Followers: []int64{9, 8}}
 	raw, err := retry.MarshalSessionState(st)
 	require.NoError(t, err)
 	got, err := retry.DecodeSessionState(raw)
@@ -463,6 +463,8 @@ func TestDecodeSessionState(t *testing.T) {
 		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":1}}`,
 		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":2},"followers":[1]}`,
 		`{"format":"sbretry/v1","followers":[3,3]}`,
+		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":2,"immediate":-1}}`,
+		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":2,"immediate":2}}`,
 	} {
 		_, err := retry.DecodeSessionState([]byte(broken))
 		require.ErrorIs(t, err, retry.ErrInvalidSessionState, broken)
@@ -893,4 +895,64 @@ func TestSessionTakenAgainBySDKIsTreatedAsLost(t *testing.T) {
 		defer mu.Unlock()
 		assert.Equal(t, []string{"s-1#1", "s-2#2"}, ran, "s-2 ran only once the session was accepted afresh")
 	})
+}
+
+// Immediate retries are counted per failure, wherever the attempt resumes: with every retry made
+// durable (MaxHold 1 ns, below ImmediateDelay), the first two retries wait ImmediateDelay and the
+// rest the backoff, as in place, instead of each resumed hold starting the count again.
+func TestSessionDurableHoldKeepsTheImmediateRetryCount(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.Attempt < 5 {
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{
+			ImmediateRetries: 2, ImmediateDelay: time.Second, Backoff: retry.Constant{Interval: 10 * time.Minute}, MaxAttempts: 5,
+		}, durableOnly)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
+		require.NoError(t, stop())
+		var gaps []time.Duration
+		calls := rec.callsOf("s")
+		for i := 1; i < len(calls); i++ {
+			gaps = append(gaps, calls[i].At-calls[i-1].At)
+		}
+		assert.Equal(t, []time.Duration{time.Second, time.Second, 10 * time.Minute, 10 * time.Minute}, gaps, "two immediate retries, then the backoff")
+		assert.Empty(t, b.DeadLettered())
+	})
+}
+
+// A release's wake-up has an id of its own per session and per record released: two sessions released
+// for the same planned time would otherwise send the same id, and duplicate detection would drop the
+// second session's wake-up. The same release planned twice keeps its id, so a resend is absorbed.
+func TestReleaseWakeUpIDsAreUniquePerSession(t *testing.T) {
+	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
+	blocked := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, Attempt: 2, DeadLetterReason: "RetryPermanentFailure"}}
+	waiting := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, Attempt: 2, WakeAt: at.Add(time.Hour), WakeID: "w"}}
+	ids := map[string]string{}
+	for _, sid := range []string{"a", "b", "a-longer-one"} {
+		for name, st := range map[string]retry.SessionState{"blocked": blocked, "waiting": waiting} {
+			plan, err := retry.PlanRelease(sid, st, at)
+			require.NoError(t, err)
+			id := plan.WakeID
+			assert.LessOrEqual(t, len(id), 128)
+			if prev, dup := ids[id]; dup {
+				t.Errorf("%s/%s has the wake-up id of %s: %s", sid, name, prev, id)
+			}
+			ids[id] = sid + "/" + name
+			again, err := retry.PlanRelease(sid, st, at)
+			require.NoError(t, err)
+			assert.Equal(t, id, again.WakeID, "the same release plans the same id")
+		}
+	}
+	// Another record of the same session (blocked again, later), released for the same time.
+	later := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 9, Attempt: 2, DeadLetterReason: "RetryPermanentFailure"}}
+	plan, err := retry.PlanRelease("a", later, at)
+	require.NoError(t, err)
+	assert.NotContains(t, ids, plan.WakeID)
 }

@@ -53,13 +53,15 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 	// hold in place began: MaxHold counts from there, since until then the session was not held, only
 	// busy.
 	var firstFailure, holdStart time.Time
+	var res Result
 	if from != nil {
 		// A durable hold's record is written before the message is deferred, so it is the latest word
 		// on the attempt, even if the consumer stopped before the deferral stamped the message.
 		d.env.Attempt, d.env.LastError, firstFailure = from.Attempt, from.LastError, from.FirstFailure
+		res.ImmediateRetries = from.ImmediateRetries
 	}
 	hctx := p.started(d)
-	res := Result{Attempt: d.env.Attempt}
+	res.Attempt = d.env.Attempt
 	reruns := 0 // the handler's calls in this delivery after the first
 	for {
 		herr := r.runHandler(hctx, lk, d)
@@ -89,11 +91,17 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 		// the Options.
 		pol := p.policyFor(herr)
 		res.Policy = pol.name
-		dec, delay, durable := r.decideInPlace(hs, d, herr, pol, res.ImmediateRetries, holdStart)
+		immediate := immediateLeft(pol, res.ImmediateRetries, herr)
+		dec, delay, durable := r.decideInPlace(hs, d, herr, pol, immediate, holdStart)
 		switch {
 		case durable:
-			// Too long to wait here: the hold goes into the session (sessiondurable.go).
-			r.holdDurably(hs, d, herr, d.now.Add(delay), firstFailure, &res)
+			// Too long to wait here: the hold goes into the session (sessiondurable.go), with the count
+			// of immediate retries, this one's included, for the attempt that resumes it.
+			made := res.ImmediateRetries
+			if immediate {
+				made++
+			}
+			r.holdDurably(hs, d, herr, d.now.Add(delay), firstFailure, made, &res)
 			return res
 		case dec != nil && dec.kind == decideDiscard:
 			p.log(hctx, slog.LevelWarn, "a policy discarded the failed message", msg, d.env, errAttr(herr), slog.String("policy", pol.name))
@@ -111,7 +119,7 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 			p.log(hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", msg, d.env, errAttr(why))
 			return withOutcome(res, OutcomeLeftForRedelivery, why)
 		}
-		if immediateLeft(pol, res.ImmediateRetries, herr) {
+		if immediate {
 			res.ImmediateRetries++
 		}
 		// The next attempt, in this delivery: the envelope moves on as a retry copy's would, so the
@@ -132,11 +140,11 @@ func withOutcome(res Result, o Outcome, err error) Result {
 
 // decideInPlace decides what a failed attempt becomes in a held session: a dead-letter or a discard
 // (the decision), a retry in place after delay (nil decision), or a durable hold due after delay
-// (durable). immediateDone is how many of the policy's immediate retries were made, which wait
+// (durable). immediate says the retry is one of the policy's immediate retries, which wait
 // ImmediateDelay instead of the backoff. A retry that would be due after the RetryBudget or after the
 // message's expiry is refused up front, as a dead-letter; one due more than MaxHold after the hold
 // began is held durably when the session can be (SessionOptions.DurableHolds), else dead-lettered.
-func (r *sessionRun) decideInPlace(hs *heldSession, d *delivery, herr error, pol policy, immediateDone int, holdStart time.Time) (dec *decision, delay time.Duration, durable bool) {
+func (r *sessionRun) decideInPlace(hs *heldSession, d *delivery, herr error, pol policy, immediate bool, holdStart time.Time) (dec *decision, delay time.Duration, durable bool) {
 	p, cfg := r.sc.proc, r.sc.cfg
 	env, msg, now := &d.env, d.msg, d.now
 	if dec := p.finalDecision(d, herr, pol); dec != nil {
@@ -145,7 +153,7 @@ func (r *sessionRun) decideInPlace(hs *heldSession, d *delivery, herr error, pol
 	// The backoff's delay (or RetryAfter's, capped by the backoff), except for the policy's immediate
 	// retries, which wait ImmediateDelay as they do on a queue.
 	delay = p.delay(pol, env.Attempt, herr)
-	if immediateLeft(pol, immediateDone, herr) {
+	if immediate {
 		delay = pol.immDelay
 	}
 	// Refuse up front what the wait could not end well: past the budget, past the producer's expiry;

@@ -2,6 +2,8 @@ package retry
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,6 +74,10 @@ type SessionHold struct {
 	WakeID string
 	// LastError is the text of the latest failure, as Envelope.LastError.
 	LastError string
+	// ImmediateRetries is how many of the policy's immediate retries the message has made since its
+	// first failure, this hold's included when it waits ImmediateDelay: a resumed hold goes on from
+	// there, so that holds made durable (a MaxHold below ImmediateDelay) still come to the backoff.
+	ImmediateRetries int
 	// DeadLetterReason is set when the message was dead-lettered and the session stays blocked until an
 	// operator releases it (SessionOptions.BlockAfterDeadLetter); the message is then in the
 	// dead-letter queue, no longer in the session.
@@ -99,6 +105,7 @@ type wireHold struct {
 	WakeAt         time.Time `json:"wake_at,omitzero"`
 	WakeID         string    `json:"wake_id,omitempty"`
 	LastError      string    `json:"last_error,omitempty"`
+	Immediate      int       `json:"immediate,omitempty"`
 	DeadLetter     string    `json:"dead_letter_reason,omitempty"`
 	DeadLetteredAt time.Time `json:"dead_lettered_at,omitzero"`
 }
@@ -127,13 +134,14 @@ func DecodeSessionState(b []byte) (SessionState, error) {
 	s := SessionState{Followers: w.Followers}
 	seen := make(map[int64]bool, len(w.Followers)+1)
 	if h := w.Hold; h != nil {
-		if h.Seq < 0 || h.Attempt < 2 {
-			return SessionState{}, fmt.Errorf("%w: hold with sequence number %d, attempt %d", ErrInvalidSessionState, h.Seq, h.Attempt)
+		if h.Seq < 0 || h.Attempt < 2 || h.Immediate < 0 || h.Immediate >= h.Attempt {
+			return SessionState{}, fmt.Errorf("%w: hold with sequence number %d, attempt %d, %d immediate retries", ErrInvalidSessionState, h.Seq, h.Attempt, h.Immediate)
 		}
 		seen[h.Seq] = true
 		s.Hold = &SessionHold{
 			SequenceNumber: h.Seq, MessageID: h.MessageID, Attempt: h.Attempt, FirstFailure: h.FirstFailure,
-			WakeAt: h.WakeAt, WakeID: h.WakeID, LastError: h.LastError, DeadLetterReason: h.DeadLetter, DeadLetteredAt: h.DeadLetteredAt,
+			WakeAt: h.WakeAt, WakeID: h.WakeID, LastError: h.LastError, ImmediateRetries: h.Immediate,
+			DeadLetterReason: h.DeadLetter, DeadLetteredAt: h.DeadLetteredAt,
 		}
 	}
 	for _, f := range w.Followers {
@@ -154,7 +162,8 @@ func (s SessionState) encode() ([]byte, error) {
 	if h := s.Hold; h != nil {
 		w.Hold = &wireHold{
 			Seq: h.SequenceNumber, MessageID: h.MessageID, Attempt: h.Attempt, FirstFailure: h.FirstFailure.UTC(),
-			WakeAt: h.WakeAt.UTC(), WakeID: h.WakeID, LastError: h.LastError, DeadLetter: h.DeadLetterReason, DeadLetteredAt: h.DeadLetteredAt.UTC(),
+			WakeAt: h.WakeAt.UTC(), WakeID: h.WakeID, LastError: h.LastError, Immediate: h.ImmediateRetries,
+			DeadLetter: h.DeadLetterReason, DeadLetteredAt: h.DeadLetteredAt.UTC(),
 		}
 	}
 	return json.Marshal(w)
@@ -170,10 +179,21 @@ func (s SessionState) follows(seq int64) bool {
 	return false
 }
 
-// wakeID is the MessageID of the wake-up for attempt of the message seq, due at: deterministic, so
-// that duplicate detection absorbs a wake-up scheduled twice, and distinct per schedule.
-func wakeID(seq int64, attempt int, at time.Time) string {
-	return "sbretry-wake-" + strconv.FormatInt(seq, 10) + "-" + strconv.Itoa(attempt) + "-" + strconv.FormatInt(at.UnixMilli(), 10)
+// wakeID is the MessageID of the wake-up into session sessionID for attempt of the message seq, due
+// at; tag tells apart wake-ups that have the same session, message, attempt and time but not the same
+// purpose (an operator's release names the record it replaces). Deterministic, so that duplicate
+// detection absorbs a wake-up scheduled twice, and distinct per session and schedule: a wake-up that
+// duplicate detection took for another session's would be dropped, and that session never woken. The
+// session and tag enter as 16 hex digits of a hash, keeping the id within 128 characters whatever
+// their length.
+func wakeID(sessionID string, seq int64, attempt int, at time.Time, tag []byte) string {
+	h := sha256.New()
+	h.Write([]byte(strconv.Itoa(len(sessionID))))
+	h.Write([]byte{':'})
+	h.Write([]byte(sessionID))
+	h.Write(tag)
+	var sum [sha256.Size]byte
+	return "sbretry-wake-" + hex.EncodeToString(h.Sum(sum[:0])[:8]) + "-" + strconv.FormatInt(seq, 10) + "-" + strconv.Itoa(attempt) + "-" + strconv.FormatInt(at.UnixMilli(), 10)
 }
 
 // wakeMessage is the wake-up of hold, into session sessionID: an empty body, the control properties.
@@ -240,19 +260,25 @@ func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePl
 		return ReleasePlan{}, ErrNotHeld
 	}
 	now = now.UTC().Truncate(time.Millisecond)
+	// The record released is the wake-up's tag: a later release of the same session at the same
+	// planned time (a script that passes one now) releases another record, with a wake-up of its own.
+	tag, err := state.encode()
+	if err != nil {
+		return ReleasePlan{}, err
+	}
 	after := SessionState{Followers: append([]int64(nil), state.Followers...)}
 	plan := ReleasePlan{Before: state}
 	var wakeFor *SessionHold
 	if h := state.Hold; h != nil && h.DeadLetterReason == "" {
 		nh := *h
 		nh.WakeAt = now
-		nh.WakeID = wakeID(h.SequenceNumber, h.Attempt, now)
+		nh.WakeID = wakeID(sessionID, h.SequenceNumber, h.Attempt, now, tag)
 		after.Hold = &nh
 		wakeFor = &nh
 	} else {
 		// Blocked after a dead-letter, or followers waiting with nothing held (a consumer stopped
 		// between two of them): the wake-up names no message, it only brings a consumer.
-		wakeFor = &SessionHold{SequenceNumber: NoHeldMessage, WakeID: wakeID(NoHeldMessage, 0, now)}
+		wakeFor = &SessionHold{SequenceNumber: NoHeldMessage, WakeID: wakeID(sessionID, NoHeldMessage, 0, now, tag)}
 		if h != nil {
 			// The record of a dead-letter is written before the dead-letter itself, so a consumer that
 			// stopped between the two left the message in the session. It heads the followers: the

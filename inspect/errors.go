@@ -55,6 +55,9 @@ var (
 	// ErrSessionChanged is wrapped by [Inspector.Release] when the session's state is no longer the one
 	// its preview read: the release would not do what was shown, so it does nothing.
 	ErrSessionChanged = errors.New("inspect: the session changed since the preview")
+	// ErrWakeUpDropped is wrapped by [Inspector.Release] when the broker did not keep the wake-up it
+	// sent (duplicate detection dropped it): the state is not written, and the release did nothing.
+	ErrWakeUpDropped = errors.New("inspect: the broker dropped the release's wake-up")
 	// ErrEmptySessionID is wrapped for an empty session id: Service Bus has a session "", but an
 	// operator who typed nothing means none.
 	ErrEmptySessionID = errors.New("inspect: empty session id")

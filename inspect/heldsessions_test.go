@@ -142,7 +142,7 @@ func TestReleaseSendsWakeThenWritesState(t *testing.T) {
 			require.NoError(t, err)
 			assert.True(t, rel.WakeSent)
 			assert.True(t, rel.StateWritten)
-			assert.Equal(t, []string{OpAcceptSession, OpGetSessionState, OpSend, OpSetSessionState}, operations(obs.snapshot()[n:]), "the wake-up is sent before the state is written")
+			assert.Equal(t, []string{OpAcceptSession, OpGetSessionState, OpSend, OpPeek, OpSetSessionState}, operations(obs.snapshot()[n:]), "the wake-up is sent, and found in the session, before the state is written")
 
 			r := h.Accept(t, "s1")
 			defer func() { _ = r.Close(ctx) }()
@@ -443,4 +443,58 @@ func TestListHeldSessionsGoesOnPastAnUnreadableSession(t *testing.T) {
 			assert.NotNil(t, s.Hold(), s.SessionID)
 		}
 	}
+}
+
+// Two sessions blocked after a dead-letter, released for one planned time (a script that passes one
+// now): each gets its own wake-up, which the broker keeps, and both are released.
+func TestReleaseSessionsAtOnePlannedTime(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.Hold(t, "s1", "RetryMaxAttemptsExceeded", "a1", "a2")
+	h.Hold(t, "s2", "RetryMaxAttemptsExceeded", "b1", "b2")
+	in := h.inspector(t, nil)
+	ctx := sbtest.Context(t)
+	now := time.Now()
+	for _, sid := range []string{"s1", "s2"} {
+		p, err := in.PreviewRelease(ctx, sid, now)
+		require.NoError(t, err)
+		rel, err := in.Release(ctx, p)
+		require.NoError(t, err, sid)
+		assert.True(t, rel.WakeSent && rel.StateWritten, sid)
+	}
+	for _, sid := range []string{"s1", "s2"} {
+		r := h.Accept(t, sid)
+		msgs, err := r.ReceiveMessages(ctx, 1, nil)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1, "the wake-up of %s is in its session", sid)
+		assert.Equal(t, retry.ControlWake, msgs[0].ApplicationProperties[retry.PropControl])
+		require.NoError(t, r.Close(ctx))
+	}
+}
+
+// A wake-up that duplicate detection drops is not reported sent, and the state is not written to name
+// it: the release did nothing, and says so.
+func TestReleaseWakeUpDroppedByDuplicateDetection(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.Hold(t, "s1", "RetryMaxAttemptsExceeded", "a1")
+	in := h.inspector(t, nil)
+	ctx := sbtest.Context(t)
+	p, err := in.PreviewRelease(ctx, "s1", time.Now())
+	require.NoError(t, err)
+	// A message with the wake-up's id, sent and consumed within the duplicate detection window.
+	h.Send(t, "other", *p.Plan.Wake.MessageID)
+	r := h.Accept(t, "other")
+	msgs, err := r.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.NoError(t, r.CompleteMessage(ctx, msgs[0], nil))
+	require.NoError(t, r.Close(ctx))
+	before := h.Snapshot(t, "s1")
+
+	rel, err := in.Release(ctx, p)
+	require.ErrorIs(t, err, ErrWakeUpDropped)
+	assert.False(t, rel.WakeSent, "the broker did not keep it")
+	assert.False(t, rel.StateWritten)
+	assert.Equal(t, before, h.Snapshot(t, "s1"), "the state is as it was")
 }

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
 	"github.com/sbretry/retry"
 )
 
@@ -115,6 +117,16 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 	if err != nil {
 		return rel, fmt.Errorf("inspect: sending the wake-up of %s session %q: %w; the state was not changed (a wake-up that went out all the same is ignored by the consumer)", in.entity, id, err)
 	}
+	// Duplicate detection drops, silently, a message whose id it saw within its window: a send that
+	// returned nil is not yet a wake-up in the session. It is looked for there (no consumer can take it
+	// while this release holds the lock) before the state is written to name it.
+	kept, err := in.wakeKept(lctx, r, rel)
+	switch {
+	case err != nil:
+		return rel, fmt.Errorf("inspect: the wake-up of %s session %q was sent, but checking that the session holds it failed: %w; the state was not changed: preview again", in.entity, id, err)
+	case !kept:
+		return rel, fmt.Errorf("%w: %s session %q: the broker did not keep the wake-up %s (duplicate detection dropped it: a message with its id was sent within the window); the state was not changed", ErrWakeUpDropped, in.entity, id, deref(wake.MessageID))
+	}
 	rel.WakeSent = true
 	if relocked() {
 		return rel, fmt.Errorf("%w: %s session %q: its lock was lost while the wake-up was sent; the state was not changed (the consumer ignores that wake-up): preview again", ErrSessionChanged, in.entity, id)
@@ -132,6 +144,45 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 	}
 	return rel, nil
 }
+
+// wakeKept reports whether the accepted session r holds the wake-up rel sent: it peeks the session's
+// messages after the last one its record names (the wake-up, sent last, comes after them).
+func (in *Inspector) wakeKept(ctx context.Context, r sessionReceiver, rel *SessionRelease) (bool, error) {
+	from := int64(0)
+	st := rel.Plan.Before
+	if st.Hold != nil {
+		from = max(from, st.Hold.SequenceNumber+1)
+	}
+	for _, f := range st.Followers {
+		from = max(from, f+1)
+	}
+	want := deref(rel.Plan.Wake.MessageID)
+	for {
+		var page []*azservicebus.ReceivedMessage
+		err := in.observe(ctx, Call{Operation: OpPeek, Entity: in.entity.Path(), SessionID: rel.SessionID}, func(ctx context.Context) (int, error) {
+			var err error
+			page, err = r.PeekMessages(ctx, wakePeekPage, &azservicebus.PeekMessagesOptions{FromSequenceNumber: &from})
+			return len(page), err
+		})
+		if err != nil {
+			return false, err
+		}
+		for _, m := range page {
+			if m.MessageID == want {
+				return true, nil
+			}
+			if m.SequenceNumber != nil {
+				from = max(from, *m.SequenceNumber+1)
+			}
+		}
+		if len(page) < wakePeekPage {
+			return false, nil
+		}
+	}
+}
+
+// wakePeekPage is the page size of wakeKept's peeks.
+const wakePeekPage = 100
 
 // releaseMargin is how long before the session lock runs out a release's calls must end (a quarter of
 // what is left of the lock, if that is less).
