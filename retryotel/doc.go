@@ -6,8 +6,8 @@
 // (https://opentelemetry.io/docs/specs/semconv/messaging/azure-messaging/), version 1.43.0; our own
 // attributes and metrics are under the sbretry. prefix.
 //
-// It depends on the OpenTelemetry API only: bring your own SDK and exporter. Setup is one line on top
-// of the consumer's options:
+// It depends on the OpenTelemetry API only: bring your own SDK and exporter. Setup wraps two things
+// the consumer already takes, its connector and its hooks:
 //
 //	inst, err := retryotel.New(nil) // the global TracerProvider, MeterProvider and propagator
 //	if err != nil {
@@ -17,10 +17,13 @@
 //		Hooks: inst.Hooks(retry.Hooks{}), // pass your own hooks here: both run
 //	})
 //
-// [Instrumentation.Connector] is optional: it adds the lock renewals and the name of a subscription's
-// retry queue, which no hook reports. Set [Options].ServerAddress and ServerPort (for example from
-// [ServerFromConnectionString]) for server.address and server.port, which the conventions require
-// when available and which the hooks do not carry.
+// Use both. [Instrumentation.Hooks] gives the process spans, the spans of the settles and schedules
+// and the metrics; [Instrumentation.Connector] gives what no hook reports: server.address and
+// server.port (which the conventions require when available), learned from the connection's
+// [retry.Connection].Address that the built-in connectors set; the lock renewals; and the name of a
+// subscription's retry queue. With the hooks alone, nothing carries the server and no renewal is
+// traced. With a connector that sets no Address, or to report another name, set
+// [Options].ServerAddress and ServerPort (for example from [ServerFromConnectionString]).
 //
 // A [retry.SessionConsumer] is instrumented the same way, its connector wrapped by
 // [Instrumentation.SessionConnector] (which adds the session lock renewals and learns the server):

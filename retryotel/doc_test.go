@@ -5,6 +5,7 @@ import (
 	"go/parser"
 	"go/token"
 	"maps"
+	"os"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -106,4 +107,62 @@ func TestDocumentedNamesAreExported(t *testing.T) {
 		}
 	}
 	assert.ElementsMatch(t, slices.Collect(maps.Values(metrics)), slices.Collect(maps.Keys(listed)), "the package doc's Metrics section lists the exported metrics")
+}
+
+// The setup a reader meets first is the one that follows the conventions: the package doc's, ExampleNew
+// and the first code block of docs/observability.md all wrap the connector as well as the hooks, since
+// only the connector brings server.address, server.port and the renew_message_lock spans.
+func TestPrimarySetupWrapsTheConnector(t *testing.T) {
+	fset := token.NewFileSet()
+	f, err := parser.ParseFile(fset, "example_test.go", nil, 0)
+	require.NoError(t, err)
+	var calls []string
+	for _, decl := range f.Decls {
+		fn, ok := decl.(*ast.FuncDecl)
+		if !ok || fn.Name.Name != "ExampleNew" {
+			continue
+		}
+		ast.Inspect(fn.Body, func(n ast.Node) bool {
+			if call, ok := n.(*ast.CallExpr); ok {
+				if sel, ok := call.Fun.(*ast.SelectorExpr); ok {
+					calls = append(calls, sel.Sel.Name)
+				}
+			}
+			return true
+		})
+	}
+	require.NotEmpty(t, calls, "ExampleNew exists")
+	assert.Contains(t, calls, "Connector", "ExampleNew wraps the connector")
+	assert.Contains(t, calls, "Hooks", "ExampleNew installs the hooks")
+
+	pkg, err := parser.ParseFile(fset, "doc.go", nil, parser.ParseComments|parser.PackageClauseOnly)
+	require.NoError(t, err)
+	_, setup, ok := strings.Cut(pkg.Doc.Text(), "Setup")
+	require.True(t, ok, "the package doc shows the setup")
+	setup, _, _ = strings.Cut(setup, "\n\n\n")
+	assert.Contains(t, firstIndentedBlock(setup), "inst.Connector(", "the package doc's setup wraps the connector")
+
+	md, err := os.ReadFile(filepath.Join("..", "docs", "observability.md"))
+	require.NoError(t, err)
+	_, otel, ok := strings.Cut(string(md), "## OpenTelemetry\n")
+	require.True(t, ok)
+	_, block, ok := strings.Cut(otel, "```go\n")
+	require.True(t, ok, "docs/observability.md shows a setup")
+	block, _, _ = strings.Cut(block, "```")
+	assert.Contains(t, block, "inst.Connector(", "docs/observability.md's first setup wraps the connector")
+	assert.Contains(t, block, "inst.Hooks(", "docs/observability.md's first setup installs the hooks")
+}
+
+// firstIndentedBlock is the first run of indented (code) lines in a doc comment's text.
+func firstIndentedBlock(text string) string {
+	var b strings.Builder
+	for _, line := range strings.Split(text, "\n") {
+		switch {
+		case strings.HasPrefix(line, "\t"):
+			b.WriteString(line + "\n")
+		case b.Len() > 0 && line != "":
+			return b.String()
+		}
+	}
+	return b.String()
 }

@@ -21,7 +21,10 @@ import (
 )
 
 // Instrumenting a consumer: the global providers (set up by your SDK and exporter) receive the spans
-// and metrics. This example needs an Azure namespace, so it is only compiled.
+// and metrics. Both wrappers are needed: Hooks for the process spans, the settle spans and the
+// metrics; Connector for server.address and server.port (learned from the connection) and the
+// renew_message_lock spans, which no hook reports. This example needs an Azure namespace, so it is
+// only compiled.
 func ExampleNew() {
 	inst, err := retryotel.New(nil)
 	if err != nil {
@@ -31,7 +34,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	consumer, err := retry.NewConsumer(connect,
+	consumer, err := retry.NewConsumer(inst.Connector(connect),
 		func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
 			return nil // ctx carries the delivery's process span: spans started here are its children
 		},
