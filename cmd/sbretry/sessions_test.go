@@ -115,7 +115,7 @@ func TestSessionsReleaseCommand(t *testing.T) {
 	assert.Contains(t, out, `would release session "s1" of jobs:`)
 	assert.Regexp(t, `  before: sequence number `+strconv.FormatInt(f.Held, 10)+` \(a1\) held for attempt 3, due `+formatTime(f.Due)+`; 1 followers \[\d+\]; last error: downstream unavailable`, out)
 	assert.Regexp(t, `  after:  sequence number \d+ \(a1\) held for attempt 3, due \S+; 1 followers`, out)
-	assert.Regexp(t, `  send:   wake-up sbretry-wake-\d+-3-\d+ to jobs in session "s1", receivable now, for sequence number \d+`, out)
+	assert.Regexp(t, `  send:   wake-up sbretry-wake-[0-9a-f]{16}-\d+-3-\d+ to jobs in session "s1", receivable now, for sequence number \d+`, out)
 	dry := releaseJSON(t, h, "", append(args, "--dry-run")...)
 	assert.True(t, dry.DryRun)
 	assert.False(t, dry.WakeSent)
@@ -261,7 +261,7 @@ func TestSessionsReleaseTraceFile(t *testing.T) {
 	}
 	assert.Equal(t, []string{
 		"accept_session jobs", "get_session_state jobs", // the preview
-		"accept_session jobs", "get_session_state jobs", "send jobs", "set_session_state jobs", // the release
+		"accept_session jobs", "get_session_state jobs", "send jobs", "peek jobs", "set_session_state jobs", // the release (the peek finds the wake-up)
 	}, names)
 }
 
