@@ -96,7 +96,7 @@ func scheduleMessages(q *broker.Queue, body map[string]any) *amqp.Message {
 		// A missing or zero time makes the broker enqueue at once, which is
 		// what Service Bus does for a time that is not in the future.
 		at, _ := m.Annotations[annotationScheduleTime].(time.Time)
-		seq, err := q.Schedule(&m, len(encoded), at)
+		seq, err := q.ScheduleOwned(&m, len(encoded), at) // m was decoded for this call only
 		if err != nil {
 			return brokerErrorReply(err)
 		}

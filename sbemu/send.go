@@ -43,9 +43,10 @@ func (l *link) acceptTransfer(payload []byte, format uint32) wire.DeliveryState 
 		}
 	}
 	// Each inner message is sized by its own encoding, so the broker's
-	// per-message limit and duplicate detection apply message by message.
+	// per-message limit and duplicate detection apply message by message;
+	// decoded for this send only, each is handed over uncopied.
 	for i, m := range msgs {
-		if _, _, err := l.queue.Send(m, len(envelope.Data[i])); err != nil {
+		if _, _, err := l.queue.SendOwned(m, len(envelope.Data[i])); err != nil {
 			return sendErrorState(err)
 		}
 	}
@@ -69,7 +70,8 @@ func (l *link) acceptMessage(payload []byte) wire.DeliveryState {
 	}
 	// A scheduled enqueue time in the annotations is honoured by the broker;
 	// the sender never learns the sequence number (the SDK does not ask).
-	seq, dup, err := l.queue.Send(&m, len(payload))
+	// m was decoded for this send only: the broker keeps it, uncopied.
+	seq, dup, err := l.queue.SendOwned(&m, len(payload))
 	if err != nil {
 		return sendErrorState(err)
 	}

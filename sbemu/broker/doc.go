@@ -39,7 +39,9 @@
 // A [Broker] and its queues are safe for concurrent use; one mutex guards the
 // whole broker, which keeps cross-queue moves (dead-lettering) atomic. Every
 // message handed in is copied and every message handed out is a fresh copy, so
-// callers may mutate what they get without corrupting the stored message.
+// callers may mutate what they get without corrupting the stored message;
+// only [Queue.SendOwned] and [Queue.ScheduleOwned] store the message they
+// are given, for a caller that hands it over (the AMQP server).
 //
 // # Persistence
 //

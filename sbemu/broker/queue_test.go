@@ -237,3 +237,31 @@ func BenchmarkSendReceiveComplete(b *testing.B) {
 		}
 	}
 }
+
+// TestSendOwnedStoresTheMessage: SendOwned and ScheduleOwned store the
+// message handed over, with the same semantics as Send and Schedule
+// (message id assigned, duplicate detection, scheduling).
+func TestSendOwnedStoresTheMessage(t *testing.T) {
+	q, mock := newTestQueue(t, QueueConfig{DuplicateDetectionWindow: time.Minute})
+	m := newMsg("a", "one")
+	seq, dup, err := q.SendOwned(m, 10)
+	require.NoError(t, err)
+	require.False(t, dup)
+	_, dup, err = q.SendOwned(newMsg("a", "again"), 10)
+	require.NoError(t, err)
+	assert.True(t, dup, "duplicate detection applies")
+	noID := newMsg(nil, "two")
+	noID.Properties = nil
+	_, _, err = q.SendOwned(noID, 10)
+	require.NoError(t, err)
+	_, err = q.ScheduleOwned(newMsg("b", "later"), 10, mock.Now().Add(time.Minute))
+	require.NoError(t, err)
+
+	d := mustReceive(t, q, PeekLock)
+	assert.Equal(t, seq, d.SequenceNumber)
+	assert.Equal(t, "one", body(d))
+	d = mustReceive(t, q, PeekLock)
+	assert.Equal(t, "two", body(d))
+	assert.NotNil(t, d.Message.Properties.MessageID, "a message id is assigned")
+	assert.Equal(t, Stats{Locked: 2, Scheduled: 1}, q.Stats())
+}

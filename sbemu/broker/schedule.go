@@ -16,7 +16,15 @@ import (
 // detection apply as for [Queue.Send]; a duplicate returns the original's
 // sequence number and stores nothing.
 func (q *Queue) Schedule(m *amqp.Message, size int, at time.Time) (int64, error) {
-	seq, _, err := q.accept(m, size, at, true)
+	seq, _, err := q.accept(m, size, at, true, false)
+	return seq, err
+}
+
+// ScheduleOwned is [Queue.Schedule] for a message the caller hands over,
+// as [Queue.SendOwned] is for [Queue.Send]: m is stored as it is, and the
+// caller must not use it afterwards.
+func (q *Queue) ScheduleOwned(m *amqp.Message, size int, at time.Time) (int64, error) {
+	seq, _, err := q.accept(m, size, at, true, true)
 	return seq, err
 }
 
