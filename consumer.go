@@ -77,8 +77,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 
 	// Handlers outlive ctx by the shutdown grace, so they get a context of their own; settles outlive
 	// the handlers' cancellation by one settle timeout, and end when Run gives up.
-	handlerCtx, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
+	handlerCtx, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
 	settleBase, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer abandon(nil)
 
@@ -111,11 +111,12 @@ func (c *Consumer) Run(ctx context.Context) error {
 		close(drained)
 	}()
 	clk := c.cfg.clock
+	logDrain(c.cfg, clk.Now(), int(r.busy.Load()))
 	select {
 	case <-drained:
 	case <-clk.After(c.cfg.shutdownGrace):
-		c.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers")
-		cancelHandlers()
+		c.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers", slog.Int("running", int(r.busy.Load())), slog.Duration("settle_timeout", c.cfg.settleTimeout))
+		cancelHandlers(ErrShutdown)
 		select {
 		case <-drained:
 		case <-clk.After(c.cfg.settleTimeout):

@@ -31,6 +31,11 @@ var (
 	// ErrNotConfigured is returned by the methods of a zero-value [Consumer] or [Processor]; use
 	// [NewConsumer] and [NewProcessor].
 	ErrNotConfigured = errors.New("retry: not configured; use NewConsumer or NewProcessor")
+	// ErrShutdown is the cause of a handler context's cancellation when a shutdown's grace elapsed
+	// (Options.ShutdownGrace): context.Cause(ctx) returns it, telling a shutdown from the handler's
+	// own cancellations and from a lost lock ([ErrLockLost]). A handler that then fails is left for
+	// redelivery without an attempt counted.
+	ErrShutdown = errors.New("retry: the consumer is shutting down and its grace period elapsed")
 	// ErrShutdownTimeout is wrapped by the error [Consumer.Run] returns when handlers were still running
 	// after ShutdownGrace plus one SettleTimeout (see [ShutdownError]).
 	ErrShutdownTimeout = errors.New("retry: shutdown timed out")

@@ -246,8 +246,8 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 
 	// As in Consumer.Run: handlers outlive ctx by the grace; session locks and settles end only when
 	// the shutdown gives up.
-	handlerBase, cancelHandlers := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelHandlers()
+	handlerBase, cancelHandlers := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelHandlers(nil)
 	settleBase, abandon := context.WithCancelCause(context.WithoutCancel(ctx))
 	defer abandon(nil)
 	r := &sessionRun{sc: sc, handlerBase: handlerBase, settleBase: settleBase, sessions: make(chan struct{}, sc.scfg.maxSessions)}
@@ -269,13 +269,14 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 		close(drained)
 	}()
 	clk := sc.cfg.clock
+	logDrain(sc.cfg, clk.Now(), int(c.inFlight.Load()))
 	grace, stopGrace := timerChan(clk, sc.cfg.shutdownGrace)
 	select {
 	case <-drained:
 		stopGrace()
 	case <-grace:
-		sc.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers")
-		cancelHandlers()
+		sc.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers", slog.Int("running", int(c.inFlight.Load())), slog.Duration("settle_timeout", sc.cfg.settleTimeout))
+		cancelHandlers(ErrShutdown)
 		last, stopLast := timerChan(clk, sc.cfg.settleTimeout)
 		select {
 		case <-drained:

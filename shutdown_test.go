@@ -1,8 +1,10 @@
 package retry_test
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -255,4 +257,62 @@ func connectNoAbort(b *retrytest.Broker, wrap func(retry.Receiver) retry.Receive
 		conn.Close = func(context.Context) error { return nil }
 		return conn, nil
 	}
+}
+
+// A shutdown says what it waits for when it begins (how many messages are in hand, until when), and
+// a handler cancelled because the grace elapsed sees retry.ErrShutdown as its context's cause, on
+// both consumers.
+func TestShutdownSaysWhatItWaitsFor(t *testing.T) {
+	handler := func(causes chan<- error) retry.Handler {
+		return func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
+			<-ctx.Done()
+			causes <- context.Cause(ctx)
+			return ctx.Err()
+		}
+	}
+	check := func(t *testing.T, logs *bytes.Buffer, causes chan error) {
+		t.Helper()
+		select {
+		case cause := <-causes:
+			assert.ErrorIs(t, cause, retry.ErrShutdown)
+		default:
+			t.Fatal("the handler was not cancelled")
+		}
+		out := logs.String()
+		assert.Contains(t, out, `"msg":"draining: waiting for the messages in hand to finish","in_hand":1,"grace_until":"`)
+		assert.Contains(t, out, `"msg":"shutdown grace elapsed; cancelling in-flight handlers","running":1`)
+	}
+	t.Run("queue", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var logs bytes.Buffer
+			causes := make(chan error, 1)
+			b := newBroker(t, nil, nil)
+			sendN(b, 1)
+			c, err := retry.NewConsumer(b.Connector(), handler(causes), &retry.Options{
+				ShutdownGrace: 10 * time.Second, Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs}, nil)),
+			})
+			require.NoError(t, err)
+			stop := runConsumer(t, c)
+			waitFor(t, b, func() bool { return b.Stats().Locked == 1 })
+			synctest.Wait()
+			require.NoError(t, stop())
+			check(t, &logs, causes)
+		})
+	})
+	t.Run("session", func(t *testing.T) {
+		synctest.Test(t, func(t *testing.T) {
+			var logs bytes.Buffer
+			causes := make(chan error, 1)
+			b := newSessionBroker(t, nil)
+			sendSession(t, b, "s", 1)
+			sc := newSessionConsumer(t, b, handler(causes), nil, &retry.Options{
+				ShutdownGrace: 10 * time.Second, Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs}, nil)),
+			}, nil)
+			stop := runSessionConsumer(t, sc)
+			waitFor(t, b, func() bool { return b.Stats().Locked == 1 })
+			synctest.Wait()
+			require.NoError(t, stop())
+			check(t, &logs, causes)
+		})
+	})
 }
