@@ -1,6 +1,7 @@
 package retry
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
@@ -34,8 +35,9 @@ var (
 	// ErrShutdown is the cause of a handler context's cancellation when a shutdown's grace elapsed
 	// (Options.ShutdownGrace): context.Cause(ctx) returns it, telling a shutdown from the handler's
 	// own cancellations and from a lost lock ([ErrLockLost]). A handler that then fails is left for
-	// redelivery without an attempt counted.
-	ErrShutdown = errors.New("retry: the consumer is shutting down and its grace period elapsed")
+	// redelivery without an attempt counted. It wraps context.Canceled, so code that asks
+	// errors.Is(cause, context.Canceled) still sees a cancellation.
+	ErrShutdown = fmt.Errorf("retry: the consumer is shutting down and its grace period elapsed: %w", context.Canceled)
 	// ErrShutdownTimeout is wrapped by the error [Consumer.Run] returns when handlers were still running
 	// after ShutdownGrace plus one SettleTimeout (see [ShutdownError]).
 	ErrShutdownTimeout = errors.New("retry: shutdown timed out")
