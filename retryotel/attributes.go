@@ -128,6 +128,9 @@ const (
 	// https://opentelemetry.io/docs/specs/semconv/messaging/messaging-metrics/), and Service Bus pulls
 	// every message this consumer gets with a receive call.
 	opReceive = "receive"
+	// opReceiveDeferred is the receive of deferred messages by their sequence numbers, a Service Bus
+	// "receiver operation" name in the conventions.
+	opReceiveDeferred = "receive_deferred"
 	// opRenewLock is the lock renewal, a Service Bus "receiver operation" name in the conventions.
 	opRenewLock = "renew_message_lock"
 	// opRenewSessionLock is a session lock's renewal, one of the conventions' Service Bus "session

@@ -99,7 +99,7 @@ func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azserviceb
 	start := time.Now()
 	err := r.Receiver.RenewMessageLock(ctx, msg, options)
 	dl, _ := d.(*delivery)
-	r.in.renewed(dl, msg, r.entity, start, time.Now(), renewalFailure(ctx, err))
+	r.in.renewed(dl, msg, r.entity, start, time.Now(), callFailure(ctx, err))
 	return err
 }
 
@@ -108,7 +108,7 @@ func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azserviceb
 // the operation types (create, send, receive, process, settle) describes it, and the attribute is
 // "Conditionally Required If applicable".
 // d is the delivery msg belongs to, nil for a message whose handling has not started (received ahead);
-// err is the call's failure, nil also for a call its caller cancelled (see renewalFailure).
+// err is the call's failure, nil also for a call its caller cancelled (see callFailure).
 func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessage, entity string, start, end time.Time, err error) {
 	parent := context.Background()
 	dest, src := parseEntity(entity), parseEntity(entity)
@@ -128,9 +128,10 @@ func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessag
 	in.recordRenewal(parent, opRenewLock, dest, src, extra, start, end, err)
 }
 
-// renewalFailure is the error a lock renewal made on ctx is recorded with: err, or nil when the call
-// ended because ctx was cancelled. The consumer cancels its own renewals (a message settled, a session
-// released when idle, a shutdown), and a call it abandoned did not fail: recording it as an error
+// callFailure is the error a call the consumer made on ctx in the background (a lock renewal, a
+// receive of deferred messages) is recorded with: err, or nil when the call ended because ctx was
+// cancelled. The consumer cancels its own renewals (a message settled, a session released when idle, a
+// shutdown), and a call it abandoned did not fail: recording it as an error
 // would show a failed dependency where nothing went wrong. The conventions leave this to the
 // instrumentation: 'Instrumentations that have additional context about a specific request MAY use
 // this context to set the span status more precisely', and 'Errors that were retried or handled
@@ -138,7 +139,7 @@ func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessag
 // describe this operation' (https://opentelemetry.io/docs/specs/semconv/general/recording-errors/).
 // A context.Canceled that the caller did not cause, and a deadline (the core's per-call timeout), are
 // failures.
-func renewalFailure(ctx context.Context, err error) error {
+func callFailure(ctx context.Context, err error) error {
 	if err != nil && errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil
 	}

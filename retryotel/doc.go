@@ -52,6 +52,17 @@
 // renewed while it was handled or held. Every span of a message received from a session carries its
 // session id in [AttrSessionID] (the conventions define no attribute for it); metrics do not.
 //
+// A retry too long to hold in place becomes a durable hold (retry.SessionOptions.DurableHolds): the
+// message is deferred, and its held attempt's process span ends with outcome "deferred" and a
+// "defer <entity>" child (operation type settle, disposition status defer). When the hold is due, the
+// message is received back by its sequence number, a "receive_deferred <entity>" span through
+// [Instrumentation.SessionConnector], and the attempt it resumes has a process span of its own, which
+// links to the held attempt's (as a retry copy's does) when the deferral carried that attempt's trace
+// context, written by OnRetryCopy. The hold's wake-up is a control message, never a delivery: its
+// schedule, reported by OnSettle for the held delivery, is a "schedule <entity>" child of the held
+// attempt that counts in messaging.client.sent.messages, and its complete, reported by OnSettle with
+// the wake-up as its message, is a "complete <entity>" span of its own, with no process span.
+//
 // # Where a chain belongs
 //
 // A subscription's retries are scheduled to and received from its retry queue, so from the second

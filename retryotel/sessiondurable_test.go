@@ -110,3 +110,113 @@ func TestDeferSettleSpan(t *testing.T) {
 			attribute.String("messaging.operation.type", "settle")))
 	})
 }
+
+// The message a durable hold deferred is received back by its sequence number when its wake-up comes:
+// that call is a "receive_deferred" span (operation type receive, the batch's size, the message and its
+// session) and a messaging.client.operation.duration measurement, and the message then has a process
+// span of its own for the attempt it resumes.
+func TestReceiveDeferredSpan(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		run := runDurableHold(t)
+		receives := run.spans["receive_deferred orders"]
+		require.Len(t, receives, 1, "the held message received back at its wake-up: %v", keys(run.spans))
+		s := receives[0]
+		assert.Equal(t, trace.SpanKindClient, s.SpanKind())
+		want{attrs: map[attribute.Key]string{
+			"messaging.system": "servicebus", "messaging.operation.name": "receive_deferred", "messaging.operation.type": "receive",
+			"messaging.batch.message_count": "1", "messaging.destination.name": "orders", "messaging.message.id": "flaky",
+			"sbretry.session_id": "s1", "server.address": "sb.example.net", "server.port": "5671",
+		}, absent: []attribute.Key{"error.type"}}.check(t, s.Name(), attrs(s))
+
+		processes := run.spans["process orders"]
+		require.Len(t, processes, 2, "the held attempt and the resumed one")
+		assert.Equal(t, int64(1), attrs(processes[0])["sbretry.attempt"].AsInt64())
+		assert.Equal(t, "deferred", attrs(processes[0])["sbretry.outcome"].AsString())
+		assert.Equal(t, int64(2), attrs(processes[1])["sbretry.attempt"].AsInt64())
+		assert.Equal(t, "completed", attrs(processes[1])["sbretry.outcome"].AsString())
+
+		dur := find(t, run.rm, "messaging.client.operation.duration")
+		assert.Equal(t, uint64(1), histogramCount(t, dur, attribute.String("messaging.operation.name", "receive_deferred"),
+			attribute.String("messaging.operation.type", "receive")))
+		consumed := find(t, run.rm, "messaging.client.consumed.messages")
+		assert.Equal(t, int64(2), intValue(t, consumed, attribute.String("messaging.operation.name", "receive")),
+			"each delivery counted once: the receive_deferred call does not count the resumed one again")
+	})
+}
+
+// A durable hold seen through the hook calls a session consumer makes for it: the held attempt's
+// OnStart, OnRetryCopy with the deferred message (so its deferral carries the attempt's trace context),
+// OnSettle for the wake-up's schedule and for the defer, OnProcessed; later the wake-up's complete,
+// reported by OnSettle with the wake-up as its message and no delivery; and the resumed attempt's own
+// delivery. The wake-up's schedule is a child of the held attempt's process span, names the wake-up and
+// counts in messaging.client.sent.messages; its complete is a settle span of its own, with no process
+// span; the resumed attempt links to the held one; and every span started is ended.
+func TestDurableHoldWakeUpHooks(t *testing.T) {
+	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil }, nil)
+	h := f.inst.Hooks(retry.Hooks{})
+	sid, seq := "s1", int64(7)
+	at := time.Date(2026, 11, 29, 12, 1, 0, 0, time.UTC)
+	wakeID := "sbretry-wake-0123456789abcdef-7-2-1796040060000"
+	held := &azservicebus.ReceivedMessage{MessageID: "flaky", SessionID: &sid, SequenceNumber: &seq, DeliveryCount: 1}
+	env := retry.Envelope{Attempt: 1, OriginalMessageID: "flaky", FirstSequenceNumber: seq}
+
+	// The held attempt.
+	ctx := h.OnStart(retry.StartParams{Context: context.Background(), Message: held, Envelope: env, EntityPath: "orders"})
+	props := map[string]any{retry.PropAttempt: int64(2), retry.PropLastError: errUnavailable.Error(), retry.PropHeldUntil: at}
+	h.OnRetryCopy(retry.RetryCopyParams{Context: ctx, Message: held, Envelope: env,
+		Copy: &azservicebus.Message{MessageID: &held.MessageID, ApplicationProperties: props}, Attempt: 2, ScheduledFor: at})
+	h.OnSettle(retry.SettleParams{Context: ctx, Message: held, Envelope: env, EntityPath: "orders", Operation: retry.SettleSchedule,
+		RetryMessageID: wakeID, Duration: time.Millisecond})
+	h.OnSettle(retry.SettleParams{Context: ctx, Message: held, Envelope: env, EntityPath: "orders", Operation: retry.SettleDefer, Duration: time.Millisecond})
+	h.OnProcessed(retry.ProcessedParams{Context: ctx, Message: held, Envelope: env, EntityPath: "orders",
+		Result: retry.Result{Outcome: retry.OutcomeDeferred, Attempt: 1, HandlerErr: errUnavailable}})
+	require.Contains(t, props, retryotel.PropTraceparent, "the deferral carries the held attempt's trace context")
+
+	// The wake-up comes back; the held message is received back with the properties its deferral wrote,
+	// resumed and completed; the wake-up is completed.
+	resumed := &azservicebus.ReceivedMessage{MessageID: "flaky", SessionID: &sid, SequenceNumber: &seq, DeliveryCount: 2, ApplicationProperties: props}
+	env2 := retry.Envelope{Attempt: 2, OriginalMessageID: "flaky", FirstSequenceNumber: seq, LastError: errUnavailable.Error()}
+	ctx2 := h.OnStart(retry.StartParams{Context: context.Background(), Message: resumed, Envelope: env2, EntityPath: "orders"})
+	h.OnSettle(retry.SettleParams{Context: ctx2, Message: resumed, Envelope: env2, EntityPath: "orders", Operation: retry.SettleComplete, Duration: time.Millisecond})
+	h.OnProcessed(retry.ProcessedParams{Context: ctx2, Message: resumed, Envelope: env2, EntityPath: "orders",
+		Result: retry.Result{Outcome: retry.OutcomeCompleted, Attempt: 2}})
+	wake := &azservicebus.ReceivedMessage{MessageID: wakeID, SessionID: &sid, ApplicationProperties: map[string]any{
+		retry.PropControl: retry.ControlWake, retry.PropWakeSequenceNumber: seq,
+	}}
+	h.OnSettle(retry.SettleParams{Context: context.Background(), Message: wake, EntityPath: "orders", Operation: retry.SettleComplete, Duration: time.Millisecond})
+
+	assert.Len(t, f.spans.Started(), len(f.spans.Ended()), "every span started was ended")
+	processes := f.ended("process orders")
+	require.Len(t, processes, 2, "a process span per delivery of the held message, none for the wake-up")
+	first, second := processes[0], processes[1]
+
+	schedules := f.ended("schedule orders")
+	require.Len(t, schedules, 1)
+	s := schedules[0]
+	assert.Equal(t, first.SpanContext().SpanID(), s.Parent().SpanID(), "the wake-up's schedule is a child of the held attempt")
+	want{attrs: map[attribute.Key]string{
+		"messaging.operation.name": "schedule", "messaging.operation.type": "send", "messaging.message.id": wakeID,
+		"messaging.destination.name": "orders", "sbretry.attempt": "1", "sbretry.session_id": "s1",
+	}}.check(t, s.Name(), attrs(s))
+	assert.Empty(t, s.Links(), "the wake-up carries no trace context to link to")
+	assert.Equal(t, int64(1), intValue(t, find(t, f.metrics(), "messaging.client.sent.messages"), attribute.String("messaging.operation.name", "schedule")))
+
+	var wakeComplete sdktrace.ReadOnlySpan
+	for _, c := range f.ended("complete orders") {
+		if attrs(c)["messaging.message.id"].AsString() == wakeID {
+			wakeComplete = c
+		}
+	}
+	require.NotNil(t, wakeComplete, "the wake-up's complete is traced")
+	assert.False(t, wakeComplete.Parent().IsValid(), "no process span around it")
+	want{attrs: map[attribute.Key]string{
+		"messaging.operation.type": "settle", "messaging.servicebus.disposition_status": "complete",
+		"sbretry.session_id": "s1", "messaging.destination.name": "orders",
+	}}.check(t, wakeComplete.Name(), attrs(wakeComplete))
+
+	require.NotEmpty(t, second.Links())
+	prev := second.Links()[0]
+	assert.True(t, sameSpan(first.SpanContext(), prev.SpanContext), "the resumed attempt links to the held one")
+	assert.Equal(t, retryotel.LinkPreviousAttempt, linkAttrs(prev)["sbretry.link"].AsString())
+	assert.Equal(t, int64(1), linkAttrs(prev)["sbretry.attempt"].AsInt64())
+}

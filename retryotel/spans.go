@@ -234,17 +234,38 @@ func (in *Instrumentation) deliveryFor(ctx context.Context, msg *azservicebus.Re
 // and it counts in messaging.client.sent.messages. All are CLIENT spans: 'send: PRODUCER if the
 // context of the "Send" span is used as creation context, otherwise CLIENT', and the process span's
 // context is the copy's creation context.
+//
+// A session consumer's durable hold reports, besides the defer of the held message, the schedule of its
+// wake-up (a "schedule" span of the held attempt, the wake-up's MessageID in RetryMessageID) and, once
+// the wake-up came back and was handled, its complete. A wake-up is no delivery (it never reaches the
+// handler, and no OnStart or OnProcessed reports it), so its complete is a span of its own, a child of
+// the context the hook passes, with no process span around it.
 func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	end := time.Now()
 	start := end.Add(-p.Duration)
-	d := in.deliveryFor(p.Context, p.Message, p.Envelope, p.EntityPath, start)
-	// Copy what the span needs under the lock and create the span outside it.
-	d.mu.Lock()
-	parent, dest, src, session := d.ctx, d.dest, d.source, d.session
-	copyID, copyAttempt, scheduledFor, injected := d.copyID, d.copyAttempt, d.scheduledFor, d.injected
-	d.mu.Unlock()
-	if copyID == "" {
-		copyID = p.RetryMessageID
+	var parent context.Context
+	var dest, src destination
+	var session, copyID string
+	var copyAttempt int
+	var scheduledFor time.Time
+	var injected trace.SpanContext
+	if _, wake := retry.IsWakeUp(p.Message); wake && deliveryFrom(p.Context) == nil {
+		parent, dest = orBackground(p.Context), parseEntity(p.EntityPath)
+		src, session = dest, sessionOf(p.Context, p.Message)
+	} else {
+		d := in.deliveryFor(p.Context, p.Message, p.Envelope, p.EntityPath, start)
+		// Copy what the span needs under the lock and create the span outside it.
+		d.mu.Lock()
+		parent, dest, src, session = d.ctx, d.dest, d.source, d.session
+		copyID, copyAttempt, scheduledFor, injected = d.copyID, d.copyAttempt, d.scheduledFor, d.injected
+		d.mu.Unlock()
+	}
+	// The message a schedule sent: the hook's RetryMessageID, which for a retry copy is the id
+	// OnRetryCopy saw, and for a wake-up the wake-up's (OnRetryCopy then saw the held message, whose
+	// deferral carries the trace context).
+	scheduled := p.RetryMessageID
+	if scheduled == "" {
+		scheduled = copyID
 	}
 
 	var op string
@@ -255,8 +276,8 @@ func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	case retry.SettleSchedule:
 		op, opType = opSchedule, semconv.MessagingOperationTypeSend
 		dest = in.copyDestination(dest, p.EntityPath)
-		if copyID != "" {
-			extra = append(extra, semconv.MessagingMessageID(copyID))
+		if scheduled != "" {
+			extra = append(extra, semconv.MessagingMessageID(scheduled))
 		}
 		if copyAttempt > 0 {
 			extra = append(extra, AttrAttempt.Int(copyAttempt-1))
@@ -264,10 +285,12 @@ func (in *Instrumentation) onSettle(p retry.SettleParams) {
 		if !scheduledFor.IsZero() {
 			extra = append(extra, AttrRetryScheduledFor.String(scheduledFor.UTC().Format(time.RFC3339Nano)))
 		}
-		if injected.IsValid() {
+		// The link is to the creation context written into the message scheduled, so only when
+		// OnRetryCopy wrote it into that message.
+		if injected.IsValid() && (copyID == "" || copyID == scheduled) {
 			var la []attribute.KeyValue
-			if copyID != "" {
-				la = append(la, semconv.MessagingMessageID(copyID))
+			if scheduled != "" {
+				la = append(la, semconv.MessagingMessageID(scheduled))
 			}
 			links = append(links, trace.Link{SpanContext: injected, Attributes: la})
 		}
