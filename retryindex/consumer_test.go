@@ -50,7 +50,7 @@ func TestConsumerFeedAnswersWhenDue(t *testing.T) {
 	t.Parallel()
 	h := sbtest.New(t)
 	s, _ := openTemp(t, nil)
-	r, err := NewRecorder(s, &RecorderOptions{Process: "consumer-1"})
+	r, err := NewRecorder(s, &RecorderOptions{Process: "consumer-1", RecordFirstAttempts: true})
 	require.NoError(t, err)
 	corr := "corr-1"
 	flaky := sbtest.Message("order-1")

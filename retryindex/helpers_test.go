@@ -1,6 +1,7 @@
 package retryindex
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -17,7 +18,15 @@ func TestMain(m *testing.M) {
 	if os.Getenv(crashChildEnv) != "" {
 		os.Exit(runCrashChild())
 	}
-	goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak())
+	code := m.Run()
+	removeBenchIndex()
+	if code == 0 {
+		if err := goleak.Find(sbtest.IgnoreSDKLeak()); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 // t0 is the fixed time the table tests start at.

@@ -26,6 +26,8 @@ const (
 	DefaultRetention = 14 * 24 * time.Hour
 	// DefaultPruneInterval is how often the writer prunes events older than the retention.
 	DefaultPruneInterval = time.Hour
+	// DefaultFlushInterval is how long the writer gathers records before it writes them.
+	DefaultFlushInterval = 100 * time.Millisecond
 )
 
 // RecorderOptions configures [NewRecorder]. A nil *RecorderOptions means every default.
@@ -44,6 +46,12 @@ type RecorderOptions struct {
 	// BatchSize is the most records one write transaction stores. Zero means [DefaultBatchSize];
 	// negative is invalid.
 	BatchSize int
+	// FlushInterval is how long the writer gathers records after the first of a batch before it
+	// writes them (sooner when BatchSize are queued, or on Close): one transaction per record would
+	// write every touched page of every index to the log for each (measured: a consumer that failed
+	// every message ran at half speed). It bounds how stale the consumer's feed is. Zero means
+	// [DefaultFlushInterval] (100 ms); negative is invalid.
+	FlushInterval time.Duration
 	// Retention is how long a finished event (succeeded, dead-lettered, discarded, gone) is kept after
 	// its last change; the writer prunes older ones every PruneInterval. Zero means
 	// [DefaultRetention] (14 days); negative is invalid.
@@ -51,6 +59,13 @@ type RecorderOptions struct {
 	// PruneInterval is how often the writer prunes. Zero means [DefaultPruneInterval]; negative
 	// disables pruning (prune with [Store.Prune] yourself).
 	PruneInterval time.Duration
+	// RecordFirstAttempts also records the deliveries that succeeded (or were left for redelivery
+	// without an error) at their first attempt. By default they are skipped: they are no retry state,
+	// they are nearly every delivery of a healthy consumer, and storing each costs the writer about as
+	// much CPU as the consumer spends on the message (see BENCHMARKS.md), while a retried event is
+	// recorded from its first failure on, its final success included. With it, "what happened to X?"
+	// is answered for every delivery, at that cost.
+	RecordFirstAttempts bool
 	// Now is the clock that stamps records. Nil means time.Now.
 	Now func() time.Time
 }
@@ -93,6 +108,8 @@ func NewRecorder(store Store, opts *RecorderOptions) (*Recorder, error) {
 		return nil, fmt.Errorf("%w: Buffer %d is negative", ErrInvalidOptions, o.Buffer)
 	case o.BatchSize < 0:
 		return nil, fmt.Errorf("%w: BatchSize %d is negative", ErrInvalidOptions, o.BatchSize)
+	case o.FlushInterval < 0:
+		return nil, fmt.Errorf("%w: FlushInterval %v is negative", ErrInvalidOptions, o.FlushInterval)
 	case o.Retention < 0:
 		return nil, fmt.Errorf("%w: Retention %v is negative", ErrInvalidOptions, o.Retention)
 	}
@@ -105,6 +122,9 @@ func NewRecorder(store Store, opts *RecorderOptions) (*Recorder, error) {
 	}
 	if o.BatchSize == 0 {
 		o.BatchSize = DefaultBatchSize
+	}
+	if o.FlushInterval == 0 {
+		o.FlushInterval = DefaultFlushInterval
 	}
 	if o.Retention == 0 {
 		o.Retention = DefaultRetention
@@ -126,7 +146,8 @@ func NewRecorder(store Store, opts *RecorderOptions) (*Recorder, error) {
 //	opts := &retry.Options{Hooks: rec.Hooks(inst.Hooks(retry.Hooks{}))}
 //
 // Only OnProcessed records (once per delivery, after it is settled: the outcome is then what the
-// broker holds); it never blocks. The other hooks of next are passed through unchanged.
+// broker holds), and by default not a first attempt's success ([RecorderOptions.RecordFirstAttempts]);
+// it never blocks. The other hooks of next are passed through unchanged.
 func (r *Recorder) Hooks(next retry.Hooks) retry.Hooks {
 	h := next
 	h.OnProcessed = func(p retry.ProcessedParams) {
@@ -163,6 +184,10 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 	msg, env, res := p.Message, p.Envelope, p.Result
 	if msg == nil || isProbe(msg) {
 		return Record{}, false
+	}
+	if !r.opts.RecordFirstAttempts && res.Attempt <= 1 && res.HandlerErr == nil &&
+		(res.Outcome == retry.OutcomeCompleted || res.Outcome == retry.OutcomeLeftForRedelivery) {
+		return Record{}, false // checked first: the healthy path costs the consumer nothing more
 	}
 	rec := Record{
 		Chain: env.ChainID(), OriginalID: env.OriginalMessageID, Key: env.Key, CorrelationID: env.CorrelationID,
@@ -224,20 +249,24 @@ func isProbe(m *azservicebus.ReceivedMessage) bool {
 func (r *Recorder) write(lastPrune time.Time) {
 	defer close(r.done)
 	batch := make([]Record, 0, r.opts.BatchSize)
+	gather := time.NewTimer(r.opts.FlushInterval)
+	gather.Stop()
 	for rec := range r.queue {
 		batch = append(batch[:0], rec)
+		gather.Reset(r.opts.FlushInterval)
 	fill:
 		for len(batch) < r.opts.BatchSize {
 			select {
 			case more, ok := <-r.queue:
 				if !ok {
-					break fill
+					break fill // closed: write what there is now
 				}
 				batch = append(batch, more)
-			default:
+			case <-gather.C:
 				break fill
 			}
 		}
+		gather.Stop()
 		r.flush(batch)
 		if now := r.opts.Now(); r.opts.PruneInterval > 0 && now.Sub(lastPrune) >= r.opts.PruneInterval {
 			lastPrune = now

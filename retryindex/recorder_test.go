@@ -108,7 +108,7 @@ func TestRecorderSkipsProbes(t *testing.T) {
 	s, _ := openTemp(t, nil)
 	r, err := NewRecorder(s, nil)
 	require.NoError(t, err)
-	p := processed("probe", 1, retry.Result{Outcome: retry.OutcomeCompleted})
+	p := processed("probe", 2, retry.Result{Outcome: retry.OutcomeCompleted})
 	p.Message.ApplicationProperties = map[string]any{retry.PropProbe: retry.ProbeValue}
 	r.Hooks(retry.Hooks{}).OnProcessed(p)
 	require.NoError(t, r.Close(context.Background()))
@@ -138,16 +138,16 @@ func TestRecorderDropsInsteadOfBlocking(t *testing.T) {
 	r, err := NewRecorder(g, &RecorderOptions{Buffer: 2, BatchSize: 1})
 	require.NoError(t, err)
 	hook := r.Hooks(retry.Hooks{}).OnProcessed
-	hook(processed("first", 1, retry.Result{Outcome: retry.OutcomeCompleted}))
+	hook(processed("first", 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	<-g.entered // the writer holds "first" and waits at the gate
 	for _, id := range []string{"q1", "q2", "d1", "d2", "d3"} {
-		hook(processed(id, 1, retry.Result{Outcome: retry.OutcomeCompleted}))
+		hook(processed(id, 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	}
 	assert.EqualValues(t, 3, r.Stats().Dropped)
 	close(g.gate)
 	require.NoError(t, r.Close(context.Background()))
 	assert.Equal(t, RecorderStats{Stored: 3, Dropped: 3}, r.Stats())
-	hook(processed("late", 1, retry.Result{Outcome: retry.OutcomeCompleted}))
+	hook(processed("late", 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	assert.EqualValues(t, 4, r.Stats().Dropped, "after Close a record is dropped, not sent on a closed channel")
 	require.NoError(t, r.Close(context.Background()), "idempotent")
 }
@@ -165,7 +165,7 @@ func TestRecorderCountsFailedWrites(t *testing.T) {
 	s, _ := openTemp(t, nil)
 	r, err := NewRecorder(failingStore{s}, nil)
 	require.NoError(t, err)
-	r.Hooks(retry.Hooks{}).OnProcessed(processed("a", 1, retry.Result{Outcome: retry.OutcomeCompleted}))
+	r.Hooks(retry.Hooks{}).OnProcessed(processed("a", 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	require.NoError(t, r.Close(context.Background()))
 	st := r.Stats()
 	assert.EqualValues(t, 1, st.Failed)
@@ -185,7 +185,7 @@ func TestRecorderPrunesOnSchedule(t *testing.T) {
 	mu.Lock()
 	now = t0.Add(2 * time.Minute)
 	mu.Unlock()
-	r.Hooks(retry.Hooks{}).OnProcessed(processed("fresh", 1, retry.Result{Outcome: retry.OutcomeCompleted}))
+	r.Hooks(retry.Hooks{}).OnProcessed(processed("fresh", 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	require.NoError(t, r.Close(context.Background()))
 	c, err := s.Counts(context.Background())
 	require.NoError(t, err)
@@ -197,11 +197,45 @@ func TestNewRecorderRefusesInvalidOptions(t *testing.T) {
 	t.Parallel()
 	s, _ := openTemp(t, nil)
 	for name, o := range map[string]*RecorderOptions{
-		"buffer": {Buffer: -1}, "batch": {BatchSize: -1}, "retention": {Retention: -time.Second},
+		"buffer": {Buffer: -1}, "batch": {BatchSize: -1}, "retention": {Retention: -time.Second}, "flush": {FlushInterval: -time.Second},
 	} {
 		_, err := NewRecorder(s, o)
 		assert.ErrorIs(t, err, ErrInvalidOptions, name)
 	}
 	_, err := NewRecorder(nil, nil)
 	assert.ErrorIs(t, err, ErrInvalidOptions)
+}
+
+// TestRecorderSkipsFirstAttemptSuccess: by default a delivery that succeeded at its first attempt is
+// not recorded (no retry state, and most of the writer's work); everything about a retried event is,
+// and RecordFirstAttempts records the rest too.
+func TestRecorderSkipsFirstAttemptSuccess(t *testing.T) {
+	t.Parallel()
+	boom := errors.New("boom")
+	cases := []struct {
+		name   string
+		all    bool
+		n      int
+		res    retry.Result
+		stored int64
+	}{
+		{"first-attempt success skipped", false, 1, retry.Result{Outcome: retry.OutcomeCompleted}, 0},
+		{"first-attempt shutdown without error skipped", false, 1, retry.Result{Outcome: retry.OutcomeLeftForRedelivery, SettleErr: retry.ErrLockLost}, 0},
+		{"first-attempt failure recorded", false, 1, retry.Result{Outcome: retry.OutcomeRetryScheduled, HandlerErr: boom}, 1},
+		{"first-attempt failure left for redelivery recorded", false, 1, retry.Result{Outcome: retry.OutcomeLeftForRedelivery, HandlerErr: boom}, 1},
+		{"first-attempt dead letter recorded", false, 1, retry.Result{Outcome: retry.OutcomeDeadLettered, HandlerErr: boom}, 1},
+		{"success of a retry recorded", false, 2, retry.Result{Outcome: retry.OutcomeCompleted}, 1},
+		{"first-attempt success with RecordFirstAttempts", true, 1, retry.Result{Outcome: retry.OutcomeCompleted}, 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			s, _ := openTemp(t, nil)
+			r, err := NewRecorder(s, &RecorderOptions{RecordFirstAttempts: tc.all})
+			require.NoError(t, err)
+			r.Hooks(retry.Hooks{}).OnProcessed(processed("a", tc.n, tc.res))
+			require.NoError(t, r.Close(context.Background()))
+			assert.Equal(t, tc.stored, r.Stats().Stored)
+		})
+	}
 }

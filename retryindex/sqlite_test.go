@@ -38,8 +38,8 @@ func TestApplyFoldsRecordsIntoState(t *testing.T) {
 			wantState: StateSucceeded, wantAttempt: 2, wantHistory: []Kind{KindScheduled, KindSucceeded}},
 		{name: "the copy fell due and is receivable", records: []Record{rec("a", 1, KindScheduled, 1, 0), tailerActive},
 			wantState: StateActive, wantAttempt: 2, wantHistory: []Kind{KindScheduled, KindActive}},
-		{name: "records out of order settle on the later stage", records: []Record{rec("a", 1, KindSucceeded, 3, 3*time.Hour), rec("a", 1, KindScheduled, 2, time.Hour)},
-			wantState: StateSucceeded, wantAttempt: 3, wantHistory: []Kind{KindSucceeded, KindScheduled}},
+		{name: "records out of order settle on the later stage, history in attempt order", records: []Record{rec("a", 1, KindSucceeded, 3, 3*time.Hour), rec("a", 1, KindScheduled, 2, time.Hour)},
+			wantState: StateSucceeded, wantAttempt: 3, wantHistory: []Kind{KindScheduled, KindSucceeded}},
 		{name: "held by the outage breaker keeps the attempt", records: []Record{rec("a", 1, KindHeld, 1, 0)},
 			wantState: StatePending, wantAttempt: 1, wantDue: t0.Add(time.Minute), wantHistory: []Kind{KindHeld}},
 		{name: "left for redelivery", records: []Record{rec("a", 1, KindLeftForRedelivery, 1, 0)},
@@ -203,6 +203,9 @@ func TestCountsAndPrune(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, ans.Events, want, id)
 	}
+	c, err = s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[State]int64{StateSucceeded: 1, StatePending: 1}, c.ByState, "counts follow the prune")
 	var orphans int
 	require.NoError(t, s.read.QueryRow(`SELECT count(*) FROM attempts WHERE event NOT IN (SELECT id FROM events)`).Scan(&orphans))
 	assert.Zero(t, orphans, "the history goes with its event")

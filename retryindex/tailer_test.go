@@ -107,6 +107,9 @@ func TestTailerRebuildMarksGoneCopies(t *testing.T) {
 		require.Len(t, ans.Events, 1, id)
 		assert.Equal(t, want, ans.Events[0].State, id)
 	}
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[State]int64{StatePending: 2, StateGone: 1}, c.ByState, "counts follow the marks")
 	ans, err := s.Lookup(ctx, "pending-2", nil)
 	require.NoError(t, err)
 	h2 := ans.Events[0].History
