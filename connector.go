@@ -116,11 +116,16 @@ type ConnectOptions struct {
 // through an administration client made by newAdmin, which addresses endpoint, or nil when opts does
 // not ask for it. Each warning starts with the path of the entity whose setting it is; an error names
 // the entity and the endpoint.
-func settingsCheck(opts *ConnectOptions, entity, retryQueue, endpoint string, newAdmin func(*admin.ClientOptions) (*admin.Client, error)) func(context.Context, time.Duration) ([]string, error) {
+func settingsCheck(opts *ConnectOptions, entity, retryQueue, endpoint string, emulator bool, newAdmin func(*admin.ClientOptions) (*admin.Client, error)) func(context.Context, time.Duration) ([]string, error) {
 	if opts == nil || !opts.CheckSettings {
 		return nil
 	}
 	return func(ctx context.Context, settleTimeout time.Duration) ([]string, error) {
+		if emulator && (opts.Admin == nil || opts.Admin.Transport == nil) {
+			// The SDK would address the administration API at the Endpoint, the emulator's AMQP port,
+			// and fail after its retries with a bare EOF: say at once where to point it instead.
+			return nil, errEmulatorAdmin
+		}
 		ac, err := newAdmin(opts.Admin)
 		if err == nil {
 			var ws []entitycheck.Warning
@@ -140,6 +145,13 @@ func settingsCheck(opts *ConnectOptions, entity, retryQueue, endpoint string, ne
 		return nil, redact.Wrap(fmt.Errorf("retry: reading the settings of %s through the administration API at %s: %w", entity, endpoint, err))
 	}
 }
+
+// errEmulatorAdmin is the settings check's error for a development emulator's connection string
+// without ConnectOptions.Admin.
+var errEmulatorAdmin = errors.New("retry: CheckSettings with a development emulator (UseDevelopmentEmulator=true) needs ConnectOptions.Admin " +
+	"to reach its administration API, which is not on the AMQP port of the Endpoint: for sbemu, " +
+	"Emulator.AdminClientOptions() in the same process or sbemu.AdminClientOptionsFromDir(dataDir) in another; " +
+	"for an emulator without one, leave CheckSettings off")
 
 // QueueConnectionString returns a Connector for queue using a connection string. A malformed
 // connection string or an empty queue name is an error here, not a reconnect loop later. Errors never
@@ -162,11 +174,14 @@ func QueueConnectionString(connectionString, queue string, opts *ConnectOptions)
 // unless ConnectOptions names other rights for it.
 type clients struct {
 	host, addr string
-	adminURL   string // the administration endpoint the admin client addresses, for messages
-	opts       *azservicebus.ClientOptions
-	newClient  func() (*azservicebus.Client, error)
-	newSender  func() (*azservicebus.Client, error) // nil: the receiving client sends too
-	newAdmin   func(*admin.ClientOptions) (*admin.Client, error)
+	// emulator is set for a connection string with UseDevelopmentEmulator=true, whose administration
+	// API is not where the Endpoint points.
+	emulator  bool
+	adminURL  string // the administration endpoint the admin client addresses, for messages
+	opts      *azservicebus.ClientOptions
+	newClient func() (*azservicebus.Client, error)
+	newSender func() (*azservicebus.Client, error) // nil: the receiving client sends too
+	newAdmin  func(*admin.ClientOptions) (*admin.Client, error)
 }
 
 // connectionStringClients validates the connection strings at once and returns their clients.
@@ -180,7 +195,7 @@ func connectionStringClients(connectionString string, opts *ConnectOptions) (*cl
 	if err := validateConnectionString(connectionString); err != nil {
 		return nil, err
 	}
-	cl.host, cl.addr = connectionStringEndpoint(connectionString)
+	cl.host, cl.addr, cl.emulator = connectionStringEndpoint(connectionString)
 	cl.newClient = func() (*azservicebus.Client, error) {
 		return azservicebus.NewClientFromConnectionString(connectionString, cl.opts)
 	}
@@ -229,6 +244,9 @@ func (cl *clients) open(ctx context.Context) (client, sendClient *azservicebus.C
 	if err := resolveHost(ctx, cl.host, cl.opts); err != nil {
 		return nil, nil, err
 	}
+	if err := reachEndpoint(ctx, cl.addr, cl.opts); err != nil {
+		return nil, nil, err
+	}
 	if client, err = cl.newClient(); err != nil {
 		return nil, nil, redact.Wrap(fmt.Errorf("retry: creating client: %w", err))
 	}
@@ -252,7 +270,7 @@ func (cl *clients) connector(opts *ConnectOptions, entity, retryQueue string, bu
 		}
 		conn, err := build(ctx, client, sendClient)
 		if conn != nil {
-			conn.Settings = settingsCheck(opts, entity, retryQueue, cl.adminURL, cl.newAdmin)
+			conn.Settings = settingsCheck(opts, entity, retryQueue, cl.adminURL, cl.emulator, cl.newAdmin)
 		}
 		return conn, err
 	}
@@ -457,8 +475,9 @@ func connectionStringNamespace(s string) string {
 
 // connectionStringEndpoint returns the host of a connection string's Endpoint and the address the SDK
 // connects to: the Endpoint's port if it has one, else 5672 for the development emulator (plain AMQP)
-// and 5671 (AMQP over TLS) otherwise. Both are empty if there is no Endpoint.
-func connectionStringEndpoint(s string) (host, addr string) {
+// and 5671 (AMQP over TLS) otherwise. Both are empty if there is no Endpoint. emulator reports
+// UseDevelopmentEmulator=true.
+func connectionStringEndpoint(s string) (host, addr string, emulator bool) {
 	port := "5671"
 	for _, part := range strings.Split(s, ";") {
 		k, v, ok := strings.Cut(part, "=")
@@ -475,13 +494,33 @@ func connectionStringEndpoint(s string) (host, addr string) {
 				}
 			}
 		case strings.EqualFold(k, "UseDevelopmentEmulator") && strings.EqualFold(v, "true"):
-			port = "5672"
+			port, emulator = "5672", true
 		}
 	}
 	if host != "" && addr == "" {
 		addr = net.JoinHostPort(host, port)
 	}
-	return host, addr
+	return host, addr, emulator
+}
+
+// reachEndpoint dials the endpoint's address before the SDK does: the SDK retries a refused or
+// unreachable connection until its context ends (connectTimeout) and then reports only the deadline,
+// so a stopped emulator or a closed port would be reported 10 s late, and as a timeout. A dial that
+// fails says why at once ("connection refused"), and the consumer logs it and shows it in
+// Health.LastError on its first try. With a custom dialer (ClientOptions.NewWebSocketConn) the SDK
+// does not connect to addr, which is not dialled.
+func reachEndpoint(ctx context.Context, addr string, opts *azservicebus.ClientOptions) error {
+	if addr == "" || (opts != nil && opts.NewWebSocketConn != nil) {
+		return nil
+	}
+	dctx, cancel := context.WithTimeout(ctx, explainDialTimeout)
+	defer cancel()
+	conn, err := (&net.Dialer{}).DialContext(dctx, "tcp", addr)
+	if err != nil {
+		return fmt.Errorf("retry: the endpoint %s does not accept connections: %w", addr, err)
+	}
+	_ = conn.Close()
+	return nil
 }
 
 // dnsTimeout bounds the name lookup that precedes each connect; it leaves most of connectTimeout to

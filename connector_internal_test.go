@@ -2,9 +2,12 @@ package retry
 
 import (
 	"context"
+	"errors"
 	"net"
 	"testing"
+	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -25,17 +28,57 @@ func TestExplainTimeoutsAddsTheDialError(t *testing.T) {
 }
 
 func TestConnectionStringEndpoint(t *testing.T) {
-	for name, tc := range map[string]struct{ in, host, addr, namespace string }{
-		"namespace":         {"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", "ns.servicebus.windows.net", "ns.servicebus.windows.net:5671", "ns.servicebus.windows.net"},
-		"emulator":          {"Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true", "localhost", "localhost:5672", "localhost"},
-		"emulator and port": {"Endpoint=sb://127.0.0.1:4000;UseDevelopmentEmulator=true", "127.0.0.1", "127.0.0.1:4000", "127.0.0.1:4000"},
-		"no endpoint":       {"SharedAccessKeyName=k", "", "", ""},
+	for name, tc := range map[string]struct {
+		in, host, addr, namespace string
+		emulator                  bool
+	}{
+		"namespace":         {"Endpoint=sb://ns.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", "ns.servicebus.windows.net", "ns.servicebus.windows.net:5671", "ns.servicebus.windows.net", false},
+		"emulator":          {"Endpoint=sb://localhost;SharedAccessKeyName=k;SharedAccessKey=x;UseDevelopmentEmulator=true", "localhost", "localhost:5672", "localhost", true},
+		"emulator and port": {"Endpoint=sb://127.0.0.1:4000;UseDevelopmentEmulator=true", "127.0.0.1", "127.0.0.1:4000", "127.0.0.1:4000", true},
+		"no endpoint":       {"SharedAccessKeyName=k", "", "", "", false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			host, addr := connectionStringEndpoint(tc.in)
+			host, addr, emulator := connectionStringEndpoint(tc.in)
 			assert.Equal(t, tc.host, host)
 			assert.Equal(t, tc.addr, addr)
+			assert.Equal(t, tc.emulator, emulator)
 			assert.Equal(t, tc.namespace, connectionStringNamespace(tc.in), "the administration client's host")
 		})
 	}
+}
+
+// A refused endpoint is reported by the dial before the SDK's, at once and with its cause, not after
+// the SDK's retries as a deadline.
+func TestReachEndpointRefused(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, reachEndpoint(t.Context(), addr, nil), "a listening endpoint passes")
+	require.NoError(t, l.Close())
+	err = reachEndpoint(t.Context(), addr, nil)
+	require.Error(t, err)
+	assert.NotErrorIs(t, err, context.DeadlineExceeded)
+	assert.ErrorContains(t, err, "the endpoint "+addr+" does not accept connections")
+	assert.ErrorContains(t, err, "connection refused")
+	assert.NoError(t, reachEndpoint(t.Context(), "", nil), "no address, no dial")
+}
+
+// CheckSettings with a development emulator's connection string and no ConnectOptions.Admin fails at
+// once, saying how to point it at the administration API, instead of asking the AMQP port over HTTPS.
+func TestSettingsCheckEmulatorWithoutAdmin(t *testing.T) {
+	called := false
+	newAdmin := func(*admin.ClientOptions) (*admin.Client, error) {
+		called = true
+		return nil, errors.New("not reached")
+	}
+	check := settingsCheck(&ConnectOptions{CheckSettings: true}, "orders", "", "https://127.0.0.1:5672/", true, newAdmin)
+	_, err := check(t.Context(), time.Second)
+	require.ErrorIs(t, err, errEmulatorAdmin)
+	assert.ErrorContains(t, err, "AdminClientOptions")
+	assert.False(t, called, "no request to the AMQP port")
+	// Not an emulator: the administration client is asked.
+	check = settingsCheck(&ConnectOptions{CheckSettings: true}, "orders", "", "https://ns/", false, newAdmin)
+	_, err = check(t.Context(), time.Second)
+	require.Error(t, err)
+	assert.True(t, called)
 }

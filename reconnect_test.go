@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -337,4 +338,42 @@ func TestConnectionCheckGatesRunning(t *testing.T) {
 		assert.Equal(t, retry.StateReconnecting, changes[1].To)
 		assert.ErrorIs(t, changes[1].Err, unreachable, "the state hook says why")
 	})
+}
+
+// An endpoint that refuses connections is reported on the first try, with its cause, in the state
+// hook, the log and Health.LastError: not after the SDK's retries, as a deadline.
+func TestUnreachableEndpointReportedAtOnce(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := l.Addr().String()
+	require.NoError(t, l.Close()) // nothing listens there now
+	connect, err := retry.QueueConnectionString("Endpoint=sb://"+addr+";SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0;UseDevelopmentEmulator=true", "orders", nil)
+	require.NoError(t, err)
+	changes := make(chan retry.StateChangeParams, 16)
+	var logs bytes.Buffer
+	c, err := retry.NewConsumer(connect, okHandler, &retry.Options{
+		Logger: slog.New(slog.NewTextHandler(&lockedWriter{w: &logs}, nil)),
+		Hooks:  retry.Hooks{OnStateChange: func(p retry.StateChangeParams) { changes <- p }},
+	})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- c.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+	}()
+	for p := range changes {
+		if p.To != retry.StateReconnecting {
+			continue
+		}
+		require.Error(t, p.Err)
+		assert.NotErrorIs(t, p.Err, context.DeadlineExceeded, "the cause, not the SDK's deadline")
+		assert.ErrorContains(t, p.Err, "does not accept connections")
+		assert.ErrorContains(t, p.Err, "connection refused")
+		break
+	}
+	assert.Contains(t, c.Health().LastError, "connection refused")
+	assert.Contains(t, logs.String(), "connect failed")
+	assert.NotContains(t, logs.String(), "c2VjcmV0", "the key never reaches the log")
 }
