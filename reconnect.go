@@ -253,7 +253,7 @@ func queueStartupError(err error) error {
 		return fatal
 	}
 	if isAMQPCondition(err, amqp.ErrCondNotAllowed) {
-		return fmt.Errorf("retry: the entity refused the receiver (amqp:not-allowed): a queue or subscription that requires sessions is consumed by NewSessionConsumer, a topic through its subscriptions: %w", err)
+		return fmt.Errorf("retry: the entity refused the receiver (amqp:not-allowed): a queue or subscription that requires sessions is consumed by NewSessionConsumer, a topic through its subscriptions (with ConnectOptions.CheckSettings the settings tell which, and a session entity's error wraps ErrSessionEntity): %w", err)
 	}
 	return nil
 }

@@ -143,6 +143,8 @@ func TestConsumerOnSessionQueueRefused(t *testing.T) {
 			assert.Equal(t, check, errors.Is(err, retry.ErrSessionEntity), "only the settings tell that the entity requires sessions: %v", err)
 			if check {
 				assert.Contains(t, err.Error(), "sessions: RequiresSession is set")
+			} else {
+				assert.Contains(t, err.Error(), "with ConnectOptions.CheckSettings the settings tell which", "the error says how to learn more")
 			}
 			assert.Zero(t, c.Health().Received)
 		})
