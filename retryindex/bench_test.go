@@ -24,7 +24,9 @@ import (
 // The benchmarks' index is filled directly (Apply), so that they run without the emulator: the
 // backlog of issue 33's goals, 1,000,000 pending retries and 100,000 dead letters, unless
 // RETRYINDEX_BENCH_PENDING and RETRYINDEX_BENCH_DEAD say otherwise. It is built once per process (a
-// minute or so) in a temporary directory removed when the tests end.
+// minute or two) in a temporary directory removed when the tests end; with RETRYINDEX_BENCH_FILE set,
+// in that file instead, which is kept, and reused when it exists (to time sbretry status --index on
+// it, say).
 var bench struct {
 	once        sync.Once
 	dir, path   string
@@ -80,11 +82,17 @@ func benchIndex(b *testing.B) string {
 	bench.once.Do(func() {
 		bench.pending = benchEnv("RETRYINDEX_BENCH_PENDING", 1_000_000)
 		bench.dead = benchEnv("RETRYINDEX_BENCH_DEAD", 100_000)
-		bench.dir, bench.err = os.MkdirTemp("", "retryindex-bench-")
-		if bench.err != nil {
-			return
+		if bench.path = os.Getenv("RETRYINDEX_BENCH_FILE"); bench.path != "" {
+			if _, err := os.Stat(bench.path); err == nil {
+				return // filled by an earlier run
+			}
+		} else {
+			bench.dir, bench.err = os.MkdirTemp("", "retryindex-bench-")
+			if bench.err != nil {
+				return
+			}
+			bench.path = filepath.Join(bench.dir, "index.db")
 		}
-		bench.path = filepath.Join(bench.dir, "index.db")
 		var s *SQLite
 		s, bench.err = OpenSQLite(bench.path, nil)
 		if bench.err != nil {
@@ -260,7 +268,9 @@ func BenchmarkIndexSize(b *testing.B) {
 	events := bench.pending + bench.dead
 	b.ReportMetric(float64(fi.Size())/float64(events), "bytes/event")
 	b.ReportMetric(float64(fi.Size())/1e6, "MB")
-	b.ReportMetric(float64(bench.pending+3*bench.dead)/bench.fillSeconds, "records/s")
+	if bench.fillSeconds > 0 {
+		b.ReportMetric(float64(bench.pending+3*bench.dead)/bench.fillSeconds, "records/s")
+	}
 }
 
 // BenchmarkRecorderHook is what the hook costs the consumer's goroutine per delivery:
@@ -451,4 +461,48 @@ func drain(b *testing.B, h *sbtest.Harness, handler retry.Handler, opts retry.Op
 	mu.Lock()
 	defer mu.Unlock()
 	return last.Sub(first)
+}
+
+// BenchmarkTailerRebuild times a rebuild from the broker (Tailer.Rebuild into an empty index) of a
+// queue holding RETRYINDEX_BENCH_REBUILD pending retry copies (20,000 by default) made by a real
+// consumer on the in-process emulator, and reports copies read per second: the rebuild is a peek of
+// the whole backlog, linear in it.
+//
+//	go test -run='^$' -bench=BenchmarkTailerRebuild -benchtime=3x ./retryindex
+func BenchmarkTailerRebuild(b *testing.B) {
+	n := benchEnv("RETRYINDEX_BENCH_REBUILD", 20_000)
+	h := sbtest.New(b)
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("pending-%d", i)
+	}
+	h.Seed(b, ids...)
+	ctx := context.Background()
+	var total time.Duration
+	for b.Loop() {
+		b.StopTimer()
+		s, err := OpenSQLite(filepath.Join(b.TempDir(), "index.db"), nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		tl, err := NewTailer(h.Client, s, sbtest.Queue, nil)
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start := time.Now()
+		res, err := tl.Rebuild(ctx)
+		total += time.Since(start)
+		b.StopTimer()
+		if err != nil || res.Recorded != n {
+			b.Fatalf("%+v: %v", res, err)
+		}
+		c, err := s.Counts(ctx)
+		if err != nil || c.ByState[StatePending] != int64(n) {
+			b.Fatalf("%+v: %v", c, err)
+		}
+		_ = s.Close()
+		b.StartTimer()
+	}
+	b.ReportMetric(float64(n)*float64(b.N)/total.Seconds(), "copies/s")
 }

@@ -10,9 +10,11 @@
 //
 //   - the consumer: [Recorder.Hooks] returns a [retry.Hooks] value that records every delivery's outcome
 //     (a retry scheduled with its due time, a success, a dead letter with its reason, a failure left for
-//     redelivery), composed with the user's own hooks the way retryotel's are. The hook never blocks the
-//     consumer: records queue in memory and one writer stores them in batches; a full queue drops the
-//     record and counts it, and the tailer repairs what was dropped.
+//     redelivery), composed with the user's own hooks the way retryotel's are. A first attempt's
+//     success is no retry state and is skipped unless [RecorderOptions.RecordFirstAttempts]. The hook
+//     never blocks the consumer: records queue in memory and one writer stores them in batches every
+//     [RecorderOptions.FlushInterval] (100 ms); a full queue drops the record and counts it
+//     ([Recorder.Stats]), and the tailer repairs what was dropped.
 //   - the broker: a [Tailer] peeks the retry entity and its dead-letter queue from the last sequence
 //     number it saw, so that copies scheduled by any process (and dead letters) are indexed too, and
 //     [Tailer.Rebuild] reads everything again and marks the events whose copy is no longer there. A lost
@@ -26,9 +28,10 @@
 // [OpenSQLite] opens an embedded, pure-Go SQLite database (modernc.org/sqlite) in WAL mode: one file
 // beside the process that keeps it, no server. It survives a kill -9 of that process (a committed batch
 // is in the write-ahead log before the commit returns). Message bodies are never stored; error texts are
-// redacted (the library's secret redaction) and bounded ([SQLiteOptions.MaxErrorLength]). History is
-// kept for [SQLiteOptions.Retention] (14 days by default) after an event's last change: [Store.Prune]
-// deletes older finished events.
+// redacted (the library's secret redaction) and bounded ([SQLiteOptions.MaxErrorLength]). A finished
+// event and its history are kept for [RecorderOptions.Retention] (14 days by default) after its last
+// change: the recorder's writer calls [Store.Prune] every [RecorderOptions.PruneInterval]. BENCHMARKS.md
+// states the bytes per event.
 //
 // # Answers
 //

@@ -74,7 +74,8 @@ type Record struct {
 	// OriginalID, Key and CorrelationID are the names the event is looked up by (the envelope's
 	// OriginalMessageID, Key and CorrelationID); Source is the entity the chain started on.
 	OriginalID, Key, CorrelationID, Source string
-	Kind                                   Kind
+	// Kind is what was observed.
+	Kind Kind
 	// Attempt is the attempt the record is about: the one that ran (failed, succeeded, was
 	// dead-lettered), or for KindActive the one the receivable copy runs as.
 	Attempt int
@@ -126,14 +127,15 @@ func ChainOfMessageID(id string) (chain string, ok bool) {
 	if _, err := strconv.Atoi(rest[41:]); err != nil {
 		return "", false
 	}
-	if !isChain(rest[:40]) {
+	if !IsChainID(rest[:40]) {
 		return "", false
 	}
 	return rest[:40], true
 }
 
-// isChain reports 40 lower-case hex digits, a chain id as [retry.Envelope.ChainID] writes it.
-func isChain(s string) bool {
+// IsChainID reports 40 lower-case hex digits, a chain id as [retry.Envelope.ChainID] writes it: what
+// [Store.Lookup] takes as the event itself.
+func IsChainID(s string) bool {
 	if len(s) != 40 || strings.ToLower(s) != s {
 		return false
 	}

@@ -12,12 +12,9 @@ import (
 	"strings"
 	"sync"
 	"time"
-	"unicode/utf8"
 
 	// The pure-Go SQLite driver, registered as "sqlite": no cgo, no server.
 	_ "modernc.org/sqlite"
-
-	"github.com/sbretry/retry/internal/redact"
 )
 
 // Defaults of [SQLiteOptions].
@@ -350,42 +347,13 @@ func fromMS(v sql.NullInt64) time.Time {
 
 func nullString(s string) sql.NullString { return sql.NullString{String: s, Valid: s != ""} }
 
-// boundError redacts secrets from an error text and bounds it to limit bytes at a character boundary.
-func boundError(s string, limit int) string {
-	s = redact.String(s)
-	if len(s) <= limit {
-		return s
-	}
-	const mark = "…"
-	cut := max(limit-len(mark), 0)
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	if cut == 0 {
-		return ""
-	}
-	return s[:cut] + mark
-}
-
-func validate(r *Record) error {
-	switch {
-	case !isChain(r.Chain):
-		return fmt.Errorf("%w: chain %q is not 40 lower-case hex digits", ErrInvalidRecord, r.Chain)
-	case stateOf(r.Kind) == 0 || r.Kind == KindGone:
-		return fmt.Errorf("%w: kind %v", ErrInvalidRecord, r.Kind)
-	case r.At.IsZero():
-		return fmt.Errorf("%w: no time", ErrInvalidRecord)
-	}
-	return nil
-}
-
 // Apply folds records into their events, in one transaction. A record applies to the event's state
 // when it is about a later stage (see [Record]) than the state it has, or the same stage and not older;
 // it is added to the history in any case, except that a tailer's record repeats nothing the history
 // already has for its attempt and kind.
 func (s *SQLite) Apply(ctx context.Context, records []Record) error {
 	for i := range records {
-		if err := validate(&records[i]); err != nil {
+		if err := records[i].Validate(); err != nil {
 			return err
 		}
 	}
@@ -523,7 +491,7 @@ func (s *SQLite) apply(ctx context.Context, tx *sql.Tx, st *txStmts, deltas coun
 		return err
 	}
 	_, err = st.insertAttempt.ExecContext(ctx,
-		id, r.Attempt, int(r.Kind), at, nullString(boundError(r.Error, s.opts.MaxErrorLength)), nullString(r.Reason),
+		id, r.Attempt, int(r.Kind), at, nullString(RedactError(r.Error, s.opts.MaxErrorLength)), nullString(r.Reason),
 		ms(r.NextDue), sql.NullInt64{Int64: process, Valid: process != 0}, feed)
 	if err != nil {
 		return fmt.Errorf("retryindex: adding to the history: %w", err)
@@ -606,7 +574,7 @@ func (s *SQLite) Lookup(ctx context.Context, id string, opts *LookupOptions) (*A
 		var rows *sql.Rows
 		var err error
 		chain, isCopy := ChainOfMessageID(id)
-		if !isCopy && isChain(id) {
+		if !isCopy && IsChainID(id) {
 			chain, isCopy = id, true
 		}
 		if isCopy {
@@ -777,7 +745,13 @@ func (s *SQLite) Pending(ctx context.Context, opts *PendingOptions) (*PendingPag
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
 			return fmt.Errorf("retryindex: listing pending: %w", err)
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT count(*) FROM events INDEXED BY events_pending WHERE state = 1`+strings.ReplaceAll(filter, "e.", ""), args[2:]...).Scan(&page.Total); err != nil {
+		// The total over every entity is the counts table's (exact, kept with each write); for one
+		// entity it is a count over the pending index.
+		count := `SELECT coalesce((SELECT n FROM counts WHERE state = 1), 0)`
+		if filter != "" {
+			count = `SELECT count(*) FROM events INDEXED BY events_pending WHERE state = 1` + strings.ReplaceAll(filter, "e.", "")
+		}
+		if err := tx.QueryRowContext(ctx, count, args[2:]...).Scan(&page.Total); err != nil {
 			return fmt.Errorf("retryindex: counting pending: %w", err)
 		}
 		page.Feeds, err = s.feeds(ctx, tx)
@@ -869,7 +843,7 @@ func (s *SQLite) Cursor(ctx context.Context, entity string) (int64, error) {
 // SetCursor implements [Store.SetCursor].
 func (s *SQLite) SetCursor(ctx context.Context, entity string, next int64, records []Record) error {
 	for i := range records {
-		if err := validate(&records[i]); err != nil {
+		if err := records[i].Validate(); err != nil {
 			return err
 		}
 	}

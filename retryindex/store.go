@@ -115,7 +115,8 @@ type Event struct {
 	// Chain is the event's id ([retry.Envelope.ChainID]); OriginalID, Key and CorrelationID are its
 	// names; Source is the entity the chain started on.
 	Chain, OriginalID, Key, CorrelationID, Source string
-	State                                         State
+	// State is where the event stands, as the latest record says.
+	State State
 	// Attempt is the attempt the state is about: for StatePending the attempt the copy will run as,
 	// otherwise the last attempt that ran or runs.
 	Attempt int
@@ -145,6 +146,7 @@ func (e Event) RetryMessageID() string {
 
 // Attempt is one entry of an event's history.
 type Attempt struct {
+	// Attempt is the attempt the entry is about, Kind what happened, At when.
 	Attempt int
 	Kind    Kind
 	At      time.Time
@@ -167,6 +169,7 @@ type FeedStatus struct {
 
 // Freshness says how fresh an answer is: as of when it was read, and when each feed last wrote.
 type Freshness struct {
+	// AsOf is when the answer was read (the store's clock); Feeds when each feed last wrote.
 	AsOf  time.Time
 	Feeds []FeedStatus
 }
@@ -174,7 +177,8 @@ type Freshness struct {
 // Answer is what [Store.Lookup] found.
 type Answer struct {
 	// ID is what was asked for.
-	ID     string
+	ID string
+	// Events are the events ID names, the most recently changed first.
 	Events []Event
 	// Truncated says more events matched than [LookupOptions.MaxEvents].
 	Truncated bool
@@ -208,6 +212,7 @@ const DefaultPageLimit = 100
 
 // PendingPage is one page of pending retries in due order.
 type PendingPage struct {
+	// Items are the page's pending events, earliest due first (without history).
 	Items []Event
 	// Next continues the listing; empty on the last page.
 	Next string
@@ -218,6 +223,7 @@ type PendingPage struct {
 
 // Counts counts events by state, exactly, as of AsOf.
 type Counts struct {
+	// ByState counts the events in each state; a state without events is absent.
 	ByState map[State]int64
 	Freshness
 }
