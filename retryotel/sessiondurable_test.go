@@ -2,6 +2,7 @@ package retryotel_test
 
 import (
 	"context"
+	"strings"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -219,4 +220,40 @@ func TestDurableHoldWakeUpHooks(t *testing.T) {
 	assert.True(t, sameSpan(first.SpanContext(), prev.SpanContext), "the resumed attempt links to the held one")
 	assert.Equal(t, retryotel.LinkPreviousAttempt, linkAttrs(prev)["sbretry.link"].AsString())
 	assert.Equal(t, int64(1), linkAttrs(prev)["sbretry.attempt"].AsInt64())
+}
+
+// A durable hold end to end, once the session consumer reports its wake-ups to the hooks (issue 29,
+// item 12: OnRetryCopy for the message it defers, OnSettle for the wake-up's schedule and complete):
+// the wake-up's schedule is a child of the held attempt and counts in messaging.client.sent.messages,
+// its complete is a span of its own, and the resumed attempt links to the held one. It skips while the
+// consumer reports no wake-up schedule at all; TestDurableHoldWakeUpHooks checks the same through the
+// hook calls themselves.
+func TestDurableHoldWakeUpTraced(t *testing.T) {
+	var run durableRun
+	synctest.Test(t, func(t *testing.T) { run = runDurableHold(t) })
+	// Skipped outside the bubble: a skip inside synctest.Test reports the test as passed.
+	schedules := run.spans["schedule orders"]
+	if len(schedules) == 0 {
+		t.Skip("the session consumer does not report a durable hold's wake-up to OnSettle yet (issue 29, item 12)")
+	}
+	processes := run.spans["process orders"]
+	require.Len(t, processes, 2, "the held attempt and the resumed one, none for the wake-up")
+	held, resumed := processes[0], processes[1]
+	require.Len(t, schedules, 1)
+	assert.Equal(t, held.SpanContext().SpanID(), schedules[0].Parent().SpanID(), "the wake-up is scheduled by the held attempt")
+	assert.Contains(t, attrs(schedules[0])["messaging.message.id"].AsString(), "sbretry-wake-")
+	assert.Equal(t, int64(1), intValue(t, find(t, run.rm, "messaging.client.sent.messages"), attribute.String("messaging.operation.name", "schedule")))
+
+	var wakeCompletes []sdktrace.ReadOnlySpan
+	for _, c := range run.spans["complete orders"] {
+		if strings.HasPrefix(attrs(c)["messaging.message.id"].AsString(), "sbretry-wake-") {
+			wakeCompletes = append(wakeCompletes, c)
+		}
+	}
+	require.Len(t, wakeCompletes, 1, "the wake-up's complete is traced")
+	assert.False(t, wakeCompletes[0].Parent().IsValid(), "a span of its own")
+
+	require.NotEmpty(t, resumed.Links(), "the deferral carried the held attempt's context")
+	assert.True(t, sameSpan(held.SpanContext(), resumed.Links()[0].SpanContext), "the resumed attempt links to the held one")
+	assert.Equal(t, retryotel.LinkPreviousAttempt, linkAttrs(resumed.Links()[0])["sbretry.link"].AsString())
 }
