@@ -58,10 +58,10 @@
 // message is received back by its sequence number, a "receive_deferred <entity>" span through
 // [Instrumentation.SessionConnector], and the attempt it resumes has a process span of its own, which
 // links to the held attempt's (as a retry copy's does) when the deferral carried that attempt's trace
-// context, written by OnRetryCopy. The hold's wake-up is a control message, never a delivery: its
-// schedule, reported by OnSettle for the held delivery, is a "schedule <entity>" child of the held
-// attempt that counts in messaging.client.sent.messages, and its complete, reported by OnSettle with
-// the wake-up as its message, is a "complete <entity>" span of its own, with no process span.
+// context, written by OnRetryCopy. The hold's wake-up is a control message, never a delivery: when
+// the consumer reports it to OnSettle, its schedule (for the held delivery) is a "schedule <entity>"
+// child of the held attempt that counts in messaging.client.sent.messages, and its complete (with the
+// wake-up as the message) a "complete <entity>" span of its own, with no process span.
 //
 // # Where a chain belongs
 //
