@@ -170,6 +170,18 @@ type Options struct {
 	// with DataDir.
 	TruncateDamagedJournal bool
 
+	// ShareBodies makes the messages handed out (deliveries, peeks,
+	// receives by sequence number) share their body sections (Data's
+	// byte slices, Value, Sequence), their footer and the values of their
+	// application properties with the stored message instead of copying
+	// them; the header, the properties section and every map are still
+	// the caller's own. A caller that sets it must not change what it
+	// shares: the AMQP server, which encodes each delivery at once, sets
+	// it, saving the copy of the body on every delivery and peek. False
+	// (the default) hands out full copies, which callers may change
+	// freely.
+	ShareBodies bool
+
 	// Logger receives what persistence has to say: a torn tail cut off at
 	// open (Info), a truncation (Warn), the failure that stopped the
 	// journal (Error). Nil discards it. Only used with DataDir.

@@ -98,3 +98,37 @@ func TestMessagesWithoutIDGetOne(t *testing.T) {
 	mustSend(t, q, newMsg("mine", "x"))
 	assert.Equal(t, "mine", mustReceive(t, q, ReceiveAndDelete).Message.Properties.MessageID)
 }
+
+// TestShareBodiesDeliveries: with ShareBodies a delivery's body is the
+// stored one (no copy), while everything the broker or the AMQP server
+// writes into (header, properties, annotation and property maps) is the
+// delivery's own: changing one delivery there changes neither the stored
+// message nor the next delivery.
+func TestShareBodiesDeliveries(t *testing.T) {
+	b, err := New(Options{ShareBodies: true}, QueueConfig{Name: "q"})
+	require.NoError(t, err)
+	t.Cleanup(b.Close)
+	q, _ := b.Queue("q")
+	m := withAppProps(newMsg("id", "body"), map[string]any{"k": "v"})
+	m.Header = &amqp.MessageHeader{Priority: 4}
+	mustSend(t, q, m)
+
+	first := q.Peek(1, 1)[0].Message
+	d := mustReceive(t, q, PeekLock)
+	assert.Same(t, &first.Data[0][0], &d.Message.Data[0][0], "the body is shared, not copied")
+	d.Message.ApplicationProperties["k"] = "changed"
+	d.Message.Annotations[AnnotationSequenceNumber] = int64(99)
+	d.Message.Header.Priority = 9
+	d.Message.Properties.MessageID = "other"
+	d.Message.DeliveryAnnotations = amqp.Annotations{"x": 1}
+	d.Message.Data[0] = []byte("replaced")
+	require.NoError(t, q.Abandon(d.LockToken, nil))
+
+	again := mustReceive(t, q, PeekLock)
+	assert.Equal(t, "body", body(again))
+	assert.Equal(t, "v", again.Message.ApplicationProperties["k"])
+	assert.Equal(t, int64(1), again.Message.Annotations[AnnotationSequenceNumber])
+	assert.Equal(t, uint8(4), again.Message.Header.Priority)
+	assert.Equal(t, "id", again.Message.Properties.MessageID)
+	assert.Nil(t, again.Message.DeliveryAnnotations)
+}

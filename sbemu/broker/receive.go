@@ -237,7 +237,12 @@ func (q *Queue) removeAvailable(e *entry) {
 // deliveryMessage builds the copy handed out for e, with the header delivery
 // count and the system annotations the SDK reads.
 func (q *Queue) deliveryMessage(e *entry) *amqp.Message {
-	m := CopyMessage(e.msg)
+	var m *amqp.Message
+	if q.b.shareBodies {
+		m = shareBody(e.msg)
+	} else {
+		m = CopyMessage(e.msg)
+	}
 	if m.Header == nil {
 		m.Header = &amqp.MessageHeader{}
 	}

@@ -82,34 +82,53 @@ func fillScale(tb testing.TB, q *Queue, n, perSession int) {
 }
 
 // BenchmarkScalePeek peeks the 50 messages after a random sequence number
-// of a queue of 10k, 100k and 1M messages of 1 KiB. The goal of issue 31:
+// of a queue of 10k, 100k and 1M messages of 1 KiB, on a broker set up as
+// the emulator sets it up ([Options.ShareBodies]). The goal of issue 31:
 // the same time at 1M as at 10k, within 2×.
 func BenchmarkScalePeek(b *testing.B) {
 	for _, n := range scaleSizes(10_000, 100_000, 1_000_000) {
 		b.Run("messages="+sizeName(n), func(b *testing.B) {
-			q, _ := newTestQueue(b, QueueConfig{})
-			fillScale(b, q, n, 0)
-			rng := rand.New(rand.NewPCG(1, 2))
-			b.ReportAllocs()
-			b.ResetTimer()
-			for range b.N {
-				from := 1 + rng.Int64N(int64(n-50))
-				if got := q.Peek(from, 50); len(got) != 50 {
-					b.Fatalf("peek from %d: %d messages", from, len(got))
-				}
-			}
+			benchmarkPeek(b, n, Options{ShareBodies: true})
 		})
+	}
+}
+
+// BenchmarkScalePeekCopied is BenchmarkScalePeek at 100k on a broker that
+// hands out full copies (the default, and what the emulator did before
+// ShareBodies): the difference is what sharing the body saves.
+func BenchmarkScalePeekCopied(b *testing.B) {
+	benchmarkPeek(b, 100_000, Options{})
+}
+
+func benchmarkPeek(b *testing.B, n int, opts Options) {
+	br, err := New(opts, QueueConfig{Name: "q"})
+	require.NoError(b, err)
+	b.Cleanup(br.Close)
+	q, _ := br.Queue("q")
+	fillScale(b, q, n, 0)
+	rng := rand.New(rand.NewPCG(1, 2))
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		from := 1 + rng.Int64N(int64(n-50))
+		if got := q.Peek(from, 50); len(got) != 50 {
+			b.Fatalf("peek from %d: %d messages", from, len(got))
+		}
 	}
 }
 
 // BenchmarkScalePeekSession peeks the first 50 messages of a random
 // session of a session-aware queue holding 10k, 100k and 1M messages in
-// sessions of 100 messages, as `sbretry sessions list` peeks each session.
+// sessions of 100 messages, as `sbretry sessions list` peeks each session
+// (bodies shared, as the emulator sets the broker up).
 func BenchmarkScalePeekSession(b *testing.B) {
 	const perSession = 100
 	for _, n := range scaleSizes(10_000, 100_000, 1_000_000) {
 		b.Run("messages="+sizeName(n), func(b *testing.B) {
-			q, _ := newTestQueue(b, QueueConfig{RequiresSession: true})
+			br, err := New(Options{ShareBodies: true}, QueueConfig{Name: "q", RequiresSession: true})
+			require.NoError(b, err)
+			b.Cleanup(br.Close)
+			q, _ := br.Queue("q")
 			fillScale(b, q, n, perSession)
 			rng := rand.New(rand.NewPCG(1, 2))
 			b.ReportAllocs()
@@ -262,4 +281,32 @@ func heapInuse() uint64 {
 	var ms runtime.MemStats
 	runtime.ReadMemStats(&ms)
 	return ms.HeapInuse
+}
+
+// BenchmarkScaleDeliveryCopy builds the message handed out for one stored
+// 1 KiB message, as every delivery and every peeked message does: a full
+// copy (the default) against a copy sharing the body ([Options.ShareBodies],
+// as the emulator sets the broker up).
+func BenchmarkScaleDeliveryCopy(b *testing.B) {
+	for _, share := range []bool{false, true} {
+		name := "copied"
+		if share {
+			name = "shared"
+		}
+		b.Run(name, func(b *testing.B) {
+			br, err := New(Options{ShareBodies: share}, QueueConfig{Name: "q"})
+			require.NoError(b, err)
+			b.Cleanup(br.Close)
+			q, _ := br.Queue("q")
+			fillScale(b, q, 1, 0)
+			e := q.entries[1]
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				if m := q.deliveryMessage(e); len(m.Data) != 1 {
+					b.Fatal("no body")
+				}
+			}
+		})
+	}
 }
