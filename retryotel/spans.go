@@ -235,11 +235,12 @@ func (in *Instrumentation) deliveryFor(ctx context.Context, msg *azservicebus.Re
 // context of the "Send" span is used as creation context, otherwise CLIENT', and the process span's
 // context is the copy's creation context.
 //
-// A session consumer's durable hold reports, besides the defer of the held message, the schedule of its
-// wake-up (a "schedule" span of the held attempt, the wake-up's MessageID in RetryMessageID) and, once
-// the wake-up came back and was handled, its complete. A wake-up is no delivery (it never reaches the
-// handler, and no OnStart or OnProcessed reports it), so its complete is a span of its own, a child of
-// the context the hook passes, with no process span around it.
+// A session consumer that reports a durable hold's wake-up (issue 29, item 12) gives, besides the defer
+// of the held message, the wake-up's schedule (a "schedule" span of the held attempt, the wake-up's
+// MessageID in RetryMessageID) and, once the wake-up came back and was handled, its complete. A wake-up
+// is no delivery (it never reaches the handler, and no OnStart or OnProcessed reports it), so its
+// complete is a span of its own, a child of the context the hook passes, with no process span around
+// it.
 func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	end := time.Now()
 	start := end.Add(-p.Duration)
