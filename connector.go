@@ -124,7 +124,7 @@ func settingsCheck(opts *ConnectOptions, entity, retryQueue, endpoint string, em
 		if emulator && (opts.Admin == nil || opts.Admin.Transport == nil) {
 			// The SDK would address the administration API at the Endpoint, the emulator's AMQP port,
 			// and fail after its retries with a bare EOF: say at once where to point it instead.
-			return nil, errEmulatorAdmin
+			return nil, fmt.Errorf("retry: reading the settings of %s through the administration API at %s: %w", entity, endpoint, errEmulatorAdmin)
 		}
 		ac, err := newAdmin(opts.Admin)
 		if err == nil {

@@ -47,6 +47,12 @@ const (
 	// carries the same attempt as the delivery it holds, since the outage spent none; a retry copy
 	// never carries it.
 	PropHeld = "sbretry-held"
+	// PropRedrives is how many times an operator resubmitted the message from a dead-letter queue
+	// ([ResubmitMessage]; an int64). Retry copies carry it on, so every attempt of a redriven chain
+	// sees it.
+	PropRedrives = "sbretry-redrives"
+	// PropRedrivenAt is when the latest resubmission was made (an AMQP timestamp).
+	PropRedrivenAt = "sbretry-redriven-at"
 )
 
 // Properties written on a dead-lettered message, so that an operator can see what happened without
@@ -95,6 +101,12 @@ type Envelope struct {
 	FirstSequenceNumber int64
 	// ExpiresAt is the absolute expiry of the message as its producer set it (zero means never).
 	ExpiresAt time.Time
+	// Redrives is how many times an operator resubmitted the message from a dead-letter queue
+	// ([ResubmitMessage], `sbretry dlq redrive`), and RedrivenAt when the latest was made; zero for a
+	// message never redriven. A redriven message keeps its OriginalMessageID, Key and CorrelationID,
+	// and starts again at attempt 1.
+	Redrives   int
+	RedrivenAt time.Time
 }
 
 // retryIDPrefix starts every retry MessageID; with the hash that follows it, a producer's own id
@@ -168,6 +180,8 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 	}
 	var err error
 	setString(props, PropCorrelationID, maxEnvelopeString, &env.CorrelationID, &err)
+	// A message resubmitted by an older version records the producer's id only in PropResubmittedFrom.
+	setString(props, PropResubmittedFrom, maxEnvelopeString, &env.OriginalMessageID, &err)
 	setString(props, PropOriginalMessageID, maxEnvelopeString, &env.OriginalMessageID, &err)
 	setString(props, PropKey, maxEnvelopeString, &env.Key, &err)
 	setString(props, PropLastError, maxLastErrorProperty, &env.LastError, &err)
@@ -200,6 +214,20 @@ func DecodeEnvelope(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 			return Envelope{}, &EnvelopeError{Property: PropExpiresAt, Reason: fmt.Sprintf("want a timestamp, got %T", v)}
 		}
 		env.ExpiresAt = t
+	}
+	if v, ok := props[PropRedrives]; ok {
+		n, isLong := v.(int64)
+		if !isLong || n < 0 || n > math.MaxInt32 {
+			return Envelope{}, &EnvelopeError{Property: PropRedrives, Reason: fmt.Sprintf("want an int64 in [0, %d], got %T %v", math.MaxInt32, v, v)}
+		}
+		env.Redrives = int(n)
+	}
+	if v, ok := props[PropRedrivenAt]; ok {
+		t, isTime := v.(time.Time)
+		if !isTime {
+			return Envelope{}, &EnvelopeError{Property: PropRedrivenAt, Reason: fmt.Sprintf("want a timestamp, got %T", v)}
+		}
+		env.RedrivenAt = t
 	}
 	return env, nil
 }

@@ -77,9 +77,11 @@ func TestSettingsCheckThatCannotRunIsReported(t *testing.T) {
 		return ws, logs.String()
 	}
 
-	// No admin options: the SDK's admin client addresses the AMQP endpoint over HTTPS, which cannot answer.
+	// No transport to the admin API: the SDK's admin client would address the AMQP endpoint over HTTPS,
+	// which cannot answer; the check says at once how to point it at the admin API instead.
 	unreachable := &admin.ClientOptions{ClientOptions: azcore.ClientOptions{Retry: policy.RetryOptions{MaxRetries: -1}}}
 	ws, logs := run(unreachable)
+	assert.Contains(t, logs, "AdminClientOptions", "says where to point it, without asking the AMQP port")
 	endpoint := "https://" + strings.TrimPrefix(strings.Split(em.ConnectionString(), ";")[0], "Endpoint=sb://") + "/"
 	require.Len(t, ws, 1, "one warning: the settings were not checked")
 	assert.Contains(t, ws[0], "weak")

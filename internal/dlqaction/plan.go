@@ -112,7 +112,7 @@ func NewRedrivePlan(sel *Selection, target string, ttl time.Duration) *Plan {
 	p := newPlan(Redrive, sel)
 	p.Target, p.TTL = target, ttl
 	for _, it := range p.Items {
-		it.ResubmitID = *retry.ResubmitMessage(it.DeadLetter.Message, ttl).MessageID
+		it.ResubmitID = *retry.ResubmitMessage(it.DeadLetter.Message, ttl, time.Now()).MessageID // the id does not depend on the time
 	}
 	return p
 }
