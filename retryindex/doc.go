@@ -33,6 +33,10 @@
 // change: the recorder's writer calls [Store.Prune] every [RecorderOptions.PruneInterval]. BENCHMARKS.md
 // states the bytes per event.
 //
+// Several consumers and consoles share one index through a real database instead: the subpackage
+// postgres is the same [Store] in PostgreSQL (pgx v5). Both stores pass the same checks
+// (retryindex/storetest).
+//
 // # Answers
 //
 // [Store.Lookup] finds events by a retry MessageID, the original MessageID, the idempotency key or the

@@ -1,0 +1,710 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/sbretry/retry/retryindex"
+)
+
+// Options configures [Open]. A nil *Options means every default.
+type Options struct {
+	// MaxErrorLength bounds the error text stored per attempt, in bytes, after redaction. Zero means
+	// [retryindex.DefaultMaxErrorLength] (512); negative is invalid.
+	MaxErrorLength int
+	// Now is the clock that stamps freshness ("as of") and feed times. Nil means time.Now.
+	Now func() time.Time
+}
+
+// Store is the Postgres [retryindex.Store]. Create it with [Open]; the zero value is not usable. It is
+// safe for concurrent use, and several processes may share one database.
+type Store struct {
+	pool *pgxpool.Pool
+	opts Options
+}
+
+// Compile-time proof that *Store is a retryindex.Store.
+var _ retryindex.Store = (*Store)(nil)
+
+// schema creates the tables, as the embedded store's (times in Unix milliseconds, the chain as 20
+// bytes), without the names table: Postgres compresses nothing less for a repeated short string.
+const schema = `
+CREATE TABLE IF NOT EXISTS sbretry_events (
+	id bigserial PRIMARY KEY,
+	chain bytea NOT NULL UNIQUE,
+	original_id text NOT NULL,
+	key text,
+	corr text,
+	source text,
+	state smallint NOT NULL,
+	pos bigint NOT NULL,
+	attempt integer NOT NULL,
+	due bigint,
+	entity text,
+	seq bigint,
+	updated bigint NOT NULL,
+	feed smallint NOT NULL
+);
+CREATE INDEX IF NOT EXISTS sbretry_events_original ON sbretry_events(original_id);
+CREATE INDEX IF NOT EXISTS sbretry_events_key ON sbretry_events(key) WHERE key IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sbretry_events_corr ON sbretry_events(corr) WHERE corr IS NOT NULL;
+CREATE INDEX IF NOT EXISTS sbretry_events_pending ON sbretry_events(due, id) WHERE state = 1;
+CREATE TABLE IF NOT EXISTS sbretry_attempts (
+	event bigint NOT NULL,
+	attempt integer NOT NULL,
+	kind smallint NOT NULL,
+	at bigint NOT NULL,
+	error text,
+	reason text,
+	next_due bigint,
+	process text,
+	feed smallint NOT NULL,
+	PRIMARY KEY (event, attempt, kind, at)
+);
+CREATE TABLE IF NOT EXISTS sbretry_feeds (name text PRIMARY KEY, last bigint NOT NULL, cursor bigint NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS sbretry_counts (state smallint PRIMARY KEY, n bigint NOT NULL);
+`
+
+// schemaLock is the advisory lock that serializes the schema's creation by processes starting at once
+// (CREATE TABLE IF NOT EXISTS is not safe against a concurrent one).
+const schemaLock = 0x5b2e7251
+
+// Open connects to the database connString names (a pgx connection string or URL) and creates the
+// tables if they are missing.
+func Open(ctx context.Context, connString string, opts *Options) (*Store, error) {
+	var o Options
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxErrorLength < 0 {
+		return nil, fmt.Errorf("%w: MaxErrorLength %d is negative", retryindex.ErrInvalidOptions, o.MaxErrorLength)
+	}
+	if o.MaxErrorLength == 0 {
+		o.MaxErrorLength = retryindex.DefaultMaxErrorLength
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	cfg, err := pgxpool.ParseConfig(connString)
+	if err != nil {
+		// pgx's parse errors may quote the connection string, password included.
+		return nil, fmt.Errorf("%w: the connection string does not parse", retryindex.ErrInvalidOptions)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("retryindex/postgres: connecting: %w", err)
+	}
+	s := &Store{pool: pool, opts: o}
+	err = pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, schema)
+		return err
+	})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("retryindex/postgres: creating the tables: %w", err)
+	}
+	return s, nil
+}
+
+// Close closes the connections. It is idempotent.
+func (s *Store) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+func feedCode(feed string) int16 {
+	if feed == retryindex.FeedTailer {
+		return 1
+	}
+	return 0
+}
+
+func feedName(code int16) string {
+	if code == 1 {
+		return retryindex.FeedTailer
+	}
+	return retryindex.FeedConsumer
+}
+
+func ms(t time.Time) *int64 {
+	if t.IsZero() {
+		return nil
+	}
+	v := t.UnixMilli()
+	return &v
+}
+
+func fromMS(v *int64) time.Time {
+	if v == nil {
+		return time.Time{}
+	}
+	return time.UnixMilli(*v).UTC()
+}
+
+func nullString(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+func str(p *string) string {
+	if p == nil {
+		return ""
+	}
+	return *p
+}
+
+// write runs fn in a read-committed transaction; closed pools report [retryindex.ErrClosed].
+func (s *Store) write(ctx context.Context, fn func(pgx.Tx) error) error {
+	err := pgx.BeginFunc(ctx, s.pool, fn)
+	if err != nil && strings.Contains(err.Error(), "closed pool") {
+		return retryindex.ErrClosed
+	}
+	return err
+}
+
+// read runs fn in a repeatable-read, read-only transaction: one snapshot, as of asOf.
+func (s *Store) read(ctx context.Context, fn func(tx pgx.Tx, asOf time.Time) error) error {
+	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return fn(tx, s.opts.Now())
+	})
+	if err != nil && strings.Contains(err.Error(), "closed pool") {
+		return retryindex.ErrClosed
+	}
+	return err
+}
+
+// deltas are the changes of one transaction to sbretry_counts, by state.
+type deltas map[retryindex.State]int64
+
+// apply writes the deltas in state order, so that concurrent writers take the count rows' locks in one
+// order and never deadlock on them.
+func (d deltas) apply(ctx context.Context, tx pgx.Tx) error {
+	states := make([]retryindex.State, 0, len(d))
+	for st, n := range d {
+		if n != 0 {
+			states = append(states, st)
+		}
+	}
+	slices.Sort(states)
+	for _, st := range states {
+		_, err := tx.Exec(ctx, `INSERT INTO sbretry_counts(state, n) VALUES ($1, $2) ON CONFLICT (state) DO UPDATE SET n = sbretry_counts.n + excluded.n`, int16(st), d[st])
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: counting: %w", err)
+		}
+	}
+	return nil
+}
+
+// Apply implements [retryindex.Store.Apply] by the rules of [retryindex.Record.Stage]. The records are
+// written in chain order (their order per chain kept), so that two writers lock events in one order.
+func (s *Store) Apply(ctx context.Context, records []retryindex.Record) error {
+	for i := range records {
+		if err := records[i].Validate(); err != nil {
+			return err
+		}
+	}
+	if len(records) == 0 {
+		return nil
+	}
+	sorted := slices.Clone(records)
+	slices.SortStableFunc(sorted, func(a, b retryindex.Record) int { return cmp.Compare(a.Chain, b.Chain) })
+	return s.write(ctx, func(tx pgx.Tx) error {
+		d := deltas{}
+		feeds := map[string]bool{}
+		for i := range sorted {
+			if err := s.apply(ctx, tx, d, &sorted[i]); err != nil {
+				return err
+			}
+			if sorted[i].Feed != retryindex.FeedTailer {
+				feeds["consumer "+sorted[i].Process] = true
+			}
+		}
+		if err := d.apply(ctx, tx); err != nil {
+			return err
+		}
+		names := make([]string, 0, len(feeds))
+		for name := range feeds {
+			names = append(names, name)
+		}
+		slices.Sort(names)
+		now := s.opts.Now().UnixMilli()
+		for _, name := range names {
+			if _, err := tx.Exec(ctx, `INSERT INTO sbretry_feeds(name, last) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET last = excluded.last`, name, now); err != nil {
+				return fmt.Errorf("retryindex/postgres: recording the feed: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Record) error {
+	chain, _ := hex.DecodeString(r.Chain)
+	state := r.State()
+	pos := r.Stage()
+	attempt := r.StateAttempt()
+	var due *int64
+	if state == retryindex.StatePending {
+		due = ms(r.NextDue)
+	}
+	var seq *int64
+	if r.SequenceNumber > 0 {
+		seq = &r.SequenceNumber
+	}
+	entity := nullString(r.Entity)
+	at := r.At.UnixMilli()
+	feed := feedCode(r.Feed)
+	key, corr := r.Key, r.CorrelationID
+	if key == r.OriginalID {
+		key = ""
+	}
+	if corr == r.OriginalID {
+		corr = ""
+	}
+	var id int64
+	err := tx.QueryRow(ctx, `INSERT INTO sbretry_events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (chain) DO NOTHING RETURNING id`,
+		chain, r.OriginalID, nullString(key), nullString(corr), nullString(r.Source), int16(state), pos, attempt, due, entity, seq, at, feed).Scan(&id)
+	switch {
+	case err == nil:
+		d[state]++
+	case errors.Is(err, pgx.ErrNoRows):
+		var curPos, curUpdated int64
+		var curState int16
+		var curEntity *string
+		var curSeq *int64
+		err := tx.QueryRow(ctx, `SELECT id, pos, state, updated, entity, seq FROM sbretry_events WHERE chain = $1 FOR UPDATE`, chain).
+			Scan(&id, &curPos, &curState, &curUpdated, &curEntity, &curSeq)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: reading an event: %w", err)
+		}
+		if pos > curPos || (pos == curPos && at >= curUpdated) {
+			if retryindex.State(curState) == state && entity == nil && seq == nil {
+				entity, seq = curEntity, curSeq
+			}
+			_, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, pos = $2, attempt = $3, due = $4, entity = $5, seq = $6, updated = $7, feed = $8 WHERE id = $9`,
+				int16(state), pos, attempt, due, entity, seq, at, feed, id)
+			if err != nil {
+				return fmt.Errorf("retryindex/postgres: updating an event: %w", err)
+			}
+			d[retryindex.State(curState)]--
+			d[state]++
+		}
+	default:
+		return fmt.Errorf("retryindex/postgres: inserting an event: %w", err)
+	}
+	if r.Feed == retryindex.FeedTailer {
+		var seen bool
+		err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM sbretry_attempts WHERE event = $1 AND attempt = $2 AND kind = $3)`, id, r.Attempt, int16(r.Kind)).Scan(&seen)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: reading the history: %w", err)
+		}
+		if seen {
+			return nil
+		}
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO sbretry_attempts(event, attempt, kind, at, error, reason, next_due, process, feed)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`,
+		id, r.Attempt, int16(r.Kind), at, nullString(retryindex.RedactError(r.Error, s.opts.MaxErrorLength)), nullString(r.Reason),
+		ms(r.NextDue), nullString(r.Process), feed)
+	if err != nil {
+		return fmt.Errorf("retryindex/postgres: adding to the history: %w", err)
+	}
+	return nil
+}
+
+// eventColumns are read by scanEvent, in its order; the last error and reason come from the history.
+const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
+	(SELECT a.error FROM sbretry_attempts a WHERE a.event = e.id AND a.error IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
+	(SELECT a.reason FROM sbretry_attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1)`
+
+func scanEvent(row pgx.Row) (int64, retryindex.Event, error) {
+	var (
+		id                        int64
+		chain                     []byte
+		e                         retryindex.Event
+		key, corr, source, entity *string
+		due, seq                  *int64
+		state, feed               int16
+		updated                   int64
+		lastErr, reason           *string
+	)
+	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &state, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason)
+	if err != nil {
+		return 0, e, err
+	}
+	e.Chain = hex.EncodeToString(chain)
+	e.Key, e.CorrelationID = cmp.Or(str(key), e.OriginalID), cmp.Or(str(corr), e.OriginalID)
+	e.Source, e.Entity = str(source), str(entity)
+	e.State = retryindex.State(state)
+	e.Due = fromMS(due)
+	if seq != nil {
+		e.SequenceNumber = *seq
+	}
+	e.Updated = time.UnixMilli(updated).UTC()
+	e.Feed = feedName(feed)
+	e.LastError, e.Reason = str(lastErr), str(reason)
+	return id, e, nil
+}
+
+// Lookup implements [retryindex.Store.Lookup].
+func (s *Store) Lookup(ctx context.Context, id string, opts *retryindex.LookupOptions) (*retryindex.Answer, error) {
+	var o retryindex.LookupOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.MaxEvents < 0 || o.MaxHistory < 0 {
+		return nil, fmt.Errorf("%w: negative LookupOptions bound", retryindex.ErrInvalidOptions)
+	}
+	o.MaxEvents, o.MaxHistory = cmp.Or(o.MaxEvents, 20), cmp.Or(o.MaxHistory, 100)
+	if id == "" {
+		return nil, errors.New("retryindex/postgres: empty id")
+	}
+	ans := &retryindex.Answer{ID: id}
+	err := s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
+		ans.AsOf = asOf
+		chain, isCopy := retryindex.ChainOfMessageID(id)
+		if !isCopy && retryindex.IsChainID(id) {
+			chain, isCopy = id, true
+		}
+		var rows pgx.Rows
+		var err error
+		if isCopy {
+			raw, _ := hex.DecodeString(chain)
+			rows, err = tx.Query(ctx, `SELECT `+eventColumns+` FROM sbretry_events e WHERE e.chain = $1`, raw)
+		} else {
+			rows, err = tx.Query(ctx, `SELECT `+eventColumns+` FROM sbretry_events e WHERE e.id IN (
+				SELECT id FROM sbretry_events WHERE original_id = $1 UNION SELECT id FROM sbretry_events WHERE key = $1
+				UNION SELECT id FROM sbretry_events WHERE corr = $1) ORDER BY e.updated DESC, e.id DESC LIMIT $2`, id, o.MaxEvents+1)
+		}
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: looking up: %w", err)
+		}
+		var ids []int64
+		for rows.Next() {
+			eid, e, err := scanEvent(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("retryindex/postgres: reading an event: %w", err)
+			}
+			ids = append(ids, eid)
+			ans.Events = append(ans.Events, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retryindex/postgres: looking up: %w", err)
+		}
+		if len(ans.Events) > o.MaxEvents {
+			ans.Events, ids, ans.Truncated = ans.Events[:o.MaxEvents], ids[:o.MaxEvents], true
+		}
+		for i, eid := range ids {
+			h, err := history(ctx, tx, eid, o.MaxHistory)
+			if err != nil {
+				return err
+			}
+			ans.Events[i].History = h
+		}
+		ans.Feeds, err = feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return ans, nil
+}
+
+func history(ctx context.Context, tx pgx.Tx, event int64, limit int) ([]retryindex.Attempt, error) {
+	rows, err := tx.Query(ctx, `SELECT attempt, kind, at, error, reason, next_due, process, feed FROM sbretry_attempts WHERE event = $1 ORDER BY attempt DESC, at DESC LIMIT $2`, event, limit)
+	if err != nil {
+		return nil, fmt.Errorf("retryindex/postgres: reading the history: %w", err)
+	}
+	defer rows.Close()
+	var out []retryindex.Attempt
+	for rows.Next() {
+		var a retryindex.Attempt
+		var kind, feed int16
+		var at int64
+		var errText, reason, process *string
+		var next *int64
+		if err := rows.Scan(&a.Attempt, &kind, &at, &errText, &reason, &next, &process, &feed); err != nil {
+			return nil, fmt.Errorf("retryindex/postgres: reading the history: %w", err)
+		}
+		a.Kind, a.At = retryindex.Kind(kind), time.UnixMilli(at).UTC()
+		a.Error, a.Reason, a.Process = str(errText), str(reason), str(process)
+		a.NextDue = fromMS(next)
+		a.Feed = feedName(feed)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("retryindex/postgres: reading the history: %w", err)
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+func feeds(ctx context.Context, tx pgx.Tx) ([]retryindex.FeedStatus, error) {
+	rows, err := tx.Query(ctx, `SELECT name, last, cursor FROM sbretry_feeds ORDER BY name`)
+	if err != nil {
+		return nil, fmt.Errorf("retryindex/postgres: reading the feeds: %w", err)
+	}
+	defer rows.Close()
+	var out []retryindex.FeedStatus
+	for rows.Next() {
+		var f retryindex.FeedStatus
+		var last int64
+		if err := rows.Scan(&f.Name, &last, &f.Cursor); err != nil {
+			return nil, fmt.Errorf("retryindex/postgres: reading the feeds: %w", err)
+		}
+		f.Last = time.UnixMilli(last).UTC()
+		out = append(out, f)
+	}
+	return out, rows.Err()
+}
+
+// Freshness implements [retryindex.Store.Freshness].
+func (s *Store) Freshness(ctx context.Context) (*retryindex.Freshness, error) {
+	var f retryindex.Freshness
+	err := s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
+		f.AsOf = asOf
+		var err error
+		f.Feeds, err = feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &f, nil
+}
+
+// Pending implements [retryindex.Store.Pending] through the partial index of pending events by due
+// time.
+func (s *Store) Pending(ctx context.Context, opts *retryindex.PendingOptions) (*retryindex.PendingPage, error) {
+	var o retryindex.PendingOptions
+	if opts != nil {
+		o = *opts
+	}
+	if o.Limit < 0 {
+		return nil, fmt.Errorf("%w: Limit %d is negative", retryindex.ErrInvalidOptions, o.Limit)
+	}
+	o.Limit = cmp.Or(o.Limit, retryindex.DefaultPageLimit)
+	afterDue, afterID := int64(-1<<63), int64(-1<<63)
+	if o.Cursor != "" {
+		d, i, ok := strings.Cut(o.Cursor, ".")
+		var err1, err2 error
+		afterDue, err1 = strconv.ParseInt(d, 10, 64)
+		afterID, err2 = strconv.ParseInt(i, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return nil, fmt.Errorf("%w: %q", retryindex.ErrInvalidCursor, o.Cursor)
+		}
+	}
+	page := &retryindex.PendingPage{}
+	err := s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
+		page.AsOf = asOf
+		filter, args := "", []any{afterDue, afterID, o.Limit + 1}
+		if o.Source != "" {
+			filter, args = " AND e.source = $4", append(args, o.Source)
+		}
+		rows, err := tx.Query(ctx, `SELECT `+eventColumns+` FROM sbretry_events e
+			WHERE e.state = 1 AND (e.due, e.id) > ($1, $2)`+filter+` ORDER BY e.due, e.id LIMIT $3`, args...)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: listing pending: %w", err)
+		}
+		var last [2]int64
+		for rows.Next() {
+			eid, e, err := scanEvent(rows)
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("retryindex/postgres: listing pending: %w", err)
+			}
+			if len(page.Items) == o.Limit {
+				page.Next = strconv.FormatInt(last[0], 10) + "." + strconv.FormatInt(last[1], 10)
+				break
+			}
+			last = [2]int64{e.Due.UnixMilli(), eid}
+			page.Items = append(page.Items, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retryindex/postgres: listing pending: %w", err)
+		}
+		if o.Source == "" {
+			err = tx.QueryRow(ctx, `SELECT coalesce((SELECT n FROM sbretry_counts WHERE state = 1), 0)`).Scan(&page.Total)
+		} else {
+			err = tx.QueryRow(ctx, `SELECT count(*) FROM sbretry_events WHERE state = 1 AND source = $1`, o.Source).Scan(&page.Total)
+		}
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: counting pending: %w", err)
+		}
+		page.Feeds, err = feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return page, nil
+}
+
+// Counts implements [retryindex.Store.Counts] from the counts table.
+func (s *Store) Counts(ctx context.Context) (*retryindex.Counts, error) {
+	c := &retryindex.Counts{ByState: map[retryindex.State]int64{}}
+	err := s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
+		c.AsOf = asOf
+		rows, err := tx.Query(ctx, `SELECT state, n FROM sbretry_counts WHERE n != 0`)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: counting: %w", err)
+		}
+		for rows.Next() {
+			var st int16
+			var n int64
+			if err := rows.Scan(&st, &n); err != nil {
+				rows.Close()
+				return fmt.Errorf("retryindex/postgres: counting: %w", err)
+			}
+			c.ByState[retryindex.State(st)] = n
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retryindex/postgres: counting: %w", err)
+		}
+		c.Feeds, err = feeds(ctx, tx)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Prune implements [retryindex.Store.Prune].
+func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		cut := before.UnixMilli()
+		if _, err := tx.Exec(ctx, `DELETE FROM sbretry_attempts a USING sbretry_events e WHERE a.event = e.id AND e.state IN (3, 4, 5, 6) AND e.updated < $1`, cut); err != nil {
+			return fmt.Errorf("retryindex/postgres: pruning the history: %w", err)
+		}
+		rows, err := tx.Query(ctx, `DELETE FROM sbretry_events WHERE state IN (3, 4, 5, 6) AND updated < $1 RETURNING state`, cut)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: pruning events: %w", err)
+		}
+		d := deltas{}
+		for rows.Next() {
+			var st int16
+			if err := rows.Scan(&st); err != nil {
+				rows.Close()
+				return fmt.Errorf("retryindex/postgres: pruning events: %w", err)
+			}
+			d[retryindex.State(st)]--
+			n++
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retryindex/postgres: pruning events: %w", err)
+		}
+		return d.apply(ctx, tx)
+	})
+	return n, err
+}
+
+// Cursor implements [retryindex.Store.Cursor].
+func (s *Store) Cursor(ctx context.Context, entity string) (int64, error) {
+	var next int64
+	err := s.pool.QueryRow(ctx, `SELECT cursor FROM sbretry_feeds WHERE name = $1`, "tailer "+entity).Scan(&next)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	if err != nil && strings.Contains(err.Error(), "closed pool") {
+		return 0, retryindex.ErrClosed
+	}
+	return next, err
+}
+
+// SetCursor implements [retryindex.Store.SetCursor].
+func (s *Store) SetCursor(ctx context.Context, entity string, next int64, records []retryindex.Record) error {
+	for i := range records {
+		if err := records[i].Validate(); err != nil {
+			return err
+		}
+	}
+	sorted := slices.Clone(records)
+	slices.SortStableFunc(sorted, func(a, b retryindex.Record) int { return cmp.Compare(a.Chain, b.Chain) })
+	return s.write(ctx, func(tx pgx.Tx) error {
+		d := deltas{}
+		for i := range sorted {
+			if err := s.apply(ctx, tx, d, &sorted[i]); err != nil {
+				return err
+			}
+		}
+		if err := d.apply(ctx, tx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO sbretry_feeds(name, last, cursor) VALUES ($1, $2, $3) ON CONFLICT (name) DO UPDATE SET last = excluded.last, cursor = excluded.cursor`,
+			"tailer "+entity, s.opts.Now().UnixMilli(), next)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: recording the cursor: %w", err)
+		}
+		return nil
+	})
+}
+
+// MarkGone implements [retryindex.Store.MarkGone].
+func (s *Store) MarkGone(ctx context.Context, entity string, since time.Time, seen func(chain string) bool) (int64, error) {
+	var n int64
+	err := s.write(ctx, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT id, chain, attempt, state FROM sbretry_events WHERE state IN (1, 2) AND entity = $1 AND updated < $2 ORDER BY id FOR UPDATE`,
+			entity, since.UnixMilli())
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: finding gone copies: %w", err)
+		}
+		type gone struct {
+			id      int64
+			attempt int
+			state   int16
+		}
+		var marks []gone
+		for rows.Next() {
+			var g gone
+			var chain []byte
+			if err := rows.Scan(&g.id, &chain, &g.attempt, &g.state); err != nil {
+				rows.Close()
+				return fmt.Errorf("retryindex/postgres: finding gone copies: %w", err)
+			}
+			if !seen(hex.EncodeToString(chain)) {
+				marks = append(marks, g)
+			}
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retryindex/postgres: finding gone copies: %w", err)
+		}
+		now := s.opts.Now().UnixMilli()
+		d := deltas{}
+		for _, g := range marks {
+			if _, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, due = NULL, updated = $2, feed = 1 WHERE id = $3`, int16(retryindex.StateGone), now, g.id); err != nil {
+				return fmt.Errorf("retryindex/postgres: marking a copy gone: %w", err)
+			}
+			if _, err := tx.Exec(ctx, `INSERT INTO sbretry_attempts(event, attempt, kind, at, feed) VALUES ($1, $2, $3, $4, 1) ON CONFLICT DO NOTHING`, g.id, g.attempt, int16(retryindex.KindGone), now); err != nil {
+				return fmt.Errorf("retryindex/postgres: marking a copy gone: %w", err)
+			}
+			d[retryindex.State(g.state)]--
+			d[retryindex.StateGone]++
+		}
+		n = int64(len(marks))
+		return d.apply(ctx, tx)
+	})
+	return n, err
+}

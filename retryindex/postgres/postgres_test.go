@@ -1,0 +1,104 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retryindex"
+	"github.com/sbretry/retry/retryindex/storetest"
+)
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	stopServer()
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+func open(t *testing.T, now func() time.Time) retryindex.Store {
+	t.Helper()
+	s, err := Open(context.Background(), database(t), &Options{Now: now})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
+// TestPostgresConformance runs the checks every store passes (retryindex/storetest) on a real
+// PostgreSQL server.
+func TestPostgresConformance(t *testing.T) {
+	storetest.Run(t, open)
+}
+
+// TestSharedBySeveralProcesses: two stores on one database (as two consumers and a console would
+// have) see each other's writes, and opening concurrently creates the tables once.
+func TestSharedBySeveralProcesses(t *testing.T) {
+	conn := database(t)
+	ctx := context.Background()
+	stores := make(chan *Store, 2)
+	errs := make(chan error, 2)
+	for range 2 {
+		go func() {
+			s, err := Open(ctx, conn, nil)
+			errs <- err
+			stores <- s
+		}()
+	}
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+	a, b := <-stores, <-stores
+	defer a.Close()
+	defer b.Close()
+	r := storetest.Rec("order-1", 1, retryindex.KindScheduled, 1, 0)
+	require.NoError(t, a.Apply(ctx, []retryindex.Record{r}))
+	ans, err := b.Lookup(ctx, "order-1", nil)
+	require.NoError(t, err)
+	require.Len(t, ans.Events, 1)
+	assert.Equal(t, retryindex.StatePending, ans.Events[0].State)
+}
+
+// TestOpenRefusals: invalid options and an unparsable connection string are errors that do not
+// repeat the connection string (it may carry a password).
+func TestOpenRefusals(t *testing.T) {
+	_, err := Open(context.Background(), "host=x password=hunter2", &Options{MaxErrorLength: -1})
+	assert.ErrorIs(t, err, retryindex.ErrInvalidOptions)
+	_, err = Open(context.Background(), "postgres://u:hunter2@[bad", nil)
+	require.ErrorIs(t, err, retryindex.ErrInvalidOptions)
+	assert.NotContains(t, err.Error(), "hunter2")
+}
+
+// TestRecorderOnPostgres: a consumer's recorder keeps the shared index as it keeps the embedded one.
+func TestRecorderOnPostgres(t *testing.T) {
+	s := open(t, nil)
+	rec, err := retryindex.NewRecorder(s, &retryindex.RecorderOptions{Process: "billing-1"})
+	require.NoError(t, err)
+	env := retry.Envelope{Attempt: 1, Source: "orders", FirstSequenceNumber: 3, OriginalMessageID: "order-7", Key: "order-7", CorrelationID: "c-7"}
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	rec.Hooks(retry.Hooks{}).OnProcessed(retry.ProcessedParams{
+		Message: &azservicebus.ReceivedMessage{MessageID: "order-7"}, Envelope: env, EntityPath: "orders",
+		Result: retry.Result{Outcome: retry.OutcomeRetryScheduled, Attempt: 1, HandlerErr: errors.New("ledger down"), ScheduledFor: due, SequenceNumber: 9},
+	})
+	require.NoError(t, rec.Close(context.Background()))
+	ans, err := s.Lookup(context.Background(), "c-7", nil)
+	require.NoError(t, err)
+	require.Len(t, ans.Events, 1)
+	e := ans.Events[0]
+	assert.Equal(t, retryindex.StatePending, e.State)
+	assert.True(t, due.Equal(e.Due))
+	assert.Equal(t, env.RetryMessageID(2), e.RetryMessageID())
+	assert.Equal(t, "ledger down", e.LastError)
+	assert.Equal(t, "billing-1", e.History[0].Process)
+}

@@ -1,0 +1,297 @@
+// Package storetest checks that a [retryindex.Store] answers as the index must, whatever keeps it: the
+// embedded SQLite store and the Postgres one run the same checks, so that they fold records, look up,
+// page, count and prune alike. It is for tests only; it fails the test it is given.
+package storetest
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/retryindex"
+)
+
+// Open returns an empty store for one test whose clock (for "as of" and feed times) is now; the
+// store is closed when the test ends.
+type Open func(t *testing.T, now func() time.Time) retryindex.Store
+
+// t0 is the fixed time the checks start at.
+var t0 = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
+
+// Rec is a consumer record of kind k for the chain of message id (started at sequence number seq on
+// "orders"), about attempt n, at t0 plus at; a scheduled retry is due an hour later, in "orders".
+func Rec(id string, seq int64, k retryindex.Kind, n int, at time.Duration) retryindex.Record {
+	env := retry.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: id}
+	r := retryindex.Record{Chain: env.ChainID(), OriginalID: id, Key: id, CorrelationID: id, Source: "orders", Kind: k, Attempt: n,
+		At: t0.Add(at), Process: "test/1", Feed: retryindex.FeedConsumer, SequenceNumber: -1}
+	switch k {
+	case retryindex.KindScheduled:
+		r.NextAttempt, r.NextDue, r.Entity = n+1, t0.Add(at+time.Hour), "orders"
+	case retryindex.KindHeld:
+		r.NextAttempt, r.NextDue, r.Entity = n, t0.Add(at+time.Minute), "orders"
+	}
+	return r
+}
+
+// Run runs every check against stores from open, each as a subtest.
+func Run(t *testing.T, open Open) {
+	t.Run("fold", func(t *testing.T) { fold(t, open) })
+	t.Run("lookup", func(t *testing.T) { lookup(t, open) })
+	t.Run("pending", func(t *testing.T) { pending(t, open) })
+	t.Run("counts and prune", func(t *testing.T) { countsAndPrune(t, open) })
+	t.Run("tailer cursor and gone", func(t *testing.T) { cursorAndGone(t, open) })
+	t.Run("refusals", func(t *testing.T) { refusals(t, open) })
+	t.Run("concurrent writers", func(t *testing.T) { concurrent(t, open) })
+}
+
+func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
+
+// fold: the state each sequence of records leaves, late records of the other feed included.
+func fold(t *testing.T, open Open) {
+	tailerActive := Rec("a", 1, retryindex.KindActive, 2, 30*time.Minute)
+	tailerActive.Feed = retryindex.FeedTailer
+	lateTailer := Rec("a", 1, retryindex.KindScheduled, 1, 0)
+	lateTailer.Feed, lateTailer.At = retryindex.FeedTailer, t0.Add(3*time.Hour)
+	cases := []struct {
+		name        string
+		records     []retryindex.Record
+		wantState   retryindex.State
+		wantAttempt int
+		wantHistory []retryindex.Kind
+	}{
+		{"pending", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0)}, retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindScheduled}},
+		{"succeeded after a retry", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour)},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}},
+		{"late tailer record changes no state", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour), lateTailer},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}},
+		{"active once due", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), tailerActive},
+			retryindex.StateActive, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindActive}},
+		{"out of order", []retryindex.Record{Rec("a", 1, retryindex.KindDeadLettered, 3, 3*time.Hour), Rec("a", 1, retryindex.KindScheduled, 2, time.Hour)},
+			retryindex.StateDeadLettered, 3, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindDeadLettered}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := open(t, fixed(t0))
+			ctx := context.Background()
+			for _, r := range tc.records {
+				require.NoError(t, s.Apply(ctx, []retryindex.Record{r}))
+			}
+			ans, err := s.Lookup(ctx, "a", nil)
+			require.NoError(t, err)
+			require.Len(t, ans.Events, 1)
+			e := ans.Events[0]
+			assert.Equal(t, tc.wantState, e.State)
+			assert.Equal(t, tc.wantAttempt, e.Attempt)
+			var kinds []retryindex.Kind
+			for _, h := range e.History {
+				kinds = append(kinds, h.Kind)
+			}
+			assert.Equal(t, tc.wantHistory, kinds)
+		})
+	}
+}
+
+// lookup: one event by every name, with its history, the redacted and bounded error, and freshness.
+func lookup(t *testing.T, open Open) {
+	s := open(t, fixed(t0.Add(time.Hour)))
+	ctx := context.Background()
+	r := Rec("order-42", 7, retryindex.KindScheduled, 1, 0)
+	r.Key, r.CorrelationID, r.SequenceNumber = "key-42", "corr-42", 55
+	r.Error = "SharedAccessKey=c2VjcmV0c2VjcmV0 rejected; " + strings.Repeat("x", 2000)
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{r, Rec("order-43", 8, retryindex.KindSucceeded, 2, 0)}))
+	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
+	for _, id := range []string{"order-42", "key-42", "corr-42", env.RetryMessageID(2), r.Chain} {
+		ans, err := s.Lookup(ctx, id, nil)
+		require.NoError(t, err)
+		require.Len(t, ans.Events, 1, id)
+		e := ans.Events[0]
+		assert.Equal(t, "order-42", e.OriginalID)
+		assert.Equal(t, "key-42", e.Key)
+		assert.Equal(t, "corr-42", e.CorrelationID)
+		assert.Equal(t, retryindex.StatePending, e.State)
+		assert.True(t, t0.Add(time.Hour).Equal(e.Due))
+		assert.EqualValues(t, 55, e.SequenceNumber)
+		assert.Equal(t, "orders", e.Entity)
+		assert.NotContains(t, e.LastError, "c2VjcmV0c2VjcmV0")
+		assert.LessOrEqual(t, len(e.LastError), retryindex.DefaultMaxErrorLength)
+		assert.Equal(t, env.RetryMessageID(2), e.RetryMessageID())
+		require.Len(t, e.History, 1)
+		assert.Equal(t, "test/1", e.History[0].Process)
+		assert.Equal(t, t0.Add(time.Hour), ans.AsOf)
+		require.Len(t, ans.Feeds, 1)
+		assert.Equal(t, "consumer test/1", ans.Feeds[0].Name)
+	}
+	ans, err := s.Lookup(ctx, "nobody", nil)
+	require.NoError(t, err)
+	assert.Empty(t, ans.Events)
+}
+
+// pending: pages in due order, no item twice, the exact total; by source.
+func pending(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	const n = 13
+	var rs []retryindex.Record
+	for i := range n {
+		r := Rec(fmt.Sprintf("m-%d", i), int64(i+1), retryindex.KindScheduled, 1, 0)
+		r.NextDue = t0.Add(time.Duration((i*5)%n) * time.Minute)
+		if i%4 == 0 {
+			r.NextDue = t0.Add(2 * time.Minute)
+		}
+		if i == 3 {
+			r.Source = "events/Subscriptions/billing"
+		}
+		rs = append(rs, r)
+	}
+	rs = append(rs, Rec("done", 99, retryindex.KindSucceeded, 2, 0))
+	require.NoError(t, s.Apply(ctx, rs))
+	seen := map[string]bool{}
+	var last time.Time
+	cursor := ""
+	for {
+		page, err := s.Pending(ctx, &retryindex.PendingOptions{Limit: 3, Cursor: cursor})
+		require.NoError(t, err)
+		assert.EqualValues(t, n, page.Total)
+		for _, e := range page.Items {
+			assert.False(t, e.Due.Before(last), "due order")
+			last = e.Due
+			assert.False(t, seen[e.Chain])
+			seen[e.Chain] = true
+		}
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	assert.Len(t, seen, n)
+	page, err := s.Pending(ctx, &retryindex.PendingOptions{Source: "events/Subscriptions/billing"})
+	require.NoError(t, err)
+	require.Len(t, page.Items, 1)
+	assert.Equal(t, "m-3", page.Items[0].OriginalID)
+	assert.EqualValues(t, 1, page.Total)
+}
+
+// countsAndPrune: exact counts through changes and a prune of finished events only, with history.
+func countsAndPrune(t *testing.T, open Open) {
+	s := open(t, fixed(t0.Add(24*time.Hour)))
+	ctx := context.Background()
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{
+		Rec("old-ok", 1, retryindex.KindScheduled, 1, 0),
+		Rec("old-ok", 1, retryindex.KindSucceeded, 2, time.Minute),
+		Rec("old-dead", 2, retryindex.KindDeadLettered, 3, 0),
+		Rec("old-pending", 3, retryindex.KindScheduled, 1, 0),
+		Rec("new-ok", 4, retryindex.KindSucceeded, 2, 10*time.Hour),
+	}))
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[retryindex.State]int64{retryindex.StateSucceeded: 2, retryindex.StateDeadLettered: 1, retryindex.StatePending: 1}, c.ByState)
+	assert.Equal(t, t0.Add(24*time.Hour), c.AsOf)
+	n, err := s.Prune(ctx, t0.Add(time.Hour))
+	require.NoError(t, err)
+	assert.EqualValues(t, 2, n)
+	c, err = s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[retryindex.State]int64{retryindex.StateSucceeded: 1, retryindex.StatePending: 1}, c.ByState)
+	for id, want := range map[string]int{"old-ok": 0, "old-dead": 0, "old-pending": 1, "new-ok": 1} {
+		ans, err := s.Lookup(ctx, id, nil)
+		require.NoError(t, err)
+		assert.Len(t, ans.Events, want, id)
+	}
+}
+
+// cursorAndGone: the tailer's cursor with its records in one write, and the marking of gone copies.
+func cursorAndGone(t *testing.T, open Open) {
+	s := open(t, fixed(t0.Add(time.Hour)))
+	ctx := context.Background()
+	next, err := s.Cursor(ctx, "orders")
+	require.NoError(t, err)
+	assert.Zero(t, next)
+	seenCopy := Rec("seen", 1, retryindex.KindScheduled, 1, 0)
+	seenCopy.Feed = retryindex.FeedTailer
+	goneCopy := Rec("gone", 2, retryindex.KindScheduled, 1, 0)
+	require.NoError(t, s.SetCursor(ctx, "orders", 42, []retryindex.Record{seenCopy}))
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{goneCopy}))
+	recent := Rec("recent", 3, retryindex.KindScheduled, 1, 2*time.Hour) // changed after the rebuild began
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{recent}))
+	next, err = s.Cursor(ctx, "orders")
+	require.NoError(t, err)
+	assert.EqualValues(t, 42, next)
+	n, err := s.MarkGone(ctx, "orders", t0.Add(time.Hour), func(chain string) bool { return chain == seenCopy.Chain })
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, n)
+	for id, want := range map[string]retryindex.State{"seen": retryindex.StatePending, "gone": retryindex.StateGone, "recent": retryindex.StatePending} {
+		ans, err := s.Lookup(ctx, id, nil)
+		require.NoError(t, err)
+		require.Len(t, ans.Events, 1, id)
+		assert.Equal(t, want, ans.Events[0].State, id)
+	}
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[retryindex.State]int64{retryindex.StatePending: 2, retryindex.StateGone: 1}, c.ByState)
+	f, err := s.Freshness(ctx)
+	require.NoError(t, err)
+	var names []string
+	for _, fd := range f.Feeds {
+		names = append(names, fd.Name)
+	}
+	assert.Equal(t, []string{"consumer test/1", "tailer orders"}, names)
+}
+
+// refusals: invalid records, options and cursors are errors, and a refused batch writes nothing.
+func refusals(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	err := s.Apply(ctx, []retryindex.Record{Rec("good", 1, retryindex.KindSucceeded, 2, 0), {Chain: "nope", Kind: retryindex.KindSucceeded, At: t0}})
+	assert.ErrorIs(t, err, retryindex.ErrInvalidRecord)
+	ans, err := s.Lookup(ctx, "good", nil)
+	require.NoError(t, err)
+	assert.Empty(t, ans.Events)
+	_, err = s.Pending(ctx, &retryindex.PendingOptions{Cursor: "x"})
+	assert.ErrorIs(t, err, retryindex.ErrInvalidCursor)
+	_, err = s.Pending(ctx, &retryindex.PendingOptions{Limit: -1})
+	assert.ErrorIs(t, err, retryindex.ErrInvalidOptions)
+	_, err = s.Lookup(ctx, "x", &retryindex.LookupOptions{MaxHistory: -1})
+	assert.ErrorIs(t, err, retryindex.ErrInvalidOptions)
+}
+
+// concurrent: writers racing on the same events lose no record and keep the counts exact.
+func concurrent(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	const writers, events = 4, 40
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var rs []retryindex.Record
+			for i := range events {
+				r := Rec(fmt.Sprintf("e-%d", (i+w*7)%events), int64((i+w*7)%events+1), retryindex.KindScheduled, w+1, time.Duration(w)*time.Second)
+				r.Process = fmt.Sprintf("writer-%d", w)
+				rs = append(rs, r)
+			}
+			errs <- s.Apply(ctx, rs)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Equal(t, map[retryindex.State]int64{retryindex.StatePending: events}, c.ByState)
+	ans, err := s.Lookup(ctx, "e-0", nil)
+	require.NoError(t, err)
+	require.Len(t, ans.Events, 1)
+	assert.Len(t, ans.Events[0].History, writers, "one entry per writer's attempt")
+	assert.Equal(t, writers+1, ans.Events[0].Attempt, "the highest attempt wins")
+}
