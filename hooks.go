@@ -26,10 +26,15 @@ type Hooks struct {
 	OnStart func(StartParams) context.Context
 	// OnRetryCopy runs before a retry copy is scheduled, so a tracer can carry its trace context into
 	// the copy's application properties (attempt n+1 then links to attempt n). It may add properties;
-	// the MessageID is restored if changed, and the size limits are checked after the hook.
+	// the MessageID is restored if changed, and the size limits are checked after the hook. For a
+	// [SessionConsumer]'s durable hold, Copy is the held message itself, with the properties its
+	// deferral writes: what the hook adds is written on the deferred message, which the resumed
+	// attempt reads.
 	OnRetryCopy func(RetryCopyParams)
 	// OnSettle runs after each broker call made for a delivery: "schedule" (the retry copy),
-	// "complete" and "dead-letter", with its timing and error.
+	// "complete" and "dead-letter", with its timing and error; for a [SessionConsumer]'s durable
+	// holds also "defer", "schedule" for the wake-up (RetryMessageID is its MessageID), and
+	// "complete" of a wake-up once done, with the wake-up as Message ([IsWakeUp]) and a zero Envelope.
 	OnSettle func(SettleParams)
 	// OnProcessed runs once per delivery after it is settled (or deliberately left unsettled).
 	OnProcessed func(ProcessedParams)

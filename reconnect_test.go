@@ -359,10 +359,6 @@ func TestUnreachableEndpointReportedAtOnce(t *testing.T) {
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	defer func() {
-		cancel()
-		require.NoError(t, <-done)
-	}()
 	for p := range changes {
 		if p.To != retry.StateReconnecting {
 			continue
@@ -374,6 +370,8 @@ func TestUnreachableEndpointReportedAtOnce(t *testing.T) {
 		break
 	}
 	assert.Contains(t, c.Health().LastError, "connection refused")
+	cancel()
+	require.NoError(t, <-done)
 	assert.Contains(t, logs.String(), "connect failed")
 	assert.NotContains(t, logs.String(), "c2VjcmV0", "the key never reaches the log")
 }

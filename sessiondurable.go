@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -220,9 +221,14 @@ func (r *sessionRun) control(stop context.Context, hs *heldSession, msg *azservi
 
 // settleControl completes a control message that nothing needs any more.
 func (r *sessionRun) settleControl(hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+	p := r.sc.proc
+	now := r.sc.cfg.clock.Now()
+	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
+	start := p.callStart(d)
 	ctx, cancel := r.settleContext(hs.lk)
 	err := hs.recv.CompleteMessage(ctx, msg, nil)
 	cancel()
+	p.settled(d, SettleComplete, "", Envelope{}, start, err)
 	if err != nil {
 		r.sc.cfg.logger.Debug("completing a wake-up failed; it comes back and is ignored then", slog.String("session_id", hs.sid), errAttr(err))
 		return false
@@ -444,7 +450,9 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 	h.WakeID = wakeID(hs.sid, seq, h.Attempt, at, nil)
 	next := hs.ds.st.without(seq)
 	next.Hold = h
-	if err := r.scheduleWake(hs, h); err != nil {
+	props := map[string]any{PropAttempt: int64(h.Attempt), PropLastError: h.LastError, PropHeldUntil: at.UTC()}
+	props = p.heldCopy(d, props, h.Attempt, at)
+	if err := r.scheduleWake(hs, d, h); err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, err)
 		return
 	}
@@ -452,7 +460,6 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, err)
 		return
 	}
-	props := map[string]any{PropAttempt: int64(h.Attempt), PropLastError: h.LastError, PropHeldUntil: at.UTC()}
 	start := p.callStart(d)
 	took, err := r.deferMessage(hs, d.msg, props)
 	d.now = r.sc.cfg.clock.Now()
@@ -481,10 +488,14 @@ func (r *sessionRun) deferMessage(hs *heldSession, msg *azservicebus.ReceivedMes
 }
 
 // scheduleWake schedules h's wake-up into the session.
-func (r *sessionRun) scheduleWake(hs *heldSession, h *SessionHold) error {
+func (r *sessionRun) scheduleWake(hs *heldSession, d *delivery, h *SessionHold) error {
+	p := r.sc.proc
+	start := p.callStart(d)
 	ctx, cancel := context.WithTimeout(r.settleBase, r.sc.cfg.settleTimeout)
 	_, err := hs.sender.ScheduleMessages(ctx, []*azservicebus.Message{wakeMessage(hs.sid, h)}, h.WakeAt, nil)
 	cancel()
+	d.now = r.sc.cfg.clock.Now()
+	p.settled(d, SettleSchedule, h.WakeID, d.env, start, err)
 	if err != nil {
 		r.sc.stats.recordFailure(func(h *Health) { h.SendFailures++ }, err)
 		r.sc.cfg.logger.Warn("scheduling a wake-up failed; the message goes back to the session", slog.String("session_id", hs.sid), errAttr(err))
@@ -574,4 +585,25 @@ func (s SessionState) equal(o SessionState) bool {
 		return false
 	}
 	return slices.Equal(s.Followers, o.Followers)
+}
+
+// heldCopy lets the OnRetryCopy hook see the message a durable hold is about to defer, as the
+// properties its deferral writes (props): a tracer writes the held attempt's trace context there, so
+// that the attempt that resumes it links back. The hook may add properties, not change ours. It
+// returns the properties to write.
+func (p *Processor) heldCopy(d *delivery, props map[string]any, attempt int, at time.Time) map[string]any {
+	hook := p.cfg.hooks.OnRetryCopy
+	if hook == nil {
+		return props
+	}
+	id := d.msg.MessageID
+	m := &azservicebus.Message{MessageID: &id, ApplicationProperties: props}
+	ours := maps.Clone(props)
+	hook(RetryCopyParams{Context: d.ctx, Message: d.msg, Envelope: d.env, Copy: m, Attempt: attempt, ScheduledFor: at})
+	if m.ApplicationProperties == nil {
+		m.ApplicationProperties = map[string]any{}
+	}
+	maps.Copy(m.ApplicationProperties, ours)
+	d.now = p.cfg.clock.Now()
+	return m.ApplicationProperties
 }

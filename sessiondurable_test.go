@@ -956,3 +956,63 @@ func TestReleaseWakeUpIDsAreUniquePerSession(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, ids, plan.WakeID)
 }
+
+// A durable hold's broker calls reach the hooks as a delayed retry's do: OnRetryCopy sees the held
+// message (what it adds is written on the deferral, where the resumed attempt reads it), OnSettle
+// the wake-up's schedule (named by its id), the defer, and the wake-up's complete once done.
+func TestSessionDurableHoldReportsItsCallsToTheHooks(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		rec := newSessionRecorder()
+		var mu sync.Mutex
+		var calls []string
+		var resumedSaw any
+		h := rec.handler(func(ctx context.Context, c sessionCall) error {
+			if c.Attempt == 1 {
+				return errBoom
+			}
+			return nil
+		})
+		opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, Hooks: retry.Hooks{
+			OnRetryCopy: func(p retry.RetryCopyParams) {
+				mu.Lock()
+				defer mu.Unlock()
+				calls = append(calls, fmt.Sprintf("copy %s attempt %d", *p.Copy.MessageID, p.Attempt))
+				p.Copy.ApplicationProperties["traceparent"] = "00-held"
+				p.Copy.ApplicationProperties[retry.PropAttempt] = int64(99) // ours are restored
+			},
+			OnSettle: func(p retry.SettleParams) {
+				mu.Lock()
+				defer mu.Unlock()
+				what := p.Message.MessageID
+				if _, wake := retry.IsWakeUp(p.Message); wake {
+					what = "wake-up"
+				}
+				calls = append(calls, fmt.Sprintf("%s %s %v", p.Operation, what, p.RetryMessageID != ""))
+			},
+			OnStart: func(p retry.StartParams) context.Context {
+				if p.Envelope.Attempt == 2 {
+					resumedSaw = p.Message.ApplicationProperties["traceparent"]
+				}
+				return nil
+			},
+		}}
+		sc := newSessionConsumer(t, b, h, rec, opts, durableOnly)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
+		waitFor(t, b, func() bool { return wakeUpsPending(b, "s") == 0 && !sessionState(t, b, "s").Blocked() })
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, []string{
+			"copy s-1 attempt 2",
+			"schedule s-1 true", // the wake-up, named by its id
+			"defer s-1 false",
+			"complete s-1 false",
+			"complete wake-up false",
+		}, calls)
+		assert.Equal(t, "00-held", resumedSaw, "the resumed attempt reads what OnRetryCopy wrote on the deferral")
+		assert.Empty(t, b.DeadLettered())
+	})
+}
