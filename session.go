@@ -325,6 +325,8 @@ type sessionRun struct {
 	// connection: the workers of a broken connection that still finish a message keep theirs, so a new
 	// connection's workers never make the run hold more.
 	sessions chan struct{}
+	// served keeps two workers from serving one session at once (sessionloop.go).
+	served sessionsServed
 	// conns lists every connection not yet closed, for Run to close what is left when it ends.
 	mu    sync.Mutex
 	conns []*liveSessionConnection

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -128,6 +129,15 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 	defer r.closeReceiver(recv)
 	defer hs.lk.release()
 	r.sc.cfg.logger.Debug("session accepted", slog.String("session_id", hs.sid), slog.String("entity", hs.entity))
+	// One holder per session in this consumer: a worker that accepts a session another worker still
+	// serves (its lock ran out at the broker before that worker noticed) waits until the other lets it
+	// go, keeping the new lock meanwhile, so that its handler never runs beside the other's.
+	h := r.served.enter(hs.entity, hs.sid)
+	defer r.served.leave(h)
+	if !h.awaitEarlier(stop, hs.lk.ctx) {
+		r.sc.cfg.logger.Debug("stopped or lock lost while another worker still served the session", slog.String("session_id", hs.sid))
+		return
+	}
 	if r.sc.scfg.durable || r.sc.scfg.block {
 		if err := r.loadState(hs); err != nil {
 			r.sc.stats.recordFailure(func(h *Health) { h.ReceiveFailures++ }, err)
@@ -203,4 +213,62 @@ func (r *sessionRun) closeReceiver(recv SessionReceiver) {
 	if err := recv.Close(ctx); err != nil {
 		r.sc.cfg.logger.Debug("closing the session receiver failed", slog.String("session_id", recv.SessionID()), errAttr(err))
 	}
+}
+
+// sessionsServed records which sessions the workers of a run serve, so that two workers never serve
+// one session at once (see serve). The zero value is ready to use.
+type sessionsServed struct {
+	mu     sync.Mutex
+	latest map[sessionKey]*serving
+}
+
+// sessionKey names a session: its entity and its id.
+type sessionKey struct{ entity, id string }
+
+// serving is one worker's turn at a session; earlier is the turn it came after, if that worker had
+// not let the session go yet.
+type serving struct {
+	key     sessionKey
+	done    chan struct{} // closed when the worker lets the session go
+	earlier *serving
+}
+
+// enter records that a worker serves the session id of entity.
+func (ss *sessionsServed) enter(entity, id string) *serving {
+	k := sessionKey{entity, id}
+	h := &serving{key: k, done: make(chan struct{})}
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	if ss.latest == nil {
+		ss.latest = make(map[sessionKey]*serving)
+	}
+	h.earlier = ss.latest[k]
+	ss.latest[k] = h
+	return h
+}
+
+// leave records that h's worker let its session go.
+func (ss *sessionsServed) leave(h *serving) {
+	ss.mu.Lock()
+	defer ss.mu.Unlock()
+	close(h.done)
+	if ss.latest[h.key] == h {
+		delete(ss.latest, h.key)
+	}
+}
+
+// awaitEarlier waits until every earlier turn at h's session has ended: all of them, since one
+// that gave up waiting leaves its own earlier one running. It reports false when stop or lock ended
+// first.
+func (h *serving) awaitEarlier(stop, lock context.Context) bool {
+	for e := h.earlier; e != nil; e = e.earlier {
+		select {
+		case <-e.done:
+		case <-stop.Done():
+			return false
+		case <-lock.Done():
+			return false
+		}
+	}
+	return true
 }
