@@ -4,9 +4,13 @@ import (
 	"crypto/subtle"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"strings"
+
+	"github.com/sbretry/retry/internal/loopback"
+	"github.com/sbretry/retry/internal/redact"
 )
 
 // ControlOptions configures [ControlHandler]. A nil *ControlOptions means no token.
@@ -15,6 +19,11 @@ type ControlOptions struct {
 	// constant time. Empty means none: mount the handler behind your own authentication then, since
 	// it stops and starts the consumer.
 	Token string
+	// AllowedHosts are the Host names, besides loopback ones (localhost, 127.0.0.0/8, ::1), that a
+	// handler without a Token answers. A request for any other Host gets 421: a page elsewhere whose
+	// name was rebound to this machine (DNS rebinding) is same-origin for the browser and could
+	// otherwise pause the consumer with a plain fetch. Ignored when Token is set.
+	AllowedHosts []string
 }
 
 // controlRequest is the body of a state-changing request.
@@ -33,18 +42,26 @@ const maxControlBody = 4 << 10
 // the outage breaker's state as JSON (the "outage" object of the health document); POST with a JSON
 // body {"action": "pause", "reason": "..."} or {"action": "resume"} changes it and answers the new
 // state. A POST must have Content-Type application/json, which a browser cannot send to another
-// origin without asking first, so a page elsewhere cannot pause the consumer; other methods get 405.
-// Errors are JSON too: {"error": "..."}.
+// origin without asking first; without a Token, only loopback Host names and
+// ControlOptions.AllowedHosts are answered, so a page elsewhere, rebound to this machine's address or
+// not, cannot pause the consumer. Other methods get 405. Errors are JSON too: {"error": "..."}. Every
+// pause and resume is logged (the consumer's Logger, at Info) with the caller's address and, if it
+// sent one, the X-Sbretry-Operator header (caller-supplied, not authenticated), for the audit trail.
 func ControlHandler(c *Consumer, opts *ControlOptions) http.Handler {
-	token := ""
+	var o ControlOptions
 	if opts != nil {
-		token = opts.Token
+		o = *opts
 	}
+	token := o.Token
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
 		if token != "" && !bearerMatches(r.Header.Get("Authorization"), token) {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="sbretry"`)
 			controlError(w, http.StatusUnauthorized, "missing or wrong bearer token")
+			return
+		}
+		if token == "" && !loopback.Allowed(r.Host, o.AllowedHosts) {
+			controlError(w, http.StatusMisdirectedRequest, "without a token the control handler answers only loopback host names and ControlOptions.AllowedHosts, not "+quoteShort(r.Host))
 			return
 		}
 		switch r.Method {
@@ -74,6 +91,9 @@ func ControlHandler(c *Consumer, opts *ControlOptions) http.Handler {
 				controlError(w, http.StatusBadRequest, "unknown action "+quoteShort(req.Action)+": want pause or resume")
 				return
 			}
+			c.cfg.logger.Info("control: "+req.Action, slog.String("action", req.Action), slog.String("reason", redact.String(truncate(req.Reason, 256))),
+				slog.String("remote_addr", r.RemoteAddr), slog.String("operator", quoteShort(r.Header.Get("X-Sbretry-Operator"))),
+				slog.Bool("token", token != ""))
 		default:
 			w.Header().Set("Allow", "GET, HEAD, POST")
 			controlError(w, http.StatusMethodNotAllowed, "use GET for the state, POST to pause or resume")

@@ -1,7 +1,9 @@
 package retry_test
 
 import (
+	"bytes"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -93,4 +95,40 @@ func TestHealthDocumentShowsTheOutage(t *testing.T) {
 	assert.Equal(t, "open", body.Outage.State)
 	assert.True(t, body.Outage.Manual)
 	assert.Equal(t, "deploy", body.Outage.Reason)
+}
+
+// Without a token, the control handler answers only loopback Host names and AllowedHosts: a page
+// whose name was rebound to this machine (same-origin for the browser) cannot pause the consumer. Each
+// pause and resume is logged with the caller's address and stated operator.
+func TestControlHandlerWithoutTokenAnswersLoopbackOnly(t *testing.T) {
+	var logs bytes.Buffer
+	c, err := retry.NewConsumer(newBroker(t, nil, nil).Connector(), okHandler, &retry.Options{Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs}, nil))})
+	require.NoError(t, err)
+	h := retry.ControlHandler(c, &retry.ControlOptions{AllowedHosts: []string{"ops.internal"}})
+	post := func(host, body string) int {
+		req := httptest.NewRequest(http.MethodPost, "http://"+host+"/control", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("X-Sbretry-Operator", "alice")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	assert.Equal(t, http.StatusMisdirectedRequest, post("rebound.attacker.example:8080", `{"action":"pause"}`))
+	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State, "a rebound page cannot pause")
+	assert.Equal(t, http.StatusOK, post("127.0.0.1:8080", `{"action":"pause","reason":"deploy"}`))
+	assert.Equal(t, retry.OutageOpen, c.Health().Outage.State)
+	assert.Equal(t, http.StatusOK, post("ops.internal:8080", `{"action":"resume"}`))
+	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State)
+	out := logs.String()
+	assert.Contains(t, out, `"msg":"control: pause","action":"pause","reason":"deploy","remote_addr":"192.0.2.1:1234","operator":"\"alice\"","token":false`)
+	assert.Contains(t, out, `"msg":"control: resume"`)
+
+	// With a token, the token is the guard, whatever the Host.
+	h = retry.ControlHandler(c, &retry.ControlOptions{Token: "s3cret"})
+	req := httptest.NewRequest(http.MethodPost, "http://anywhere.example/control", strings.NewReader(`{"action":"pause"}`))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer s3cret")
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code)
 }

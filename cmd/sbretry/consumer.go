@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"time"
 )
 
@@ -162,6 +163,11 @@ func (c *consumerClient) do(ctx context.Context, method string, body any) (consu
 	}
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	// Who asked, for the consumer's log of pauses and resumes: the local user, as the operator's
+	// shell names them (caller-supplied, so a record, not an authentication).
+	if u := os.Getenv("USER"); u != "" {
+		req.Header.Set("X-Sbretry-Operator", u)
 	}
 	resp, err := controlClient.Do(req)
 	if err != nil {
