@@ -205,11 +205,13 @@ func BenchmarkScaleRestart(b *testing.B) {
 			q, _ := br.Queue("q")
 			fillScale(b, q, n, 0)
 			br.Close()
+			var cpu time.Duration
 			for range b.N {
 				b.StopTimer()
 				d := copyDir(b, dir)
 				runtime.GC()
 				b.StartTimer()
+				start := processCPU()
 				br, err := New(Options{DataDir: d}, QueueConfig{Name: "q"})
 				if err != nil {
 					b.Fatal(err)
@@ -219,10 +221,12 @@ func BenchmarkScaleRestart(b *testing.B) {
 					b.Fatal("nothing to receive after the restart")
 				}
 				b.StopTimer()
+				cpu += processCPU() - start
 				br.Close()
 				require.NoError(b, os.RemoveAll(d))
 				b.StartTimer()
 			}
+			b.ReportMetric(float64(cpu)/float64(b.N), "cpu-ns/op")
 		})
 	}
 }
