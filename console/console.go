@@ -163,7 +163,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 
 // fail shows an error page with status and a message for people; the message is redacted.
 func (c *Console) fail(w http.ResponseWriter, r *http.Request, status int, format string, args ...any) {
-	c.render(w, r, status, "error.html", http.StatusText(status), redact.String(fmt.Sprintf(format, args...)))
+	c.render(w, r, status, "error.html", http.StatusText(status), shownText(fmt.Sprintf(format, args...)))
 }
 
 // entityOf returns the entity named by the query or form field "e", or writes a 400 or 404.
@@ -219,8 +219,8 @@ func plural(n int, noun string) string {
 }
 
 // templateFuncs are the helpers the templates call: times in UTC (operators compare them across
-// regions), redaction of any text a message carries, plurals, and clipping of long errors in tables
-// (the message page shows them whole).
+// regions), any text a message carries redacted and made showable (text; textblock for a <pre>), plurals,
+// and clipping of long errors in tables (the message page shows them whole).
 var templateFuncs = template.FuncMap{
 	"time": func(t time.Time) string {
 		if t.IsZero() {
@@ -228,8 +228,9 @@ var templateFuncs = template.FuncMap{
 		}
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
-	"redact": redact.String,
-	"plural": plural,
+	"text":      shownText,
+	"textblock": shownBlock,
+	"plural":    plural,
 	"clip": func(n int, s string) string {
 		r := []rune(s)
 		if len(r) <= n {

@@ -39,7 +39,12 @@
 // 127.0.0.1 would otherwise be same-origin with the console): bind it to loopback, or protect it with
 // your own middleware and list the names it serves under in AllowedHosts. Behind a reverse proxy, pass
 // the original Host header on: the Origin check compares the two. Message text (reasons, ids,
-// property names and values, errors) is redacted wherever a page shows it.
+// property names and values, errors) is redacted wherever a page shows it, and shown with its control
+// characters, terminal escapes, bidi overrides and invalid bytes written as escapes (\x1b, \u202e):
+// a producer's id cannot disguise itself or another. A value is clipped at 2,000 characters (a last
+// error or a body at 64 Ki), a binary property is shown as its size, and the pending-retry chart
+// spans at most 30 days from now, counting retries due later (a producer may schedule one for the
+// year 9000) apart.
 //
 // # Cost
 //

@@ -11,7 +11,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/sbretry/retry/inspect"
-	"github.com/sbretry/retry/internal/redact"
 )
 
 // readTimeout bounds the Service Bus reads of one page, so that a broker that stops answering gives the
@@ -94,67 +93,6 @@ func (c *Console) seriesJSON(w http.ResponseWriter, r *http.Request) {
 func writeJSON(w http.ResponseWriter, v any) {
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(v)
-}
-
-// timelineBuckets is the number of bars of the pending-retry timeline: enough to see a burst, few
-// enough that each bar stays readable at a laptop's width.
-const timelineBuckets = 48
-
-// timeline counts pending retries by due time in equal buckets from now to the latest due.
-type timeline struct {
-	Starts []int64 `json:"starts"` // bucket starts, Unix seconds
-	Counts []int   `json:"counts"`
-	Total  int     `json:"total"`
-	// Truncated says a read stopped at the peek bound: later retries are missing.
-	Truncated bool `json:"truncated"`
-}
-
-// timelineOf buckets the entity's pending retries by due time, from now (or the earliest overdue one)
-// to the latest, in whole minutes.
-func (c *Console) timelineOf(ctx context.Context, e *entity) (*timeline, error) {
-	// One page as large as the peek bound lists every pending retry read, earliest first; the scan is
-	// the same whatever the page size, so asking for all costs memory, not round trips.
-	pg, err := e.in.ListPending(ctx, inspect.PageOptions{Limit: c.opts.MaxPeek})
-	if err != nil {
-		return nil, err
-	}
-	t := &timeline{Total: len(pg.Items), Truncated: pg.Truncated()}
-	if len(pg.Items) == 0 {
-		return t, nil
-	}
-	from := c.now()
-	if pg.Items[0].DueTime.Before(from) {
-		from = pg.Items[0].DueTime
-	}
-	from = from.Truncate(time.Minute)
-	span := pg.Items[len(pg.Items)-1].DueTime.Sub(from) + time.Minute
-	step := max((span+timelineBuckets-1)/timelineBuckets, time.Minute).Round(time.Minute)
-	n := int(span/step) + 1
-	t.Starts, t.Counts = make([]int64, n), make([]int, n)
-	for i := range n {
-		t.Starts[i] = from.Add(time.Duration(i) * step).Unix()
-	}
-	for _, p := range pg.Items {
-		i := min(max(int(p.DueTime.Sub(from)/step), 0), n-1)
-		t.Counts[i]++
-	}
-	return t, nil
-}
-
-// timelineJSON is the data of the pending page's chart.
-func (c *Console) timelineJSON(w http.ResponseWriter, r *http.Request) {
-	e, ok := c.entityOf(w, r)
-	if !ok {
-		return
-	}
-	ctx, cancel := readContext(r)
-	defer cancel()
-	t, err := c.timelineOf(ctx, e)
-	if err != nil {
-		http.Error(w, redact.String(err.Error()), http.StatusBadGateway)
-		return
-	}
-	writeJSON(w, t)
 }
 
 // pendingPage lists one page of the entity's pending retries by due time. The cursor is the
@@ -265,7 +203,7 @@ func (c *Console) messagePage(w http.ResponseWriter, r *http.Request) {
 	m := d.Message
 	props := make([]property, 0, len(m.ApplicationProperties))
 	for k, v := range m.ApplicationProperties {
-		props = append(props, property{Name: k, Value: redact.String(fmt.Sprint(v))})
+		props = append(props, property{Name: k, Value: propertyValue(v)})
 	}
 	sort.Slice(props, func(i, j int) bool { return props[i].Name < props[j].Name })
 	data := map[string]any{
@@ -274,7 +212,7 @@ func (c *Console) messagePage(w http.ResponseWriter, r *http.Request) {
 	}
 	if c.opts.ShowBodies {
 		if utf8.Valid(m.Body) {
-			data["Body"] = redact.String(string(m.Body))
+			data["Body"] = shownBlock(string(m.Body))
 		} else {
 			data["Body"] = fmt.Sprintf("(%d bytes of binary data)", len(m.Body))
 		}
