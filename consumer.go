@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Consumer receives messages, runs the handler through a [Processor] with at most MaxConcurrency
@@ -85,13 +86,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	r := &run{c: c, handlerCtx: handlerCtx, settleBase: settleBase, slots: newSlots(c.cfg)}
 	r.workers = workers{deliver: r.deliver, work: make(chan job),
 		maxIdle: int32(c.cfg.maxConcurrency + c.cfg.prefetch + extraSettleSlots)}
-	// From the moment ctx ends the consumer is draining: not ready, so that a readiness probe takes it
-	// out of rotation while its handlers finish, and still live until Run returns.
-	drainEntered := make(chan struct{})
-	stopDrain := context.AfterFunc(ctx, func() {
-		defer close(drainEntered)
-		c.setState(StateDraining, nil)
-	})
+	drainEntered := c.drainingWhenDone(ctx)
 	loopErr := r.loop(ctx)
 	if ctx.Err() != nil {
 		// Done closes before the AfterFunc that reports draining runs, so Run may get here first; the
@@ -110,22 +105,8 @@ func (c *Consumer) Run(ctx context.Context) error {
 		r.retiring.Wait()
 		close(drained)
 	}()
-	clk := c.cfg.clock
-	logDrain(c.cfg, clk.Now(), int(r.busy.Load()))
-	select {
-	case <-drained:
-	case <-clk.After(c.cfg.shutdownGrace):
-		c.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers", slog.Int("running", int(r.busy.Load())), slog.Duration("settle_timeout", c.cfg.settleTimeout))
-		cancelHandlers(ErrShutdown)
-		select {
-		case <-drained:
-		case <-clk.After(c.cfg.settleTimeout):
-		}
-	}
 	var err error
-	select {
-	case <-drained:
-	default:
+	if !drain(c.cfg, drained, func() int { return int(r.busy.Load()) }, cancelHandlers) {
 		n := int(r.busy.Load())
 		err = &ShutdownError{Running: n}
 		c.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
@@ -133,11 +114,52 @@ func (c *Consumer) Run(ctx context.Context) error {
 		c.proc.renewals.abandon()   // and the broker calls in flight, which do not derive from settleBase
 	}
 	r.closeAll(ctx)
-	if !stopDrain() {
-		<-drainEntered // stopped comes after draining, never before
-	}
+	drainEntered() // stopped comes after draining, never before
 	c.setState(StateStopped, loopErr)
 	return errors.Join(loopErr, err)
+}
+
+// drainingWhenDone moves the consumer to draining the moment ctx ends: not ready, so that a readiness
+// probe takes it out of rotation while its handlers finish, and still live until Run returns. The
+// function it returns waits until that move is made (or cancels it if ctx never ended), so that
+// stopped always comes after draining.
+func (c *Consumer) drainingWhenDone(ctx context.Context) (wait func()) {
+	entered := make(chan struct{})
+	stop := context.AfterFunc(ctx, func() {
+		defer close(entered)
+		c.setState(StateDraining, nil)
+	})
+	return func() {
+		if !stop() {
+			<-entered
+		}
+	}
+}
+
+// drain is the shutdown of both consumers once receiving has stopped: the messages in hand (inHand
+// counts them) get the shutdown grace with live handler contexts, then their handlers are cancelled
+// (cause [ErrShutdown]) and get one settle timeout more. It reports whether drained closed in time;
+// the caller then gives up on what is left.
+func drain(cfg *config, drained <-chan struct{}, inHand func() int, cancelHandlers context.CancelCauseFunc) bool {
+	clk := cfg.clock
+	logDrain(cfg, clk.Now(), inHand())
+	grace, stopGrace := timerChan(clk, cfg.shutdownGrace)
+	defer stopGrace()
+	select {
+	case <-drained:
+		return true
+	case <-grace:
+	}
+	cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers", slog.Int("running", inHand()), slog.Duration("settle_timeout", cfg.settleTimeout))
+	cancelHandlers(ErrShutdown)
+	last, stopLast := timerChan(clk, cfg.settleTimeout)
+	defer stopLast()
+	select {
+	case <-drained:
+		return true
+	case <-last:
+		return false
+	}
 }
 
 // Pause stops the consumer receiving, as an open outage breaker does, until [Consumer.Resume]: a kill
@@ -175,4 +197,17 @@ type run struct {
 
 	mu    sync.Mutex
 	conns []*liveConnection // every connection not yet closed
+}
+
+// logDrain says, when a shutdown begins, what it waits for: how many messages are still in hand
+// (handlers running, settles in flight) and until when their handlers keep a live context, so that
+// the silence between "draining" and the end of the grace is explained.
+func logDrain(cfg *config, now time.Time, inHand int) {
+	if inHand == 0 {
+		cfg.logger.Info("draining: no message in hand; closing")
+		return
+	}
+	cfg.logger.Info("draining: waiting for the messages in hand to finish",
+		slog.Int("in_hand", inHand), slog.Time("grace_until", now.Add(cfg.shutdownGrace)),
+		slog.Duration("shutdown_grace", cfg.shutdownGrace))
 }

@@ -266,16 +266,3 @@ func healthHandler(c *Consumer, ok func(Health) bool) http.Handler {
 		_ = json.NewEncoder(w).Encode(body)
 	})
 }
-
-// logDrain says, when a shutdown begins, what it waits for: how many messages are still in hand
-// (handlers running, settles in flight) and until when their handlers keep a live context, so that
-// the silence between "draining" and the end of the grace is explained.
-func logDrain(cfg *config, now time.Time, inHand int) {
-	if inHand == 0 {
-		cfg.logger.Info("draining: no message in hand; closing")
-		return
-	}
-	cfg.logger.Info("draining: waiting for the messages in hand to finish",
-		slog.Int("in_hand", inHand), slog.Time("grace_until", now.Add(cfg.shutdownGrace)),
-		slog.Duration("shutdown_grace", cfg.shutdownGrace))
-}

@@ -154,68 +154,23 @@ func (live *liveConnection) sources(defaultEntity string) []Source {
 	return out
 }
 
-// reconnect builds a fresh connection, waiting before each try according to how many consecutive
-// failures (receive or connect) came before it: none waits nothing (the first connect), the next ones
-// wait ReconnectDelays in turn (5 s, 10 s, 15 s by default), and once those are spent a single watchdog
-// takes over, trying every WatchdogInterval until a try succeeds. The watchdog is this same loop, so a
-// failure while it runs cannot start a second one. The failure count is reset by the receive loop only
-// when the new connection has shown that it works (it delivered a message, or stayed quiet and passed a
-// probe), because a connection can pass its check and still drop at once. It returns (nil, nil) when
-// ctx ends. On the first connect of a Run (first), a missing entity or a refused credential is returned
-// as an error, since waiting cannot fix it, unless Options.RetryStartupErrors is set.
+// reconnect builds a fresh connection on the reconnect-then-watchdog schedule (watchdog.go). On the
+// first connect of a Run (first), a missing entity or a refused credential is returned as an error,
+// since waiting cannot fix it, unless Options.RetryStartupErrors is set; a connection that receives
+// from a session ends Run at any connect. It returns (nil, nil) when ctx ends.
 func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error, first bool) (*Connection, error) {
-	for {
-		wait := c.reconnectWait(*failures, cause)
-		if wait > 0 {
-			select {
-			case <-c.cfg.clock.After(wait):
-			case <-ctx.Done():
-				return nil, nil
-			}
-		} else if ctx.Err() != nil {
-			return nil, nil
-		}
-		conn, err := c.dial(ctx)
-		if err == nil {
-			c.update(func(h *Health) { h.Connects++ })
-			return conn, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
+	return redial(ctx, c, failures, cause, c.dial, func(err error) error {
 		if errors.Is(err, ErrSessionEntity) {
 			// Configuration, not the environment: no retry, first connect or not, can fix it.
-			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
 			c.cfg.logger.Error("the connection receives from a session; not consuming it", errAttr(err))
-			return nil, err
+			return err
 		}
 		if fatal := queueStartupError(err); first && fatal != nil && !c.cfg.retryStartup {
-			c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
 			c.cfg.logger.Error("first connect failed in a way retrying cannot fix", errAttr(err))
-			return nil, fatal
+			return fatal
 		}
-		*failures++
-		cause = err
-		c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
-		c.cfg.logger.Warn("connect failed", errAttr(err), slog.Int("failures", *failures),
-			slog.Duration("next_try_in", c.reconnectWait(*failures, cause)))
-	}
-}
-
-// reconnectWait returns the wait before the next connect after n consecutive failures, and moves the
-// consumer into the matching state, reporting cause (the latest failure) to the state hook.
-func (c *Consumer) reconnectWait(n int, cause error) time.Duration {
-	delays := c.cfg.reconnectDelays
-	switch {
-	case n == 0:
-		return 0
-	case n <= len(delays):
-		c.setState(StateReconnecting, cause)
-		return delays[n-1]
-	default:
-		c.setState(StateWatchdog, cause)
-		return c.cfg.watchdogInterval
-	}
+		return nil
+	})
 }
 
 // connectTimeout bounds a connector call with its check. The SDK retries a refused or unreachable
@@ -274,47 +229,40 @@ func (c *Consumer) explainRefusedReceiver(ctx context.Context, conn *Connection,
 }
 
 // dial calls the connector and its check, bounded by connectTimeout (or the settle timeout if shorter).
-func (c *Consumer) dial(ctx context.Context) (conn *Connection, err error) {
-	cctx, cancel := context.WithTimeout(ctx, min(c.cfg.settleTimeout, connectTimeout))
-	defer cancel()
-	defer func() {
-		if r := recover(); r != nil {
-			conn, err = nil, fmt.Errorf("retry: connector panicked: %v", r)
-		}
-	}()
-	conn, err = c.connect(cctx)
-	if err != nil {
-		return nil, redact.Wrap(err)
-	}
-	if conn == nil || conn.Receiver == nil || conn.Sender == nil {
-		if conn != nil && conn.Close != nil {
-			_ = conn.Close(cctx)
-		}
-		return nil, errNilConnection
-	}
-	// Before the check, which would touch the entity (a peek, a scheduled probe).
-	if err := c.cfg.refuseSessionReceivers(conn, c.cfg.entityPath); err != nil {
-		_ = conn.close(cctx)
-		return nil, err
-	}
-	if conn.Check != nil {
-		if err := conn.Check(cctx); err != nil {
-			var warn *CheckWarning
-			if errors.As(err, &warn) {
-				c.cfg.logger.Warn("connection check warning; connecting anyway", errAttr(err))
-				now := c.cfg.clock.Now()
-				c.update(func(h *Health) { h.LastError, h.LastErrorTime = redact.String(err.Error()), now })
-				return conn, nil
+func (c *Consumer) dial(ctx context.Context) (*Connection, error) {
+	return callConnector(ctx, c.cfg, c.connect, func(cctx context.Context, conn *Connection) (*Connection, error) {
+		if conn == nil || conn.Receiver == nil || conn.Sender == nil {
+			if conn != nil && conn.Close != nil {
+				_ = conn.Close(cctx)
 			}
-			if serr := c.explainRefusedReceiver(cctx, conn, err); serr != nil {
-				_ = conn.close(cctx)
-				return nil, redact.Wrap(serr)
-			}
+			return nil, errNilConnection
+		}
+		// Before the check, which would touch the entity (a peek, a scheduled probe).
+		if err := c.cfg.refuseSessionReceivers(conn, c.cfg.entityPath); err != nil {
 			_ = conn.close(cctx)
-			return nil, redact.Wrap(fmt.Errorf("retry: connection check failed: %w", err))
+			return nil, err
 		}
-	}
-	return conn, nil
+		if conn.Check == nil {
+			return conn, nil
+		}
+		err := conn.Check(cctx)
+		if err == nil {
+			return conn, nil
+		}
+		var warn *CheckWarning
+		if errors.As(err, &warn) {
+			c.cfg.logger.Warn("connection check warning; connecting anyway", errAttr(err))
+			now := c.cfg.clock.Now()
+			c.update(func(h *Health) { h.LastError, h.LastErrorTime = redact.String(err.Error()), now })
+			return conn, nil
+		}
+		if serr := c.explainRefusedReceiver(cctx, conn, err); serr != nil {
+			_ = conn.close(cctx)
+			return nil, redact.Wrap(serr)
+		}
+		_ = conn.close(cctx)
+		return nil, redact.Wrap(fmt.Errorf("retry: connection check failed: %w", err))
+	})
 }
 
 // isAMQPCondition reports whether err carries an AMQP error with the given condition: a typed check on

@@ -252,11 +252,7 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 	defer abandon(nil)
 	r := &sessionRun{sc: sc, handlerBase: handlerBase, settleBase: settleBase, sessions: make(chan struct{}, sc.scfg.maxSessions)}
 
-	drainEntered := make(chan struct{})
-	stopDrain := context.AfterFunc(ctx, func() {
-		defer close(drainEntered)
-		c.setState(StateDraining, nil)
-	})
+	drainEntered := c.drainingWhenDone(ctx)
 	loopErr := r.loop(ctx)
 	if ctx.Err() != nil {
 		// The AfterFunc may not have run yet; the state must pass through draining all the same.
@@ -268,26 +264,8 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 		r.workers.Wait()
 		close(drained)
 	}()
-	clk := sc.cfg.clock
-	logDrain(sc.cfg, clk.Now(), int(c.inFlight.Load()))
-	grace, stopGrace := timerChan(clk, sc.cfg.shutdownGrace)
-	select {
-	case <-drained:
-		stopGrace()
-	case <-grace:
-		sc.cfg.logger.Warn("shutdown grace elapsed; cancelling in-flight handlers", slog.Int("running", int(c.inFlight.Load())), slog.Duration("settle_timeout", sc.cfg.settleTimeout))
-		cancelHandlers(ErrShutdown)
-		last, stopLast := timerChan(clk, sc.cfg.settleTimeout)
-		select {
-		case <-drained:
-		case <-last:
-		}
-		stopLast()
-	}
 	var err error
-	select {
-	case <-drained:
-	default:
+	if !drain(sc.cfg, drained, func() int { return int(c.inFlight.Load()) }, cancelHandlers) {
 		if n := int(c.inFlight.Load()); n > 0 {
 			err = &ShutdownError{Running: n}
 			sc.cfg.logger.Error("shutdown timed out; closing the connection with handlers still running", slog.Int("running", n))
@@ -306,9 +284,7 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 	for _, live := range conns {
 		r.closeConnection(ctx, live)
 	}
-	if !stopDrain() {
-		<-drainEntered
-	}
+	drainEntered()
 	c.setState(StateStopped, loopErr)
 	return errors.Join(loopErr, err)
 }
@@ -444,63 +420,30 @@ func sessionStartupError(err error) error {
 	return nil
 }
 
-// reconnect builds a fresh connection on the schedule of Consumer.reconnect (reconnect.go), whose
-// waits and states it shares: none before the first try, ReconnectDelays after consecutive failures,
-// then the watchdog. It returns (nil, nil) when ctx ends.
+// reconnect builds a fresh connection on the reconnect-then-watchdog schedule (watchdog.go), the queue
+// consumer's. On the first connect of a Run (first), a missing entity or a refused credential is
+// returned as an error unless Options.RetryStartupErrors is set. It returns (nil, nil) when ctx ends.
 func (sc *SessionConsumer) reconnect(ctx context.Context, failures *int, cause error, first bool) (*SessionConnection, error) {
-	c := sc.stats
-	for {
-		if wait := c.reconnectWait(*failures, cause); wait > 0 {
-			ch, stopTimer := timerChan(sc.cfg.clock, wait)
-			select {
-			case <-ch:
-			case <-ctx.Done():
-				stopTimer()
-				return nil, nil
-			}
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		conn, err := sc.dial(ctx)
-		if err == nil {
-			c.update(func(h *Health) { h.Connects++ })
-			return conn, nil
-		}
-		if ctx.Err() != nil {
-			return nil, nil
-		}
-		c.recordFailure(func(h *Health) { h.ConnectFailures++ }, err)
+	return redial(ctx, sc.stats, failures, cause, sc.dial, func(err error) error {
 		if fatal := startupError(err); first && fatal != nil && !sc.cfg.retryStartup {
 			sc.cfg.logger.Error("first connect failed in a way retrying cannot fix", errAttr(err))
-			return nil, fatal
+			return fatal
 		}
-		*failures++
-		cause = err
-		sc.cfg.logger.Warn("session connect failed", errAttr(err), slog.Int("failures", *failures))
-	}
+		return nil
+	})
 }
 
 // dial calls the connector, bounded by connectTimeout (or the settle timeout if shorter).
-func (sc *SessionConsumer) dial(ctx context.Context) (conn *SessionConnection, err error) {
-	cctx, cancel := context.WithTimeout(ctx, min(sc.cfg.settleTimeout, connectTimeout))
-	defer cancel()
-	defer func() {
-		if r := recover(); r != nil {
-			conn, err = nil, fmt.Errorf("retry: session connector panicked: %v", r)
+func (sc *SessionConsumer) dial(ctx context.Context) (*SessionConnection, error) {
+	return callConnector(ctx, sc.cfg, sc.connect, func(cctx context.Context, conn *SessionConnection) (*SessionConnection, error) {
+		if conn == nil || conn.AcceptNext == nil {
+			if conn != nil && conn.Close != nil {
+				_ = conn.Close(cctx)
+			}
+			return nil, errNilConnection
 		}
-	}()
-	conn, err = sc.connect(cctx)
-	if err != nil {
-		return nil, redact.Wrap(err)
-	}
-	if conn == nil || conn.AcceptNext == nil {
-		if conn != nil && conn.Close != nil {
-			_ = conn.Close(cctx)
-		}
-		return nil, errNilConnection
-	}
-	return conn, nil
+		return conn, nil
+	})
 }
 
 // closeConnection closes live once, bounded by the settle timeout even after ctx ended.
