@@ -211,8 +211,11 @@ type delivery struct {
 // settled after Run returned); slot, if set, is the delivery's handler slot: taken before the handler
 // runs, given back once it has returned, before the message is settled.
 //
-// The steps, in order: decode the envelope, keep the lock, wait for an earlier delivery of the same
-// message (and inherit its outcome), take a handler slot, run the handler, decide, settle.
+// The stages, in order, each in a function of its own below: decode the envelope (a malformed one is
+// dead-lettered), keep the lock, wait for an earlier delivery of the same message (and inherit its
+// outcome), hold the message if the outage breaker is open, take a handler slot and pass the breaker
+// (admit), run the handler with its immediate retries (attempts), conclude: decide and settle. The
+// result is reported once, by finish, here.
 func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.ReceivedMessage, rt route, slot handlerSlot) (res Result) {
 	if msg == nil {
 		return Result{Outcome: OutcomeLeftForRedelivery, SettleErr: ErrNilMessage}
@@ -220,8 +223,7 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 	if slot == nil {
 		slot = noSlot{}
 	}
-	clk := p.cfg.clock
-	now := clk.Now()
+	now := p.cfg.clock.Now()
 	d := &delivery{msg: msg, route: rt, ctx: ctx, start: now, now: now}
 	defer func() { d.ctx, d.base = nil, nil }()
 	if isProbe(msg) {
@@ -232,20 +234,13 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 	env, envErr := DecodeEnvelope(msg)
 	if envErr != nil {
 		slot.release()
-		res = Result{Attempt: env.Attempt}
-		d.env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
-		p.keepLock(d, settleBase, now)
-		defer d.lock.stop()
-		p.started(d)
-		p.settleDeadLetter(d, p.deadLetterDecision(&d.env, msg, p.cfg.reasons.InvalidEnvelope, envErr, now, false), &res)
-		return p.finish(d, d.env, res)
+		return p.finish(d, d.env, p.deadLetterMalformed(d, settleBase, env, envErr))
 	}
 	d.env = seed(msg, env, rt.entity, p.idempotencyKey)
 	res.Attempt = d.env.Attempt
-	// stop is the caller's context: its cancellation is a shutdown. The handler's context (OnStart's,
+	// ctx is the caller's context: its cancellation is a shutdown. The handler's context (OnStart's,
 	// and whatever the handler derives from it) may carry deadlines of its own, and a deadline that
 	// expires is a failed attempt, never a shutdown.
-	stop := ctx
 	hctx := p.started(d)
 	p.keepLock(d, settleBase, now)
 	defer d.lock.stop()
@@ -261,56 +256,108 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		}()
 		if prior != nil {
 			slot.release() // waiting for the earlier delivery must not keep other messages from their handlers
-			inherited, left, ok := p.awaitEarlier(d, prior, stop)
-			if !ok {
-				return p.finish(d, d.env, left)
-			}
-			if inherited != nil {
-				f.setDecision(inherited)
-				res = Result{Attempt: inherited.env.Attempt, HandlerErr: inherited.handlerErr, Inherited: true}
-				p.log(hctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", msg, *inherited.env)
-				p.apply(d, settleBase, f, inherited, &res)
-				return p.finish(d, *inherited.env, res)
+			if out, env, done := p.takeOver(d, settleBase, f, prior, ctx); done {
+				return p.finish(d, env, out)
 			}
 		}
 	}
-
 	// While the outage breaker is open, a message is held for later instead of spending an attempt: at
 	// once if it is open now, else once a handler slot is free, which is when it could start.
 	if p.outage.holding() {
 		slot.release()
 		return p.finish(d, d.env, p.hold(d, settleBase, f, nil, res))
 	}
-	// A message received ahead of a free handler slot, or back from waiting for an earlier delivery,
-	// waits for a slot here; its lock is kept (renewed) meanwhile.
-	if !slot.acquire(stop, &d.lock) {
-		d.now = clk.Now()
-		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while waiting for a handler slot"))
+	adm, out, ok := p.admitted(d, settleBase, f, ctx, slot, res)
+	if !ok {
+		return p.finish(d, d.env, out)
 	}
-	adm, ok := p.admit(d, stop)
+	run := p.attempts(d, ctx, hctx, adm, res)
+	slot.release()
+	if run.held {
+		return p.finish(d, d.env, p.hold(d, settleBase, f, run.res.HandlerErr, run.res))
+	}
+	return p.finish(d, d.env, p.conclude(d, settleBase, f, run))
+}
+
+// deadLetterMalformed dead-letters a message whose retry properties cannot be trusted to count its
+// attempts, without calling the handler (guessing could loop for ever).
+func (p *Processor) deadLetterMalformed(d *delivery, settleBase context.Context, env Envelope, envErr error) Result {
+	res := Result{Attempt: env.Attempt}
+	d.env = Envelope{OriginalMessageID: d.msg.MessageID, FirstSequenceNumber: -1}
+	p.keepLock(d, settleBase, d.now)
+	defer d.lock.stop()
+	p.started(d)
+	p.settleDeadLetter(d, p.deadLetterDecision(&d.env, d.msg, p.cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res)
+	return res
+}
+
+// takeOver waits for the earlier deliveries of d's message still in this process and, if one of them
+// decided an outcome it could not settle, applies it with d's lock without running the handler. done
+// is false when the handler is to run.
+func (p *Processor) takeOver(d *delivery, settleBase context.Context, f, prior *flight, stop context.Context) (res Result, env Envelope, done bool) {
+	inherited, left, ok := p.awaitEarlier(d, prior, stop)
+	if !ok {
+		return left, d.env, true
+	}
+	if inherited == nil {
+		return Result{}, d.env, false
+	}
+	f.setDecision(inherited)
+	res = Result{Attempt: inherited.env.Attempt, HandlerErr: inherited.handlerErr, Inherited: true}
+	p.log(d.ctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", d.msg, *inherited.env)
+	p.apply(d, settleBase, f, inherited, &res)
+	return res, *inherited.env, true
+}
+
+// admitted takes d's handler slot (a message received ahead of a free one waits here, its lock kept)
+// and asks the outage breaker to let the handler run. ok is false when the delivery ends here, with
+// out its result: stopped or lock lost meanwhile, or held because the breaker is open.
+func (p *Processor) admitted(d *delivery, settleBase context.Context, f *flight, stop context.Context, slot handlerSlot, res Result) (adm admission, out Result, ok bool) {
+	if !slot.acquire(stop, &d.lock) {
+		d.now = p.cfg.clock.Now()
+		return adm, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while waiting for a handler slot"), false
+	}
+	adm, ok = p.admit(d, stop)
 	switch {
 	case !ok:
 		slot.release()
-		return p.finish(d, d.env, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while the outage breaker probed"))
+		return adm, p.leftForRedelivery(d, slotLostCause(&d.lock, stop), "stopped or lock lost while the outage breaker probed"), false
 	case adm.kind == admitHold:
 		slot.release()
-		return p.finish(d, d.env, p.hold(d, settleBase, f, nil, res))
+		return adm, p.hold(d, settleBase, f, nil, res), false
 	}
-	var dec *decision
-	var handlerErr error
-	lockLost := false
+	return adm, Result{}, true
+}
+
+// attemptsRun is what the handler's calls in one delivery came to.
+type attemptsRun struct {
+	res        Result
+	handlerErr error
+	lockLost   bool
+	// dec is the failure's decision, nil on success, when the lock was lost, or when a shutdown ended
+	// the attempts. held is true when the outage breaker takes the failure instead (no attempt spent).
+	dec  *decision
+	held bool
+}
+
+// attempts runs the handler, and again after each failure the policy retries at once (immediate
+// retries, each with a fresh OnStart context), until a success, a failure to decide on, a lost lock or
+// a shutdown (stop cancelled).
+func (p *Processor) attempts(d *delivery, stop, hctx context.Context, adm admission, res Result) attemptsRun {
+	clk := p.cfg.clock
 	for {
 		handlerStart := clk.Now()
-		handlerErr, lockLost = p.runHandler(hctx, d)
+		handlerErr, lockLost := p.runHandler(hctx, d)
 		d.now = clk.Now()
 		d.handlerTime += d.now.Sub(handlerStart)
+		res.HandlerErr = handlerErr
 		if handlerErr == nil || lockLost || stopped(stop) {
 			out := attemptNone
 			if handlerErr == nil && !lockLost {
 				out = attemptSuccess
 			}
 			p.outage.record(adm, out, nil)
-			break
+			return attemptsRun{res: res, handlerErr: handlerErr, lockLost: lockLost}
 		}
 		// A failed attempt: its policy decides, unless the breaker is open, in which case a failure
 		// that counts toward it is held for later without spending the attempt.
@@ -325,23 +372,19 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		if (open && counts) || (counts && p.lastAttemptInAnOutage(d, pol, handlerErr)) || (open && p.retryAtOnce(d, pol, res.ImmediateRetries, handlerErr)) {
 			// The breaker is open (no attempt is spent, and no immediate retry calls the dependency that
 			// is down), or it may be about to open: see lastAttemptInAnOutage.
-			slot.release()
-			res.HandlerErr = handlerErr
-			return p.finish(d, d.env, p.hold(d, settleBase, f, handlerErr, res))
+			return attemptsRun{res: res, handlerErr: handlerErr, held: true}
 		}
 		// A deadline that ended the caller's context is a failed attempt, and no time for another.
 		if !p.retryAtOnce(d, pol, res.ImmediateRetries, handlerErr) || stop.Err() != nil {
-			dec = p.decideFailure(d, handlerErr, pol)
-			break
+			return attemptsRun{res: res, handlerErr: handlerErr, dec: p.decideFailure(d, handlerErr, pol)}
 		}
 		if !p.waitImmediate(d, stop, pol.immDelay) {
 			if !stopped(stop) && !d.lock.ended() {
-				dec = p.decideFailure(d, handlerErr, pol) // the caller's deadline passed while waiting
-				break
+				// The caller's deadline passed while waiting.
+				return attemptsRun{res: res, handlerErr: handlerErr, dec: p.decideFailure(d, handlerErr, pol)}
 			}
-			// Stopped, or the lock ended, meanwhile: the checks after the loop leave it for redelivery.
-			lockLost = d.lock.lost()
-			break
+			// Stopped, or the lock ended, meanwhile: conclude leaves it for redelivery.
+			return attemptsRun{res: res, handlerErr: handlerErr, lockLost: d.lock.lost()}
 		}
 		// The next attempt runs now, in this delivery: the envelope moves on as a retry copy's would.
 		d.env.Attempt++
@@ -350,36 +393,41 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 		adm = admission{kind: admitRun}
 		hctx = p.startAttempt(d, res.ImmediateRetries, d.now)
 	}
-	slot.release()
+}
 
-	res.HandlerErr = handlerErr
+// conclude turns what the attempts came to into the delivery's result: a success is completed, a
+// failure settled as decided; a lost lock or a shutdown leaves the message for redelivery (a success
+// whose complete the lost lock made impossible is remembered, so that the redelivery here completes
+// it without running the handler again).
+func (p *Processor) conclude(d *delivery, settleBase context.Context, f *flight, run attemptsRun) Result {
+	res, dec := run.res, run.dec
 	switch {
-	case lockLost:
+	case run.lockLost:
 		res.Outcome, res.SettleErr = OutcomeLeftForRedelivery, ErrLockLost
 		dec = nil
-		if handlerErr == nil {
+		if run.handlerErr == nil {
 			// The work is done; only the complete is impossible. Remember it, so the redelivery here
 			// completes without running the handler again.
 			dec = &d.dec
 			*dec = decision{kind: decideComplete, env: &d.env}
 		}
-		p.log(hctx, slog.LevelWarn, "message lock lost while the handler ran; the broker will redeliver it", msg, d.env)
-	case handlerErr == nil:
+		p.log(d.ctx, slog.LevelWarn, "message lock lost while the handler ran; the broker will redeliver it", d.msg, d.env)
+	case run.handlerErr == nil:
 		dec = &d.dec
 		*dec = decision{kind: decideComplete, env: &d.env}
 	case dec == nil:
 		// Shutdown cancelled the handler, or ended an immediate retry's wait (as did a lock that ran
 		// out): leave the message for redelivery rather than count an attempt.
 		res.Outcome = OutcomeLeftForRedelivery
-		p.log(hctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", msg, d.env, errAttr(handlerErr))
+		p.log(d.ctx, slog.LevelInfo, "handler failed during shutdown; the broker will redeliver the message", d.msg, d.env, errAttr(run.handlerErr))
 	}
 	if f != nil && dec != nil {
 		f.setDecision(dec)
 	}
-	if dec != nil && !lockLost {
+	if dec != nil && !run.lockLost {
 		p.apply(d, settleBase, f, dec, &res)
 	}
-	return p.finish(d, d.env, res)
+	return res
 }
 
 // admit asks the outage breaker whether d may run its handler, waiting while another delivery probes;
