@@ -85,6 +85,12 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request) (*request,
 		c.fail(w, r, http.StatusForbidden, "refused: %s; nothing was done", why)
 		return nil, false
 	}
+	// The role is checked on the server, whatever the page showed: a reader's browser has no action
+	// buttons, and a form forged or kept from an operator's page is refused here all the same.
+	if p := principalOf(r); !p.canAct() {
+		c.fail(w, r, http.StatusForbidden, "refused: the token %s may only read (role %s); nothing was done", p.who(), p.Role)
+		return nil, false
+	}
 	e, ok := c.entityOf(w, r)
 	if !ok {
 		return nil, false

@@ -93,8 +93,12 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 	c.handler = c.routes()
 	// The token check wraps everything, static files included: nothing about the namespace is served
 	// to someone without it.
-	if o.AccessToken != "" {
-		c.handler = requireToken(o.AccessToken, c.handler)
+	tokens, err := validateTokens(o)
+	if err != nil {
+		return nil, err
+	}
+	if len(tokens) > 0 {
+		c.handler = requireToken(newTokenSet(tokens), c.handler)
 	} else {
 		c.handler = allowedHostsOnly(o.AllowedHosts, c.handler)
 	}
@@ -134,6 +138,11 @@ type page struct {
 	CSRF  string
 	Base  string
 	Data  any
+	// Who and Role name the token the request presented (empty without tokens); CanAct says whether
+	// it may act, and the pages show their action buttons only then.
+	Who    string
+	Role   string
+	CanAct bool
 }
 
 // basePath is the path the console is mounted at, with a trailing slash: "/" when it serves the root,
@@ -152,7 +161,12 @@ func basePath(r *http.Request) string {
 // error page, not half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	var buf bytes.Buffer
-	if err := c.tmpl.ExecuteTemplate(&buf, name, page{Title: title, CSRF: c.csrfToken(w, r), Base: basePath(r), Data: data}); err != nil {
+	p := principalOf(r)
+	pg := page{Title: title, CSRF: c.csrfToken(w, r), Base: basePath(r), Data: data, Who: p.Name, CanAct: p.canAct()}
+	if p.Name != "" {
+		pg.Role = p.Role.String()
+	}
+	if err := c.tmpl.ExecuteTemplate(&buf, name, pg); err != nil {
 		http.Error(w, "sbretry console: rendering "+name+": "+redact.String(err.Error()), http.StatusInternalServerError)
 		return
 	}

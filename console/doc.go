@@ -33,8 +33,11 @@
 // last error and property shown is redacted (internal/redact). State-changing requests are POST only,
 // and carry a CSRF token: an HMAC, under a per-process random key, of a random value in a SameSite=Strict
 // cookie; their Origin (or, without one, Referer) must name the host they were sent to. With
-// [Options.AccessToken] set, every request must present the token (a bearer header, or the cookie a
-// first visit with ?token= sets), compared in constant time. Without it, the handler answers only to
+// [Options.Tokens] (or the single operator token [Options.AccessToken]) set, every request must present
+// one of the tokens (a bearer header, or the cookie a first visit with ?token= sets), compared in
+// constant time. Each token has a name and a [Role]: a [RoleReader] token reads every page, which then
+// shows no action buttons, and every action it posts is refused on the server with 403 Forbidden,
+// whatever the form carries; a [RoleOperator] token acts too. Without tokens, the handler answers only to
 // loopback Host names and [Options.AllowedHosts], against DNS rebinding (another site's name pointed at
 // 127.0.0.1 would otherwise be same-origin with the console): bind it to loopback, or protect it with
 // your own middleware and list the names it serves under in AllowedHosts. Behind a reverse proxy, pass

@@ -62,15 +62,22 @@ type Options struct {
 	AlertThreshold int
 	// ShowBodies shows message bodies on the message page. Off by default: bodies hold customer data.
 	ShowBodies bool
-	// AccessToken, when set, is required on every request (see the package documentation). Empty
-	// means none: protect the handler yourself or serve it on loopback only.
+	// AccessToken, when set, is required on every request (see the package documentation): it is one
+	// operator token, named "access-token" in the audit log. Empty means none. Set Tokens instead to
+	// give readers and operators tokens of their own; setting both is invalid.
 	AccessToken string
-	// AllowedHosts are the Host names (without port) the console answers to when AccessToken is empty.
+	// Tokens are the console's access tokens, each with a name and a [Role]: with any, every request
+	// must present one of them, a [RoleReader] token reads only (no action buttons; actions refused with
+	// 403), and the audit log names the token of every action. Invalid tokens (see [Token]) make [New]
+	// fail. Nil, with AccessToken empty too, means no token: the console answers only to loopback
+	// names and AllowedHosts, and everyone it answers may act, as an operator without a name.
+	Tokens []Token
+	// AllowedHosts are the Host names (without port) the console answers to without tokens.
 	// Empty means loopback names only (localhost, 127.0.0.1, [::1]): a console without a token relies on
 	// being reachable from this machine only, and DNS rebinding defeats that (a page of another site,
 	// its name made to resolve to 127.0.0.1, would be same-origin with the console under that name).
 	// Set it to the names your own middleware protects when you mount the console behind it. With an
-	// AccessToken, every Host is accepted.
+	// access token, every Host is accepted.
 	AllowedHosts []string
 	// ReceiveWait is how long a redrive or purge waits for a dead letter to be received
 	// ([dlqaction.Options.Wait]). Zero means [dlqaction.DefaultWait] (5 s); negative is invalid.
@@ -117,6 +124,9 @@ func (o *Options) withDefaults() (Options, error) {
 	defInt(&c.MaxPeek, DefaultMaxPeek)
 	defInt(&c.PageSize, DefaultPageSize)
 	defInt(&c.AlertThreshold, DefaultAlertThreshold)
+	if _, err := validateTokens(c); err != nil {
+		return c, err
+	}
 	if c.Window < c.PollInterval {
 		return c, fmt.Errorf("%w: Window %v is shorter than PollInterval %v", ErrInvalidOptions, c.Window, c.PollInterval)
 	}

@@ -89,20 +89,15 @@ func sameHost(u, host string) bool {
 	return err == nil && p.Host != "" && strings.EqualFold(p.Host, host)
 }
 
-// requireToken wraps next so that every request must present the access token: an Authorization
+// requireToken wraps next so that every request must present one of the tokens: an Authorization
 // bearer header, or the cookie that a visit with ?token= sets (that visit is then redirected to the
-// same URL without the token, so it leaves the address bar). Comparison is in constant time.
-func requireToken(token string, next http.Handler) http.Handler {
-	// Hashing both sides makes the compared values equal in length, so the comparison's time does not
-	// reveal the token's length either.
-	want := sha256.Sum256([]byte(token))
-	ok := func(got string) bool {
-		g := sha256.Sum256([]byte(got))
-		return got != "" && subtle.ConstantTimeCompare(want[:], g[:]) == 1
-	}
+// same URL without the token, so it leaves the address bar). Comparison is in constant time
+// ([tokenSet]). The request reaches next with the token's name and role in its context
+// ([principalOf]).
+func requireToken(tokens *tokenSet, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if t := r.URL.Query().Get(tokenParam); t != "" && r.Method == http.MethodGet {
-			if !ok(t) {
+			if _, ok := tokens.match(t); !ok {
 				http.Error(w, "sbretry console: the access token is wrong", http.StatusUnauthorized)
 				return
 			}
@@ -118,13 +113,17 @@ func requireToken(token string, next http.Handler) http.Handler {
 			http.Redirect(w, r, localPath(u), http.StatusSeeOther)
 			return
 		}
-		if b, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found && ok(b) {
-			next.ServeHTTP(w, r)
-			return
+		if b, found := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); found {
+			if p, ok := tokens.match(b); ok {
+				next.ServeHTTP(w, withPrincipal(r, p))
+				return
+			}
 		}
-		if ck, err := r.Cookie(tokenCookie); err == nil && ok(ck.Value) {
-			next.ServeHTTP(w, r)
-			return
+		if ck, err := r.Cookie(tokenCookie); err == nil {
+			if p, ok := tokens.match(ck.Value); ok {
+				next.ServeHTTP(w, withPrincipal(r, p))
+				return
+			}
 		}
 		http.Error(w, "sbretry console: an access token is required: open the console's address with ?token=TOKEN, or send Authorization: Bearer TOKEN", http.StatusUnauthorized)
 	})
