@@ -62,3 +62,48 @@ func TestSessionNeverTwoHandlersAfterALostLock(t *testing.T) {
 		assert.Equal(t, "start s-1", events[0])
 	})
 }
+
+// A session that runs dry is released at once when another session waits and every worker is busy,
+// instead of after SessionIdleTimeout: with one worker and the default idle timeout (10 s), the second
+// session starts within a fraction of a second of the first one's last message.
+func TestSessionRunDryHandsTheWorkerOver(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "a", 2)
+		sendSession(t, b, "b", 2)
+		rec := newSessionRecorder()
+		sc := newSessionConsumer(t, b, rec.handler(func(context.Context, sessionCall) error { return nil }), rec,
+			&retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 4 })
+		require.NoError(t, stop())
+		rec.mu.Lock()
+		calls := append([]sessionCall(nil), rec.calls...)
+		rec.mu.Unlock()
+		require.Len(t, calls, 4)
+		assert.Equal(t, calls[0].Session, calls[1].Session, "one session at a time: its messages in a row")
+		assert.NotEqual(t, calls[1].Session, calls[2].Session)
+		assert.Less(t, calls[2].At-calls[1].At, time.Second, "the second session did not wait out the first one's idle timeout")
+	})
+}
+
+// With nothing else waiting, a dry session is kept for SessionIdleTimeout: a message that arrives
+// meanwhile is served by the same hold, without another accept.
+func TestSessionDryButAloneIsKept(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "a", 1)
+		rec := newSessionRecorder()
+		sc := newSessionConsumer(t, b, rec.handler(func(context.Context, sessionCall) error { return nil }), rec,
+			&retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		<-time.After(5 * time.Second)
+		held := false
+		for _, s := range b.Sessions() {
+			held = held || (s.ID == "a" && !s.LockedUntil.IsZero())
+		}
+		assert.True(t, held, "the dry session is still held 5 s on, within its idle timeout")
+		require.NoError(t, stop())
+	})
+}

@@ -108,8 +108,11 @@ func TestSessionStartupErrors(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			b := newSessionBroker(t, nil)
 			sendSession(t, b, "a", 1)
+			// Two workers: one is always accepting, so the failure reaches a worker's accept (a dry
+			// session's ask for a waiting one, which only a consumer whose every worker is busy
+			// makes, keeps its session instead).
 			sc := newSessionConsumer(t, b, okHandler, nil, &retry.Options{ReconnectDelays: []time.Duration{time.Second}},
-				&retry.SessionOptions{MaxConcurrentSessions: 1, SessionIdleTimeout: time.Second})
+				&retry.SessionOptions{MaxConcurrentSessions: 2, SessionIdleTimeout: time.Second})
 			stop := runSessionConsumer(t, sc)
 			waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
 			b.Fail(retrytest.OpAccept, 1, &azservicebus.Error{Code: azservicebus.CodeNotFound})

@@ -99,6 +99,7 @@ var sessionsReceiveOptions = azservicebus.ReceiveMessagesOptions{TimeAfterFirstM
 //
 //   - retry: retry.SessionConsumer with MaxConcurrentSessions 16 and SessionIdleTimeout -sessions.idle
 //     (20 ms), otherwise the defaults, its logger discarded, counting through OnProcessed;
+//   - retry-default: the same with the default SessionIdleTimeout (10 s);
 //   - loop (runSessionLoop): 16 goroutines on one client (as the consumer's one connection), each
 //     accepting the next session (bounded by 10 s, as the consumer), renewing its lock from a goroutine
 //     of its own at half the granted duration, and receiving one message at a time with the
@@ -145,8 +146,12 @@ func BenchmarkPairedSessions(b *testing.B) {
 					return runSessionLoop(ctx, e, cfg, succeed, p)
 				}),
 				startSessionImpl(b, "retry", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, idle, succeed)),
+				// The default SessionIdleTimeout (10 s): a drained session is released for a waiting
+				// one at once (handOver), not after its idle timeout (issue 31).
+				startSessionImpl(b, "retry-default", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, 0, succeed)),
 			}
-			runPairedSessionBursts(b, impls, c.count, c.length, 2*sessionsConcurrency, []pairedRatio{{"retry", "loop"}, {"retry", "loop-bounded"}})
+			runPairedSessionBursts(b, impls, c.count, c.length, 2*sessionsConcurrency,
+				[]pairedRatio{{"retry", "loop"}, {"retry", "loop-bounded"}, {"retry-default", "loop"}})
 		})
 	}
 }
