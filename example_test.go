@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"log/slog"
 	"net/http"
 	"os"
+	"os/signal"
 	"strings"
 	"time"
 
@@ -194,4 +196,27 @@ func ExampleOutageOptions() {
 	mux.Handle("/readyz", retry.ReadinessHandler(consumer))
 	mux.Handle("/control", retry.ControlHandler(consumer, &retry.ControlOptions{Token: os.Getenv("CONTROL_TOKEN")}))
 	_ = mux
+}
+
+// The first calls: a connector for a queue from a connection string, a consumer with a handler, and
+// Run until the context ends (Ctrl-C here). Compile-only: it needs a namespace (or the emulator,
+// cmd/sbemu).
+func ExampleNewConsumer() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	connect, err := retry.QueueConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), "orders", nil)
+	if err != nil {
+		log.Fatal(err) // a malformed connection string; the error never contains the key
+	}
+	consumer, err := retry.NewConsumer(connect, func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
+		env, _ := retry.EnvelopeFromContext(ctx)
+		log.Printf("order %s, attempt %d", env.OriginalMessageID, env.Attempt)
+		return nil // an error retries later, with backoff
+	}, &retry.Options{MaxConcurrency: 8, MaxAttempts: 10})
+	if err != nil {
+		log.Fatal(err)
+	}
+	if err := consumer.Run(ctx); err != nil {
+		log.Fatal(err)
+	}
 }

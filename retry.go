@@ -1,28 +1,3 @@
-// Package retry adds delayed retries with backoff to Azure Service Bus consumers.
-//
-// Service Bus on its own can only redeliver a failed message at once (abandon) until the entity's
-// MaxDeliveryCount is spent, and then dead-letters it. During a downstream outage every attempt burns
-// within seconds. This package instead republishes a copy of a failed message with a scheduled enqueue
-// time chosen by a [Backoff] (Fibonacci by default), carries the retry state in the copy's application
-// properties (see [Envelope]), and only then completes the original. Nothing is ever abandoned, and a
-// message is never completed before its successor is safely scheduled: if the republish fails, the
-// original stays locked and the broker redelivers it.
-//
-// The per-message engine is [Processor]; [Consumer] wraps it in a receive loop with bounded concurrency,
-// lock renewal, and a reconnect-then-watchdog recovery loop that rebuilds the client from scratch.
-// All time flows through a [Clock], so handlers can be unit-tested with a fake clock and the in-memory
-// broker of package retrytest.
-//
-// # Crash contract
-//
-// For every failed delivery the order is: schedule the copy, then complete the original, with the lock
-// renewed until the complete returns. If the complete fails, the processor remembers the outcome and
-// completes the redelivered original without running the handler again. If the process dies between
-// the two, another process runs the handler again; its republish uses the same deterministic MessageId
-// ([Envelope.RetryMessageID]: unique per retry chain and attempt), so a queue with duplicate detection
-// drops it. Delivery is therefore at-least-once, and with duplicate detection on (a window covering the
-// lock duration, one settle timeout and the longest handler run) a retry is scheduled at most once per
-// attempt.
 package retry
 
 import (
