@@ -73,48 +73,52 @@ type request struct {
 // which is all a selection can have been made from.
 func (c *Console) maxRefs() int { return c.opts.MaxPeek }
 
-// readRequest checks the method's CSRF protection and parses the form, writing the error page itself.
-func (c *Console) readRequest(w http.ResponseWriter, r *http.Request) (*request, bool) {
+// readRequest checks the request's CSRF protection and role and parses the form; a refusal is
+// written (and audited) through a.
+func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt) (*request, bool) {
 	// A form of maxRefs references of ~100 bytes each fits well within 1 MiB.
 	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
 	if err := r.ParseForm(); err != nil {
-		c.fail(w, r, http.StatusBadRequest, "unreadable form: %v", err)
+		a.refuse(w, r, http.StatusBadRequest, "unreadable form: %v", err)
 		return nil, false
 	}
+	a.fillFromForm(r, c.maxRefs())
 	if why := c.checkCSRF(r); why != "" {
-		c.fail(w, r, http.StatusForbidden, "refused: %s; nothing was done", why)
+		a.refuse(w, r, http.StatusForbidden, "refused: %s; nothing was done", why)
 		return nil, false
 	}
 	// The role is checked on the server, whatever the page showed: a reader's browser has no action
 	// buttons, and a form forged or kept from an operator's page is refused here all the same.
 	if p := principalOf(r); !p.canAct() {
-		c.fail(w, r, http.StatusForbidden, "refused: the token %s may only read (role %s); nothing was done", p.who(), p.Role)
+		a.refuse(w, r, http.StatusForbidden, "refused: the token %s may only read (role %s); nothing was done", p.who(), p.Role)
 		return nil, false
 	}
-	e, ok := c.entityOf(w, r)
-	if !ok {
+	name := r.FormValue("e")
+	e := c.byPath[strings.ToLower(strings.TrimSuffix(name, "/"))]
+	if e == nil {
+		a.refuse(w, r, http.StatusNotFound, "unknown entity %q: this console shows %s", name, c.entityList())
 		return nil, false
 	}
 	req := &request{action: r.PostFormValue("action"), e: e, group: r.PostFormValue("g")}
 	switch req.action {
 	case actionRedrive, actionPurge, actionCancel:
 	default:
-		c.fail(w, r, http.StatusBadRequest, "unknown action %q: want redrive, purge or cancel", req.action)
+		a.refuse(w, r, http.StatusBadRequest, "unknown action %q: want redrive, purge or cancel", req.action)
 		return nil, false
 	}
 	if req.action == actionCancel && req.group != "" {
-		c.fail(w, r, http.StatusBadRequest, "cancel takes pending retries, not a failure group")
+		a.refuse(w, r, http.StatusBadRequest, "cancel takes pending retries, not a failure group")
 		return nil, false
 	}
 	if n := len(r.PostForm["ref"]); n > c.maxRefs() {
-		c.fail(w, r, http.StatusRequestEntityTooLarge, "%d references selected; at most %d (the messages one read peeks) can be", n, c.maxRefs())
+		a.refuse(w, r, http.StatusRequestEntityTooLarge, "%d references selected; at most %d (the messages one read peeks) can be", n, c.maxRefs())
 		return nil, false
 	}
 	seen := make(map[inspect.Ref]bool, len(r.PostForm["ref"]))
 	for _, s := range r.PostForm["ref"] {
 		ref, err := parseQualifiedRef(s)
 		if err != nil {
-			c.fail(w, r, http.StatusBadRequest, "%v", err)
+			a.refuse(w, r, http.StatusBadRequest, "%v", err)
 			return nil, false
 		}
 		if !seen[ref] {
@@ -125,11 +129,11 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request) (*request,
 	// A form names either a group or refs: with both, which one the operator meant is a guess, and a
 	// destructive action does not guess.
 	if req.group != "" && len(req.refs) > 0 {
-		c.fail(w, r, http.StatusBadRequest, "give a failure group or selected references, not both")
+		a.refuse(w, r, http.StatusBadRequest, "give a failure group or selected references, not both")
 		return nil, false
 	}
 	if req.group == "" && len(req.refs) == 0 {
-		c.fail(w, r, http.StatusBadRequest, "nothing selected: tick at least one message, or act on the whole group")
+		a.refuse(w, r, http.StatusBadRequest, "nothing selected: tick at least one message, or act on the whole group")
 		return nil, false
 	}
 	return req, true
@@ -237,7 +241,7 @@ func (c *Console) actionContext(r *http.Request) (context.Context, context.Cance
 
 // preview shows exactly what an action will do; it changes nothing.
 func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
-	req, ok := c.readRequest(w, r)
+	req, ok := c.readRequest(w, r, c.newAttempt(r, stepPreview))
 	if !ok {
 		return
 	}
@@ -269,9 +273,12 @@ func (c *Console) planFailed(w http.ResponseWriter, r *http.Request, err error) 
 	c.fail(w, r, status, "%v; nothing was done", err)
 }
 
-// runAction carries out a previewed action, refusing it whole when its messages changed since.
+// runAction carries out a previewed action, refusing it whole when its messages changed since. Every
+// run is audited: refused, or started (before anything is done: a run whose record cannot be written
+// is not carried out) and then done, partial or failed, with each message's outcome.
 func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
-	req, ok := c.readRequest(w, r)
+	a := c.newAttempt(r, stepRun)
+	req, ok := c.readRequest(w, r, a)
 	if !ok {
 		return
 	}
@@ -281,7 +288,11 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 	// the refs and MessageIDs the operator saw, or on nothing.
 	p, err := c.plan(ctx, req)
 	if err != nil {
-		c.planFailed(w, r, err)
+		status := statusOf(err)
+		if errors.Is(err, errConflict) {
+			status = http.StatusConflict
+		}
+		a.refuse(w, r, status, "%v; nothing was done", err)
 		return
 	}
 	if !hmacEqual(p.digest, r.PostFormValue("digest")) {
@@ -289,7 +300,7 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 		if req.group != "" {
 			what = "the failure group"
 		}
-		c.fail(w, r, http.StatusConflict, "%s changed since the preview (it now holds %s): nothing was done; preview it again", what, plural(p.count(), "message"))
+		a.refuse(w, r, http.StatusConflict, "%s changed since the preview (it now holds %s): nothing was done; preview it again", what, plural(p.count(), "message"))
 		return
 	}
 	// A purge cannot be undone: the operator types the word or the count, as the CLI asks for the
@@ -297,23 +308,45 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 	if req.action == actionPurge {
 		answer := strings.TrimSpace(r.PostFormValue("confirm"))
 		if answer != confirmWord && answer != strconv.Itoa(p.count()) {
-			c.fail(w, r, http.StatusBadRequest, "purge not confirmed: type %q or the number of dead letters (%d); nothing was done", confirmWord, p.count())
+			a.refuse(w, r, http.StatusBadRequest, "purge not confirmed: type %q or the number of dead letters (%d); nothing was done", confirmWord, p.count())
 			return
 		}
 	}
+	if !a.start(r, p.auditItems(0)) {
+		c.fail(w, r, http.StatusServiceUnavailable, "the audit record of this %s could not be written, so it was not carried out: nothing was done", req.action)
+		return
+	}
 	var done int
+	var warnings []string
 	if p.plan != nil {
-		var warnings []string
 		done, err = dlqaction.Execute(ctx, c.client, req.e.in, p.plan, &dlqaction.Options{
 			Wait: c.opts.ReceiveWait, Warn: func(m string) { warnings = append(warnings, m) },
 		})
-		c.renderResult(w, r, req, p, done, err, warnings)
-		return
+	} else {
+		// Cancel re-checks each pending retry before cancelling it: one that activated or changed
+		// since the preview stops the action there.
+		done, err = dlqaction.Cancel(ctx, req.e.in, p.pending)
 	}
-	// Cancel re-checks each pending retry before cancelling it: one that activated or changed since
-	// the preview stops the action there.
-	done, err = dlqaction.Cancel(ctx, req.e.in, p.pending)
-	c.renderResult(w, r, req, p, done, err, nil)
+	if !a.finish(r, done, err, p.auditItems(done)) {
+		warnings = append(warnings, "the audit record of this result could not be written: the server's log has the error")
+	}
+	c.renderResult(w, r, req, p, done, err, warnings)
+}
+
+// auditItems are the planned messages for the audit record; for a cancel, the first done were
+// cancelled (it goes in order and stops at the first failure).
+func (p *planned) auditItems(done int) []AuditItem {
+	var out []AuditItem
+	if p.plan != nil {
+		for _, it := range p.plan.Items {
+			out = append(out, AuditItem{Ref: it.Ref().String(), MessageID: redact.String(it.DeadLetter.MessageID), ResubmittedAs: it.ResubmitID, Done: it.Done})
+		}
+		return out
+	}
+	for i, q := range p.pending {
+		out = append(out, AuditItem{Ref: q.Ref().String(), MessageID: redact.String(q.MessageID), Done: i < done})
+	}
+	return out
 }
 
 // renderResult shows what an action did, item by item, and when it stopped part way, why and how to

@@ -6,8 +6,10 @@ import (
 	"fmt"
 	"html/template"
 	"io/fs"
+	"log/slog"
 	"net/http"
 	"net/url"
+	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +39,7 @@ type Console struct {
 	tmpl     *template.Template
 	secret   []byte
 	ring     *ring
+	audit    *auditLog
 	now      func() time.Time
 	polled   func() // test hook: after each poll of Run
 }
@@ -64,6 +67,19 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 		return nil, err
 	}
 	c := &Console{client: client, opts: o, byPath: map[string]*entity{}, secret: newSecret(), now: time.Now}
+	c.audit = &auditLog{logger: o.Logger, path: o.AuditFile}
+	if c.audit.logger == nil {
+		c.audit.logger = slog.Default()
+	}
+	if o.AuditFile != "" {
+		// Opened for appending now, so that a path that cannot be written fails here and not at the
+		// first action, which would then be refused.
+		f, err := os.OpenFile(o.AuditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, fmt.Errorf("%w: AuditFile: %w", ErrInvalidOptions, err)
+		}
+		_ = f.Close()
+	}
 	for _, cfg := range entities {
 		pe, target, err := cfg.validate()
 		if err != nil {
@@ -123,6 +139,7 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET /deadletters", c.deadLettersPage)
 	mux.HandleFunc("GET /group", c.groupPage)
 	mux.HandleFunc("GET /message", c.messagePage)
+	mux.HandleFunc("GET /audit", c.auditHandler)
 	mux.HandleFunc("GET /api/series", c.seriesJSON)
 	mux.HandleFunc("GET /api/timeline", c.timelineJSON)
 	mux.HandleFunc("POST /action/preview", c.preview)

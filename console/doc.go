@@ -27,6 +27,17 @@
 // message saying so and does nothing. Then it acts on exactly those refs and shows the result,
 // including how far it got if Service Bus stopped it part way (running it again finishes it).
 //
+// # Audit log
+//
+// Every action asked for, at its run and, when it is refused for who sent it (the role, the CSRF
+// check), at its preview, is recorded ([AuditRecord]): who (the token's name, or "(no token)"), when,
+// from where, the action, the selection (entity, group or session, and refs), the digest of the
+// preview, and the outcome (refused, started, done, partial, failed) with what became of each message.
+// Each record is a structured log line ([Options.Logger]) and, with [Options.AuditFile], a JSON line
+// appended to that file and synced to disk before the console goes on; the audit page (/audit) shows
+// the records newest first, to readers too. A run writes its started record before it touches
+// anything, and is not carried out if that record cannot be written.
+//
 // # Security
 //
 // The handler never sees a connection string (it is given a client), and every error, description,

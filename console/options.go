@@ -3,6 +3,7 @@ package console
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 
@@ -85,6 +86,16 @@ type Options struct {
 	// ActionTimeout bounds one action request. Zero means [DefaultActionTimeout] (2 min); negative is
 	// invalid.
 	ActionTimeout time.Duration
+	// AuditFile is the path of the audit log: every action (redrive, purge, cancel, release), refused
+	// ones included, is appended to it as one JSON line ([AuditRecord]) and synced to disk, and the
+	// audit page reads it back. The file is created (mode 0600) if need be, and only ever appended to;
+	// [New] fails if it cannot be opened for appending, and a run whose record cannot be written is not
+	// carried out. Empty means the audit page shows the last 1,000 records kept in memory, lost when the
+	// process ends; the log lines (Logger) are written either way.
+	AuditFile string
+	// Logger receives one structured line per audited action ([AuditRecord]'s fields; never a token's
+	// secret, never a message body). Nil means slog.Default().
+	Logger *slog.Logger
 	// Observer, when set, is told about every broker call the console makes for its pages and
 	// actions ([inspect.Options].Observer): github.com/sbretry/retry/retryotel's Instrumentation
 	// traces and measures them. Nil means none.
