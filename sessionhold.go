@@ -114,7 +114,11 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 		// Hold in place: this goroutine is the session's only one, so waiting here is what keeps
 		// every later message of the session from running. The session lock is renewed meanwhile by
 		// its own goroutine (sessionlock.go).
-		p.log(hctx, slog.LevelDebug, "holding the session for a retry in place", msg, d.env, errAttr(herr), slog.Duration("delay", delay))
+		// The queue consumer's line for a retry (settle.go), at its level: the retry waits in the
+		// session instead of in a scheduled copy.
+		p.log(hctx, slog.LevelInfo, "retry scheduled", msg, d.env,
+			slog.Int("next_attempt", d.env.Attempt+1), slog.Duration("delay", delay), slog.Time("scheduled_for", d.now.Add(delay)),
+			slog.String("held_in", "session"), slog.String("session_id", hs.sid), slog.String("handler_error", p.errorText(herr)))
 		if ok, why := r.waitHold(stop, lk, delay); !ok {
 			p.log(hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", msg, d.env, errAttr(why))
 			return withOutcome(res, OutcomeLeftForRedelivery, why)

@@ -1,9 +1,11 @@
 package retry_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync/atomic"
 	"testing"
 	"testing/synctest"
@@ -352,5 +354,27 @@ func TestSessionDoubtedCompleteKeepsOrder(t *testing.T) {
 		assert.Equal(t, ids("s", 1, 1, 2), rec.successesOf("s"), "s-1 again, before s-2")
 		assert.True(t, rec.processed[0].Result.PossibleDuplicate)
 		assert.Equal(t, uint64(1), sc.Health().PossibleDuplicates)
+	})
+}
+
+// A retry held in place is logged as the queue consumer logs a scheduled retry: "retry scheduled" at
+// INFO, with the next attempt, the delay and the error, and where it waits.
+func TestSessionRetryLoggedAsTheQueueConsumerLogsIt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var logs bytes.Buffer
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		calls := 0
+		sc := newSessionConsumer(t, b, func(context.Context, *azservicebus.ReceivedMessage) error {
+			calls++
+			if calls == 1 {
+				return errBoom
+			}
+			return nil
+		}, nil, &retry.Options{Backoff: retry.Constant{Interval: 10 * time.Second}, Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs}, nil))}, nil)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		require.NoError(t, stop())
+		assert.Regexp(t, `"level":"INFO","msg":"retry scheduled","message_id":"s-1",.*"next_attempt":2,"delay":10000000000,.*"held_in":"session","session_id":"s","handler_error":"downstream unavailable"`, logs.String())
 	})
 }
