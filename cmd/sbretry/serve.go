@@ -5,8 +5,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -37,16 +39,52 @@ func (l *entityList) Set(s string) error {
 }
 
 // checkListen refuses an address the console must not be served on without a token: anything but a
-// loopback address (an empty host listens on every interface).
-func checkListen(addr, token string) error {
+// loopback address (an empty host listens on every interface). tokens says a token is required.
+func checkListen(addr string, tokens bool) error {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {
 		return usagef("--listen %q: %v", addr, err)
 	}
-	if console.IsLoopbackHost(host) || token != "" {
+	if console.IsLoopbackHost(host) || tokens {
 		return nil
 	}
-	return usagef("--listen %s is not a loopback address: give --token (or set %s), which every request must then present", addr, envConsoleToken)
+	return usagef("--listen %s is not a loopback address: give --token (or set %s) or --tokens-file, which every request must then present", addr, envConsoleToken)
+}
+
+// readTokensFile reads the console's tokens from the file at path: one token a line, "NAME ROLE
+// SECRET" separated by blanks, ROLE reader or operator; blank lines and lines starting with # are
+// skipped. A file keeps the secrets out of the command line, which other users of the machine can
+// read. Errors name the line, never its secret.
+func readTokensFile(path string) ([]console.Token, error) {
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, usagef("--tokens-file: %v", err)
+	}
+	var out []console.Token
+	for i, line := range strings.Split(string(raw), "\n") {
+		line = strings.TrimSpace(line)
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		f := strings.Fields(line)
+		if len(f) != 3 {
+			return nil, usagef("--tokens-file %s line %d: want NAME ROLE SECRET (ROLE reader or operator), got %d fields", path, i+1, len(f))
+		}
+		t := console.Token{Name: f[0], Secret: f[2]}
+		switch f[1] {
+		case "reader":
+			t.Role = console.RoleReader
+		case "operator":
+			t.Role = console.RoleOperator
+		default:
+			return nil, usagef("--tokens-file %s line %d: role %q is neither reader nor operator", path, i+1, f[1])
+		}
+		out = append(out, t)
+	}
+	if len(out) == 0 {
+		return nil, usagef("--tokens-file %s holds no token", path)
+	}
+	return out, nil
 }
 
 // serve runs the web console (package console) for the entities given, on --listen, until the
@@ -57,6 +95,8 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	fs := newFlagSet("serve", &c)
 	listen := fs.String("listen", defaultListen, "")
 	token := fs.String("token", "", "")
+	tokensFile := fs.String("tokens-file", "", "")
+	auditFile := fs.String("audit-file", "", "")
 	fs.Var(&entities, "entity", "")
 	poll := fs.Duration("poll-interval", console.DefaultPollInterval, "")
 	window := fs.Duration("window", console.DefaultWindow, "")
@@ -89,7 +129,16 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	if *token == "" {
 		*token = a.getenv(envConsoleToken)
 	}
-	if err := checkListen(*listen, *token); err != nil {
+	var tokens []console.Token
+	if *tokensFile != "" {
+		if *token != "" {
+			return usagef("give --token (or %s) or --tokens-file, not both", envConsoleToken)
+		}
+		if tokens, err = readTokensFile(*tokensFile); err != nil {
+			return err
+		}
+	}
+	if err := checkListen(*listen, *token != "" || len(tokens) > 0); err != nil {
 		return err
 	}
 	connStr := c.connStr
@@ -110,6 +159,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	}()
 	con, err := console.New(client, entities, &console.Options{
 		PollInterval: *poll, Window: *window, MaxPeek: c.maxPeek, ShowBodies: *bodies, AccessToken: *token,
+		Tokens: tokens, AuditFile: *auditFile, Logger: slog.New(slog.NewTextHandler(a.stderr, nil)),
 	})
 	if err != nil {
 		if errors.Is(err, console.ErrInvalidOptions) || errors.Is(err, inspect.ErrInvalidEntity) {

@@ -4,7 +4,10 @@ import (
 	"bytes"
 	"context"
 	"io"
+	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -12,26 +15,29 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sbretry/retry/console"
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/internal/syncbuf"
 )
 
 func TestCheckListen(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		addr, token string
-		ok          bool
+		addr  string
+		token bool
+		ok    bool
 	}{
-		{"127.0.0.1:8080", "", true},
-		{"[::1]:8080", "", true},
-		{"localhost:0", "", true},
-		{":8080", "", false},
-		{"0.0.0.0:8080", "", false},
-		{"10.1.2.3:8080", "", false},
-		{"0.0.0.0:8080", "t", true},
-		{"nonsense", "", false},
+		{"127.0.0.1:8080", false, true},
+		{"[::1]:8080", false, true},
+		{"localhost:0", false, true},
+		{":8080", false, false},
+		{"0.0.0.0:8080", false, false},
+		{"10.1.2.3:8080", false, false},
+		{"0.0.0.0:8080", true, true},
+		{"nonsense", false, false},
 	} {
 		err := checkListen(tc.addr, tc.token)
-		assert.Equal(t, tc.ok, err == nil, "%s token %q: %v", tc.addr, tc.token, err)
+		assert.Equal(t, tc.ok, err == nil, "%s token %v: %v", tc.addr, tc.token, err)
 	}
 }
 
@@ -106,6 +112,102 @@ func TestServeOnLoopback(t *testing.T) {
 	require.NoError(t, err)
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode)
+	cancel()
+	select {
+	case code := <-done:
+		assert.Equal(t, exitOK, code, errOut.String())
+	case <-time.After(sbtest.Timeout):
+		t.Fatal("serve did not stop")
+	}
+}
+
+// TestReadTokensFile: the tokens file gives each token a name and a role; a malformed line is named
+// by its number, and its secret is never repeated.
+func TestReadTokensFile(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(p, []byte(text), 0o600))
+		return p
+	}
+	got, err := readTokensFile(write("ok", "# who role secret\n\nalice reader reader-secret-0123456789\n  bob operator operator-secret-0123456789  \n"))
+	require.NoError(t, err)
+	assert.Equal(t, []console.Token{
+		{Name: "alice", Role: console.RoleReader, Secret: "reader-secret-0123456789"},
+		{Name: "bob", Role: console.RoleOperator, Secret: "operator-secret-0123456789"},
+	}, got)
+	for name, text := range map[string]string{
+		"fields": "alice reader\n",
+		"role":   "alice admin s3cret-s3cret-s3cret\n",
+		"empty":  "# nothing\n",
+	} {
+		_, err := readTokensFile(write(name, text))
+		require.Error(t, err, name)
+		assert.NotContains(t, err.Error(), "s3cret", name)
+	}
+	_, err = readTokensFile(filepath.Join(dir, "missing"))
+	assert.Error(t, err)
+}
+
+// TestServeWithTokensFileAndAuditFile: serve --tokens-file --audit-file serves a reader its pages and
+// refuses its action on the server, and the refusal is in the audit file and the log, without the
+// secret.
+func TestServeWithTokensFileAndAuditFile(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.seed(t, "perm-1")
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	require.NoError(t, os.WriteFile(tokens, []byte("alice reader reader-secret-0123456789\nbob operator operator-secret-0123456789\n"), 0o600))
+	audit := filepath.Join(dir, "audit.jsonl")
+	addrs := make(chan string, 1)
+	var out bytes.Buffer
+	errOut := &syncbuf.Buffer{}
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: errOut, getenv: func(string) string { return "" }, now: time.Now,
+		hooks: hooks{serving: func(addr string) { addrs <- addr }}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- a.run(ctx, []string{"--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue, "serve",
+			"--listen", "0.0.0.0:0", "--tokens-file", tokens, "--audit-file", audit})
+	}()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, errOut.String())
+	case <-time.After(sbtest.Timeout):
+		t.Fatal("serve did not listen")
+	}
+	_, port, err := net.SplitHostPort(addr)
+	require.NoError(t, err)
+	base := "http://127.0.0.1:" + port
+	client := &http.Client{Timeout: sbtest.Timeout}
+	do := func(method, path string, body io.Reader) int {
+		req, err := http.NewRequest(method, base+path, body)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer reader-secret-0123456789")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set("Origin", base)
+		resp, err := client.Do(req)
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		return resp.StatusCode
+	}
+	assert.Equal(t, http.StatusOK, do(http.MethodGet, "/deadletters?e=orders", nil))
+	assert.Equal(t, http.StatusForbidden, do(http.MethodPost, "/action/preview", strings.NewReader("action=purge&e=orders&ref=orders%2F%24DeadLetterQueue%3A1")))
+	raw, err := os.ReadFile(audit)
+	require.NoError(t, err)
+	assert.Contains(t, string(raw), `"who":"alice"`)
+	assert.Contains(t, string(raw), `"outcome":"refused"`)
+	assert.Contains(t, errOut.String(), "sbretry console action")
+	for _, secret := range []string{"reader-secret-0123456789", "operator-secret-0123456789"} {
+		assert.NotContains(t, string(raw), secret)
+		assert.NotContains(t, errOut.String(), secret)
+	}
 	cancel()
 	select {
 	case code := <-done:
