@@ -73,7 +73,11 @@
 // T" and when each feed last wrote to it, since the index is only as fresh as its feeds: the broker
 // stays the truth, and an action (cancel, redrive) still verifies there before it acts. The entity
 // flags and the connection string are optional with --index; entity flags, when given, keep only the
-// events whose chain started on that entity. The file is opened read-only.
+// events whose chain started on that entity. The file is opened read-only. --index also takes a
+// PostgreSQL URL (postgres://… or postgresql://…), the index a team shares (package
+// github.com/sbretry/retry/retryindex/postgres); give its password through PGPASSWORD or ~/.pgpass
+// rather than in the URL, which other users can see in the process list. Output names the database
+// and host, never the URL.
 //
 // # Redrive
 //

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -14,10 +16,19 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/retryindex/postgres/pgtest"
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak())
+	code := m.Run()
+	pgtest.Stop() // the server of the --index postgres:// tests, if they started one
+	if code == 0 {
+		if err := goleak.Find(sbtest.IgnoreSDKLeak()); err != nil {
+			fmt.Fprintf(os.Stderr, "goleak: errors on successful test run: %v\n", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
 }
 
 var errBoom = errors.New("downstream unavailable")

@@ -10,17 +10,39 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/sbretry/retry/internal/redact"
 	"github.com/sbretry/retry/retryindex"
+	"github.com/sbretry/retry/retryindex/postgres"
 )
 
-// openIndex opens the retry-state index at path for reading (retryindex.OpenSQLite, read-only): a
-// file a consumer's recorder or a tailer keeps. A missing file is a usage error, never an empty answer.
-func openIndex(path string) (*retryindex.SQLite, error) {
-	if _, err := os.Stat(path); err != nil {
-		return nil, usagef("--index %s: %v", path, err)
+// openIndex opens the retry-state index that --index names: a PostgreSQL URL ("postgres://" or
+// "postgresql://": the shared store, retryindex/postgres; a password is best given through PGPASSWORD
+// or ~/.pgpass, not on the command line), or else the path of an embedded index file, opened
+// read-only. A missing file is a usage error, never an empty answer. It returns the store and how to
+// name it in output, which never includes a password.
+func openIndex(ctx context.Context, spec string) (retryindex.Store, string, error) {
+	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
+		cfg, err := pgx.ParseConfig(spec)
+		if err != nil {
+			return nil, "", usagef("--index: the PostgreSQL URL does not parse")
+		}
+		name := fmt.Sprintf("postgres database %s on %s", cfg.Database, cfg.Host)
+		s, err := postgres.Open(ctx, spec, nil)
+		if err != nil {
+			return nil, "", fmt.Errorf("opening the index in %s: %w", name, err)
+		}
+		return s, name, nil
 	}
-	return retryindex.OpenSQLite(path, &retryindex.SQLiteOptions{ReadOnly: true})
+	if _, err := os.Stat(spec); err != nil {
+		return nil, "", usagef("--index %s: %v", spec, err)
+	}
+	s, err := retryindex.OpenSQLite(spec, &retryindex.SQLiteOptions{ReadOnly: true})
+	if err != nil {
+		return nil, "", err
+	}
+	return s, spec, nil
 }
 
 // indexSource is the entity path the flags name, if any, for filtering index answers: the index may
@@ -127,13 +149,13 @@ func (a *app) statusFromIndex(ctx context.Context, c *common, path, id string) e
 	if err != nil {
 		return err
 	}
-	idx, err := openIndex(path)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	idx, path, err := openIndex(ctx, path)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = idx.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	ans, err := idx.Lookup(ctx, id, nil)
 	if err != nil {
 		return err
@@ -238,13 +260,13 @@ func (a *app) pendingFromIndex(ctx context.Context, c *common, path string, limi
 	if err != nil {
 		return err
 	}
-	idx, err := openIndex(path)
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	idx, name, err := openIndex(ctx, path)
 	if err != nil {
 		return err
 	}
 	defer func() { _ = idx.Close() }()
-	ctx, cancel := context.WithTimeout(ctx, c.timeout)
-	defer cancel()
 	page, err := idx.Pending(ctx, &retryindex.PendingOptions{Limit: limit, Cursor: cursor, Source: source})
 	if errors.Is(err, retryindex.ErrInvalidCursor) {
 		return usagef("--cursor %q: not a cursor of pending --index", cursor)
@@ -261,13 +283,13 @@ func (a *app) pendingFromIndex(ctx context.Context, c *common, path string, limi
 			Total   int64       `json:"total"`
 			Pending []jsonEvent `json:"pending"`
 			Next    string      `json:"next,omitempty"`
-		}{From: "index", Index: path, AsOf: page.AsOf, Feeds: feedsJSON(page.Feeds), Total: page.Total, Pending: []jsonEvent{}, Next: page.Next}
+		}{From: "index", Index: name, AsOf: page.AsOf, Feeds: feedsJSON(page.Feeds), Total: page.Total, Pending: []jsonEvent{}, Next: page.Next}
 		for _, e := range page.Items {
 			out.Pending = append(out.Pending, eventJSON(e))
 		}
 		return writeJSON(a.stdout, out)
 	}
-	fmt.Fprintf(a.stdout, "%d pending retries, from index %s, %s\n", page.Total, path, describeFreshness(page.Freshness))
+	fmt.Fprintf(a.stdout, "%d pending retries, from index %s, %s\n", page.Total, name, describeFreshness(page.Freshness))
 	if len(page.Items) == 0 {
 		return nil
 	}
@@ -295,7 +317,7 @@ func (a *app) pendingFromIndex(ctx context.Context, c *common, path string, limi
 		return err
 	}
 	if page.Next != "" {
-		fmt.Fprintf(a.stdout, "more: sbretry pending --index %s --limit %d --cursor %s\n", path, limit, page.Next)
+		fmt.Fprintf(a.stdout, "more: sbretry pending --index %s --limit %d --cursor %s\n", shellWord(path, name), limit, page.Next)
 	}
 	return nil
 }
@@ -303,3 +325,12 @@ func (a *app) pendingFromIndex(ctx context.Context, c *common, path string, limi
 // errPartialNotFound is status finding nothing in a scan that stopped at --max-peek: it exits with
 // exitPartial, since the messages beyond the bound were not read.
 var errPartialNotFound = errors.New("nothing found in a partial read")
+
+// shellWord is the --index value to repeat in a suggested command: the file path, or for a
+// PostgreSQL URL (which may hold a password) a placeholder naming the database.
+func shellWord(spec, name string) string {
+	if spec == name {
+		return spec
+	}
+	return "'<URL of the " + name + ">'"
+}

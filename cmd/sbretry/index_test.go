@@ -14,6 +14,8 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/retryindex"
+	"github.com/sbretry/retry/retryindex/postgres"
+	"github.com/sbretry/retry/retryindex/postgres/pgtest"
 )
 
 // indexFixture writes an index file with: order-42 failed twice and pending (attempt 3), order-43
@@ -162,4 +164,56 @@ func TestPendingSaysPartial(t *testing.T) {
 	code, out, _ = h.cli(t, "", "pending")
 	require.Equal(t, exitOK, code)
 	assert.NotContains(t, out, "partial")
+}
+
+// TestIndexPostgresURLNeverPrintsThePassword: --index takes a PostgreSQL URL; what is printed about
+// it (here, that it cannot be reached) names the database and host, never the password.
+func TestIndexPostgresURLNeverPrintsThePassword(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range [][]string{{"status", "order-42"}, {"pending"}} {
+		code, out, errOut := cliNoEntity(t, "", append(cmd, "--index", "postgres://ops:hunter2@127.0.0.1:1/retries?connect_timeout=5")...)
+		assert.Equal(t, exitError, code)
+		assert.NotContains(t, out+errOut, "hunter2")
+		assert.Contains(t, errOut, "opening the index in postgres database retries on 127.0.0.1")
+	}
+	code, _, errOut := cliNoEntity(t, "", "status", "x", "--index", "postgres://ops:hunter2@[::1")
+	assert.Equal(t, exitUsage, code)
+	assert.NotContains(t, errOut, "hunter2")
+}
+
+// TestStatusFromPostgresIndex answers from the shared store on a real PostgreSQL server, as from a
+// file.
+func TestStatusFromPostgresIndex(t *testing.T) {
+	t.Parallel()
+	conn := pgtest.Database(t)
+	s, err := postgres.Open(context.Background(), conn, nil)
+	require.NoError(t, err)
+	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 5, OriginalMessageID: "order-42"}
+	due := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
+	require.NoError(t, s.Apply(context.Background(), []retryindex.Record{{
+		Chain: env.ChainID(), OriginalID: "order-42", Key: "order-42", CorrelationID: "order-42", Source: "orders",
+		Kind: retryindex.KindScheduled, Attempt: 1, NextAttempt: 2, At: time.Now(), NextDue: due, Entity: "orders", SequenceNumber: 8,
+		Error: "downstream unavailable", Process: "billing-1", Feed: retryindex.FeedConsumer,
+	}}))
+	require.NoError(t, s.Close())
+	// The harness's keyword form as a URL: postgres:///DB?host=SOCKETDIR&user=sbretry.
+	var host, db string
+	for _, kv := range strings.Fields(conn) {
+		k, v, _ := strings.Cut(kv, "=")
+		switch k {
+		case "host":
+			host = v
+		case "dbname":
+			db = v
+		}
+	}
+	url := "postgres:///" + db + "?host=" + host + "&user=sbretry"
+	code, out, errOut := cliNoEntity(t, "", "status", "--index", url, "order-42")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "order-42 on the index: from index postgres database "+db+" on "+host+", as of ")
+	assert.Contains(t, out, "will be retried at "+formatTime(due)+" (attempt 2)")
+	assert.Contains(t, out, "sequence number 8 in orders")
+	code, out, _ = cliNoEntity(t, "", "pending", "--index", url)
+	require.Equal(t, exitOK, code)
+	assert.Contains(t, out, "1 pending retries, from index postgres database "+db)
 }

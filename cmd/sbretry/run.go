@@ -45,7 +45,8 @@ const usageText = `usage: sbretry [--connection-string S] (--queue Q | --topic T
 
 commands:
   status KEY          pending retries, active copies and dead letters of a key, correlation id or message id
-                      (--index PATH: from the retry-state index, with the history; no broker read)
+                      (--index FILE or postgres:// URL: from the retry-state index, with the history;
+                      no broker read)
   pending             pending retries by due time (--limit N, --cursor C, --wide; --index PATH: from the
                       retry-state index, in due order over the whole backlog, with the exact total)
   cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)

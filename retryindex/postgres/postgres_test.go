@@ -14,12 +14,13 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/retryindex"
+	"github.com/sbretry/retry/retryindex/postgres/pgtest"
 	"github.com/sbretry/retry/retryindex/storetest"
 )
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	stopServer()
+	pgtest.Stop()
 	if code == 0 {
 		if err := goleak.Find(); err != nil {
 			os.Stderr.WriteString("goleak: " + err.Error() + "\n")
@@ -31,7 +32,7 @@ func TestMain(m *testing.M) {
 
 func open(t *testing.T, now func() time.Time) retryindex.Store {
 	t.Helper()
-	s, err := Open(context.Background(), database(t), &Options{Now: now})
+	s, err := Open(context.Background(), pgtest.Database(t), &Options{Now: now})
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	return s
@@ -46,7 +47,7 @@ func TestPostgresConformance(t *testing.T) {
 // TestSharedBySeveralProcesses: two stores on one database (as two consumers and a console would
 // have) see each other's writes, and opening concurrently creates the tables once.
 func TestSharedBySeveralProcesses(t *testing.T) {
-	conn := database(t)
+	conn := pgtest.Database(t)
 	ctx := context.Background()
 	stores := make(chan *Store, 2)
 	errs := make(chan error, 2)

@@ -1,4 +1,8 @@
-package postgres
+// Package pgtest starts a real PostgreSQL server for tests (Debian's postgresql package: initdb in a
+// temporary directory, a Unix socket only, as the postgres user when the tests run as root) and gives
+// each test a database of its own. A test skips, saying why, when no server binary exists. It is for
+// tests only: call [Stop] from TestMain after the tests ran.
+package pgtest
 
 import (
 	"context"
@@ -17,9 +21,8 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// server is the PostgreSQL server the tests share: started on first use (initdb in a temporary
-// directory, listening on a Unix socket only), stopped by TestMain. Each test gets a database of its
-// own.
+// server is the PostgreSQL server the tests of one package share: started on first use, stopped by
+// Stop.
 var server struct {
 	once    sync.Once
 	dir     string
@@ -97,8 +100,8 @@ func startServer() {
 	server.conn = fmt.Sprintf("host=%s user=sbretry dbname=postgres", dir)
 }
 
-// stopServer stops the server and removes its directory; TestMain calls it.
-func stopServer() {
+// Stop stops the server, if one was started, and removes its directory. TestMain calls it.
+func Stop() {
 	if server.dir == "" {
 		return
 	}
@@ -108,9 +111,9 @@ func stopServer() {
 	_ = os.RemoveAll(server.dir)
 }
 
-// database creates a database for one test and returns its connection string, skipping the test
-// when no server binary exists.
-func database(t *testing.T) string {
+// Database creates a database for one test and returns its connection string (keyword form, no
+// password), skipping the test when no server binary exists.
+func Database(t *testing.T) string {
 	t.Helper()
 	server.once.Do(startServer)
 	if server.skip != "" {
