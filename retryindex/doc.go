@@ -16,9 +16,9 @@
 //     [RecorderOptions.FlushInterval] (100 ms); a full queue drops the record and counts it
 //     ([Recorder.Stats]), and the tailer repairs what was dropped.
 //   - the broker: a [Tailer] peeks the retry entity and its dead-letter queue from the last sequence
-//     number it saw, so that copies scheduled by any process (and dead letters) are indexed too, and
-//     [Tailer.Rebuild] reads everything again and marks the events whose copy is no longer there. A lost
-//     or stale index is rebuilt this way.
+//     number it saw, so that copies scheduled by any process (and dead letters) are indexed too
+//     ([Tailer.Run] polls every interval), and [Tailer.Rebuild] reads everything again and marks the
+//     events whose copy is no longer there. A lost or stale index is rebuilt this way.
 //
 // Every answer says how fresh it is: each event carries when it was last updated and by which feed, and
 // each answer lists every feed with the time of its last record (see [Freshness]).

@@ -113,6 +113,28 @@ func newTailer(store Store, entity string, opts *TailerOptions, open func(string
 // queues.
 func (t *Tailer) Entities() []string { return append([]string(nil), t.entities...) }
 
+// Run polls every interval until ctx ends, and returns ctx's error. A failed poll is reported to
+// onError (when not nil) and retried at the next interval: the broker being unreachable for a while
+// leaves the index as stale as its feeds say, no worse. It owns no goroutine beyond the caller's.
+func (t *Tailer) Run(ctx context.Context, interval time.Duration, onError func(error)) error {
+	if interval <= 0 {
+		return fmt.Errorf("%w: interval %v must be positive", ErrInvalidOptions, interval)
+	}
+	timer := time.NewTimer(0) // the first poll at once
+	defer timer.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-timer.C:
+		}
+		if _, err := t.Poll(ctx); err != nil && ctx.Err() == nil && onError != nil {
+			onError(err)
+		}
+		timer.Reset(interval)
+	}
+}
+
 // TailResult says what one [Tailer.Poll] or [Tailer.Rebuild] read.
 type TailResult struct {
 	// Peeked counts the messages read per entity path; Recorded the records written.
