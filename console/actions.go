@@ -19,6 +19,7 @@ const (
 	actionRedrive = "redrive"
 	actionPurge   = "purge"
 	actionCancel  = "cancel"
+	actionRelease = "release"
 )
 
 // confirmWord is one of the two answers a purge accepts; the other is the number of dead letters the
@@ -65,8 +66,9 @@ type request struct {
 	// action is redrive, purge or cancel; e is the entity the form names.
 	action string
 	e      *entity
-	group  string        // a whole group (redrive, purge); empty for a selection
-	refs   []inspect.Ref // a selection
+	group   string        // a whole group (redrive, purge); empty for a selection
+	refs    []inspect.Ref // a selection
+	session string        // the session a release releases
 }
 
 // maxRefs bounds the references one action form may carry: no more than the messages a read peeks,
@@ -99,11 +101,29 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt
 		a.refuse(w, r, http.StatusNotFound, "unknown entity %q: this console shows %s", name, c.entityList())
 		return nil, false
 	}
-	req := &request{action: r.PostFormValue("action"), e: e, group: r.PostFormValue("g")}
+	req := &request{action: r.PostFormValue("action"), e: e, group: r.PostFormValue("g"), session: r.PostFormValue("session")}
 	switch req.action {
 	case actionRedrive, actionPurge, actionCancel:
+		if req.session != "" {
+			a.refuse(w, r, http.StatusBadRequest, "%s takes messages, not a session", req.action)
+			return nil, false
+		}
+	case actionRelease:
+		// A release names one session of a queue, and nothing else.
+		switch {
+		case req.session == "":
+			a.refuse(w, r, http.StatusBadRequest, "release needs the session to release")
+			return nil, false
+		case req.group != "" || len(r.PostForm["ref"]) > 0:
+			a.refuse(w, r, http.StatusBadRequest, "release takes a session, not messages")
+			return nil, false
+		case e.parsed.IsSubscription():
+			a.refuse(w, r, http.StatusBadRequest, "%s is a subscription: a release sends a wake-up into the session, and a send to its topic would reach every subscription; release it with a tool that sends to the subscription's consumer only", e.cfg.Path)
+			return nil, false
+		}
+		return req, true
 	default:
-		a.refuse(w, r, http.StatusBadRequest, "unknown action %q: want redrive, purge or cancel", req.action)
+		a.refuse(w, r, http.StatusBadRequest, "unknown action %q: want redrive, purge, cancel or release", req.action)
 		return nil, false
 	}
 	if req.action == actionCancel && req.group != "" {
@@ -141,8 +161,9 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt
 
 // planned is what an action will act on, read fresh from Service Bus.
 type planned struct {
-	plan    *dlqaction.Plan   // redrive, purge
-	pending []inspect.Pending // cancel
+	plan    *dlqaction.Plan         // redrive, purge
+	pending []inspect.Pending       // cancel
+	release *inspect.SessionRelease // release
 	digest  string
 }
 
@@ -154,8 +175,10 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 	out := &planned{}
 	var lines []string
 	switch req.action {
+	case actionRelease:
+		return c.planRelease(ctx, req, "")
 	case actionCancel:
-		items, err := dlqaction.PreviewCancel(ctx, req.e.in, req.refs)
+		items, err := dlqaction.PreviewCancel(ctx, req.e.inspector(), req.refs)
 		if err != nil {
 			return nil, err
 		}
@@ -181,7 +204,7 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 			// Selected refs: the inspector resolves each against the entity's dead-letter queues (a ref
 			// naming another entity is a 400), and any that is gone makes the whole action a conflict,
 			// so a preview or run never silently acts on fewer messages than the operator ticked.
-			s, err := dlqaction.Select(ctx, req.e.in, inspect.DeadLetterFilter{Refs: req.refs})
+			s, err := dlqaction.Select(ctx, req.e.inspector(), inspect.DeadLetterFilter{Refs: req.refs})
 			if err != nil {
 				return nil, err
 			}
@@ -193,6 +216,9 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 		}
 		// The redrive's target is fixed by the console's configuration, never by the form: a form that
 		// named a queue could send customer messages anywhere the client may send.
+		if req.action == actionRedrive && req.e.target == "" {
+			return nil, fmt.Errorf("%w: %s has no redrive target: no queue is known to reach its session consumer only (set Entity.RedriveTo)", inspect.ErrUnknownEntity, req.e.cfg.Path)
+		}
 		if req.action == actionRedrive {
 			out.plan = dlqaction.NewRedrivePlan(sel, req.e.target, 0)
 		} else {
@@ -213,8 +239,11 @@ var errConflict = errors.New("changed since the preview")
 
 // count is the number of messages the plan acts on.
 func (p *planned) count() int {
-	if p.plan != nil {
+	switch {
+	case p.plan != nil:
 		return len(p.plan.Items)
+	case p.release != nil:
+		return 1
 	}
 	return len(p.pending)
 }
@@ -249,11 +278,18 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	p, err := c.plan(ctx, req)
 	if err != nil {
-		c.planFailed(w, r, err)
+		c.planFailed(w, r, req, err)
 		return
 	}
 	if p.count() == 0 {
 		c.fail(w, r, http.StatusBadRequest, "nothing to %s", req.action)
+		return
+	}
+	if p.release != nil {
+		c.render(w, r, http.StatusOK, "release.html", "Preview: release", map[string]any{
+			"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "Digest": p.digest,
+			"At": strconv.FormatInt(p.release.PlannedAt.UnixMilli(), 10), "Preview": true,
+		})
 		return
 	}
 	c.render(w, r, http.StatusOK, "preview.html", "Preview: "+req.action, map[string]any{
@@ -265,12 +301,15 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 
 // planFailed shows why an action could not be planned: 409 when its messages changed since the
 // preview, 404 or 400 for what the request named, 502 for Service Bus.
-func (c *Console) planFailed(w http.ResponseWriter, r *http.Request, err error) {
+func (c *Console) planFailed(w http.ResponseWriter, r *http.Request, req *request, err error) {
 	status := statusOf(err)
-	if errors.Is(err, errConflict) {
+	switch {
+	case errors.Is(err, errConflict):
 		status = http.StatusConflict
+	case req.action == actionRelease:
+		status = releaseStatus(err)
 	}
-	c.fail(w, r, status, "%v; nothing was done", err)
+	c.fail(w, r, status, "%s; nothing was done", describeReadError(err))
 }
 
 // runAction carries out a previewed action, refusing it whole when its messages changed since. Every
@@ -286,13 +325,22 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 	defer cancel()
 	// Plan again from Service Bus, then compare with the preview's digest: the run acts on exactly
 	// the refs and MessageIDs the operator saw, or on nothing.
-	p, err := c.plan(ctx, req)
+	var p *planned
+	var err error
+	if req.action == actionRelease {
+		p, err = c.planRelease(ctx, req, r.PostFormValue("at"))
+	} else {
+		p, err = c.plan(ctx, req)
+	}
 	if err != nil {
 		status := statusOf(err)
-		if errors.Is(err, errConflict) {
+		switch {
+		case errors.Is(err, errConflict):
 			status = http.StatusConflict
+		case req.action == actionRelease:
+			status = releaseStatus(err)
 		}
-		a.refuse(w, r, status, "%v; nothing was done", err)
+		a.refuse(w, r, status, "%s; nothing was done", describeReadError(err))
 		return
 	}
 	if !hmacEqual(p.digest, r.PostFormValue("digest")) {
@@ -318,14 +366,28 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 	}
 	var done int
 	var warnings []string
+	if p.release != nil {
+		rel, rerr := req.e.sessionIn.Release(ctx, p.release)
+		if rel != nil {
+			p.release = rel
+		}
+		if rerr == nil {
+			done = 1
+		}
+		if !a.finish(r, done, rerr, p.auditItems(done)) {
+			warnings = append(warnings, "the audit record of this result could not be written: the server's log has the error")
+		}
+		c.renderReleased(w, r, req, p, rerr, warnings)
+		return
+	}
 	if p.plan != nil {
-		done, err = dlqaction.Execute(ctx, c.client, req.e.in, p.plan, &dlqaction.Options{
+		done, err = dlqaction.Execute(ctx, c.client, req.e.inspector(), p.plan, &dlqaction.Options{
 			Wait: c.opts.ReceiveWait, Warn: func(m string) { warnings = append(warnings, m) },
 		})
 	} else {
 		// Cancel re-checks each pending retry before cancelling it: one that activated or changed
 		// since the preview stops the action there.
-		done, err = dlqaction.Cancel(ctx, req.e.in, p.pending)
+		done, err = dlqaction.Cancel(ctx, req.e.inspector(), p.pending)
 	}
 	if !a.finish(r, done, err, p.auditItems(done)) {
 		warnings = append(warnings, "the audit record of this result could not be written: the server's log has the error")
@@ -337,6 +399,15 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 // cancelled (it goes in order and stops at the first failure).
 func (p *planned) auditItems(done int) []AuditItem {
 	var out []AuditItem
+	if rel := p.release; rel != nil {
+		it := AuditItem{Ref: "session " + rel.SessionID, Done: done == 1}
+		if h := rel.Plan.Before.Hold; h != nil {
+			it.Ref = inspect.Ref{Entity: rel.Entity, SequenceNumber: h.SequenceNumber}.String()
+			it.MessageID = redact.String(h.MessageID)
+		}
+		it.ResubmittedAs = rel.Plan.WakeID
+		return []AuditItem{it}
+	}
 	if p.plan != nil {
 		for _, it := range p.plan.Items {
 			out = append(out, AuditItem{Ref: it.Ref().String(), MessageID: redact.String(it.DeadLetter.MessageID), ResubmittedAs: it.ResubmitID, Done: it.Done})
@@ -347,6 +418,22 @@ func (p *planned) auditItems(done int) []AuditItem {
 		out = append(out, AuditItem{Ref: q.Ref().String(), MessageID: redact.String(q.MessageID), Done: i < done})
 	}
 	return out
+}
+
+// renderReleased shows what a release did: the wake-up sent and the state written, or how far it got
+// and why it stopped.
+func (c *Console) renderReleased(w http.ResponseWriter, r *http.Request, req *request, p *planned, err error, warnings []string) {
+	status, msg := http.StatusOK, ""
+	if err != nil {
+		status = releaseStatus(err)
+		if status == http.StatusBadGateway || status == http.StatusNotFound {
+			status = http.StatusBadGateway
+		}
+		msg = redact.String(err.Error())
+	}
+	c.render(w, r, status, "release.html", "Result: release", map[string]any{
+		"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "Error": msg, "Warnings": warnings,
+	})
 }
 
 // renderResult shows what an action did, item by item, and when it stopped part way, why and how to

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -50,6 +51,11 @@ type entity struct {
 	parsed inspect.Entity
 	in     *inspect.Inspector
 	target string // where a redrive sends
+	// sessionIn reads the entity as a session entity (inspect.Options.SessionConsumer); session says
+	// it is one: configured (Entity.SessionConsumer), or recognised from its refusal of a plain
+	// receiver (see recognise).
+	sessionIn *inspect.Inspector
+	session   atomic.Bool
 }
 
 // New returns a console over entities through client. It does not contact Service Bus. Errors wrap
@@ -92,11 +98,19 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 			return nil, fmt.Errorf("%w: entity %s given twice", ErrInvalidOptions, pe.Path())
 		}
 		cfg.Path = pe.Path()
-		in, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, RetryQueue: cfg.RetryQueue, Observer: o.Observer})
+		sessionIn, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, SessionConsumer: true, Observer: o.Observer})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
-		e := &entity{cfg: cfg, parsed: pe, in: in, target: target}
+		in := sessionIn
+		if !cfg.SessionConsumer {
+			in, err = inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, RetryQueue: cfg.RetryQueue, Observer: o.Observer})
+			if err != nil {
+				return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
+			}
+		}
+		e := &entity{cfg: cfg, parsed: pe, in: in, target: target, sessionIn: sessionIn}
+		e.session.Store(cfg.SessionConsumer)
 		c.entities = append(c.entities, e)
 		c.byPath[key] = e
 	}
@@ -140,6 +154,7 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET /group", c.groupPage)
 	mux.HandleFunc("GET /message", c.messagePage)
 	mux.HandleFunc("GET /audit", c.auditHandler)
+	mux.HandleFunc("GET /sessions", c.sessionsPage)
 	mux.HandleFunc("GET /api/series", c.seriesJSON)
 	mux.HandleFunc("GET /api/timeline", c.timelineJSON)
 	mux.HandleFunc("POST /action/preview", c.preview)

@@ -74,7 +74,7 @@ func groupDeadLetters(items []inspect.DeadLetter) []*failureGroup {
 // groups reads the entity's dead letters and groups them; the selection's scans say whether the read
 // was truncated.
 func (e *entity) groups(ctx context.Context) ([]*failureGroup, *dlqaction.Selection, error) {
-	sel, err := dlqaction.Select(ctx, e.in, inspect.DeadLetterFilter{})
+	sel, err := dlqaction.Select(ctx, e.inspector(), inspect.DeadLetterFilter{})
 	if err != nil {
 		return nil, nil, err
 	}

@@ -42,6 +42,12 @@ type Entity struct {
 	// a subscription its RetryQueue, which reaches that subscription's consumer only (its topic would
 	// deliver to every subscription and is refused).
 	RedriveTo string
+	// SessionConsumer says the entity requires sessions and a retry.SessionConsumer consumes it
+	// ([inspect.Options.SessionConsumer]): it has no retry queue (RetryQueue must be empty, even for
+	// a subscription), its retries are held in its sessions, shown on its held-sessions page, and a
+	// queue's held sessions can be released there. Without it, an entity that refuses a plain receiver
+	// and lists sessions is recognised as one at its first read.
+	SessionConsumer bool
 }
 
 // Options configures a [Console]. A nil *Options means every default; a zero field means its default.
@@ -153,13 +159,21 @@ func (e Entity) validate() (inspect.Entity, string, error) {
 	if strings.Contains(e.RetryQueue, "/") || strings.Contains(e.RedriveTo, "/") {
 		return pe, "", fmt.Errorf("%w: entity %s: RetryQueue and RedriveTo must name queues", ErrInvalidOptions, e.Path)
 	}
-	if pe.IsSubscription() && e.RetryQueue == "" {
+	if e.SessionConsumer && e.RetryQueue != "" {
+		return pe, "", fmt.Errorf("%w: entity %s: a session consumer has no RetryQueue", ErrInvalidOptions, e.Path)
+	}
+	if pe.IsSubscription() && e.RetryQueue == "" && !e.SessionConsumer {
 		return pe, "", fmt.Errorf("%w: subscription %s needs its RetryQueue", ErrInvalidOptions, e.Path)
 	}
 	// A subscription's default target is its retry queue: the one queue known to reach that
 	// subscription's consumer only. Its topic would fan the message out to every subscription.
 	to := e.RedriveTo
 	if to == "" && pe.IsSubscription() {
+		if e.SessionConsumer {
+			// No queue is known to reach this subscription's consumer only: redrives are refused
+			// until RedriveTo names one.
+			return pe, "", nil
+		}
 		to = e.RetryQueue
 	}
 	target, err := dlqaction.Target(pe, to)

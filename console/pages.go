@@ -104,7 +104,12 @@ func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := readContext(r)
 	defer cancel()
-	pg, err := e.in.ListPending(ctx, inspect.PageOptions{Limit: c.opts.PageSize, Cursor: r.FormValue("cursor")})
+	pg, err := e.inspector().ListPending(ctx, inspect.PageOptions{Limit: c.opts.PageSize, Cursor: r.FormValue("cursor")})
+	if err != nil && c.recognise(ctx, e, err) {
+		// A session consumer holds its retries in the sessions: the page says so and links to them.
+		c.render(w, r, http.StatusOK, "pending.html", "Pending retries of "+e.cfg.Path, map[string]any{"Entity": e.cfg.Path, "Sessions": true})
+		return
+	}
 	if err != nil {
 		status := http.StatusBadGateway
 		if isBadInput(err) {
@@ -195,7 +200,7 @@ func (c *Console) messagePage(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := readContext(r)
 	defer cancel()
-	d, err := e.in.DeadLetter(ctx, ref)
+	d, err := e.inspector().DeadLetter(ctx, ref)
 	if err != nil {
 		c.fail(w, r, statusOf(err), "%s: %v", ref, err)
 		return

@@ -17,6 +17,9 @@ type entityCounts struct {
 	Truncated bool
 	// Err is the redacted error of a read that failed; the counts are then zero.
 	Err string
+	// Sessions says the entity is a session entity: only its dead letters are counted (its active
+	// messages and held retries are in its sessions).
+	Sessions bool
 }
 
 // sample is one poll of every entity.
@@ -66,7 +69,15 @@ func (c *Console) poll(ctx context.Context) sample {
 	var wg sync.WaitGroup
 	for i, e := range c.entities {
 		wg.Go(func() {
+			if e.session.Load() {
+				s.Counts[i] = c.sessionCounts(ctx, e)
+				return
+			}
 			n, err := e.in.Counts(ctx)
+			if err != nil && c.recognise(ctx, e, err) {
+				s.Counts[i] = c.sessionCounts(ctx, e)
+				return
+			}
 			if err != nil {
 				s.Counts[i] = entityCounts{Err: redact.String(err.Error())}
 				return

@@ -35,7 +35,10 @@ type timeline struct {
 func (c *Console) timelineOf(ctx context.Context, e *entity) (*timeline, error) {
 	// One page as large as the peek bound lists every pending retry read, earliest first; the scan is
 	// the same whatever the page size, so asking for all costs memory, not round trips.
-	pg, err := e.in.ListPending(ctx, inspect.PageOptions{Limit: c.opts.MaxPeek})
+	pg, err := e.inspector().ListPending(ctx, inspect.PageOptions{Limit: c.opts.MaxPeek})
+	if err != nil && c.recognise(ctx, e, err) {
+		return &timeline{}, nil // a session entity's retries are held in its sessions
+	}
 	if err != nil {
 		return nil, err
 	}
