@@ -64,8 +64,8 @@ func statusOf(err error) int {
 // never from anything the browser could have changed in between.
 type request struct {
 	// action is redrive, purge or cancel; e is the entity the form names.
-	action string
-	e      *entity
+	action  string
+	e       *entity
 	group   string        // a whole group (redrive, purge); empty for a selection
 	refs    []inspect.Ref // a selection
 	session string        // the session a release releases
