@@ -28,6 +28,9 @@ const (
 	DefaultPruneInterval = time.Hour
 	// DefaultFlushInterval is how long the writer gathers records before it writes them.
 	DefaultFlushInterval = 100 * time.Millisecond
+	// writeTimeout bounds one write of the writer, so that a store that hangs (a database across a
+	// broken network) costs a batch, not the writer.
+	writeTimeout = 30 * time.Second
 )
 
 // RecorderOptions configures [NewRecorder]. A nil *RecorderOptions means every default.
@@ -270,9 +273,11 @@ func (r *Recorder) write(lastPrune time.Time) {
 		r.flush(batch)
 		if now := r.opts.Now(); r.opts.PruneInterval > 0 && now.Sub(lastPrune) >= r.opts.PruneInterval {
 			lastPrune = now
-			if _, err := r.store.Prune(context.Background(), now.Add(-r.opts.Retention)); err != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+			if _, err := r.store.Prune(ctx, now.Add(-r.opts.Retention)); err != nil {
 				r.lastErr.Store(&err)
 			}
+			cancel()
 		}
 	}
 }
@@ -280,7 +285,9 @@ func (r *Recorder) write(lastPrune time.Time) {
 // flush stores one batch. A failed write loses the batch (counted in Failed): the broker still has
 // the truth, and the tailer reads it again.
 func (r *Recorder) flush(batch []Record) {
-	if err := r.store.Apply(context.Background(), batch); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	if err := r.store.Apply(ctx, batch); err != nil {
 		r.failed.Add(int64(len(batch)))
 		r.lastErr.Store(&err)
 		return

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -29,8 +30,9 @@ type Options struct {
 // Store is the Postgres [retryindex.Store]. Create it with [Open]; the zero value is not usable. It is
 // safe for concurrent use, and several processes may share one database.
 type Store struct {
-	pool *pgxpool.Pool
-	opts Options
+	pool   *pgxpool.Pool
+	opts   Options
+	closed atomic.Bool
 }
 
 // Compile-time proof that *Store is a retryindex.Store.
@@ -121,7 +123,9 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 
 // Close closes the connections. It is idempotent.
 func (s *Store) Close() error {
-	s.pool.Close()
+	if s.closed.CompareAndSwap(false, true) {
+		s.pool.Close()
+	}
 	return nil
 }
 
@@ -168,24 +172,22 @@ func str(p *string) string {
 	return *p
 }
 
-// write runs fn in a read-committed transaction; closed pools report [retryindex.ErrClosed].
+// write runs fn in a read-committed transaction; after Close it returns [retryindex.ErrClosed].
 func (s *Store) write(ctx context.Context, fn func(pgx.Tx) error) error {
-	err := pgx.BeginFunc(ctx, s.pool, fn)
-	if err != nil && strings.Contains(err.Error(), "closed pool") {
+	if s.closed.Load() {
 		return retryindex.ErrClosed
 	}
-	return err
+	return pgx.BeginFunc(ctx, s.pool, fn)
 }
 
 // read runs fn in a repeatable-read, read-only transaction: one snapshot, as of asOf.
 func (s *Store) read(ctx context.Context, fn func(tx pgx.Tx, asOf time.Time) error) error {
-	err := pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		return fn(tx, s.opts.Now())
-	})
-	if err != nil && strings.Contains(err.Error(), "closed pool") {
+	if s.closed.Load() {
 		return retryindex.ErrClosed
 	}
-	return err
+	return pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return fn(tx, s.opts.Now())
+	})
 }
 
 // deltas are the changes of one transaction to sbretry_counts, by state.
@@ -622,13 +624,13 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 
 // Cursor implements [retryindex.Store.Cursor].
 func (s *Store) Cursor(ctx context.Context, entity string) (int64, error) {
+	if s.closed.Load() {
+		return 0, retryindex.ErrClosed
+	}
 	var next int64
 	err := s.pool.QueryRow(ctx, `SELECT cursor FROM sbretry_feeds WHERE name = $1`, "tailer "+entity).Scan(&next)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
-	}
-	if err != nil && strings.Contains(err.Error(), "closed pool") {
-		return 0, retryindex.ErrClosed
 	}
 	return next, err
 }

@@ -103,3 +103,17 @@ func TestRecorderOnPostgres(t *testing.T) {
 	assert.Equal(t, "ledger down", e.LastError)
 	assert.Equal(t, "billing-1", e.History[0].Process)
 }
+
+// TestClosedStoreRefuses: after Close (twice, harmlessly) every call returns retryindex.ErrClosed.
+func TestClosedStoreRefuses(t *testing.T) {
+	s, err := Open(context.Background(), pgtest.Database(t), nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close())
+	ctx := context.Background()
+	_, err = s.Lookup(ctx, "x", nil)
+	assert.ErrorIs(t, err, retryindex.ErrClosed)
+	assert.ErrorIs(t, s.Apply(ctx, []retryindex.Record{storetest.Rec("x", 1, retryindex.KindSucceeded, 2, 0)}), retryindex.ErrClosed)
+	_, err = s.Cursor(ctx, "orders")
+	assert.ErrorIs(t, err, retryindex.ErrClosed)
+}

@@ -115,6 +115,12 @@ func Stop() {
 // password), skipping the test when no server binary exists.
 func Database(t *testing.T) string {
 	t.Helper()
+	return DatabaseTB(t)
+}
+
+// DatabaseTB is [Database] for a test or a benchmark.
+func DatabaseTB(t testing.TB) string {
+	t.Helper()
 	server.once.Do(startServer)
 	if server.skip != "" {
 		t.Skip(server.skip)
