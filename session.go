@@ -58,14 +58,14 @@ type SessionOptions struct {
 	// also the most handlers running at once. Zero means [DefaultMaxConcurrentSessions] (8).
 	MaxConcurrentSessions int
 	// SessionIdleTimeout is how long a held session may go without a message before it is closed and the
-	// next available session accepted. It applies only while no other session waits: when every worker
-	// serves a session and one of them goes 20 ms without a message, the worker asks the broker for a
-	// waiting session and, if one is there, releases the dry session for it at once, so quiet sessions
-	// never keep others waiting. Keeping a dry session while nothing else waits saves an accept for its
-	// next message. It must leave the broker time to deliver: below its round trip a session is
-	// released before its message arrives. Zero means [DefaultSessionIdleTimeout] (10 s); the .NET
-	// SDK's session processor keeps an idle session for its TryTimeout (60 s by default), but it has
-	// no hand-over, so its default has to be long for the same reason ours can stay short.
+	// next available session accepted. It applies while a worker is free to accept: when every worker
+	// serves a session, one that goes 20 ms without a message is released at once, so that quiet
+	// sessions never keep a waiting one from a worker (it is accepted again on its next message).
+	// Keeping a dry session while a worker is free saves an accept for its next message. It must leave
+	// the broker time to deliver: below its round trip a session is released before its message
+	// arrives. Zero means [DefaultSessionIdleTimeout] (10 s); the .NET SDK's session processor keeps an
+	// idle session for its TryTimeout (60 s by default), with nothing that releases it sooner when
+	// others wait, which is why ours can be shorter without churn.
 	SessionIdleTimeout time.Duration
 	// MaxHold is the longest one message may hold its session with retries in place, counted from its
 	// first failure: a retry that would be due later is not waited for, and the message is dead-lettered
@@ -307,7 +307,7 @@ type sessionRun struct {
 	// connection's workers never make the run hold more.
 	sessions chan struct{}
 	// serving counts the workers serving a session now (not accepting one), to tell when a session
-	// waiting for a worker has none free (sessionloop.go, handOver).
+	// waiting for a worker has none free (sessionloop.go, receiveNext).
 	serving atomic.Int32
 	// served keeps two workers from serving one session at once (sessionloop.go).
 	served sessionsServed

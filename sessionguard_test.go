@@ -63,9 +63,9 @@ func TestSessionNeverTwoHandlersAfterALostLock(t *testing.T) {
 	})
 }
 
-// A session that runs dry is released at once when another session waits and every worker is busy,
-// instead of after SessionIdleTimeout: with one worker and the default idle timeout (10 s), the second
-// session starts within a fraction of a second of the first one's last message.
+// A session that runs dry while every worker is busy is released at once, instead of after
+// SessionIdleTimeout: with one worker and the default idle timeout (10 s), the second session starts
+// within a fraction of a second of the first one's last message.
 func TestSessionRunDryHandsTheWorkerOver(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newSessionBroker(t, nil)
@@ -87,15 +87,14 @@ func TestSessionRunDryHandsTheWorkerOver(t *testing.T) {
 	})
 }
 
-// With nothing else waiting, a dry session is kept for SessionIdleTimeout: a message that arrives
-// meanwhile is served by the same hold, without another accept.
+// While a worker is free to accept, a dry session is kept for SessionIdleTimeout.
 func TestSessionDryButAloneIsKept(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newSessionBroker(t, nil)
 		sendSession(t, b, "a", 1)
 		rec := newSessionRecorder()
 		sc := newSessionConsumer(t, b, rec.handler(func(context.Context, sessionCall) error { return nil }), rec,
-			&retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+			&retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 2})
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
 		<-time.After(5 * time.Second)

@@ -48,11 +48,7 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 		if err == nil {
 			unanswered = 0
 			r.proven(live)
-			// A session that ran dry while another waited hands the worker over to that one, with
-			// the same token (see handOver).
-			for recv != nil {
-				recv = r.serve(ctx, recv, live)
-			}
+			r.serve(ctx, recv, live)
 			<-r.sessions
 			continue
 		}
@@ -118,13 +114,12 @@ func (live *liveSessionConnection) entity(def string) string {
 }
 
 // serve holds the session of recv: it keeps its lock and handles its messages one at a time, in order,
-// until the session is idle for SessionIdleTimeout (or runs dry while another session waits: see
-// handOver), its lock is lost, a message is left unsettled (for redelivery, which must come before any
-// later message), or stop ends. Then it closes the receiver, which gives the session up and its
+// until the session is idle for SessionIdleTimeout (or runs dry while every worker is busy: see
+// receiveNext), its lock is lost, a message is left unsettled (for redelivery, which must come before
+// any later message), or stop ends. Then it closes the receiver, which gives the session up and its
 // unsettled message back, in order. With durable holds or blocking on, it first reads the session's
-// record and resumes what is due (sessiondurable.go). It returns the session to serve next, accepted
-// while this one ran dry, or nil.
-func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live *liveSessionConnection) (next SessionReceiver) {
+// record and resumes what is due (sessiondurable.go).
+func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live *liveSessionConnection) {
 	r.serving.Add(1)
 	defer r.serving.Add(-1)
 	recv := newSerialReceiver(accepted) // the lock's goroutine and this one share it (sessionreceiver.go)
@@ -157,10 +152,7 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 		if hs.ds != nil && !hs.ds.foreign && r.resume(stop, hs) {
 			return
 		}
-		msgs, why := r.receiveNext(stop, recv, hs.lk, func() bool {
-			next = r.handOver(stop, live)
-			return next != nil
-		})
+		msgs, why := r.receiveNext(stop, recv, hs.lk)
 		if len(msgs) == 0 {
 			r.sc.cfg.logger.Debug("releasing the session", slog.String("session_id", hs.sid), errAttr(why))
 			return
@@ -178,10 +170,11 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 // receiveNext receives the session's next message, waiting at most SessionIdleTimeout, and no longer
 // than the lock lasts or stop. With no message it returns why. The wait is cut into receives of at
 // most receiveSlice, so that the lock's renewals get the receiver in between (sessionreceiver.go).
-// After each receive that found nothing, dry is asked whether to stop waiting (another session is
-// waiting for the worker); while every worker holds a session the first receive is drySlice only, so
-// that a drained session is found dry at once.
-func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock, dry func() bool) ([]*azservicebus.ReceivedMessage, error) {
+// While every worker serves a session, no worker is accepting, so a session waiting for one would
+// wait out the others' idle timeouts: then a receive of drySlice that finds nothing ends the wait
+// (errRunDry), and the worker goes back to accepting. A session released so with nothing else waiting
+// is accepted again on its next message, by that worker.
+func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock) ([]*azservicebus.ReceivedMessage, error) {
 	// The wait ends at the first of: a message, the idle timeout (on the Clock), the lock's end, stop.
 	// Each cause is kept, so the log says why the session was released.
 	clk := r.sc.cfg.clock
@@ -209,8 +202,8 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 			return nil, cause
 		}
 		if sliceOver {
-			if dry() {
-				return nil, errHandedOver
+			if r.workersAllBusy() {
+				return nil, errRunDry
 			}
 			sliceLen = receiveSlice
 			continue
@@ -228,45 +221,25 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 // errSliceOver ends one slice of a wait for the session's next message.
 var errSliceOver = errors.New("retry: receive slice over")
 
-// errHandedOver is why a session that ran dry was released: another session was waiting.
-var errHandedOver = errors.New("retry: the session ran dry while another session waited; released for it")
+// errRunDry is why a session was released before its idle timeout: it delivered nothing for
+// drySlice while every worker served a session.
+var errRunDry = errors.New("retry: the session ran dry while every worker was busy; released so that a waiting session gets a worker")
 
-// drySlice is how long a session may go without a message before the worker asks whether another
-// session waits for it, when every worker holds a session. Service Bus hands out a session's waiting
-// messages at once, so a session that delivers nothing for this long has run dry for now; another
-// session that waits meanwhile would wait SessionIdleTimeout otherwise (10 s by default: with 8
-// workers and 200 sessions, a burst drained at 20 messages a second). It is the idle timeout of the
-// hand-written session loop of BENCHMARKS.md.
+// drySlice is how long a session may go without a message while every worker serves a session. Service
+// Bus hands out a session's waiting messages at once, so a session that delivers nothing for this long
+// has run dry for now, and a session waiting for a worker would otherwise wait out SessionIdleTimeout
+// (10 s by default: with 8 workers and 200 sessions of 25 messages, a burst drained at about 20
+// messages a second). It is the idle timeout of the hand-written session loop of BENCHMARKS.md. Asking
+// the broker instead (an accept with a short window, keeping the dry session if none waits) was tried
+// and dropped: azservicebus takes the accept's deadline, less at most 1 %, for the broker's timeout,
+// so a short window ends on the client's deadline as often as on the broker's answer, and the SDK then
+// closes the whole connection, every session on it with it.
 const drySlice = 20 * time.Millisecond
-
-// handOverWindow bounds the accept that asks whether another session waits: one that is waiting is
-// handed out at once, so a longer wait only means none is.
-const handOverWindow = 100 * time.Millisecond
 
 // workersAllBusy reports whether every worker of the run serves a session, so that a session waiting
 // for one has no free worker to accept it. (A worker that is accepting holds a session token too, so
 // the tokens cannot tell.)
 func (r *sessionRun) workersAllBusy() bool { return int(r.serving.Load()) >= r.sc.scfg.maxSessions }
-
-// handOver asks the broker, when every worker holds a session, for another session that waits: it
-// returns it, accepted (the caller releases its dry session and serves this one with the same
-// worker), or nil when none waits, a worker is free (it accepts waiting sessions itself) or the ask
-// failed (the dry session is kept, as the idle timeout says).
-func (r *sessionRun) handOver(stop context.Context, live *liveSessionConnection) SessionReceiver {
-	if !r.workersAllBusy() || stop.Err() != nil {
-		return nil
-	}
-	actx, cancel := context.WithTimeout(stop, handOverWindow)
-	defer cancel()
-	recv, err := live.conn.AcceptNext(actx)
-	if err != nil || recv == nil {
-		if err != nil && !acceptTimedOut(err) {
-			r.sc.cfg.logger.Debug("asking for a waiting session failed; keeping the idle one", errAttr(err))
-		}
-		return nil
-	}
-	return recv
-}
 
 // closeReceiver closes recv, bounded by the settle timeout.
 func (r *sessionRun) closeReceiver(recv SessionReceiver) {

@@ -146,8 +146,8 @@ func BenchmarkPairedSessions(b *testing.B) {
 					return runSessionLoop(ctx, e, cfg, succeed, p)
 				}),
 				startSessionImpl(b, "retry", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, idle, succeed)),
-				// The default SessionIdleTimeout (10 s): a drained session is released for a waiting
-				// one at once (handOver), not after its idle timeout (issue 31).
+				// The default SessionIdleTimeout (10 s): a drained session is released at once while
+				// every worker is busy, not after its idle timeout (issue 31).
 				startSessionImpl(b, "retry-default", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, 0, succeed)),
 			}
 			runPairedSessionBursts(b, impls, c.count, c.length, 2*sessionsConcurrency,
