@@ -73,15 +73,15 @@ func TestSessionQueueIsRecognised(t *testing.T) {
 	}
 	r1 := row("s-1")
 	assert.Contains(t, r1, `data-status="held"`)
-	assert.Contains(t, r1, strconv.FormatInt(held.Held, 10)+" a-1")
+	assert.Contains(t, r1, "seq "+strconv.FormatInt(held.Held, 10)+": a-1")
 	assert.Contains(t, r1, "downstream unavailable")
-	assert.Contains(t, r1, "2 messages: "+strconv.FormatInt(held.Followers[0], 10)+", "+strconv.FormatInt(held.Followers[1], 10))
+	assert.Contains(t, r1, "2 messages (seq "+strconv.FormatInt(held.Followers[0], 10)+", "+strconv.FormatInt(held.Followers[1], 10)+")")
 	assert.Contains(t, r1, held.Due.Format("2006-01-02 15:04:05Z")+" (scheduled)")
 	assert.Contains(t, r1, `value="release"`)
 	r2 := row("s-2")
 	assert.Contains(t, r2, `data-status="dead-lettered"`)
 	assert.Contains(t, r2, "Poison")
-	assert.Contains(t, r2, "1 message: "+strconv.FormatInt(dead.Followers[0], 10))
+	assert.Contains(t, r2, "1 message (seq "+strconv.FormatInt(dead.Followers[0], 10)+")")
 }
 
 // TestReleaseAHeldSession: a release is previewed, then run with the preview's digest: the wake-up is
