@@ -196,7 +196,7 @@ func (a *app) statusFromIndex(ctx context.Context, c *common, path, id string) e
 			fmt.Fprintf(w, "  (more events match %s than shown: the newest %d are listed)\n", id, len(ans.Events))
 		}
 		if len(events) == 0 {
-			fmt.Fprintf(w, "  no trace in the index: searched retry message ids, original message ids, idempotency keys and correlation ids\n")
+			fmt.Fprintf(w, "  no trace in the index: searched retry message ids, original message ids, idempotency keys and correlation ids (a message that succeeded at its first attempt is not recorded, unless its consumer's recorder sets RecordFirstAttempts; one not delivered yet has no trace either)\n")
 		}
 	}
 	if len(events) == 0 {
