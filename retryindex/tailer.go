@@ -43,7 +43,9 @@ var _ peeker = (*azservicebus.Receiver)(nil)
 // Tailer is the broker's feed of the index: it peeks the entities that hold an event's copies and dead
 // letters, in sequence-number order from the last one it read ([Store.Cursor]), and records what it
 // finds, so that retries scheduled by a process without a [Recorder], and dead letters, are indexed
-// too, and a lost index is rebuilt. It never receives or settles anything. It is safe for concurrent
+// too, and a lost index is rebuilt. It never receives or settles anything. A poll sees what arrived,
+// not what left: when a copy falls due and is consumed by a process without a [Recorder], its event
+// stays pending (overdue, as answers show) until a [Tailer.Rebuild] finds the copy gone. It is safe for concurrent
 // use, but two polls of one store at once read the same messages twice (harmlessly).
 type Tailer struct {
 	store    Store
