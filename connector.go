@@ -507,10 +507,11 @@ func connectionStringEndpoint(s string) (host, addr string, emulator bool) {
 // unreachable connection until its context ends (connectTimeout) and then reports only the deadline,
 // so a stopped emulator or a closed port would be reported 10 s late, and as a timeout. A dial that
 // fails says why at once ("connection refused"), and the consumer logs it and shows it in
-// Health.LastError on its first try. With a custom dialer (ClientOptions.NewWebSocketConn) the SDK
-// does not connect to addr, which is not dialled.
+// Health.LastError on its first try. With a custom dialer (ClientOptions.NewWebSocketConn) or a custom
+// endpoint (ClientOptions.CustomEndpoint: a private link, a gateway) the SDK does not connect to addr,
+// which is then not dialled.
 func reachEndpoint(ctx context.Context, addr string, opts *azservicebus.ClientOptions) error {
-	if addr == "" || (opts != nil && opts.NewWebSocketConn != nil) {
+	if addr == "" || (opts != nil && (opts.NewWebSocketConn != nil || opts.CustomEndpoint != "")) {
 		return nil
 	}
 	dctx, cancel := context.WithTimeout(ctx, explainDialTimeout)
@@ -530,9 +531,10 @@ const dnsTimeout = 3 * time.Second
 // resolveHost looks host up before the SDK does: the SDK retries a failed lookup until its context
 // ends, so a misspelled namespace would surface as "context deadline exceeded" instead of its cause.
 // With a custom dialer (ClientOptions.NewWebSocketConn: a WebSocket proxy that resolves names itself,
-// or an in-memory emulator) the name need not resolve here, and is not looked up.
+// or an in-memory emulator) or a custom endpoint (ClientOptions.CustomEndpoint) the name need not
+// resolve here, and is not looked up.
 func resolveHost(ctx context.Context, host string, opts *azservicebus.ClientOptions) error {
-	if host == "" || net.ParseIP(host) != nil || (opts != nil && opts.NewWebSocketConn != nil) {
+	if host == "" || net.ParseIP(host) != nil || (opts != nil && (opts.NewWebSocketConn != nil || opts.CustomEndpoint != "")) {
 		return nil
 	}
 	lctx, cancel := context.WithTimeout(ctx, dnsTimeout)

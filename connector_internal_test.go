@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -61,6 +62,13 @@ func TestReachEndpointRefused(t *testing.T) {
 	assert.ErrorContains(t, err, "the endpoint "+addr+" does not accept connections")
 	assert.ErrorContains(t, err, "connection refused")
 	assert.NoError(t, reachEndpoint(t.Context(), "", nil), "no address, no dial")
+	// The SDK connects to a custom endpoint or through a custom dialer instead: addr is not dialled.
+	assert.NoError(t, reachEndpoint(t.Context(), addr, &azservicebus.ClientOptions{CustomEndpoint: "gateway.internal:5671"}))
+	assert.NoError(t, reachEndpoint(t.Context(), addr, &azservicebus.ClientOptions{
+		NewWebSocketConn: func(context.Context, azservicebus.NewWebSocketConnArgs) (net.Conn, error) {
+			return nil, errors.New("unused")
+		},
+	}))
 }
 
 // CheckSettings with a development emulator's connection string and no ConnectOptions.Admin fails at

@@ -158,6 +158,12 @@ func drain(cfg *config, drained <-chan struct{}, inHand func() int, cancelHandle
 	case <-drained:
 		return true
 	case <-last:
+	}
+	// Both may be ready at once, and select picks either: what finished in time did.
+	select {
+	case <-drained:
+		return true
+	default:
 		return false
 	}
 }

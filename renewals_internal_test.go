@@ -136,11 +136,14 @@ func TestALockListedWithoutRenewalIsNotRenewed(t *testing.T) {
 	s := &renewals{clk: mock}
 	quiet := &lockKeeper{base: context.Background()}
 	s.add(quiet, time.Time{}, false)
-	s.add(&lockKeeper{base: context.Background(), stopped: true}, mock.Now(), true)
+	// Due in a second, not now: a timer due now may fire on its own before the test stops it (the
+	// mock's After(0) fires at once), which left s.timer nil here now and then.
+	s.add(&lockKeeper{base: context.Background(), stopped: true}, mock.Now().Add(time.Second), true)
 	s.mu.Lock()
 	armed, gen := s.timer, s.gen
 	s.mu.Unlock()
 	armed.Stop() // fired by hand below
+	mock.Add(time.Second)
 	s.fire(gen)
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -309,6 +309,8 @@ type sessionRun struct {
 	// serving counts the workers serving a session now (not accepting one), to tell when a session
 	// waiting for a worker has none free (sessionloop.go, receiveNext).
 	serving atomic.Int32
+	// allBusy tells the receives of dry sessions when serving reaches MaxConcurrentSessions.
+	allBusy busySignal
 	// served keeps two workers from serving one session at once (sessionloop.go).
 	served sessionsServed
 	// conns lists every connection not yet closed, for Run to close what is left when it ends.

@@ -897,9 +897,10 @@ func TestSessionTakenAgainBySDKIsTreatedAsLost(t *testing.T) {
 	})
 }
 
-// Immediate retries are counted per failure, wherever the attempt resumes: with every retry made
-// durable (MaxHold 1 ns, below ImmediateDelay), the first two retries wait ImmediateDelay and the
-// rest the backoff, as in place, instead of each resumed hold starting the count again.
+// Immediate retries are counted wherever the attempt resumes: with every retry made durable (MaxHold
+// 1 ns, below ImmediateDelay), the first two retries wait ImmediateDelay, the third the backoff, and
+// the count starts again after it, as before each delayed retry on a queue; it used to start again
+// at every resumed hold, so the backoff was never used.
 func TestSessionDurableHoldKeepsTheImmediateRetryCount(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newSessionBroker(t, nil)
@@ -922,7 +923,8 @@ func TestSessionDurableHoldKeepsTheImmediateRetryCount(t *testing.T) {
 		for i := 1; i < len(calls); i++ {
 			gaps = append(gaps, calls[i].At-calls[i-1].At)
 		}
-		assert.Equal(t, []time.Duration{time.Second, time.Second, 10 * time.Minute, 10 * time.Minute}, gaps, "two immediate retries, then the backoff")
+		assert.Equal(t, []time.Duration{time.Second, time.Second, 10 * time.Minute, time.Second}, gaps,
+			"two immediate retries, then the backoff, then immediate retries again (before each delayed one)")
 		assert.Empty(t, b.DeadLettered())
 	})
 }

@@ -54,11 +54,14 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 	// busy.
 	var firstFailure, holdStart time.Time
 	var res Result
+	// immediateRun counts the policy's immediate retries since the last delayed one: they come
+	// before each delayed retry, as on a queue, wherever the attempt runs (a durable hold carries it).
+	immediateRun := 0
 	if from != nil {
 		// A durable hold's record is written before the message is deferred, so it is the latest word
 		// on the attempt, even if the consumer stopped before the deferral stamped the message.
 		d.env.Attempt, d.env.LastError, firstFailure = from.Attempt, from.LastError, from.FirstFailure
-		res.ImmediateRetries = from.ImmediateRetries
+		immediateRun = from.ImmediateRetries
 	}
 	hctx := p.started(d)
 	res.Attempt = d.env.Attempt
@@ -91,15 +94,17 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 		// the Options.
 		pol := p.policyFor(herr)
 		res.Policy = pol.name
-		immediate := immediateLeft(pol, res.ImmediateRetries, herr)
+		immediate := immediateLeft(pol, immediateRun, herr)
 		dec, delay, durable := r.decideInPlace(hs, d, herr, pol, immediate, holdStart)
 		switch {
 		case durable:
 			// Too long to wait here: the hold goes into the session (sessiondurable.go), with the count
-			// of immediate retries, this one's included, for the attempt that resumes it.
-			made := res.ImmediateRetries
+			// of immediate retries, this one's included, for the attempt that resumes it. A hold for
+			// the backoff starts the count again, as a queue's delayed retry does: immediate retries
+			// come before each delayed one.
+			made := 0
 			if immediate {
-				made++
+				made = immediateRun + 1
 			}
 			r.holdDurably(hs, d, herr, d.now.Add(delay), firstFailure, made, &res)
 			return res
@@ -125,6 +130,9 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 		}
 		if immediate {
 			res.ImmediateRetries++
+			immediateRun++
+		} else {
+			immediateRun = 0
 		}
 		// The next attempt, in this delivery: the envelope moves on as a retry copy's would, so the
 		// handler sees Attempt and LastError as it would on a queue.

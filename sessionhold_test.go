@@ -378,3 +378,33 @@ func TestSessionRetryLoggedAsTheQueueConsumerLogsIt(t *testing.T) {
 		assert.Regexp(t, `"level":"INFO","msg":"retry scheduled","message_id":"s-1",.*"next_attempt":2,"delay":10000000000,.*"held_in":"session","session_id":"s","handler_error":"downstream unavailable"`, logs.String())
 	})
 }
+
+// Held in place, immediate retries come before each delayed retry, as on a queue: two quick ones, a
+// backoff, two quick ones again.
+func TestSessionHoldInPlaceImmediateRetriesBeforeEachDelayedOne(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.Attempt < 6 {
+				return errBoom
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{
+			ImmediateRetries: 2, ImmediateDelay: time.Second, Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 6,
+		}, nil)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		require.NoError(t, stop())
+		var gaps []time.Duration
+		calls := rec.callsOf("s")
+		for i := 1; i < len(calls); i++ {
+			gaps = append(gaps, calls[i].At-calls[i-1].At)
+		}
+		assert.Equal(t, []time.Duration{time.Second, time.Second, time.Minute, time.Second, time.Second}, gaps)
+		require.Len(t, rec.processed, 1)
+		assert.Equal(t, 4, rec.processed[0].Result.ImmediateRetries)
+	})
+}

@@ -120,7 +120,9 @@ func (live *liveSessionConnection) entity(def string) string {
 // unsettled message back, in order. With durable holds or blocking on, it first reads the session's
 // record and resumes what is due (sessiondurable.go).
 func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live *liveSessionConnection) {
-	r.serving.Add(1)
+	if int(r.serving.Add(1)) >= r.sc.scfg.maxSessions {
+		r.allBusy.fire()
+	}
 	defer r.serving.Add(-1)
 	recv := newSerialReceiver(accepted) // the lock's goroutine and this one share it (sessionreceiver.go)
 	hs := &heldSession{recv: recv, sid: recv.SessionID(), entity: live.entity(r.sc.cfg.entityPath), sender: live.conn.Sender}
@@ -148,11 +150,12 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 			return
 		}
 	}
+	delivered := false // the session delivered a message in this turn: only then can it run dry
 	for {
 		if hs.ds != nil && !hs.ds.foreign && r.resume(stop, hs) {
 			return
 		}
-		msgs, why := r.receiveNext(stop, recv, hs.lk)
+		msgs, why := r.receiveNext(stop, recv, hs.lk, delivered)
 		if len(msgs) == 0 {
 			r.sc.cfg.logger.Debug("releasing the session", slog.String("session_id", hs.sid), errAttr(why))
 			return
@@ -164,6 +167,7 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 				return
 			}
 		}
+		delivered = true
 	}
 }
 
@@ -171,10 +175,11 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 // than the lock lasts or stop. With no message it returns why. The wait is cut into receives of at
 // most receiveSlice, so that the lock's renewals get the receiver in between (sessionreceiver.go).
 // While every worker serves a session, no worker is accepting, so a session waiting for one would
-// wait out the others' idle timeouts: then a receive of drySlice that finds nothing ends the wait
-// (errRunDry), and the worker goes back to accepting. A session released so with nothing else waiting
-// is accepted again on its next message, by that worker.
-func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock) ([]*azservicebus.ReceivedMessage, error) {
+// wait out the others' idle timeouts: then, once the session has delivered a message in this turn
+// (delivered; before that, a slow first delivery is not a dry session), a receive of drySlice that
+// finds nothing ends the wait (errRunDry), and the worker goes back to accepting. A session released
+// so with nothing else waiting is accepted again on its next message, by that worker.
+func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock, delivered bool) ([]*azservicebus.ReceivedMessage, error) {
 	// The wait ends at the first of: a message, the idle timeout (on the Clock), the lock's end, stop.
 	// Each cause is kept, so the log says why the session was released.
 	clk := r.sc.cfg.clock
@@ -184,16 +189,25 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 	defer idle.Stop()
 	unwatch := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
 	defer unwatch()
+	// A session that delivers nothing for drySlice while every worker is busy is released. A slice is
+	// cut short when the workers all become busy, and the next one is then drySlice long: the session
+	// must have been dry for that long before it goes.
 	sliceLen := receiveSlice
-	if r.workersAllBusy() {
-		sliceLen = min(drySlice, receiveSlice)
+	if delivered && r.workersAllBusy() {
+		sliceLen = drySlice
 	}
 	for {
 		sctx, endSlice := context.WithCancelCause(rctx)
 		slice := afterFunc(clk, sliceLen, func() { endSlice(errSliceOver) })
+		unwatchBusy := func() bool { return false }
+		if delivered {
+			unwatchBusy = context.AfterFunc(r.allBusy.context(), func() { endSlice(errAllBusy) })
+		}
+		start := clk.Now()
 		msgs, err := recv.ReceiveMessages(sctx, 1, &receiveOptions)
 		slice.Stop()
-		sliceOver := errors.Is(context.Cause(sctx), errSliceOver)
+		unwatchBusy()
+		cut := context.Cause(sctx)
 		endSlice(nil)
 		if len(msgs) > 0 {
 			return msgs, nil
@@ -201,11 +215,15 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 		if cause := context.Cause(rctx); cause != nil {
 			return nil, cause
 		}
-		if sliceOver {
-			if r.workersAllBusy() {
+		if errors.Is(cut, errSliceOver) || errors.Is(cut, errAllBusy) {
+			switch {
+			case !delivered || !r.workersAllBusy():
+				sliceLen = receiveSlice
+			case clk.Now().Sub(start) >= drySlice:
 				return nil, errRunDry
+			default:
+				sliceLen = drySlice
 			}
-			sliceLen = receiveSlice
 			continue
 		}
 		if err != nil {
@@ -235,6 +253,37 @@ var errRunDry = errors.New("retry: the session ran dry while every worker was bu
 // so a short window ends on the client's deadline as often as on the broker's answer, and the SDK then
 // closes the whole connection, every session on it with it.
 const drySlice = 20 * time.Millisecond
+
+// errAllBusy cuts a receive slice short when every worker has become busy.
+var errAllBusy = errors.New("retry: every worker serves a session")
+
+// busySignal tells the dry sessions' receives when every worker has become busy: its context is
+// cancelled then, and a new one made for the next time.
+type busySignal struct {
+	mu     sync.Mutex
+	ctx    context.Context
+	cancel context.CancelFunc
+}
+
+// context returns the context cancelled the next time every worker becomes busy.
+func (b *busySignal) context() context.Context {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ctx == nil {
+		b.ctx, b.cancel = context.WithCancel(context.Background())
+	}
+	return b.ctx
+}
+
+// fire cancels the current context, if anyone asked for one.
+func (b *busySignal) fire() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.cancel != nil {
+		b.cancel()
+		b.ctx, b.cancel = nil, nil
+	}
+}
 
 // workersAllBusy reports whether every worker of the run serves a session, so that a session waiting
 // for one has no free worker to accept it. (A worker that is accepting holds a session token too, so
@@ -282,14 +331,25 @@ func (ss *sessionsServed) enter(entity, id string) *serving {
 	return h
 }
 
-// leave records that h's worker let its session go.
+// leave records that h's worker let its session go. A worker that gave up waiting may leave an
+// earlier turn still running: that turn, the latest unfinished one, is then what the next worker to
+// accept the session waits for.
 func (ss *sessionsServed) leave(h *serving) {
 	ss.mu.Lock()
 	defer ss.mu.Unlock()
 	close(h.done)
-	if ss.latest[h.key] == h {
-		delete(ss.latest, h.key)
+	if ss.latest[h.key] != h {
+		return
 	}
+	for e := h.earlier; e != nil; e = e.earlier {
+		select {
+		case <-e.done:
+		default:
+			ss.latest[h.key] = e
+			return
+		}
+	}
+	delete(ss.latest, h.key)
 }
 
 // awaitEarlier waits until every earlier turn at h's session has ended: all of them, since one

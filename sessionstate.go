@@ -75,8 +75,9 @@ type SessionHold struct {
 	// LastError is the text of the latest failure, as Envelope.LastError.
 	LastError string
 	// ImmediateRetries is how many of the policy's immediate retries the message has made since its
-	// first failure, this hold's included when it waits ImmediateDelay: a resumed hold goes on from
-	// there, so that holds made durable (a MaxHold below ImmediateDelay) still come to the backoff.
+	// last delayed retry (its first failure, at first), this hold's included when it waits
+	// ImmediateDelay: a resumed hold goes on from there, so that holds made durable (a MaxHold below
+	// ImmediateDelay) still come to the backoff. Zero for a hold that waits the backoff.
 	ImmediateRetries int
 	// DeadLetterReason is set when the message was dead-lettered and the session stays blocked until an
 	// operator releases it (SessionOptions.BlockAfterDeadLetter); the message is then in the

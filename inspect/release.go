@@ -64,6 +64,11 @@ func (in *Inspector) PreviewRelease(ctx context.Context, id string, now time.Tim
 // the two leaves the session blocked, with a wake-up its state does not name, which the consumer
 // ignores, rather than unblocked with nothing to make a consumer take it up.
 //
+// Before writing the state it peeks the session for the wake-up: duplicate detection drops a message
+// whose id it saw within its window without a word, and a state naming a wake-up that is not there
+// would leave the session blocked. A wake-up not found returns an error wrapping [ErrWakeUpDropped],
+// with WakeSent false and nothing written.
+//
 // It returns the release with WakeSent and StateWritten saying what was done, also with an error: a
 // release whose wake-up went out and whose state write failed returns WakeSent and an error saying so;
 // run it again. The errors of [Inspector.PreviewRelease] apply, for the session as it is now.
@@ -123,6 +128,7 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 	kept, err := in.wakeKept(lctx, r, rel)
 	switch {
 	case err != nil:
+		rel.WakeSent = true // sent; whether the broker kept it is not known
 		return rel, fmt.Errorf("inspect: the wake-up of %s session %q was sent, but checking that the session holds it failed: %w; the state was not changed: preview again", in.entity, id, err)
 	case !kept:
 		return rel, fmt.Errorf("%w: %s session %q: the broker did not keep the wake-up %s (duplicate detection dropped it: a message with its id was sent within the window); the state was not changed", ErrWakeUpDropped, in.entity, id, deref(wake.MessageID))
@@ -167,6 +173,7 @@ func (in *Inspector) wakeKept(ctx context.Context, r sessionReceiver, rel *Sessi
 		if err != nil {
 			return false, err
 		}
+		before := from
 		for _, m := range page {
 			if m.MessageID == want {
 				return true, nil
@@ -177,6 +184,9 @@ func (in *Inspector) wakeKept(ctx context.Context, r sessionReceiver, rel *Sessi
 		}
 		if len(page) < wakePeekPage {
 			return false, nil
+		}
+		if from == before {
+			return false, fmt.Errorf("inspect: peeking %s session %q from sequence number %d did not move on", in.entity, rel.SessionID, from)
 		}
 	}
 }

@@ -26,7 +26,8 @@ func HostOf(hostHeader string) string {
 	if err != nil {
 		host = hostHeader
 	}
-	return strings.Trim(host, "[]")
+	// "localhost." is the fully qualified form of the same name.
+	return strings.TrimSuffix(strings.Trim(host, "[]"), ".")
 }
 
 // Allowed reports whether the Host header names a loopback host or one of allowed (compared without

@@ -17,6 +17,8 @@ func TestAllowed(t *testing.T) {
 	}{
 		{"localhost:8080", nil, true},
 		{"LOCALHOST", nil, true},
+		{"localhost.:8080", nil, true},
+		{"ops.internal.", []string{"ops.internal"}, true},
 		{"127.0.0.1:80", nil, true},
 		{"127.1.2.3", nil, true},
 		{"[::1]:8080", nil, true},
