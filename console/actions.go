@@ -344,6 +344,10 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if !hmacEqual(p.digest, r.PostFormValue("digest")) {
+		if req.action == actionRelease {
+			a.refuse(w, r, http.StatusConflict, "session %q changed since the preview: nothing was done; preview its release again", req.session)
+			return
+		}
 		what := "the selection"
 		if req.group != "" {
 			what = "the failure group"

@@ -34,15 +34,11 @@ func TestBrowserReaderCannotActAndActionsAreAudited(t *testing.T) {
 	loc, err := chromedp.Run(tab, chromedp.Location())
 	require.NoError(t, err)
 	assert.NotContains(t, loc, readerSecret)
-	require.NoError(t, chromedp.Do(tab,
-		chromedp.Click(chromedp.CSS(`tr[data-entity="orders"] a.dlq-link`)),
-		chromedp.WaitVisible(chromedp.ID("groups")),
-		chromedp.Click(chromedp.CSS("#groups a.group-link")),
-		chromedp.WaitVisible(chromedp.ID("group-count")),
-	))
-	who, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("who")))
-	require.NoError(t, err)
-	assert.Equal(t, "alice (reader: read only)", who)
+	click(t, tab, `tr[data-entity="orders"] a.dlq-link`)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("groups"))))
+	click(t, tab, "#groups a.group-link")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("group-count"))))
+	assert.Equal(t, "alice (reader: read only)", text(t, tab, "#who"))
 	controls, err := chromedp.Run(tab, chromedp.Evaluate[int](`document.querySelectorAll("button, form, input[type=checkbox]").length`))
 	require.NoError(t, err)
 	assert.Zero(t, controls, "a reader's page has no action controls")
@@ -67,20 +63,16 @@ func TestBrowserReaderCannotActAndActionsAreAudited(t *testing.T) {
 	require.NoError(t, chromedp.Do(tab,
 		chromedp.Navigate(s.srv.URL+"/group?e=orders&g="+group+"&token="+operatorSecret),
 		chromedp.WaitVisible(chromedp.ID("redrive-group")),
-		chromedp.Click(chromedp.ID("redrive-group")),
-		chromedp.WaitVisible(chromedp.ID("preview-items")),
-		chromedp.Click(chromedp.ID("run")),
-		chromedp.WaitVisible(chromedp.ID("result-summary")),
 	))
-	summary, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("result-summary")))
-	require.NoError(t, err)
-	assert.Equal(t, "Resubmitted 2 of 2 to orders", summary)
+	click(t, tab, "#redrive-group")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("preview-items"))))
+	click(t, tab, "#run")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("result-summary"))))
+	assert.Equal(t, "Resubmitted 2 of 2 to orders", text(t, tab, "#result-summary"))
 	assert.Equal(t, 0, h.Stats(t).DeadLettered)
 
-	require.NoError(t, chromedp.Do(tab,
-		chromedp.Click(chromedp.CSS(`header a.nav`)),
-		chromedp.WaitVisible(chromedp.ID("audit")),
-	))
+	click(t, tab, "header a.nav")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("audit"))))
 	rows, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#audit tr.audit-record")].map(r => [r.dataset.who, r.dataset.action, r.dataset.step, r.dataset.outcome].join(" "))`))
 	require.NoError(t, err)
 	assert.Equal(t, []string{
@@ -109,21 +101,17 @@ func TestBrowserReleaseAHeldSession(t *testing.T) {
 	require.NoError(t, chromedp.Do(tab,
 		chromedp.Navigate(s.srv.URL+"/"),
 		chromedp.WaitVisible(chromedp.ID("entities")),
-		chromedp.Click(chromedp.CSS(`tr[data-entity="jobs"] a.sessions-link`)),
-		chromedp.WaitVisible(chromedp.ID("sessions")),
 	))
+	click(t, tab, `tr[data-entity="jobs"] a.sessions-link`)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("sessions"))))
 	status, err := chromedp.Run(tab, chromedp.Evaluate[string](`document.querySelector('tr[data-session="order-17"]').dataset.status`))
 	require.NoError(t, err)
 	assert.Equal(t, "held", status)
 	screenshot(t, tab, "console-sessions.png")
-	require.NoError(t, chromedp.Do(tab,
-		chromedp.Click(chromedp.CSS(`tr[data-session="order-17"] button.release`)),
-		chromedp.WaitVisible(chromedp.ID("release-plan")),
-		chromedp.Click(chromedp.ID("run")),
-		chromedp.WaitVisible(chromedp.ID("result-summary")),
-	))
-	summary, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("result-summary")))
-	require.NoError(t, err)
-	assert.Equal(t, "Released session order-17 of jobs", summary)
+	click(t, tab, `tr[data-session="order-17"] button.release`)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("run"))))
+	click(t, tab, "#run")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("result-summary"))))
+	assert.Equal(t, "Released session order-17 of jobs", text(t, tab, "#result-summary"))
 	assert.NotEqual(t, before.State, h.Snapshot(t, "order-17").State)
 }

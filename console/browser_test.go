@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -87,6 +88,23 @@ func screenshot(t *testing.T, tab context.Context, name string) {
 	t.Logf("screenshot %s (%d bytes)", p, len(png))
 }
 
+// click clicks the element sel (a CSS selector) from a script, and text reads an element's text the
+// same way. Both query the document as it is when they run: chromedp's node-based Click and Text keep
+// node ids, which a document replaced in between (a navigation that lands just then) invalidates ("No
+// node with given id found").
+func click(t *testing.T, tab context.Context, sel string) {
+	t.Helper()
+	_, err := chromedp.Run(tab, chromedp.Evaluate[bool](`(() => { const el = document.querySelector(`+strconv.Quote(sel)+`); if (!el) throw new Error("no "+`+strconv.Quote(sel)+`); el.click(); return true })()`))
+	require.NoError(t, err, "clicking %s", sel)
+}
+
+func text(t *testing.T, tab context.Context, sel string) string {
+	t.Helper()
+	s, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const el = document.querySelector(`+strconv.Quote(sel)+`); if (!el) throw new Error("no "+`+strconv.Quote(sel)+`); return el.innerText })()`))
+	require.NoError(t, err, "reading %s", sel)
+	return s
+}
+
 // TestBrowserRedriveAGroup drives a real browser through the console: it opens the overview, follows
 // an entity to its failure groups, opens the largest, previews and runs its redrive, and checks the
 // broker through the SDK: exactly the previewed dead letters left the dead-letter queue and came back
@@ -127,24 +145,18 @@ func TestBrowserRedriveAGroup(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(".uplot")),
 	))
 
-	require.NoError(t, chromedp.Do(tab,
-		chromedp.Click(chromedp.CSS(`tr[data-entity="orders"] a.dlq-link`)),
-		chromedp.WaitVisible(chromedp.ID("groups")),
-		chromedp.Click(chromedp.CSS("#groups a.group-link")), // the largest group is first
-		chromedp.WaitVisible(chromedp.ID("group-count")),
-	))
-	count, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("group-count")))
-	require.NoError(t, err)
-	pattern, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("group-pattern")))
-	require.NoError(t, err)
+	click(t, tab, `tr[data-entity="orders"] a.dlq-link`)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("groups"))))
+	click(t, tab, "#groups a.group-link") // the largest group is first
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("group-count"))))
+	count := text(t, tab, "#group-count")
+	pattern := text(t, tab, "#group-pattern")
 	assert.Equal(t, "2 dead letters: RetryPermanentFailure", count)
 	assert.Equal(t, "invalid payload in perm-<n>", pattern)
 	screenshot(t, tab, "console-group.png")
 
-	require.NoError(t, chromedp.Do(tab,
-		chromedp.Click(chromedp.ID("redrive-group")),
-		chromedp.WaitVisible(chromedp.ID("preview-items")),
-	))
+	click(t, tab, "#redrive-group")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("preview-items"))))
 	previewRefs, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#preview-items tr.item")].map(r => r.dataset.ref)`))
 	require.NoError(t, err)
 	resubmitIDs, err := chromedp.Run(tab, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#preview-items tr.item td:last-child")].map(td => td.textContent)`))
@@ -152,13 +164,9 @@ func TestBrowserRedriveAGroup(t *testing.T) {
 	require.Len(t, previewRefs, 2)
 	assert.Equal(t, 3, h.Stats(t).DeadLettered, "the preview changed nothing")
 
-	require.NoError(t, chromedp.Do(tab,
-		chromedp.Click(chromedp.ID("run")),
-		chromedp.WaitVisible(chromedp.ID("result-summary")),
-	))
-	summary, err := chromedp.Run(tab, chromedp.Text(chromedp.ID("result-summary")))
-	require.NoError(t, err)
-	assert.Equal(t, "Resubmitted 2 of 2 to orders", summary)
+	click(t, tab, "#run")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("result-summary"))))
+	assert.Equal(t, "Resubmitted 2 of 2 to orders", text(t, tab, "#result-summary"))
 
 	// The overview afterwards: a few more polls, so that its charts show the dead letters leaving and
 	// the fresh deliveries arriving.
@@ -176,8 +184,8 @@ func TestBrowserRedriveAGroup(t *testing.T) {
 	screenshot(t, tab, "console-overview.png")
 
 	// The pending-retry timeline draws its bars too.
+	click(t, tab, `tr[data-entity="orders"] a[href^="pending"]`)
 	require.NoError(t, chromedp.Do(tab,
-		chromedp.Click(chromedp.CSS(`tr[data-entity="orders"] a[href^="pending"]`)),
 		chromedp.WaitVisible(chromedp.ID("pending")),
 		chromedp.WaitVisible(chromedp.CSS(`body[data-charts="ready"]`)),
 		chromedp.WaitVisible(chromedp.CSS("#timeline-chart .uplot")),

@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
@@ -203,4 +205,30 @@ func TestShowable(t *testing.T) {
 	assert.Equal(t, `multi\nline`, showable("multi\nline"))
 	assert.Equal(t, "multi\nline", showableBlock("multi\nline"), "a block keeps its lines")
 	assert.Equal(t, `multi\x1bline`, showableBlock("multi\x1bline"))
+}
+
+// FuzzShowable: whatever a message carries, what a page shows of it is valid UTF-8 without a control
+// or format character, and text without any comes out as it went in.
+func FuzzShowable(f *testing.F) {
+	for _, s := range []string{"plain", hostileID, "a\nb\tc", "\xff\xfe", "\u200b\ufeff", "é注🚀"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		for _, block := range []bool{false, true} {
+			out := escapeText(s, block, maxShown)
+			require.True(t, utf8.ValidString(out), "%q", out)
+			for _, r := range out {
+				if block && (r == '\n' || r == '\t') {
+					continue
+				}
+				require.False(t, unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029', "%q shows %U raw", s, r)
+			}
+			clean := utf8.ValidString(s) && utf8.RuneCountInString(s) <= maxShown && strings.IndexFunc(s, func(r rune) bool {
+				return unicode.IsControl(r) || unicode.Is(unicode.Cf, r) || r == '\u2028' || r == '\u2029'
+			}) < 0
+			if clean {
+				require.Equal(t, s, out)
+			}
+		}
+	})
 }

@@ -63,6 +63,12 @@ func TestSessionQueueIsRecognised(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.Contains(t, body, "1 dead letter in 1 failure group")
 
+	// Cancel has nothing to act on: a session consumer schedules no retry copies.
+	code, body, _, _ = s.preview(t, url.Values{"action": {"cancel"}, "ref": {"jobs:1"}})
+	assert.Equal(t, http.StatusBadRequest, code, body)
+	assertNoRawAMQP(t, "a cancel's refusal", body)
+	assert.Contains(t, body, "holds no pending retry")
+
 	code, body = s.get(t, "/sessions?e=jobs")
 	require.Equal(t, http.StatusOK, code, body)
 	assertNoRawAMQP(t, "the sessions page", body)
@@ -114,8 +120,9 @@ func TestReleaseAHeldSession(t *testing.T) {
 	assert.NotEqual(t, before.State, after.State, "the state was written")
 	assert.Greater(t, len(after.Msgs), len(before.Msgs), "the wake-up was sent")
 
-	code, _ = s.run(t, form, digest)
+	code, body = s.run(t, form, digest)
 	assert.Equal(t, http.StatusConflict, code, "the session is no longer what the preview read")
+	assert.Contains(t, body, "session &#34;s-1&#34; changed since the preview")
 
 	pg, err := s.c.audit.page(0, 10)
 	require.NoError(t, err)
