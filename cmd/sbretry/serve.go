@@ -113,8 +113,8 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		return usagef("--trace-file is for the one-shot commands, not serve")
 	}
 	if c.sessionConsumer {
-		// The console shows retry queues and their pending retries, which a session consumer has none of.
-		return usagef("--session-consumer is for the one-shot commands, not serve: the console reads a consumer's retry queue, and a session consumer has none")
+		// The console recognises a session entity at its first read, and then shows its held sessions.
+		return usagef("--session-consumer is for the one-shot commands, not serve: serve recognises a session entity by itself and shows its held sessions; give it without the flag")
 	}
 	if c.queue != "" || c.topic != "" || c.subscription != "" {
 		e, err := c.entity()

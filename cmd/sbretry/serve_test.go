@@ -216,3 +216,47 @@ func TestServeWithTokensFileAndAuditFile(t *testing.T) {
 		t.Fatal("serve did not stop")
 	}
 }
+
+// TestServeSessionQueue: serve recognises a session queue given without --session-consumer, shows its
+// held sessions and never the broker's refusal of a plain receiver.
+func TestServeSessionQueue(t *testing.T) {
+	t.Parallel()
+	h := newSessionHarness(t)
+	h.Hold(t, "s-1", "", "a-1", "a-2")
+	addrs := make(chan string, 1)
+	errOut := &syncbuf.Buffer{}
+	a := &app{stdin: strings.NewReader(""), stdout: io.Discard, stderr: errOut, getenv: func(string) string { return "" }, now: time.Now,
+		hooks: hooks{serving: func(addr string) { addrs <- addr }}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan int, 1)
+	go func() {
+		done <- a.run(ctx, []string{"--connection-string", h.Em.ConnectionString(), "--queue", sessionQueue, "serve", "--listen", "127.0.0.1:0"})
+	}()
+	var addr string
+	select {
+	case addr = <-addrs:
+	case code := <-done:
+		t.Fatalf("serve exited %d: %s", code, errOut.String())
+	case <-time.After(sbtest.Timeout):
+		t.Fatal("serve did not listen")
+	}
+	client := &http.Client{Timeout: sbtest.Timeout}
+	for path, want := range map[string]string{"/": "session entity: see its held sessions", "/sessions?e=" + sessionQueue: `data-session="s-1" data-status="held"`} {
+		resp, err := client.Get("http://" + addr + path)
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode, path)
+		assert.Contains(t, string(body), want, path)
+		assert.NotContains(t, string(body), "amqp:", path)
+	}
+	cancel()
+	select {
+	case code := <-done:
+		assert.Equal(t, exitOK, code, errOut.String())
+	case <-time.After(sbtest.Timeout):
+		t.Fatal("serve did not stop")
+	}
+}
