@@ -78,6 +78,11 @@ func (c *Console) poll(ctx context.Context) sample {
 				s.Counts[i] = c.sessionCounts(ctx, e)
 				return
 			}
+			if err != nil && isSessionRefusal(err) {
+				// Refused like a session entity, but it lists no sessions: most likely a topic.
+				s.Counts[i] = entityCounts{Err: "it refused a plain receiver and lists no sessions: a topic is read through its subscriptions (TOPIC/Subscriptions/NAME)"}
+				return
+			}
 			if err != nil {
 				s.Counts[i] = entityCounts{Err: redact.String(err.Error())}
 				return

@@ -154,3 +154,38 @@ func TestReleaseOnASubscriptionIsRefused(t *testing.T) {
 	_, err = New(h.Client, []Entity{{Path: sbtest.SubscriptionPath, SessionConsumer: true, RetryQueue: "r"}}, nil)
 	assert.ErrorIs(t, err, ErrInvalidOptions)
 }
+
+// TestTopicGivenAsAQueue: a topic's name given as an entity refuses a plain receiver as a session
+// entity does, but lists no sessions: it is not taken for one, and the overview says what the refusal
+// means instead of showing it raw.
+func TestTopicGivenAsAQueue(t *testing.T) {
+	t.Parallel()
+	h := sbtest.NewSubscription(t)
+	c, err := New(h.Client, []Entity{{Path: sbtest.Topic}}, nil)
+	require.NoError(t, err)
+	s := serve(t, h, c)
+	code, body := s.get(t, "/")
+	require.Equal(t, http.StatusOK, code, body)
+	assertNoRawAMQP(t, "the overview", body)
+	assert.NotContains(t, body, "session entity: see its held sessions")
+	assert.Contains(t, body, "lists no sessions: a topic is read through its subscriptions")
+	assert.False(t, c.entities[0].session.Load())
+}
+
+// TestReaderCannotRelease: a reader's held-sessions page has no release button, and its release is
+// refused on the server.
+func TestReaderCannotRelease(t *testing.T) {
+	t.Parallel()
+	h := sbtest.NewSessions(t)
+	h.Hold(t, "s-1", "", "a-1")
+	before := h.Snapshot(t, "s-1")
+	s := sessionSite(t, h, &Options{Tokens: twoRoles})
+	s.signIn(t, readerSecret)
+	code, body := s.get(t, "/sessions?e=jobs")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-session="s-1"`)
+	assert.NotContains(t, body, "<button")
+	code, body, _, _ = s.preview(t, url.Values{"action": {"release"}, "session": {"s-1"}})
+	assert.Equal(t, http.StatusForbidden, code, body)
+	assert.Equal(t, before, h.Snapshot(t, "s-1"))
+}
