@@ -232,3 +232,20 @@ func FuzzShowable(f *testing.F) {
 		}
 	})
 }
+
+// TestHostileFormOnTheAuditPage: a refused action is recorded with what its form named, which a forger
+// chooses; the audit page shows it escaped and clipped.
+func TestHostileFormOnTheAuditPage(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	s := newSite(t, h, nil)
+	hostile := hostileID + strings.Repeat("x", 5000)
+	code, _ := s.run(t, url.Values{"action": {hostile}, "g": {hostileID}, "ref": {hostileID}}, hostileID)
+	require.Equal(t, http.StatusBadRequest, code)
+	code, body := s.get(t, "/audit")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-outcome="refused"`)
+	assertNoRawControls(t, "the audit page", body)
+	assert.Contains(t, body, `evil\x1b]0;pwned`)
+	assert.NotContains(t, body, strings.Repeat("x", maxAuditField+1), "the form's fields are clipped")
+}
