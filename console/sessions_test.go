@@ -7,11 +7,16 @@ import (
 	"regexp"
 	"strconv"
 	"testing"
+	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/sbemu"
+	"github.com/sbretry/retry/sbemu/broker"
 )
 
 // sessionSite is a console on the session queue of an emulator, given as a plain entity: the console
@@ -188,4 +193,56 @@ func TestReaderCannotRelease(t *testing.T) {
 	code, body, _, _ = s.preview(t, url.Values{"action": {"release"}, "session": {"s-1"}})
 	assert.Equal(t, http.StatusForbidden, code, body)
 	assert.Equal(t, before, h.Snapshot(t, "s-1"))
+}
+
+// TestSessionSubscription: a session-enabled subscription given as SessionConsumer, without a retry
+// queue, shows its held sessions (a session blocked after a dead-letter) and its dead letters; it has
+// no release button (its wake-up would reach every subscription), and a redrive, which has no queue
+// known to reach its consumer only, is refused until RedriveTo names one.
+func TestSessionSubscription(t *testing.T) {
+	t.Parallel()
+	em := sbemu.StartT(t, sbemu.Config{Topics: []broker.TopicConfig{{Name: "events",
+		Subscriptions: []broker.SubscriptionConfig{{Name: "billing", RequiresSession: true}}}}})
+	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close(sbtest.Context(t)) })
+	ctx := sbtest.Context(t)
+	sender, err := client.NewSender("events", nil)
+	require.NoError(t, err)
+	sid, id := "s-dead", "b1"
+	require.NoError(t, sender.SendMessage(ctx, &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte("x")}, nil))
+	require.NoError(t, sender.Close(ctx))
+	// The record a consumer with BlockAfterDeadLetter writes before it dead-letters the message.
+	r, err := client.AcceptSessionForSubscription(ctx, "events", "billing", sid, nil)
+	require.NoError(t, err)
+	msgs, err := r.ReceiveMessages(ctx, 1, nil)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	rec, err := retry.MarshalSessionState(retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: *msgs[0].SequenceNumber, MessageID: id, Attempt: 3,
+		LastError: "downstream unavailable", DeadLetterReason: "RetryMaxAttemptsExceeded", DeadLetteredAt: time.Now()}})
+	require.NoError(t, err)
+	require.NoError(t, r.SetSessionState(ctx, rec, nil))
+	reason := "RetryMaxAttemptsExceeded"
+	require.NoError(t, r.DeadLetterMessage(ctx, msgs[0], &azservicebus.DeadLetterOptions{Reason: &reason}))
+	require.NoError(t, r.Close(ctx))
+
+	const path = "events/Subscriptions/billing"
+	c, err := New(client, []Entity{{Path: path, SessionConsumer: true}}, nil)
+	require.NoError(t, err)
+	s := serve(t, &sbtest.Harness{Em: em, Client: client, Entity: path}, c)
+	code, body := s.get(t, "/")
+	require.Equal(t, http.StatusOK, code, body)
+	assertNoRawAMQP(t, "the overview", body)
+	assert.Contains(t, body, "session entity: see its held sessions")
+	code, body = s.get(t, "/sessions?e="+url.QueryEscape(path))
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-session="s-dead" data-status="dead-lettered"`)
+	assert.Contains(t, body, "RetryMaxAttemptsExceeded")
+	assert.NotContains(t, body, `value="release"`)
+	assert.Contains(t, body, "would reach every subscription")
+	groups := s.groups(t)
+	require.Len(t, groups, 1)
+	code, body, _, _ = s.preview(t, url.Values{"action": {"redrive"}, "g": {groups[0]}})
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "has no redrive target")
 }
