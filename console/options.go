@@ -36,11 +36,13 @@ type Entity struct {
 	// Path is a queue name, or "topic/Subscriptions/subscription".
 	Path string
 	// RetryQueue is the queue the entity's consumer schedules its retry copies on, when that is not the
-	// entity itself: required for a subscription (see [inspect.Options.RetryQueue]).
+	// entity itself: required for a subscription, unless SessionConsumer is set (see
+	// [inspect.Options.RetryQueue]).
 	RetryQueue string
 	// RedriveTo is the queue a redrive sends fresh deliveries to. Empty means the queue itself, and for
 	// a subscription its RetryQueue, which reaches that subscription's consumer only (its topic would
-	// deliver to every subscription and is refused).
+	// deliver to every subscription and is refused); a session subscription has none, and its redrives
+	// are refused until RedriveTo names a queue.
 	RedriveTo string
 	// SessionConsumer says the entity requires sessions and a retry.SessionConsumer consumes it
 	// ([inspect.Options.SessionConsumer]): it has no retry queue (RetryQueue must be empty, even for
