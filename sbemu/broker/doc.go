@@ -41,7 +41,19 @@
 // message handed in is copied and every message handed out is a fresh copy, so
 // callers may mutate what they get without corrupting the stored message;
 // only [Queue.SendOwned] and [Queue.ScheduleOwned] store the message they
-// are given, for a caller that hands it over (the AMQP server).
+// are given, for a caller that hands it over, and [Options.ShareBodies]
+// makes what is handed out share the stored body, for a caller that only
+// reads it (both for the AMQP server, which decodes and encodes at once).
+//
+// # Indexes
+//
+// What receivers and peeks ask for is kept ordered where it changes, so no
+// call walks a whole entity: each entity orders its messages by sequence
+// number, and a session-aware one each session's too, in B-trees
+// (order.go), for [Queue.Peek] and [Queue.PeekSession]; the sessions
+// [Queue.AcceptNextSession] may take are a heap keyed by their oldest
+// message (readysessions.go). TestIndexesMatchReference checks them
+// against the walks they replaced on random operations.
 //
 // # Persistence
 //
