@@ -59,8 +59,9 @@ type SessionOptions struct {
 	MaxConcurrentSessions int
 	// SessionIdleTimeout is how long a held session may go without a message before it is closed and the
 	// next available session accepted. It applies while a worker is free to accept: when every worker
-	// serves a session, one that goes 20 ms without a message is released at once, so that quiet
-	// sessions never keep a waiting one from a worker (it is accepted again on its next message).
+	// serves a session (or did within the last second), one that has delivered and then goes 20 ms
+	// without a message is released at once, so that quiet sessions never keep a waiting one from a
+	// worker (it is accepted again on its next message).
 	// Keeping a dry session while a worker is free saves an accept for its next message. It must leave
 	// the broker time to deliver: below its round trip a session is released before its message
 	// arrives. Zero means [DefaultSessionIdleTimeout] (10 s); the .NET SDK's session processor keeps an
@@ -309,8 +310,10 @@ type sessionRun struct {
 	// serving counts the workers serving a session now (not accepting one), to tell when a session
 	// waiting for a worker has none free (sessionloop.go, receiveNext).
 	serving atomic.Int32
-	// allBusy tells the receives of dry sessions when serving reaches MaxConcurrentSessions.
-	allBusy busySignal
+	// allBusy tells the receives of dry sessions when serving reaches MaxConcurrentSessions, and
+	// lastAllBusy is when it last did (Unix nanoseconds on the Clock; 0: never).
+	allBusy     busySignal
+	lastAllBusy atomic.Int64
 	// served keeps two workers from serving one session at once (sessionloop.go).
 	served sessionsServed
 	// conns lists every connection not yet closed, for Run to close what is left when it ends.

@@ -121,6 +121,7 @@ func (live *liveSessionConnection) entity(def string) string {
 // record and resumes what is due (sessiondurable.go).
 func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live *liveSessionConnection) {
 	if int(r.serving.Add(1)) >= r.sc.scfg.maxSessions {
+		r.lastAllBusy.Store(r.sc.cfg.clock.Now().UnixNano())
 		r.allBusy.fire()
 	}
 	defer r.serving.Add(-1)
@@ -175,9 +176,10 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 // than the lock lasts or stop. With no message it returns why. The wait is cut into receives of at
 // most receiveSlice, so that the lock's renewals get the receiver in between (sessionreceiver.go).
 // While every worker serves a session, no worker is accepting, so a session waiting for one would
-// wait out the others' idle timeouts: then, once the session has delivered a message in this turn
-// (delivered; before that, a slow first delivery is not a dry session), a receive of drySlice that
-// finds nothing ends the wait (errRunDry), and the worker goes back to accepting. A session released
+// wait out the others' idle timeouts: then (and for busyMemory after), once the session has
+// delivered a message in this turn (delivered; before that, a slow first delivery is not a dry
+// session), a receive of drySlice that finds nothing ends the wait (errRunDry), and the worker goes
+// back to accepting. A session released
 // so with nothing else waiting is accepted again on its next message, by that worker.
 func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk *sessionLock, delivered bool) ([]*azservicebus.ReceivedMessage, error) {
 	// The wait ends at the first of: a message, the idle timeout (on the Clock), the lock's end, stop.
@@ -193,7 +195,7 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 	// cut short when the workers all become busy, and the next one is then drySlice long: the session
 	// must have been dry for that long before it goes.
 	sliceLen := receiveSlice
-	if delivered && r.workersAllBusy() {
+	if delivered && r.workersBusyLately() {
 		sliceLen = drySlice
 	}
 	for {
@@ -217,7 +219,7 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 		}
 		if errors.Is(cut, errSliceOver) || errors.Is(cut, errAllBusy) {
 			switch {
-			case !delivered || !r.workersAllBusy():
+			case !delivered || !r.workersBusyLately():
 				sliceLen = receiveSlice
 			case clk.Now().Sub(start) >= drySlice:
 				return nil, errRunDry
@@ -285,10 +287,22 @@ func (b *busySignal) fire() {
 	}
 }
 
-// workersAllBusy reports whether every worker of the run serves a session, so that a session waiting
-// for one has no free worker to accept it. (A worker that is accepting holds a session token too, so
-// the tokens cannot tell.)
-func (r *sessionRun) workersAllBusy() bool { return int(r.serving.Load()) >= r.sc.scfg.maxSessions }
+// busyMemory is how long after every worker was last busy the run still counts as busy: sessions
+// queue for workers while it is saturated, and a worker that has just been freed takes one of them,
+// so the pool is briefly not all busy while sessions still wait. Releasing the dry sessions of a
+// pool saturated within busyMemory lets them all go at once instead of one per accept.
+const busyMemory = time.Second
+
+// workersBusyLately reports whether every worker of the run serves a session, or did within
+// busyMemory: then sessions may be waiting for a worker with none free to accept them. (A worker that
+// is accepting holds a session token too, so the tokens cannot tell.)
+func (r *sessionRun) workersBusyLately() bool {
+	if int(r.serving.Load()) >= r.sc.scfg.maxSessions {
+		return true
+	}
+	last := r.lastAllBusy.Load()
+	return last != 0 && r.sc.cfg.clock.Now().Sub(time.Unix(0, last)) < busyMemory
+}
 
 // closeReceiver closes recv, bounded by the settle timeout.
 func (r *sessionRun) closeReceiver(recv SessionReceiver) {
