@@ -86,8 +86,12 @@ type AuditItem struct {
 }
 
 // memoryAuditRecords is how many records a console without an audit file keeps, in memory, for its
-// audit page.
-const memoryAuditRecords = 1000
+// audit page, and memoryAuditItems how many messages they may list in all (a run lists up to MaxPeek
+// of them): the oldest records are dropped first when either is reached.
+const (
+	memoryAuditRecords = 1000
+	memoryAuditItems   = 100_000
+)
 
 // auditLog writes the records: the log line, and the file or the memory ring. It is safe for
 // concurrent use.
@@ -96,7 +100,8 @@ type auditLog struct {
 	path   string // empty: memory only
 
 	mu     sync.Mutex
-	memory []AuditRecord // oldest first, at most memoryAuditRecords
+	memory []AuditRecord // oldest first, within memoryAuditRecords and memoryAuditItems
+	items  int           // the items of memory's records
 }
 
 // record writes rec: the log line always, then the file (or the memory ring). The error is the file's:
@@ -117,8 +122,16 @@ func (a *auditLog) record(ctx context.Context, rec AuditRecord) error {
 	defer a.mu.Unlock()
 	if a.path == "" {
 		a.memory = append(a.memory, rec)
-		if len(a.memory) > memoryAuditRecords {
-			n := copy(a.memory, a.memory[len(a.memory)-memoryAuditRecords:])
+		a.items += len(rec.Items)
+		drop := 0
+		for len(a.memory)-drop > memoryAuditRecords || (a.items > memoryAuditItems && drop < len(a.memory)-1) {
+			a.items -= len(a.memory[drop].Items)
+			drop++
+		}
+		if drop > 0 {
+			// Copy down rather than reslice, so the backing array does not grow without bound.
+			n := copy(a.memory, a.memory[drop:])
+			clear(a.memory[n:])
 			a.memory = a.memory[:n]
 		}
 		return nil

@@ -250,3 +250,24 @@ func TestAuditPages(t *testing.T) {
 	assert.Equal(t, []string{"op-1", "op-0"}, whos(p))
 	assert.False(t, p.More)
 }
+
+// TestMemoryAuditIsBounded: without a file, the audit log keeps at most memoryAuditRecords records and
+// memoryAuditItems messages in all, dropping the oldest first (the newest is kept, however large).
+func TestMemoryAuditIsBounded(t *testing.T) {
+	t.Parallel()
+	log := &auditLog{logger: slog.New(slog.DiscardHandler)}
+	for i := range memoryAuditRecords + 5 {
+		require.NoError(t, log.record(t.Context(), AuditRecord{Who: fmt.Sprint("op-", i)}))
+	}
+	assert.Len(t, log.memory, memoryAuditRecords)
+	assert.Equal(t, "op-5", log.memory[0].Who)
+	big := AuditRecord{Who: "big", Items: make([]AuditItem, memoryAuditItems/2+1)}
+	require.NoError(t, log.record(t.Context(), big))
+	require.NoError(t, log.record(t.Context(), big))
+	assert.Len(t, log.memory, 1, "two records of more than half the items: only the newest stays")
+	assert.Equal(t, memoryAuditItems/2+1, log.items)
+	huge := AuditRecord{Who: "huge", Items: make([]AuditItem, memoryAuditItems+1)}
+	require.NoError(t, log.record(t.Context(), huge))
+	require.Len(t, log.memory, 1)
+	assert.Equal(t, "huge", log.memory[0].Who)
+}

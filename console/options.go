@@ -98,8 +98,9 @@ type Options struct {
 	// ones included, is appended to it as one JSON line ([AuditRecord]) and synced to disk, and the
 	// audit page reads it back. The file is created (mode 0600) if need be, and only ever appended to;
 	// [New] fails if it cannot be opened for appending, and a run whose record cannot be written is not
-	// carried out. Empty means the audit page shows the last 1,000 records kept in memory, lost when the
-	// process ends; the log lines (Logger) are written either way.
+	// carried out. Empty means the audit page shows the last 1,000 records (listing at most 100,000
+	// messages in all) kept in memory, lost when the process ends; the log lines (Logger) are written
+	// either way.
 	AuditFile string
 	// Logger receives one structured line per audited action ([AuditRecord]'s fields; never a token's
 	// secret, never a message body). Nil means slog.Default().
