@@ -17,9 +17,10 @@
 //	                                            held sessions of a session-enabled queue or subscription
 //	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes]
 //	                                            release one held session
-//	sbretry [entity flags] serve [--listen ADDR] [--token T] [--entity PATH[=RETRYQUEUE]]...
-//	                             [--poll-interval D] [--window D] [--show-bodies]
-//	                                            the web console
+//	sbretry [entity flags] serve [--listen ADDR] [--token T | --tokens-file F] [--audit-file F]
+//	                             [--entity PATH[=RETRYQUEUE]]... [--poll-interval D] [--window D] [--show-bodies]
+//	                                            the web console (--tokens-file: lines of NAME ROLE SECRET,
+//	                                            ROLE reader or operator; --audit-file: the JSON-lines audit log)
 //
 // Entity flags (they may also follow the subcommand):
 //
