@@ -24,7 +24,8 @@
 //     messages in hand without spending attempts; [Consumer.Pause] and [ControlHandler] are the kill
 //     switch.
 //   - Sessions: [NewSessionConsumer] keeps each session's order by retrying in place, or, with
-//     SessionOptions.DurableHolds, by holding the session in the broker ([SessionState]).
+//     SessionOptions.DurableHolds, by holding the session in the broker (its record: package
+//     sessionstate).
 //   - Observing: [Hooks] (OnStart, OnRetryCopy, OnSettle, OnProcessed, ...), on which package retryotel
 //     builds OpenTelemetry traces and metrics; the handler reads its [Envelope] with
 //     [EnvelopeFromContext].

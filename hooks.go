@@ -34,7 +34,7 @@ type Hooks struct {
 	// OnSettle runs after each broker call made for a delivery: "schedule" (the retry copy),
 	// "complete" and "dead-letter", with its timing and error; for a [SessionConsumer]'s durable
 	// holds also "defer", "schedule" for the wake-up (RetryMessageID is its MessageID), and
-	// "complete" of a wake-up once done, with the wake-up as Message ([IsWakeUp]) and a zero Envelope.
+	// "complete" of a wake-up once done, with the wake-up as Message ([github.com/sbretry/retry/sessionstate.IsWakeUp]) and a zero Envelope.
 	OnSettle func(SettleParams)
 	// OnProcessed runs once per delivery after it is settled (or deliberately left unsettled).
 	OnProcessed func(ProcessedParams)

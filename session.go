@@ -84,7 +84,7 @@ type SessionOptions struct {
 	DurableHolds bool
 	// BlockAfterDeadLetter keeps a session blocked after one of its messages is dead-lettered (after
 	// its last attempt, a Permanent error, a dead-letter policy): its later messages are deferred, in
-	// order, until an operator releases the session (sbretry sessions release, or [PlanRelease]).
+	// order, until an operator releases the session (sbretry sessions release, or [github.com/sbretry/retry/sessionstate.PlanRelease]).
 	// False (the default) lets the session go on with its next message.
 	BlockAfterDeadLetter bool
 }

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // Durable holds (SessionOptions.DurableHolds) and blocked sessions (BlockAfterDeadLetter): the
@@ -40,7 +42,7 @@ import (
 // it (clocks differ; waiting or scheduling again could only add delay, or loop); one that arrives
 // twice, or for a hold that is over, is completed and ignored; a deferred message that expired (or was
 // settled before a consumer stopped) is dropped from the record with a warning; more than
-// maxFollowers messages behind one hold dead-letter the newcomers (DeadLetterReasons.SessionBacklogFull).
+// sessionstate.MaxFollowers messages behind one hold dead-letter the newcomers (DeadLetterReasons.SessionBacklogFull).
 // A state that changed since this consumer read it (its lock was lost, azservicebus took the session
 // again, and the session's holder meanwhile wrote) is never written over: the message is left
 // unsettled and the session released (serialReceiver.replaceState; the e2e test
@@ -69,7 +71,7 @@ type heldSession struct {
 
 // durableState is what the consumer knows of a held session's record.
 type durableState struct {
-	st SessionState
+	st sessionstate.State
 	// raw is the state as this consumer last read or wrote it: a write replaces only that
 	// (serialReceiver.replaceState).
 	raw []byte
@@ -96,9 +98,9 @@ func (r *sessionRun) loadState(hs *heldSession) error {
 	if err != nil {
 		return err
 	}
-	st, derr := DecodeSessionState(b)
+	st, derr := sessionstate.Decode(b)
 	switch {
-	case errors.Is(derr, ErrInvalidSessionState):
+	case errors.Is(derr, sessionstate.ErrInvalid):
 		// Ours, but impossible: nothing this version writes. It is left for an operator to look at.
 		r.sc.cfg.logger.Error("the session's durable hold record is invalid; leaving it alone and holding this session in place only",
 			slog.String("session_id", hs.sid), errAttr(derr))
@@ -117,10 +119,10 @@ func (r *sessionRun) loadState(hs *heldSession) error {
 
 // writeState replaces the session's record with next. A record that would not read back is never
 // written.
-func (r *sessionRun) writeState(hs *heldSession, next SessionState) error {
-	b, err := next.encode()
+func (r *sessionRun) writeState(hs *heldSession, next sessionstate.State) error {
+	b, err := sessionstate.Marshal(next)
 	if err == nil {
-		_, err = DecodeSessionState(b)
+		_, err = sessionstate.Decode(b)
 	}
 	if err != nil {
 		r.sc.cfg.logger.Error("refusing to write an invalid durable hold record; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
@@ -164,8 +166,8 @@ func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azserv
 		}
 		hs.holdNotDeferred = false
 	}
-	if _, wake := IsWakeUp(msg); wake {
-		// A wake-up never reaches the handler; any other value of PropControl is the application's.
+	if _, wake := sessionstate.IsWakeUp(msg); wake {
+		// A wake-up never reaches the handler; any other value of sessionstate.PropControl is the application's.
 		return r.control(stop, hs, msg)
 	}
 	if hs.blocked() {
@@ -246,7 +248,7 @@ func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool
 		}
 		st := hs.ds.st
 		var seq int64
-		var from *SessionHold
+		var from *sessionstate.Hold
 		switch {
 		case st.Hold != nil && st.Hold.DeadLetterReason != "":
 			// Blocked until an operator releases it. The record is written before the dead-letter, so
@@ -282,7 +284,7 @@ func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool
 		if errors.Is(err, errDeferredGone) {
 			r.sc.cfg.logger.Warn("a deferred message of a held session is gone (expired, or settled before a consumer stopped); going on without it",
 				slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
-			if r.writeState(hs, st.without(seq)) != nil {
+			if r.writeState(hs, st.Without(seq)) != nil {
 				return true
 			}
 			continue
@@ -310,7 +312,7 @@ func (r *sessionRun) lostBeforeRun(hs *heldSession, msg *azservicebus.ReceivedMe
 	if !lost {
 		return false
 	}
-	if _, wake := IsWakeUp(msg); wake {
+	if _, wake := sessionstate.IsWakeUp(msg); wake {
 		return true // ours, never the hooks': it goes back when the receiver closes
 	}
 	d := r.setAside(hs, msg)
@@ -353,8 +355,8 @@ func (r *sessionRun) afterSettle(hs *heldSession, msg *azservicebus.ReceivedMess
 	if h := st.Hold; h != nil && h.DeadLetterReason != "" && h.SequenceNumber == *msg.SequenceNumber {
 		return true // the record already blocks the session on it
 	}
-	next := st.without(*msg.SequenceNumber)
-	if next.equal(st) {
+	next := st.Without(*msg.SequenceNumber)
+	if next.Equal(st) {
 		return true
 	}
 	return r.writeState(hs, next) == nil
@@ -369,8 +371,8 @@ func (r *sessionRun) blockingRecord(hs *heldSession, d *delivery, reason string,
 		return true
 	}
 	seq := *d.msg.SequenceNumber
-	next := hs.ds.st.without(seq)
-	next.Hold = &SessionHold{
+	next := hs.ds.st.Without(seq)
+	next.Hold = &sessionstate.Hold{
 		SequenceNumber: seq, MessageID: d.msg.MessageID, Attempt: max(d.env.Attempt+1, 2), LastError: r.sc.proc.errorText(cause),
 		DeadLetterReason: reason, DeadLetteredAt: r.sc.cfg.clock.Now(),
 	}
@@ -387,7 +389,7 @@ func (r *sessionRun) blockingRecord(hs *heldSession, d *delivery, reason string,
 // deadLetterRecorded dead-letters msg, which the record says was dead-lettered (with h's reason) but
 // is still in the session: a consumer stopped between writing the record and dead-lettering it. It
 // reports whether the session may go on.
-func (r *sessionRun) deadLetterRecorded(hs *heldSession, msg *azservicebus.ReceivedMessage, h *SessionHold) bool {
+func (r *sessionRun) deadLetterRecorded(hs *heldSession, msg *azservicebus.ReceivedMessage, h *sessionstate.Hold) bool {
 	p := r.sc.proc
 	d := r.setAside(hs, msg)
 	var cause error
@@ -434,7 +436,7 @@ func (r *sessionRun) dropMissingHold(hs *heldSession) bool {
 	}
 	r.sc.cfg.logger.Warn("the held message of a session is gone (expired, or settled before a consumer stopped); going on without it",
 		slog.String("session_id", hs.sid), slog.Int64("sequence_number", h.SequenceNumber))
-	return r.writeState(hs, hs.ds.st.without(h.SequenceNumber)) == nil
+	return r.writeState(hs, hs.ds.st.Without(h.SequenceNumber)) == nil
 }
 
 // holdDurably holds d's message in its session until at, immediateRetries of the policy's immediate
@@ -443,14 +445,14 @@ func (r *sessionRun) dropMissingHold(hs *heldSession) bool {
 func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, firstFailure time.Time, immediateRetries int, res *Result) {
 	p := r.sc.proc
 	seq := *d.msg.SequenceNumber
-	h := &SessionHold{
+	h := &sessionstate.Hold{
 		SequenceNumber: seq, MessageID: d.msg.MessageID, Attempt: d.env.Attempt + 1, FirstFailure: firstFailure,
 		WakeAt: at, LastError: p.errorText(herr), ImmediateRetries: immediateRetries,
 	}
-	h.WakeID = wakeID(hs.sid, seq, h.Attempt, at, nil)
-	next := hs.ds.st.without(seq)
+	h.WakeID = sessionstate.WakeID(hs.sid, seq, h.Attempt, at, nil)
+	next := hs.ds.st.Without(seq)
 	next.Hold = h
-	props := map[string]any{PropAttempt: int64(h.Attempt), PropLastError: h.LastError, PropHeldUntil: at.UTC()}
+	props := map[string]any{PropAttempt: int64(h.Attempt), PropLastError: h.LastError, sessionstate.PropHeldUntil: at.UTC()}
 	props = p.heldCopy(d, props, h.Attempt, at)
 	if err := r.scheduleWake(hs, d, h); err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, err)
@@ -488,11 +490,11 @@ func (r *sessionRun) deferMessage(hs *heldSession, msg *azservicebus.ReceivedMes
 }
 
 // scheduleWake schedules h's wake-up into the session.
-func (r *sessionRun) scheduleWake(hs *heldSession, d *delivery, h *SessionHold) error {
+func (r *sessionRun) scheduleWake(hs *heldSession, d *delivery, h *sessionstate.Hold) error {
 	p := r.sc.proc
 	start := p.callStart(d)
 	ctx, cancel := context.WithTimeout(r.settleBase, r.sc.cfg.settleTimeout)
-	_, err := hs.sender.ScheduleMessages(ctx, []*azservicebus.Message{wakeMessage(hs.sid, h)}, h.WakeAt, nil)
+	_, err := hs.sender.ScheduleMessages(ctx, []*azservicebus.Message{sessionstate.WakeMessage(hs.sid, h)}, h.WakeAt, nil)
 	cancel()
 	d.now = r.sc.cfg.clock.Now()
 	p.settled(d, SettleSchedule, h.WakeID, d.env, start, err)
@@ -525,16 +527,16 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 			res := r.handle(stop, hs, msg, h)
 			return settledForSure(res) && r.afterSettle(hs, msg, res)
 		}
-		props[PropAttempt], props[PropLastError], props[PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
-	case st.follows(seq):
-	case len(st.Followers) >= maxFollowers:
+		props[PropAttempt], props[PropLastError], props[sessionstate.PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
+	case st.Follows(seq):
+	case len(st.Followers) >= sessionstate.MaxFollowers:
 		d := r.setAside(hs, msg)
 		res := Result{Attempt: d.env.Attempt}
 		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, r.sc.cfg.reasons.SessionBacklogFull, nil, d.now, false), &res, false)
 		return r.endSetAside(d, res)
 	default:
 		d := r.setAside(hs, msg)
-		next := SessionState{Hold: st.Hold, Followers: append(slices.Clip(st.Followers), seq)}
+		next := sessionstate.State{Hold: st.Hold, Followers: append(slices.Clip(st.Followers), seq)}
 		if err := r.writeState(hs, next); err != nil {
 			return r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, err))
 		}
@@ -545,10 +547,10 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 
 // deferAside defers d's message behind what blocks the session (st), stamped with props, and ends its
 // delivery.
-func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st SessionState, props map[string]any) bool {
+func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st sessionstate.State, props map[string]any) bool {
 	p, msg, seq := r.sc.proc, d.msg, *d.msg.SequenceNumber
 	if h := st.Hold; h != nil && h.SequenceNumber != seq {
-		props[PropHeldBehind] = h.SequenceNumber
+		props[sessionstate.PropHeldBehind] = h.SequenceNumber
 	}
 	res := Result{Attempt: d.env.Attempt}
 	start := p.callStart(d)
@@ -563,28 +565,6 @@ func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st SessionState, p
 	r.doubt(d, took, &res)
 	r.sc.cfg.logger.Debug("message deferred behind the session's hold", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
 	return r.endSetAside(d, res)
-}
-
-// without is s with seq neither held nor following (the hold stays when it is another message's).
-func (s SessionState) without(seq int64) SessionState {
-	next := SessionState{Hold: s.Hold}
-	if s.Hold != nil && s.Hold.SequenceNumber == seq {
-		next.Hold = nil
-	}
-	for _, f := range s.Followers {
-		if f != seq {
-			next.Followers = append(next.Followers, f)
-		}
-	}
-	return next
-}
-
-// equal reports whether s and o are the same record.
-func (s SessionState) equal(o SessionState) bool {
-	if (s.Hold == nil) != (o.Hold == nil) || (s.Hold != nil && *s.Hold != *o.Hold) {
-		return false
-	}
-	return slices.Equal(s.Followers, o.Followers)
 }
 
 // heldCopy lets the OnRetryCopy hook see the message a durable hold is about to defer, as the

@@ -17,22 +17,23 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // durableOnly makes every delayed retry a durable hold: no wait fits a MaxHold of 1 ns.
 var durableOnly = &retry.SessionOptions{MaxHold: time.Nanosecond, DurableHolds: true}
 
 // sessionState reads the record of session sid on b.
-func sessionState(t *testing.T, b *retrytest.Broker, sid string) retry.SessionState {
+func sessionState(t *testing.T, b *retrytest.Broker, sid string) sessionstate.State {
 	t.Helper()
 	for _, s := range b.Sessions() {
 		if s.ID == sid {
-			st, err := retry.DecodeSessionState(s.State)
+			st, err := sessionstate.Decode(s.State)
 			require.NoError(t, err)
 			return st
 		}
 	}
-	return retry.SessionState{}
+	return sessionstate.State{}
 }
 
 // wakeUpsPending counts the wake-ups scheduled into session sid and not yet receivable.
@@ -55,7 +56,7 @@ func TestSessionDurableHoldKeepsOrder(t *testing.T) {
 		b := newSessionBroker(t, nil)
 		sendSession(t, b, "s", 2)
 		rec := newSessionRecorder()
-		var seenHeld retry.SessionState
+		var seenHeld sessionstate.State
 		h := rec.handler(func(_ context.Context, c sessionCall) error {
 			if c.ID == "s-1" && c.Attempt < 3 {
 				return errBoom
@@ -77,7 +78,7 @@ func TestSessionDurableHoldKeepsOrder(t *testing.T) {
 		assert.Len(t, st.Followers, 1)
 		sched := b.Scheduled()
 		require.Len(t, sched, 1, "one wake-up")
-		assert.Equal(t, retry.ControlWake, sched[0].Message.ApplicationProperties[retry.PropControl])
+		assert.Equal(t, sessionstate.ControlWake, sched[0].Message.ApplicationProperties[sessionstate.PropControl])
 		assert.True(t, st.Hold.WakeAt.Equal(sched[0].At), "the wake-up is due with the hold")
 		assert.Equal(t, st.Hold.WakeID, *sched[0].Message.MessageID)
 		sendSession3(t, b, "s", 3)
@@ -367,15 +368,15 @@ func TestSessionBlockAfterDeadLetterUntilReleased(t *testing.T) {
 		require.NoError(t, err)
 		raw, err := r.GetSessionState(t.Context(), nil)
 		require.NoError(t, err)
-		cur, err := retry.DecodeSessionState(raw)
+		cur, err := sessionstate.Decode(raw)
 		require.NoError(t, err)
-		plan, err := retry.PlanRelease("s", cur, time.Now())
+		plan, err := sessionstate.PlanRelease("s", cur, time.Now())
 		require.NoError(t, err)
 		assert.Nil(t, plan.After.Hold)
 		assert.Equal(t, append([]int64{cur.Hold.SequenceNumber}, cur.Followers...), plan.After.Followers)
 		_, err = b.Sender().ScheduleMessages(t.Context(), []*azservicebus.Message{plan.Wake}, time.Time{}, nil)
 		require.NoError(t, err)
-		rec2, err := retry.MarshalSessionState(plan.After)
+		rec2, err := sessionstate.Marshal(plan.After)
 		require.NoError(t, err)
 		require.NoError(t, r.SetSessionState(t.Context(), rec2, nil))
 		require.NoError(t, r.Close(t.Context()))
@@ -439,59 +440,6 @@ func TestSessionDurableNeedsASender(t *testing.T) {
 		require.ErrorIs(t, err, retry.ErrInvalidOptions)
 		assert.ErrorContains(t, err, "DurableHolds")
 	})
-}
-
-// The record round-trips, and what is not ours is told apart from what is broken.
-func TestDecodeSessionState(t *testing.T) {
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	st := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, MessageID: "m", Attempt: 3, FirstFailure: at, WakeAt: at.Add(time.Minute), WakeID: "w", LastError: "boom", ImmediateRetries: 2}, Followers: []int64{9, 8}}
-	raw, err := retry.MarshalSessionState(st)
-	require.NoError(t, err)
-	got, err := retry.DecodeSessionState(raw)
-	require.NoError(t, err)
-	assert.Equal(t, st, got)
-	empty, err := retry.MarshalSessionState(retry.SessionState{})
-	require.NoError(t, err)
-	assert.Nil(t, empty, "nothing held clears the state")
-
-	for _, foreign := range []string{"hello", `{"cart":1}`, `{"format":"sbretry/v9"}`, `[1,2]`} {
-		_, err := retry.DecodeSessionState([]byte(foreign))
-		assert.ErrorIs(t, err, retry.ErrForeignSessionState, foreign)
-	}
-	for _, broken := range []string{
-		`{"format":"sbretry/v1","hold":{"seq":-1,"attempt":2}}`,
-		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":1}}`,
-		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":2},"followers":[1]}`,
-		`{"format":"sbretry/v1","followers":[3,3]}`,
-		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":2,"immediate":-1}}`,
-		`{"format":"sbretry/v1","hold":{"seq":1,"attempt":2,"immediate":2}}`,
-	} {
-		_, err := retry.DecodeSessionState([]byte(broken))
-		require.ErrorIs(t, err, retry.ErrInvalidSessionState, broken)
-		assert.NotErrorIs(t, err, retry.ErrForeignSessionState, broken)
-	}
-	_, err = retry.PlanRelease("s", retry.SessionState{}, at)
-	assert.ErrorIs(t, err, retry.ErrNotHeld)
-	plan, err := retry.PlanRelease("s", st, at)
-	require.NoError(t, err)
-	assert.Equal(t, at, plan.After.Hold.WakeAt, "a retry hold is made due now")
-	assert.Equal(t, plan.After.Hold.WakeID, *plan.Wake.MessageID)
-	assert.Equal(t, plan.WakeID, *plan.Wake.MessageID)
-	assert.Equal(t, int64(7), plan.WakeFor)
-	wake := &azservicebus.ReceivedMessage{ApplicationProperties: plan.Wake.ApplicationProperties}
-	forSeq, ok := retry.IsWakeUp(wake)
-	assert.True(t, ok)
-	assert.Equal(t, int64(7), forSeq)
-	_, ok = retry.IsWakeUp(&azservicebus.ReceivedMessage{ApplicationProperties: map[string]any{"x": 1}})
-	assert.False(t, ok)
-	blocked := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, Attempt: 2, DeadLetterReason: "RetryPermanentFailure"}, Followers: []int64{9}}
-	plan, err = retry.PlanRelease("s", blocked, at.Add(1500*time.Microsecond).In(time.FixedZone("x", 3600)))
-	require.NoError(t, err)
-	assert.Nil(t, plan.After.Hold, "a dead-letter block is lifted")
-	assert.Equal(t, []int64{7, 9}, plan.After.Followers, "the dead-lettered message heads the followers, in case it is still there")
-	assert.Equal(t, int64(retry.NoHeldMessage), plan.WakeFor)
-	assert.Equal(t, "s", *plan.Wake.SessionID)
-	assert.Equal(t, 3, st.Hold.Attempt, "the plan does not change its input")
 }
 
 // A consumer stopped between writing a hold's record and deferring the message, with the next one
@@ -652,7 +600,7 @@ func TestSessionBlockSurvivesFailures(t *testing.T) {
 func TestSessionControlPropertyOfTheApplication(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newSessionBroker(t, nil)
-		_, err := b.Send(&azservicebus.Message{MessageID: strPtr("s-1"), SessionID: strPtr("s"), ApplicationProperties: map[string]any{retry.PropControl: "pause"}})
+		_, err := b.Send(&azservicebus.Message{MessageID: strPtr("s-1"), SessionID: strPtr("s"), ApplicationProperties: map[string]any{sessionstate.PropControl: "pause"}})
 		require.NoError(t, err)
 		rec := newSessionRecorder()
 		sc := newSessionConsumer(t, b, rec.handler(func(context.Context, sessionCall) error { return nil }), rec, nil, durableOnly)
@@ -703,11 +651,11 @@ func TestSessionReleaseBeforeAPendingDeadLetter(t *testing.T) {
 
 		r, err := acceptWhenFree(t, b, "s")
 		require.NoError(t, err)
-		plan, err := retry.PlanRelease("s", st, time.Now())
+		plan, err := sessionstate.PlanRelease("s", st, time.Now())
 		require.NoError(t, err)
 		_, err = b.Sender().ScheduleMessages(t.Context(), []*azservicebus.Message{plan.Wake}, time.Time{}, nil)
 		require.NoError(t, err)
-		raw, err := retry.MarshalSessionState(plan.After)
+		raw, err := sessionstate.Marshal(plan.After)
 		require.NoError(t, err)
 		require.NoError(t, r.SetSessionState(t.Context(), raw, nil))
 		require.NoError(t, r.Close(t.Context()))
@@ -929,36 +877,6 @@ func TestSessionDurableHoldKeepsTheImmediateRetryCount(t *testing.T) {
 	})
 }
 
-// A release's wake-up has an id of its own per session and per record released: two sessions released
-// for the same planned time would otherwise send the same id, and duplicate detection would drop the
-// second session's wake-up. The same release planned twice keeps its id, so a resend is absorbed.
-func TestReleaseWakeUpIDsAreUniquePerSession(t *testing.T) {
-	at := time.Date(2026, 12, 2, 10, 0, 0, 0, time.UTC)
-	blocked := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, Attempt: 2, DeadLetterReason: "RetryPermanentFailure"}}
-	waiting := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 7, Attempt: 2, WakeAt: at.Add(time.Hour), WakeID: "w"}}
-	ids := map[string]string{}
-	for _, sid := range []string{"a", "b", "a-longer-one"} {
-		for name, st := range map[string]retry.SessionState{"blocked": blocked, "waiting": waiting} {
-			plan, err := retry.PlanRelease(sid, st, at)
-			require.NoError(t, err)
-			id := plan.WakeID
-			assert.LessOrEqual(t, len(id), 128)
-			if prev, dup := ids[id]; dup {
-				t.Errorf("%s/%s has the wake-up id of %s: %s", sid, name, prev, id)
-			}
-			ids[id] = sid + "/" + name
-			again, err := retry.PlanRelease(sid, st, at)
-			require.NoError(t, err)
-			assert.Equal(t, id, again.WakeID, "the same release plans the same id")
-		}
-	}
-	// Another record of the same session (blocked again, later), released for the same time.
-	later := retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 9, Attempt: 2, DeadLetterReason: "RetryPermanentFailure"}}
-	plan, err := retry.PlanRelease("a", later, at)
-	require.NoError(t, err)
-	assert.NotContains(t, ids, plan.WakeID)
-}
-
 // A durable hold's broker calls reach the hooks as a delayed retry's do: OnRetryCopy sees the held
 // message (what it adds is written on the deferral, where the resumed attempt reads it), OnSettle
 // the wake-up's schedule (named by its id), the defer, and the wake-up's complete once done.
@@ -988,7 +906,7 @@ func TestSessionDurableHoldReportsItsCallsToTheHooks(t *testing.T) {
 				mu.Lock()
 				defer mu.Unlock()
 				what := p.Message.MessageID
-				if _, wake := retry.IsWakeUp(p.Message); wake {
+				if _, wake := sessionstate.IsWakeUp(p.Message); wake {
 					what = "wake-up"
 				}
 				calls = append(calls, fmt.Sprintf("%s %s %v", p.Operation, what, p.RetryMessageID != ""))

@@ -7,13 +7,15 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // handle runs one message of a held session to its end, counting it in the health and reporting it to
 // OnProcessed once.
 // from is the durable hold msg resumes, nil for a message that is not held: its Attempt and LastError
 // are the envelope's.
-func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage, from *SessionHold) Result {
+func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage, from *sessionstate.Hold) Result {
 	p, c := r.sc.proc, r.sc.stats
 	c.received.Add(1)
 	c.inFlight.Add(1)
@@ -34,7 +36,7 @@ func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservic
 // calls the handler again with the next attempt. It ends with the message completed, dead-lettered,
 // discarded, or left unsettled for the broker to give back in order (lock lost, shutdown, a failed
 // settle).
-func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *delivery, from *SessionHold) Result {
+func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *delivery, from *sessionstate.Hold) Result {
 	p, cfg := r.sc.proc, r.sc.cfg
 	lk := hs.lk
 	msg := d.msg

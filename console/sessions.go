@@ -11,9 +11,9 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
 
-	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/dlqaction"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // Session entities. A queue or subscription that requires sessions refuses the plain receiver every
@@ -183,11 +183,11 @@ func (c *Console) planRelease(ctx context.Context, req *request, at string) (*pl
 	if err != nil {
 		return nil, err
 	}
-	before, err := retry.MarshalSessionState(rel.Plan.Before)
+	before, err := sessionstate.Marshal(rel.Plan.Before)
 	if err != nil {
 		return nil, err
 	}
-	after, err := retry.MarshalSessionState(rel.Plan.After)
+	after, err := sessionstate.Marshal(rel.Plan.After)
 	if err != nil {
 		return nil, err
 	}
@@ -201,9 +201,9 @@ func (c *Console) planRelease(ctx context.Context, req *request, at string) (*pl
 // record or a session the request named wrong; else statusOf.
 func releaseStatus(err error) int {
 	switch {
-	case errors.Is(err, inspect.ErrSessionLocked), errors.Is(err, retry.ErrNotHeld), errors.Is(err, inspect.ErrSessionChanged):
+	case errors.Is(err, inspect.ErrSessionLocked), errors.Is(err, sessionstate.ErrNotHeld), errors.Is(err, inspect.ErrSessionChanged):
 		return http.StatusConflict
-	case errors.Is(err, retry.ErrForeignSessionState), errors.Is(err, inspect.ErrEmptySessionID):
+	case errors.Is(err, sessionstate.ErrForeign), errors.Is(err, inspect.ErrEmptySessionID):
 		return http.StatusBadRequest
 	}
 	return statusOf(err)

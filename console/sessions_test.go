@@ -13,10 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // sessionSite is a console on the session queue of an emulator, given as a plain entity: the console
@@ -218,7 +218,7 @@ func TestSessionSubscription(t *testing.T) {
 	msgs, err := r.ReceiveMessages(ctx, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	rec, err := retry.MarshalSessionState(retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: *msgs[0].SequenceNumber, MessageID: id, Attempt: 3,
+	rec, err := sessionstate.Marshal(sessionstate.State{Hold: &sessionstate.Hold{SequenceNumber: *msgs[0].SequenceNumber, MessageID: id, Attempt: 3,
 		LastError: "downstream unavailable", DeadLetterReason: "RetryMaxAttemptsExceeded", DeadLetteredAt: time.Now()}})
 	require.NoError(t, err)
 	require.NoError(t, r.SetSessionState(ctx, rec, nil))

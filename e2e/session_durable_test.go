@@ -18,6 +18,7 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // sessionEnv starts an emulator with one session-enabled queue and returns its env and a sender.
@@ -81,14 +82,14 @@ func sendSessions(t *testing.T, sender *azservicebus.Sender, sessions, perSessio
 }
 
 // readSessionState accepts session sid and returns its decoded record.
-func readSessionState(t *testing.T, e *env, sid string) retry.SessionState {
+func readSessionState(t *testing.T, e *env, sid string) sessionstate.State {
 	t.Helper()
 	r, err := e.client(t).AcceptSessionForQueue(t.Context(), e.queue, sid, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, r.Close(context.WithoutCancel(t.Context()))) }()
 	raw, err := r.GetSessionState(t.Context(), nil)
 	require.NoError(t, err)
-	st, err := retry.DecodeSessionState(raw)
+	st, err := sessionstate.Decode(raw)
 	require.NoError(t, err)
 	return st
 }
@@ -227,15 +228,15 @@ func TestSessionBlockedAfterDeadLetterThroughTheSDK(t *testing.T) {
 	}
 	raw, err := r.GetSessionState(t.Context(), nil)
 	require.NoError(t, err)
-	st, err := retry.DecodeSessionState(raw)
+	st, err := sessionstate.Decode(raw)
 	require.NoError(t, err)
 	require.NotNil(t, st.Hold)
 	assert.Equal(t, "RetryPermanentFailure", st.Hold.DeadLetterReason)
 	assert.Len(t, st.Followers, 3)
-	plan, err := retry.PlanRelease("s00", st, time.Now())
+	plan, err := sessionstate.PlanRelease("s00", st, time.Now())
 	require.NoError(t, err)
 	require.NoError(t, sender.SendMessage(t.Context(), plan.Wake, nil))
-	after, err := retry.MarshalSessionState(plan.After)
+	after, err := sessionstate.Marshal(plan.After)
 	require.NoError(t, err)
 	require.NoError(t, r.SetSessionState(t.Context(), after, nil))
 	require.NoError(t, r.Close(t.Context()))

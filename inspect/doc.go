@@ -43,12 +43,12 @@
 //
 // On a session-enabled entity, retry.SessionConsumer's durable holds keep a failed message deferred in
 // its session until its retry is due, with the later messages of the session deferred behind it, the
-// hold's record in the session's state ([retry.SessionState]) and a wake-up message scheduled into the
+// hold's record in the session's state ([sessionstate.State]) and a wake-up message scheduled into the
 // session for the due time; with SessionOptions.BlockAfterDeadLetter a session whose message was
 // dead-lettered stays blocked until an operator releases it. [Inspector.ListHeldSessions] lists those
 // sessions: what blocks each (the held message's sequence number, id, attempt and due time, or the
 // dead-letter reason), its followers and its pending wake-up. [Inspector.PreviewRelease] shows what a
-// release would change ([retry.PlanRelease]: the state before and after, the wake-up) and
+// release would change ([sessionstate.PlanRelease]: the state before and after, the wake-up) and
 // [Inspector.Release] carries it out, sending the wake-up before it writes the state.
 //
 // A session entity cannot be peeked as a whole with the Go SDK: Service Bus refuses a receiver without

@@ -9,10 +9,11 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // HeldSession is a session of a session entity that a durable hold of retry.SessionConsumer blocks (see
-// [retry.SessionState]), as [Inspector.ListHeldSessions] and [Inspector.HeldSession] read it: its state,
+// [sessionstate.State]), as [Inspector.ListHeldSessions] and [Inspector.HeldSession] read it: its state,
 // and what a peek inside the session shows of the messages the hold involves.
 type HeldSession struct {
 	// Entity is the session entity (a queue or a subscription) and SessionID the session.
@@ -30,17 +31,17 @@ type HeldSession struct {
 	ReadErr error
 
 	// State is the session's durable hold record. StateErr is set instead when the session's state is
-	// not one: it wraps [retry.ErrForeignSessionState] for another application's state (or a newer
+	// not one: it wraps [sessionstate.ErrForeign] for another application's state (or a newer
 	// version's), or is the decode error of an invalid record. Such a state is shown, never changed.
 	// StateSize is the state's size in bytes.
-	State     retry.SessionState
+	State     sessionstate.State
 	StateErr  error
 	StateSize int
 
 	// Deferred are the session's deferred messages, in sequence-number order: the held message (with
-	// [retry.PropHeldUntil]) and the ones deferred behind it ([retry.PropHeldBehind]).
+	// [sessionstate.PropHeldUntil]) and the ones deferred behind it ([sessionstate.PropHeldBehind]).
 	Deferred []SessionMessage
-	// WakeUps are the wake-up control messages found in the session ([retry.ControlWake]): scheduled
+	// WakeUps are the wake-up control messages found in the session ([sessionstate.ControlWake]): scheduled
 	// for when the retry is due, or receivable already (due, or sent by a release).
 	WakeUps []WakeUp
 	// Scan says how much of the session the peek read (Entity is the session entity); zero when the
@@ -50,7 +51,7 @@ type HeldSession struct {
 
 // Hold is what blocks the session, from its state: nil when nothing is held (followers only), when
 // the state is not a record, or when the session was locked.
-func (s HeldSession) Hold() *retry.SessionHold { return s.State.Hold }
+func (s HeldSession) Hold() *sessionstate.Hold { return s.State.Hold }
 
 // HeldMessage is the held message among Deferred (the one the state's Hold names), nil when the peek
 // did not find it (it was dead-lettered, or the peek stopped at [Options.MaxPeek] before it).
@@ -92,10 +93,10 @@ type SessionMessage struct {
 	// SequenceNumber is its number in the entity, MessageID its id.
 	SequenceNumber int64
 	MessageID      string
-	// HeldUntil is [retry.PropHeldUntil]: when the held message's next attempt is due. Zero for a
+	// HeldUntil is [sessionstate.PropHeldUntil]: when the held message's next attempt is due. Zero for a
 	// message deferred behind another.
 	HeldUntil time.Time
-	// HeldBehind is [retry.PropHeldBehind]: the sequence number of the held message it waits behind,
+	// HeldBehind is [sessionstate.PropHeldBehind]: the sequence number of the held message it waits behind,
 	// -1 when it carries none.
 	HeldBehind int64
 	// Attempt is [retry.PropAttempt], 0 when absent; LastError is [retry.PropLastError].
@@ -113,7 +114,7 @@ type WakeUp struct {
 	// else when it became receivable (EnqueuedTime).
 	Scheduled bool
 	DueTime   time.Time
-	// ForSequenceNumber is [retry.PropWakeSequenceNumber], the held message it is for; -1 for a
+	// ForSequenceNumber is [sessionstate.PropWakeSequenceNumber], the held message it is for; -1 for a
 	// release's wake-up of a session that holds no message.
 	ForSequenceNumber int64
 }
@@ -164,7 +165,7 @@ func (in *Inspector) ListHeldSessions(ctx context.Context) (*HeldSessions, error
 			switch {
 			case err == nil:
 				out.Sessions = append(out.Sessions, *s)
-			case errors.Is(err, retry.ErrNotHeld):
+			case errors.Is(err, sessionstate.ErrNotHeld):
 			case ctx.Err() != nil:
 				return out, err
 			default:
@@ -179,7 +180,7 @@ func (in *Inspector) ListHeldSessions(ctx context.Context) (*HeldSessions, error
 // HeldSession reads the session id of the inspected entity: it accepts the session, reads and decodes
 // its state, peeks its messages (at most [Options.MaxPeek]) and closes it at once. It returns the
 // session, with Locked set when a receiver holds it (nothing could be read), or StateErr set when its
-// state is not a hold record; an error wrapping [retry.ErrNotHeld] when its state holds nothing.
+// state is not a hold record; an error wrapping [sessionstate.ErrNotHeld] when its state holds nothing.
 //
 // Like every read of a session, it locks the session for a moment (see [Inspector.ListHeldSessions]).
 func (in *Inspector) HeldSession(ctx context.Context, id string) (*HeldSession, error) {
@@ -201,9 +202,9 @@ func (in *Inspector) HeldSession(ctx context.Context, id string) (*HeldSession, 
 		return nil, err
 	}
 	s.StateSize = len(raw)
-	s.State, s.StateErr = retry.DecodeSessionState(raw)
+	s.State, s.StateErr = sessionstate.Decode(raw)
 	if s.StateErr == nil && !s.State.Blocked() {
-		return nil, fmt.Errorf("%w: %s session %q", retry.ErrNotHeld, s.Entity, id)
+		return nil, fmt.Errorf("%w: %s session %q", sessionstate.ErrNotHeld, s.Entity, id)
 	}
 	s.Scan, err = in.peekSession(ctx, r, id, s)
 	if err != nil {
@@ -253,9 +254,9 @@ func (in *Inspector) peekSession(ctx context.Context, r sessionReceiver, id stri
 // classifySessionMessage records m in s when it is a deferred message or a wake-up.
 func classifySessionMessage(m *azservicebus.ReceivedMessage, s *HeldSession) {
 	props := m.ApplicationProperties
-	if kind, _ := props[retry.PropControl].(string); kind == retry.ControlWake {
+	if kind, _ := props[sessionstate.PropControl].(string); kind == sessionstate.ControlWake {
 		w := WakeUp{SequenceNumber: seqOf(m), MessageID: m.MessageID, Scheduled: m.State == azservicebus.MessageStateScheduled, ForSequenceNumber: -1}
-		if n, ok := asInt64(props[retry.PropWakeSequenceNumber]); ok {
+		if n, ok := asInt64(props[sessionstate.PropWakeSequenceNumber]); ok {
 			w.ForSequenceNumber = n
 		}
 		switch {
@@ -271,10 +272,10 @@ func classifySessionMessage(m *azservicebus.ReceivedMessage, s *HeldSession) {
 		return
 	}
 	d := SessionMessage{SequenceNumber: seqOf(m), MessageID: m.MessageID, HeldBehind: -1}
-	if t, ok := props[retry.PropHeldUntil].(time.Time); ok {
+	if t, ok := props[sessionstate.PropHeldUntil].(time.Time); ok {
 		d.HeldUntil = t.UTC()
 	}
-	if n, ok := asInt64(props[retry.PropHeldBehind]); ok {
+	if n, ok := asInt64(props[sessionstate.PropHeldBehind]); ok {
 		d.HeldBehind = n
 	}
 	if n, ok := asInt64(props[retry.PropAttempt]); ok && n > 0 && n <= 1<<31-1 {

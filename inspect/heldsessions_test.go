@@ -9,10 +9,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 func TestListHeldSessions(t *testing.T) {
@@ -65,7 +65,7 @@ func TestListHeldSessions(t *testing.T) {
 	require.Len(t, s.Deferred, 1)
 
 	s = byID["s-foreign"]
-	assert.ErrorIs(t, s.StateErr, retry.ErrForeignSessionState)
+	assert.ErrorIs(t, s.StateErr, sessionstate.ErrForeign)
 	assert.Equal(t, len("another application's state"), s.StateSize)
 
 	s = byID["s-locked"]
@@ -96,7 +96,7 @@ func TestHeldSessionNotHeld(t *testing.T) {
 	h.Send(t, "s-plain", "c1")
 	in := h.inspector(t, nil)
 	_, err := in.HeldSession(sbtest.Context(t), "s-plain")
-	assert.ErrorIs(t, err, retry.ErrNotHeld)
+	assert.ErrorIs(t, err, sessionstate.ErrNotHeld)
 	_, err = in.HeldSession(sbtest.Context(t), "")
 	assert.ErrorIs(t, err, ErrEmptySessionID)
 }
@@ -148,7 +148,7 @@ func TestReleaseSendsWakeThenWritesState(t *testing.T) {
 			defer func() { _ = r.Close(ctx) }()
 			raw, err := r.GetSessionState(ctx, nil)
 			require.NoError(t, err)
-			state, err := retry.DecodeSessionState(raw)
+			state, err := sessionstate.Decode(raw)
 			require.NoError(t, err)
 			assert.Equal(t, p.Plan.After, state)
 			if tc.deadLetter == "" {
@@ -163,7 +163,7 @@ func TestReleaseSendsWakeThenWritesState(t *testing.T) {
 			require.NoError(t, err)
 			require.Len(t, msgs, 1)
 			assert.Equal(t, *p.Plan.Wake.MessageID, msgs[0].MessageID, "the wake-up is receivable in the session at once")
-			assert.Equal(t, retry.ControlWake, msgs[0].ApplicationProperties[retry.PropControl])
+			assert.Equal(t, sessionstate.ControlWake, msgs[0].ApplicationProperties[sessionstate.PropControl])
 		})
 	}
 }
@@ -192,11 +192,11 @@ func TestReleaseRefuses(t *testing.T) {
 
 	foreign := h.Snapshot(t, "s-foreign")
 	_, err = in.PreviewRelease(ctx, "s-foreign", now)
-	assert.ErrorIs(t, err, retry.ErrForeignSessionState)
+	assert.ErrorIs(t, err, sessionstate.ErrForeign)
 	assert.Equal(t, foreign, h.Snapshot(t, "s-foreign"), "left alone")
 
 	_, err = in.PreviewRelease(ctx, "s-plain", now)
-	assert.ErrorIs(t, err, retry.ErrNotHeld)
+	assert.ErrorIs(t, err, sessionstate.ErrNotHeld)
 	_, err = in.PreviewRelease(ctx, "", now)
 	assert.ErrorIs(t, err, ErrEmptySessionID)
 
@@ -301,8 +301,8 @@ func TestHeldSessionsOfASubscription(t *testing.T) {
 	require.NoError(t, s.Close(ctx))
 	r, err := client.AcceptSessionForSubscription(ctx, "ev", "sub", sid, nil)
 	require.NoError(t, err)
-	state := retry.SessionState{Followers: []int64{1}}
-	raw, err := retry.MarshalSessionState(state)
+	state := sessionstate.State{Followers: []int64{1}}
+	raw, err := sessionstate.Marshal(state)
 	require.NoError(t, err)
 	require.NoError(t, r.SetSessionState(ctx, raw, nil))
 	require.NoError(t, r.Close(ctx))
@@ -467,7 +467,7 @@ func TestReleaseSessionsAtOnePlannedTime(t *testing.T) {
 		msgs, err := r.ReceiveMessages(ctx, 1, nil)
 		require.NoError(t, err)
 		require.Len(t, msgs, 1, "the wake-up of %s is in its session", sid)
-		assert.Equal(t, retry.ControlWake, msgs[0].ApplicationProperties[retry.PropControl])
+		assert.Equal(t, sessionstate.ControlWake, msgs[0].ApplicationProperties[sessionstate.PropControl])
 		require.NoError(t, r.Close(ctx))
 	}
 }

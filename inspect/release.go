@@ -9,17 +9,17 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/sessionstate"
 )
 
-// SessionRelease is an operator's release of a held session: the plan [retry.PlanRelease] made from the
+// SessionRelease is an operator's release of a held session: the plan [sessionstate.PlanRelease] made from the
 // session's state, and, after [Inspector.Release], what of it was done.
 type SessionRelease struct {
 	// Entity is the session entity (a queue) and SessionID the session.
 	Entity    string
 	SessionID string
 	// Plan is the session's state before and after the release and the wake-up it sends.
-	Plan retry.ReleasePlan
+	Plan sessionstate.ReleasePlan
 	// PlannedAt is the time the plan was made for, in UTC to the millisecond: a held retry is made due
 	// then.
 	PlannedAt time.Time
@@ -35,9 +35,9 @@ type SessionRelease struct {
 
 // PreviewRelease plans the release of the session id of the inspected queue at now, and changes
 // nothing: it accepts the session, reads its state, closes it at once and returns what
-// [retry.PlanRelease] plans, which [Inspector.Release] carries out. It refuses, with an error wrapping:
-// [ErrSessionLocked], a session a consumer holds now; [retry.ErrForeignSessionState], a state that is
-// not a hold record (it is never overwritten); [retry.ErrNotHeld], a session that holds nothing;
+// [sessionstate.PlanRelease] plans, which [Inspector.Release] carries out. It refuses, with an error wrapping:
+// [ErrSessionLocked], a session a consumer holds now; [sessionstate.ErrForeign], a state that is
+// not a hold record (it is never overwritten); [sessionstate.ErrNotHeld], a session that holds nothing;
 // [ErrEmptySessionID], an empty id. A subscription cannot be released: its wake-up would have to be
 // sent to the topic, which delivers it to every subscription.
 //
@@ -95,7 +95,7 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 	if !bytes.Equal(rel.state, preview.state) {
 		return nil, fmt.Errorf("%w: %s session %q: its state is not the one the preview read; nothing was done, preview again", ErrSessionChanged, in.entity, id)
 	}
-	after, err := retry.MarshalSessionState(rel.Plan.After)
+	after, err := sessionstate.Marshal(rel.Plan.After)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: encoding the new state of %s session %q: %w", in.entity, id, err)
 	}
@@ -215,12 +215,12 @@ func (in *Inspector) planRelease(ctx context.Context, r sessionReceiver, id stri
 	if err != nil {
 		return nil, err
 	}
-	state, err := retry.DecodeSessionState(raw)
+	state, err := sessionstate.Decode(raw)
 	if err != nil {
 		// Another application's state, or an invalid record: never overwritten.
 		return nil, fmt.Errorf("inspect: %s session %q: %w; it is left alone", in.entity, id, err)
 	}
-	plan, err := retry.PlanRelease(id, state, now)
+	plan, err := sessionstate.PlanRelease(id, state, now)
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %s session %q: %w", in.entity, id, err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // durableRun is what a session consumer with durable holds reported while one message failed once
@@ -163,7 +164,7 @@ func TestDurableHoldWakeUpHooks(t *testing.T) {
 
 	// The held attempt.
 	ctx := h.OnStart(retry.StartParams{Context: context.Background(), Message: held, Envelope: env, EntityPath: "orders"})
-	props := map[string]any{retry.PropAttempt: int64(2), retry.PropLastError: errUnavailable.Error(), retry.PropHeldUntil: at}
+	props := map[string]any{retry.PropAttempt: int64(2), retry.PropLastError: errUnavailable.Error(), sessionstate.PropHeldUntil: at}
 	h.OnRetryCopy(retry.RetryCopyParams{Context: ctx, Message: held, Envelope: env,
 		Copy: &azservicebus.Message{MessageID: &held.MessageID, ApplicationProperties: props}, Attempt: 2, ScheduledFor: at})
 	h.OnSettle(retry.SettleParams{Context: ctx, Message: held, Envelope: env, EntityPath: "orders", Operation: retry.SettleSchedule,
@@ -182,7 +183,7 @@ func TestDurableHoldWakeUpHooks(t *testing.T) {
 	h.OnProcessed(retry.ProcessedParams{Context: ctx2, Message: resumed, Envelope: env2, EntityPath: "orders",
 		Result: retry.Result{Outcome: retry.OutcomeCompleted, Attempt: 2}})
 	wake := &azservicebus.ReceivedMessage{MessageID: wakeID, SessionID: &sid, ApplicationProperties: map[string]any{
-		retry.PropControl: retry.ControlWake, retry.PropWakeSequenceNumber: seq,
+		sessionstate.PropControl: sessionstate.ControlWake, sessionstate.PropWakeSequenceNumber: seq,
 	}}
 	h.OnSettle(retry.SettleParams{Context: context.Background(), Message: wake, EntityPath: "orders", Operation: retry.SettleComplete, Duration: time.Millisecond})
 

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/redact"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // statusLimit bounds the error text put in a span status. Error texts are redacted like the core's logs.
@@ -250,7 +251,7 @@ func (in *Instrumentation) onSettle(p retry.SettleParams) {
 	var copyAttempt int
 	var scheduledFor time.Time
 	var injected trace.SpanContext
-	if _, wake := retry.IsWakeUp(p.Message); wake && deliveryFrom(p.Context) == nil {
+	if _, wake := sessionstate.IsWakeUp(p.Message); wake && deliveryFrom(p.Context) == nil {
 		parent, dest = orBackground(p.Context), parseEntity(p.EntityPath)
 		src, session = dest, sessionOf(p.Context, p.Message)
 	} else {

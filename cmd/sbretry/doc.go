@@ -119,7 +119,7 @@
 //
 // On a session-enabled queue, retry.SessionConsumer's durable holds block a session whose message
 // failed: the message is deferred in its session until its retry is due, the session's later messages
-// are deferred behind it, the session's state holds the record (retry.SessionState), and a wake-up
+// are deferred behind it, the session's state holds the record (sessionstate.State), and a wake-up
 // message is scheduled into the session for the due time. With SessionOptions.BlockAfterDeadLetter, a
 // session whose message was dead-lettered stays blocked until an operator releases it.
 //
@@ -137,7 +137,7 @@
 // a session's holder read it, so a session entity cannot be peeked the way other entities are.
 //
 // sessions release --session ID releases one session of the queue: a waiting retry is made due now, a
-// session blocked after a dead-letter runs its followers next (retry.PlanRelease). It prints the state
+// session blocked after a dead-letter runs its followers next (sessionstate.PlanRelease). It prints the state
 // before and after and the wake-up it sends; --dry-run stops there, otherwise it asks for the word yes
 // unless --yes is given. The real run then locks the session, refuses it if its state is no longer
 // the one shown (a consumer moved on meanwhile: preview again), sends the wake-up to the queue (a plain

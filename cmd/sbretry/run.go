@@ -12,10 +12,10 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/entitypath"
 	"github.com/sbretry/retry/internal/redact"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // Exit codes, documented in the package documentation: scripts depend on them.
@@ -152,7 +152,7 @@ func (a *app) exitCode(err error) int {
 		return exitNotFound
 	case errors.Is(err, errPartialNotFound):
 		return exitPartial
-	case errors.Is(err, inspect.ErrNotFound), errors.Is(err, retry.ErrNotHeld):
+	case errors.Is(err, inspect.ErrNotFound), errors.Is(err, sessionstate.ErrNotHeld):
 		fmt.Fprintf(a.stderr, "sbretry: %s\n", redact.String(err.Error()))
 		return exitNotFound
 	default:

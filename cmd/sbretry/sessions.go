@@ -10,9 +10,9 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/redact"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // The sessions commands: the held sessions of a session-enabled entity (retry.SessionConsumer's durable
@@ -30,7 +30,7 @@ const (
 )
 
 // isForeign reports a session state that is another application's.
-func isForeign(err error) bool { return errors.Is(err, retry.ErrForeignSessionState) }
+func isForeign(err error) bool { return errors.Is(err, sessionstate.ErrForeign) }
 
 // sessionStatus names what blocks s.
 func sessionStatus(s inspect.HeldSession) string {
@@ -252,14 +252,14 @@ func printRelease(w io.Writer, r *inspect.SessionRelease) {
 	fmt.Fprintf(w, "  after:  %s\n", describeState(r.Plan.After))
 	wake := r.Plan.Wake
 	target := "no message (it brings a consumer to run the followers)"
-	if n, ok := wake.ApplicationProperties[retry.PropWakeSequenceNumber].(int64); ok && n >= 0 {
+	if n, ok := wake.ApplicationProperties[sessionstate.PropWakeSequenceNumber].(int64); ok && n >= 0 {
 		target = "sequence number " + strconv.FormatInt(n, 10)
 	}
 	fmt.Fprintf(w, "  send:   wake-up %s to %s in session %q, receivable now, for %s\n", derefString(wake.MessageID), r.Entity, r.SessionID, target)
 }
 
 // describeState says in one line what a session state holds.
-func describeState(s retry.SessionState) string {
+func describeState(s sessionstate.State) string {
 	var b strings.Builder
 	switch h := s.Hold; {
 	case h == nil:
@@ -314,7 +314,7 @@ func (r *releaseReport) toJSON(err error) any {
 		WakeUp:   jsonWake{MessageID: derefString(wake.MessageID), SessionID: rel.SessionID, ForSequenceNumber: -1},
 		WakeSent: rel.WakeSent, StateWritten: rel.StateWritten,
 	}
-	if n, ok := wake.ApplicationProperties[retry.PropWakeSequenceNumber].(int64); ok {
+	if n, ok := wake.ApplicationProperties[sessionstate.PropWakeSequenceNumber].(int64); ok {
 		out.WakeUp.ForSequenceNumber = n
 	}
 	if err != nil {
@@ -354,7 +354,7 @@ type jsonHeldSession struct {
 	Scan             *jsonScan           `json:"scan,omitempty"`
 }
 
-// jsonSessionState is a retry.SessionState: hold is null when nothing is held.
+// jsonSessionState is a sessionstate.State: hold is null when nothing is held.
 type jsonSessionState struct {
 	Hold      *jsonHold `json:"hold"`
 	Followers []int64   `json:"followers"`
@@ -416,7 +416,7 @@ type jsonRelease struct {
 	Error        string           `json:"error,omitempty"`
 }
 
-func sessionStateJSON(s retry.SessionState) jsonSessionState {
+func sessionStateJSON(s sessionstate.State) jsonSessionState {
 	out := jsonSessionState{Followers: append([]int64{}, s.Followers...)}
 	if h := s.Hold; h != nil {
 		out.Hold = &jsonHold{

@@ -16,10 +16,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 func TestSessionsListCommand(t *testing.T) {
@@ -141,7 +141,7 @@ func TestSessionsReleaseCommand(t *testing.T) {
 	defer func() { _ = r.Close(ctx) }()
 	raw, err := r.GetSessionState(ctx, nil)
 	require.NoError(t, err)
-	state, err := retry.DecodeSessionState(raw)
+	state, err := sessionstate.Decode(raw)
 	require.NoError(t, err)
 	require.NotNil(t, state.Hold)
 	assert.NotEqual(t, f.Due, state.Hold.WakeAt, "due now, not in an hour")
@@ -149,7 +149,7 @@ func TestSessionsReleaseCommand(t *testing.T) {
 	msgs, err := r.ReceiveMessages(ctx, 1, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	assert.Equal(t, retry.ControlWake, msgs[0].ApplicationProperties[retry.PropControl], "the wake-up is in the session")
+	assert.Equal(t, sessionstate.ControlWake, msgs[0].ApplicationProperties[sessionstate.PropControl], "the wake-up is in the session")
 	assert.Equal(t, state.Hold.WakeID, msgs[0].MessageID, "and the state names it")
 }
 
@@ -173,9 +173,9 @@ func TestSessionsReleaseJSONAfterDeadLetter(t *testing.T) {
 	assert.Equal(t, followers, rep.After.Followers)
 	assert.Equal(t, int64(-1), rep.WakeUp.ForSequenceNumber)
 	s := h.Snapshot(t, "s1")
-	state, err := retry.DecodeSessionState(s.State)
+	state, err := sessionstate.Decode(s.State)
 	require.NoError(t, err)
-	assert.Equal(t, retry.SessionState{Followers: followers}, state)
+	assert.Equal(t, sessionstate.State{Followers: followers}, state)
 }
 
 func TestSessionsReleaseRefuses(t *testing.T) {
@@ -277,7 +277,7 @@ func cmpNano(a, b string) int {
 func TestSessionsListStuckSession(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	raw, err := retry.MarshalSessionState(retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: 999, MessageID: "gone", Attempt: 2, WakeAt: timeMust(t, "2026-01-01T00:00:00Z")}})
+	raw, err := sessionstate.Marshal(sessionstate.State{Hold: &sessionstate.Hold{SequenceNumber: 999, MessageID: "gone", Attempt: 2, WakeAt: timeMust(t, "2026-01-01T00:00:00Z")}})
 	require.NoError(t, err)
 	h.SetState(t, "s-stuck", raw)
 	code, out, _ := h.cli(t, "", "sessions", "list")
@@ -306,7 +306,7 @@ func TestSessionsOnASubscription(t *testing.T) {
 	msgs, err := r.ReceiveMessages(sbtest.Context(t), 1, nil)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
-	rec, err := retry.MarshalSessionState(retry.SessionState{Hold: &retry.SessionHold{SequenceNumber: *msgs[0].SequenceNumber, MessageID: id, Attempt: 3,
+	rec, err := sessionstate.Marshal(sessionstate.State{Hold: &sessionstate.Hold{SequenceNumber: *msgs[0].SequenceNumber, MessageID: id, Attempt: 3,
 		LastError: "downstream unavailable", DeadLetterReason: "RetryMaxAttemptsExceeded", DeadLetteredAt: time.Now()}})
 	require.NoError(t, err)
 	require.NoError(t, r.SetSessionState(sbtest.Context(t), rec, nil))

@@ -12,6 +12,7 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
+	"github.com/sbretry/retry/sessionstate"
 )
 
 // The held-session fixtures of inspect's and cmd/sbretry's tests, built by hand through the SDK the
@@ -81,7 +82,7 @@ type HeldSession struct {
 	Due       time.Time
 	WakeID    string
 	WakeSeq   int64 // the scheduled wake-up's sequence number; 0 for none
-	State     retry.SessionState
+	State     sessionstate.State
 }
 
 // Hold sends ids[0] and the followers ids[1:] into session sid and holds the session as a durable hold
@@ -99,23 +100,23 @@ func (h *Sessions) Hold(tb testing.TB, sid, deadLetter string, ids ...string) He
 	require.Len(tb, msgs, len(ids))
 	f := HeldSession{SID: sid, Held: *msgs[0].SequenceNumber, Due: time.Now().Add(time.Hour).Truncate(time.Millisecond).UTC()}
 	first := time.Now().Add(-time.Minute).Truncate(time.Millisecond).UTC()
-	hold := &retry.SessionHold{SequenceNumber: f.Held, MessageID: ids[0], Attempt: 3, FirstFailure: first, LastError: "downstream unavailable"}
+	hold := &sessionstate.Hold{SequenceNumber: f.Held, MessageID: ids[0], Attempt: 3, FirstFailure: first, LastError: "downstream unavailable"}
 	if deadLetter != "" {
 		require.NoError(tb, r.DeadLetterMessage(ctx, msgs[0], &azservicebus.DeadLetterOptions{Reason: &deadLetter}))
 		hold.DeadLetterReason, hold.DeadLetteredAt = deadLetter, time.Now().Truncate(time.Millisecond).UTC()
 	} else {
 		require.NoError(tb, r.DeferMessage(ctx, msgs[0], &azservicebus.DeferMessageOptions{PropertiesToModify: map[string]any{
-			retry.PropHeldUntil: f.Due, retry.PropAttempt: int64(3), retry.PropLastError: "downstream unavailable",
+			sessionstate.PropHeldUntil: f.Due, retry.PropAttempt: int64(3), retry.PropLastError: "downstream unavailable",
 		}}))
 		f.WakeID = "sbretry-wake-" + sid
 		hold.WakeAt, hold.WakeID = f.Due, f.WakeID
 	}
 	for _, m := range msgs[1:] {
-		require.NoError(tb, r.DeferMessage(ctx, m, &azservicebus.DeferMessageOptions{PropertiesToModify: map[string]any{retry.PropHeldBehind: f.Held}}))
+		require.NoError(tb, r.DeferMessage(ctx, m, &azservicebus.DeferMessageOptions{PropertiesToModify: map[string]any{sessionstate.PropHeldBehind: f.Held}}))
 		f.Followers = append(f.Followers, *m.SequenceNumber)
 	}
-	f.State = retry.SessionState{Hold: hold, Followers: f.Followers}
-	raw, err := retry.MarshalSessionState(f.State)
+	f.State = sessionstate.State{Hold: hold, Followers: f.Followers}
+	raw, err := sessionstate.Marshal(f.State)
 	require.NoError(tb, err)
 	require.NoError(tb, r.SetSessionState(ctx, raw, nil))
 	if f.WakeID != "" {
@@ -125,7 +126,7 @@ func (h *Sessions) Hold(tb testing.TB, sid, deadLetter string, ids ...string) He
 		id := f.WakeID
 		seqs, err := s.ScheduleMessages(ctx, []*azservicebus.Message{{
 			MessageID: &id, SessionID: &sid,
-			ApplicationProperties: map[string]any{retry.PropControl: retry.ControlWake, retry.PropWakeSequenceNumber: f.Held},
+			ApplicationProperties: map[string]any{sessionstate.PropControl: sessionstate.ControlWake, sessionstate.PropWakeSequenceNumber: f.Held},
 		}}, f.Due, nil)
 		require.NoError(tb, err)
 		f.WakeSeq = seqs[0]

@@ -1,4 +1,4 @@
-package retry
+package sessionstate
 
 import (
 	"bytes"
@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -38,29 +39,29 @@ const (
 // ControlWake is the PropControl value of a wake-up message.
 const ControlWake = "wake"
 
-// SessionStateFormat is the value of the "format" field that marks a session state as the durable
+// Format is the value of the "format" field that marks a session state as the durable
 // hold's record, version 1. A session state without it (another application's) is never overwritten.
-const SessionStateFormat = "sbretry/v1"
+const Format = "sbretry/v1"
 
-// maxFollowers bounds how many messages may be deferred behind one hold: their sequence numbers are
+// MaxFollowers bounds how many messages may be deferred behind one hold: their sequence numbers are
 // listed in the session state, which Service Bus bounds by the entity's message size (256 KiB on the
 // standard tier). 10,000 numbers of up to 19 digits take under 200 KiB. A message arriving behind a
 // full list is dead-lettered with DeadLetterReasons.SessionBacklogFull instead of deferred.
-const maxFollowers = 10000
+const MaxFollowers = 10000
 
-// SessionState is the durable hold's record in a session's state: what blocks the session and what
-// waits behind it. Read one with [DecodeSessionState]. The zero value means nothing is held.
-type SessionState struct {
+// State is the durable hold's record in a session's state: what blocks the session and what
+// waits behind it. Read one with [Decode]. The zero value means nothing is held.
+type State struct {
 	// Hold is the message that blocks the session, nil when none does (the followers, if any, then run
 	// next, in order).
-	Hold *SessionHold
+	Hold *Hold
 	// Followers are the sequence numbers of the session's messages deferred behind the hold, in the
 	// order they arrived: they run in this order once the hold ends.
 	Followers []int64
 }
 
-// SessionHold is the message that blocks a held session.
-type SessionHold struct {
+// Hold is the message that blocks a held session.
+type Hold struct {
 	// SequenceNumber identifies the held message, deferred in its session; MessageID is its id.
 	SequenceNumber int64
 	MessageID      string
@@ -88,9 +89,9 @@ type SessionHold struct {
 }
 
 // Blocked reports whether the session's new messages must wait: something is held or deferred.
-func (s SessionState) Blocked() bool { return s.Hold != nil || len(s.Followers) > 0 }
+func (s State) Blocked() bool { return s.Hold != nil || len(s.Followers) > 0 }
 
-// wireState is the JSON form of SessionState. Field names are short and stable: the record is read by
+// wireState is the JSON form of State. Field names are short and stable: the record is read by
 // other versions of the consumer and by the operator tools.
 type wireState struct {
 	Format    string    `json:"format"`
@@ -111,35 +112,35 @@ type wireHold struct {
 	DeadLetteredAt time.Time `json:"dead_lettered_at,omitzero"`
 }
 
-// ErrForeignSessionState is returned by [DecodeSessionState] for a state that is not the durable
+// ErrForeign is returned by [Decode] for a state that is not the durable
 // hold's record: another application's, or one written by a newer version. The consumer leaves such a
 // state alone and holds that session in place only.
-var ErrForeignSessionState = errors.New("retry: the session state is not a durable hold record")
+var ErrForeign = errors.New("retry: the session state is not a durable hold record")
 
-// ErrInvalidSessionState is returned by [DecodeSessionState] for a record with this version's format
+// ErrInvalid is returned by [Decode] for a record with this version's format
 // marker but impossible contents. The consumer treats it as it treats a foreign state: left alone.
-var ErrInvalidSessionState = errors.New("retry: invalid durable hold record")
+var ErrInvalid = errors.New("retry: invalid durable hold record")
 
-// DecodeSessionState reads a session's state. An empty state is the zero SessionState (nothing held).
+// Decode reads a session's state. An empty state is the zero State (nothing held).
 // A state that is not JSON, or JSON without this version's format marker, returns an error wrapping
-// [ErrForeignSessionState]; a record with the marker but impossible contents (a negative sequence
-// number, an attempt below 2, a follower listed twice) returns one wrapping [ErrInvalidSessionState].
-func DecodeSessionState(b []byte) (SessionState, error) {
+// [ErrForeign]; a record with the marker but impossible contents (a negative sequence
+// number, an attempt below 2, a follower listed twice) returns one wrapping [ErrInvalid].
+func Decode(b []byte) (State, error) {
 	if len(bytes.TrimSpace(b)) == 0 {
-		return SessionState{}, nil
+		return State{}, nil
 	}
 	var w wireState
-	if err := json.Unmarshal(b, &w); err != nil || w.Format != SessionStateFormat {
-		return SessionState{}, fmt.Errorf("%w (%d bytes)", ErrForeignSessionState, len(b))
+	if err := json.Unmarshal(b, &w); err != nil || w.Format != Format {
+		return State{}, fmt.Errorf("%w (%d bytes)", ErrForeign, len(b))
 	}
-	s := SessionState{Followers: w.Followers}
+	s := State{Followers: w.Followers}
 	seen := make(map[int64]bool, len(w.Followers)+1)
 	if h := w.Hold; h != nil {
 		if h.Seq < 0 || h.Attempt < 2 || h.Immediate < 0 || h.Immediate >= h.Attempt {
-			return SessionState{}, fmt.Errorf("%w: hold with sequence number %d, attempt %d, %d immediate retries", ErrInvalidSessionState, h.Seq, h.Attempt, h.Immediate)
+			return State{}, fmt.Errorf("%w: hold with sequence number %d, attempt %d, %d immediate retries", ErrInvalid, h.Seq, h.Attempt, h.Immediate)
 		}
 		seen[h.Seq] = true
-		s.Hold = &SessionHold{
+		s.Hold = &Hold{
 			SequenceNumber: h.Seq, MessageID: h.MessageID, Attempt: h.Attempt, FirstFailure: h.FirstFailure,
 			WakeAt: h.WakeAt, WakeID: h.WakeID, LastError: h.LastError, ImmediateRetries: h.Immediate,
 			DeadLetterReason: h.DeadLetter, DeadLetteredAt: h.DeadLetteredAt,
@@ -147,7 +148,7 @@ func DecodeSessionState(b []byte) (SessionState, error) {
 	}
 	for _, f := range w.Followers {
 		if f < 0 || seen[f] {
-			return SessionState{}, fmt.Errorf("%w: invalid or repeated follower %d", ErrInvalidSessionState, f)
+			return State{}, fmt.Errorf("%w: invalid or repeated follower %d", ErrInvalid, f)
 		}
 		seen[f] = true
 	}
@@ -155,11 +156,11 @@ func DecodeSessionState(b []byte) (SessionState, error) {
 }
 
 // encode returns the state's record; the zero state encodes as nil, which clears the session state.
-func (s SessionState) encode() ([]byte, error) {
+func (s State) encode() ([]byte, error) {
 	if !s.Blocked() {
 		return nil, nil
 	}
-	w := wireState{Format: SessionStateFormat, Followers: s.Followers}
+	w := wireState{Format: Format, Followers: s.Followers}
 	if h := s.Hold; h != nil {
 		w.Hold = &wireHold{
 			Seq: h.SequenceNumber, MessageID: h.MessageID, Attempt: h.Attempt, FirstFailure: h.FirstFailure.UTC(),
@@ -170,8 +171,8 @@ func (s SessionState) encode() ([]byte, error) {
 	return json.Marshal(w)
 }
 
-// follows reports whether seq is listed among the followers.
-func (s SessionState) follows(seq int64) bool {
+// Follows reports whether seq is listed among the followers.
+func (s State) Follows(seq int64) bool {
 	for _, f := range s.Followers {
 		if f == seq {
 			return true
@@ -180,14 +181,14 @@ func (s SessionState) follows(seq int64) bool {
 	return false
 }
 
-// wakeID is the MessageID of the wake-up into session sessionID for attempt of the message seq, due
+// WakeID is the MessageID of the wake-up into session sessionID for attempt of the message seq, due
 // at; tag tells apart wake-ups that have the same session, message, attempt and time but not the same
 // purpose (an operator's release names the record it replaces). Deterministic, so that duplicate
 // detection absorbs a wake-up scheduled twice, and distinct per session and schedule: a wake-up that
 // duplicate detection took for another session's would be dropped, and that session never woken. The
 // session and tag enter as 16 hex digits of a hash, keeping the id within 128 characters whatever
 // their length.
-func wakeID(sessionID string, seq int64, attempt int, at time.Time, tag []byte) string {
+func WakeID(sessionID string, seq int64, attempt int, at time.Time, tag []byte) string {
 	h := sha256.New()
 	h.Write([]byte(strconv.Itoa(len(sessionID))))
 	h.Write([]byte{':'})
@@ -197,8 +198,8 @@ func wakeID(sessionID string, seq int64, attempt int, at time.Time, tag []byte) 
 	return "sbretry-wake-" + hex.EncodeToString(h.Sum(sum[:0])[:8]) + "-" + strconv.FormatInt(seq, 10) + "-" + strconv.Itoa(attempt) + "-" + strconv.FormatInt(at.UnixMilli(), 10)
 }
 
-// wakeMessage is the wake-up of hold, into session sessionID: an empty body, the control properties.
-func wakeMessage(sessionID string, h *SessionHold) *azservicebus.Message {
+// WakeMessage is the wake-up of hold, into session sessionID: an empty body, the control properties.
+func WakeMessage(sessionID string, h *Hold) *azservicebus.Message {
 	id, sid := h.WakeID, sessionID
 	return &azservicebus.Message{
 		MessageID: &id,
@@ -236,7 +237,7 @@ func IsWakeUp(msg *azservicebus.ReceivedMessage) (forSequenceNumber int64, ok bo
 // ReleasePlan is what [PlanRelease] would change in a held session: its state before and after, and
 // the wake-up message that makes a consumer take the session up again.
 type ReleasePlan struct {
-	Before, After SessionState
+	Before, After State
 	// Wake is scheduled for now (sent at once): without a message that can be received, no consumer
 	// accepts a session whose messages are all deferred. WakeID is its MessageID, and WakeFor the
 	// sequence number of the held message it is for ([NoHeldMessage] when none).
@@ -254,9 +255,9 @@ var ErrNotHeld = errors.New("retry: the session holds nothing to release")
 // waiting for a retry has the retry made due now (now in UTC, to the millisecond, as the record keeps
 // it). The plan changes nothing by itself: the operator tools show it in a dry run and apply it while
 // holding the session's lock by first sending Wake, then writing After as the session state
-// ([MarshalSessionState]). Send first: a release interrupted between the two then leaves the session
+// ([Marshal]). Send first: a release interrupted between the two then leaves the session
 // blocked (and the wake-up ignored) rather than unblocked with nothing to make a consumer take it up.
-func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePlan, error) {
+func PlanRelease(sessionID string, state State, now time.Time) (ReleasePlan, error) {
 	if !state.Blocked() {
 		return ReleasePlan{}, ErrNotHeld
 	}
@@ -267,19 +268,19 @@ func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePl
 	if err != nil {
 		return ReleasePlan{}, err
 	}
-	after := SessionState{Followers: append([]int64(nil), state.Followers...)}
+	after := State{Followers: append([]int64(nil), state.Followers...)}
 	plan := ReleasePlan{Before: state}
-	var wakeFor *SessionHold
+	var wakeFor *Hold
 	if h := state.Hold; h != nil && h.DeadLetterReason == "" {
 		nh := *h
 		nh.WakeAt = now
-		nh.WakeID = wakeID(sessionID, h.SequenceNumber, h.Attempt, now, tag)
+		nh.WakeID = WakeID(sessionID, h.SequenceNumber, h.Attempt, now, tag)
 		after.Hold = &nh
 		wakeFor = &nh
 	} else {
 		// Blocked after a dead-letter, or followers waiting with nothing held (a consumer stopped
 		// between two of them): the wake-up names no message, it only brings a consumer.
-		wakeFor = &SessionHold{SequenceNumber: NoHeldMessage, WakeID: wakeID(sessionID, NoHeldMessage, 0, now, tag)}
+		wakeFor = &Hold{SequenceNumber: NoHeldMessage, WakeID: WakeID(sessionID, NoHeldMessage, 0, now, tag)}
 		if h != nil {
 			// The record of a dead-letter is written before the dead-letter itself, so a consumer that
 			// stopped between the two left the message in the session. It heads the followers: the
@@ -289,11 +290,33 @@ func PlanRelease(sessionID string, state SessionState, now time.Time) (ReleasePl
 		}
 	}
 	plan.After = after
-	plan.Wake = wakeMessage(sessionID, wakeFor)
+	plan.Wake = WakeMessage(sessionID, wakeFor)
 	plan.WakeID, plan.WakeFor = wakeFor.WakeID, wakeFor.SequenceNumber
 	return plan, nil
 }
 
-// MarshalSessionState returns the record of s to write as a session's state; nil (clearing the
+// Marshal returns the record of s to write as a session's state; nil (clearing the
 // state) when s holds nothing.
-func MarshalSessionState(s SessionState) ([]byte, error) { return s.encode() }
+func Marshal(s State) ([]byte, error) { return s.encode() }
+
+// Without is s with seq neither held nor following (the hold stays when it is another message's).
+func (s State) Without(seq int64) State {
+	next := State{Hold: s.Hold}
+	if s.Hold != nil && s.Hold.SequenceNumber == seq {
+		next.Hold = nil
+	}
+	for _, f := range s.Followers {
+		if f != seq {
+			next.Followers = append(next.Followers, f)
+		}
+	}
+	return next
+}
+
+// Equal reports whether s and o are the same record.
+func (s State) Equal(o State) bool {
+	if (s.Hold == nil) != (o.Hold == nil) || (s.Hold != nil && *s.Hold != *o.Hold) {
+		return false
+	}
+	return slices.Equal(s.Followers, o.Followers)
+}
