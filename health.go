@@ -228,25 +228,41 @@ type outageBody struct {
 	FailedProbes uint64    `json:"failed_probes"`
 }
 
-// ReadinessHandler returns an http.Handler for readiness probes built on [Consumer.Health]: it answers
-// 200 only while the consumer is running ([Health.Ready]) and 503 otherwise, from the moment Run's
-// context ends too ([StateDraining]), so that a draining consumer is taken out of rotation. The body is
-// a JSON document with the state, the last (redacted) error and the counters.
-func ReadinessHandler(c *Consumer) http.Handler {
+// HealthReporter is what the probe handlers read: a [*Consumer] or a [*SessionConsumer].
+type HealthReporter interface {
+	Health() Health
+}
+
+// Compile-time proof that both consumers report their health the same way.
+var (
+	_ HealthReporter = (*Consumer)(nil)
+	_ HealthReporter = (*SessionConsumer)(nil)
+)
+
+// ReadinessHandler returns an http.Handler for readiness probes built on the consumer's Health (a
+// [*Consumer] or a [*SessionConsumer]): it answers 200 only while the consumer is running
+// ([Health.Ready]) and 503 otherwise, from the moment Run's context ends too ([StateDraining]), so that a
+// draining consumer is taken out of rotation. The body is a JSON document with the state, the last
+// (redacted) error and the counters. A nil consumer reads as idle.
+func ReadinessHandler(c HealthReporter) http.Handler {
 	return healthHandler(c, Health.Ready)
 }
 
-// LivenessHandler returns an http.Handler for liveness probes built on [Consumer.Health]: it answers 200
-// unless the consumer has stopped, so a draining consumer is not restarted while its handlers finish,
-// and 503 once Run has returned. The body is the same JSON document as [ReadinessHandler]'s.
-func LivenessHandler(c *Consumer) http.Handler {
+// LivenessHandler returns an http.Handler for liveness probes built on the consumer's Health (a
+// [*Consumer] or a [*SessionConsumer]): it answers 200 unless the consumer has stopped, so a draining
+// consumer is not restarted while its handlers finish, and 503 once Run has returned. The body is the
+// same JSON document as [ReadinessHandler]'s.
+func LivenessHandler(c HealthReporter) http.Handler {
 	return healthHandler(c, func(h Health) bool { return h.State != StateStopped })
 }
 
 // healthHandler answers 200 while ok(c.Health()) holds, 503 otherwise.
-func healthHandler(c *Consumer, ok func(Health) bool) http.Handler {
+func healthHandler(c HealthReporter, ok func(Health) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		h := c.Health()
+		var h Health
+		if c != nil {
+			h = c.Health()
+		}
 		body := healthBody{
 			Status: "ok", State: h.State.String(), Since: h.Since, LastError: h.LastError, LastErrorTime: h.LastErrorTime,
 			InFlight: h.InFlight, Received: h.Received, Completed: h.Completed, RetriesScheduled: h.RetriesScheduled,
