@@ -37,9 +37,9 @@ type controlRequest struct {
 // maxControlBody bounds a request body.
 const maxControlBody = 4 << 10
 
-// ControlHandler returns an http.Handler that pauses and resumes c: the kill switch of
-// [Consumer.Pause] for operators, and what `sbretry pause` and `sbretry resume` talk to. GET answers
-// the outage breaker's state as JSON (the "outage" object of the health document); POST with a JSON
+// ControlHandler returns an http.Handler that pauses and resumes c, a [*Consumer] or a
+// [*SessionConsumer]: the kill switch of [Consumer.Pause] and [SessionConsumer.Pause] for operators,
+// and what `sbretry pause` and `sbretry resume` talk to. GET answers the outage breaker's state as JSON (the "outage" object of the health document); POST with a JSON
 // body {"action": "pause", "reason": "..."} or {"action": "resume"} changes it and answers the new
 // state. A POST must have Content-Type application/json, which a browser cannot send to another
 // origin without asking first; without a Token, only loopback Host names and
@@ -47,11 +47,12 @@ const maxControlBody = 4 << 10
 // not, cannot pause the consumer. Other methods get 405. Errors are JSON too: {"error": "..."}. Every
 // pause and resume is logged (the consumer's Logger, at Info) with the caller's address and, if it
 // sent one, the X-Sbretry-Operator header (caller-supplied, not authenticated), for the audit trail.
-func ControlHandler(c *Consumer, opts *ControlOptions) http.Handler {
+func ControlHandler(c Pausable, opts *ControlOptions) http.Handler {
 	var o ControlOptions
 	if opts != nil {
 		o = *opts
 	}
+	logger := loggerOf(c)
 	token := o.Token
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Cache-Control", "no-store")
@@ -91,7 +92,7 @@ func ControlHandler(c *Consumer, opts *ControlOptions) http.Handler {
 				controlError(w, http.StatusBadRequest, "unknown action "+quoteShort(req.Action)+": want pause or resume")
 				return
 			}
-			c.cfg.logger.Info("control: "+req.Action, slog.String("action", req.Action), slog.String("reason", redact.String(truncate(req.Reason, 256))),
+			logger.Info("control: "+req.Action, slog.String("action", req.Action), slog.String("reason", redact.String(truncate(req.Reason, 256))),
 				slog.String("remote_addr", r.RemoteAddr), slog.String("operator", quoteShort(r.Header.Get("X-Sbretry-Operator"))),
 				slog.Bool("token", token != ""))
 		default:
@@ -102,6 +103,34 @@ func ControlHandler(c *Consumer, opts *ControlOptions) http.Handler {
 		w.Header().Set("Content-Type", "application/json")
 		_ = json.NewEncoder(w).Encode(outageBodyOf(c.Health().Outage))
 	})
+}
+
+// Pausable is what [ControlHandler] controls: a [*Consumer] or a [*SessionConsumer].
+type Pausable interface {
+	HealthReporter
+	Pause(reason string)
+	Resume()
+}
+
+// Compile-time proof that both consumers can be paused the same way.
+var (
+	_ Pausable = (*Consumer)(nil)
+	_ Pausable = (*SessionConsumer)(nil)
+)
+
+// loggerOf is the logger of the consumer c, for the control handler's audit lines.
+func loggerOf(c Pausable) *slog.Logger {
+	switch x := c.(type) {
+	case *Consumer:
+		if x != nil && x.cfg != nil {
+			return x.cfg.logger
+		}
+	case *SessionConsumer:
+		if x != nil && x.cfg != nil {
+			return x.cfg.logger
+		}
+	}
+	return slog.Default()
 }
 
 // bearerMatches reports whether header is "Bearer <token>", in constant time for the token.

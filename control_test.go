@@ -132,3 +132,22 @@ func TestControlHandlerWithoutTokenAnswersLoopbackOnly(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	assert.Equal(t, http.StatusOK, rec.Code)
 }
+
+// The control handler pauses and resumes a session consumer as it does a queue consumer.
+func TestControlHandlerPausesASessionConsumer(t *testing.T) {
+	b := newSessionBroker(t, nil)
+	sc := newSessionConsumer(t, b, okHandler, nil, nil, nil)
+	h := retry.ControlHandler(sc, nil)
+	post := func(body string) int {
+		req := httptest.NewRequest(http.MethodPost, "http://localhost/control", strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code
+	}
+	require.Equal(t, http.StatusOK, post(`{"action":"pause","reason":"maintenance"}`))
+	assert.Equal(t, retry.OutageOpen, sc.Health().Outage.State)
+	assert.Equal(t, "maintenance", sc.Health().Outage.Reason)
+	require.Equal(t, http.StatusOK, post(`{"action":"resume"}`))
+	assert.Equal(t, retry.OutageClosed, sc.Health().Outage.State)
+}

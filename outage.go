@@ -505,6 +505,17 @@ func (b *breaker) holding() bool {
 	return b.st.State == OutageOpen && (b.st.Manual || b.st.NextProbe.After(b.clk.Now()))
 }
 
+// paused reports whether the breaker is held open by hand ([Consumer.Pause]), with a channel closed at
+// its next change, for a session consumer's workers, which stop while paused.
+func (b *breaker) paused() (bool, <-chan struct{}) {
+	if b == nil {
+		return false, nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.st.State == OutageOpen && b.st.Manual, b.changed
+}
+
 // admit tells the processor whether a delivery may run its handler; with admitWait, changed is closed
 // when the delivery should ask again.
 func (b *breaker) admit() (adm admission, changed <-chan struct{}) {

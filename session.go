@@ -201,7 +201,8 @@ func NewSessionConsumer(connect SessionConnector, handler Handler, opts *Options
 	if err != nil {
 		return nil, err
 	}
-	sc := &SessionConsumer{connect: connect, cfg: cfg, scfg: scfg, proc: newProcessor(nil, handler, cfg), stats: &Consumer{cfg: cfg}}
+	// The breaker is there for Pause only: Options.Outage is refused above.
+	sc := &SessionConsumer{connect: connect, cfg: cfg, scfg: scfg, proc: newProcessor(nil, handler, cfg), stats: &Consumer{cfg: cfg, outage: newBreaker(cfg)}}
 	sc.stats.health.Since = cfg.clock.Now()
 	return sc, nil
 }
@@ -215,6 +216,28 @@ func (sc *SessionConsumer) Health() Health {
 		return Health{}
 	}
 	return sc.stats.Health()
+}
+
+// Pause stops the session consumer taking sessions, until [SessionConsumer.Resume]: a kill switch for
+// an operator or a deployment, as [Consumer.Pause] is for a queue. No session is accepted while
+// paused; a session in hand is released once its current message is settled (handlers running
+// finish), so that its messages wait in the broker, in order, with no attempt spent. reason
+// (redacted, truncated) shows in [Health].Outage and the OnOutage hook. It works before Run and across
+// Runs; pausing a paused consumer only changes the reason. [ControlHandler] serves it over HTTP.
+func (sc *SessionConsumer) Pause(reason string) {
+	if sc == nil || sc.stats == nil {
+		return
+	}
+	sc.stats.Pause(reason)
+}
+
+// Resume ends a pause: the workers accept sessions again at once. Resuming a consumer that is not
+// paused does nothing.
+func (sc *SessionConsumer) Resume() {
+	if sc == nil || sc.stats == nil {
+		return
+	}
+	sc.stats.Resume()
 }
 
 // sessionIDKey is the context key of the handler's session id.

@@ -106,3 +106,39 @@ func TestSessionDryButAloneIsKept(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// Pause stops the session consumer taking sessions, and releases the one in hand once its message is
+// settled; Resume takes them up again, in order, with no attempt spent. Health shows the pause.
+func TestSessionConsumerPauseAndResume(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "a", 3)
+		rec := newSessionRecorder()
+		var sc *retry.SessionConsumer
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "a-1" {
+				sc.Pause("deploying billing")
+			}
+			return nil
+		})
+		sc = newSessionConsumer(t, b, h, rec, &retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 2})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		<-time.After(time.Minute)
+		assert.Len(t, b.Completed(), 1, "nothing more runs while paused")
+		out := sc.Health().Outage
+		assert.Equal(t, retry.OutageOpen, out.State)
+		assert.True(t, out.Manual)
+		assert.Equal(t, "deploying billing", out.Reason)
+		for _, s := range b.Sessions() {
+			assert.True(t, s.LockedUntil.IsZero(), "the session in hand was released")
+		}
+		sc.Resume()
+		waitFor(t, b, func() bool { return len(b.Completed()) == 3 })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("a", 1, 2, 3), rec.successesOf("a"), "in order")
+		for _, p := range rec.processed {
+			assert.Equal(t, 1, p.Result.Attempt, "no attempt spent")
+		}
+	})
+}

@@ -38,6 +38,9 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 	clk := r.sc.cfg.clock
 	unanswered := 0
 	for ctx.Err() == nil {
+		if !r.waitWhilePaused(ctx) {
+			return nil
+		}
 		select {
 		case r.sessions <- struct{}{}:
 		case <-ctx.Done():
@@ -77,6 +80,21 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 		}
 	}
 	return nil
+}
+
+// waitWhilePaused waits while the consumer is paused ([SessionConsumer.Pause]); false when ctx ended.
+func (r *sessionRun) waitWhilePaused(ctx context.Context) bool {
+	for {
+		paused, changed := r.sc.stats.outage.paused()
+		if !paused {
+			return true
+		}
+		select {
+		case <-changed:
+		case <-ctx.Done():
+			return false
+		}
+	}
 }
 
 // proven records that the broker answered an accept on live: the connection works, and the consumer
@@ -153,6 +171,10 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 	}
 	delivered := false // the session delivered a message in this turn: only then can it run dry
 	for {
+		if paused, _ := r.sc.stats.outage.paused(); paused {
+			r.sc.cfg.logger.Debug("paused: releasing the session", slog.String("session_id", hs.sid))
+			return
+		}
 		if hs.ds != nil && !hs.ds.foreign && r.resume(stop, hs) {
 			return
 		}
@@ -218,6 +240,10 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 			return nil, cause
 		}
 		if errors.Is(cut, errSliceOver) || errors.Is(cut, errAllBusy) {
+			// A pause ends an idle wait at the next slice (a second at most).
+			if paused, _ := r.sc.stats.outage.paused(); paused {
+				return nil, errPaused
+			}
 			switch {
 			case !delivered || !r.workersBusyLately():
 				sliceLen = receiveSlice
@@ -255,6 +281,9 @@ var errRunDry = errors.New("retry: the session ran dry while every worker was bu
 // so a short window ends on the client's deadline as often as on the broker's answer, and the SDK then
 // closes the whole connection, every session on it with it.
 const drySlice = 20 * time.Millisecond
+
+// errPaused ends the wait for a session's next message when the consumer is paused.
+var errPaused = errors.New("retry: the consumer was paused")
 
 // errAllBusy cuts a receive slice short when every worker has become busy.
 var errAllBusy = errors.New("retry: every worker serves a session")
