@@ -492,8 +492,14 @@ func (r *sessionRun) deferMessage(hs *heldSession, msg *azservicebus.ReceivedMes
 // scheduleWake schedules h's wake-up into the session.
 func (r *sessionRun) scheduleWake(hs *heldSession, d *delivery, h *sessionstate.Hold) error {
 	p := r.sc.proc
+	if lost, why := hs.lk.lost(); lost {
+		return why // without the lock the record cannot be written: a wake-up would wake nothing
+	}
 	start := p.callStart(d)
-	ctx, cancel := context.WithTimeout(r.settleBase, r.sc.cfg.settleTimeout)
+	// Bounded by the session lock too: a send the SDK keeps retrying on a broken connection must not
+	// keep the worker, and with it the session, once the lock is gone (the sessions soak saw a 15 s
+	// stall after a proxy reset).
+	ctx, cancel := context.WithTimeout(hs.lk.ctx, r.sc.cfg.settleTimeout)
 	_, err := hs.sender.ScheduleMessages(ctx, []*azservicebus.Message{sessionstate.WakeMessage(hs.sid, h)}, h.WakeAt, nil)
 	cancel()
 	d.now = r.sc.cfg.clock.Now()
