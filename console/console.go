@@ -155,6 +155,7 @@ func (c *Console) routes() http.Handler {
 	mux.HandleFunc("GET /message", c.messagePage)
 	mux.HandleFunc("GET /audit", c.auditHandler)
 	mux.HandleFunc("GET /sessions", c.sessionsPage)
+	mux.HandleFunc("GET /search", c.search)
 	mux.HandleFunc("GET /api/series", c.seriesJSON)
 	mux.HandleFunc("GET /api/timeline", c.timelineJSON)
 	mux.HandleFunc("POST /action/preview", c.preview)
@@ -175,6 +176,8 @@ type page struct {
 	Who    string
 	Role   string
 	CanAct bool
+	// Query is the search box's text: the search page's query, empty elsewhere.
+	Query string
 }
 
 // basePath is the path the console is mounted at, with a trailing slash: "/" when it serves the root,
@@ -197,6 +200,9 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	pg := page{Title: title, CSRF: c.csrfToken(w, r), Base: basePath(r), Data: data, Who: p.Name, CanAct: p.canAct()}
 	if p.Name != "" {
 		pg.Role = p.Role.String()
+	}
+	if sp, ok := data.(*searchPage); ok {
+		pg.Query = sp.Query
 	}
 	if err := c.tmpl.ExecuteTemplate(&buf, name, pg); err != nil {
 		http.Error(w, "sbretry console: rendering "+name+": "+redact.String(err.Error()), http.StatusInternalServerError)

@@ -31,6 +31,7 @@ func TestNewValidates(t *testing.T) {
 		{"subscription without retry queue", []Entity{{Path: "events/Subscriptions/billing"}}, nil},
 		{"subscription redriven to its topic", []Entity{{Path: "events/Subscriptions/billing", RetryQueue: "r", RedriveTo: "events"}}, nil},
 		{"twice", []Entity{{Path: "orders"}, {Path: "ORDERS"}}, nil},
+		{"negative MaxAttempts", []Entity{{Path: "orders", MaxAttempts: -1}}, nil},
 		{"negative poll", ok, &Options{PollInterval: -1}},
 		{"window shorter than poll", ok, &Options{PollInterval: time.Minute, Window: time.Second}},
 		{"negative peek", ok, &Options{MaxPeek: -1}},

@@ -50,6 +50,10 @@ type Entity struct {
 	// queue's held sessions can be released there. Without it, an entity that refuses a plain receiver
 	// and lists sessions is recognised as one at its first read.
 	SessionConsumer bool
+	// MaxAttempts is the entity's consumer's retry.Options.MaxAttempts, so that the search page says
+	// "attempt n of m" of the entity's events. Zero means not given: the page says "attempt n" alone
+	// (the console cannot read the bound from the broker); negative is invalid.
+	MaxAttempts int
 }
 
 // Options configures a [Console]. A nil *Options means every default; a zero field means its default.
@@ -109,6 +113,13 @@ type Options struct {
 	// actions ([inspect.Options].Observer): github.com/sbretry/retry/retryotel's Instrumentation
 	// traces and measures them. Nil means none.
 	Observer inspect.Observer
+	// Index, when set, answers the search page (/search) from a retry-state index instead of a scan of
+	// the broker: a [retryindex.Store] (retryindex.OpenSQLite with ReadOnly, or retryindex/postgres)
+	// kept by the consumers' recorders or a tailer. Each answer then has the event's attempt history
+	// and says how fresh it is; every action it offers is still previewed against the broker. The
+	// console never closes it. Nil means the search page scans each entity up to MaxPeek messages and
+	// says when the answer is partial.
+	Index Index
 }
 
 // withDefaults validates o and returns a copy with every zero field replaced by its default.
@@ -161,6 +172,9 @@ func (e Entity) validate() (inspect.Entity, string, error) {
 	}
 	if strings.Contains(e.RetryQueue, "/") || strings.Contains(e.RedriveTo, "/") {
 		return pe, "", fmt.Errorf("%w: entity %s: RetryQueue and RedriveTo must name queues", ErrInvalidOptions, e.Path)
+	}
+	if e.MaxAttempts < 0 {
+		return pe, "", fmt.Errorf("%w: entity %s: MaxAttempts %d is negative", ErrInvalidOptions, e.Path, e.MaxAttempts)
 	}
 	if e.SessionConsumer && e.RetryQueue != "" {
 		return pe, "", fmt.Errorf("%w: entity %s: a session consumer has no RetryQueue", ErrInvalidOptions, e.Path)
