@@ -13,10 +13,12 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/retryindex"
 )
 
 // updateScreenshots writes the browser test's screenshots into docs/ for the README, instead of the
@@ -220,4 +222,63 @@ func TestBrowserRedriveAGroup(t *testing.T) {
 	slices.Sort(active)
 	slices.Sort(resubmitIDs)
 	assert.Equal(t, resubmitIDs, active)
+}
+
+// TestBrowserSearchFindsAPendingRetry is issue 33's "done" as a new user tries it: a consumer left a
+// retry pending, a tailer indexed it from the broker, and an operator types the id into the search box
+// of the overview and reads "will be retried at …, attempt n of m", with its history and freshness;
+// then the same box on the answer page, without an index, reads the broker and says the same.
+func TestBrowserSearchFindsAPendingRetry(t *testing.T) {
+	tab := newBrowser(t)
+	h := sbtest.New(t)
+	h.Seed(t, "pending-1", "perm-1")
+	path := filepath.Join(t.TempDir(), "index.db")
+	store, err := retryindex.OpenSQLite(path, nil)
+	require.NoError(t, err)
+	tailer, err := retryindex.NewTailer(h.Client, store, h.Entity, nil)
+	require.NoError(t, err)
+	_, err = tailer.Poll(sbtest.Context(t))
+	require.NoError(t, err)
+	require.NoError(t, store.Close())
+	idx, err := retryindex.OpenSQLite(path, &retryindex.SQLiteOptions{ReadOnly: true})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = idx.Close() })
+	ents := entitiesOf(h)
+	ents[0].MaxAttempts = 2 // as Seed's consumer
+	withIndex, err := New(h.Client, ents, &Options{Index: idx})
+	require.NoError(t, err)
+	s := serve(t, h, withIndex)
+
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(s.srv.URL+"/"),
+		chromedp.WaitVisible(chromedp.ID("entities")),
+		chromedp.SendKeys(chromedp.ID("search-q"), "pending-1"+kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS(`#search-answer[data-from="index"]`)),
+	))
+	state := text(t, tab, `.finding[data-state="pending"] .finding-state`)
+	assert.Regexp(t, `^Will be retried at \d{4}-\d\d-\d\d \d\d:\d\d:\d\dZ, attempt 2 of 2 \(in (?:5\dm\d+s|1h0m0s)\)$`, state)
+	assert.Contains(t, text(t, tab, ".finding .history"), "retry scheduled")
+	assert.Contains(t, text(t, tab, "#freshness"), "From the retry-state index, as of")
+	assert.Contains(t, text(t, tab, "#freshness"), "tailer orders")
+	assert.Equal(t, "pending-1", text(t, tab, "#search-query"))
+	screenshot(t, tab, "console-search.png")
+
+	// The same console without an index: the box on this page reads the broker.
+	withoutIndex, err := New(h.Client, ents, nil)
+	require.NoError(t, err)
+	s2 := serve(t, h, withoutIndex)
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(s2.srv.URL+"/search?q=perm-1"),
+		chromedp.WaitVisible(chromedp.CSS(`#search-answer[data-from="broker"] .finding[data-state="dead-lettered"]`)),
+	))
+	boxed, err := chromedp.Run(tab, chromedp.Evaluate[string](`(() => { const q = document.getElementById("search-q"); const v = q.value; q.value = ""; return v })()`))
+	require.NoError(t, err)
+	assert.Equal(t, "perm-1", boxed, "the answer page keeps the query in its box")
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.SendKeys(chromedp.ID("search-q"), "corr-pending-1"+kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS(`#search-answer[data-from="broker"] .finding[data-state="pending"]`)),
+	))
+	assert.Equal(t, "corr-pending-1", text(t, tab, "#search-query"))
+	due, _, _ := strings.Cut(state, " (in ")
+	assert.True(t, strings.HasPrefix(text(t, tab, `.finding[data-state="pending"] .finding-state`), due+" (in "), "the broker's answer is the index's: %s", due)
 }

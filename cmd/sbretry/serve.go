@@ -101,6 +101,8 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	poll := fs.Duration("poll-interval", console.DefaultPollInterval, "")
 	window := fs.Duration("window", console.DefaultWindow, "")
 	bodies := fs.Bool("show-bodies", false, "")
+	index := fs.String("index", "", "")
+	maxAttempts := fs.Int("max-attempts", 0, "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -125,6 +127,13 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	}
 	if len(entities) == 0 {
 		return usagef("serve needs at least one entity: --queue Q, --topic T --subscription S --retry-queue R, or --entity PATH[=RETRYQUEUE] (repeatable)")
+	}
+	if *maxAttempts < 0 {
+		return usagef("--max-attempts %d is negative", *maxAttempts)
+	}
+	// The consumers' MaxAttempts, so that the search page says "attempt n of m".
+	for i := range entities {
+		entities[i].MaxAttempts = *maxAttempts
 	}
 	if *token == "" {
 		*token = a.getenv(envConsoleToken)
@@ -157,9 +166,27 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		defer cancel()
 		_ = client.Close(cctx)
 	}()
+	// --index answers the console's search from a retry-state index (a file, opened read-only, or a
+	// PostgreSQL URL), as status and pending --index answer from it. Its name in output never holds a
+	// password.
+	var idx console.Index
+	indexName := ""
+	if *index != "" {
+		if c.timeout <= 0 {
+			return usagef("--timeout must be positive")
+		}
+		octx, cancel := context.WithTimeout(ctx, c.timeout)
+		store, name, err := openIndex(octx, *index)
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer func() { _ = store.Close() }()
+		idx, indexName = store, name
+	}
 	con, err := console.New(client, entities, &console.Options{
 		PollInterval: *poll, Window: *window, MaxPeek: c.maxPeek, ShowBodies: *bodies, AccessToken: *token,
-		Tokens: tokens, AuditFile: *auditFile, Logger: slog.New(slog.NewTextHandler(a.stderr, nil)),
+		Tokens: tokens, AuditFile: *auditFile, Logger: slog.New(slog.NewTextHandler(a.stderr, nil)), Index: idx,
 	})
 	if err != nil {
 		if errors.Is(err, console.ErrInvalidOptions) || errors.Is(err, inspect.ErrInvalidEntity) {
@@ -182,6 +209,11 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	fmt.Fprintf(a.stderr, "sbretry: console on http://%s/ (%d entities); interrupt to stop\n", ln.Addr(), len(entities))
+	if indexName != "" {
+		fmt.Fprintf(a.stderr, "sbretry: the console's search answers from index %s\n", indexName)
+	} else {
+		fmt.Fprintf(a.stderr, "sbretry: the console's search reads each entity up to --max-peek %d messages (give --index for a retry-state index)\n", c.maxPeek)
+	}
 	if a.hooks.serving != nil {
 		a.hooks.serving(ln.Addr().String())
 	}

@@ -15,9 +15,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/console"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/internal/syncbuf"
+	"github.com/sbretry/retry/retryindex"
 )
 
 func TestCheckListen(t *testing.T) {
@@ -259,4 +261,81 @@ func TestServeSessionQueue(t *testing.T) {
 	case <-time.After(sbtest.Timeout):
 		t.Fatal("serve did not stop")
 	}
+}
+
+// TestServeSearchesTheIndex: serve --index answers the console's search from the index file, with
+// the attempt of --max-attempts; without --index it reads the broker; a missing index file and a
+// negative --max-attempts are usage errors.
+func TestServeSearchesTheIndex(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	path := filepath.Join(t.TempDir(), "index.db")
+	store, err := retryindex.OpenSQLite(path, nil)
+	require.NoError(t, err)
+	at := time.Now().UTC().Truncate(time.Second)
+	env := retry.Envelope{Source: sbtest.Queue, FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
+	require.NoError(t, store.Apply(context.Background(), []retryindex.Record{{
+		Chain: env.ChainID(), OriginalID: "order-42", Key: "order-42", CorrelationID: "checkout-9", Source: sbtest.Queue,
+		Kind: retryindex.KindScheduled, Attempt: 1, NextAttempt: 2, At: at, NextDue: at.Add(time.Hour), Error: "ledger unavailable",
+		Entity: sbtest.Queue, SequenceNumber: 12, Process: "billing-1", Feed: retryindex.FeedConsumer,
+	}}))
+	require.NoError(t, store.Close())
+
+	search := func(t *testing.T, extra ...string) (string, string) {
+		addrs := make(chan string, 1)
+		var out bytes.Buffer
+		errOut := &syncbuf.Buffer{}
+		a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: errOut, getenv: func(string) string { return "" }, now: time.Now,
+			hooks: hooks{serving: func(addr string) { addrs <- addr }}}
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		done := make(chan int, 1)
+		go func() {
+			done <- a.run(ctx, append([]string{"--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue, "serve",
+				"--listen", "127.0.0.1:0"}, extra...))
+		}()
+		var addr string
+		select {
+		case addr = <-addrs:
+		case code := <-done:
+			t.Fatalf("serve exited %d: %s", code, errOut.String())
+		case <-time.After(sbtest.Timeout):
+			t.Fatal("serve did not listen")
+		}
+		client := &http.Client{Timeout: sbtest.Timeout}
+		resp, err := client.Get("http://" + addr + "/search?q=checkout-9")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.NoError(t, err)
+		assert.Equal(t, http.StatusOK, resp.StatusCode)
+		cancel()
+		select {
+		case code := <-done:
+			assert.Equal(t, exitOK, code, errOut.String())
+		case <-time.After(sbtest.Timeout):
+			t.Fatal("serve did not stop")
+		}
+		return string(body), errOut.String()
+	}
+
+	body, errOut := search(t, "--index", path, "--max-attempts", "5")
+	assert.Contains(t, body, `data-from="index"`)
+	assert.Contains(t, body, "Will be retried at "+at.Add(time.Hour).Format("2006-01-02 15:04:05Z")+", attempt 2 of 5")
+	assert.Contains(t, body, "ledger unavailable")
+	assert.Contains(t, errOut, "the console's search answers from index "+path)
+
+	body, errOut = search(t)
+	assert.Contains(t, body, `data-from="broker"`)
+	assert.Contains(t, body, "No trace.")
+	assert.Contains(t, errOut, "the console's search reads each entity up to --max-peek 10000 messages")
+
+	code, _, stderr := cliNoEntity(t, "", "--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue, "serve",
+		"--index", filepath.Join(t.TempDir(), "missing.db"))
+	assert.Equal(t, exitUsage, code, stderr)
+	assert.Contains(t, stderr, "--index")
+	code, _, stderr = cliNoEntity(t, "", "--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue, "serve",
+		"--max-attempts", "-1")
+	assert.Equal(t, exitUsage, code, stderr)
+	assert.Contains(t, stderr, "--max-attempts -1 is negative")
 }
