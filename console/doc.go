@@ -21,6 +21,15 @@
 //     ([Entity].SessionConsumer) or recognised at its first read: it refuses the plain receiver a
 //     peek needs, and lists sessions. Its overview row counts its dead letters only, and no page
 //     shows the broker's refusal;
+//   - the search (/search?q=, from the box on every page): for a message id, an idempotency key or a
+//     correlation id, where each event it names stands (will be retried at T, attempt n of
+//     [Entity].MaxAttempts; active; held; dead-lettered with its reason; succeeded; or no trace, and
+//     what was searched), with the cancel, redrive and purge previews that apply. With
+//     [Options.Index] it answers from a retry-state index (package retryindex) with the event's
+//     attempt history and the answer's freshness; without one it reads each entity as
+//     [inspect.Inspector.Status] does and says when the read stopped at [Options.MaxPeek] (the answer
+//     is then partial, and "no trace" no proof of absence). The query is bounded (1,024 bytes), shown
+//     like message text (see Security) and never logged;
 //   - the audit log (see below).
 //
 // # Actions
@@ -76,7 +85,8 @@
 // only be peeked in sequence order, so a dead-letter page or a group page reads the whole dead-letter
 // queue (grouping needs every message's last error) whatever the page size, and costs time in
 // proportion to min(dead letters, MaxPeek): on the in-process emulator 25 to 30 ms per 1,000 dead
-// letters, so 10,000 take 0.25 to 0.3 s. A poll of the overview reads every message of
+// letters, so 10,000 take 0.25 to 0.3 s. A search without [Options.Index] reads every entity's queues
+// and dead-letter queues up to MaxPeek each; with it, one indexed lookup. A poll of the overview reads every message of
 // every entity up to MaxPeek (20 queues of 250 messages: 0.12 to 0.16 s); the overview itself then renders
 // from the ring in well under a millisecond. Lower MaxPeek to bound a page's cost on huge entities: the
 // page then says its figures cover the messages read only.
