@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/retryindex"
@@ -118,6 +119,12 @@ func (c *Console) search(w http.ResponseWriter, r *http.Request) {
 	if len(q) > maxQueryBytes {
 		// The query itself is not repeated: it may be anything, of any size.
 		c.fail(w, r, http.StatusBadRequest, "the search query is %d bytes long; ids, keys and correlation ids are at most %d", len(q), maxQueryBytes)
+		return
+	}
+	if !utf8.ValidString(q) {
+		// Service Bus ids and properties are AMQP strings, valid UTF-8: such a query matches nothing, and
+		// a database index may refuse it outright.
+		c.fail(w, r, http.StatusBadRequest, "the search query is not valid UTF-8 text; ids, keys and correlation ids are")
 		return
 	}
 	pg := &searchPage{Query: q, Empty: q == "", HasIndex: c.opts.Index != nil, MaxPeek: c.opts.MaxPeek}

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"html"
+	"html/template"
 	"log/slog"
 	"net/http"
 	"net/url"
@@ -13,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -111,8 +114,8 @@ func TestSearchFromIndex(t *testing.T) {
 			"Will be retried at 2026-12-07 11:00:00Z, attempt 2 of 5 (in 1h0m0s)",
 			"sbretry-" + pendingChain + "-2", "orders:12", "ledger unavailable", "retry scheduled", "billing-1",
 			"From the retry-state index, as of 2026-12-07 10:00:00Z", "consumer billing-1 last wrote",
-			`value="cancel"`, `name="ref" value="orders:12"`, `href="pending?e=orders"`,
-		}, []string{`value="redrive"`, "No trace"}},
+			`value="cancel"`, `name="ref" value="orders:12"`, `href="pending?e=orders"`, `href="search?q=order-42&amp;from=broker"`,
+		}, []string{`value="redrive"`, "No trace", "search-more"}},
 		{"pending by retry message id", "sbretry-" + pendingChain + "-2", []string{"attempt 2 of 5", `name="ref" value="orders:12"`}, nil},
 		{"pending by key", "key-order-42", []string{"attempt 2 of 5"}, nil},
 		{"pending by correlation id", "corr-order-42", []string{"attempt 2 of 5"}, nil},
@@ -226,6 +229,10 @@ func TestSearchQueryIsHostile(t *testing.T) {
 	_, body = s.searchFor(t, strings.Repeat("a", maxQueryBytes))
 	assert.Contains(t, body, "No trace.")
 
+	code, body = s.searchFor(t, "order-\xff\xfe")
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, body, "the search query is not valid UTF-8 text")
+
 	assert.NotContains(t, logs.String(), "script")
 	assert.NotContains(t, logs.String(), "gpj.exe")
 }
@@ -323,4 +330,101 @@ func TestSearchByScanSaysWhenPartial(t *testing.T) {
 	_, body = s.searchFor(t, "nobody")
 	assert.NotContains(t, body, "data-partial")
 	assert.Contains(t, body, "orders (3 messages)")
+}
+
+// TestSearchSessionEntity: a session entity's search reads its dead letters (its held sessions would
+// have to be accepted one by one) and says so, linking them; from the index, a message a session
+// consumer holds is "held in its session", with no cancel (its release is on the held-sessions page).
+func TestSearchSessionEntity(t *testing.T) {
+	t.Parallel()
+	h := sbtest.NewSessions(t)
+	h.Hold(t, "s-1", "", "a-1")
+	h.Hold(t, "s-2", "Poison", "b-1")
+	s := sessionSite(t, h, nil)
+	for _, tc := range []struct {
+		q    string
+		want []string
+	}{
+		{"b-1", []string{`data-state="dead-lettered"`, "Poison", `class="message-link"`}},
+		{"a-1", []string{"No trace."}},
+	} {
+		code, body := s.searchFor(t, tc.q)
+		require.Equal(t, http.StatusOK, code, body)
+		assertNoRawAMQP(t, tc.q, body)
+		assert.Contains(t, body, `jobs requires sessions: only its dead letters were searched`, tc.q)
+		assert.Contains(t, body, `href="sessions?e=jobs"`, tc.q)
+		assert.NotContains(t, body, "data-partial", tc.q)
+		for _, w := range tc.want {
+			assert.Contains(t, body, w, tc.q)
+		}
+	}
+
+	held := recordOf("a-1", 1, sbtest.SessionQueue)
+	held.Kind, held.Attempt, held.NextAttempt, held.At, held.NextDue = retryindex.KindHeld, 3, 3, searchNow, searchNow.Add(time.Hour)
+	held.Entity, held.SequenceNumber = sbtest.SessionQueue, 1
+	c, err := New(h.Client, []Entity{{Path: sbtest.SessionQueue, SessionConsumer: true}}, &Options{Index: fillIndex(t, held)})
+	require.NoError(t, err)
+	c.now = func() time.Time { return searchNow }
+	is := serve(t, &sbtest.Harness{Em: h.Em, Client: h.Client, Entity: sbtest.SessionQueue}, c)
+	code, body := is.searchFor(t, "a-1")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-state="held"`)
+	assert.Contains(t, body, "Held in its session until 2026-12-07 11:00:00Z, attempt 3 (in 1h0m0s)")
+	assert.Contains(t, body, `href="sessions?e=jobs"`)
+	assert.NotContains(t, body, `value="cancel"`)
+}
+
+// TestSearchFromIndexSaysWhenMoreMatch: a correlation id naming more events than a lookup returns (20)
+// lists the most recently changed and says there are more.
+func TestSearchFromIndexSaysWhenMoreMatch(t *testing.T) {
+	t.Parallel()
+	var records []retryindex.Record
+	for i := range 21 {
+		r := recordOf("order-"+itoa(i), int64(i+1), "orders")
+		r.CorrelationID = "checkout-1"
+		r.Kind, r.Attempt, r.NextAttempt, r.At, r.NextDue = retryindex.KindScheduled, 1, 2, searchNow.Add(time.Duration(i)*time.Second), searchNow.Add(time.Hour)
+		records = append(records, r)
+	}
+	s := indexSite(t, fillIndex(t, records...), Options{})
+	code, body := s.searchFor(t, "checkout-1")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `data-found="20"`)
+	assert.Contains(t, body, "More events match than are shown: the most recently changed are listed.")
+	assert.Contains(t, body, "order-20 · key-order-20")
+	assert.NotContains(t, body, "order-0 · key-order-0")
+}
+
+// queryHeading is the search page's heading, the query as shown.
+var queryHeading = regexp.MustCompile(`<h2 id="search-query">([^\n]*?)</h2>`)
+
+// FuzzSearchPageShowsTheQueryEscaped: whatever the query, the search page (from the index, and from a
+// partial read) shows it only escaped: no markup it carries, and no control, format or invalid
+// character but the template's own line breaks.
+func FuzzSearchPageShowsTheQueryEscaped(f *testing.F) {
+	for _, seed := range []string{"order-42", `"><script>alert(1)</script>`, "\x1b[2J", "k\u202egpj.exe", "a\x00b", "\xff", "x'y\"z&<>"} {
+		f.Add(seed)
+	}
+	tmpl, err := template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.html")
+	require.NoError(f, err)
+	f.Fuzz(func(t *testing.T, q string) {
+		for _, data := range []*searchPage{
+			{Query: q, FromIndex: true, HasIndex: true},
+			{Query: q, Partial: true, Scans: []scanLine{{Entity: "orders", Peeked: 1, Truncated: true}}, MaxPeek: 1},
+		} {
+			var buf bytes.Buffer
+			require.NoError(t, tmpl.ExecuteTemplate(&buf, "search.html", page{Title: "Search", Base: "/", Data: data, Query: q}))
+			out := buf.String()
+			m := queryHeading.FindStringSubmatch(out)
+			require.NotNil(t, m, "no heading")
+			require.NotContains(t, m[1], "<", "markup in the heading")
+			require.Equal(t, shownText(q), html.UnescapeString(m[1]), "the heading is the query made showable, escaped")
+			assert.True(t, utf8.ValidString(out), "invalid UTF-8 on the page")
+			for _, r := range out {
+				if r == '\n' || r == '\t' {
+					continue
+				}
+				require.False(t, unicode.IsControl(r) || unicode.Is(unicode.Cf, r), "the page carries %U", r)
+			}
+		}
+	})
 }
