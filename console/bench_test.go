@@ -7,6 +7,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"path/filepath"
 	"regexp"
 	"testing"
 	"time"
@@ -15,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/retryindex"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -154,5 +156,41 @@ func BenchmarkGroupPage10k(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkSearchFromIndex times one search page answered from an index of 100,000 pending retries
+// (issue 33's "type an id, see will be retried at …"): a lookup by original id of a random event, its
+// history, and the page's rendering, through the handler (no network).
+func BenchmarkSearchFromIndex(b *testing.B) {
+	const events = 100_000
+	_, client := benchEmulator(b, []string{"orders"})
+	store, err := retryindex.OpenSQLite(filepath.Join(b.TempDir(), "index.db"), nil)
+	require.NoError(b, err)
+	b.Cleanup(func() { _ = store.Close() })
+	at := time.Now()
+	batch := make([]retryindex.Record, 0, 1000)
+	for i := range events {
+		r := recordOf(fmt.Sprintf("order-%d", i), int64(i+1), "orders")
+		r.Kind, r.Attempt, r.NextAttempt, r.At, r.NextDue = retryindex.KindScheduled, 1, 2, at, at.Add(time.Duration(i)*time.Second)
+		r.Error, r.Entity, r.SequenceNumber = "ledger unavailable", "orders", int64(i+1)
+		batch = append(batch, r)
+		if len(batch) == cap(batch) {
+			require.NoError(b, store.Apply(context.Background(), batch))
+			batch = batch[:0]
+		}
+	}
+	c, err := New(client, []Entity{{Path: "orders", MaxAttempts: 5}}, &Options{Index: store})
+	require.NoError(b, err)
+	answer := regexp.MustCompile(`Will be retried at [^,]+, attempt 2 of 5`)
+	b.ResetTimer()
+	for i := range b.N {
+		req := httptest.NewRequest(http.MethodGet, "/search?q=order-"+itoa(i*7919%events), nil)
+		req.Host = "localhost"
+		rec := httptest.NewRecorder()
+		c.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK || !answer.MatchString(rec.Body.String()) {
+			b.Fatalf("status %d: %.300s", rec.Code, rec.Body.String())
+		}
 	}
 }
