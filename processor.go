@@ -72,7 +72,8 @@ type Result struct {
 	// [RetryAfter] if it was; errors.Is and errors.As see through both.
 	HandlerErr error
 	// Delay, ScheduledFor and SequenceNumber describe the scheduled retry (OutcomeRetryScheduled), or
-	// the held copy (OutcomeHeld).
+	// the held copy (OutcomeHeld); for a durable hold (OutcomeDeferred with a HandlerErr), Delay and
+	// ScheduledFor say when its next attempt is due.
 	Delay          time.Duration
 	ScheduledFor   time.Time
 	SequenceNumber int64

@@ -473,6 +473,7 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 		return
 	}
 	res.Outcome = OutcomeDeferred
+	res.ScheduledFor, res.Delay = at, at.Sub(d.now)
 	p.log(d.ctx, slog.LevelInfo, "session held durably until its retry is due", d.msg, d.env, errAttr(herr), slog.Time("wake_at", at))
 	// A defer is a settle: one the SDK retried may not have happened, the message still locked here,
 	// and this consumer would then find the hold "gone" once due and run its followers first.

@@ -104,9 +104,16 @@ type Record struct {
 // newer state from the other: the attempt the state is about, then pending < active < final.
 func (r Record) position() int64 {
 	switch r.Kind {
-	case KindScheduled, KindHeld:
+	case KindScheduled:
 		return int64(r.NextAttempt) * 4
-	case KindActive, KindLeftForRedelivery:
+	case KindHeld, KindActive, KindLeftForRedelivery:
+		// A hold spends no attempt: the outage breaker holds a delivery of attempt n for attempt n
+		// again, after its copy fell due (active) or its lock was lost. It ranks with those, and the
+		// later record of the two wins, so that a hold after active shows as held, and the held copy
+		// falling due afterwards as active.
+		if r.Kind == KindHeld {
+			return int64(r.NextAttempt)*4 + 1
+		}
 		return int64(r.Attempt)*4 + 1
 	case KindGone:
 		return -1 // applies only to the copy it names; see the store

@@ -189,8 +189,12 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 		return Record{}, false
 	}
 	if !r.opts.RecordFirstAttempts && res.Attempt <= 1 && res.HandlerErr == nil &&
-		(res.Outcome == retry.OutcomeCompleted || res.Outcome == retry.OutcomeLeftForRedelivery) {
+		(res.Outcome == retry.OutcomeCompleted || res.Outcome == retry.OutcomeLeftForRedelivery) && !heldCopy(msg) {
 		return Record{}, false // checked first: the healthy path costs the consumer nothing more
+	}
+	if res.Outcome == retry.OutcomeDeferred && res.HandlerErr == nil {
+		// A session message set aside behind another's durable hold: no retry state of its own.
+		return Record{}, false
 	}
 	rec := Record{
 		Chain: env.ChainID(), OriginalID: env.OriginalMessageID, Key: env.Key, CorrelationID: env.CorrelationID,
@@ -209,12 +213,15 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 	case retry.OutcomeRetryScheduled:
 		rec.Kind, rec.NextAttempt, rec.NextDue = KindScheduled, res.Attempt+1, res.ScheduledFor
 		rec.Entity, rec.SequenceNumber = r.retryEntity(p.EntityPath), res.SequenceNumber
-	case retry.OutcomeHeld, retry.OutcomeDeferred:
+	case retry.OutcomeHeld:
+		// The outage breaker spends no attempt: the held copy runs attempt n again.
 		rec.Kind, rec.NextAttempt, rec.NextDue = KindHeld, res.Attempt, res.ScheduledFor
 		rec.Entity, rec.SequenceNumber = r.retryEntity(p.EntityPath), res.SequenceNumber
-		if res.Outcome == retry.OutcomeDeferred {
-			rec.Entity = p.EntityPath // deferred in the session entity itself
-		}
+	case retry.OutcomeDeferred:
+		// A session's durable hold: the message is deferred in the session entity itself, and
+		// resumes as the next attempt when ScheduledFor comes.
+		rec.Kind, rec.NextAttempt, rec.NextDue = KindHeld, res.Attempt+1, res.ScheduledFor
+		rec.Entity = p.EntityPath
 	case retry.OutcomeDeadLettered:
 		rec.Kind, rec.Reason = KindDeadLettered, res.DeadLetterReason
 		rec.Entity = p.EntityPath + "/$DeadLetterQueue"
@@ -229,6 +236,13 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 		return Record{}, false
 	}
 	return rec, true
+}
+
+// heldCopy reports a copy the outage breaker made (retry.PropHeld): its first attempt's outcome is
+// recorded even when it succeeds, since the hold that made it was.
+func heldCopy(msg *azservicebus.ReceivedMessage) bool {
+	_, ok := msg.ApplicationProperties[retry.PropHeld]
+	return ok
 }
 
 // retryEntity is where the consumer of entity schedules its copies, as far as the recorder knows.

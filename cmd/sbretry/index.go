@@ -219,7 +219,7 @@ func writeIndexEvent(w io.Writer, e retryindex.Event, now time.Time) {
 	case retryindex.StateSucceeded:
 		fmt.Fprintf(w, "  succeeded at %s (attempt %d)", formatTime(e.Updated), e.Attempt)
 	case retryindex.StateDeadLettered:
-		fmt.Fprintf(w, "  dead-lettered at %s: %s (attempt %d)", formatTime(e.Updated), e.Reason, e.Attempt)
+		fmt.Fprintf(w, "  dead-lettered at %s: %s (attempt %d)", formatTime(e.Updated), printable(clip(e.Reason, 200)), e.Attempt)
 		if e.SequenceNumber > 0 && e.Entity != "" {
 			fmt.Fprintf(w, "; sequence number %d in %s", e.SequenceNumber, e.Entity)
 		}
@@ -229,9 +229,10 @@ func writeIndexEvent(w io.Writer, e retryindex.Event, now time.Time) {
 		fmt.Fprintf(w, "  copy gone (found missing at %s): its retry copy is no longer in %s and no feed said why (consumed by a consumer that does not record, or cancelled)", formatTime(e.Updated), e.Entity)
 	}
 	if e.LastError != "" && e.State != retryindex.StateSucceeded {
-		fmt.Fprintf(w, "; last error: %s", clip(redact.String(e.LastError), 200))
+		fmt.Fprintf(w, "; last error: %s", printable(clip(redact.String(e.LastError), 200)))
 	}
-	fmt.Fprintf(w, " [original id %s, key %s, correlation id %s; updated by the %s feed]\n", e.OriginalID, e.Key, e.CorrelationID, e.Feed)
+	// Ids, reasons and errors are the producer's: quoted when they hold anything a terminal would act on.
+	fmt.Fprintf(w, " [original id %s, key %s, correlation id %s; updated by the %s feed]\n", printable(e.OriginalID), printable(e.Key), printable(e.CorrelationID), e.Feed)
 	if len(e.History) == 0 {
 		return
 	}
@@ -243,12 +244,12 @@ func writeIndexEvent(w io.Writer, e retryindex.Event, now time.Time) {
 			line += ", due " + formatTime(h.NextDue)
 		}
 		if h.Reason != "" {
-			line += ": " + h.Reason
+			line += ": " + printable(clip(h.Reason, 200))
 		}
 		if h.Error != "" {
-			line += "; error: " + clip(redact.String(h.Error), 120)
+			line += "; error: " + printable(clip(redact.String(h.Error), 120))
 		}
-		fmt.Fprintf(tw, "%s\t%s (%s)\n", line, h.Process, h.Feed)
+		fmt.Fprintf(tw, "%s\t%s (%s)\n", line, printable(h.Process), h.Feed)
 	}
 	_ = tw.Flush()
 }
@@ -307,11 +308,11 @@ func (a *app) pendingFromIndex(ctx context.Context, c *common, path string, limi
 		if e.SequenceNumber > 0 {
 			seq = fmt.Sprint(e.SequenceNumber)
 		}
-		line := fmt.Sprintf("%s\t%s\t%s\t%d\t%s", entity, seq, formatTime(e.Due), e.Attempt, clip(e.OriginalID, 60))
+		line := fmt.Sprintf("%s\t%s\t%s\t%d\t%s", entity, seq, formatTime(e.Due), e.Attempt, printable(clip(e.OriginalID, 60)))
 		if wide {
-			line += "\t" + e.RetryMessageID() + "\t" + clip(e.Key, 60)
+			line += "\t" + e.RetryMessageID() + "\t" + printable(clip(e.Key, 60))
 		}
-		fmt.Fprintln(tw, line+"\t"+clip(redact.String(e.LastError), 60))
+		fmt.Fprintln(tw, line+"\t"+printable(clip(redact.String(e.LastError), 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
