@@ -18,6 +18,7 @@
 //	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes]
 //	                                            release one held session
 //	sbretry [entity flags] serve [--listen ADDR] [--token T | --tokens-file F] [--audit-file F]
+//	                             [--index PATH|URL] [--max-attempts N]
 //	                             [--entity PATH[=RETRYQUEUE]]... [--poll-interval D] [--window D] [--show-bodies]
 //	                                            the web console (--tokens-file: lines of NAME ROLE SECRET,
 //	                                            ROLE reader or operator; --audit-file: the JSON-lines audit log)
