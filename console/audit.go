@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"time"
 
@@ -123,16 +124,15 @@ func (a *auditLog) record(ctx context.Context, rec AuditRecord) error {
 	if a.path == "" {
 		a.memory = append(a.memory, rec)
 		a.items += len(rec.Items)
-		drop := 0
-		for len(a.memory)-drop > memoryAuditRecords || (a.items > memoryAuditItems && drop < len(a.memory)-1) {
-			a.items -= len(a.memory[drop].Items)
-			drop++
-		}
-		if drop > 0 {
-			// Copy down rather than reslice, so the backing array does not grow without bound.
-			n := copy(a.memory, a.memory[drop:])
-			clear(a.memory[n:])
-			a.memory = a.memory[:n]
+		// Over the bounds, refusals go first, oldest first: a reader's refused posts (each passes the
+		// CSRF check with the reader's own token) must not push the operators' actions off the page.
+		for len(a.memory) > memoryAuditRecords || (a.items > memoryAuditItems && len(a.memory) > 1) {
+			i := slices.IndexFunc(a.memory[:len(a.memory)-1], func(r AuditRecord) bool { return r.Outcome == AuditRefused })
+			if i < 0 {
+				i = 0
+			}
+			a.items -= len(a.memory[i].Items)
+			a.memory = slices.Delete(a.memory, i, i+1) // copies down: the backing array does not grow
 		}
 		return nil
 	}

@@ -271,3 +271,17 @@ func TestMemoryAuditIsBounded(t *testing.T) {
 	require.Len(t, log.memory, 1)
 	assert.Equal(t, "huge", log.memory[0].Who)
 }
+
+// A reader's refused posts cannot push the operators' actions off the in-memory audit page: over the
+// bound, refusals are dropped first.
+func TestMemoryAuditKeepsActionsOverRefusals(t *testing.T) {
+	t.Parallel()
+	log := &auditLog{logger: slog.New(slog.DiscardHandler)}
+	require.NoError(t, log.record(t.Context(), AuditRecord{Who: "operator", Outcome: AuditDone}))
+	for i := range 2 * memoryAuditRecords {
+		require.NoError(t, log.record(t.Context(), AuditRecord{Who: fmt.Sprint("reader-", i), Outcome: AuditRefused}))
+	}
+	assert.Len(t, log.memory, memoryAuditRecords)
+	assert.Equal(t, "operator", log.memory[0].Who, "the action stays")
+	assert.Equal(t, fmt.Sprint("reader-", 2*memoryAuditRecords-1), log.memory[len(log.memory)-1].Who, "the newest refusal stays")
+}
