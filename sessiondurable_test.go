@@ -921,7 +921,10 @@ func TestSessionDurableHoldReportsItsCallsToTheHooks(t *testing.T) {
 		sc := newSessionConsumer(t, b, h, rec, opts, durableOnly)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
-		waitFor(t, b, func() bool { return wakeUpsPending(b, "s") == 0 && !sessionState(t, b, "s").Blocked() })
+		// s-1 and its wake-up completed; then every goroutine idle, so the hook of the last
+		// complete has run too.
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 && !sessionState(t, b, "s").Blocked() })
+		synctest.Wait()
 		require.NoError(t, stop())
 		mu.Lock()
 		defer mu.Unlock()

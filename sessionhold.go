@@ -37,113 +37,135 @@ func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservic
 // discarded, or left unsettled for the broker to give back in order (lock lost, shutdown, a failed
 // settle).
 func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *delivery, from *sessionstate.Hold) Result {
-	p, cfg := r.sc.proc, r.sc.cfg
-	lk := hs.lk
-	msg := d.msg
-	env, envErr := DecodeEnvelope(msg)
+	p := r.sc.proc
+	env, envErr := DecodeEnvelope(d.msg)
 	if envErr != nil {
 		// Malformed retry properties cannot be trusted to count attempts: dead-letter at once, as the
 		// queue consumer does, and let the session go on.
-		d.env = Envelope{OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+		d.env = Envelope{OriginalMessageID: d.msg.MessageID, FirstSequenceNumber: -1}
 		p.started(d)
 		res := Result{Attempt: env.Attempt}
-		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res, true)
+		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, d.msg, r.sc.cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res, true)
 		return res
 	}
-	d.env = seed(msg, env, d.route.entity, p.idempotencyKey)
-	// firstFailure is when the message first failed (kept across durable holds); holdStart when this
-	// hold in place began: MaxHold counts from there, since until then the session was not held, only
-	// busy.
-	var firstFailure, holdStart time.Time
-	var res Result
-	// immediateRun counts the policy's immediate retries since the last delayed one: they come
-	// before each delayed retry, as on a queue, wherever the attempt runs (a durable hold carries it).
-	immediateRun := 0
+	d.env = seed(d.msg, env, d.route.entity, p.idempotencyKey)
+	var st inPlace
 	if from != nil {
 		// A durable hold's record is written before the message is deferred, so it is the latest word
 		// on the attempt, even if the consumer stopped before the deferral stamped the message.
-		d.env.Attempt, d.env.LastError, firstFailure = from.Attempt, from.LastError, from.FirstFailure
-		immediateRun = from.ImmediateRetries
+		d.env.Attempt, d.env.LastError, st.firstFailure = from.Attempt, from.LastError, from.FirstFailure
+		st.immediateRun = from.ImmediateRetries
 	}
-	hctx := p.started(d)
-	res.Attempt = d.env.Attempt
-	reruns := 0 // the handler's calls in this delivery after the first
+	st.hctx = p.started(d)
+	st.res.Attempt = d.env.Attempt
 	for {
-		herr := r.runHandler(hctx, lk, d)
-		res.Attempt, res.HandlerErr = d.env.Attempt, herr
-		// The order of the checks matters: a lost lock makes any settle impossible, whatever the
-		// handler returned; then a success is completed even during a shutdown (the work is done);
-		// then a failure during a shutdown counts no attempt.
-		if lost, why := lk.lost(); lost {
-			p.log(hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", msg, d.env)
-			return withOutcome(res, OutcomeLeftForRedelivery, why)
-		}
-		if herr == nil {
-			r.complete(d, hs, &res, OutcomeCompleted)
+		herr := r.runHandler(st.hctx, hs.lk, d)
+		st.res.Attempt, st.res.HandlerErr = d.env.Attempt, herr
+		if res, done := r.attemptEnded(stop, hs, d, herr, &st); done {
 			return res
 		}
-		if stopped(stop) {
-			p.log(hctx, slog.LevelInfo, "handler failed during shutdown; the message goes back to the session", msg, d.env, errAttr(herr))
-			return withOutcome(res, OutcomeLeftForRedelivery, context.Canceled)
-		}
-		if holdStart.IsZero() {
-			holdStart = d.now
-		}
-		if firstFailure.IsZero() {
-			firstFailure = d.now
-		}
-		// The same policy order as the queue consumer's (policy.go): Permanent, then the rules, then
-		// the Options.
-		pol := p.policyFor(herr)
-		res.Policy = pol.name
-		immediate := immediateLeft(pol, immediateRun, herr)
-		dec, delay, durable := r.decideInPlace(hs, d, herr, pol, immediate, holdStart)
-		switch {
-		case durable:
-			// Too long to wait here: the hold goes into the session (sessiondurable.go), with the count
-			// of immediate retries, this one's included, for the attempt that resumes it. A hold for
-			// the backoff starts the count again, as a queue's delayed retry does: immediate retries
-			// come before each delayed one.
-			made := 0
-			if immediate {
-				made = immediateRun + 1
-			}
-			r.holdDurably(hs, d, herr, d.now.Add(delay), firstFailure, made, &res)
-			return res
-		case dec != nil && dec.kind == decideDiscard:
-			p.log(hctx, slog.LevelWarn, "a policy discarded the failed message", msg, d.env, errAttr(herr), slog.String("policy", pol.name))
-			r.complete(d, hs, &res, OutcomeDiscarded)
-			return res
-		case dec != nil:
-			r.deadLetter(d, hs, dec, &res, true)
+		if res, done := r.failedInPlace(stop, hs, d, herr, &st); done {
 			return res
 		}
-		// Hold in place: this goroutine is the session's only one, so waiting here is what keeps
-		// every later message of the session from running. The session lock is renewed meanwhile by
-		// its own goroutine (sessionlock.go).
-		// The queue consumer's line for a retry (settle.go), at its level: the retry waits in the
-		// session instead of in a scheduled copy.
-		p.log(hctx, slog.LevelInfo, "retry scheduled", msg, d.env,
-			slog.Int("next_attempt", d.env.Attempt+1), slog.Duration("delay", delay), slog.Time("scheduled_for", d.now.Add(delay)),
-			slog.String("held_in", "session"), slog.String("session_id", hs.sid), slog.String("handler_error", p.errorText(herr)))
-		if ok, why := r.waitHold(stop, lk, delay); !ok {
-			p.log(hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", msg, d.env, errAttr(why))
-			return withOutcome(res, OutcomeLeftForRedelivery, why)
-		}
-		if immediate {
-			res.ImmediateRetries++
-			immediateRun++
-		} else {
-			immediateRun = 0
-		}
-		// The next attempt, in this delivery: the envelope moves on as a retry copy's would, so the
-		// handler sees Attempt and LastError as it would on a queue.
-		d.env.Attempt++
-		d.env.LastError = p.errorText(herr)
-		reruns++
-		d.now = cfg.clock.Now()
-		hctx = p.startAttempt(d, reruns, d.now)
 	}
+}
+
+// inPlace is what the attempts of one message held in place share.
+type inPlace struct {
+	res  Result
+	hctx context.Context // the current attempt's context (OnStart's)
+	// firstFailure is when the message first failed (kept across durable holds); holdStart when this
+	// hold in place began: MaxHold counts from there, since until then the session was not held, only
+	// busy.
+	firstFailure, holdStart time.Time
+	// immediateRun counts the policy's immediate retries since the last delayed one: they come
+	// before each delayed retry, as on a queue, wherever the attempt runs (a durable hold carries it).
+	immediateRun int
+	reruns       int // the handler's calls in this delivery after the first
+}
+
+// attemptEnded settles what needs no decision once the handler returned herr: done is true with the
+// result when the lock was lost, the handler succeeded (completed even during a shutdown: the work is
+// done), or a shutdown ended a failure (no attempt counted). The order of the checks matters: a lost
+// lock makes any settle impossible, whatever the handler returned.
+func (r *sessionRun) attemptEnded(stop context.Context, hs *heldSession, d *delivery, herr error, st *inPlace) (Result, bool) {
+	p := r.sc.proc
+	if lost, why := hs.lk.lost(); lost {
+		p.log(st.hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", d.msg, d.env)
+		return withOutcome(st.res, OutcomeLeftForRedelivery, why), true
+	}
+	if herr == nil {
+		r.complete(d, hs, &st.res, OutcomeCompleted)
+		return st.res, true
+	}
+	if stopped(stop) {
+		p.log(st.hctx, slog.LevelInfo, "handler failed during shutdown; the message goes back to the session", d.msg, d.env, errAttr(herr))
+		return withOutcome(st.res, OutcomeLeftForRedelivery, context.Canceled), true
+	}
+	return Result{}, false
+}
+
+// failedInPlace decides what the failed attempt becomes: a durable hold, a discard or a dead-letter
+// (done, with the result), or a retry in place, waited for here before the next attempt is prepared
+// (not done). This goroutine is the session's only one, so waiting here is what keeps every later
+// message of the session from running; the session lock is renewed meanwhile by its own goroutine
+// (sessionlock.go).
+func (r *sessionRun) failedInPlace(stop context.Context, hs *heldSession, d *delivery, herr error, st *inPlace) (Result, bool) {
+	p := r.sc.proc
+	if st.holdStart.IsZero() {
+		st.holdStart = d.now
+	}
+	if st.firstFailure.IsZero() {
+		st.firstFailure = d.now
+	}
+	// The same policy order as the queue consumer's (policy.go): Permanent, then the rules, then the
+	// Options.
+	pol := p.policyFor(herr)
+	st.res.Policy = pol.name
+	immediate := immediateLeft(pol, st.immediateRun, herr)
+	dec, delay, durable := r.decideInPlace(hs, d, herr, pol, immediate, st.holdStart)
+	switch {
+	case durable:
+		// Too long to wait here: the hold goes into the session (sessiondurable.go), with the count of
+		// immediate retries, this one's included, for the attempt that resumes it. A hold for the
+		// backoff starts the count again, as a queue's delayed retry does.
+		made := 0
+		if immediate {
+			made = st.immediateRun + 1
+		}
+		r.holdDurably(hs, d, herr, d.now.Add(delay), st.firstFailure, made, &st.res)
+		return st.res, true
+	case dec != nil && dec.kind == decideDiscard:
+		p.log(st.hctx, slog.LevelWarn, "a policy discarded the failed message", d.msg, d.env, errAttr(herr), slog.String("policy", pol.name))
+		r.complete(d, hs, &st.res, OutcomeDiscarded)
+		return st.res, true
+	case dec != nil:
+		r.deadLetter(d, hs, dec, &st.res, true)
+		return st.res, true
+	}
+	// The queue consumer's line for a retry (settle.go), at its level: the retry waits in the session
+	// instead of in a scheduled copy.
+	p.log(st.hctx, slog.LevelInfo, "retry scheduled", d.msg, d.env,
+		slog.Int("next_attempt", d.env.Attempt+1), slog.Duration("delay", delay), slog.Time("scheduled_for", d.now.Add(delay)),
+		slog.String("held_in", "session"), slog.String("session_id", hs.sid), slog.String("handler_error", p.errorText(herr)))
+	if ok, why := r.waitHold(stop, hs.lk, delay); !ok {
+		p.log(st.hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", d.msg, d.env, errAttr(why))
+		return withOutcome(st.res, OutcomeLeftForRedelivery, why), true
+	}
+	if immediate {
+		st.res.ImmediateRetries++
+		st.immediateRun++
+	} else {
+		st.immediateRun = 0
+	}
+	// The next attempt, in this delivery: the envelope moves on as a retry copy's would, so the
+	// handler sees Attempt and LastError as it would on a queue.
+	d.env.Attempt++
+	d.env.LastError = p.errorText(herr)
+	st.reruns++
+	d.now = r.sc.cfg.clock.Now()
+	st.hctx = p.startAttempt(d, st.reruns, d.now)
+	return Result{}, false
 }
 
 // withOutcome is res with its outcome and settle error set.
