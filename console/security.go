@@ -6,11 +6,11 @@ import (
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/hex"
-	"net"
 	"net/http"
 	"net/url"
-	"slices"
 	"strings"
+
+	"github.com/sbretry/retry/internal/loopback"
 )
 
 // Cookie and form field names. The cookies are HttpOnly and SameSite=Strict: scripts cannot read them,
@@ -133,12 +133,7 @@ func requireToken(tokens *tokenSet, next http.Handler) http.Handler {
 // [Options.AllowedHosts]): the guard against DNS rebinding of a console without an access token.
 func allowedHostsOnly(allowed []string, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		host, _, err := net.SplitHostPort(r.Host)
-		if err != nil {
-			host = r.Host
-		}
-		host = strings.Trim(host, "[]")
-		if !IsLoopbackHost(host) && !slices.ContainsFunc(allowed, func(a string) bool { return strings.EqualFold(a, host) }) {
+		if !loopback.Allowed(r.Host, allowed) {
 			http.Error(w, "sbretry console: without an access token it answers only to loopback names (localhost, 127.0.0.1, [::1]) and Options.AllowedHosts, not to "+r.Host, http.StatusMisdirectedRequest)
 			return
 		}
@@ -147,14 +142,8 @@ func allowedHostsOnly(allowed []string, next http.Handler) http.Handler {
 }
 
 // IsLoopbackHost reports whether host (a name or address, without port or brackets) is "localhost" or
-// a loopback address.
-func IsLoopbackHost(host string) bool {
-	if strings.EqualFold(host, "localhost") {
-		return true
-	}
-	ip := net.ParseIP(host)
-	return ip != nil && ip.IsLoopback()
-}
+// a loopback address. The console and retry.ControlHandler share the check (internal/loopback).
+func IsLoopbackHost(host string) bool { return loopback.IsHost(host) }
 
 // noDirectories refuses directory paths, so the static files are served but never listed.
 func noDirectories(next http.Handler) http.Handler {
