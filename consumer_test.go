@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -159,7 +160,7 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 		{"negative reconnect delay", b.Connector(), okHandler, &retry.Options{ReconnectDelays: []time.Duration{time.Second, -1}}},
 		{"negative watchdog", b.Connector(), okHandler, &retry.Options{WatchdogInterval: -1}},
 		{"negative budget", b.Connector(), okHandler, &retry.Options{RetryBudget: -1}},
-		{"bad backoff", b.Connector(), okHandler, &retry.Options{Backoff: retry.Exponential{Factor: 0.1}}},
+		{"bad backoff", b.Connector(), okHandler, &retry.Options{Backoff: backoff.Exponential{Factor: 0.1}}},
 		{"batch above the SDK limit", b.Connector(), okHandler, &retry.Options{ReceiveBatchSize: retry.MaxReceiveBatchSize + 1}},
 	}
 	for _, tc := range cases {

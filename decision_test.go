@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 )
 
 func TestAttemptsFollowScheduleThenDeadLetter(t *testing.T) {
@@ -32,7 +33,7 @@ func TestAttemptsFollowScheduleThenDeadLetter(t *testing.T) {
 		assert.Equal(t, attempt, res.Attempt)
 		if attempt < maxAttempts {
 			require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome, "attempt %d", attempt)
-			delay := retry.Fibonacci{}.Delay(attempt)
+			delay := backoff.Fibonacci{}.Delay(attempt)
 			assert.Equal(t, delay, res.Delay)
 			// Not receivable a moment before its time.
 			f.clock.Add(delay - time.Millisecond)
@@ -69,7 +70,7 @@ func TestDefaultMaxAttemptsIs29(t *testing.T) {
 	msg.ApplicationProperties[retry.PropAttempt] = int64(28)
 	f.broker.Send(msg)
 	assert.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome, "attempt 28 still retries")
-	f.clock.Add(retry.DefaultCap)
+	f.clock.Add(backoff.DefaultCap)
 	res := f.process()
 	assert.Equal(t, 29, res.Attempt)
 	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome, "the message fails for good after attempt 29")
@@ -106,7 +107,7 @@ func TestRetryAfterUsesDelayBoundedByCap(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error {
 				return retry.RetryAfter(tc.delay, errBoom)
-			}, &retry.Options{Backoff: retry.Fibonacci{Cap: time.Hour}})
+			}, &retry.Options{Backoff: backoff.Fibonacci{Cap: time.Hour}})
 			msg := sampleMessage()
 			msg.TimeToLive = nil // a 1-hour delay would reach its expiry
 			f.broker.Send(msg)
@@ -283,7 +284,7 @@ func TestCustomBackoffDelaysAreBounded(t *testing.T) {
 		delay, want time.Duration
 	}{
 		"negative is zero":        {-time.Hour, 0},
-		"beyond the default cap":  {30 * 24 * time.Hour, retry.DefaultCap},
+		"beyond the default cap":  {30 * 24 * time.Hour, backoff.DefaultCap},
 		"within bounds unchanged": {time.Minute, time.Minute},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -3,7 +3,7 @@
 // Service Bus on its own can only redeliver a failed message at once (abandon) until the entity's
 // MaxDeliveryCount is spent, and then dead-letters it. During a downstream outage every attempt burns
 // within seconds. This package instead republishes a copy of a failed message with a scheduled enqueue
-// time chosen by a [Backoff] (Fibonacci by default), carries the retry state in the copy's application
+// time chosen by a backoff (package [github.com/sbretry/retry/backoff]; Fibonacci by default), carries the retry state in the copy's application
 // properties (see [Envelope]), and only then completes the original. Nothing is ever abandoned, and a
 // message is never completed before its successor is safely scheduled: if the republish fails, the
 // original stays locked and the broker redelivers it.
@@ -13,7 +13,7 @@
 //   - First calls: a [Connector] ([QueueConnectionString], [QueueCredential], [SubscriptionConnectionString]
 //     for a subscription and its retry queue), [NewConsumer] with a [Handler] and [Options], then
 //     [Consumer.Run]. [Consumer.Health], [ReadinessHandler] and [LivenessHandler] report on it.
-//   - Failures: a [Backoff] ([Fibonacci], [Exponential], [Constant], [Jitter]) with MaxAttempts; a
+//   - Failures: a backoff (package backoff: Fibonacci, Exponential, Constant, Jitter) with MaxAttempts; a
 //     handler answers [Permanent] to dead-letter at once or [RetryAfter] to choose the delay;
 //     Options.ImmediateRetries retries in the same delivery first.
 //   - Policies: Options.Policies, a [Rule] per kind of error ([ErrorIs], [ErrorAs]) with its own

@@ -85,7 +85,7 @@ func IsPermanent(err error) bool {
 }
 
 // RetryAfterError asks for the next attempt after Delay instead of the backoff's delay, e.g. from an
-// HTTP 429 Retry-After header. The delay is still bounded by the backoff's cap (see [DelayBounds]).
+// HTTP 429 Retry-After header. The delay is still bounded by the backoff's cap (see DelayBounds in package backoff).
 type RetryAfterError struct {
 	Delay time.Duration
 	Err   error

@@ -10,6 +10,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -40,7 +41,7 @@ func ExampleSessionConsumer_durableHolds() {
 		return nil
 	}
 	sc, err := retry.NewSessionConsumer(b.SessionConnector(), handler,
-		&retry.Options{Clock: mock, Backoff: retry.Constant{Interval: time.Hour}, Logger: discardLogger()},
+		&retry.Options{Clock: mock, Backoff: backoff.Constant{Interval: time.Hour}, Logger: discardLogger()},
 		&retry.SessionOptions{MaxConcurrentSessions: 1, MaxHold: time.Minute, DurableHolds: true})
 	if err != nil {
 		panic(err)

@@ -16,12 +16,13 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
 // The default schedule: Fibonacci multiples of 10 s, capped at 7 days.
 func ExampleFibonacci() {
-	var b retry.Fibonacci
+	var b backoff.Fibonacci
 	var delays []string
 	for attempt := 1; attempt <= 10; attempt++ {
 		delays = append(delays, b.Delay(attempt).String())
@@ -35,7 +36,7 @@ func ExampleFibonacci() {
 
 // Exponential doubling from one second, capped at one minute.
 func ExampleExponential() {
-	b := retry.Exponential{Base: time.Second, Cap: time.Minute}
+	b := backoff.Exponential{Base: time.Second, Cap: time.Minute}
 	var delays []string
 	for attempt := 1; attempt <= 8; attempt++ {
 		delays = append(delays, b.Delay(attempt).String())
@@ -47,7 +48,7 @@ func ExampleExponential() {
 
 // Jitter with an injected random source is deterministic, which keeps tests stable.
 func ExampleJitter() {
-	b := retry.Jitter{Backoff: retry.Fibonacci{}, Fraction: 0.5, Rand: func() float64 { return 0.25 }}
+	b := backoff.Jitter{Backoff: backoff.Fibonacci{}, Fraction: 0.5, Rand: func() float64 { return 0.25 }}
 	fmt.Println(b.Delay(5)) // 50 s × (1 - 0.5 + 2×0.5×0.25)
 	fmt.Println(b.Delay(1)) // 10 s × 0.75, raised back to the Fibonacci floor
 	// Output:
@@ -154,7 +155,7 @@ func ExampleRule() {
 	policies := []retry.Rule{
 		{Name: "invalid", Match: retry.ErrorIs(errInvalid), Policy: retry.Policy{Action: retry.ActionDeadLetter, Reason: "InvalidOrder"}},
 		{Name: "gone", Match: retry.ErrorIs(errGone), Policy: retry.Policy{Action: retry.ActionDiscard}},
-		{Name: "throttled", Match: retry.ErrorIs(errThrottled), Policy: retry.Policy{Backoff: retry.Constant{Interval: time.Minute}}},
+		{Name: "throttled", Match: retry.ErrorIs(errThrottled), Policy: retry.Policy{Backoff: backoff.Constant{Interval: time.Minute}}},
 	}
 	clk := clock.NewMock()
 	for _, err := range []error{errInvalid, errGone, errThrottled, errors.New("timeout")} {

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 )
 
 type ctxKey struct{}
@@ -157,7 +158,7 @@ func TestOnStartDeadlinePerAttempt(t *testing.T) {
 			b := newSessionBroker(t, nil)
 			sendSession(t, b, "s", 1)
 			sc := newSessionConsumer(t, b, handler(&errs, &calls), nil,
-				&retry.Options{Backoff: retry.Constant{Interval: 5 * time.Second}, Hooks: perAttempt(&starts)}, nil)
+				&retry.Options{Backoff: backoff.Constant{Interval: 5 * time.Second}, Hooks: perAttempt(&starts)}, nil)
 			stop := runSessionConsumer(t, sc)
 			waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
 			require.NoError(t, stop())

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/backoff"
 )
 
 // Defaults for [Options]. Each applies when its field is zero.
@@ -91,7 +92,7 @@ type Options struct {
 	// for good after attempt MaxAttempts. Zero means [DefaultMaxAttempts] (29).
 	MaxAttempts int
 	// Backoff chooses the delay after each failed attempt. Nil means Fibonacci{} (10 s floor, 7 day cap).
-	Backoff Backoff
+	Backoff backoff.Backoff
 	// ImmediateRetries is how many times a failed handler is called again at once, in the same delivery,
 	// before a delayed retry is scheduled, as NServiceBus's immediate retries: each counts as an attempt
 	// against MaxAttempts, and the handler sees its Envelope's Attempt and LastError move on. The
@@ -215,7 +216,7 @@ type Options struct {
 // config is Options with every default applied; it is built once and shared read-only.
 type config struct {
 	maxAttempts       int
-	backoff           Backoff
+	backoff           backoff.Backoff
 	immediate         int
 	immediateDelay    time.Duration
 	policies          []Rule
@@ -374,12 +375,12 @@ func (o *Options) resolve() (*config, error) {
 		c.prefetch = opts.Prefetch
 	}
 	if c.backoff == nil {
-		c.backoff = Fibonacci{}
+		c.backoff = backoff.Fibonacci{}
 	}
 	// Every delay (RetryAfter ones, and those of a custom Backoff without bounds) is capped by the
 	// backoff's own cap, or DefaultCap, so nothing schedules past the window the user sized for it.
-	c.maxDelay = DefaultCap
-	if b, ok := c.backoff.(DelayBounds); ok {
+	c.maxDelay = backoff.DefaultCap
+	if b, ok := c.backoff.(backoff.DelayBounds); ok {
 		_, c.maxDelay = b.Bounds()
 	}
 	if c.key == nil {

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -68,7 +69,7 @@ type Policy struct {
 	ImmediateDelay time.Duration
 	// Backoff chooses the delayed retry's delay. Nil means Options.Backoff. Its cap bounds the delay,
 	// RetryAfter's included.
-	Backoff Backoff
+	Backoff backoff.Backoff
 	// MaxAttempts is the attempt after which the message is dead-lettered. Zero means
 	// Options.MaxAttempts.
 	MaxAttempts int
@@ -109,7 +110,7 @@ type policy struct {
 	action      Action
 	immediate   int
 	immDelay    time.Duration
-	backoff     Backoff
+	backoff     backoff.Backoff
 	maxDelay    time.Duration
 	maxAttempts int
 	reason      string
@@ -177,8 +178,8 @@ func (r Rule) resolve(c *config, i int) policy {
 		p.immDelay = q.ImmediateDelay
 	}
 	if q.Backoff != nil {
-		p.backoff, p.maxDelay = q.Backoff, DefaultCap
-		if b, ok := q.Backoff.(DelayBounds); ok {
+		p.backoff, p.maxDelay = q.Backoff, backoff.DefaultCap
+		if b, ok := q.Backoff.(backoff.DelayBounds); ok {
 			_, p.maxDelay = b.Bounds()
 		}
 	}

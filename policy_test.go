@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -34,7 +35,7 @@ func policies() []retry.Rule {
 	return []retry.Rule{
 		{Name: "validation", Match: retry.ErrorIs(errValidation), Policy: retry.Policy{Action: retry.ActionDeadLetter, Reason: "InvalidOrder"}},
 		{Name: "gone", Match: retry.ErrorIs(errGone), Policy: retry.Policy{Action: retry.ActionDiscard}},
-		{Name: "throttled", Match: retry.ErrorAs[*throttleError](), Policy: retry.Policy{Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 3}},
+		{Name: "throttled", Match: retry.ErrorAs[*throttleError](), Policy: retry.Policy{Backoff: backoff.Constant{Interval: time.Minute}, MaxAttempts: 3}},
 		{Name: "also validation", Match: retry.ErrorIs(errValidation), Policy: retry.Policy{Action: retry.ActionDiscard}},
 	}
 }
@@ -87,7 +88,7 @@ func TestPolicyChoosesByError(t *testing.T) {
 // bounds it. Below its cap, RetryAfter's delay is taken as asked.
 func TestPolicyRetryAfterWithinTheRulesCap(t *testing.T) {
 	f := newFixture(t, failWith(retry.RetryAfter(5*time.Second, &throttleError{})), &retry.Options{
-		Policies: []retry.Rule{{Match: retry.ErrorAs[*throttleError](), Policy: retry.Policy{Backoff: retry.Exponential{Base: time.Second, Floor: time.Second, Cap: time.Hour}}}},
+		Policies: []retry.Rule{{Match: retry.ErrorAs[*throttleError](), Policy: retry.Policy{Backoff: backoff.Exponential{Base: time.Second, Floor: time.Second, Cap: time.Hour}}}},
 	})
 	f.broker.Send(sampleMessage())
 	res := f.process()
@@ -205,7 +206,7 @@ func TestRetryAfterEndsImmediateRetries(t *testing.T) {
 			f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error {
 				calls++
 				return retry.RetryAfter(tc.after, errBoom)
-			}, &retry.Options{ImmediateRetries: 2, Backoff: retry.Exponential{Base: time.Second, Cap: 10 * time.Minute}})
+			}, &retry.Options{ImmediateRetries: 2, Backoff: backoff.Exponential{Base: time.Second, Cap: 10 * time.Minute}})
 			f.broker.Send(sampleMessage())
 			res := f.process()
 			assert.Equal(t, 1, calls, "no immediate retry after RetryAfter")
@@ -262,7 +263,8 @@ func TestPolicyOptionsAreValidated(t *testing.T) {
 		{"too long an immediate delay", retry.Options{ImmediateDelay: 2 * time.Minute}, "ImmediateDelay"},
 		{"rule without Match", retry.Options{Policies: []retry.Rule{{}}}, "Policies[0].Match"},
 		{"unknown action", retry.Options{Policies: []retry.Rule{{Match: match, Policy: retry.Policy{Action: 9}}}}, "Policies[0].Policy.Action"},
-		{"rule backoff", retry.Options{Policies: []retry.Rule{{Match: match}, {Match: match, Policy: retry.Policy{Backoff: retry.Constant{Interval: -1}}}}}, "Policies[1].Policy.Backoff"},
+		{"backoff", retry.Options{Backoff: backoff.Fibonacci{Floor: time.Hour, Cap: time.Minute}}, "Backoff"},
+		{"rule backoff", retry.Options{Policies: []retry.Rule{{Match: match}, {Match: match, Policy: retry.Policy{Backoff: backoff.Constant{Interval: -1}}}}}, "Policies[1].Policy.Backoff"},
 		{"rule delay", retry.Options{Policies: []retry.Rule{{Match: match, Policy: retry.Policy{ImmediateDelay: time.Hour}}}}, "Policies[0].Policy.ImmediateDelay"},
 		{"rule attempts", retry.Options{Policies: []retry.Rule{{Match: match, Policy: retry.Policy{MaxAttempts: -2}}}}, "Policies[0].Policy.MaxAttempts"},
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -77,7 +78,7 @@ func readmePolicies(connect retry.Connector, handler retry.Handler) (*retry.Cons
 		Policies: []retry.Rule{
 			{Name: "validation", Match: retry.ErrorIs(ErrInvalid), Policy: retry.Policy{Action: retry.ActionDeadLetter, Reason: "InvalidOrder"}},
 			{Name: "gone", Match: retry.ErrorIs(ErrCustomerDeleted), Policy: retry.Policy{Action: retry.ActionDiscard}},
-			{Name: "throttled", Match: retry.ErrorAs[*ThrottleError](), Policy: retry.Policy{Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 10, NotOutage: true}},
+			{Name: "throttled", Match: retry.ErrorAs[*ThrottleError](), Policy: retry.Policy{Backoff: backoff.Constant{Interval: time.Minute}, MaxAttempts: 10, NotOutage: true}},
 		},
 	}
 	return retry.NewConsumer(connect, handler, opts)

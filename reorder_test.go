@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -140,7 +141,7 @@ func TestConsumerAllowReorderRetriesIntoTheSession(t *testing.T) {
 			return nil
 		}
 		c, err := retry.NewConsumer(oneSessionConnector(b, "order-1", false), handler, &retry.Options{
-			AllowReorder: true, MaxConcurrency: 1, Backoff: retry.Constant{Interval: 10 * time.Second}, Logger: discardLogger(),
+			AllowReorder: true, MaxConcurrency: 1, Backoff: backoff.Constant{Interval: 10 * time.Second}, Logger: discardLogger(),
 		})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 )
 
 func TestMatchers(t *testing.T) {
@@ -98,13 +99,13 @@ func TestRouterPicksTheFirstRouteAndItsPolicies(t *testing.T) {
 	}
 	r, err := retry.NewRouter([]retry.Route{
 		{Name: "orders", Match: retry.Subject("orders"), Handler: route("orders", errStock), Policies: []retry.Rule{
-			{Name: "stock", Match: retry.ErrorIs(errStock), Policy: retry.Policy{Backoff: retry.Constant{Interval: 30 * time.Minute}}},
+			{Name: "stock", Match: retry.ErrorIs(errStock), Policy: retry.Policy{Backoff: backoff.Constant{Interval: 30 * time.Minute}}},
 		}},
 		{Name: "also orders", Match: retry.Subject("orders"), Handler: route("also orders", nil)},
 		{Name: "refunds", Match: retry.Property("tenant", "acme"), Handler: route("refunds", errStock)},
 	}, nil)
 	require.NoError(t, err)
-	opts := &retry.Options{Policies: []retry.Rule{{Name: "global stock", Match: retry.ErrorIs(errStock), Policy: retry.Policy{Backoff: retry.Constant{Interval: time.Minute}}}}}
+	opts := &retry.Options{Policies: []retry.Rule{{Name: "global stock", Match: retry.ErrorIs(errStock), Policy: retry.Policy{Backoff: backoff.Constant{Interval: time.Minute}}}}}
 
 	f := newFixture(t, r.Handle, opts)
 	f.broker.Send(sampleMessage()) // Subject "orders", tenant "acme"

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -263,7 +264,7 @@ func ExampleNewSessionConsumer() {
 		return nil
 	}
 	c, err := retry.NewSessionConsumer(connect, handler,
-		&retry.Options{MaxAttempts: 5, Backoff: retry.Exponential{Base: time.Second, Cap: 30 * time.Second}},
+		&retry.Options{MaxAttempts: 5, Backoff: backoff.Exponential{Base: time.Second, Cap: 30 * time.Second}},
 		&retry.SessionOptions{MaxConcurrentSessions: 16, MaxHold: 2 * time.Minute})
 	if err != nil {
 		panic(err)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/sessionstate"
@@ -66,7 +67,7 @@ func TestSessionDurableHoldKeepsOrder(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, durableOnly)
 		stop := runSessionConsumer(t, sc)
 		// The first failure holds s-1 durably; s-2 (and a message sent during the hold) wait behind it.
 		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
@@ -135,7 +136,7 @@ func TestSessionDurableHoldFreesTheSession(t *testing.T) {
 		})
 		so := *durableOnly
 		so.MaxConcurrentSessions = 1
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Hour}}, &so)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Hour}}, &so)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
 		sendSession(t, b, "free", 2)
@@ -163,7 +164,7 @@ func TestSessionDurableHoldSurvivesTheConsumer(t *testing.T) {
 			}
 			return nil
 		})
-		opts := func() *retry.Options { return &retry.Options{Backoff: retry.Constant{Interval: time.Minute}} }
+		opts := func() *retry.Options { return &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}} }
 		first := newSessionConsumer(t, b, h, rec, opts(), durableOnly)
 		stop := runSessionConsumer(t, first)
 		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
@@ -220,7 +221,7 @@ func TestSessionDurableHoldInterruptedAtEachStep(t *testing.T) {
 					}
 					return nil
 				})
-				opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}
+				opts := &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}
 				if !tc.atHold {
 					// Armed once the hold's own deferral is done: the next deferral is s-2's.
 					opts.Hooks.OnSettle = func(p retry.SettleParams) {
@@ -264,7 +265,7 @@ func TestSessionDurableForeignStateLeftAlone(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, durableOnly)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 && len(b.DeadLettered()) == 1 })
 		require.NoError(t, stop())
@@ -296,7 +297,7 @@ func TestSessionDurableHeldMessageExpired(t *testing.T) {
 			return nil
 		})
 		// IgnoreExpiry: the hold is made although it ends after the producer's expiry.
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, IgnoreExpiry: true}, durableOnly)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}, IgnoreExpiry: true}, durableOnly)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
 		waitFor(t, b, func() bool { return !sessionState(t, b, "s").Blocked() })
@@ -319,7 +320,7 @@ func TestSessionDurableWakeUpTwice(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, durableOnly)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Scheduled()) == 1 })
 		wake := b.Scheduled()[0].Message
@@ -416,12 +417,12 @@ func TestSessionRecordHonouredWithoutDurableHolds(t *testing.T) {
 			}
 			return nil
 		})
-		first := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+		first := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, durableOnly)
 		stop := runSessionConsumer(t, first)
 		waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
 		require.NoError(t, stop())
 		fail = false
-		plain := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, nil)
+		plain := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, nil)
 		stop = runSessionConsumer(t, plain)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
 		require.NoError(t, stop())
@@ -462,7 +463,7 @@ func TestSessionDurableHeldMessageBackActiveKeepsItsAttempt(t *testing.T) {
 			return nil
 		})
 		ctx, cancel := context.WithCancel(t.Context())
-		opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 2}
+		opts := &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}, MaxAttempts: 2}
 		opts.Hooks.OnSettle = func(p retry.SettleParams) {
 			if p.Operation == retry.SettleDefer && p.Err != nil {
 				cancel() // the process dies right after the failed deferral
@@ -477,7 +478,7 @@ func TestSessionDurableHeldMessageBackActiveKeepsItsAttempt(t *testing.T) {
 		assert.Equal(t, 2, st.Hold.Attempt)
 
 		time.Sleep(10 * time.Minute)
-		second := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 2}, durableOnly)
+		second := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}, MaxAttempts: 2}, durableOnly)
 		stop := runSessionConsumer(t, second)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 && len(b.DeadLettered()) == 1 })
 		require.NoError(t, stop())
@@ -521,7 +522,7 @@ func TestSessionDurableWakeUpEarlyByTheLocalClock(t *testing.T) {
 					return nil
 				})
 				// The hold is made by a consumer on the broker's clock...
-				first := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+				first := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, durableOnly)
 				stop := runSessionConsumer(t, first)
 				waitFor(t, b, func() bool { return len(b.Deferred()) == 2 })
 				require.NoError(t, stop())
@@ -633,7 +634,7 @@ func TestSessionReleaseBeforeAPendingDeadLetter(t *testing.T) {
 			return nil
 		})
 		ctx, cancel := context.WithCancel(t.Context())
-		opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}
+		opts := &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}
 		opts.Hooks.OnSettle = func(p retry.SettleParams) {
 			if p.Operation == retry.SettleDeadLetter && p.Err != nil {
 				cancel() // the process dies between the record and the dead-letter
@@ -661,7 +662,7 @@ func TestSessionReleaseBeforeAPendingDeadLetter(t *testing.T) {
 		require.NoError(t, r.Close(t.Context()))
 
 		permanent = false
-		second := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, sopts)
+		second := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, sopts)
 		stop := runSessionConsumer(t, second)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
 		require.NoError(t, stop())
@@ -717,7 +718,7 @@ func TestSessionStateWriteAfterTheSDKTookTheSessionAgain(t *testing.T) {
 			return nil
 		})
 		sc, err := retry.NewSessionConsumer(connect, h, &retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed},
-			Backoff: retry.Constant{Interval: time.Minute}}, durableOnly)
+			Backoff: backoff.Constant{Interval: time.Minute}}, durableOnly)
 		require.NoError(t, err)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
@@ -770,7 +771,7 @@ func TestSessionDurableHoldDoubtsASlowDefer(t *testing.T) {
 		})
 		// The retry is due 1 s after the failure: before the slow defer returns.
 		sc, err := retry.NewSessionConsumer(connect, h, &retry.Options{Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed},
-			Backoff: retry.Constant{Interval: time.Second}}, durableOnly)
+			Backoff: backoff.Constant{Interval: time.Second}}, durableOnly)
 		require.NoError(t, err)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 2 })
@@ -861,7 +862,7 @@ func TestSessionDurableHoldKeepsTheImmediateRetryCount(t *testing.T) {
 			return nil
 		})
 		sc := newSessionConsumer(t, b, h, rec, &retry.Options{
-			ImmediateRetries: 2, ImmediateDelay: time.Second, Backoff: retry.Constant{Interval: 10 * time.Minute}, MaxAttempts: 5,
+			ImmediateRetries: 2, ImmediateDelay: time.Second, Backoff: backoff.Constant{Interval: 10 * time.Minute}, MaxAttempts: 5,
 		}, durableOnly)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return successCount(rec, "s") == 1 })
@@ -894,7 +895,7 @@ func TestSessionDurableHoldReportsItsCallsToTheHooks(t *testing.T) {
 			}
 			return nil
 		})
-		opts := &retry.Options{Backoff: retry.Constant{Interval: time.Minute}, Hooks: retry.Hooks{
+		opts := &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}, Hooks: retry.Hooks{
 			OnRetryCopy: func(p retry.RetryCopyParams) {
 				mu.Lock()
 				defer mu.Unlock()

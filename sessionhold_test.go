@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -32,7 +33,7 @@ func TestSessionOrderAcrossTransientFailures(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: 7 * time.Second}}, nil)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: 7 * time.Second}}, nil)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 4 })
 		require.NoError(t, stop())
@@ -78,7 +79,7 @@ func TestSessionOthersProceedWhileOneHolds(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, &retry.SessionOptions{MaxConcurrentSessions: 2})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, &retry.SessionOptions{MaxConcurrentSessions: 2})
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 5 })
 		require.NoError(t, stop())
@@ -107,7 +108,7 @@ func TestSessionDeadLettersAndContinues(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{MaxAttempts: 3, Backoff: retry.Constant{Interval: time.Second}}, nil)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{MaxAttempts: 3, Backoff: backoff.Constant{Interval: time.Second}}, nil)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 1 && len(b.DeadLettered()) == 2 })
 		require.NoError(t, stop())
@@ -141,7 +142,7 @@ func TestSessionMaxHoldExceeded(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{MaxAttempts: 10, Backoff: retry.Constant{Interval: 2 * time.Minute}},
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{MaxAttempts: 10, Backoff: backoff.Constant{Interval: 2 * time.Minute}},
 			&retry.SessionOptions{MaxHold: 5 * time.Minute})
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
@@ -174,7 +175,7 @@ func TestSessionShutdownDuringHold(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, nil)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, nil)
 		stop := runSessionConsumer(t, sc)
 		<-failed
 		synctest.Wait() // the hold has begun
@@ -225,7 +226,7 @@ func TestSessionHoldPolicies(t *testing.T) {
 		},
 		{
 			name: "immediate retries first",
-			opts: retry.Options{ImmediateRetries: 1, ImmediateDelay: 100 * time.Millisecond, Backoff: retry.Constant{Interval: 10 * time.Second}},
+			opts: retry.Options{ImmediateRetries: 1, ImmediateDelay: 100 * time.Millisecond, Backoff: backoff.Constant{Interval: 10 * time.Second}},
 			fail: func(c sessionCall) error {
 				if c.Attempt < 3 {
 					return errBoom
@@ -237,7 +238,7 @@ func TestSessionHoldPolicies(t *testing.T) {
 		},
 		{
 			name: "RetryAfter ends the immediate retries",
-			opts: retry.Options{ImmediateRetries: 2, ImmediateDelay: 100 * time.Millisecond, Backoff: retry.Constant{Interval: 10 * time.Second}},
+			opts: retry.Options{ImmediateRetries: 2, ImmediateDelay: 100 * time.Millisecond, Backoff: backoff.Constant{Interval: 10 * time.Second}},
 			fail: func(c sessionCall) error {
 				if c.Attempt < 3 {
 					return retry.RetryAfter(30*time.Second, errThrottled)
@@ -249,7 +250,7 @@ func TestSessionHoldPolicies(t *testing.T) {
 		},
 		{
 			name: "RetryAfter within the cap",
-			opts: retry.Options{Backoff: retry.Exponential{Base: time.Second, Cap: 30 * time.Second}},
+			opts: retry.Options{Backoff: backoff.Exponential{Base: time.Second, Cap: 30 * time.Second}},
 			fail: func(c sessionCall) error {
 				switch c.Attempt {
 				case 1:
@@ -371,7 +372,7 @@ func TestSessionRetryLoggedAsTheQueueConsumerLogsIt(t *testing.T) {
 				return errBoom
 			}
 			return nil
-		}, nil, &retry.Options{Backoff: retry.Constant{Interval: 10 * time.Second}, Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs}, nil))}, nil)
+		}, nil, &retry.Options{Backoff: backoff.Constant{Interval: 10 * time.Second}, Logger: slog.New(slog.NewJSONHandler(&lockedWriter{w: &logs}, nil))}, nil)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
 		require.NoError(t, stop())
@@ -393,7 +394,7 @@ func TestSessionHoldInPlaceImmediateRetriesBeforeEachDelayedOne(t *testing.T) {
 			return nil
 		})
 		sc := newSessionConsumer(t, b, h, rec, &retry.Options{
-			ImmediateRetries: 2, ImmediateDelay: time.Second, Backoff: retry.Constant{Interval: time.Minute}, MaxAttempts: 6,
+			ImmediateRetries: 2, ImmediateDelay: time.Second, Backoff: backoff.Constant{Interval: time.Minute}, MaxAttempts: 6,
 		}, nil)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -30,7 +31,7 @@ func TestSessionLockRenewedDuringHold(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, &retry.SessionOptions{SessionIdleTimeout: time.Minute})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, &retry.SessionOptions{SessionIdleTimeout: time.Minute})
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
 		sessions := b.Sessions()
@@ -101,7 +102,7 @@ func TestSessionLockLostDuringHold(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: time.Minute}}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}}, &retry.SessionOptions{MaxConcurrentSessions: 1})
 		stop := runSessionConsumer(t, sc)
 		<-failed
 		synctest.Wait() // holding
@@ -137,7 +138,7 @@ func TestSessionRenewalRetriedAfterTransientFailure(t *testing.T) {
 			}
 			return nil
 		})
-		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: retry.Constant{Interval: 30 * time.Second}}, nil)
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Backoff: backoff.Constant{Interval: 30 * time.Second}}, nil)
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
 		require.NoError(t, stop())

@@ -16,11 +16,12 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 )
 
 // The shape of BenchmarkSessionHoldLateness.
 const (
-	// holdDelay is the backoff of every failed attempt (retry.Constant), short so that a run is quick.
+	// holdDelay is the backoff of every failed attempt (backoff.Constant), short so that a run is quick.
 	holdDelay = 10 * time.Millisecond
 	// holdSessions is how many sessions the messages are spread over, four times holdConcurrency, so
 	// that every worker has a session to hold until the end.
@@ -34,7 +35,7 @@ const (
 
 // BenchmarkSessionHoldLateness measures how late a retry held in place runs: every one of b.N messages,
 // spread round-robin over 64 sessions, fails its first attempt, and its session is held for the
-// backoff (retry.Constant, 10 ms) before the handler is called again, 16 sessions at once. The
+// backoff (backoff.Constant, 10 ms) before the handler is called again, 16 sessions at once. The
 // lateness of a retry is the start of the second call minus the return of the first and the delay:
 // what the library adds to the backoff (its decision, the timer's wake-up, the next call's set-up) on
 // top of the Go timer's own lateness. It reports the median, the 99th percentile and the maximum in
@@ -42,7 +43,7 @@ const (
 // lateness of a bare timer of the same delay, waited over and over in the same run
 // (probeTimerLateness), the floor the machine set at that moment.
 //
-//   - impl=retry: retry.SessionConsumer with MaxConcurrentSessions 16 and Backoff retry.Constant;
+//   - impl=retry: retry.SessionConsumer with MaxConcurrentSessions 16 and Backoff backoff.Constant;
 //   - impl=loop: the hand-written session loop of BenchmarkPairedSessions (runSessionLoop) holding a
 //     failed message with a timer of the same delay, the floor the machine sets.
 //
@@ -64,7 +65,7 @@ func BenchmarkSessionHoldLateness(b *testing.B) {
 				return err
 			}
 			sc, err := retry.NewSessionConsumer(connect, handler,
-				&retry.Options{Backoff: retry.Constant{Interval: holdDelay}, Logger: slog.New(slog.DiscardHandler)},
+				&retry.Options{Backoff: backoff.Constant{Interval: holdDelay}, Logger: slog.New(slog.DiscardHandler)},
 				&retry.SessionOptions{MaxConcurrentSessions: holdConcurrency, SessionIdleTimeout: holdIdle})
 			if err != nil {
 				return err

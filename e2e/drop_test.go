@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -185,7 +186,7 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 					<-dropped
 				}
 				return errBoom
-			}, &retry.Options{Backoff: retry.Constant{Interval: delay}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+			}, &retry.Options{Backoff: backoff.Constant{Interval: delay}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 			t.Cleanup(release)
 			waitRunning(t, c)
 			e.send(t, sbtest.Message("chain-1"))
@@ -359,7 +360,7 @@ func TestDropDoesNotHoldNewMessagesBehindARepublish(t *testing.T) {
 		default:
 		}
 		return errBoom
-	}, &retry.Options{Backoff: retry.Constant{Interval: time.Hour}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	}, &retry.Options{Backoff: backoff.Constant{Interval: time.Hour}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	t.Cleanup(release)
 	waitRunning(t, c)
 	e.send(t, sbtest.Message("failing"))

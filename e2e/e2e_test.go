@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 )
@@ -115,7 +116,7 @@ func count(ps []retry.ProcessedParams, id string, outcome retry.Outcome) int {
 func startConsumer(t *testing.T, e *env, handler retry.Handler, opts *retry.Options) *retry.Consumer {
 	t.Helper()
 	if opts.Backoff == nil {
-		opts.Backoff = retry.Fibonacci{Base: 200 * time.Millisecond, Cap: 2 * time.Second}
+		opts.Backoff = backoff.Fibonacci{Base: 200 * time.Millisecond, Cap: 2 * time.Second}
 	}
 	if opts.SettleTimeout == 0 {
 		opts.SettleTimeout = 5 * time.Second
@@ -200,7 +201,7 @@ func TestReceiverOptionsKeepPeekLock(t *testing.T) {
 			return errors.New("first attempt fails")
 		}
 		return nil
-	}, &retry.Options{Backoff: retry.Constant{Interval: 50 * time.Millisecond}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	}, &retry.Options{Backoff: backoff.Constant{Interval: 50 * time.Millisecond}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	e.send(t, sbtest.Message("mode-1"))
 	out.WaitFor(t, "the retry completed", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "mode-1", retry.OutcomeCompleted) == 1
@@ -237,7 +238,7 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{Backoff: retry.Constant{Interval: 700 * time.Millisecond}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	}, &retry.Options{Backoff: backoff.Constant{Interval: 700 * time.Millisecond}, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	msg := sbtest.Message("flaky-1")
 	msg.ApplicationProperties = map[string]any{"tenant": "acme", "n": int32(7)}
 	msg.CorrelationID = strPtr("corr-9")
@@ -318,7 +319,7 @@ func TestHandlerTimeoutsAreRetriedWithBackoff(t *testing.T) {
 	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		<-ctx.Done()
 		return ctx.Err()
-	}, &retry.Options{MaxAttempts: 3, Backoff: retry.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}, Hooks: retry.Hooks{
+	}, &retry.Options{MaxAttempts: 3, Backoff: backoff.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}, Hooks: retry.Hooks{
 		OnProcessed: out.Hook,
 		OnStart: func(p retry.StartParams) context.Context {
 			ctx, cancel := context.WithTimeout(p.Context, 100*time.Millisecond)
@@ -370,7 +371,7 @@ func TestDuplicateRepublishAbsorbed(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{Backoff: retry.Constant{Interval: 3 * time.Second}, DisableLockRenewal: true, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	}, &retry.Options{Backoff: backoff.Constant{Interval: 3 * time.Second}, DisableLockRenewal: true, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	// The complete after the first republish fails, as if the lock were lost at that moment: the
 	// original comes back when its lock expires, fails again, and republishes the same MessageId.
 	e.em.RejectNextSettlements(1, "com.microsoft:message-lock-lost")

@@ -24,6 +24,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -782,7 +783,7 @@ func TestSeparateSendConnectionString(t *testing.T) {
 		out := sbtest.NewOutcomes()
 		runConsumer(t, newConnector(t, e.connStr, e.queue, &retry.ConnectOptions{SendConnectionString: e.connStr}),
 			failOnce(nil), &retry.Options{
-				Backoff: retry.Constant{Interval: 200 * time.Millisecond},
+				Backoff: backoff.Constant{Interval: 200 * time.Millisecond},
 				Hooks:   retry.Hooks{OnProcessed: out.Hook},
 			})
 		e.send(t, sbtest.Message("split-1"))
@@ -800,7 +801,7 @@ func TestSeparateSendConnectionString(t *testing.T) {
 		seen := make(chan retry.Envelope, 1)
 		runConsumer(t, newConnector(t, e.connStr, e.queue, &retry.ConnectOptions{SendConnectionString: target.connStr}),
 			failOnce(seen), &retry.Options{
-				Backoff: retry.Constant{Interval: time.Hour},
+				Backoff: backoff.Constant{Interval: time.Hour},
 				Hooks:   retry.Hooks{OnProcessed: out.Hook},
 			})
 		e.send(t, sbtest.Message("split-2"))

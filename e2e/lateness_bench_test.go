@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 )
 
 // BenchmarkRetryLateness measures how late scheduled retries reach the handler: every message fails
@@ -61,7 +62,7 @@ func BenchmarkRetryLateness(b *testing.B) {
 	}, &retry.Options{
 		MaxConcurrency: 16,
 		Logger:         slog.New(slog.DiscardHandler),
-		Backoff:        retry.Constant{Interval: 50 * time.Millisecond},
+		Backoff:        backoff.Constant{Interval: 50 * time.Millisecond},
 		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
 			if p.Result.Outcome == retry.OutcomeRetryScheduled {
 				mu.Lock()

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 )
 
 // outageFor is how long the downstream of TestOutageModeOnTheBroker is down. The figure is two
@@ -112,7 +113,7 @@ func TestOutageModeOnTheBroker(t *testing.T) {
 	succeeded := map[string]bool{}
 	events := outageEvents{received: &received}
 	const openFor, maxOpenFor = 2 * time.Second, 4 * time.Second
-	backoff := retry.Fibonacci{Base: time.Second, Floor: time.Second, Cap: 4 * time.Second}
+	backoff := backoff.Fibonacci{Base: time.Second, Floor: time.Second, Cap: 4 * time.Second}
 	c := runConsumer(t, countingConnector(e.connector(), &received), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		env, _ := retry.EnvelopeFromContext(ctx)
 		mu.Lock()

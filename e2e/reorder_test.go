@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -106,7 +107,7 @@ func TestConsumerOnSDKSessionReceiver(t *testing.T) {
 	}
 	runConsumer(t, oneSDKSession(t, e, "order-1"), handler, &retry.Options{
 		AllowReorder: true, MaxConcurrency: 1, SettleTimeout: 5 * time.Second,
-		Backoff: retry.Fibonacci{Base: 200 * time.Millisecond, Cap: 2 * time.Second},
+		Backoff: backoff.Fibonacci{Base: 200 * time.Millisecond, Cap: 2 * time.Second},
 	})
 	select {
 	case <-done:

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/sessionstate"
@@ -117,7 +118,7 @@ func TestSessionDurableHoldsThroughTheSDK(t *testing.T) {
 	require.NoError(t, err)
 	newConsumer := func() *retry.SessionConsumer {
 		sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
-			Backoff: retry.Constant{Interval: delay}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
+			Backoff: backoff.Constant{Interval: delay}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
 		}, &retry.SessionOptions{MaxConcurrentSessions: 3, SessionIdleTimeout: 500 * time.Millisecond, MaxHold: time.Nanosecond, DurableHolds: true})
 		require.NoError(t, err)
 		return sc
@@ -299,7 +300,7 @@ func TestSessionStateWrittenMeanwhileIsNotOverwritten(t *testing.T) {
 	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}})
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
-		Backoff: retry.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
+		Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
 	}, &retry.SessionOptions{MaxConcurrentSessions: 1, MaxHold: time.Nanosecond, DurableHolds: true})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -86,7 +87,7 @@ func TestSessionOrderAcrossTransientFailures(t *testing.T) {
 	require.NoError(t, err)
 	var processed sync.Map
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
-		Backoff: retry.Constant{Interval: delay}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
+		Backoff: backoff.Constant{Interval: delay}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
 		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
 			n, _ := processed.LoadOrStore(p.Message.MessageID, new(int))
 			*n.(*int)++
@@ -263,7 +264,7 @@ func TestSessionSubscriptionOrder(t *testing.T) {
 	})
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
-		Backoff: retry.Constant{Interval: 20 * time.Millisecond}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
+		Backoff: backoff.Constant{Interval: 20 * time.Millisecond}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
 		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
 			mu.Lock()
 			entities[p.EntityPath] = true

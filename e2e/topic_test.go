@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
@@ -94,7 +95,7 @@ func startSubscriber(t *testing.T, te *topicEnv, sub, retryQueue string, fails i
 	if opts == nil {
 		opts = &retry.Options{}
 	}
-	opts.Backoff = retry.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}
+	opts.Backoff = backoff.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}
 	opts.SettleTimeout = 5 * time.Second
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 100}))
 	c, err := retry.NewConsumer(connect, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
@@ -202,7 +203,7 @@ func TestSubscriptionReceiversKeepPeekLock(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{Backoff: retry.Constant{Interval: 50 * time.Millisecond}, SettleTimeout: 5 * time.Second, Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	}, &retry.Options{Backoff: backoff.Constant{Interval: 50 * time.Millisecond}, SettleTimeout: 5 * time.Second, Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	te.publish(t, sbtest.Message("mode-2"))
 	out.WaitFor(t, "attempt 3 completed", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "mode-2", retry.OutcomeCompleted) == 1
@@ -237,7 +238,7 @@ func TestSubscriptionForwardingToAQueue(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{Backoff: retry.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}, Logger: slog.New(slog.DiscardHandler)})
+	}, &retry.Options{Backoff: backoff.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}, Logger: slog.New(slog.DiscardHandler)})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -18,7 +19,7 @@ func TestCancelPendingRetry(t *testing.T) {
 	h := newHarness(t)
 	h.Send(t, sbtest.Message("cancel-1"), sbtest.Message("keep-1"))
 	c := h.StartConsumer(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom },
-		retry.Options{Backoff: retry.Constant{Interval: time.Hour}, MaxConcurrency: 4})
+		retry.Options{Backoff: backoff.Constant{Interval: time.Hour}, MaxConcurrency: 4})
 	c.Out.WaitFor(t, "two retries", func(ps []retry.ProcessedParams) bool {
 		return sbtest.CountOutcome(ps, retry.OutcomeRetryScheduled) >= 2
 	})

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -50,7 +51,7 @@ func TestDeadLettersFromRetryAndBroker(t *testing.T) {
 	h.Send(t, sbtest.Message("poison-1"))
 	c := h.StartConsumer(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		return retry.RetryAfter(time.Millisecond, errBoom)
-	}, retry.Options{MaxAttempts: 3, Backoff: retry.Constant{Interval: 10 * time.Millisecond}})
+	}, retry.Options{MaxAttempts: 3, Backoff: backoff.Constant{Interval: 10 * time.Millisecond}})
 	c.Out.WaitFor(t, "dead letter", func(ps []retry.ProcessedParams) bool {
 		_, ok := sbtest.Result(ps, "poison-1", retry.OutcomeDeadLettered)
 		return ok

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -31,7 +32,7 @@ func TestStatusPendingAndDeadLetter(t *testing.T) {
 		}
 		return nil
 	}, retry.Options{
-		Backoff:        retry.Constant{Interval: time.Hour},
+		Backoff:        backoff.Constant{Interval: time.Hour},
 		IdempotencyKey: func(m *azservicebus.ReceivedMessage) string { return "key-" + m.MessageID },
 	})
 	c.Out.WaitFor(t, "retry, dead letter and success", func(ps []retry.ProcessedParams) bool {
@@ -110,7 +111,7 @@ func TestStatusActiveWhileProcessing(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, retry.Options{Backoff: retry.Constant{Interval: 10 * time.Millisecond}})
+	}, retry.Options{Backoff: backoff.Constant{Interval: 10 * time.Millisecond}})
 	in := h.inspector(t, nil)
 	ctx := sbtest.Context(t)
 	for attempt := 1; attempt <= 2; attempt++ {

@@ -17,6 +17,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/cputime"
 	"github.com/sbretry/retry/internal/sbtest"
 )
@@ -353,7 +354,7 @@ func BenchmarkConsumerPaired(b *testing.B) {
 				}
 				round++
 				h.Send(b, msgs...)
-				opts := retry.Options{Backoff: retry.Constant{Interval: time.Hour}, MaxConcurrency: 16}
+				opts := retry.Options{Backoff: backoff.Constant{Interval: time.Hour}, MaxConcurrency: 16}
 				var rec *Recorder
 				if index {
 					var err error

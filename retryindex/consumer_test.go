@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -65,7 +66,7 @@ func TestConsumerFeedAnswersWhenDue(t *testing.T) {
 		}
 		return nil
 	}, retry.Options{
-		Backoff:        retry.Constant{Interval: time.Hour},
+		Backoff:        backoff.Constant{Interval: time.Hour},
 		IdempotencyKey: func(m *azservicebus.ReceivedMessage) string { return "key-" + m.MessageID },
 		Hooks:          r.Hooks(retry.Hooks{}),
 	}, func(ps []retry.ProcessedParams) bool { return len(ps) >= 3 })

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -153,7 +154,7 @@ func TestTailerAndRecorderAgree(t *testing.T) {
 	require.NoError(t, err)
 	h.Send(t, sbtest.Message("order-1"))
 	runConsumer(t, h, func(context.Context, *azservicebus.ReceivedMessage) error { return sbtest.ErrDownstream },
-		retry.Options{Backoff: retry.Constant{Interval: time.Hour}, Hooks: r.Hooks(retry.Hooks{})},
+		retry.Options{Backoff: backoff.Constant{Interval: time.Hour}, Hooks: r.Hooks(retry.Hooks{})},
 		func(ps []retry.ProcessedParams) bool { return len(ps) >= 1 })
 	require.NoError(t, r.Close(context.Background()))
 	tl, err := NewTailer(h.Client, s, h.Entity, nil)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 )
@@ -69,7 +70,7 @@ func TestSessionConsumerTelemetry(t *testing.T) {
 		// The holds wait 8 s, past the 5 s renewal interval of a 10 s session lock: each is renewed
 		// while a message is held.
 		sc, err := retry.NewSessionConsumer(inst.SessionConnector(withAddress(b.SessionConnector(), "sb.example.net:5671")), handler,
-			&retry.Options{MaxAttempts: 2, Backoff: retry.Constant{Interval: 8 * time.Second}, LockDuration: 10 * time.Second,
+			&retry.Options{MaxAttempts: 2, Backoff: backoff.Constant{Interval: 8 * time.Second}, LockDuration: 10 * time.Second,
 				Logger: discard(), Hooks: inst.Hooks(retry.Hooks{})},
 			&retry.SessionOptions{SessionIdleTimeout: time.Second})
 		require.NoError(t, err)

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sessionstate"
@@ -67,7 +68,7 @@ func runDurableHold(t *testing.T) durableRun {
 		}
 	}}
 	sc, err := retry.NewSessionConsumer(inst.SessionConnector(withAddress(b.SessionConnector(), "sb.example.net:5671")), handler,
-		&retry.Options{MaxAttempts: 3, Backoff: retry.Constant{Interval: time.Minute}, Logger: discard(), Hooks: inst.Hooks(next)},
+		&retry.Options{MaxAttempts: 3, Backoff: backoff.Constant{Interval: time.Minute}, Logger: discard(), Hooks: inst.Hooks(next)},
 		&retry.SessionOptions{MaxHold: time.Nanosecond, DurableHolds: true, SessionIdleTimeout: time.Second})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(t.Context())

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -393,7 +394,7 @@ func runSubscriptionLayout(t *testing.T, d door) any {
 	}
 	out := layoutOutcome{Attempts: map[string][]string{}}
 	p, err := retry.NewProcessor(ld.retrySender(t), handler, &retry.Options{
-		MaxAttempts: 3, Backoff: retry.Constant{Interval: 10 * time.Second}, Clock: ld.clock(),
+		MaxAttempts: 3, Backoff: backoff.Constant{Interval: 10 * time.Second}, Clock: ld.clock(),
 		EntityPath: broker.SubscriptionPath("orders", sub), Logger: slog.New(slog.DiscardHandler),
 	})
 	require.NoError(t, err)

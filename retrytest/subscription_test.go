@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -155,7 +156,7 @@ func TestRetryQueueLayoutWithAConsumer(t *testing.T) {
 			return nil
 		}
 		c, err := retry.NewConsumer(b.Connector(), handler, &retry.Options{
-			MaxAttempts: 3, MaxConcurrency: 2, Backoff: retry.Constant{Interval: time.Minute}, Logger: slog.New(slog.DiscardHandler),
+			MaxAttempts: 3, MaxConcurrency: 2, Backoff: backoff.Constant{Interval: time.Minute}, Logger: slog.New(slog.DiscardHandler),
 			Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {
 				mu.Lock()
 				defer mu.Unlock()

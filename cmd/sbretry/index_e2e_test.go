@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/retryindex"
 )
@@ -46,7 +47,7 @@ func TestIndexAgreesWithTheBroker(t *testing.T) {
 		}
 		return nil
 	}, &retry.Options{
-		Backoff: retry.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second,
+		Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		Hooks:  rec.Hooks(retry.Hooks{OnProcessed: out.Hook}),
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -45,7 +46,7 @@ func TestSessionsReleaseWithTheConsumer(t *testing.T) {
 	connect, err := retry.SessionQueueConnectionString(h.Em.ConnectionString(), sessionQueue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
-		Backoff: retry.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
 	}, &retry.SessionOptions{SessionIdleTimeout: 300 * time.Millisecond, MaxHold: time.Nanosecond, DurableHolds: true, BlockAfterDeadLetter: true})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(sbtest.Context(t))

@@ -19,6 +19,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 )
 
 func main() {
@@ -46,7 +47,7 @@ func main() {
 	}
 	consumer, err := retry.NewConsumer(connect, handler, &retry.Options{
 		MaxConcurrency: 16,
-		Backoff:        retry.Jitter{Backoff: retry.Exponential{Base: 5 * time.Second, Cap: time.Hour}},
+		Backoff:        backoff.Jitter{Backoff: backoff.Exponential{Base: 5 * time.Second, Cap: time.Hour}},
 	})
 	if err != nil {
 		slog.Error("invalid options", "error", err)

@@ -26,6 +26,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus/admin"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/dlqmonitor"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/sbemu"
@@ -107,7 +108,7 @@ func run(ctx context.Context, out io.Writer, connStr, queue string) error {
 	}
 	consumer, err := retry.NewConsumer(connect, handler, &retry.Options{
 		MaxAttempts:    maxAttempts,
-		Backoff:        retry.Fibonacci{Base: 100 * time.Millisecond, Cap: 2 * time.Second},
+		Backoff:        backoff.Fibonacci{Base: 100 * time.Millisecond, Cap: 2 * time.Second},
 		MaxConcurrency: 4,
 		Logger:         slog.New(slog.DiscardHandler),
 		Hooks: retry.Hooks{OnProcessed: func(p retry.ProcessedParams) {

@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
@@ -73,7 +74,7 @@ func runTopic(ctx context.Context, out io.Writer, connStr string) error {
 		}
 		close(done)
 		return nil
-	}, &retry.Options{Backoff: retry.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}, Logger: slog.New(slog.DiscardHandler)})
+	}, &retry.Options{Backoff: backoff.Fibonacci{Base: 100 * time.Millisecond, Cap: time.Second}, Logger: slog.New(slog.DiscardHandler)})
 	if err != nil {
 		return err
 	}

@@ -24,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -325,7 +326,7 @@ func (h *Harness) Seed(tb testing.TB, ids ...string) []retry.ProcessedParams {
 			return retry.RetryAfter(10*time.Millisecond, errors.New("timeout calling the ledger"))
 		}
 		return nil
-	}, retry.Options{MaxAttempts: 2, Backoff: retry.Constant{Interval: time.Hour}, MaxConcurrency: 8})
+	}, retry.Options{MaxAttempts: 2, Backoff: backoff.Constant{Interval: time.Hour}, MaxConcurrency: 8})
 	c.Out.WaitFor(tb, "every message at its stage", func(ps []retry.ProcessedParams) bool {
 		for _, id := range ids {
 			want := retry.OutcomeDeadLettered

@@ -26,6 +26,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/soak/internal/ledger"
 )
 
@@ -114,7 +115,7 @@ func run() error {
 	h := &handler{w: w, s: s}
 	opts := &retry.Options{
 		MaxAttempts:      s.maxAttempts,
-		Backoff:          retry.Fibonacci{Base: s.backoffBase, Floor: s.backoffBase, Cap: s.backoffCap},
+		Backoff:          backoff.Fibonacci{Base: s.backoffBase, Floor: s.backoffBase, Cap: s.backoffCap},
 		ReconnectDelays:  delays,
 		WatchdogInterval: s.watchdog,
 		SettleTimeout:    s.settleTimeout,

@@ -1,4 +1,8 @@
-package retry
+// Package backoff holds the delay schedules of package retry: [Fibonacci] (the default), [Exponential],
+// [Constant], and [Jitter] around any of them. A [Backoff] is a pure function of the attempt number, so
+// it gives the same delay in every process; one that also implements [DelayBounds] tells the consumer its
+// cap, which bounds a handler-chosen delay (retry.RetryAfter).
+package backoff
 
 import (
 	"errors"
@@ -10,7 +14,7 @@ import (
 
 // Backoff chooses the delay before the next attempt. Delay(n) is the wait after attempt n failed
 // (n >= 1; smaller n count as 1). It must be a pure function of n: attempts span processes, so all state
-// lives in the message (see [Envelope]), never in the Backoff.
+// lives in the message (see package retry's Envelope), never in the Backoff.
 type Backoff interface {
 	Delay(attempt int) time.Duration
 }
