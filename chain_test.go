@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -30,7 +31,7 @@ func TestMessagesSharingAKeyBothRetry(t *testing.T) {
 	assert.NotEqual(t, sched[0].MessageID, sched[1].MessageID)
 	assert.False(t, sched[0].Duplicate || sched[1].Duplicate, "no retry dropped as a duplicate")
 	for _, s := range sched {
-		assert.Equal(t, "order-1", s.Message.ApplicationProperties[retry.PropKey], "the key stays in the envelope")
+		assert.Equal(t, "order-1", s.Message.ApplicationProperties[envelope.PropKey], "the key stays in the envelope")
 	}
 	f.clock.Add(10 * time.Second)
 	bodies := map[string]bool{}
@@ -83,9 +84,9 @@ func TestSameMessageOnTwoEntitiesGetsTwoChains(t *testing.T) {
 // identity) is still processed: its attempt counts on, its key and correlation are kept, and its chain
 // is re-based on its own sequence number, so the next id is deterministic and new-style.
 func TestCopyFromPreviousVersionIsProcessed(t *testing.T) {
-	var seen retry.Envelope
+	var seen envelope.Envelope
 	f := newFixture(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		seen, _ = retry.EnvelopeFromContext(ctx)
+		seen, _ = envelope.FromContext(ctx)
 		return errBoom
 	}, &retry.Options{MaxAttempts: 5})
 	first := f.clock.Now().Add(-time.Minute)
@@ -93,12 +94,12 @@ func TestCopyFromPreviousVersionIsProcessed(t *testing.T) {
 		MessageID: strPtr("order-42-attempt-2"),
 		Body:      []byte("legacy"),
 		ApplicationProperties: map[string]any{
-			retry.PropAttempt:           int64(2),
-			retry.PropCorrelationID:     "corr-7",
-			retry.PropOriginalMessageID: "order-42",
-			retry.PropKey:               "order-42",
-			retry.PropFirstEnqueuedTime: first,
-			retry.PropLastError:         "boom",
+			envelope.PropAttempt:           int64(2),
+			envelope.PropCorrelationID:     "corr-7",
+			envelope.PropOriginalMessageID: "order-42",
+			envelope.PropKey:               "order-42",
+			envelope.PropFirstEnqueuedTime: first,
+			envelope.PropLastError:         "boom",
 		},
 	})
 	res := f.process()
@@ -113,8 +114,8 @@ func TestCopyFromPreviousVersionIsProcessed(t *testing.T) {
 	assert.Equal(t, int64(1), seen.FirstSequenceNumber, "re-based on the legacy copy's own delivery")
 	c := f.broker.Scheduled()[0].Message
 	assert.Equal(t, seen.RetryMessageID(3), *c.MessageID)
-	assert.Equal(t, int64(3), c.ApplicationProperties[retry.PropAttempt])
-	assert.Equal(t, int64(1), c.ApplicationProperties[retry.PropFirstSequenceNumber])
+	assert.Equal(t, int64(3), c.ApplicationProperties[envelope.PropAttempt])
+	assert.Equal(t, int64(1), c.ApplicationProperties[envelope.PropFirstSequenceNumber])
 
 	// The next attempt keeps that chain.
 	f.clock.Add(time.Minute)
@@ -128,7 +129,7 @@ func TestCopyFromPreviousVersionIsProcessed(t *testing.T) {
 func TestCopyFromPreviousVersionSucceeds(t *testing.T) {
 	f := newFixture(t, okHandler, nil)
 	f.broker.Send(&azservicebus.Message{MessageID: strPtr("k-attempt-3"), ApplicationProperties: map[string]any{
-		retry.PropAttempt: int64(3), retry.PropKey: "k", retry.PropOriginalMessageID: "k",
+		envelope.PropAttempt: int64(3), envelope.PropKey: "k", envelope.PropOriginalMessageID: "k",
 	}})
 	res := f.process()
 	assert.Equal(t, retry.OutcomeCompleted, res.Outcome)

@@ -18,6 +18,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -102,7 +103,7 @@ func TestHandlerContextCarriesRunValuesAndShutdown(t *testing.T) {
 		last := make(chan struct{})
 		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 			seen = append(seen, ctx.Value(runKey{}))
-			env, _ := retry.EnvelopeFromContext(ctx)
+			env, _ := envelope.FromContext(ctx)
 			attempts = append(attempts, env.Attempt)
 			if m.MessageID != "m-4" {
 				return nil

@@ -13,6 +13,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -32,7 +33,7 @@ const (
 // is not redone and how a scheduled retry copy stays the only successor of its attempt.
 type decision struct {
 	kind       decisionKind
-	env        *Envelope
+	env        *envelope.Envelope
 	handlerErr error
 	// The details of a retry or a dead-letter; a success, the common case, needs neither.
 	*retryPlan
@@ -118,7 +119,7 @@ func (p *Processor) finalDecision(d *delivery, herr error, pol policy) *decision
 }
 
 // overBudget reports whether an attempt due at at falls after Options.RetryBudget.
-func (p *Processor) overBudget(env *Envelope, at time.Time) bool {
+func (p *Processor) overBudget(env *envelope.Envelope, at time.Time) bool {
 	return p.cfg.retryBudget > 0 && !env.FirstEnqueuedTime.IsZero() && at.After(env.FirstEnqueuedTime.Add(p.cfg.retryBudget))
 }
 
@@ -126,7 +127,7 @@ func (p *Processor) overBudget(env *Envelope, at time.Time) bool {
 // enqueue time, so a copy that carried the original TTL would silently extend the producer's deadline
 // by every delay: the copy gets what is left of the producer's lifetime instead, and a copy that would
 // be due after it is refused (expired).
-func (p *Processor) copyTTL(env *Envelope, msg *azservicebus.ReceivedMessage, at time.Time) (ttl *time.Duration, expired bool) {
+func (p *Processor) copyTTL(env *envelope.Envelope, msg *azservicebus.ReceivedMessage, at time.Time) (ttl *time.Duration, expired bool) {
 	switch {
 	case p.cfg.ignoreExpiry:
 		if msg.TimeToLive != nil && *msg.TimeToLive > 0 {
@@ -152,7 +153,7 @@ func (p *Processor) copyTTL(env *Envelope, msg *azservicebus.ReceivedMessage, at
 // buildCopy builds the copy of d's message for attempt, due at at, with the MessageID id, and lets the
 // OnRetryCopy hook see it.
 func (p *Processor) buildCopy(d *delivery, attempt int, errText string, ttl *time.Duration, at time.Time, id string) *azservicebus.Message {
-	copyMsg := retryCopy(d.msg, d.env, attempt, id, errText, ttl)
+	copyMsg := envelope.RetryCopy(d.msg, d.env, attempt, id, errText, ttl)
 	if hook := p.cfg.hooks.OnRetryCopy; hook != nil {
 		hook(RetryCopyParams{Context: d.ctx, Message: d.msg, Envelope: d.env, Copy: copyMsg, Attempt: attempt, ScheduledFor: at})
 		copyMsg.MessageID = &id   // the id is the chain's: a hook may add properties, not rename the copy
@@ -186,7 +187,7 @@ func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, her
 		}
 		id := heldMessageID(*env, d.route.entity, msg)
 		copyMsg := p.buildCopy(d, env.Attempt, errText, ttl, at, id)
-		copyMsg.ApplicationProperties[PropHeld] = now.UTC()
+		copyMsg.ApplicationProperties[envelope.PropHeld] = now.UTC()
 		if why := oversize(copyMsg, p.cfg.maxMessageSize); why != "" {
 			return p.leftForRedelivery(d, fmt.Errorf("%w: %s", errCannotHold, why), "outage mode: the held copy would exceed the size limits; the broker will redeliver the message")
 		}
@@ -206,7 +207,7 @@ func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, her
 // absorbs a second copy; a copy held again is another delivery, with an id of its own, also when it is
 // received from another entity whose sequence numbers overlap (a subscription's copies are held again
 // from its retry queue). The id is at most 78 characters.
-func heldMessageID(env Envelope, entity string, msg *azservicebus.ReceivedMessage) string {
+func heldMessageID(env envelope.Envelope, entity string, msg *azservicebus.ReceivedMessage) string {
 	h := sha256.New()
 	for _, f := range []string{entity, strconv.FormatInt(*msg.SequenceNumber, 10), msg.MessageID} {
 		h.Write([]byte(strconv.Itoa(len(f))))
@@ -254,26 +255,26 @@ func (p *Processor) errorText(err error) string {
 // deadLetterDecision builds a dead-letter decision with our reason. The dead letter carries the final
 // attempt, the time, the reason and (unless the message is already at the header limits) the last
 // error as application properties, so that an operator sees what happened without decoding anything.
-func (p *Processor) deadLetterDecision(env *Envelope, msg *azservicebus.ReceivedMessage, reason string, cause error, now time.Time, withError bool) *decision {
+func (p *Processor) deadLetterDecision(env *envelope.Envelope, msg *azservicebus.ReceivedMessage, reason string, cause error, now time.Time, withError bool) *decision {
 	desc := p.errorText(cause)
 	props := map[string]any{
-		PropDeadLetterAttempt: int64(env.Attempt),
-		PropDeadLetterTime:    now.UTC(),
-		PropDeadLetterReason:  reason,
+		envelope.PropDeadLetterAttempt: int64(env.Attempt),
+		envelope.PropDeadLetterTime:    now.UTC(),
+		envelope.PropDeadLetterReason:  reason,
 	}
 	if withError {
-		props[PropLastError] = desc
+		props[envelope.PropLastError] = desc
 		if env.Source != "" {
-			props[PropSource] = env.Source
+			props[envelope.PropSource] = env.Source
 		}
-		if _, ok := msg.ApplicationProperties[PropFirstSequenceNumber]; !ok {
-			props[PropFirstSequenceNumber] = env.FirstSequenceNumber
+		if _, ok := msg.ApplicationProperties[envelope.PropFirstSequenceNumber]; !ok {
+			props[envelope.PropFirstSequenceNumber] = env.FirstSequenceNumber
 		}
 		// A first delivery carries no envelope yet: record its key and correlation id, so that an
 		// operator finds the dead letter by them as by a retry copy's; unless they would take the
 		// message's properties over the header limit, where the dead-letter itself would fail.
 		identity := map[string]any{}
-		for name, v := range map[string]string{PropKey: env.Key, PropCorrelationID: env.CorrelationID, PropOriginalMessageID: env.OriginalMessageID} {
+		for name, v := range map[string]string{envelope.PropKey: env.Key, envelope.PropCorrelationID: env.CorrelationID, envelope.PropOriginalMessageID: env.OriginalMessageID} {
 			if _, ok := msg.ApplicationProperties[name]; !ok && v != "" {
 				identity[name] = v
 			}

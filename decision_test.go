@@ -15,13 +15,14 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 )
 
 func TestAttemptsFollowScheduleThenDeadLetter(t *testing.T) {
 	const maxAttempts = 5
-	var seen []retry.Envelope
+	var seen []envelope.Envelope
 	f := newFixture(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		env, ok := retry.EnvelopeFromContext(ctx)
+		env, ok := envelope.FromContext(ctx)
 		require.True(t, ok)
 		seen = append(seen, env)
 		return errBoom
@@ -67,7 +68,7 @@ func TestDefaultMaxAttemptsIs29(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	msg := sampleMessage()
 	msg.TimeToLive = nil // the 7-day waits would outlive it
-	msg.ApplicationProperties[retry.PropAttempt] = int64(28)
+	msg.ApplicationProperties[envelope.PropAttempt] = int64(28)
 	f.broker.Send(msg)
 	assert.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome, "attempt 28 still retries")
 	f.clock.Add(backoff.DefaultCap)
@@ -206,10 +207,10 @@ func TestFirstAttemptDeadLetterRecordsItsIdentity(t *testing.T) {
 	dead := f.broker.DeadLettered()
 	require.Len(t, dead, 1)
 	props := dead[0].Message.ApplicationProperties
-	assert.Equal(t, "order-7", props[retry.PropKey])
-	assert.Equal(t, "trace-7", props[retry.PropCorrelationID])
-	assert.Equal(t, "order-7", props[retry.PropOriginalMessageID])
-	env, err := retry.DecodeEnvelope(dead[0].Message)
+	assert.Equal(t, "order-7", props[envelope.PropKey])
+	assert.Equal(t, "trace-7", props[envelope.PropCorrelationID])
+	assert.Equal(t, "order-7", props[envelope.PropOriginalMessageID])
+	env, err := envelope.Decode(dead[0].Message)
 	require.NoError(t, err)
 	assert.Equal(t, "order-7", env.Key)
 
@@ -220,7 +221,7 @@ func TestFirstAttemptDeadLetterRecordsItsIdentity(t *testing.T) {
 	require.Equal(t, retry.OutcomeDeadLettered, g.process().Outcome)
 	dead = g.broker.DeadLettered()
 	require.Len(t, dead, 1)
-	assert.NotContains(t, dead[0].Message.ApplicationProperties, retry.PropKey, "no room under the header limit")
+	assert.NotContains(t, dead[0].Message.ApplicationProperties, envelope.PropKey, "no room under the header limit")
 }
 
 // Service Bus counts a TimeToLive from the scheduled enqueue time. A copy gets only what is left of the
@@ -238,14 +239,14 @@ func TestExpiryIsTheProducers(t *testing.T) {
 	require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
 	c := f.broker.Scheduled()[0].Message
 	assert.Equal(t, 25*time.Second, *c.TimeToLive, "35 s minus the 10 s wait")
-	assert.Equal(t, start.Add(ttl), c.ApplicationProperties[retry.PropExpiresAt])
+	assert.Equal(t, start.Add(ttl), c.ApplicationProperties[envelope.PropExpiresAt])
 
 	f.clock.Add(10 * time.Second)
 	res = f.process() // attempt 2 at 10 s, copy due at 20 s
 	require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
 	c = f.broker.Scheduled()[1].Message
 	assert.Equal(t, 15*time.Second, *c.TimeToLive)
-	assert.Equal(t, start.Add(ttl), c.ApplicationProperties[retry.PropExpiresAt], "the expiry never moves")
+	assert.Equal(t, start.Add(ttl), c.ApplicationProperties[envelope.PropExpiresAt], "the expiry never moves")
 
 	f.clock.Add(10 * time.Second)
 	res = f.process() // attempt 3 at 20 s; attempt 4 would be due at 40 s > 35 s
@@ -275,7 +276,7 @@ func TestNoTimeToLiveNoLimit(t *testing.T) {
 	require.Equal(t, retry.OutcomeRetryScheduled, f.process().Outcome)
 	c := f.broker.Scheduled()[0].Message
 	assert.Nil(t, c.TimeToLive)
-	assert.NotContains(t, c.ApplicationProperties, retry.PropExpiresAt)
+	assert.NotContains(t, c.ApplicationProperties, envelope.PropExpiresAt)
 }
 
 // A custom Backoff's delays are bounded like RetryAfter's: never negative, never beyond the cap.
@@ -318,11 +319,11 @@ func TestDeadLetterCarriesWhatHappened(t *testing.T) {
 	dl := f.broker.DeadLettered()[0]
 	assert.Equal(t, "rendered: downstream unavailable SharedAccessKey=REDACTED", dl.Description)
 	props := dl.Message.ApplicationProperties
-	assert.Equal(t, int64(1), props[retry.PropDeadLetterAttempt])
-	assert.Equal(t, f.clock.Now(), props[retry.PropDeadLetterTime])
-	assert.Equal(t, "RetryMaxAttemptsExceeded", props[retry.PropDeadLetterReason])
-	assert.Equal(t, dl.Description, props[retry.PropLastError])
-	assert.Equal(t, "orders", props[retry.PropSource])
+	assert.Equal(t, int64(1), props[envelope.PropDeadLetterAttempt])
+	assert.Equal(t, f.clock.Now(), props[envelope.PropDeadLetterTime])
+	assert.Equal(t, "RetryMaxAttemptsExceeded", props[envelope.PropDeadLetterReason])
+	assert.Equal(t, dl.Description, props[envelope.PropLastError])
+	assert.Equal(t, "orders", props[envelope.PropSource])
 	assert.Equal(t, "acme", props["tenant"], "the producer's properties stay")
 }
 

@@ -3,10 +3,10 @@
 // Service Bus on its own can only redeliver a failed message at once (abandon) until the entity's
 // MaxDeliveryCount is spent, and then dead-letters it. During a downstream outage every attempt burns
 // within seconds. This package instead republishes a copy of a failed message with a scheduled enqueue
-// time chosen by a backoff (package [github.com/sbretry/retry/backoff]; Fibonacci by default), carries the retry state in the copy's application
-// properties (see [Envelope]), and only then completes the original. Nothing is ever abandoned, and a
-// message is never completed before its successor is safely scheduled: if the republish fails, the
-// original stays locked and the broker redelivers it.
+// time chosen by a backoff (package backoff; Fibonacci by default), carries the retry state in the
+// copy's application properties (package envelope), and only then completes the original. Nothing is
+// ever abandoned, and a message is never completed before its successor is safely scheduled: if the
+// republish fails, the original stays locked and the broker redelivers it.
 //
 // # A map of the package
 //
@@ -27,8 +27,8 @@
 //     SessionOptions.DurableHolds, by holding the session in the broker (its record: package
 //     sessionstate).
 //   - Observing: [Hooks] (OnStart, OnRetryCopy, OnSettle, OnProcessed, ...), on which package retryotel
-//     builds OpenTelemetry traces and metrics; the handler reads its [Envelope] with
-//     [EnvelopeFromContext].
+//     builds OpenTelemetry traces and metrics; the handler reads its [envelope.Envelope] with
+//     [envelope.FromContext].
 //   - Testing: package retrytest is an in-memory broker with the emulator's semantics; inject a [Clock]
 //     (benbjohnson/clock's Mock satisfies it) to run retries without waiting. Operators use package
 //     inspect and the sbretry command.
@@ -43,7 +43,7 @@
 // renewed until the complete returns. If the complete fails, the processor remembers the outcome and
 // completes the redelivered original without running the handler again. If the process dies between
 // the two, another process runs the handler again; its republish uses the same deterministic MessageId
-// ([Envelope.RetryMessageID]: unique per retry chain and attempt), so a queue with duplicate detection
+// ([envelope.Envelope.RetryMessageID]: unique per retry chain and attempt), so a queue with duplicate detection
 // drops it. Delivery is therefore at-least-once, and with duplicate detection on (a window covering the
 // lock duration, one settle timeout and the longest handler run) a retry is scheduled at most once per
 // attempt.

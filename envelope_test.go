@@ -14,51 +14,34 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
-
-func TestDecodeEnvelopeFirstDelivery(t *testing.T) {
-	enq := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
-	env, err := retry.DecodeEnvelope(&azservicebus.ReceivedMessage{MessageID: "m-1", EnqueuedTime: &enq})
-	require.NoError(t, err)
-	assert.Equal(t, retry.Envelope{Attempt: 1, OriginalMessageID: "m-1", FirstEnqueuedTime: enq, FirstSequenceNumber: -1}, env)
-	assert.False(t, env.IsRetry())
-	_, err = retry.DecodeEnvelope(nil)
-	assert.ErrorIs(t, err, retry.ErrNilMessage)
-}
-
-func TestDecodeEnvelopeAcceptsIntegerTypes(t *testing.T) {
-	for _, v := range []any{int64(3), int32(3), int(3), int16(3), int8(3), uint8(3), uint16(3), uint32(3), uint64(3)} {
-		env, err := retry.DecodeEnvelope(&azservicebus.ReceivedMessage{ApplicationProperties: map[string]any{retry.PropAttempt: v}})
-		require.NoError(t, err, "%T", v)
-		assert.Equal(t, 3, env.Attempt)
-	}
-}
 
 func TestDecodeEnvelopeRejectsHostileProperties(t *testing.T) {
 	cases := []struct {
 		name  string
 		props map[string]any
 	}{
-		{"attempt as string", map[string]any{retry.PropAttempt: "3"}},
-		{"attempt as float", map[string]any{retry.PropAttempt: 2.5}},
-		{"attempt zero", map[string]any{retry.PropAttempt: int64(0)}},
-		{"attempt negative", map[string]any{retry.PropAttempt: int64(-5)}},
-		{"attempt beyond int32", map[string]any{retry.PropAttempt: int64(math.MaxInt32) + 1}},
-		{"attempt huge uint64", map[string]any{retry.PropAttempt: uint64(math.MaxUint64)}},
-		{"attempt min int64", map[string]any{retry.PropAttempt: int64(math.MinInt64)}},
-		{"attempt nil", map[string]any{retry.PropAttempt: nil}},
-		{"correlation id wrong type", map[string]any{retry.PropCorrelationID: int64(7)}},
-		{"correlation id oversized", map[string]any{retry.PropCorrelationID: strings.Repeat("c", 5000)}},
-		{"key oversized", map[string]any{retry.PropKey: strings.Repeat("k", 1025)}},
-		{"original id as bytes", map[string]any{retry.PropOriginalMessageID: []byte("x")}},
-		{"first enqueued as string", map[string]any{retry.PropFirstEnqueuedTime: "2026-01-01"}},
-		{"last error oversized", map[string]any{retry.PropLastError: strings.Repeat("e", 40*1024)}},
+		{"attempt as string", map[string]any{envelope.PropAttempt: "3"}},
+		{"attempt as float", map[string]any{envelope.PropAttempt: 2.5}},
+		{"attempt zero", map[string]any{envelope.PropAttempt: int64(0)}},
+		{"attempt negative", map[string]any{envelope.PropAttempt: int64(-5)}},
+		{"attempt beyond int32", map[string]any{envelope.PropAttempt: int64(math.MaxInt32) + 1}},
+		{"attempt huge uint64", map[string]any{envelope.PropAttempt: uint64(math.MaxUint64)}},
+		{"attempt min int64", map[string]any{envelope.PropAttempt: int64(math.MinInt64)}},
+		{"attempt nil", map[string]any{envelope.PropAttempt: nil}},
+		{"correlation id wrong type", map[string]any{envelope.PropCorrelationID: int64(7)}},
+		{"correlation id oversized", map[string]any{envelope.PropCorrelationID: strings.Repeat("c", 5000)}},
+		{"key oversized", map[string]any{envelope.PropKey: strings.Repeat("k", 1025)}},
+		{"original id as bytes", map[string]any{envelope.PropOriginalMessageID: []byte("x")}},
+		{"first enqueued as string", map[string]any{envelope.PropFirstEnqueuedTime: "2026-01-01"}},
+		{"last error oversized", map[string]any{envelope.PropLastError: strings.Repeat("e", 40*1024)}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := retry.DecodeEnvelope(&azservicebus.ReceivedMessage{ApplicationProperties: tc.props})
+			_, err := envelope.Decode(&azservicebus.ReceivedMessage{ApplicationProperties: tc.props})
 			require.ErrorIs(t, err, retry.ErrInvalidEnvelope)
-			var envErr *retry.EnvelopeError
+			var envErr *envelope.Error
 			require.ErrorAs(t, err, &envErr)
 			assert.NotEmpty(t, envErr.Property)
 
@@ -85,33 +68,10 @@ func TestDecodeEnvelopeRejectsHostileProperties(t *testing.T) {
 func TestHugeValidAttemptDeadLettersInsteadOfLooping(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	f.broker.Send(&azservicebus.Message{MessageID: strPtr("m"), Body: []byte("x"),
-		ApplicationProperties: map[string]any{retry.PropAttempt: int64(math.MaxInt32)}})
+		ApplicationProperties: map[string]any{envelope.PropAttempt: int64(math.MaxInt32)}})
 	res := f.process()
 	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 	assert.Equal(t, "RetryMaxAttemptsExceeded", res.DeadLetterReason)
-}
-
-func TestRetryMessageIDScheme(t *testing.T) {
-	base := retry.Envelope{Source: "orders", FirstSequenceNumber: 42, OriginalMessageID: "order-7"}
-	id := base.RetryMessageID(2)
-	assert.Regexp(t, `^sbretry-[0-9a-f]{40}-2$`, id)
-	assert.Equal(t, id, base.RetryMessageID(2), "deterministic across redeliveries of one attempt")
-	assert.NotEqual(t, id, base.RetryMessageID(3), "one id per attempt")
-	assert.Equal(t, base.ChainID(), id[len("sbretry-"):len(id)-2])
-	for name, other := range map[string]retry.Envelope{
-		"another sequence number":     {Source: "orders", FirstSequenceNumber: 43, OriginalMessageID: "order-7"},
-		"another entity":              {Source: "orders2", FirstSequenceNumber: 42, OriginalMessageID: "order-7"},
-		"another subscription":        {Source: "t/Subscriptions/b", FirstSequenceNumber: 42, OriginalMessageID: "order-7"},
-		"fields shifted across seams": {Source: "orders4", FirstSequenceNumber: 2, OriginalMessageID: "order-7"},
-	} {
-		assert.NotEqual(t, id, other.RetryMessageID(2), name)
-	}
-	// The key no longer decides the id: two chains with the same key differ.
-	k1 := retry.Envelope{Key: "order-1", Source: "orders", FirstSequenceNumber: 1}
-	k2 := retry.Envelope{Key: "order-1", Source: "orders", FirstSequenceNumber: 2}
-	assert.NotEqual(t, k1.RetryMessageID(2), k2.RetryMessageID(2))
-	huge := retry.Envelope{Source: strings.Repeat("s", 1024), FirstSequenceNumber: math.MaxInt64, OriginalMessageID: strings.Repeat("m", 1024)}
-	assert.LessOrEqual(t, len(huge.RetryMessageID(math.MaxInt32)), retry.MaxMessageIDLength)
 }
 
 func TestLongIdempotencyKeyStaysDecodable(t *testing.T) {
@@ -124,7 +84,7 @@ func TestLongIdempotencyKeyStaysDecodable(t *testing.T) {
 	res := f.process()
 	assert.Equal(t, retry.OutcomeRetryScheduled, res.Outcome, "the copy's envelope must decode")
 	for _, s := range f.broker.Scheduled() {
-		assert.LessOrEqual(t, len(s.MessageID), retry.MaxMessageIDLength)
+		assert.LessOrEqual(t, len(s.MessageID), envelope.MaxMessageIDLength)
 	}
 }
 
@@ -140,22 +100,22 @@ func FuzzEnvelope(f *testing.F) {
 		props := map[string]any{}
 		switch kind % 6 {
 		case 0:
-			props[retry.PropAttempt] = attempt
+			props[envelope.PropAttempt] = attempt
 		case 1:
-			props[retry.PropAttempt] = int32(attempt)
+			props[envelope.PropAttempt] = int32(attempt)
 		case 2:
-			props[retry.PropAttempt] = uint64(attempt)
+			props[envelope.PropAttempt] = uint64(attempt)
 		case 3:
-			props[retry.PropAttempt] = corr
+			props[envelope.PropAttempt] = corr
 		case 4:
-			props[retry.PropAttempt] = float64(attempt)
+			props[envelope.PropAttempt] = float64(attempt)
 		}
-		props[retry.PropCorrelationID] = corr
-		props[retry.PropOriginalMessageID] = orig
-		props[retry.PropKey] = orig
-		props[retry.PropFirstEnqueuedTime] = time.UnixMilli(ts % (1 << 50)).UTC()
+		props[envelope.PropCorrelationID] = corr
+		props[envelope.PropOriginalMessageID] = orig
+		props[envelope.PropKey] = orig
+		props[envelope.PropFirstEnqueuedTime] = time.UnixMilli(ts % (1 << 50)).UTC()
 		msg := &azservicebus.ReceivedMessage{MessageID: "m", ApplicationProperties: props, Body: []byte("b")}
-		env, err := retry.DecodeEnvelope(msg)
+		env, err := envelope.Decode(msg)
 		if err == nil {
 			require.GreaterOrEqual(t, env.Attempt, 1)
 			require.LessOrEqual(t, env.Attempt, math.MaxInt32)
@@ -172,10 +132,10 @@ func FuzzEnvelope(f *testing.F) {
 		case retry.OutcomeRetryScheduled:
 			require.NoError(t, err)
 			require.Len(t, sender.msgs, 1)
-			next := sender.msgs[0].ApplicationProperties[retry.PropAttempt].(int64)
+			next := sender.msgs[0].ApplicationProperties[envelope.PropAttempt].(int64)
 			require.Equal(t, int64(env.Attempt+1), next)
 			require.LessOrEqual(t, next, int64(maxAttempts))
-			require.LessOrEqual(t, len(*sender.msgs[0].MessageID), retry.MaxMessageIDLength)
+			require.LessOrEqual(t, len(*sender.msgs[0].MessageID), envelope.MaxMessageIDLength)
 			require.Equal(t, 1, rec.completed)
 		case retry.OutcomeDeadLettered:
 			require.Equal(t, 1, rec.deadLettered)

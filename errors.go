@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Sentinel errors. Compare with [errors.Is].
@@ -14,9 +15,10 @@ var (
 	// ErrInvalidOptions is wrapped by every error that [NewConsumer] and [NewProcessor] return for
 	// invalid [Options].
 	ErrInvalidOptions = errors.New("retry: invalid options")
-	// ErrInvalidEnvelope is wrapped by [DecodeEnvelope] when a message carries retry properties of the
-	// wrong type or out of range. Such a message is dead-lettered without calling the handler.
-	ErrInvalidEnvelope = errors.New("retry: invalid retry properties")
+	// ErrInvalidEnvelope is wrapped by [envelope.Decode] when a message carries retry properties of the
+	// wrong type or out of range. Such a message is dead-lettered without calling the handler. It is
+	// [envelope.ErrInvalid].
+	ErrInvalidEnvelope = envelope.ErrInvalid
 	// ErrLockLost is the cause of a handler context cancelled because the message lock (for a
 	// [SessionConsumer], the session lock) was lost; the broker redelivers the message, so nothing is
 	// republished or settled.
@@ -25,8 +27,8 @@ var (
 	ErrAlreadyRunning = errors.New("retry: consumer already running")
 	// ErrHandlerPanic wraps a panic recovered from a handler; the delivery counts as a failed attempt.
 	ErrHandlerPanic = errors.New("retry: handler panicked")
-	// ErrNilMessage is returned by [Processor.Process] for a nil message.
-	ErrNilMessage = errors.New("retry: nil message")
+	// ErrNilMessage is returned by [Processor.Process] for a nil message. It is [envelope.ErrNilMessage].
+	ErrNilMessage = envelope.ErrNilMessage
 	// ErrNilSettler is returned by [Processor.Process] for a nil settler.
 	ErrNilSettler = errors.New("retry: nil settler")
 	// ErrNotConfigured is returned by the methods of a zero-value [Consumer] or [Processor]; use

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -60,7 +61,7 @@ func ExampleJitter() {
 // the first delivery) and the attempt: unique per chain, and the same for every redelivery of one
 // attempt, so a republish after a crash is recognised by the broker's duplicate detection.
 func ExampleEnvelope_RetryMessageID() {
-	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 1234, OriginalMessageID: "order-42"}
+	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: 1234, OriginalMessageID: "order-42"}
 	fmt.Println(env.RetryMessageID(2))
 	fmt.Println(env.RetryMessageID(3))
 	// Output:
@@ -93,11 +94,11 @@ func ExampleRetryAfter() {
 }
 
 // A handler reads the retry state from its context, e.g. to log it or to give up early on old messages.
-func ExampleEnvelopeFromContext() {
+func Example_envelopeFromContext() {
 	mock := clock.NewMock()
 	broker, _ := retrytest.New(mock, nil)
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		fmt.Printf("attempt %d of %s (retry: %t), last error %q\n", env.Attempt, env.OriginalMessageID, env.IsRetry(), env.LastError)
 		if env.Attempt == 1 {
 			return errors.New("inventory service timed out")
@@ -210,7 +211,7 @@ func ExampleNewConsumer() {
 		log.Fatal(err) // a malformed connection string; the error never contains the key
 	}
 	consumer, err := retry.NewConsumer(connect, func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		log.Printf("order %s, attempt %d", env.OriginalMessageID, env.Attempt)
 		return nil // an error retries later, with backoff
 	}, &retry.Options{MaxConcurrency: 8, MaxAttempts: 10})

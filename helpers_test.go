@@ -17,6 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -97,8 +98,8 @@ func strPtr(s string) *string { return &s }
 
 // chainOf is the envelope identity of sampleMessage's chain in the fixture: entity "orders", first
 // delivery with sequence number seq.
-func chainOf(seq int64) retry.Envelope {
-	return retry.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: "order-42"}
+func chainOf(seq int64) envelope.Envelope {
+	return envelope.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: "order-42"}
 }
 
 func sampleMessage() *azservicebus.Message {

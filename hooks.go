@@ -7,6 +7,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -54,7 +55,7 @@ type Hooks struct {
 type StartParams struct {
 	Context  context.Context
 	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
+	Envelope envelope.Envelope
 	// EntityPath is the entity the message was received from.
 	EntityPath string
 	// Time is when processing started (the attempt, when Rerun > 0), on the processor's Clock.
@@ -69,7 +70,7 @@ type StartParams struct {
 type RetryCopyParams struct {
 	Context  context.Context
 	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
+	Envelope envelope.Envelope
 	// Copy is the message to be scheduled; the hook may add application properties.
 	Copy *azservicebus.Message
 	// Attempt is the attempt number the copy carries; ScheduledFor is when it is due.
@@ -90,7 +91,7 @@ const (
 type SettleParams struct {
 	Context  context.Context
 	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
+	Envelope envelope.Envelope
 	// EntityPath is the entity the message was received from.
 	EntityPath string
 	// Operation is [SettleSchedule], [SettleComplete], [SettleDeadLetter] or [SettleDefer].
@@ -107,7 +108,7 @@ type ProcessedParams struct {
 	// Context is the delivery's context (the one OnStart returned, if it did).
 	Context  context.Context
 	Message  *azservicebus.ReceivedMessage
-	Envelope Envelope
+	Envelope envelope.Envelope
 	Result   Result
 	// EntityPath is the entity the message was received from.
 	EntityPath string
@@ -125,7 +126,7 @@ type StateChangeParams struct {
 
 // finish reports res to the OnProcessed hook and returns it, so every path through Process is
 // observed exactly once.
-func (p *Processor) finish(d *delivery, env Envelope, res Result) Result {
+func (p *Processor) finish(d *delivery, env envelope.Envelope, res Result) Result {
 	if hook := p.cfg.hooks.OnProcessed; hook != nil {
 		hook(ProcessedParams{
 			Context: d.ctx, Message: d.msg, Envelope: env, Result: res, EntityPath: d.route.entity,
@@ -166,7 +167,7 @@ func (p *Processor) callStart(d *delivery) time.Time {
 
 // settled reports one broker call made for a delivery, started at start, to the OnSettle hook; copyID
 // is the retry copy's MessageID when the call scheduled it.
-func (p *Processor) settled(d *delivery, op, copyID string, env Envelope, start time.Time, err error) {
+func (p *Processor) settled(d *delivery, op, copyID string, env envelope.Envelope, start time.Time, err error) {
 	if hook := p.cfg.hooks.OnSettle; hook != nil {
 		hook(SettleParams{Context: d.ctx, Message: d.msg, Envelope: env, EntityPath: d.route.entity, Operation: op, RetryMessageID: copyID,
 			Start: start, Duration: p.cfg.clock.Now().Sub(start), Err: err})
@@ -174,7 +175,7 @@ func (p *Processor) settled(d *delivery, op, copyID string, env Envelope, start 
 }
 
 // log writes one line with the message's identity. Bodies are never logged.
-func (p *Processor) log(ctx context.Context, level slog.Level, text string, msg *azservicebus.ReceivedMessage, env Envelope, attrs ...slog.Attr) {
+func (p *Processor) log(ctx context.Context, level slog.Level, text string, msg *azservicebus.ReceivedMessage, env envelope.Envelope, attrs ...slog.Attr) {
 	lg := p.cfg.logger
 	if !lg.Enabled(ctx, level) {
 		return

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Bounds on the lock duration the processor infers when Options.LockDuration is not set. Service Bus
@@ -50,7 +51,7 @@ type lockKeeper struct {
 	values context.Context
 	p      *Processor
 	msg    *azservicebus.ReceivedMessage
-	env    *Envelope
+	env    *envelope.Envelope
 	rcv    Settler
 	dur    time.Duration // the granted lock duration
 	each   time.Duration // the renewal interval

@@ -8,6 +8,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Defaults for [Options]. Each applies when its field is zero.
@@ -154,13 +155,13 @@ type Options struct {
 	// redelivery.
 	DisableLockRenewal bool
 	// EntityPath is the queue, or "topic/Subscriptions/subscription", the messages are received from. It
-	// is the first half of a retry chain's identity (see [Envelope.RetryMessageID]), so two processors
+	// is the first half of a retry chain's identity (see [envelope.Envelope.RetryMessageID]), so two processors
 	// whose copies meet in one entity must use different paths. [Consumer] takes it from the
 	// [Connection] when the connector sets it. Empty is valid for a queue whose copies go back to itself.
 	EntityPath string
 	// IdempotencyKey returns a name for the message that handlers can use to make their effects
-	// idempotent; it is carried in the envelope ([Envelope.Key]). Nil means the original MessageID (for a
-	// message made by [ResubmitMessage], the MessageID it was resubmitted from). It does
+	// idempotent; it is carried in the envelope ([envelope.Envelope.Key]). Nil means the original MessageID (for a
+	// message made by [envelope.Resubmit], the MessageID it was resubmitted from). It does
 	// not decide the retry MessageID. The key is computed on the first delivery and carried after.
 	IdempotencyKey func(*azservicebus.ReceivedMessage) string
 	// IgnoreExpiry makes every retry copy carry the original TimeToLive:
@@ -289,7 +290,7 @@ func (o *Options) validate() error {
 			return &OptionError{Field: "ReconnectDelays", Reason: "delay " + strconv.Itoa(i) + " must not be negative"}
 		}
 	}
-	// Attempts travel as AMQP longs but are decoded into [1, MaxInt32] (see DecodeEnvelope); a larger
+	// Attempts travel as AMQP longs but are decoded into [1, MaxInt32] (see envelope.Decode); a larger
 	// limit could never be reached and would hide a typo.
 	if o.DescriptionLimit > MaxDescriptionLimit {
 		return &OptionError{Field: "DescriptionLimit", Reason: "must not exceed " + strconv.Itoa(MaxDescriptionLimit) + " bytes (the Service Bus property limit)"}
@@ -418,7 +419,7 @@ func orDur(v, def time.Duration) time.Duration {
 // defaultKey is the idempotency key without Options.IdempotencyKey: the MessageID, or for a
 // resubmitted dead letter the key of its original.
 func defaultKey(m *azservicebus.ReceivedMessage) string {
-	if v, ok := m.ApplicationProperties[PropResubmittedFrom].(string); ok && v != "" && len(v) <= maxEnvelopeString {
+	if v, ok := m.ApplicationProperties[envelope.PropResubmittedFrom].(string); ok && v != "" && len(v) <= envelope.MaxIdentifierLength {
 		return v // a resubmitted dead letter keeps the key of its original
 	}
 	return m.MessageID

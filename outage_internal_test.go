@@ -11,6 +11,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/benbjohnson/clock"
+	"github.com/sbretry/retry/envelope"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -391,13 +392,13 @@ func TestBreakerRateWindowWithAZeroClock(t *testing.T) {
 // subscription and its retry queue), get different MessageIDs: duplicate detection must not drop the
 // second. A redelivery of one held delivery gets the same.
 func TestHeldMessageIDsAreDistinctPerDelivery(t *testing.T) {
-	env := Envelope{Attempt: 1, Source: "orders/Subscriptions/billing", FirstSequenceNumber: 42, OriginalMessageID: "m"}
+	env := envelope.Envelope{Attempt: 1, Source: "orders/Subscriptions/billing", FirstSequenceNumber: 42, OriginalMessageID: "m"}
 	seq := int64(42)
 	first := heldMessageID(env, "orders/Subscriptions/billing", &azservicebus.ReceivedMessage{MessageID: "m", SequenceNumber: &seq})
 	again := heldMessageID(env, "orders/Subscriptions/billing", &azservicebus.ReceivedMessage{MessageID: "m", SequenceNumber: &seq})
 	fromRetryQueue := heldMessageID(env, "orders-billing-retry", &azservicebus.ReceivedMessage{MessageID: first, SequenceNumber: &seq})
 	assert.Equal(t, first, again, "a redelivery computes the same id")
 	assert.NotEqual(t, first, fromRetryQueue)
-	assert.LessOrEqual(t, len(fromRetryQueue), MaxMessageIDLength)
+	assert.LessOrEqual(t, len(fromRetryQueue), envelope.MaxMessageIDLength)
 	assert.True(t, strings.HasPrefix(first, env.RetryMessageID(1)+"-h"))
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -62,7 +63,7 @@ func newOutageRig(t *testing.T, opts *retry.Options, fail func(r *outageRig) err
 		r.mu.Unlock()
 	}
 	c, err := retry.NewConsumer(r.b.Connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		id := env.OriginalMessageID
 		r.mu.Lock()
 		r.attempts[id] = append(r.attempts[id], env.Attempt)
@@ -213,7 +214,7 @@ func TestOutageHoldsMessagesInHand(t *testing.T) {
 		sched := r.b.Scheduled()
 		require.Len(t, sched, 7)
 		for _, s := range sched {
-			assert.Contains(t, s.Message.ApplicationProperties, retry.PropHeld)
+			assert.Contains(t, s.Message.ApplicationProperties, envelope.PropHeld)
 			assert.Equal(t, 1, s.Attempt, "held at the same attempt")
 			assert.Regexp(t, `^sbretry-[0-9a-f]{40}-1-h[0-9a-f]{16}$`, s.MessageID)
 			assert.Equal(t, h.Outage.NextProbe, s.At, "due at the probe")

@@ -14,6 +14,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -65,7 +66,7 @@ func TestPolicyChoosesByError(t *testing.T) {
 			f := newFixture(t, failWith(tc.err), &retry.Options{Policies: policies()})
 			msg := sampleMessage()
 			if tc.attempt > 1 {
-				msg.ApplicationProperties[retry.PropAttempt] = int64(tc.attempt)
+				msg.ApplicationProperties[envelope.PropAttempt] = int64(tc.attempt)
 			}
 			f.broker.Send(msg)
 			res := f.process()
@@ -151,7 +152,7 @@ func TestImmediateRetriesBeforeTheDelayedOne(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			var got []seen
 			f := newFixture(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-				env, ok := retry.EnvelopeFromContext(ctx)
+				env, ok := envelope.FromContext(ctx)
 				require.True(t, ok)
 				got = append(got, seen{env.Attempt, env.LastError})
 				if len(got) <= tc.failures {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/redact"
 )
 
@@ -145,7 +146,7 @@ func newProcessor(sender Sender, handler Handler, cfg *config) *Processor {
 }
 
 // Process handles msg, received in peek-lock mode through settler. It calls the handler with a context
-// that carries the [Envelope] and is cancelled when ctx ends or the lock is lost. The lock is renewed
+// that carries the [envelope.Envelope] and is cancelled when ctx ends or the lock is lost. The lock is renewed
 // from the start until the message is settled, independently of ctx: a loop that cancels ctx to shut
 // down still has its in-flight messages settled. Settle calls are bounded by the settle timeout and by
 // the lock's remaining time. A handler that fails after ctx was cancelled is not settled: the broker
@@ -201,7 +202,7 @@ type delivery struct {
 	start, now  time.Time
 	handlerTime time.Duration
 
-	env    Envelope
+	env    envelope.Envelope
 	lock   lockKeeper
 	flight flight
 	dec    decision
@@ -230,9 +231,9 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 	if isProbe(msg) {
 		// A connection check's probe whose cancellation was lost: not a user's message.
 		slot.release()
-		return p.finish(d, Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}, p.completeProbe(settleBase, d))
+		return p.finish(d, envelope.Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}, p.completeProbe(settleBase, d))
 	}
-	env, envErr := DecodeEnvelope(msg)
+	env, envErr := envelope.Decode(msg)
 	if envErr != nil {
 		slot.release()
 		return p.finish(d, d.env, p.deadLetterMalformed(d, settleBase, env, envErr))
@@ -282,9 +283,9 @@ func (p *Processor) process(ctx, settleBase context.Context, msg *azservicebus.R
 
 // deadLetterMalformed dead-letters a message whose retry properties cannot be trusted to count its
 // attempts, without calling the handler (guessing could loop for ever).
-func (p *Processor) deadLetterMalformed(d *delivery, settleBase context.Context, env Envelope, envErr error) Result {
+func (p *Processor) deadLetterMalformed(d *delivery, settleBase context.Context, env envelope.Envelope, envErr error) Result {
 	res := Result{Attempt: env.Attempt}
-	d.env = Envelope{OriginalMessageID: d.msg.MessageID, FirstSequenceNumber: -1}
+	d.env = envelope.Envelope{OriginalMessageID: d.msg.MessageID, FirstSequenceNumber: -1}
 	p.keepLock(d, settleBase, d.now)
 	defer d.lock.stop()
 	p.started(d)
@@ -295,7 +296,7 @@ func (p *Processor) deadLetterMalformed(d *delivery, settleBase context.Context,
 // takeOver waits for the earlier deliveries of d's message still in this process and, if one of them
 // decided an outcome it could not settle, applies it with d's lock without running the handler. done
 // is false when the handler is to run.
-func (p *Processor) takeOver(d *delivery, settleBase context.Context, f, prior *flight, stop context.Context) (res Result, env Envelope, done bool) {
+func (p *Processor) takeOver(d *delivery, settleBase context.Context, f, prior *flight, stop context.Context) (res Result, env envelope.Envelope, done bool) {
 	inherited, left, ok := p.awaitEarlier(d, prior, stop)
 	if !ok {
 		return left, d.env, true
@@ -491,7 +492,7 @@ func (p *Processor) lastAttemptInAnOutage(d *delivery, pol policy, herr error) b
 	if pol.action != ActionRetry || IsPermanent(herr) || d.env.Attempt < pol.maxAttempts || !p.outage.suspects() {
 		return false
 	}
-	_, held := d.msg.ApplicationProperties[PropHeld]
+	_, held := d.msg.ApplicationProperties[envelope.PropHeld]
 	return !held
 }
 
@@ -554,7 +555,7 @@ func (noSlot) release()                                {}
 // error and whether the lock was lost while it ran (in which case nothing may be settled with this
 // delivery's lock).
 func (p *Processor) runHandler(ctx context.Context, d *delivery) (err error, lockLost bool) {
-	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, &d.env))
+	hctx, cancel := context.WithCancelCause(envelope.NewContext(ctx, &d.env))
 	d.lock.followHandler(cancel)
 	err = p.callHandler(hctx, d.msg)
 	d.lock.followHandler(nil)

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -53,17 +54,17 @@ func TestProcessFailureSchedulesExactCopy(t *testing.T) {
 	assert.Equal(t, "session-1", *m.SessionID)
 	assert.Equal(t, "session-1", *m.PartitionKey)
 	assert.Equal(t, time.Hour-10*time.Second, *m.TimeToLive, "what is left of the producer's TimeToLive when the copy is due")
-	assert.Equal(t, start.Add(time.Hour), m.ApplicationProperties[retry.PropExpiresAt])
-	assert.Equal(t, "orders", m.ApplicationProperties[retry.PropSource])
-	assert.Equal(t, int64(1), m.ApplicationProperties[retry.PropFirstSequenceNumber])
+	assert.Equal(t, start.Add(time.Hour), m.ApplicationProperties[envelope.PropExpiresAt])
+	assert.Equal(t, "orders", m.ApplicationProperties[envelope.PropSource])
+	assert.Equal(t, int64(1), m.ApplicationProperties[envelope.PropFirstSequenceNumber])
 	assert.Equal(t, "acme", m.ApplicationProperties["tenant"])
 	assert.Equal(t, int64(3), m.ApplicationProperties["n"])
 	assert.Equal(t, []byte{1, 2, 3}, m.ApplicationProperties["raw"])
-	assert.Equal(t, int64(2), m.ApplicationProperties[retry.PropAttempt])
-	assert.Equal(t, "corr-7", m.ApplicationProperties[retry.PropCorrelationID], "seeded from CorrelationID")
-	assert.Equal(t, "order-42", m.ApplicationProperties[retry.PropOriginalMessageID])
-	assert.Equal(t, errBoom.Error(), m.ApplicationProperties[retry.PropLastError])
-	assert.Equal(t, start, m.ApplicationProperties[retry.PropFirstEnqueuedTime])
+	assert.Equal(t, int64(2), m.ApplicationProperties[envelope.PropAttempt])
+	assert.Equal(t, "corr-7", m.ApplicationProperties[envelope.PropCorrelationID], "seeded from CorrelationID")
+	assert.Equal(t, "order-42", m.ApplicationProperties[envelope.PropOriginalMessageID])
+	assert.Equal(t, errBoom.Error(), m.ApplicationProperties[envelope.PropLastError])
+	assert.Equal(t, start, m.ApplicationProperties[envelope.PropFirstEnqueuedTime])
 
 	assert.Len(t, f.broker.Completed(), 1, "the original is completed")
 	assert.Equal(t, 1, f.broker.Stats().Pending)
@@ -94,7 +95,7 @@ func TestCorrelationIDSeededFromKeyWithoutCorrelationID(t *testing.T) {
 	f.process()
 	s := f.broker.Scheduled()
 	require.Len(t, s, 1)
-	assert.Equal(t, "m-1", s[0].Message.ApplicationProperties[retry.PropCorrelationID])
+	assert.Equal(t, "m-1", s[0].Message.ApplicationProperties[envelope.PropCorrelationID])
 	assert.Nil(t, s[0].Message.CorrelationID)
 }
 
@@ -148,8 +149,8 @@ func TestNilBodyAndNilMessage(t *testing.T) {
 	require.Equal(t, retry.OutcomeRetryScheduled, res.Outcome)
 	assert.Nil(t, f.broker.Scheduled()[0].Message.Body)
 	copyMsg := f.broker.Scheduled()[0].Message
-	assert.Equal(t, "seq-1", copyMsg.ApplicationProperties[retry.PropKey], "no MessageID: the sequence number keys it")
-	assert.Equal(t, retry.Envelope{Source: "orders", FirstSequenceNumber: 1}.RetryMessageID(2), *copyMsg.MessageID)
+	assert.Equal(t, "seq-1", copyMsg.ApplicationProperties[envelope.PropKey], "no MessageID: the sequence number keys it")
+	assert.Equal(t, envelope.Envelope{Source: "orders", FirstSequenceNumber: 1}.RetryMessageID(2), *copyMsg.MessageID)
 
 	res = f.proc.Process(context.Background(), f.recv, nil)
 	assert.Equal(t, retry.OutcomeLeftForRedelivery, res.Outcome)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -93,7 +94,7 @@ func TestMessagesReceivedAheadStayBounded(t *testing.T) {
 		b := newBroker(t, nil, &retrytest.BrokerOptions{WrapReceiver: func(r retry.Receiver) retry.Receiver { return hangingDeadLetters{r} }})
 		for i := range 300 {
 			b.Send(&azservicebus.Message{MessageID: strPtr(fmt.Sprintf("bad-%d", i)), Body: []byte("x"),
-				ApplicationProperties: map[string]any{retry.PropAttempt: "not a number"}})
+				ApplicationProperties: map[string]any{envelope.PropAttempt: "not a number"}})
 		}
 		c, err := retry.NewConsumer(b.Connector(), okHandler, &retry.Options{MaxConcurrency: limit, Logger: discardLogger()})
 		require.NoError(t, err)
@@ -340,7 +341,7 @@ func TestConsumerReceivesFromEverySourceOfAConnection(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newBroker(t, nil, &retrytest.BrokerOptions{EntityPath: retry.SubscriptionPath("orders", "billing"), RetryQueue: "billing-retry", DuplicateDetection: true})
 		var mu sync.Mutex
-		var seen []retry.Envelope
+		var seen []envelope.Envelope
 		var running, peak atomic.Int32
 		c, err := retry.NewConsumer(b.Connector(), func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 			n := running.Add(1)
@@ -348,7 +349,7 @@ func TestConsumerReceivesFromEverySourceOfAConnection(t *testing.T) {
 			if n > peak.Load() {
 				peak.Store(n)
 			}
-			env, _ := retry.EnvelopeFromContext(ctx)
+			env, _ := envelope.FromContext(ctx)
 			mu.Lock()
 			seen = append(seen, env)
 			mu.Unlock()

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -131,7 +132,7 @@ func TestConsumerAllowReorderRetriesIntoTheSession(t *testing.T) {
 		var mu sync.Mutex
 		var handled []string
 		handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-			env, _ := retry.EnvelopeFromContext(ctx)
+			env, _ := envelope.FromContext(ctx)
 			mu.Lock()
 			defer mu.Unlock()
 			handled = append(handled, fmt.Sprintf("%s#%d", msg.Body, env.Attempt))
@@ -156,7 +157,7 @@ func TestConsumerAllowReorderRetriesIntoTheSession(t *testing.T) {
 		mu.Unlock()
 		var copied *azservicebus.ReceivedMessage
 		for _, m := range b.Completed() {
-			if m.ApplicationProperties[retry.PropAttempt] != nil {
+			if m.ApplicationProperties[envelope.PropAttempt] != nil {
 				copied = m
 			}
 		}

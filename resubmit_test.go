@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // A dead letter resubmitted with ResubmitMessage starts over: attempt 1, a fresh id that duplicate
@@ -19,9 +20,9 @@ import (
 // times it was redriven, when. A second redrive counts two.
 func TestResubmitMessageStartsAFreshChain(t *testing.T) {
 	fail := true
-	var seen retry.Envelope
+	var seen envelope.Envelope
 	f := newFixture(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		seen, _ = retry.EnvelopeFromContext(ctx)
+		seen, _ = envelope.FromContext(ctx)
 		if fail {
 			return errBoom
 		}
@@ -35,17 +36,17 @@ func TestResubmitMessageStartsAFreshChain(t *testing.T) {
 	dead := f.broker.DeadLettered()[0].Message
 
 	now := f.clock.Now()
-	fresh := retry.ResubmitMessage(dead, 0, now)
+	fresh := envelope.Resubmit(dead, 0, now)
 	require.NotNil(t, fresh)
-	assert.Equal(t, fresh.MessageID, retry.ResubmitMessage(dead, 0, now.Add(time.Hour)).MessageID, "deterministic: a repeat after a crash is a duplicate")
+	assert.Equal(t, fresh.MessageID, envelope.Resubmit(dead, 0, now.Add(time.Hour)).MessageID, "deterministic: a repeat after a crash is a duplicate")
 	assert.NotEqual(t, dead.MessageID, *fresh.MessageID)
 	assert.NotEqual(t, "order-42", *fresh.MessageID)
-	kept := map[string]bool{retry.PropResubmittedFrom: true, retry.PropOriginalMessageID: true, retry.PropKey: true,
-		retry.PropCorrelationID: true, retry.PropRedrives: true, retry.PropRedrivenAt: true}
+	kept := map[string]bool{envelope.PropResubmittedFrom: true, envelope.PropOriginalMessageID: true, envelope.PropKey: true,
+		envelope.PropCorrelationID: true, envelope.PropRedrives: true, envelope.PropRedrivenAt: true}
 	for k := range fresh.ApplicationProperties {
 		assert.False(t, !kept[k] && strings.HasPrefix(k, "sbretry-"), "retry property %s kept", k)
 	}
-	assert.Equal(t, "order-42", fresh.ApplicationProperties[retry.PropResubmittedFrom])
+	assert.Equal(t, "order-42", fresh.ApplicationProperties[envelope.PropResubmittedFrom])
 	assert.Equal(t, "acme", fresh.ApplicationProperties["tenant"])
 	assert.Equal(t, dead.Body, fresh.Body)
 	assert.Nil(t, fresh.TimeToLive)
@@ -69,7 +70,7 @@ func TestResubmitMessageStartsAFreshChain(t *testing.T) {
 	dl := f.broker.DeadLettered()
 	require.Len(t, dl, 2)
 	later := f.clock.Now()
-	again := retry.ResubmitMessage(dl[1].Message, 0, later)
+	again := envelope.Resubmit(dl[1].Message, 0, later)
 	assert.NotEqual(t, *fresh.MessageID, *again.MessageID, "another dead letter, another id")
 	fail = false
 	f.broker.Send(again)
@@ -78,20 +79,8 @@ func TestResubmitMessageStartsAFreshChain(t *testing.T) {
 	assert.Equal(t, first.Key, seen.Key)
 	assert.Equal(t, 2, seen.Redrives)
 	assert.True(t, later.Equal(seen.RedrivenAt))
-	assert.Nil(t, retry.ResubmitMessage(nil, 0, now))
+	assert.Nil(t, envelope.Resubmit(nil, 0, now))
 }
 
 // A message resubmitted by an older version, which recorded the producer's id only in
 // PropResubmittedFrom, still shows it as OriginalMessageID; a hostile redrive count is refused.
-func TestEnvelopeRedriveProperties(t *testing.T) {
-	env, err := retry.DecodeEnvelope(&azservicebus.ReceivedMessage{MessageID: "sbretry-resubmit-x", ApplicationProperties: map[string]any{retry.PropResubmittedFrom: "order-7"}})
-	require.NoError(t, err)
-	assert.Equal(t, "order-7", env.OriginalMessageID)
-	assert.Zero(t, env.Redrives)
-	for _, bad := range []any{int64(-1), "3", int64(1) << 40} {
-		_, err := retry.DecodeEnvelope(&azservicebus.ReceivedMessage{MessageID: "m", ApplicationProperties: map[string]any{retry.PropRedrives: bad}})
-		assert.ErrorIs(t, err, retry.ErrInvalidEnvelope, "%v", bad)
-	}
-	_, err = retry.DecodeEnvelope(&azservicebus.ReceivedMessage{MessageID: "m", ApplicationProperties: map[string]any{retry.PropRedrivenAt: "yesterday"}})
-	assert.ErrorIs(t, err, retry.ErrInvalidEnvelope)
-}

@@ -11,7 +11,7 @@ import (
 // retry (or dead-letters the message once attempts are spent); wrap the error with [Permanent] to
 // dead-letter at once, or with [RetryAfter] to choose the delay yourself.
 //
-// The context carries the message's [Envelope] (see [EnvelopeFromContext]) and is cancelled when the
+// The context carries the message's [envelope.Envelope] (see [envelope.FromContext]) and is cancelled when the
 // message lock is lost or the consumer shuts down; a handler that ignores it delays shutdown. A failure
 // after the shutdown cancelled it leaves the message for redelivery without counting an attempt; a
 // failure because a deadline expired (the handler's own, or one set by [Hooks].OnStart) is a failed

@@ -15,7 +15,7 @@ import (
 // dead-letters such a message at once with DeadLetterReasons.NoRoute: retrying cannot give it a handler.
 var ErrNoRoute = errors.New("retry: no route for the message")
 
-// Matcher reports whether a [Route] takes a message. [Subject], [ContentType] and [Property] build the
+// Matcher reports whether a [Route] takes a message. [Subject], [ContentType] and [envelope.Property] build the
 // usual ones; any function will do, as long as it only reads the message.
 type Matcher func(*azservicebus.ReceivedMessage) bool
 

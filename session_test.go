@@ -15,6 +15,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -42,7 +43,7 @@ func newSessionRecorder() *sessionRecorder {
 func (rec *sessionRecorder) handler(fail func(ctx context.Context, c sessionCall) error) retry.Handler {
 	return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		sid, _ := retry.SessionIDFromContext(ctx)
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		c := sessionCall{Session: sid, ID: m.MessageID, Attempt: env.Attempt, At: time.Since(rec.start)}
 		rec.mu.Lock()
 		rec.calls = append(rec.calls, c)
@@ -259,7 +260,7 @@ func ExampleNewSessionConsumer() {
 	}
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
 		session, _ := retry.SessionIDFromContext(ctx)
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		fmt.Println("order", session, "message", msg.MessageID, "attempt", env.Attempt)
 		return nil
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sessionstate"
 )
 
@@ -230,7 +231,7 @@ func (r *sessionRun) settleControl(hs *heldSession, msg *azservicebus.ReceivedMe
 	ctx, cancel := r.settleContext(hs.lk)
 	err := hs.recv.CompleteMessage(ctx, msg, nil)
 	cancel()
-	p.settled(d, SettleComplete, "", Envelope{}, start, err)
+	p.settled(d, SettleComplete, "", envelope.Envelope{}, start, err)
 	if err != nil {
 		r.sc.cfg.logger.Debug("completing a wake-up failed; it comes back and is ignored then", slog.String("session_id", hs.sid), errAttr(err))
 		return false
@@ -409,9 +410,9 @@ func (r *sessionRun) setAside(hs *heldSession, msg *azservicebus.ReceivedMessage
 	c.inFlight.Add(1)
 	now := r.sc.cfg.clock.Now()
 	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
-	env, err := DecodeEnvelope(msg)
+	env, err := envelope.Decode(msg)
 	if err != nil {
-		env = Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
+		env = envelope.Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 	}
 	d.env = seed(msg, env, hs.entity, p.idempotencyKey)
 	p.started(d)
@@ -452,7 +453,7 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 	h.WakeID = sessionstate.WakeID(hs.sid, seq, h.Attempt, at, nil)
 	next := hs.ds.st.Without(seq)
 	next.Hold = h
-	props := map[string]any{PropAttempt: int64(h.Attempt), PropLastError: h.LastError, sessionstate.PropHeldUntil: at.UTC()}
+	props := map[string]any{envelope.PropAttempt: int64(h.Attempt), envelope.PropLastError: h.LastError, sessionstate.PropHeldUntil: at.UTC()}
 	props = p.heldCopy(d, props, h.Attempt, at)
 	if err := r.scheduleWake(hs, d, h); err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, err)
@@ -534,7 +535,7 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 			res := r.handle(stop, hs, msg, h)
 			return settledForSure(res) && r.afterSettle(hs, msg, res)
 		}
-		props[PropAttempt], props[PropLastError], props[sessionstate.PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
+		props[envelope.PropAttempt], props[envelope.PropLastError], props[sessionstate.PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
 	case st.Follows(seq):
 	case len(st.Followers) >= sessionstate.MaxFollowers:
 		d := r.setAside(hs, msg)

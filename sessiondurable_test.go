@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/sessionstate"
@@ -901,7 +902,7 @@ func TestSessionDurableHoldReportsItsCallsToTheHooks(t *testing.T) {
 				defer mu.Unlock()
 				calls = append(calls, fmt.Sprintf("copy %s attempt %d", *p.Copy.MessageID, p.Attempt))
 				p.Copy.ApplicationProperties["traceparent"] = "00-held"
-				p.Copy.ApplicationProperties[retry.PropAttempt] = int64(99) // ours are restored
+				p.Copy.ApplicationProperties[envelope.PropAttempt] = int64(99) // ours are restored
 			},
 			OnSettle: func(p retry.SettleParams) {
 				mu.Lock()

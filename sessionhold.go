@@ -8,6 +8,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sessionstate"
 )
 
@@ -38,11 +39,11 @@ func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservic
 // settle).
 func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *delivery, from *sessionstate.Hold) Result {
 	p := r.sc.proc
-	env, envErr := DecodeEnvelope(d.msg)
+	env, envErr := envelope.Decode(d.msg)
 	if envErr != nil {
 		// Malformed retry properties cannot be trusted to count attempts: dead-letter at once, as the
 		// queue consumer does, and let the session go on.
-		d.env = Envelope{OriginalMessageID: d.msg.MessageID, FirstSequenceNumber: -1}
+		d.env = envelope.Envelope{OriginalMessageID: d.msg.MessageID, FirstSequenceNumber: -1}
 		p.started(d)
 		res := Result{Attempt: env.Attempt}
 		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, d.msg, r.sc.cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res, true)
@@ -213,7 +214,7 @@ func (r *sessionRun) decideInPlace(hs *heldSession, d *delivery, herr error, pol
 // lock is lost meanwhile, and times it.
 func (r *sessionRun) runHandler(ctx context.Context, lk *sessionLock, d *delivery) error {
 	clk := r.sc.cfg.clock
-	hctx, cancel := context.WithCancelCause(withEnvelope(ctx, &d.env))
+	hctx, cancel := context.WithCancelCause(envelope.NewContext(ctx, &d.env))
 	unwatch := context.AfterFunc(lk.ctx, func() { cancel(context.Cause(lk.ctx)) })
 	start := clk.Now()
 	// callHandler turns a panic into a failed attempt, as for the queue consumer.

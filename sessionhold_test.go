@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -120,7 +121,7 @@ func TestSessionDeadLettersAndContinues(t *testing.T) {
 		assert.Equal(t, "malformed order", dl[0].Description)
 		assert.Equal(t, "s-2", dl[1].Message.MessageID)
 		assert.Equal(t, "RetryMaxAttemptsExceeded", dl[1].Reason)
-		assert.Equal(t, int64(3), dl[1].Message.ApplicationProperties[retry.PropDeadLetterAttempt])
+		assert.Equal(t, int64(3), dl[1].Message.ApplicationProperties[envelope.PropDeadLetterAttempt])
 		assert.Equal(t, []string{"s-3"}, rec.successesOf("s"))
 		assert.Len(t, rec.callsOf("s"), 1+3+1)
 		h2 := sc.Health()

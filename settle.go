@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Settling: every broker call made for a delivery once its outcome is decided. Each call is bounded by
@@ -74,7 +75,7 @@ func (p *Processor) endLockBound(d *delivery, start time.Time, cancel context.Ca
 }
 
 // complete completes d's message with its lock, and reports the call to the OnSettle hook.
-func (p *Processor) complete(d *delivery, env Envelope) error {
+func (p *Processor) complete(d *delivery, env envelope.Envelope) error {
 	start := d.now
 	ctx, cancel, err := p.beginLockBound(d)
 	if err != nil {
@@ -87,7 +88,7 @@ func (p *Processor) complete(d *delivery, env Envelope) error {
 }
 
 // settleComplete completes a successful delivery.
-func (p *Processor) settleComplete(d *delivery, env Envelope, res *Result) {
+func (p *Processor) settleComplete(d *delivery, env envelope.Envelope, res *Result) {
 	msg := d.msg
 	err := p.complete(d, env)
 	if err != nil {

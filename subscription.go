@@ -12,7 +12,7 @@ import (
 )
 
 // SubscriptionPath returns the entity path of a subscription, "topic/Subscriptions/subscription", the
-// way Service Bus names it (and [Envelope.Source] records it).
+// way Service Bus names it (and [envelope.Envelope.Source] records it).
 func SubscriptionPath(topic, subscription string) string {
 	return entitypath.Subscription(topic, subscription)
 }

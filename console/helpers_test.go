@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -151,7 +151,7 @@ var azservicebusDLQ = azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQue
 
 // originalID is the retry envelope's original MessageID of m, else its MessageID.
 func originalID(m *azservicebus.ReceivedMessage) string {
-	if env, err := retry.DecodeEnvelope(m); err == nil && env.OriginalMessageID != "" {
+	if env, err := envelope.Decode(m); err == nil && env.OriginalMessageID != "" {
 		return env.OriginalMessageID
 	}
 	return m.MessageID

@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -33,7 +33,7 @@ func scheduleHostile(t *testing.T, h *sbtest.Harness, due time.Time) {
 	defer func() { _ = s.Close(ctx) }()
 	id := hostileID
 	m := &azservicebus.Message{MessageID: &id, Body: []byte("x"), ApplicationProperties: map[string]any{
-		retry.PropAttempt: int64(2), retry.PropLastError: "boom\x1b[2J\x00\u202egnp.exe",
+		envelope.PropAttempt: int64(2), envelope.PropLastError: "boom\x1b[2J\x00\u202egnp.exe",
 	}}
 	_, err = s.ScheduleMessages(ctx, []*azservicebus.Message{m}, due, nil)
 	require.NoError(t, err)
@@ -129,10 +129,10 @@ func deadLetterHostile(t *testing.T, h *sbtest.Harness) {
 	ctx := sbtest.Context(t)
 	m := sbtest.Message(hostileID)
 	m.ApplicationProperties = map[string]any{
-		retry.PropLastError: "failed\x1b[2J\x1b]8;;http://evil.example\x07click\u202e",
-		"huge":              strings.Repeat("A", 30_000),
-		"binary":            []byte(strings.Repeat("\x00\xff", 10_000)),
-		"name\x1b[1m":       "value\x1b[0m",
+		envelope.PropLastError: "failed\x1b[2J\x1b]8;;http://evil.example\x07click\u202e",
+		"huge":                 strings.Repeat("A", 30_000),
+		"binary":               []byte(strings.Repeat("\x00\xff", 10_000)),
+		"name\x1b[1m":          "value\x1b[0m",
 	}
 	h.Send(t, m)
 	r, err := h.Client.NewReceiverForQueue(sbtest.Queue, nil)

@@ -20,7 +20,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/retryindex"
 )
@@ -30,7 +30,7 @@ var searchNow = time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 
 // chainOf is the chain id of an event that started on source at sequence number seq.
 func chainOf(source, originalID string, seq int64) string {
-	return retry.Envelope{Source: source, FirstSequenceNumber: seq, OriginalMessageID: originalID}.ChainID()
+	return envelope.Envelope{Source: source, FirstSequenceNumber: seq, OriginalMessageID: originalID}.ChainID()
 }
 
 // fillIndex opens an index in a temporary file, applies records, and returns it (closed when the test

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/cputime"
 )
 
@@ -85,18 +86,18 @@ func plainCopy(m *azservicebus.ReceivedMessage) *azservicebus.Message {
 // application properties with values of the same types and lengths, and a MessageID of the same form),
 // built without the library's checks: TestSameCopyMatchesTheLibrarysCopy keeps the two alike.
 func sameCopy(m *azservicebus.ReceivedMessage) *azservicebus.Message {
-	env := retry.Envelope{Attempt: 1, CorrelationID: m.MessageID, OriginalMessageID: m.MessageID, Key: m.MessageID,
+	env := envelope.Envelope{Attempt: 1, CorrelationID: m.MessageID, OriginalMessageID: m.MessageID, Key: m.MessageID,
 		Source: "orders", FirstSequenceNumber: *m.SequenceNumber}
 	id := env.RetryMessageID(2)
 	return &azservicebus.Message{MessageID: &id, Body: append([]byte(nil), m.Body...), ApplicationProperties: map[string]any{
-		retry.PropAttempt:             int64(2),
-		retry.PropCorrelationID:       env.CorrelationID,
-		retry.PropOriginalMessageID:   env.OriginalMessageID,
-		retry.PropKey:                 env.Key,
-		retry.PropLastError:           errBoom.Error(),
-		retry.PropFirstEnqueuedTime:   m.EnqueuedTime.UTC(),
-		retry.PropSource:              env.Source,
-		retry.PropFirstSequenceNumber: env.FirstSequenceNumber,
+		envelope.PropAttempt:             int64(2),
+		envelope.PropCorrelationID:       env.CorrelationID,
+		envelope.PropOriginalMessageID:   env.OriginalMessageID,
+		envelope.PropKey:                 env.Key,
+		envelope.PropLastError:           errBoom.Error(),
+		envelope.PropFirstEnqueuedTime:   m.EnqueuedTime.UTC(),
+		envelope.PropSource:              env.Source,
+		envelope.PropFirstSequenceNumber: env.FirstSequenceNumber,
 	}}
 }
 

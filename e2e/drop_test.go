@@ -22,6 +22,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -168,12 +169,12 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 			const delay = 8 * time.Second
 			dropped := make(chan struct{})
 			release := sync.OnceFunc(func() { close(dropped) })
-			entered := make(chan retry.Envelope, 1)
+			entered := make(chan envelope.Envelope, 1)
 			var mu sync.Mutex
 			runs := map[int]int{} // handler runs per attempt
 			out := sbtest.NewOutcomes()
 			c := runConsumer(t, newConnector(t, e.connStr, e.queue, nil), func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-				env, _ := retry.EnvelopeFromContext(ctx)
+				env, _ := envelope.FromContext(ctx)
 				mu.Lock()
 				runs[env.Attempt]++
 				first := runs[env.Attempt] == 1
@@ -190,7 +191,7 @@ func TestDropAfterFailedAttemptKeepsOneSuccessor(t *testing.T) {
 			t.Cleanup(release)
 			waitRunning(t, c)
 			e.send(t, sbtest.Message("chain-1"))
-			var env retry.Envelope
+			var env envelope.Envelope
 			select {
 			case env = <-entered:
 			case <-time.After(testTimeout):

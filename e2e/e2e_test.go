@@ -19,6 +19,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 )
@@ -220,7 +221,7 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 	out := sbtest.NewOutcomes()
 	type delivery struct {
 		at       time.Time
-		env      retry.Envelope
+		env      envelope.Envelope
 		count    uint32
 		id       string
 		props    map[string]any
@@ -230,7 +231,7 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 	var mu sync.Mutex
 	var seen []delivery
 	startConsumer(t, e, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		mu.Lock()
 		seen = append(seen, delivery{at: time.Now(), env: env, count: m.DeliveryCount, id: m.MessageID, props: m.ApplicationProperties, body: m.Body, enqueued: *m.EnqueuedTime})
 		mu.Unlock()
@@ -264,7 +265,7 @@ func TestFailureIsScheduledAndRedeliveredOnTime(t *testing.T) {
 	assert.Equal(t, first.body, second.body)
 	assert.Equal(t, "acme", second.props["tenant"])
 	assert.Equal(t, int32(7), second.props["n"], "application property types survive AMQP")
-	assert.Equal(t, int64(2), second.props[retry.PropAttempt])
+	assert.Equal(t, int64(2), second.props[envelope.PropAttempt])
 	assert.Equal(t, "corr-9", second.env.CorrelationID)
 	assert.Equal(t, "flaky-1", second.env.OriginalMessageID)
 	assert.WithinDuration(t, first.enqueued, second.env.FirstEnqueuedTime, time.Millisecond)
@@ -284,19 +285,19 @@ func TestDeadLetterAfterMaxAttemptsVisibleInDLQ(t *testing.T) {
 	assert.Equal(t, 2, count(out.Snapshot(), "poison-1", retry.OutcomeRetryScheduled))
 
 	m := e.receiveDeadLetter(t)
-	env, err := retry.DecodeEnvelope(m)
+	env, err := envelope.Decode(m)
 	require.NoError(t, err)
 	assert.Equal(t, "poison-1", env.OriginalMessageID)
 	assert.Equal(t, env.RetryMessageID(3), m.MessageID)
-	assert.Equal(t, int64(3), m.ApplicationProperties[retry.PropDeadLetterAttempt])
-	assert.Equal(t, "RetryMaxAttemptsExceeded", m.ApplicationProperties[retry.PropDeadLetterReason])
-	assert.Equal(t, errBoom.Error(), m.ApplicationProperties[retry.PropLastError])
-	assert.IsType(t, time.Time{}, m.ApplicationProperties[retry.PropDeadLetterTime])
+	assert.Equal(t, int64(3), m.ApplicationProperties[envelope.PropDeadLetterAttempt])
+	assert.Equal(t, "RetryMaxAttemptsExceeded", m.ApplicationProperties[envelope.PropDeadLetterReason])
+	assert.Equal(t, errBoom.Error(), m.ApplicationProperties[envelope.PropLastError])
+	assert.IsType(t, time.Time{}, m.ApplicationProperties[envelope.PropDeadLetterTime])
 	require.NotNil(t, m.DeadLetterReason)
 	assert.Equal(t, "RetryMaxAttemptsExceeded", *m.DeadLetterReason)
 	require.NotNil(t, m.DeadLetterErrorDescription)
 	assert.Equal(t, errBoom.Error(), *m.DeadLetterErrorDescription)
-	assert.Equal(t, int64(3), m.ApplicationProperties[retry.PropAttempt])
+	assert.Equal(t, int64(3), m.ApplicationProperties[envelope.PropAttempt])
 }
 
 // A handler whose context has a deadline (here set by Hooks.OnStart) that keeps expiring makes failed
@@ -338,8 +339,8 @@ func TestHandlerTimeoutsAreRetriedWithBackoff(t *testing.T) {
 	m := e.receiveDeadLetter(t)
 	require.NotNil(t, m.DeadLetterReason)
 	assert.Equal(t, "RetryMaxAttemptsExceeded", *m.DeadLetterReason)
-	assert.Equal(t, int64(3), m.ApplicationProperties[retry.PropDeadLetterAttempt])
-	assert.Contains(t, m.ApplicationProperties[retry.PropLastError], context.DeadlineExceeded.Error())
+	assert.Equal(t, int64(3), m.ApplicationProperties[envelope.PropDeadLetterAttempt])
+	assert.Contains(t, m.ApplicationProperties[envelope.PropLastError], context.DeadlineExceeded.Error())
 }
 
 func TestInvalidRetryPropertiesDeadLettered(t *testing.T) {
@@ -350,7 +351,7 @@ func TestInvalidRetryPropertiesDeadLettered(t *testing.T) {
 	startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { called <- struct{}{}; return nil },
 		&retry.Options{Hooks: retry.Hooks{OnProcessed: out.Hook}})
 	m := sbtest.Message("hostile-1")
-	m.ApplicationProperties = map[string]any{retry.PropAttempt: "99999999999"}
+	m.ApplicationProperties = map[string]any{envelope.PropAttempt: "99999999999"}
 	e.send(t, m)
 	out.WaitFor(t, "dead-letter", func(ps []retry.ProcessedParams) bool { return len(ps) == 1 })
 	p := out.Snapshot()[0]
@@ -367,7 +368,7 @@ func TestDuplicateRepublishAbsorbed(t *testing.T) {
 	}
 	out := sbtest.NewOutcomes()
 	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt == 1 {
+		if env, _ := envelope.FromContext(ctx); env.Attempt == 1 {
 			return errBoom
 		}
 		return nil
@@ -509,7 +510,7 @@ func TestLargeMessages(t *testing.T) {
 	out := sbtest.NewOutcomes()
 	longErr := errors.New(strings.Repeat("downstream unavailable; ", 60))
 	startConsumer(t, e, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt == 1 {
+		if env, _ := envelope.FromContext(ctx); env.Attempt == 1 {
 			return longErr
 		}
 		return nil
@@ -571,7 +572,7 @@ func TestRepublishFailureLeavesOriginalForRedelivery(t *testing.T) {
 	var mu sync.Mutex
 	var deliveries []uint32
 	c := startConsumer(t, e, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		if env.Attempt == 1 {
 			mu.Lock()
 			deliveries = append(deliveries, m.DeliveryCount)

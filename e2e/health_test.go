@@ -25,6 +25,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -764,9 +765,9 @@ func TestConnectionStringErrors(t *testing.T) {
 // the send target refuses, Run fails Unauthorized although the receiving key is good.
 func TestSeparateSendConnectionString(t *testing.T) {
 	parallel(t)
-	failOnce := func(seen chan<- retry.Envelope) retry.Handler {
+	failOnce := func(seen chan<- envelope.Envelope) retry.Handler {
 		return func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-			env, _ := retry.EnvelopeFromContext(ctx)
+			env, _ := envelope.FromContext(ctx)
 			select {
 			case seen <- env:
 			default:
@@ -798,7 +799,7 @@ func TestSeparateSendConnectionString(t *testing.T) {
 		e := newEnv(t, queueSettings{})
 		target := startEmulator(t, sbemu.Config{Queues: []broker.QueueConfig{ordersQueue(true, 0)}}, "orders")
 		out := sbtest.NewOutcomes()
-		seen := make(chan retry.Envelope, 1)
+		seen := make(chan envelope.Envelope, 1)
 		runConsumer(t, newConnector(t, e.connStr, e.queue, &retry.ConnectOptions{SendConnectionString: target.connStr}),
 			failOnce(seen), &retry.Options{
 				Backoff: backoff.Constant{Interval: time.Hour},

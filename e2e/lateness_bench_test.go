@@ -15,6 +15,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 )
 
 // BenchmarkRetryLateness measures how late scheduled retries reach the handler: every message fails
@@ -45,7 +46,7 @@ func BenchmarkRetryLateness(b *testing.B) {
 	var late []time.Duration
 	all := make(chan struct{})
 	c, err := retry.NewConsumer(e.connector(), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		if env.Attempt == 1 {
 			return retry.RetryAfter(50*time.Millisecond, errBoom)
 		}

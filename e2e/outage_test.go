@@ -15,6 +15,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 )
 
 // outageFor is how long the downstream of TestOutageModeOnTheBroker is down. The figure is two
@@ -115,7 +116,7 @@ func TestOutageModeOnTheBroker(t *testing.T) {
 	const openFor, maxOpenFor = 2 * time.Second, 4 * time.Second
 	backoff := backoff.Fibonacci{Base: time.Second, Floor: time.Second, Cap: 4 * time.Second}
 	c := runConsumer(t, countingConnector(e.connector(), &received), func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		mu.Lock()
 		lastAttempt[m.MessageID] = max(lastAttempt[m.MessageID], env.Attempt)
 		mu.Unlock()

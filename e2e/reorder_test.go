@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -90,7 +91,7 @@ func TestConsumerOnSDKSessionReceiver(t *testing.T) {
 		done    = make(chan struct{})
 	)
 	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		mu.Lock()
 		defer mu.Unlock()
 		handled = append(handled, fmt.Sprintf("%s#%d", m.Body, env.Attempt))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/sessionstate"
@@ -52,7 +53,7 @@ func newSessionOrder(want int) *sessionOrder {
 func (o *sessionOrder) handler(fail func(i, attempt int) error) retry.Handler {
 	return func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		sid, _ := retry.SessionIDFromContext(ctx)
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		i, _ := strconv.Atoi(string(m.Body))
 		o.mu.Lock()
 		defer o.mu.Unlock()
@@ -283,7 +284,7 @@ func TestSessionStateWrittenMeanwhileIsNotOverwritten(t *testing.T) {
 		done      = make(chan struct{})
 	)
 	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		if m.MessageID == "s-1" && env.Attempt == 1 && m.DeliveryCount == 1 {
 			close(started)
 			<-intruded

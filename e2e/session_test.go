@@ -17,6 +17,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -58,7 +59,7 @@ func TestSessionOrderAcrossTransientFailures(t *testing.T) {
 	)
 	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		sid, _ := retry.SessionIDFromContext(ctx)
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		i, _ := strconv.Atoi(string(m.Body))
 		now := time.Now()
 		mu.Lock()
@@ -246,7 +247,7 @@ func TestSessionSubscriptionOrder(t *testing.T) {
 	)
 	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 		sid, _ := retry.SessionIDFromContext(ctx)
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		i, _ := strconv.Atoi(string(m.Body))
 		if i == 1 && env.Attempt == 1 {
 			return errBoom

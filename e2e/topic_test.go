@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/sbemu"
@@ -99,7 +100,7 @@ func startSubscriber(t *testing.T, te *topicEnv, sub, retryQueue string, fails i
 	opts.SettleTimeout = 5 * time.Second
 	opts.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn + 100}))
 	c, err := retry.NewConsumer(connect, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		seen.add(env.OriginalMessageID, env.Attempt)
 		if env.Attempt <= fails {
 			return errBoom
@@ -162,7 +163,7 @@ func TestTopicRetriesReachOnlyTheFailingSubscription(t *testing.T) {
 	c := drainPlain(t, te, "c", time.Second)
 	require.Len(t, c, 1, "the plain subscriber got the message once, and no retry copy")
 	assert.Equal(t, "order-1", c[0].MessageID)
-	assert.NotContains(t, c[0].ApplicationProperties, retry.PropAttempt)
+	assert.NotContains(t, c[0].ApplicationProperties, envelope.PropAttempt)
 
 	b := te.em.Broker()
 	require.Eventually(t, func() bool {
@@ -199,7 +200,7 @@ func TestSubscriptionReceiversKeepPeekLock(t *testing.T) {
 	require.NoError(t, err)
 	out := sbtest.NewOutcomes()
 	runConsumer(t, connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt < 3 {
+		if env, _ := envelope.FromContext(ctx); env.Attempt < 3 {
 			return errBoom
 		}
 		return nil
@@ -232,7 +233,7 @@ func TestSubscriptionForwardingToAQueue(t *testing.T) {
 	connect, err := retry.QueueConnectionString(te.connStr, "orders-a", &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}})
 	require.NoError(t, err)
 	c, err := retry.NewConsumer(connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		seen.add(env.OriginalMessageID, env.Attempt)
 		if env.Attempt == 1 {
 			return errBoom

@@ -1,7 +1,7 @@
 // Package inspect answers the operator's questions about retries on a Service Bus entity: "is this
 // message going to be retried, and when?", "is it being processed right now?", "why is it in the
 // dead-letter queue?". It reads what the retry library writes into every message (the envelope, see
-// [retry.DecodeEnvelope], and the dead-letter properties such as [retry.PropDeadLetterAttempt]), so it
+// [envelope.Decode], and the dead-letter properties such as [envelope.PropDeadLetterAttempt]), so it
 // needs nothing but the entity itself: no side database, no cooperation from running consumers.
 //
 // An [Inspector] works on one entity (a queue, or a subscription path "topic/Subscriptions/sub"), the

@@ -17,7 +17,7 @@ type Entity struct {
 }
 
 // ParseEntity parses a queue name ("orders") or a subscription path ("orders/Subscriptions/billing",
-// the form the retry library records in [retry.PropSource]; the middle segment is matched ignoring
+// the form the retry library records in [envelope.PropSource]; the middle segment is matched ignoring
 // case). A dead-letter path ("orders/$DeadLetterQueue") is refused: inspect the entity itself, its
 // dead-letter queue is read with it. Errors wrap [ErrInvalidEntity].
 func ParseEntity(path string) (Entity, error) {

@@ -8,7 +8,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sessionstate"
 )
 
@@ -99,7 +99,7 @@ type SessionMessage struct {
 	// HeldBehind is [sessionstate.PropHeldBehind]: the sequence number of the held message it waits behind,
 	// -1 when it carries none.
 	HeldBehind int64
-	// Attempt is [retry.PropAttempt], 0 when absent; LastError is [retry.PropLastError].
+	// Attempt is [envelope.PropAttempt], 0 when absent; LastError is [envelope.PropLastError].
 	Attempt   int
 	LastError string
 }
@@ -278,10 +278,10 @@ func classifySessionMessage(m *azservicebus.ReceivedMessage, s *HeldSession) {
 	if n, ok := asInt64(props[sessionstate.PropHeldBehind]); ok {
 		d.HeldBehind = n
 	}
-	if n, ok := asInt64(props[retry.PropAttempt]); ok && n > 0 && n <= 1<<31-1 {
+	if n, ok := asInt64(props[envelope.PropAttempt]); ok && n > 0 && n <= 1<<31-1 {
 		d.Attempt = int(n)
 	}
-	d.LastError, _ = props[retry.PropLastError].(string)
+	d.LastError, _ = props[envelope.PropLastError].(string)
 	s.Deferred = append(s.Deferred, d)
 }
 

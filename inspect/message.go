@@ -6,6 +6,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Pending is a scheduled retry copy: the message will be retried when it falls due.
@@ -15,7 +16,7 @@ type Pending struct {
 	// SequenceNumber identifies the scheduled copy; cancel it with this number. It changes when the
 	// copy activates (Service Bus gives an activated scheduled message a new one).
 	SequenceNumber int64
-	// MessageID is the retry MessageID of the copy ([retry.Envelope.RetryMessageID]).
+	// MessageID is the retry MessageID of the copy ([envelope.Envelope.RetryMessageID]).
 	MessageID string
 	// DueTime is the ScheduledEnqueueTime: when the copy becomes receivable. Service Bus activates
 	// scheduled messages close to, but not exactly at, this time.
@@ -26,7 +27,7 @@ type Pending struct {
 	// the processor that wrote it).
 	LastError string
 	// Envelope is the decoded retry envelope of the copy.
-	Envelope retry.Envelope
+	Envelope envelope.Envelope
 }
 
 // Ref addresses the copy: [Inspector.Cancel] takes it.
@@ -51,7 +52,7 @@ type Active struct {
 	// LastError is the error of the previous attempt, empty for a first delivery.
 	LastError string
 	// Envelope is the decoded retry envelope (attempt 1 and no chain fields for a first delivery).
-	Envelope retry.Envelope
+	Envelope envelope.Envelope
 }
 
 // Ref addresses the message in its entity.
@@ -91,10 +92,10 @@ type DeadLetter struct {
 	Source string
 	// Envelope is the decoded retry envelope; EnvelopeErr is set instead when its properties are invalid
 	// (the processor dead-letters such messages with reason RetryInvalidProperties).
-	Envelope    retry.Envelope
+	Envelope    envelope.Envelope
 	EnvelopeErr error
 	// Message is the peeked dead letter, body and properties included, for display or resubmission
-	// ([retry.ResubmitMessage]).
+	// ([envelope.Resubmit]).
 	Message *azservicebus.ReceivedMessage
 }
 
@@ -113,12 +114,12 @@ func (dl DeadLetter) OriginalMessageID() string {
 // decoded is a peeked message with its envelope, decoded once.
 type decoded struct {
 	msg    *azservicebus.ReceivedMessage
-	env    retry.Envelope
+	env    envelope.Envelope
 	envErr error
 }
 
 func decode(m *azservicebus.ReceivedMessage) decoded {
-	env, err := retry.DecodeEnvelope(m)
+	env, err := envelope.Decode(m)
 	return decoded{msg: m, env: env, envErr: err}
 }
 
@@ -135,13 +136,13 @@ func (d decoded) isScheduled() bool { return d.msg.State == azservicebus.Message
 // isRetryCopy reports a message the retry library scheduled: it carries a valid envelope with an
 // attempt property.
 func (d decoded) isRetryCopy() bool {
-	_, has := d.msg.ApplicationProperties[retry.PropAttempt]
+	_, has := d.msg.ApplicationProperties[envelope.PropAttempt]
 	return has && d.envErr == nil
 }
 
 // matches reports whether the message belongs to id: its MessageID, or its envelope's Key,
 // CorrelationID or OriginalMessageID, or (for a first delivery, which has no envelope yet) its own
-// CorrelationID, or the original MessageID a resubmission recorded in [retry.PropResubmittedFrom].
+// CorrelationID, or the original MessageID a resubmission recorded in [envelope.PropResubmittedFrom].
 func (d decoded) matches(id string) bool {
 	m := d.msg
 	if m.MessageID == id {
@@ -153,7 +154,7 @@ func (d decoded) matches(id string) bool {
 	if m.CorrelationID != nil && *m.CorrelationID == id {
 		return true
 	}
-	v, ok := m.ApplicationProperties[retry.PropResubmittedFrom].(string)
+	v, ok := m.ApplicationProperties[envelope.PropResubmittedFrom].(string)
 	return ok && v == id
 }
 
@@ -215,7 +216,7 @@ func (d decoded) deadLetter(entity string) DeadLetter {
 		dl.Reason = *m.DeadLetterReason
 	}
 	if dl.Reason == "" {
-		dl.Reason, _ = props[retry.PropDeadLetterReason].(string)
+		dl.Reason, _ = props[envelope.PropDeadLetterReason].(string)
 	}
 	if m.DeadLetterErrorDescription != nil {
 		dl.Description = *m.DeadLetterErrorDescription
@@ -223,13 +224,13 @@ func (d decoded) deadLetter(entity string) DeadLetter {
 	if m.DeadLetterSource != nil {
 		dl.Source = *m.DeadLetterSource
 	}
-	dl.LastError, _ = props[retry.PropLastError].(string)
-	if n, ok := props[retry.PropDeadLetterAttempt].(int64); ok && n > 0 && n <= 1<<31-1 {
+	dl.LastError, _ = props[envelope.PropLastError].(string)
+	if n, ok := props[envelope.PropDeadLetterAttempt].(int64); ok && n > 0 && n <= 1<<31-1 {
 		dl.Attempt = int(n)
 	} else if d.envErr == nil {
 		dl.Attempt = d.env.Attempt
 	}
-	if t, ok := props[retry.PropDeadLetterTime].(time.Time); ok {
+	if t, ok := props[envelope.PropDeadLetterTime].(time.Time); ok {
 		dl.DeadLetteredAt = t
 	} else if m.EnqueuedTime != nil {
 		dl.DeadLetteredAt = *m.EnqueuedTime

@@ -5,9 +5,8 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/envelope"
 	"github.com/stretchr/testify/assert"
-
-	"github.com/sbretry/retry"
 )
 
 func TestMatches(t *testing.T) {
@@ -15,13 +14,13 @@ func TestMatches(t *testing.T) {
 		MessageID:     "sbretry-abc-2",
 		CorrelationID: ptr("producer-corr"),
 		ApplicationProperties: map[string]any{
-			retry.PropAttempt: int64(2), retry.PropKey: "order-42", retry.PropCorrelationID: "corr-7",
-			retry.PropOriginalMessageID: "m-1",
+			envelope.PropAttempt: int64(2), envelope.PropKey: "order-42", envelope.PropCorrelationID: "corr-7",
+			envelope.PropOriginalMessageID: "m-1",
 		},
 	}
 	first := &azservicebus.ReceivedMessage{MessageID: "m-9", CorrelationID: ptr("corr-9")}
-	resubmitted := &azservicebus.ReceivedMessage{MessageID: "sbretry-resubmit-x", ApplicationProperties: map[string]any{retry.PropResubmittedFrom: "m-5"}}
-	hostile := &azservicebus.ReceivedMessage{MessageID: "h-1", ApplicationProperties: map[string]any{retry.PropAttempt: "many", retry.PropKey: "order-42"}}
+	resubmitted := &azservicebus.ReceivedMessage{MessageID: "sbretry-resubmit-x", ApplicationProperties: map[string]any{envelope.PropResubmittedFrom: "m-5"}}
+	hostile := &azservicebus.ReceivedMessage{MessageID: "h-1", ApplicationProperties: map[string]any{envelope.PropAttempt: "many", envelope.PropKey: "order-42"}}
 	cases := []struct {
 		name string
 		msg  *azservicebus.ReceivedMessage
@@ -52,8 +51,8 @@ func TestDeadLetterFallbacks(t *testing.T) {
 	ours := decode(&azservicebus.ReceivedMessage{
 		MessageID: "x", SequenceNumber: &seq, EnqueuedTime: &enq,
 		ApplicationProperties: map[string]any{
-			retry.PropAttempt: int64(4), retry.PropDeadLetterAttempt: int64(5), retry.PropDeadLetterTime: at,
-			retry.PropDeadLetterReason: "RetryMessageExpired", retry.PropLastError: "late",
+			envelope.PropAttempt: int64(4), envelope.PropDeadLetterAttempt: int64(5), envelope.PropDeadLetterTime: at,
+			envelope.PropDeadLetterReason: "RetryMessageExpired", envelope.PropLastError: "late",
 		},
 	}).deadLetter("q/$DeadLetterQueue")
 	assert.Equal(t, 5, ours.Attempt, "the dead-letter attempt wins over the envelope's")
@@ -64,7 +63,7 @@ func TestDeadLetterFallbacks(t *testing.T) {
 
 	hostile := decode(&azservicebus.ReceivedMessage{
 		MessageID: "h", EnqueuedTime: &enq, DeadLetterReason: ptr("RetryInvalidProperties"),
-		ApplicationProperties: map[string]any{retry.PropAttempt: "many"},
+		ApplicationProperties: map[string]any{envelope.PropAttempt: "many"},
 	}).deadLetter("q/$DeadLetterQueue")
 	assert.Equal(t, 0, hostile.Attempt, "unknown")
 	assert.Error(t, hostile.EnvelopeErr)

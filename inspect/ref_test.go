@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -186,7 +186,7 @@ func TestRetryQueueMessagesOfAnotherEntityAreLeftOut(t *testing.T) {
 	ctx := sbtest.Context(t)
 	other := "events/Subscriptions/audit"
 	props := func() map[string]any {
-		return map[string]any{retry.PropAttempt: int64(2), retry.PropKey: "order-9", retry.PropOriginalMessageID: "order-9", retry.PropSource: other}
+		return map[string]any{envelope.PropAttempt: int64(2), envelope.PropKey: "order-9", envelope.PropOriginalMessageID: "order-9", envelope.PropSource: other}
 	}
 	s, err := h.Client.NewSender(sbtest.RetryQueue, nil)
 	require.NoError(t, err)

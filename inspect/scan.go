@@ -21,7 +21,7 @@ type Scan struct {
 	// also reports Truncated: telling the two apart would take one more peek beyond the bound.
 	Truncated bool
 	// Foreign counts the messages of a retry queue (or its dead-letter queue) whose envelope names
-	// another entity as the chain's source ([retry.PropSource]): they belong to another consumer that
+	// another entity as the chain's source ([envelope.PropSource]): they belong to another consumer that
 	// shares the queue, or [Options.RetryQueue] names the wrong queue. They are left out of every
 	// answer, so that nothing acts on another entity's messages.
 	Foreign int

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // fakeEntity is an in-memory entity whose peek replies hold at most replyCap messages, as Service Bus
@@ -57,7 +58,7 @@ func scheduledCopy(seq int64, key string, due time.Time) *azservicebus.ReceivedM
 		SequenceNumber:        &seq,
 		State:                 azservicebus.MessageStateScheduled,
 		ScheduledEnqueueTime:  &due,
-		ApplicationProperties: map[string]any{retry.PropAttempt: int64(2), retry.PropKey: key, retry.PropOriginalMessageID: key},
+		ApplicationProperties: map[string]any{envelope.PropAttempt: int64(2), envelope.PropKey: key, envelope.PropOriginalMessageID: key},
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -104,7 +105,7 @@ func TestStatusActiveWhileProcessing(t *testing.T) {
 	release := make(chan struct{})
 	h.Send(t, sbtest.Message("busy-1"))
 	c := h.StartConsumer(t, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		entered <- env.Attempt
 		<-release
 		if env.Attempt == 1 {

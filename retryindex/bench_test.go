@@ -18,6 +18,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/cputime"
 	"github.com/sbretry/retry/internal/sbtest"
 )
@@ -56,7 +57,7 @@ func benchID(i int) string { return fmt.Sprintf("order-%08d", i) }
 // dead-lettered. Error texts are of a realistic length (about 60 bytes).
 func benchRecords(i int, dead bool) []Record {
 	id := benchID(i)
-	env := retry.Envelope{Source: "orders", FirstSequenceNumber: int64(i + 1), OriginalMessageID: id}
+	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: int64(i + 1), OriginalMessageID: id}
 	base := Record{Chain: env.ChainID(), OriginalID: id, Key: id, CorrelationID: id, Source: "orders", Process: "billing-7f9c4d/1",
 		Feed: FeedConsumer, Entity: "orders", Error: "ledger: POST /entries: 503 Service Unavailable (retry later)"}
 	at := benchT0.Add(-time.Duration(i%3600) * time.Second)
@@ -164,7 +165,7 @@ func BenchmarkLookup(b *testing.B) {
 			i := rng.IntN(total)
 			id := benchID(i)
 			if q%3 == 1 {
-				env := retry.Envelope{Source: "orders", FirstSequenceNumber: int64(i + 1), OriginalMessageID: id}
+				env := envelope.Envelope{Source: "orders", FirstSequenceNumber: int64(i + 1), OriginalMessageID: id}
 				id = env.RetryMessageID(2)
 			}
 			start := time.Now()
@@ -339,7 +340,7 @@ func BenchmarkConsumerPaired(b *testing.B) {
 			h := sbtest.New(b)
 			s, _ := openTemp(b, nil)
 			handler := func(_ context.Context, m *azservicebus.ReceivedMessage) error {
-				if fail && m.ApplicationProperties[retry.PropAttempt] == nil {
+				if fail && m.ApplicationProperties[envelope.PropAttempt] == nil {
 					return sbtest.ErrDownstream
 				}
 				return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryindex"
 )
 
@@ -38,7 +39,7 @@ func ExampleSQLite_Lookup() {
 		panic(err)
 	}
 	defer store.Close()
-	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
+	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
 	failedAt := time.Date(2026, 12, 7, 10, 0, 0, 0, time.UTC)
 	err = store.Apply(context.Background(), []retryindex.Record{{
 		Chain: env.ChainID(), OriginalID: "order-42", Key: "order-42", CorrelationID: "checkout-9", Source: "orders",

@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -43,8 +43,8 @@ func openTemp(tb testing.TB, opts *SQLiteOptions) (*SQLite, string) {
 }
 
 // envOf is the envelope of a chain started on "orders" at sequence number seq by message id.
-func envOf(id string, seq int64) retry.Envelope {
-	return retry.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: id, Key: id, CorrelationID: id}
+func envOf(id string, seq int64) envelope.Envelope {
+	return envelope.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: id, Key: id, CorrelationID: id}
 }
 
 // rec is a consumer record of kind k for the chain of (id, seq), at attempt n, at t0 plus at.

@@ -69,7 +69,7 @@ const (
 // Feeds write records; the store folds them into the event's current state and appends them to its
 // history. Fields that do not apply are zero.
 type Record struct {
-	// Chain names the event: [retry.Envelope.ChainID], 40 hex digits shared by every copy.
+	// Chain names the event: [envelope.Envelope.ChainID], 40 hex digits shared by every copy.
 	Chain string
 	// OriginalID, Key and CorrelationID are the names the event is looked up by (the envelope's
 	// OriginalMessageID, Key and CorrelationID); Source is the entity the chain started on.
@@ -121,7 +121,7 @@ func (r Record) position() int64 {
 	return int64(r.Attempt)*4 + 2
 }
 
-// retryIDPrefix starts every retry MessageID (see [retry.Envelope.RetryMessageID]).
+// retryIDPrefix starts every retry MessageID (see [envelope.Envelope.RetryMessageID]).
 const retryIDPrefix = "sbretry-"
 
 // ChainOfMessageID returns the chain a retry MessageID ("sbretry-" + 40 hex digits + "-" + attempt)
@@ -140,7 +140,7 @@ func ChainOfMessageID(id string) (chain string, ok bool) {
 	return rest[:40], true
 }
 
-// IsChainID reports 40 lower-case hex digits, a chain id as [retry.Envelope.ChainID] writes it: what
+// IsChainID reports 40 lower-case hex digits, a chain id as [envelope.Envelope.ChainID] writes it: what
 // [Store.Lookup] takes as the event itself.
 func IsChainID(s string) bool {
 	if len(s) != 40 || strings.ToLower(s) != s {

@@ -14,6 +14,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Defaults of [RecorderOptions].
@@ -238,10 +239,10 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 	return rec, true
 }
 
-// heldCopy reports a copy the outage breaker made (retry.PropHeld): its first attempt's outcome is
+// heldCopy reports a copy the outage breaker made (envelope.PropHeld): its first attempt's outcome is
 // recorded even when it succeeds, since the hold that made it was.
 func heldCopy(msg *azservicebus.ReceivedMessage) bool {
-	_, ok := msg.ApplicationProperties[retry.PropHeld]
+	_, ok := msg.ApplicationProperties[envelope.PropHeld]
 	return ok
 }
 

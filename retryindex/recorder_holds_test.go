@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // The holds of the outage breaker and of a session's durable holds are recorded as what they are
@@ -59,7 +60,7 @@ func TestRecorderHolds(t *testing.T) {
 	})
 	t.Run("a first attempt held, then successful", func(t *testing.T) {
 		again := processed("order-1", 1, retry.Result{Outcome: retry.OutcomeCompleted})
-		again.Message.ApplicationProperties = map[string]any{retry.PropHeld: t0}
+		again.Message.ApplicationProperties = map[string]any{envelope.PropHeld: t0}
 		s := record(t, processed("order-1", 1, retry.Result{Outcome: retry.OutcomeHeld, ScheduledFor: t0.Add(time.Minute)}), again)
 		ans, err := s.Lookup(ctx, "order-1", nil)
 		require.NoError(t, err)

@@ -112,7 +112,7 @@ func stateOf(k Kind) State {
 
 // Event is the indexed state of one retry chain.
 type Event struct {
-	// Chain is the event's id ([retry.Envelope.ChainID]); OriginalID, Key and CorrelationID are its
+	// Chain is the event's id ([envelope.Envelope.ChainID]); OriginalID, Key and CorrelationID are its
 	// names; Source is the entity the chain started on.
 	Chain, OriginalID, Key, CorrelationID, Source string
 	// State is where the event stands, as the latest record says.

@@ -10,6 +10,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // DefaultPeekBatchSize is how many messages one peek of a [Tailer] asks for.
@@ -251,11 +252,11 @@ func (t *Tailer) record(entity string, dead bool, m *azservicebus.ReceivedMessag
 	if v, ok := props[retry.PropProbe].(string); ok && v == retry.ProbeValue {
 		return Record{}, false
 	}
-	env, err := retry.DecodeEnvelope(m)
+	env, err := envelope.Decode(m)
 	if err != nil {
 		// An invalid envelope is dead-lettered under the chain of its own MessageID, as the consumer
 		// records it.
-		env = retry.Envelope{OriginalMessageID: m.MessageID, FirstSequenceNumber: -1}
+		env = envelope.Envelope{OriginalMessageID: m.MessageID, FirstSequenceNumber: -1}
 	}
 	if env.Source == "" && dead {
 		env.Source = strings.TrimSuffix(entity, deadLetterSuffix)
@@ -277,21 +278,21 @@ func (t *Tailer) record(entity string, dead bool, m *azservicebus.ReceivedMessag
 	if m.EnqueuedTime != nil {
 		r.At = *m.EnqueuedTime
 	}
-	_, isCopy := props[retry.PropAttempt]
-	_, held := props[retry.PropHeld]
+	_, isCopy := props[envelope.PropAttempt]
+	_, held := props[envelope.PropHeld]
 	switch {
 	case dead:
 		r.Kind, r.Attempt = KindDeadLettered, env.Attempt
-		if n, ok := props[retry.PropDeadLetterAttempt].(int64); ok && n > 0 && n <= 1<<31-1 {
+		if n, ok := props[envelope.PropDeadLetterAttempt].(int64); ok && n > 0 && n <= 1<<31-1 {
 			r.Attempt = int(n)
 		}
 		if m.DeadLetterReason != nil {
 			r.Reason = *m.DeadLetterReason
 		}
-		if s, ok := props[retry.PropDeadLetterReason].(string); ok && r.Reason == "" {
+		if s, ok := props[envelope.PropDeadLetterReason].(string); ok && r.Reason == "" {
 			r.Reason = s
 		}
-		if at, ok := props[retry.PropDeadLetterTime].(time.Time); ok {
+		if at, ok := props[envelope.PropDeadLetterTime].(time.Time); ok {
 			r.At = at
 		}
 		if r.Error == "" && m.DeadLetterErrorDescription != nil {

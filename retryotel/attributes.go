@@ -11,6 +11,7 @@ import (
 	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/entitypath"
 )
 
@@ -20,7 +21,7 @@ import (
 // for the Service Bus ones and https://opentelemetry.io/docs/specs/semconv/messaging/messaging-spans/
 // for the general messaging ones.
 const (
-	// AttrAttempt is the attempt number of the delivery (retry.Envelope.Attempt): 1 for a first
+	// AttrAttempt is the attempt number of the delivery (envelope.Envelope.Attempt): 1 for a first
 	// delivery. On a "schedule" span and the retries-scheduled metric it is the failed attempt's number.
 	AttrAttempt = attribute.Key("sbretry.attempt")
 	// AttrOutcome is what the processor did with the delivery, retry.Outcome's String, on every
@@ -36,10 +37,10 @@ const (
 	//   - "deferred": a session consumer held the message durably (deferred in its session, with a
 	//     wake-up scheduled), or deferred it behind the hold of an earlier message of its session.
 	AttrOutcome = attribute.Key("sbretry.outcome")
-	// AttrChainID names the retry chain (retry.Envelope.ChainID): every attempt of one message carries
+	// AttrChainID names the retry chain (envelope.Envelope.ChainID): every attempt of one message carries
 	// the same value, so a single attribute query finds a message's whole history across traces.
 	AttrChainID = attribute.Key("sbretry.chain_id")
-	// AttrCorrelationID is the chain's correlation id (retry.Envelope.CorrelationID).
+	// AttrCorrelationID is the chain's correlation id (envelope.Envelope.CorrelationID).
 	AttrCorrelationID = attribute.Key("sbretry.correlation_id")
 	// AttrRetryScheduledFor is when the next attempt is due (RFC 3339, UTC), set for a scheduled retry.
 	AttrRetryScheduledFor = attribute.Key("sbretry.retry.scheduled_for")
@@ -196,7 +197,7 @@ func (d destination) sourceAttrs() []attribute.KeyValue {
 // chainSource is where the chain of a delivery received from entity started: the envelope's Source,
 // or for a first delivery (whose Source the processor seeds only after OnStart may have run) the
 // entity itself.
-func chainSource(env retry.Envelope, entity string) destination {
+func chainSource(env envelope.Envelope, entity string) destination {
 	if env.Source != "" {
 		return parseEntity(env.Source)
 	}

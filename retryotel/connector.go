@@ -12,6 +12,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Connector returns a [retry.Connector] that builds its connections with connect and instruments what
@@ -112,7 +113,7 @@ func (r *renewingReceiver) RenewMessageLock(ctx context.Context, msg *azserviceb
 func (in *Instrumentation) renewed(d *delivery, msg *azservicebus.ReceivedMessage, entity string, start, end time.Time, err error) {
 	parent := context.Background()
 	dest, src := parseEntity(entity), parseEntity(entity)
-	if s, ok := msg.ApplicationProperties[retry.PropSource].(string); ok && s != "" {
+	if s, ok := msg.ApplicationProperties[envelope.PropSource].(string); ok && s != "" {
 		src = parseEntity(s)
 	}
 	var extra []attribute.KeyValue

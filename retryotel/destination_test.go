@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 // A queue's retry copy goes back to the queue: the schedule span names it, links to the creation
@@ -62,8 +63,8 @@ func TestRetryQueueAttemptKeepsItsSubscription(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return nil },
 		&fixtureOptions{retry: retry.Options{EntityPath: "billing-retry"}})
 	f.broker.Send(&azservicebus.Message{MessageID: strPtr("sbretry-copy-2"), ApplicationProperties: map[string]any{
-		retry.PropAttempt: int64(2), retry.PropSource: "events/Subscriptions/billing", retry.PropFirstSequenceNumber: int64(7),
-		retry.PropOriginalMessageID: "evt-1", retry.PropCorrelationID: "evt-1", retry.PropKey: "evt-1",
+		envelope.PropAttempt: int64(2), envelope.PropSource: "events/Subscriptions/billing", envelope.PropFirstSequenceNumber: int64(7),
+		envelope.PropOriginalMessageID: "evt-1", envelope.PropCorrelationID: "evt-1", envelope.PropKey: "evt-1",
 	}})
 	require.Equal(t, retry.OutcomeCompleted, f.process().Outcome)
 

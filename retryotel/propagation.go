@@ -25,7 +25,7 @@ const (
 // Properties that carry a retry chain's creation context on every retry copy: the producer's context if
 // the first delivery had one, else the first attempt's process span. Each copy's traceparent points at
 // the previous attempt, so without these a trace viewer would have to walk the links one attempt at a
-// time to reach the start. The sbretry- prefix keeps them out of [retry.ResubmitMessage]'s fresh first
+// time to reach the start. The sbretry- prefix keeps them out of [envelope.Resubmit]'s fresh first
 // deliveries, which link to the dead-lettered attempt through traceparent instead.
 const (
 	// PropOriginTraceparent is the chain's creation context, in traceparent format.

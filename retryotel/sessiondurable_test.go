@@ -20,6 +20,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sessionstate"
@@ -161,11 +162,11 @@ func TestDurableHoldWakeUpHooks(t *testing.T) {
 	at := time.Date(2026, 11, 29, 12, 1, 0, 0, time.UTC)
 	wakeID := "sbretry-wake-0123456789abcdef-7-2-1796040060000"
 	held := &azservicebus.ReceivedMessage{MessageID: "flaky", SessionID: &sid, SequenceNumber: &seq, DeliveryCount: 1}
-	env := retry.Envelope{Attempt: 1, OriginalMessageID: "flaky", FirstSequenceNumber: seq}
+	env := envelope.Envelope{Attempt: 1, OriginalMessageID: "flaky", FirstSequenceNumber: seq}
 
 	// The held attempt.
 	ctx := h.OnStart(retry.StartParams{Context: context.Background(), Message: held, Envelope: env, EntityPath: "orders"})
-	props := map[string]any{retry.PropAttempt: int64(2), retry.PropLastError: errUnavailable.Error(), sessionstate.PropHeldUntil: at}
+	props := map[string]any{envelope.PropAttempt: int64(2), envelope.PropLastError: errUnavailable.Error(), sessionstate.PropHeldUntil: at}
 	h.OnRetryCopy(retry.RetryCopyParams{Context: ctx, Message: held, Envelope: env,
 		Copy: &azservicebus.Message{MessageID: &held.MessageID, ApplicationProperties: props}, Attempt: 2, ScheduledFor: at})
 	h.OnSettle(retry.SettleParams{Context: ctx, Message: held, Envelope: env, EntityPath: "orders", Operation: retry.SettleSchedule,
@@ -178,7 +179,7 @@ func TestDurableHoldWakeUpHooks(t *testing.T) {
 	// The wake-up comes back; the held message is received back with the properties its deferral wrote,
 	// resumed and completed; the wake-up is completed.
 	resumed := &azservicebus.ReceivedMessage{MessageID: "flaky", SessionID: &sid, SequenceNumber: &seq, DeliveryCount: 2, ApplicationProperties: props}
-	env2 := retry.Envelope{Attempt: 2, OriginalMessageID: "flaky", FirstSequenceNumber: seq, LastError: errUnavailable.Error()}
+	env2 := envelope.Envelope{Attempt: 2, OriginalMessageID: "flaky", FirstSequenceNumber: seq, LastError: errUnavailable.Error()}
 	ctx2 := h.OnStart(retry.StartParams{Context: context.Background(), Message: resumed, Envelope: env2, EntityPath: "orders"})
 	h.OnSettle(retry.SettleParams{Context: ctx2, Message: resumed, Envelope: env2, EntityPath: "orders", Operation: retry.SettleComplete, Duration: time.Millisecond})
 	h.OnProcessed(retry.ProcessedParams{Context: ctx2, Message: resumed, Envelope: env2, EntityPath: "orders",

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/redact"
 	"github.com/sbretry/retry/sessionstate"
 )
@@ -85,7 +86,7 @@ func (in *Instrumentation) onStart(p retry.StartParams) context.Context {
 }
 
 // startDelivery starts the process span; a zero start means now.
-func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.ReceivedMessage, env retry.Envelope, entity string, start time.Time) *delivery {
+func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.ReceivedMessage, env envelope.Envelope, entity string, start time.Time) *delivery {
 	d := &delivery{dest: parseEntity(entity), source: chainSource(env, entity), session: sessionOf(ctx, msg)}
 	var props map[string]any
 	if msg != nil {
@@ -145,7 +146,7 @@ func (in *Instrumentation) startDelivery(ctx context.Context, msg *azservicebus.
 
 // processAttributes are the process span's attributes known at its start. The conventions want the
 // destination and operation ones at span creation, for samplers.
-func (in *Instrumentation) processAttributes(msg *azservicebus.ReceivedMessage, env retry.Envelope, dest, src destination) []attribute.KeyValue {
+func (in *Instrumentation) processAttributes(msg *azservicebus.ReceivedMessage, env envelope.Envelope, dest, src destination) []attribute.KeyValue {
 	kv := make([]attribute.KeyValue, 0, 18)
 	kv = append(kv,
 		semconv.MessagingSystemServiceBus,
@@ -204,7 +205,7 @@ func (in *Instrumentation) onRetryCopy(p retry.RetryCopyParams) {
 
 // deliveryFor finds the delivery a settle or processed hook belongs to, starting a process span for a
 // delivery whose OnStart never ran (a message dead-lettered for malformed retry properties).
-func (in *Instrumentation) deliveryFor(ctx context.Context, msg *azservicebus.ReceivedMessage, env retry.Envelope, entity string, start time.Time) *delivery {
+func (in *Instrumentation) deliveryFor(ctx context.Context, msg *azservicebus.ReceivedMessage, env envelope.Envelope, entity string, start time.Time) *delivery {
 	if d := deliveryFrom(ctx); d != nil {
 		return d
 	}

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 )
@@ -230,7 +231,7 @@ func TestRetryCopyReplacesInheritedContext(t *testing.T) {
 func TestInvalidEnvelopeStillTraced(t *testing.T) {
 	called := false
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { called = true; return nil }, nil)
-	f.broker.Send(&azservicebus.Message{MessageID: strPtr("order-42"), ApplicationProperties: map[string]any{retry.PropAttempt: "two"}})
+	f.broker.Send(&azservicebus.Message{MessageID: strPtr("order-42"), ApplicationProperties: map[string]any{envelope.PropAttempt: "two"}})
 	res := f.process()
 	require.Equal(t, retry.OutcomeDeadLettered, res.Outcome)
 	require.False(t, called)

@@ -18,6 +18,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 )
@@ -111,7 +112,7 @@ func TestTelemetryTable(t *testing.T) {
 		}
 		succeeded := make(chan string, 8)
 		handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-			first := msg.ApplicationProperties[retry.PropAttempt] == nil
+			first := msg.ApplicationProperties[envelope.PropAttempt] == nil
 			switch string(msg.Body) {
 			case "poison":
 				return errUnavailable

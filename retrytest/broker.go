@@ -13,6 +13,7 @@ import (
 	"github.com/Azure/go-amqp"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
@@ -72,7 +73,7 @@ type ScheduledMessage struct {
 	At time.Time
 	// MessageID is the message's MessageID.
 	MessageID string
-	// Attempt is the retry attempt the copy carries (its retry.PropAttempt), or 0 if it has none.
+	// Attempt is the retry attempt the copy carries (its envelope.PropAttempt), or 0 if it has none.
 	Attempt int
 	// SequenceNumber is the number returned by ScheduleMessages. As on Service Bus, the message gets a
 	// new sequence number when it becomes receivable.
@@ -156,10 +157,10 @@ type chainStep struct {
 // seq: a first delivery (or a copy without a chain) starts its chain at its own sequence number.
 func stepOf(props map[string]any, seq int64) chainStep {
 	st := chainStep{firstSeq: seq, attempt: 1}
-	if v, ok := props[retry.PropFirstSequenceNumber].(int64); ok && v >= 0 {
+	if v, ok := props[envelope.PropFirstSequenceNumber].(int64); ok && v >= 0 {
 		st.firstSeq = v
 	}
-	if v, ok := props[retry.PropAttempt].(int64); ok {
+	if v, ok := props[envelope.PropAttempt].(int64); ok {
 		st.attempt = int(v)
 	}
 	return st
@@ -169,17 +170,17 @@ func stepOf(props map[string]any, seq int64) chainStep {
 // started: the envelope's source for a copy, src for a first delivery, and "" (not known) for a copy
 // that names none. Entity paths are compared ignoring case, as Service Bus names them.
 func chainSource(props map[string]any, src *broker.Queue) string {
-	if s, ok := props[retry.PropSource].(string); ok {
+	if s, ok := props[envelope.PropSource].(string); ok {
 		return s
 	}
-	if _, copied := props[retry.PropAttempt]; copied {
+	if _, copied := props[envelope.PropAttempt]; copied {
 		return ""
 	}
 	return src.Name()
 }
 
 // successor is a retry copy scheduled for a chain: the entity its chain started on, and, for a copy
-// that holds its delivery for the outage breaker (retry.PropHeld), its MessageID.
+// that holds its delivery for the outage breaker (envelope.PropHeld), its MessageID.
 type successor struct {
 	source string
 	heldID string
@@ -188,16 +189,16 @@ type successor struct {
 // recordSuccessorLocked notes that a retry copy with application properties props and MessageID id was
 // scheduled, for the completion of its original. b.mu must be held.
 func (b *Broker) recordSuccessorLocked(props map[string]any, id string) {
-	if _, ok := props[retry.PropAttempt]; !ok {
+	if _, ok := props[envelope.PropAttempt]; !ok {
 		return
 	}
 	st := stepOf(props, -1)
 	sc := successor{}
-	if _, held := props[retry.PropHeld]; held {
+	if _, held := props[envelope.PropHeld]; held {
 		st.attempt++ // a held copy repeats its attempt: it is the successor all the same
 		sc.heldID = id
 	}
-	sc.source, _ = props[retry.PropSource].(string)
+	sc.source, _ = props[envelope.PropSource].(string)
 	b.successors[st] = append(b.successors[st], sc)
 }
 
@@ -506,7 +507,7 @@ func sdkError(err error) error {
 
 // attemptOf reads the retry attempt a scheduled copy carries, for [ScheduledMessage.Attempt].
 func attemptOf(m *azservicebus.Message) int {
-	if v, ok := m.ApplicationProperties[retry.PropAttempt].(int64); ok {
+	if v, ok := m.ApplicationProperties[envelope.PropAttempt].(int64); ok {
 		return int(v)
 	}
 	return 0

@@ -16,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -93,7 +94,7 @@ func TestScheduledReleasedAsClockAdvances(t *testing.T) {
 		b := newBroker(t, nil, nil)
 		s := b.Sender()
 		start := time.Now()
-		seqs, err := s.ScheduleMessages(t.Context(), []*azservicebus.Message{{MessageID: str("later"), ApplicationProperties: map[string]any{retry.PropAttempt: int64(3)}}}, start.Add(time.Minute), nil)
+		seqs, err := s.ScheduleMessages(t.Context(), []*azservicebus.Message{{MessageID: str("later"), ApplicationProperties: map[string]any{envelope.PropAttempt: int64(3)}}}, start.Add(time.Minute), nil)
 		require.NoError(t, err)
 		require.Len(t, seqs, 1)
 		msgs, err := b.Receiver().ReceiveMessages(t.Context(), 1, nil) // blocks until due

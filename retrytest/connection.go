@@ -103,7 +103,7 @@ func (b *Broker) senderOn(conn *connection) *sender {
 // topic. With [BrokerOptions.RetryQueue] it is the connection [retry.SubscriptionConnectionString]
 // makes: it receives from the subscription and from the retry queue (a second [retry.Source]), names
 // each by its entity path ("topic/Subscriptions/name" and the retry queue's name, which the chains'
-// [retry.Envelope.Source] then records), and schedules the retry copies to the retry queue.
+// [envelope.Envelope.Source] then records), and schedules the retry copies to the retry queue.
 func (b *Broker) Connector() retry.Connector {
 	return func(ctx context.Context) (*retry.Connection, error) {
 		if err := ctx.Err(); err != nil {

@@ -11,6 +11,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 	sbbroker "github.com/sbretry/retry/sbemu/broker"
 )
@@ -57,7 +58,7 @@ func Example() {
 		fmt.Printf("scheduled attempt %d for t=%s\n", s.Attempt, s.At.Sub(start))
 	}
 	dl := broker.DeadLettered()[0]
-	env, _ := retry.DecodeEnvelope(dl.Message)
+	env, _ := envelope.Decode(dl.Message)
 	fmt.Printf("dead-lettered %s at attempt %d: %s (%s)\n", env.OriginalMessageID, env.Attempt, dl.Reason, dl.Description)
 
 	// Output:
@@ -127,7 +128,7 @@ func ExampleBrokerOptions_retryQueue() {
 		panic(err)
 	}
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		switch {
 		case string(msg.Body) == "order-3":
 			return retry.Permanent(errors.New("unknown customer"))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -383,7 +384,7 @@ func runSubscriptionLayout(t *testing.T, d door) any {
 	ld := d.(layoutDoor)
 	const sub = "billing"
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		switch {
 		case string(msg.Body) == "invalid":
 			return retry.Permanent(errors.New("no such customer"))
@@ -424,7 +425,7 @@ func runSubscriptionLayout(t *testing.T, d door) any {
 	for len(out.Audit) < 3 {
 		for _, m := range receive(t, d, "audit", 3-len(out.Audit)) {
 			out.Audit = append(out.Audit, string(m.Body))
-			if _, ok := m.ApplicationProperties[retry.PropAttempt]; ok {
+			if _, ok := m.ApplicationProperties[envelope.PropAttempt]; ok {
 				out.AuditCopies++
 			}
 			require.NoError(t, d.receiver(t, "audit").CompleteMessage(ctx(t), m, nil))

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retrytest"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -120,7 +121,7 @@ func TestStatsTellSubscriptionsApart(t *testing.T) {
 // failFirstAttempts is a handler that fails the first n attempts of every message.
 func failFirstAttempts(n int) retry.Handler {
 	return func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		if env, _ := retry.EnvelopeFromContext(ctx); env.Attempt <= n {
+		if env, _ := envelope.FromContext(ctx); env.Attempt <= n {
 			return errors.New("payment service unavailable")
 		}
 		return nil
@@ -146,7 +147,7 @@ func TestRetryQueueLayoutWithAConsumer(t *testing.T) {
 		var mu sync.Mutex
 		seen := map[string][]attemptSeen{}
 		handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-			env, _ := retry.EnvelopeFromContext(ctx)
+			env, _ := envelope.FromContext(ctx)
 			switch {
 			case msg.MessageID == "invalid":
 				return retry.Permanent(errors.New("no such customer"))
@@ -209,7 +210,7 @@ func TestRetryQueueLayoutWithAConsumer(t *testing.T) {
 		var bodies []string
 		for _, m := range msgs {
 			bodies = append(bodies, string(m.Body))
-			assert.NotContains(t, m.ApplicationProperties, retry.PropAttempt, "audit never gets a retry copy")
+			assert.NotContains(t, m.ApplicationProperties, envelope.PropAttempt, "audit never gets a retry copy")
 		}
 		assert.Equal(t, []string{"flaky", "poison", "invalid"}, bodies)
 	})

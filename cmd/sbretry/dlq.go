@@ -10,7 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/redact"
 )
@@ -223,7 +223,7 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 	if d.EnvelopeErr != nil {
 		row("envelope", redact.String(d.EnvelopeErr.Error()))
 	} else {
-		if _, ok := m.ApplicationProperties[retry.PropFirstEnqueuedTime]; ok {
+		if _, ok := m.ApplicationProperties[envelope.PropFirstEnqueuedTime]; ok {
 			// Without the property, the envelope falls back to this delivery's (the dead letter's) own
 			// enqueue time, which is not the first one.
 			row("first enqueued", formatTime(d.Envelope.FirstEnqueuedTime))

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -118,7 +119,7 @@ func TestDLQShow(t *testing.T) {
 	seq := strconv.FormatInt(all[0].SequenceNumber, 10)
 	code, out, _ := h.cli(t, "", "dlq", "show", seq)
 	require.Equal(t, exitOK, code)
-	for _, want := range []string{"reason:", "RetryPermanentFailure", "invalid payload in perm-1", "tenant = acme", retry.PropDeadLetterAttempt + " = 1", `body (15 bytes):` + "\n" + `{"id":"perm-1"}`} {
+	for _, want := range []string{"reason:", "RetryPermanentFailure", "invalid payload in perm-1", "tenant = acme", envelope.PropDeadLetterAttempt + " = 1", `body (15 bytes):` + "\n" + `{"id":"perm-1"}`} {
 		assert.Contains(t, out, want)
 	}
 	// A first-attempt dead letter has no envelope of its own; the consumer recorded its key and

@@ -83,7 +83,7 @@
 //
 // # Redrive
 //
-// A redrive turns each selected dead letter into a fresh first delivery with retry.ResubmitMessage
+// A redrive turns each selected dead letter into a fresh first delivery with envelope.Resubmit
 // (retry properties stripped, so it gets the full retry schedule again; a new MessageID derived from
 // the dead letter, so it is not dropped as a duplicate of the original), sends it, and only then
 // completes the dead letter. Both the dry run and the real run first print the plan: one line per dead

@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryindex"
 	"github.com/sbretry/retry/retryindex/postgres"
 	"github.com/sbretry/retry/retryindex/postgres/pgtest"
@@ -29,7 +29,7 @@ func indexFixture(t *testing.T) (string, time.Time) {
 	defer func() { require.NoError(t, s.Close()) }()
 	t0 := time.Now().UTC().Truncate(time.Millisecond)
 	rec := func(id string, k retryindex.Kind, n int, at, due time.Duration) retryindex.Record {
-		env := retry.Envelope{Source: "orders", FirstSequenceNumber: int64(len(id)), OriginalMessageID: id}
+		env := envelope.Envelope{Source: "orders", FirstSequenceNumber: int64(len(id)), OriginalMessageID: id}
 		r := retryindex.Record{Chain: env.ChainID(), OriginalID: id, Key: "key-" + id, CorrelationID: "corr-" + id, Source: "orders",
 			Kind: k, Attempt: n, At: t0.Add(at), Process: "billing-7f9c/1", Feed: retryindex.FeedConsumer, Error: "downstream unavailable"}
 		if k == retryindex.KindScheduled {
@@ -188,7 +188,7 @@ func TestStatusFromPostgresIndex(t *testing.T) {
 	conn := pgtest.Database(t)
 	s, err := postgres.Open(context.Background(), conn, nil)
 	require.NoError(t, err)
-	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 5, OriginalMessageID: "order-42"}
+	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: 5, OriginalMessageID: "order-42"}
 	due := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	require.NoError(t, s.Apply(context.Background(), []retryindex.Record{{
 		Chain: env.ChainID(), OriginalID: "order-42", Key: "order-42", CorrelationID: "order-42", Source: "orders",

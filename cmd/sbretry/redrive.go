@@ -23,7 +23,7 @@ func redriveTarget(e inspect.Entity, to string) (string, error) {
 }
 
 // dlqRedrive resubmits the selected dead letters as fresh first deliveries: for each, send
-// retry.ResubmitMessage, then complete the dead letter in its own dead-letter queue (see the package
+// envelope.Resubmit, then complete the dead letter in its own dead-letter queue (see the package
 // documentation for why this order survives a crash). The dry run prints the plan the real run prints
 // and carries out: the same dead letters, by entity and sequence number, and the same MessageIDs.
 func (a *app) dlqRedrive(ctx context.Context, args []string) error {

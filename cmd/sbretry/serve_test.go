@@ -15,8 +15,8 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/console"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/internal/syncbuf"
 	"github.com/sbretry/retry/retryindex"
@@ -273,7 +273,7 @@ func TestServeSearchesTheIndex(t *testing.T) {
 	store, err := retryindex.OpenSQLite(path, nil)
 	require.NoError(t, err)
 	at := time.Now().UTC().Truncate(time.Second)
-	env := retry.Envelope{Source: sbtest.Queue, FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
+	env := envelope.Envelope{Source: sbtest.Queue, FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
 	require.NoError(t, store.Apply(context.Background(), []retryindex.Record{{
 		Chain: env.ChainID(), OriginalID: "order-42", Key: "order-42", CorrelationID: "checkout-9", Source: sbtest.Queue,
 		Kind: retryindex.KindScheduled, Attempt: 1, NextAttempt: 2, At: at, NextDue: at.Add(time.Hour), Error: "ledger unavailable",

@@ -16,6 +16,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -31,7 +32,7 @@ func TestSessionsReleaseWithTheConsumer(t *testing.T) {
 	var mu sync.Mutex
 	var ran []string
 	handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		mu.Lock()
 		ran = append(ran, m.MessageID)
 		mu.Unlock()

@@ -17,6 +17,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 func main() {
@@ -29,7 +30,7 @@ func main() {
 	defer stop()
 
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		slog.Info("handling", "message_id", msg.MessageID, "attempt", env.Attempt)
 		if len(msg.Body) == 0 {
 			return retry.Permanent(errors.New("empty body")) // retrying will not help

@@ -28,6 +28,7 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/dlqmonitor"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
@@ -91,7 +92,7 @@ func run(ctx context.Context, out io.Writer, connStr, queue string) error {
 	allDone := make(chan struct{})
 	start := time.Now()
 	handler := func(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		fails, ok := failuresBeforeSuccess[strings.TrimPrefix(env.Key, prefix)]
 		if !ok {
 			return retry.Permanent(fmt.Errorf("unexpected message %q", msg.MessageID))
@@ -254,12 +255,12 @@ func printDeadLetters(ctx context.Context, out io.Writer, connStr, queue, prefix
 	}
 	for _, m := range msgs {
 		// A dead letter from a retry copy has a retry MessageID; the envelope names the original.
-		env, err := retry.DecodeEnvelope(m)
+		env, err := envelope.Decode(m)
 		if err != nil || !strings.HasPrefix(env.OriginalMessageID, prefix) {
 			continue // not ours; leave it
 		}
 		fmt.Fprintf(out, "dead-letter queue: %s attempt=%v reason=%s description=%q\n",
-			strings.TrimPrefix(env.OriginalMessageID, prefix), m.ApplicationProperties[retry.PropDeadLetterAttempt],
+			strings.TrimPrefix(env.OriginalMessageID, prefix), m.ApplicationProperties[envelope.PropDeadLetterAttempt],
 			deref(m.DeadLetterReason), deref(m.DeadLetterErrorDescription))
 		if err := dlq.CompleteMessage(ctx, m, nil); err != nil {
 			return err

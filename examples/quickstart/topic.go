@@ -15,6 +15,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu/broker"
 )
 
@@ -67,7 +68,7 @@ func runTopic(ctx context.Context, out io.Writer, connStr string) error {
 		return err
 	}
 	billing, err := retry.NewConsumer(connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		note(billingSub, env.Attempt)
 		if env.Attempt < 3 {
 			return errors.New("ledger unavailable")
@@ -100,7 +101,7 @@ func runTopic(ctx context.Context, out io.Writer, connStr string) error {
 				return
 			}
 			for _, m := range msgs {
-				env, _ := retry.DecodeEnvelope(m)
+				env, _ := envelope.Decode(m)
 				note(auditSub, env.Attempt)
 				if err := audit.CompleteMessage(ctx, m, nil); err != nil {
 					auditDone <- err

@@ -16,7 +16,7 @@
 //
 // Cancelling pending retries follows the same shape with [PreviewCancel] and [Cancel].
 //
-// A redrive sends retry.ResubmitMessage and only then completes the dead letter: a crash between the two
+// A redrive sends envelope.Resubmit and only then completes the dead letter: a crash between the two
 // leaves the dead letter in place, and the re-run sends the same MessageID, which duplicate detection
 // drops. The package never prints: warnings go to [Options.Warn], progress to [Options.Progress].
 //

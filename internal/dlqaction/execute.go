@@ -9,7 +9,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/inspect"
 )
 
@@ -112,7 +112,7 @@ func redriveEach(sender *azservicebus.Sender, obs inspect.Observer, p *Plan, o O
 		if err := checkPlanned(it, m); err != nil {
 			return err
 		}
-		fresh := retry.ResubmitMessage(m, p.TTL, time.Now())
+		fresh := envelope.Resubmit(m, p.TTL, time.Now())
 		if *fresh.MessageID != it.ResubmitID {
 			return fmt.Errorf("%w: %s would be resubmitted as %s, the preview showed %s; nothing was sent", ErrChanged, it.Ref(), *fresh.MessageID, it.ResubmitID)
 		}

@@ -10,7 +10,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/inspect"
 )
 
@@ -112,7 +112,7 @@ func NewRedrivePlan(sel *Selection, target string, ttl time.Duration) *Plan {
 	p := newPlan(Redrive, sel)
 	p.Target, p.TTL = target, ttl
 	for _, it := range p.Items {
-		it.ResubmitID = *retry.ResubmitMessage(it.DeadLetter.Message, ttl, time.Now()).MessageID // the id does not depend on the time
+		it.ResubmitID = *envelope.Resubmit(it.DeadLetter.Message, ttl, time.Now()).MessageID // the id does not depend on the time
 	}
 	return p
 }

@@ -25,6 +25,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 )
@@ -315,7 +316,7 @@ func (h *Harness) Seed(tb testing.TB, ids ...string) []retry.ProcessedParams {
 	}
 	h.Send(tb, msgs...)
 	c := h.StartConsumer(tb, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
-		env, _ := retry.EnvelopeFromContext(ctx)
+		env, _ := envelope.FromContext(ctx)
 		id := env.OriginalMessageID
 		switch {
 		case strings.HasPrefix(id, "pending-"):

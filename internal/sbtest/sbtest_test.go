@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 )
 
 func TestMain(m *testing.M) {
@@ -65,7 +66,7 @@ func TestSendSplitsBatchesAndTheConsumerDrainsThem(t *testing.T) {
 func TestResultIsTheLastOfItsOutcome(t *testing.T) {
 	o := NewOutcomes()
 	rec := func(id string, attempt int, outcome retry.Outcome) {
-		o.Hook(retry.ProcessedParams{Envelope: retry.Envelope{OriginalMessageID: id}, Result: retry.Result{Attempt: attempt, Outcome: outcome}})
+		o.Hook(retry.ProcessedParams{Envelope: envelope.Envelope{OriginalMessageID: id}, Result: retry.Result{Attempt: attempt, Outcome: outcome}})
 	}
 	rec("m", 1, retry.OutcomeRetryScheduled)
 	rec("m", 2, retry.OutcomeRetryScheduled)

@@ -9,7 +9,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu"
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/sessionstate"
@@ -106,7 +106,7 @@ func (h *Sessions) Hold(tb testing.TB, sid, deadLetter string, ids ...string) He
 		hold.DeadLetterReason, hold.DeadLetteredAt = deadLetter, time.Now().Truncate(time.Millisecond).UTC()
 	} else {
 		require.NoError(tb, r.DeferMessage(ctx, msgs[0], &azservicebus.DeferMessageOptions{PropertiesToModify: map[string]any{
-			sessionstate.PropHeldUntil: f.Due, retry.PropAttempt: int64(3), retry.PropLastError: "downstream unavailable",
+			sessionstate.PropHeldUntil: f.Due, envelope.PropAttempt: int64(3), envelope.PropLastError: "downstream unavailable",
 		}}))
 		f.WakeID = "sbretry-wake-" + sid
 		hold.WakeAt, hold.WakeID = f.Due, f.WakeID

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryindex"
 	"github.com/sbretry/retry/retryindex/postgres/pgtest"
 )
@@ -27,7 +27,7 @@ func benchEvents(name string, def int) int {
 // (retryindex/bench_test.go): a pending retry due within a day, or three attempts and a dead letter.
 func backlog(i int, dead bool, t0 time.Time) []retryindex.Record {
 	id := fmt.Sprintf("order-%08d", i)
-	env := retry.Envelope{Source: "orders", FirstSequenceNumber: int64(i + 1), OriginalMessageID: id}
+	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: int64(i + 1), OriginalMessageID: id}
 	base := retryindex.Record{Chain: env.ChainID(), OriginalID: id, Key: id, CorrelationID: id, Source: "orders", Process: "billing-7f9c4d/1",
 		Feed: retryindex.FeedConsumer, Entity: "orders", Error: "ledger: POST /entries: 503 Service Unavailable (retry later)"}
 	at := t0.Add(-time.Duration(i%3600) * time.Second)

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryindex"
 	"github.com/sbretry/retry/retryindex/postgres/pgtest"
 	"github.com/sbretry/retry/retryindex/storetest"
@@ -86,7 +87,7 @@ func TestRecorderOnPostgres(t *testing.T) {
 	s := open(t, nil)
 	rec, err := retryindex.NewRecorder(s, &retryindex.RecorderOptions{Process: "billing-1"})
 	require.NoError(t, err)
-	env := retry.Envelope{Attempt: 1, Source: "orders", FirstSequenceNumber: 3, OriginalMessageID: "order-7", Key: "order-7", CorrelationID: "c-7"}
+	env := envelope.Envelope{Attempt: 1, Source: "orders", FirstSequenceNumber: 3, OriginalMessageID: "order-7", Key: "order-7", CorrelationID: "c-7"}
 	due := time.Now().Add(time.Hour).UTC().Truncate(time.Millisecond)
 	rec.Hooks(retry.Hooks{}).OnProcessed(retry.ProcessedParams{
 		Message: &azservicebus.ReceivedMessage{MessageID: "order-7"}, Envelope: env, EntityPath: "orders",

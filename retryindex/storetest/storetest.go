@@ -14,7 +14,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/retryindex"
 )
 
@@ -28,7 +28,7 @@ var t0 = time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
 // Rec is a consumer record of kind k for the chain of message id (started at sequence number seq on
 // "orders"), about attempt n, at t0 plus at; a scheduled retry is due an hour later, in "orders".
 func Rec(id string, seq int64, k retryindex.Kind, n int, at time.Duration) retryindex.Record {
-	env := retry.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: id}
+	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: seq, OriginalMessageID: id}
 	r := retryindex.Record{Chain: env.ChainID(), OriginalID: id, Key: id, CorrelationID: id, Source: "orders", Kind: k, Attempt: n,
 		At: t0.Add(at), Process: "test/1", Feed: retryindex.FeedConsumer, SequenceNumber: -1}
 	switch k {
@@ -106,7 +106,7 @@ func lookup(t *testing.T, open Open) {
 	r.Key, r.CorrelationID, r.SequenceNumber = "key-42", "corr-42", 55
 	r.Error = "SharedAccessKey=c2VjcmV0c2VjcmV0 rejected; " + strings.Repeat("x", 2000)
 	require.NoError(t, s.Apply(ctx, []retryindex.Record{r, Rec("order-43", 8, retryindex.KindSucceeded, 2, 0)}))
-	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
+	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
 	for _, id := range []string{"order-42", "key-42", "corr-42", env.RetryMessageID(2), r.Chain} {
 		ans, err := s.Lookup(ctx, id, nil)
 		require.NoError(t, err)

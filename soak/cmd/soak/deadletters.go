@@ -6,7 +6,7 @@ import (
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
-	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/soak/internal/ledger"
 )
 
@@ -28,16 +28,16 @@ func readDeadLetters(ctx context.Context, client *azservicebus.Client, queue str
 			return out, nil
 		}
 		for _, m := range msgs {
-			id, _ := m.ApplicationProperties[retry.PropOriginalMessageID].(string)
+			id, _ := m.ApplicationProperties[envelope.PropOriginalMessageID].(string)
 			if id == "" {
 				id = m.MessageID
 			}
 			if strings.HasPrefix(id, "sbretry-probe-") {
 				continue
 			}
-			attempt, ok := m.ApplicationProperties[retry.PropDeadLetterAttempt].(int64)
+			attempt, ok := m.ApplicationProperties[envelope.PropDeadLetterAttempt].(int64)
 			if !ok {
-				if attempt, ok = m.ApplicationProperties[retry.PropAttempt].(int64); !ok {
+				if attempt, ok = m.ApplicationProperties[envelope.PropAttempt].(int64); !ok {
 					attempt = 1
 				}
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sbemu/broker"
 	"github.com/sbretry/retry/soak/internal/ledger"
 )
@@ -127,14 +128,14 @@ func (m *monitor) checkLiveCopies() {
 	}
 	seen := map[key]int{}
 	add := func(props map[string]any, messageID any) {
-		id, _ := props[retry.PropOriginalMessageID].(string)
+		id, _ := props[envelope.PropOriginalMessageID].(string)
 		if id == "" {
 			id, _ = messageID.(string)
 		}
 		if strings.HasPrefix(id, "sbretry-probe-") {
 			return
 		}
-		attempt, ok := props[retry.PropAttempt].(int64)
+		attempt, ok := props[envelope.PropAttempt].(int64)
 		if !ok {
 			attempt = 1
 		}

@@ -27,6 +27,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/soak/internal/ledger"
 )
 
@@ -187,7 +188,7 @@ var (
 )
 
 func (h *handler) handle(ctx context.Context, msg *azservicebus.ReceivedMessage) error {
-	env, _ := retry.EnvelopeFromContext(ctx)
+	env, _ := envelope.FromContext(ctx)
 	class, failAttempts, err := ledger.FromProperties(msg.ApplicationProperties)
 	if err != nil {
 		return retry.Permanent(err)
@@ -217,7 +218,7 @@ func (h *handler) handle(ctx context.Context, msg *azservicebus.ReceivedMessage)
 }
 
 // chainID is the chain's original MessageID.
-func chainID(msg *azservicebus.ReceivedMessage, env retry.Envelope) string {
+func chainID(msg *azservicebus.ReceivedMessage, env envelope.Envelope) string {
 	if env.OriginalMessageID != "" {
 		return env.OriginalMessageID
 	}

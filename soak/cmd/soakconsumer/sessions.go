@@ -8,6 +8,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/soak/internal/ledger"
 	"github.com/sbretry/retry/soak/internal/sessionmode"
 )
@@ -48,7 +49,7 @@ func sessionOptions(s settings) (*retry.SessionOptions, error) {
 }
 
 // recordSessionSuccess appends the O record of a session message's success (fsynced before it returns).
-func recordSessionSuccess(ctx context.Context, w *ledger.Writer, msg *azservicebus.ReceivedMessage, env retry.Envelope) error {
+func recordSessionSuccess(ctx context.Context, w *ledger.Writer, msg *azservicebus.ReceivedMessage, env envelope.Envelope) error {
 	sid, ok := retry.SessionIDFromContext(ctx)
 	if !ok {
 		return retry.Permanent(errors.New("soak: a session handler without a session id"))

@@ -1,4 +1,4 @@
-package retry
+package envelope
 
 import (
 	"crypto/sha256"
@@ -11,12 +11,12 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// PropResubmittedFrom is set on a message made by [ResubmitMessage]: the MessageID of the first delivery
+// PropResubmittedFrom is set on a message made by [Resubmit]: the MessageID of the first delivery
 // of the chain that was dead-lettered (as [PropOriginalMessageID], which it also sets). The default
 // idempotency key of a resubmitted message is this id, so handlers see the same key as for the original.
 const PropResubmittedFrom = "sbretry-resubmitted-from"
 
-// ResubmitMessage returns a fresh first delivery made from a dead-lettered message at now, for an
+// Resubmit returns a fresh first delivery made from a dead-lettered message at now, for an
 // operator who fixed the cause and wants the message processed again. Resubmitting the dead letter as
 // it is falls into two traps: its MessageID was already seen (duplicate detection drops the resend
 // silently), and its retry properties still say "last attempt" (it dies again after one failure). The
@@ -39,14 +39,14 @@ const PropResubmittedFrom = "sbretry-resubmitted-from"
 //
 // Send it to the entity the dead letter came from; for a subscription, that must be the subscription's
 // own path (a forwarding queue or its retry queue), never the topic, or every subscription gets a copy.
-// ResubmitMessage returns nil for a nil message.
-func ResubmitMessage(dead *azservicebus.ReceivedMessage, ttl time.Duration, now time.Time) *azservicebus.Message {
+// Resubmit returns nil for a nil message.
+func Resubmit(dead *azservicebus.ReceivedMessage, ttl time.Duration, now time.Time) *azservicebus.Message {
 	if dead == nil {
 		return nil
 	}
 	// The identity as the dead letter's envelope has it; a dead letter whose envelope does not decode
 	// keeps what can be read.
-	env, err := DecodeEnvelope(dead)
+	env, err := Decode(dead)
 	if err != nil {
 		env = Envelope{OriginalMessageID: dead.MessageID}
 		readIdentity(dead, &env)
@@ -107,6 +107,6 @@ func readIdentity(msg *azservicebus.ReceivedMessage, env *Envelope) {
 		dst  *string
 	}{{PropResubmittedFrom, &env.OriginalMessageID}, {PropOriginalMessageID, &env.OriginalMessageID}, {PropKey, &env.Key}, {PropCorrelationID, &env.CorrelationID}} {
 		var err error
-		setString(msg.ApplicationProperties, f.name, maxEnvelopeString, f.dst, &err)
+		setString(msg.ApplicationProperties, f.name, MaxIdentifierLength, f.dst, &err)
 	}
 }
