@@ -90,3 +90,11 @@ func TestSettingsCheckEmulatorWithoutAdmin(t *testing.T) {
 	require.Error(t, err)
 	assert.True(t, called)
 }
+
+// The default reconnect delays are a fresh slice per call: a config that changes its own cannot change
+// another consumer's.
+func TestDefaultReconnectDelaysAreNotShared(t *testing.T) {
+	d := defaultReconnectDelays()
+	d[0] = time.Hour
+	assert.Equal(t, 5*time.Second, defaultReconnectDelays()[0])
+}

@@ -162,7 +162,7 @@ func TestNewConsumerRejectsBadInput(t *testing.T) {
 		{"negative watchdog", b.Connector(), okHandler, &retry.Options{WatchdogInterval: -1}},
 		{"negative budget", b.Connector(), okHandler, &retry.Options{RetryBudget: -1}},
 		{"bad backoff", b.Connector(), okHandler, &retry.Options{Backoff: backoff.Exponential{Factor: 0.1}}},
-		{"batch above the SDK limit", b.Connector(), okHandler, &retry.Options{ReceiveBatchSize: retry.MaxReceiveBatchSize + 1}},
+		{"batch above the SDK limit", b.Connector(), okHandler, &retry.Options{ReceiveBatchSize: 5001}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -144,7 +144,7 @@ func TestDeadLetterDescriptionTruncatedAndRedacted(t *testing.T) {
 	dl := f.broker.DeadLettered()
 	require.Len(t, dl, 1)
 	d := dl[0].Description
-	assert.LessOrEqual(t, len(d), retry.DefaultDescriptionLimit)
+	assert.LessOrEqual(t, len(d), 1024)
 	assert.True(t, strings.HasSuffix(d, "…"))
 	assert.NotContains(t, d, "hunter2")
 	assert.NotContains(t, f.logs.String(), "hunter2")
@@ -154,7 +154,7 @@ func TestDeadLetterDescriptionTruncatedAndRedacted(t *testing.T) {
 func TestOversizedCopyDeadLetters(t *testing.T) {
 	f := newFixture(t, func(context.Context, *azservicebus.ReceivedMessage) error { return errBoom }, nil)
 	// The original fits the queue's 256 KiB; its copy, with the retry properties, would not.
-	_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("big"), Body: bytes.Repeat([]byte("x"), retry.DefaultMaxMessageSize-256)})
+	_, err := f.broker.Send(&azservicebus.Message{MessageID: strPtr("big"), Body: bytes.Repeat([]byte("x"), 256*1024-256)})
 	require.NoError(t, err)
 	res := f.process()
 	assert.Equal(t, retry.OutcomeDeadLettered, res.Outcome)

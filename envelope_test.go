@@ -166,8 +166,8 @@ func TestDescriptionLimitBounds(t *testing.T) {
 		assert.LessOrEqual(t, len(d), limit, "limit %d: %q", limit, d)
 		assert.True(t, utf8.ValidString(d))
 	}
-	_, err := retry.NewProcessor(nopSender{}, okHandler, &retry.Options{DescriptionLimit: retry.MaxDescriptionLimit + 1})
+	_, err := retry.NewProcessor(nopSender{}, okHandler, &retry.Options{DescriptionLimit: 16*1024 + 1})
 	assert.ErrorIs(t, err, retry.ErrInvalidOptions)
-	_, err = retry.NewProcessor(nopSender{}, okHandler, &retry.Options{DescriptionLimit: retry.MaxDescriptionLimit})
+	_, err = retry.NewProcessor(nopSender{}, okHandler, &retry.Options{DescriptionLimit: 16 * 1024})
 	assert.NoError(t, err)
 }

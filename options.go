@@ -13,26 +13,26 @@ import (
 
 // Defaults for [Options]. Each applies when its field is zero.
 const (
-	DefaultMaxAttempts      = 29
-	DefaultMaxConcurrency   = 1
-	DefaultSettleTimeout    = 30 * time.Second
-	DefaultWatchdogInterval = 60 * time.Second
-	DefaultShutdownGrace    = 30 * time.Second
-	// DefaultMaxMessageSize is the Standard tier limit (256 KiB). Set Options.MaxMessageSize for Premium.
-	DefaultMaxMessageSize = 256 * 1024
-	// DefaultDescriptionLimit bounds the dead-letter description and the last-error property.
-	DefaultDescriptionLimit = 1024
-	// MaxDescriptionLimit is the largest DescriptionLimit. Service Bus caps one property at 32 KiB and
+	defaultMaxAttempts      = 29
+	defaultMaxConcurrency   = 1
+	defaultSettleTimeout    = 30 * time.Second
+	defaultWatchdogInterval = 60 * time.Second
+	defaultShutdownGrace    = 30 * time.Second
+	// defaultMaxMessageSize is the Standard tier limit (256 KiB). Set Options.MaxMessageSize for Premium.
+	defaultMaxMessageSize = 256 * 1024
+	// defaultDescriptionLimit bounds the dead-letter description and the last-error property.
+	defaultDescriptionLimit = 1024
+	// maxDescriptionLimit is the largest DescriptionLimit. Service Bus caps one property at 32 KiB and
 	// all headers at 64 KiB; half the per-property cap leaves room for the message's own properties.
-	MaxDescriptionLimit = 16 * 1024
-	// MaxReceiveBatchSize is the most messages one azservicebus ReceiveMessages call may ask for.
-	MaxReceiveBatchSize = 5000
+	maxDescriptionLimit = 16 * 1024
+	// maxReceiveBatchSize is the most messages one azservicebus ReceiveMessages call may ask for.
+	maxReceiveBatchSize = 5000
 )
 
-// DefaultReconnectDelays returns the waits before the reconnect tries that follow a broken connection
+// defaultReconnectDelays returns the waits before the reconnect tries that follow a broken connection
 // (5 s, 10 s, 15 s). When all fail, a watchdog retries every Options.WatchdogInterval until one
 // succeeds. It returns a new slice on every call, so no caller can change another's defaults.
-func DefaultReconnectDelays() []time.Duration {
+func defaultReconnectDelays() []time.Duration {
 	return []time.Duration{5 * time.Second, 10 * time.Second, 15 * time.Second}
 }
 
@@ -90,7 +90,7 @@ func (r DeadLetterReasons) withDefaults() DeadLetterReasons {
 // of every field means its documented default; negative durations and counts are invalid.
 type Options struct {
 	// MaxAttempts is the number of handler attempts before the message is dead-lettered: the message fails
-	// for good after attempt MaxAttempts. Zero means [DefaultMaxAttempts] (29).
+	// for good after attempt MaxAttempts. Zero means 29.
 	MaxAttempts int
 	// Backoff chooses the delay after each failed attempt. Nil means Fibonacci{} (10 s floor, 7 day cap).
 	Backoff backoff.Backoff
@@ -99,9 +99,9 @@ type Options struct {
 	// against MaxAttempts, and the handler sees its Envelope's Attempt and LastError move on. The
 	// delivery keeps its lock (renewed) and its handler slot meanwhile. A failure answered with
 	// [RetryAfter] ends them: the delayed retry is scheduled at the delay it asked for. Zero (the
-	// default) means none; at most [MaxImmediateRetries].
+	// default) means none; at most 100.
 	ImmediateRetries int
-	// ImmediateDelay is the wait before each immediate retry, at most [MaxImmediateDelay]. Zero means
+	// ImmediateDelay is the wait before each immediate retry, at most 1 minute. Zero means
 	// none.
 	ImmediateDelay time.Duration
 	// Policies choose, by error, what a failure becomes: immediate retries, backoff, attempts,
@@ -115,7 +115,7 @@ type Options struct {
 	// RetryBudget bounds the total time from the first enqueue to the next attempt; a retry that would be
 	// due later is dead-lettered instead. Zero means no budget (MaxAttempts alone decides).
 	RetryBudget time.Duration
-	// MaxConcurrency is the most handlers running at once. Zero means [DefaultMaxConcurrency] (1). A
+	// MaxConcurrency is the most handlers running at once. Zero means 1. A
 	// message whose handler has returned does not count while it is settled, so a settle stuck on a dead
 	// lock does not stop new messages; up to MaxConcurrency handlers, Prefetch messages received ahead
 	// and MaxConcurrency+64 settles can be between receive and the end of their settle.
@@ -124,7 +124,7 @@ type Options struct {
 	// handler slots plus the free prefetch places (see Prefetch), so it never makes the consumer hold
 	// more. While messages received ahead keep the handlers busy, the receive loop waits (up to 2 ms)
 	// until half a batch of places is free. Zero means twice MaxConcurrency (at most
-	// [MaxReceiveBatchSize]), or 1 with MaxConcurrency 1: a receive then asks for every free slot and
+	// 5,000), or 1 with MaxConcurrency 1: a receive then asks for every free slot and
 	// place at once, which measured 8 % (success) to 15 % (failures) more throughput on loopback than
 	// batches of MaxConcurrency (BENCHMARKS.md). A single handler gains nothing from a batch of two, and
 	// a receive that asks for more messages than are there waits 1 ms for the rest. Larger values are
@@ -133,15 +133,15 @@ type Options struct {
 	// Prefetch is how many messages the consumer may hold beyond its free handler slots, received ahead
 	// so that a handler slot that frees up finds its next message waiting instead of waiting for a
 	// receive call; their locks are renewed while they wait. Zero means MaxConcurrency (at most
-	// [MaxReceiveBatchSize]); a negative value turns prefetching off, so the consumer never holds a
+	// 5,000); a negative value turns prefetching off, so the consumer never holds a
 	// lock on a message it cannot start at once (worth it when handlers are slow and other consumers
 	// could take those messages meanwhile).
 	// There is no prefetching with DisableLockRenewal, whose waiting locks would run out. Values above
-	// [MaxReceiveBatchSize] are invalid. A message received ahead that has not started when Run stops
+	// 5,000 are invalid. A message received ahead that has not started when Run stops
 	// is not started; the broker redelivers it when its lock runs out.
 	Prefetch int
 	// SettleTimeout bounds every complete, dead-letter, renew and republish call. The SDK's own settle path
-	// can take about 50 s after a connection drop. Zero means [DefaultSettleTimeout] (30 s).
+	// can take about 50 s after a connection drop. Zero means 30 s.
 	SettleTimeout time.Duration
 	// LockDuration is the lock duration of the entity (queue or subscription), as configured on it.
 	// Renewal is timed from it on the local clock, so it works even when this machine's clock disagrees
@@ -191,24 +191,24 @@ type Options struct {
 	// Hooks observe outcomes and state changes.
 	Hooks Hooks
 	// ReconnectDelays are the waits before each reconnect try after the connection broke. Nil means
-	// [DefaultReconnectDelays] (5 s, 10 s, 15 s); an empty non-nil slice goes straight to the watchdog.
+	// 5 s, 10 s, 15 s; an empty non-nil slice goes straight to the watchdog.
 	ReconnectDelays []time.Duration
 	// WatchdogInterval is the period of the watchdog that takes over when every reconnect try failed.
-	// Zero means [DefaultWatchdogInterval] (60 s).
+	// Zero means 60 s.
 	WatchdogInterval time.Duration
 	// ShutdownGrace is how long in-flight handlers keep a live context after Run's context ends; then
 	// their contexts are cancelled. Run waits one SettleTimeout more for them; if some still run, it
 	// closes the connection, settles nothing more and returns an error wrapping [ErrShutdownTimeout].
-	// Zero means [DefaultShutdownGrace] (30 s).
+	// Zero means 30 s.
 	ShutdownGrace time.Duration
 	// DeadLetterReasons overrides the reason texts.
 	DeadLetterReasons DeadLetterReasons
 	// DescriptionLimit bounds the dead-letter description and the last-error property, in bytes.
-	// Zero means [DefaultDescriptionLimit] (1024); at most [MaxDescriptionLimit].
+	// Zero means 1024; at most 16 KiB.
 	DescriptionLimit int
 	// MaxMessageSize is the largest retry copy, in bytes (body plus properties, estimated). A larger copy,
 	// or one whose properties exceed the Service Bus header limits (32 KiB each, 64 KiB together), is
-	// dead-lettered rather than failing to republish forever. Zero means [DefaultMaxMessageSize].
+	// dead-lettered rather than failing to republish forever. Zero means 256 KiB (a Standard namespace's limit).
 	MaxMessageSize int
 	// Clock is the time source. Nil means the real clock.
 	Clock Clock
@@ -292,14 +292,14 @@ func (o *Options) validate() error {
 	}
 	// Attempts travel as AMQP longs but are decoded into [1, MaxInt32] (see envelope.Decode); a larger
 	// limit could never be reached and would hide a typo.
-	if o.DescriptionLimit > MaxDescriptionLimit {
-		return &OptionError{Field: "DescriptionLimit", Reason: "must not exceed " + strconv.Itoa(MaxDescriptionLimit) + " bytes (the Service Bus property limit)"}
+	if o.DescriptionLimit > maxDescriptionLimit {
+		return &OptionError{Field: "DescriptionLimit", Reason: "must not exceed " + strconv.Itoa(maxDescriptionLimit) + " bytes (the Service Bus property limit)"}
 	}
-	if o.Prefetch > MaxReceiveBatchSize {
-		return &OptionError{Field: "Prefetch", Reason: "must not exceed " + strconv.Itoa(MaxReceiveBatchSize)}
+	if o.Prefetch > maxReceiveBatchSize {
+		return &OptionError{Field: "Prefetch", Reason: "must not exceed " + strconv.Itoa(maxReceiveBatchSize)}
 	}
-	if o.ReceiveBatchSize > MaxReceiveBatchSize {
-		return &OptionError{Field: "ReceiveBatchSize", Reason: "must not exceed " + strconv.Itoa(MaxReceiveBatchSize) + " (the SDK's limit per receive call)"}
+	if o.ReceiveBatchSize > maxReceiveBatchSize {
+		return &OptionError{Field: "ReceiveBatchSize", Reason: "must not exceed " + strconv.Itoa(maxReceiveBatchSize) + " (the SDK's limit per receive call)"}
 	}
 	if o.MaxAttempts > math.MaxInt32 {
 		return &OptionError{Field: "MaxAttempts", Reason: "must fit in 32 bits"}
@@ -309,11 +309,11 @@ func (o *Options) validate() error {
 			return &OptionError{Field: "Backoff", Reason: err.Error()}
 		}
 	}
-	if o.ImmediateRetries > MaxImmediateRetries {
-		return &OptionError{Field: "ImmediateRetries", Reason: "must not exceed " + strconv.Itoa(MaxImmediateRetries)}
+	if o.ImmediateRetries > maxImmediateRetries {
+		return &OptionError{Field: "ImmediateRetries", Reason: "must not exceed " + strconv.Itoa(maxImmediateRetries)}
 	}
-	if o.ImmediateDelay > MaxImmediateDelay {
-		return &OptionError{Field: "ImmediateDelay", Reason: "must not exceed " + MaxImmediateDelay.String() + "; use the delayed retries for longer waits"}
+	if o.ImmediateDelay > maxImmediateDelay {
+		return &OptionError{Field: "ImmediateDelay", Reason: "must not exceed " + maxImmediateDelay.String() + "; use the delayed retries for longer waits"}
 	}
 	if err := validateRules("Policies", o.Policies); err != nil {
 		return err
@@ -331,15 +331,15 @@ func (o *Options) resolve() (*config, error) {
 		opts = *o
 	}
 	c := &config{
-		maxAttempts:       orInt(opts.MaxAttempts, DefaultMaxAttempts),
+		maxAttempts:       orInt(opts.MaxAttempts, defaultMaxAttempts),
 		backoff:           opts.Backoff,
 		immediate:         opts.ImmediateRetries,
 		immediateDelay:    opts.ImmediateDelay,
 		policies:          append([]Rule(nil), opts.Policies...),
 		outage:            opts.Outage.resolve(),
 		retryBudget:       opts.RetryBudget,
-		maxConcurrency:    orInt(opts.MaxConcurrency, DefaultMaxConcurrency),
-		settleTimeout:     orDur(opts.SettleTimeout, DefaultSettleTimeout),
+		maxConcurrency:    orInt(opts.MaxConcurrency, defaultMaxConcurrency),
+		settleTimeout:     orDur(opts.SettleTimeout, defaultSettleTimeout),
 		lockDuration:      opts.LockDuration,
 		lockRenewInterval: opts.LockRenewInterval,
 		lockRenewal:       !opts.DisableLockRenewal,
@@ -353,11 +353,11 @@ func (o *Options) resolve() (*config, error) {
 		logger:            opts.Logger,
 		hooks:             opts.Hooks,
 		reconnectDelays:   opts.ReconnectDelays,
-		watchdogInterval:  orDur(opts.WatchdogInterval, DefaultWatchdogInterval),
-		shutdownGrace:     orDur(opts.ShutdownGrace, DefaultShutdownGrace),
+		watchdogInterval:  orDur(opts.WatchdogInterval, defaultWatchdogInterval),
+		shutdownGrace:     orDur(opts.ShutdownGrace, defaultShutdownGrace),
 		reasons:           opts.DeadLetterReasons.withDefaults(),
-		descriptionLimit:  orInt(opts.DescriptionLimit, DefaultDescriptionLimit),
-		maxMessageSize:    orInt(opts.MaxMessageSize, DefaultMaxMessageSize),
+		descriptionLimit:  orInt(opts.DescriptionLimit, defaultDescriptionLimit),
+		maxMessageSize:    orInt(opts.MaxMessageSize, defaultMaxMessageSize),
 		clock:             opts.Clock,
 	}
 	// The default batch follows MaxConcurrency, which may legitimately exceed what one receive call can
@@ -366,12 +366,12 @@ func (o *Options) resolve() (*config, error) {
 	if c.maxConcurrency == 1 {
 		defaultBatch = 1
 	}
-	c.batchSize = min(orInt(opts.ReceiveBatchSize, defaultBatch), MaxReceiveBatchSize)
+	c.batchSize = min(orInt(opts.ReceiveBatchSize, defaultBatch), maxReceiveBatchSize)
 	switch {
 	case opts.Prefetch < 0 || !c.lockRenewal:
 		c.prefetch = 0
 	case opts.Prefetch == 0:
-		c.prefetch = min(c.maxConcurrency, MaxReceiveBatchSize)
+		c.prefetch = min(c.maxConcurrency, maxReceiveBatchSize)
 	default:
 		c.prefetch = opts.Prefetch
 	}
@@ -391,7 +391,7 @@ func (o *Options) resolve() (*config, error) {
 		c.logger = slog.Default()
 	}
 	if c.reconnectDelays == nil {
-		c.reconnectDelays = DefaultReconnectDelays()
+		c.reconnectDelays = defaultReconnectDelays()
 	}
 	// Copy the slice: the caller may reuse or change its Options after the constructor returns, and the
 	// consumer reads the delays from another goroutine.

@@ -28,35 +28,35 @@ import (
 // Dapr's (more than 5) for consumers too quiet to reach the minimum; and a pause between Polly's 5 s
 // and MassTransit's and Dapr's 60 s, growing to Wolverine's 5 minutes while probes keep failing.
 const (
-	DefaultOutageConsecutiveFailures = 10
-	DefaultOutageFailureRate         = 0.5
-	DefaultOutageWindow              = time.Minute
-	DefaultOutageMinAttempts         = 20
-	DefaultOutageOpenFor             = 30 * time.Second
-	DefaultOutageMaxOpenFor          = 5 * time.Minute
-	DefaultOutageHealthCheckTimeout  = 10 * time.Second
+	defaultOutageConsecutiveFailures = 10
+	defaultOutageFailureRate         = 0.5
+	defaultOutageWindow              = time.Minute
+	defaultOutageMinAttempts         = 20
+	defaultOutageOpenFor             = 30 * time.Second
+	defaultOutageMaxOpenFor          = 5 * time.Minute
+	defaultOutageHealthCheckTimeout  = 10 * time.Second
 )
 
 // OutageOptions configures outage mode (Options.Outage). Zero fields mean their defaults; a negative
 // ConsecutiveFailures or FailureRate turns that rule off (not both).
 type OutageOptions struct {
 	// ConsecutiveFailures trips the breaker after this many counted failures in a row, across all
-	// messages. Zero means [DefaultOutageConsecutiveFailures] (10).
+	// messages. Zero means 10.
 	ConsecutiveFailures int
 	// FailureRate trips the breaker when at least this share of the attempts within Window failed, once
-	// there were MinAttempts of them. Zero means [DefaultOutageFailureRate] (0.5); at most 1.
+	// there were MinAttempts of them. Zero means 0.5; at most 1.
 	FailureRate float64
-	// Window is the span FailureRate looks back over. Zero means [DefaultOutageWindow] (1 minute).
+	// Window is the span FailureRate looks back over. Zero means 1 minute.
 	Window time.Duration
 	// MinAttempts is how many attempts Window must hold before FailureRate applies. Zero means
-	// [DefaultOutageMinAttempts] (20).
+	// 20.
 	MinAttempts int
 	// OpenFor is how long the breaker stays open before its first probe. Each failed probe doubles it,
 	// and so does a trip within one Window of the last close (a flapping dependency), up to MaxOpenFor;
 	// it starts again from OpenFor once the breaker has stayed closed for a Window. Zero means
-	// [DefaultOutageOpenFor] (30 s).
+	// 30 s.
 	OpenFor time.Duration
-	// MaxOpenFor bounds OpenFor's growth. Zero means [DefaultOutageMaxOpenFor] (5 minutes).
+	// MaxOpenFor bounds OpenFor's growth. Zero means 5 minutes.
 	MaxOpenFor time.Duration
 	// HealthCheck, if set, is the probe: called once per half-open period, its nil closes the breaker
 	// and its error keeps it open, and no message is received until it has closed. Nil means the
@@ -65,7 +65,7 @@ type OutageOptions struct {
 	// next message to probe.
 	HealthCheck func(ctx context.Context) error
 	// HealthCheckTimeout bounds each HealthCheck call. Zero means
-	// [DefaultOutageHealthCheckTimeout] (10 s).
+	// 10 s.
 	HealthCheckTimeout time.Duration
 	// Counts reports whether a handler error counts toward the trip rules. Nil means every error
 	// counts. Whatever it says, [Permanent] errors and the failures of a [Policy] with NotOutage never
@@ -118,13 +118,13 @@ func (o *OutageOptions) resolve() *outageConfig {
 		return nil
 	}
 	c := &outageConfig{
-		consecutive: orInt(o.ConsecutiveFailures, DefaultOutageConsecutiveFailures),
+		consecutive: orInt(o.ConsecutiveFailures, defaultOutageConsecutiveFailures),
 		rate:        o.FailureRate,
-		window:      orDur(o.Window, DefaultOutageWindow),
-		minAttempts: orInt(o.MinAttempts, DefaultOutageMinAttempts),
-		openFor:     orDur(o.OpenFor, DefaultOutageOpenFor),
-		maxOpenFor:  orDur(o.MaxOpenFor, DefaultOutageMaxOpenFor),
-		healthCheck: o.HealthCheck, checkTimeout: orDur(o.HealthCheckTimeout, DefaultOutageHealthCheckTimeout),
+		window:      orDur(o.Window, defaultOutageWindow),
+		minAttempts: orInt(o.MinAttempts, defaultOutageMinAttempts),
+		openFor:     orDur(o.OpenFor, defaultOutageOpenFor),
+		maxOpenFor:  orDur(o.MaxOpenFor, defaultOutageMaxOpenFor),
+		healthCheck: o.HealthCheck, checkTimeout: orDur(o.HealthCheckTimeout, defaultOutageHealthCheckTimeout),
 		counts: o.Counts,
 	}
 	if c.consecutive < 0 {
@@ -132,7 +132,7 @@ func (o *OutageOptions) resolve() *outageConfig {
 	}
 	switch {
 	case c.rate == 0:
-		c.rate = DefaultOutageFailureRate
+		c.rate = defaultOutageFailureRate
 	case c.rate < 0:
 		c.rate = 0
 	}
@@ -351,7 +351,7 @@ func (b *breaker) pause(reason string) {
 	if reason == "" {
 		reason = "paused by hand"
 	}
-	reason = truncate(redact.String(reason), DefaultDescriptionLimit)
+	reason = truncate(redact.String(reason), defaultDescriptionLimit)
 	if !(b.st.State == OutageOpen && b.st.Manual && b.st.Reason == reason) {
 		b.moveLocked(OutageOpen, b.clk.Now(), true, reason, time.Time{}, nil)
 	}
@@ -627,14 +627,14 @@ func (b *breaker) resetCountsLocked() {
 // when none is planned (paused by hand, or half-open).
 func (b *breaker) holdUntil(now time.Time) time.Time {
 	if b == nil {
-		return now.Add(DefaultOutageOpenFor)
+		return now.Add(defaultOutageOpenFor)
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	if next := b.st.NextProbe; next.After(now) {
 		return next
 	}
-	d := DefaultOutageOpenFor
+	d := defaultOutageOpenFor
 	if b.cfg != nil {
 		d = b.openFor
 	}

@@ -49,8 +49,8 @@ func (a Action) String() string {
 // Limits of a [Policy]'s immediate retries: they run in the same delivery, holding its lock and its
 // handler slot, so they are meant to be few and quick; longer waits belong to the delayed retries.
 const (
-	MaxImmediateRetries = 100
-	MaxImmediateDelay   = time.Minute
+	maxImmediateRetries = 100
+	maxImmediateDelay   = time.Minute
 )
 
 // Policy says what a failed attempt becomes. Zero fields take the [Options]' values, so a rule states
@@ -64,7 +64,7 @@ type Policy struct {
 	// Attempt grow and LastError set); a [RetryAfter] answer ends them. Zero means
 	// Options.ImmediateRetries; negative means none.
 	ImmediateRetries int
-	// ImmediateDelay is the wait before each immediate retry, at most [MaxImmediateDelay]. Zero means
+	// ImmediateDelay is the wait before each immediate retry, at most 1 minute. Zero means
 	// Options.ImmediateDelay.
 	ImmediateDelay time.Duration
 	// Backoff chooses the delayed retry's delay. Nil means Options.Backoff. Its cap bounds the delay,
@@ -122,12 +122,12 @@ func validatePolicy(field string, p Policy) error {
 	switch {
 	case p.Action < ActionRetry || p.Action > ActionDiscard:
 		return &OptionError{Field: field + ".Action", Reason: "unknown action " + strconv.Itoa(int(p.Action))}
-	case p.ImmediateRetries > MaxImmediateRetries:
-		return &OptionError{Field: field + ".ImmediateRetries", Reason: "must not exceed " + strconv.Itoa(MaxImmediateRetries)}
+	case p.ImmediateRetries > maxImmediateRetries:
+		return &OptionError{Field: field + ".ImmediateRetries", Reason: "must not exceed " + strconv.Itoa(maxImmediateRetries)}
 	case p.ImmediateDelay < 0:
 		return &OptionError{Field: field + ".ImmediateDelay", Reason: "must not be negative"}
-	case p.ImmediateDelay > MaxImmediateDelay:
-		return &OptionError{Field: field + ".ImmediateDelay", Reason: "must not exceed " + MaxImmediateDelay.String() + "; use the delayed retries for longer waits"}
+	case p.ImmediateDelay > maxImmediateDelay:
+		return &OptionError{Field: field + ".ImmediateDelay", Reason: "must not exceed " + maxImmediateDelay.String() + "; use the delayed retries for longer waits"}
 	case p.MaxAttempts < 0:
 		return &OptionError{Field: field + ".MaxAttempts", Reason: "must not be negative"}
 	}

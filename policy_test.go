@@ -259,7 +259,7 @@ func TestPolicyOptionsAreValidated(t *testing.T) {
 		field string
 	}{
 		{"negative immediate retries", retry.Options{ImmediateRetries: -1}, "ImmediateRetries"},
-		{"too many immediate retries", retry.Options{ImmediateRetries: retry.MaxImmediateRetries + 1}, "ImmediateRetries"},
+		{"too many immediate retries", retry.Options{ImmediateRetries: 101}, "ImmediateRetries"},
 		{"negative immediate delay", retry.Options{ImmediateDelay: -time.Second}, "ImmediateDelay"},
 		{"too long an immediate delay", retry.Options{ImmediateDelay: 2 * time.Minute}, "ImmediateDelay"},
 		{"rule without Match", retry.Options{Policies: []retry.Rule{{}}}, "Policies[0].Match"},

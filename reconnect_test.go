@@ -279,12 +279,6 @@ func TestInFlightHandlerSettlesOnItsOwnConnectionAfterReconnect(t *testing.T) {
 	})
 }
 
-func TestDefaultReconnectDelaysCannotBeChangedByCallers(t *testing.T) {
-	d := retry.DefaultReconnectDelays()
-	d[0] = time.Hour
-	assert.Equal(t, 5*time.Second, retry.DefaultReconnectDelays()[0])
-}
-
 // TestConnectionCheckGatesRunning: a connection whose Check fails is a failed connect (closed, counted,
 // schedule goes on), so the consumer never reports itself running against an unreachable namespace.
 func TestConnectionCheckGatesRunning(t *testing.T) {

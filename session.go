@@ -45,9 +45,9 @@ var _ SessionReceiver = (*azservicebus.SessionReceiver)(nil)
 
 // Defaults for [SessionOptions]. Each applies when its field is zero.
 const (
-	DefaultMaxConcurrentSessions = 8
-	DefaultSessionIdleTimeout    = 10 * time.Second
-	DefaultMaxHold               = 5 * time.Minute
+	defaultMaxConcurrentSessions = 8
+	defaultSessionIdleTimeout    = 10 * time.Second
+	defaultMaxHold               = 5 * time.Minute
 )
 
 // SessionOptions configures what is particular to [NewSessionConsumer]. A nil *SessionOptions means all
@@ -55,7 +55,7 @@ const (
 // invalid.
 type SessionOptions struct {
 	// MaxConcurrentSessions is the most sessions held at once; each runs one handler at a time, so it is
-	// also the most handlers running at once. Zero means [DefaultMaxConcurrentSessions] (8).
+	// also the most handlers running at once. Zero means 8.
 	MaxConcurrentSessions int
 	// SessionIdleTimeout is how long a held session may go without a message before it is closed and the
 	// next available session accepted. It applies while a worker is free to accept: when every worker
@@ -64,14 +64,14 @@ type SessionOptions struct {
 	// worker (it is accepted again on its next message).
 	// Keeping a dry session while a worker is free saves an accept for its next message. It must leave
 	// the broker time to deliver: below its round trip a session is released before its message
-	// arrives. Zero means [DefaultSessionIdleTimeout] (10 s); the .NET SDK's session processor keeps an
+	// arrives. Zero means 10 s; the .NET SDK's session processor keeps an
 	// idle session for its TryTimeout (60 s by default), with nothing that releases it sooner when
 	// others wait, which is why ours can be shorter without churn.
 	SessionIdleTimeout time.Duration
 	// MaxHold is the longest one message may hold its session with retries in place, counted from its
 	// first failure: a retry that would be due later is not waited for, and the message is dead-lettered
 	// with DeadLetterReasons.SessionHoldExceeded (the session then goes on with its next message). Zero
-	// means [DefaultMaxHold] (5 min). With the default Backoff (Fibonacci, 10 s floor) that is about
+	// means 5 min. With the default Backoff (Fibonacci, 10 s floor) that is about
 	// six attempts.
 	MaxHold time.Duration
 	// DurableHolds makes a retry that cannot wait in place (due after MaxHold) a durable hold instead
@@ -113,9 +113,9 @@ func (o *SessionOptions) resolve() (sessionConfig, error) {
 		return sessionConfig{}, &OptionError{Field: "MaxHold", Reason: "must not be negative"}
 	}
 	return sessionConfig{
-		maxSessions: orInt(so.MaxConcurrentSessions, DefaultMaxConcurrentSessions),
-		idle:        orDur(so.SessionIdleTimeout, DefaultSessionIdleTimeout),
-		maxHold:     orDur(so.MaxHold, DefaultMaxHold),
+		maxSessions: orInt(so.MaxConcurrentSessions, defaultMaxConcurrentSessions),
+		idle:        orDur(so.SessionIdleTimeout, defaultSessionIdleTimeout),
+		maxHold:     orDur(so.MaxHold, defaultMaxHold),
 		durable:     so.DurableHolds,
 		block:       so.BlockAfterDeadLetter,
 	}, nil

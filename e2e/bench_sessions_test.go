@@ -142,7 +142,7 @@ func BenchmarkPairedSessions(b *testing.B) {
 					return runSessionLoop(ctx, e, sessionLoopConfig{concurrency: sessionsConcurrency, idle: idle}, succeed, p)
 				}),
 				startSessionImpl(b, "loop-bounded", func(ctx context.Context, e *env, p *pairedImpl) error {
-					cfg := sessionLoopConfig{concurrency: sessionsConcurrency, idle: idle, settleTimeout: retry.DefaultSettleTimeout}
+					cfg := sessionLoopConfig{concurrency: sessionsConcurrency, idle: idle, settleTimeout: 30 * time.Second}
 					return runSessionLoop(ctx, e, cfg, succeed, p)
 				}),
 				startSessionImpl(b, "retry", runPairedSessionConsumer(&retry.Options{}, sessionsConcurrency, idle, succeed)),

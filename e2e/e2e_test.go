@@ -520,7 +520,7 @@ func TestLargeMessages(t *testing.T) {
 	// Sendable as it is (with a margin for the system properties a real namespace counts), but its copy
 	// adds the envelope and this long error, which takes it past the limit.
 	tooBig := sbtest.Message("too-big-1")
-	tooBig.Body = make([]byte, retry.DefaultMaxMessageSize-1500)
+	tooBig.Body = make([]byte, 256*1024-1500)
 	e.send(t, big, tooBig)
 	out.WaitFor(t, "both settled", func(ps []retry.ProcessedParams) bool {
 		return count(ps, "big-1", retry.OutcomeCompleted) == 1 && count(ps, "too-big-1", retry.OutcomeDeadLettered) == 1

@@ -21,7 +21,7 @@ var _ Getter = (*admin.Client)(nil)
 
 // Defaults for [Options]; each applies when its field is zero.
 const (
-	// DefaultSettleTimeout matches retry.DefaultSettleTimeout.
+	// DefaultSettleTimeout matches the consumer's default SettleTimeout (30 s).
 	DefaultSettleTimeout = 30 * time.Second
 	// DefaultHandlerAllowance is the handler run time assumed when the
 	// caller does not know its own.
