@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/outage"
 )
 
 func TestControlHandler(t *testing.T) {
@@ -72,7 +73,7 @@ func TestControlHandler(t *testing.T) {
 			code, out := do(tc.method, tc.body, tc.contentType, tc.auth)
 			assert.Equal(t, tc.code, code)
 			assert.NotEmpty(t, out["error"])
-			assert.Equal(t, retry.OutageClosed, c.Health().Outage.State, "nothing changed")
+			assert.Equal(t, outage.Closed, c.Health().Outage.State, "nothing changed")
 		})
 	}
 }
@@ -114,11 +115,11 @@ func TestControlHandlerWithoutTokenAnswersLoopbackOnly(t *testing.T) {
 		return rec.Code
 	}
 	assert.Equal(t, http.StatusMisdirectedRequest, post("rebound.attacker.example:8080", `{"action":"pause"}`))
-	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State, "a rebound page cannot pause")
+	assert.Equal(t, outage.Closed, c.Health().Outage.State, "a rebound page cannot pause")
 	assert.Equal(t, http.StatusOK, post("127.0.0.1:8080", `{"action":"pause","reason":"deploy"}`))
-	assert.Equal(t, retry.OutageOpen, c.Health().Outage.State)
+	assert.Equal(t, outage.Open, c.Health().Outage.State)
 	assert.Equal(t, http.StatusOK, post("ops.internal:8080", `{"action":"resume"}`))
-	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State)
+	assert.Equal(t, outage.Closed, c.Health().Outage.State)
 	out := logs.String()
 	assert.Contains(t, out, `"msg":"control: pause","action":"pause","reason":"deploy","remote_addr":"192.0.2.1:1234","operator":"\"alice\"","token":false`)
 	assert.Contains(t, out, `"msg":"control: resume"`)
@@ -146,8 +147,8 @@ func TestControlHandlerPausesASessionConsumer(t *testing.T) {
 		return rec.Code
 	}
 	require.Equal(t, http.StatusOK, post(`{"action":"pause","reason":"maintenance"}`))
-	assert.Equal(t, retry.OutageOpen, sc.Health().Outage.State)
+	assert.Equal(t, outage.Open, sc.Health().Outage.State)
 	assert.Equal(t, "maintenance", sc.Health().Outage.Reason)
 	require.Equal(t, http.StatusOK, post(`{"action":"resume"}`))
-	assert.Equal(t, retry.OutageClosed, sc.Health().Outage.State)
+	assert.Equal(t, outage.Closed, sc.Health().Outage.State)
 }

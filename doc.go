@@ -20,7 +20,7 @@
 //     [Policy] (retry, dead-letter or discard, backoff, attempts).
 //   - Routing: [NewRouter] sends each message to a handler by subject or property, each [Route] with its
 //     own policies.
-//   - Outages: Options.Outage ([OutageOptions]) stops receiving while a dependency is down and holds the
+//   - Outages: Options.Outage ([outage.Options]) stops receiving while a dependency is down and holds the
 //     messages in hand without spending attempts; [Consumer.Pause] and [ControlHandler] are the kill
 //     switch.
 //   - Sessions: [NewSessionConsumer] keeps each session's order by retrying in place, or, with

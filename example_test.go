@@ -18,6 +18,7 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/envelope"
+	"github.com/sbretry/retry/outage"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -178,7 +179,7 @@ func ExampleRule() {
 
 // Outage mode with a health check as the probe, and the kill switch mounted next to the health probes
 // (compile-only: it needs a namespace).
-func ExampleOutageOptions() {
+func Example_outage() {
 	connect, err := retry.QueueConnectionString("Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", "orders", nil)
 	if err != nil {
 		return
@@ -186,8 +187,8 @@ func ExampleOutageOptions() {
 	billingUp := func(ctx context.Context) error { return nil } // e.g. GET https://billing/healthz
 	consumer, err := retry.NewConsumer(connect, okHandler, &retry.Options{
 		MaxConcurrency: 16,
-		Outage:         &retry.OutageOptions{HealthCheck: billingUp},
-		Hooks: retry.Hooks{OnOutage: func(p retry.OutageParams) {
+		Outage:         &outage.Options{HealthCheck: billingUp},
+		Hooks: retry.Hooks{OnOutage: func(p outage.Change) {
 			slog.Warn("outage breaker", "from", p.From, "to", p.To, "reason", p.Reason, "next_probe", p.NextProbe)
 		}},
 	})

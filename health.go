@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/sbretry/retry/internal/redact"
+	"github.com/sbretry/retry/outage"
 )
 
 // State is the consumer's life-cycle state, as reported by [Consumer.Health].
@@ -86,7 +87,7 @@ type Health struct {
 	// Outage is the outage breaker: closed unless an outage or [Consumer.Pause] paused receiving. An open
 	// breaker does not make the consumer unready: it is connected and well, and restarting it would not
 	// bring back what it depends on.
-	Outage OutageStatus
+	Outage outage.Status
 }
 
 // Ready reports whether the consumer is connected and receiving.
@@ -211,7 +212,7 @@ type healthBody struct {
 }
 
 // outageBodyOf is st as the health document and ControlHandler show it.
-func outageBodyOf(st OutageStatus) outageBody {
+func outageBodyOf(st outage.Status) outageBody {
 	return outageBody{State: st.State.String(), Manual: st.Manual, Reason: st.Reason, Since: st.Since,
 		NextProbe: st.NextProbe, Trips: st.Trips, Probes: st.Probes, FailedProbes: st.FailedProbes}
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/redact"
+	"github.com/sbretry/retry/outage"
 )
 
 // Hooks observe the consumer. Each takes a params struct so fields can be added later without breaking
@@ -43,11 +44,11 @@ type Hooks struct {
 	// must return promptly and must not wait for Run to return: the next change (draining, say, which
 	// readiness reports) waits for it, and Run waits for the draining call.
 	OnStateChange func(StateChangeParams)
-	// OnOutage runs when the outage breaker changes state (see [OutageOptions]): a trip, a probe
+	// OnOutage runs when the outage breaker changes state (see [outage.Options]): a trip, a probe
 	// starting, a probe's verdict, a pause or a resume by hand; one change at a time and in order, on
 	// the goroutine that caused it (or one that caused a later change), so it must return promptly. It
 	// may call Consumer.Pause and Resume: their change is reported after it returns.
-	OnOutage func(OutageParams)
+	OnOutage func(outage.Change)
 }
 
 // StartParams describes a delivery about to be handled. OnStart runs for every delivery, also for one

@@ -9,6 +9,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/envelope"
+	"github.com/sbretry/retry/outage"
 )
 
 // Defaults for [Options]. Each applies when its field is zero.
@@ -110,8 +111,8 @@ type Options struct {
 	Policies []Rule
 	// Outage turns on outage mode, a breaker that pauses receiving while the handlers' failures say that
 	// a dependency is down, so that an outage neither burns attempts nor fills the dead-letter queue
-	// (see [OutageOptions]). Nil means off; [Consumer.Pause] works either way.
-	Outage *OutageOptions
+	// (see [outage.Options]). Nil means off; [Consumer.Pause] works either way.
+	Outage *outage.Options
 	// RetryBudget bounds the total time from the first enqueue to the next attempt; a retry that would be
 	// due later is dead-lettered instead. Zero means no budget (MaxAttempts alone decides).
 	RetryBudget time.Duration
@@ -318,7 +319,7 @@ func (o *Options) validate() error {
 	if err := validateRules("Policies", o.Policies); err != nil {
 		return err
 	}
-	return o.Outage.validate()
+	return validateOutage(o.Outage)
 }
 
 // resolve validates o and applies the defaults.
@@ -336,7 +337,7 @@ func (o *Options) resolve() (*config, error) {
 		immediate:         opts.ImmediateRetries,
 		immediateDelay:    opts.ImmediateDelay,
 		policies:          append([]Rule(nil), opts.Policies...),
-		outage:            opts.Outage.resolve(),
+		outage:            resolveOutage(opts.Outage),
 		retryBudget:       opts.RetryBudget,
 		maxConcurrency:    orInt(opts.MaxConcurrency, defaultMaxConcurrency),
 		settleTimeout:     orDur(opts.SettleTimeout, defaultSettleTimeout),

@@ -11,16 +11,17 @@ import (
 	"time"
 
 	"github.com/sbretry/retry/internal/redact"
+	"github.com/sbretry/retry/outage"
 )
 
 // Outage mode: a breaker on the consumer. While the handlers' failures say that something they depend
 // on is down, the consumer stops receiving, and the messages it still holds are held for later instead
 // of spending their attempts: each is rescheduled unchanged (same attempt, a MessageID of its own) for
 // the next probe, and the original completed. After OpenFor, one probe (a message, or
-// OutageOptions.HealthCheck) decides: success closes the breaker, failure keeps it open twice as long,
+// outage.Options.HealthCheck) decides: success closes the breaker, failure keeps it open twice as long,
 // up to MaxOpenFor.
 
-// Defaults for [OutageOptions], chosen against the peers' breakers. Theirs stop an endpoint whose
+// Defaults for [outage.Options], chosen against the peers' breakers. Theirs stop an endpoint whose
 // failures would otherwise be lost or redelivered at once; ours pauses a consumer whose failures are
 // already spread by delayed retries, so a false trip costs more than a late one, and an outage is close
 // to 100 % failures anyway. Hence a higher rate than MassTransit's 10 % (of 100 in 1 minute), Polly's
@@ -37,43 +38,7 @@ const (
 	defaultOutageHealthCheckTimeout  = 10 * time.Second
 )
 
-// OutageOptions configures outage mode (Options.Outage). Zero fields mean their defaults; a negative
-// ConsecutiveFailures or FailureRate turns that rule off (not both).
-type OutageOptions struct {
-	// ConsecutiveFailures trips the breaker after this many counted failures in a row, across all
-	// messages. Zero means 10.
-	ConsecutiveFailures int
-	// FailureRate trips the breaker when at least this share of the attempts within Window failed, once
-	// there were MinAttempts of them. Zero means 0.5; at most 1.
-	FailureRate float64
-	// Window is the span FailureRate looks back over. Zero means 1 minute.
-	Window time.Duration
-	// MinAttempts is how many attempts Window must hold before FailureRate applies. Zero means
-	// 20.
-	MinAttempts int
-	// OpenFor is how long the breaker stays open before its first probe. Each failed probe doubles it,
-	// and so does a trip within one Window of the last close (a flapping dependency), up to MaxOpenFor;
-	// it starts again from OpenFor once the breaker has stayed closed for a Window. Zero means
-	// 30 s.
-	OpenFor time.Duration
-	// MaxOpenFor bounds OpenFor's growth. Zero means 5 minutes.
-	MaxOpenFor time.Duration
-	// HealthCheck, if set, is the probe: called once per half-open period, its nil closes the breaker
-	// and its error keeps it open, and no message is received until it has closed. Nil means the
-	// probe is the next message: its handler's success closes the breaker; a counted failure keeps it
-	// open (the message is held, not charged an attempt); a failure that does not count leaves the
-	// next message to probe.
-	HealthCheck func(ctx context.Context) error
-	// HealthCheckTimeout bounds each HealthCheck call. Zero means
-	// 10 s.
-	HealthCheckTimeout time.Duration
-	// Counts reports whether a handler error counts toward the trip rules. Nil means every error
-	// counts. Whatever it says, [Permanent] errors and the failures of a [Policy] with NotOutage never
-	// count: a bad message is not an outage.
-	Counts func(error) bool
-}
-
-// outageConfig is OutageOptions with the defaults applied.
+// outageConfig is outage.Options with the defaults applied.
 type outageConfig struct {
 	consecutive  int // 0: rule off
 	rate         float64
@@ -86,7 +51,7 @@ type outageConfig struct {
 	counts       func(error) bool
 }
 
-func (o *OutageOptions) validate() error {
+func validateOutage(o *outage.Options) error {
 	if o == nil {
 		return nil
 	}
@@ -107,13 +72,13 @@ func (o *OutageOptions) validate() error {
 	case o.HealthCheckTimeout < 0:
 		return &OptionError{Field: field("HealthCheckTimeout"), Reason: "must not be negative"}
 	}
-	if c := o.resolve(); c.maxOpenFor < c.openFor {
+	if c := resolveOutage(o); c.maxOpenFor < c.openFor {
 		return &OptionError{Field: field("MaxOpenFor"), Reason: "must not be below OpenFor (" + c.openFor.String() + ")"}
 	}
 	return nil
 }
 
-func (o *OutageOptions) resolve() *outageConfig {
+func resolveOutage(o *outage.Options) *outageConfig {
 	if o == nil {
 		return nil
 	}
@@ -137,61 +102,6 @@ func (o *OutageOptions) resolve() *outageConfig {
 		c.rate = 0
 	}
 	return c
-}
-
-// OutageState is the breaker's state, as [Health].Outage reports it.
-type OutageState int
-
-const (
-	// OutageClosed: receiving and handling as usual.
-	OutageClosed OutageState = iota
-	// OutageOpen: paused. Nothing is received; messages still in hand are held for the next probe.
-	OutageOpen
-	// OutageHalfOpen: probing. One message (or the health check) decides whether to close.
-	OutageHalfOpen
-)
-
-func (s OutageState) String() string {
-	switch s {
-	case OutageClosed:
-		return "closed"
-	case OutageOpen:
-		return "open"
-	case OutageHalfOpen:
-		return "half-open"
-	}
-	return "unknown"
-}
-
-// OutageStatus is the breaker as [Health] reports it.
-type OutageStatus struct {
-	State OutageState
-	// Manual is true while the consumer is paused by [Consumer.Pause]: no probe runs until Resume.
-	Manual bool
-	// Reason says why the breaker opened (redacted), empty while closed.
-	Reason string
-	// Since is when State began.
-	Since time.Time
-	// NextProbe is when the open breaker probes next; zero while closed, half-open or paused by hand.
-	NextProbe time.Time
-	// Trips counts automatic openings; Probes the probes started, FailedProbes those that failed.
-	Trips, Probes, FailedProbes uint64
-}
-
-// OutageParams describes one change of the breaker's state, for Hooks.OnOutage.
-type OutageParams struct {
-	From, To OutageState
-	// Manual is true for [Consumer.Pause] and [Consumer.Resume].
-	Manual bool
-	// Reason says why it opened; NextProbe is when it probes next (zero if it will not).
-	Reason    string
-	NextProbe time.Time
-	// Err is the failure that tripped it or failed the probe, if any.
-	Err error
-	// EntityPath is the entity the consumer receives from (empty until its first connection names it).
-	EntityPath string
-	// Time is when the change happened, on the consumer's Clock (the hook may run a little later).
-	Time time.Time
 }
 
 // admitKind is what the breaker lets a delivery do.
@@ -232,14 +142,14 @@ const (
 // Consumer, so a pause survives a Run that ends.
 type breaker struct {
 	cfg    *outageConfig // nil: no automatic trips, only Pause and Resume
-	entity string        // the consumer's entity, for OutageParams (set at connect; b.mu)
+	entity string        // the consumer's entity, for outage.Change (set at connect; b.mu)
 	clk    Clock
 	logger *slog.Logger
-	hook   func(OutageParams)
-	closed atomic.Bool // the state is OutageClosed: the processor's fast path
+	hook   func(outage.Change)
+	closed atomic.Bool // the state is outage.Closed: the processor's fast path
 
 	mu          sync.Mutex
-	st          OutageStatus
+	st          outage.Status
 	openFor     time.Duration // the current pause, doubled on failed probes and flapping
 	closedAt    time.Time     // when it last closed after a trip
 	consecutive int
@@ -249,7 +159,7 @@ type breaker struct {
 	gen         uint64        // counts the half-open periods: a probe's admission carries its own
 	notifying   bool          // a goroutine is delivering the pending hook calls (see notify)
 	changed     chan struct{} // closed and replaced on every change, for the waiting receive loops
-	pending     []OutageParams
+	pending     []outage.Change
 }
 
 func newBreaker(cfg *config) *breaker {
@@ -271,25 +181,25 @@ func (b *breaker) setEntity(entity string) {
 }
 
 // status returns the breaker's state for Health.
-func (b *breaker) status() OutageStatus {
+func (b *breaker) status() outage.Status {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.st
 }
 
 // moveLocked changes the state and queues the hook call (see notify).
-func (b *breaker) moveLocked(to OutageState, now time.Time, manual bool, reason string, next time.Time, err error) {
+func (b *breaker) moveLocked(to outage.State, now time.Time, manual bool, reason string, next time.Time, err error) {
 	from := b.st.State
 	b.st.State, b.st.Since, b.st.Manual, b.st.NextProbe = to, now, manual, next
-	if to == OutageClosed {
+	if to == outage.Closed {
 		b.st.Reason = ""
 	} else if reason != "" {
 		b.st.Reason = reason
 	}
-	b.closed.Store(to == OutageClosed)
+	b.closed.Store(to == outage.Closed)
 	b.probing, b.askedUntil = false, time.Time{}
 	b.wakeLocked()
-	b.pending = append(b.pending, OutageParams{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err, EntityPath: b.entity, Time: now})
+	b.pending = append(b.pending, outage.Change{From: from, To: to, Manual: manual, Reason: b.st.Reason, NextProbe: next, Err: err, EntityPath: b.entity, Time: now})
 }
 
 // notify logs and reports the queued changes, in order, one hook call at a time. It is called with
@@ -315,7 +225,7 @@ func (b *breaker) notify() {
 }
 
 // report logs one change and calls the hook with it; a hook that panics is logged, not propagated.
-func (b *breaker) report(ev OutageParams) {
+func (b *breaker) report(ev outage.Change) {
 	attrs := []any{slog.String("from", ev.From.String()), slog.String("to", ev.To.String()), slog.Bool("manual", ev.Manual)}
 	if ev.EntityPath != "" {
 		attrs = append(attrs, slog.String("entity", ev.EntityPath))
@@ -330,7 +240,7 @@ func (b *breaker) report(ev OutageParams) {
 		attrs = append(attrs, errAttr(ev.Err))
 	}
 	level := slog.LevelInfo
-	if ev.To == OutageOpen {
+	if ev.To == outage.Open {
 		level = slog.LevelWarn
 	}
 	b.logger.Log(context.Background(), level, "outage breaker changed state", attrs...)
@@ -352,8 +262,8 @@ func (b *breaker) pause(reason string) {
 		reason = "paused by hand"
 	}
 	reason = truncate(redact.String(reason), defaultDescriptionLimit)
-	if !(b.st.State == OutageOpen && b.st.Manual && b.st.Reason == reason) {
-		b.moveLocked(OutageOpen, b.clk.Now(), true, reason, time.Time{}, nil)
+	if !(b.st.State == outage.Open && b.st.Manual && b.st.Reason == reason) {
+		b.moveLocked(outage.Open, b.clk.Now(), true, reason, time.Time{}, nil)
 	}
 	b.mu.Unlock()
 	b.notify()
@@ -362,11 +272,11 @@ func (b *breaker) pause(reason string) {
 // resume closes the breaker, whoever opened it.
 func (b *breaker) resume() {
 	b.mu.Lock()
-	if b.st.State != OutageClosed {
+	if b.st.State != outage.Closed {
 		now := b.clk.Now()
 		b.closedAt = now
 		b.resetCountsLocked()
-		b.moveLocked(OutageClosed, now, true, "", time.Time{}, nil)
+		b.moveLocked(outage.Closed, now, true, "", time.Time{}, nil)
 	}
 	b.mu.Unlock()
 	b.notify()
@@ -392,9 +302,9 @@ func (b *breaker) gate(now time.Time) gate {
 	defer b.mu.Unlock()
 	b.dueLocked(now)
 	switch {
-	case b.st.State == OutageClosed:
+	case b.st.State == outage.Closed:
 		return gate{limit: -1}
-	case b.st.State == OutageOpen:
+	case b.st.State == outage.Open:
 		return gate{changed: b.changed, until: b.st.NextProbe}
 	case b.probing:
 		return gate{changed: b.changed}
@@ -427,8 +337,8 @@ func (b *breaker) wakeLocked() {
 
 // dueLocked moves an open breaker whose probe is due to half-open.
 func (b *breaker) dueLocked(now time.Time) {
-	if b.st.State == OutageOpen && !b.st.Manual && !b.st.NextProbe.IsZero() && !now.Before(b.st.NextProbe) {
-		b.moveLocked(OutageHalfOpen, now, false, "", time.Time{}, nil)
+	if b.st.State == outage.Open && !b.st.Manual && !b.st.NextProbe.IsZero() && !now.Before(b.st.NextProbe) {
+		b.moveLocked(outage.HalfOpen, now, false, "", time.Time{}, nil)
 		b.st.Probes++
 		b.gen++
 	}
@@ -437,7 +347,7 @@ func (b *breaker) dueLocked(now time.Time) {
 // healthChecked reports the health check's result (see gate).
 func (b *breaker) healthChecked(err error) {
 	b.mu.Lock()
-	if b.st.State == OutageHalfOpen {
+	if b.st.State == outage.HalfOpen {
 		b.probeEndedLocked(b.clk.Now(), err)
 	}
 	b.mu.Unlock()
@@ -475,12 +385,12 @@ func (b *breaker) probeEndedLocked(now time.Time, err error) {
 	if err == nil {
 		b.closedAt = now
 		b.resetCountsLocked()
-		b.moveLocked(OutageClosed, now, false, "", time.Time{}, nil)
+		b.moveLocked(outage.Closed, now, false, "", time.Time{}, nil)
 		return
 	}
 	b.st.FailedProbes++
 	b.openFor = min(2*b.openFor, b.cfg.maxOpenFor)
-	b.moveLocked(OutageOpen, now, false, "the probe failed: "+truncate(redact.String(err.Error()), 256), now.Add(b.openFor), err)
+	b.moveLocked(outage.Open, now, false, "the probe failed: "+truncate(redact.String(err.Error()), 256), now.Add(b.openFor), err)
 }
 
 // suspects reports whether a closed breaker's last two counted attempts failed: an outage may be
@@ -491,7 +401,7 @@ func (b *breaker) suspects() bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.st.State == OutageClosed && b.consecutive >= 2
+	return b.st.State == outage.Closed && b.consecutive >= 2
 }
 
 // holding reports whether the breaker is open (not half-open): a delivery is held without waiting
@@ -502,7 +412,7 @@ func (b *breaker) holding() bool {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.st.State == OutageOpen && (b.st.Manual || b.st.NextProbe.After(b.clk.Now()))
+	return b.st.State == outage.Open && (b.st.Manual || b.st.NextProbe.After(b.clk.Now()))
 }
 
 // paused reports whether the breaker is held open by hand ([Consumer.Pause]), with a channel closed at
@@ -513,7 +423,7 @@ func (b *breaker) paused() (bool, <-chan struct{}) {
 	}
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.st.State == OutageOpen && b.st.Manual, b.changed
+	return b.st.State == outage.Open && b.st.Manual, b.changed
 }
 
 // admit tells the processor whether a delivery may run its handler; with admitWait, changed is closed
@@ -527,9 +437,9 @@ func (b *breaker) admit() (adm admission, changed <-chan struct{}) {
 	defer b.mu.Unlock()
 	b.dueLocked(b.clk.Now())
 	switch {
-	case b.st.State == OutageClosed:
+	case b.st.State == outage.Closed:
 		return admission{kind: admitRun}, nil
-	case b.st.State == OutageOpen || b.cfg.healthCheck != nil:
+	case b.st.State == outage.Open || b.cfg.healthCheck != nil:
 		return admission{kind: admitHold}, nil
 	case !b.probing:
 		b.probing, b.askedUntil = true, time.Time{}
@@ -554,9 +464,9 @@ func (b *breaker) record(adm admission, out attemptOutcome, err error) (open boo
 	defer b.mu.Unlock()
 	now := b.clk.Now()
 	if adm.kind == admitProbe {
-		if b.st.State != OutageHalfOpen || adm.gen != b.gen {
+		if b.st.State != outage.HalfOpen || adm.gen != b.gen {
 			// Resumed or paused by hand meanwhile, or this probe's half-open period is over: no verdict.
-			return b.st.State != OutageClosed
+			return b.st.State != outage.Closed
 		}
 		switch out {
 		case attemptSuccess:
@@ -567,9 +477,9 @@ func (b *breaker) record(adm admission, out attemptOutcome, err error) (open boo
 			b.probing = false // no verdict: let the next message probe
 			b.wakeLocked()
 		}
-		return b.st.State != OutageClosed
+		return b.st.State != outage.Closed
 	}
-	if b.st.State != OutageClosed {
+	if b.st.State != outage.Closed {
 		return true
 	}
 	switch out {
@@ -615,7 +525,7 @@ func (b *breaker) tripLocked(now time.Time, reason string, err error) {
 	if err != nil {
 		reason += "; last error: " + truncate(redact.String(err.Error()), 256)
 	}
-	b.moveLocked(OutageOpen, now, false, reason, now.Add(b.openFor), err)
+	b.moveLocked(outage.Open, now, false, reason, now.Add(b.openFor), err)
 }
 
 func (b *breaker) resetCountsLocked() {

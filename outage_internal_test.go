@@ -12,6 +12,7 @@ import (
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/benbjohnson/clock"
 	"github.com/sbretry/retry/envelope"
+	"github.com/sbretry/retry/outage"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
@@ -23,15 +24,15 @@ type testBreaker struct {
 	*breaker
 	clk    *clock.Mock
 	mu     sync.Mutex
-	events []OutageParams
+	events []outage.Change
 	last   admission // the latest probe admission adm made
 }
 
-func newTestBreaker(t *testing.T, o *OutageOptions) *testBreaker {
+func newTestBreaker(t *testing.T, o *outage.Options) *testBreaker {
 	t.Helper()
 	tb := &testBreaker{clk: clock.NewMock()}
 	tb.clk.Set(time.Date(2026, 12, 2, 3, 0, 0, 0, time.UTC))
-	cfg, err := (&Options{Outage: o, Clock: tb.clk, Logger: slog.New(slog.DiscardHandler), Hooks: Hooks{OnOutage: func(p OutageParams) {
+	cfg, err := (&Options{Outage: o, Clock: tb.clk, Logger: slog.New(slog.DiscardHandler), Hooks: Hooks{OnOutage: func(p outage.Change) {
 		tb.mu.Lock()
 		tb.events = append(tb.events, p)
 		tb.mu.Unlock()
@@ -64,14 +65,14 @@ func (tb *testBreaker) transitions() []string {
 }
 
 func TestBreakerTripsOnConsecutiveFailures(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 5, FailureRate: -1})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 5, FailureRate: -1})
 	b.fail(4)
 	b.succeed(1) // a success breaks the run
 	b.fail(4)
-	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, outage.Closed, b.status().State)
 	assert.True(t, b.record(admission{kind: admitRun}, attemptFailure, errDown), "the fifth in a row trips it, and that failure is held")
 	st := b.status()
-	assert.Equal(t, OutageOpen, st.State)
+	assert.Equal(t, outage.Open, st.State)
 	assert.Equal(t, uint64(1), st.Trips)
 	assert.Equal(t, b.clk.Now().Add(defaultOutageOpenFor), st.NextProbe)
 	assert.Contains(t, st.Reason, "5 failures in a row")
@@ -82,40 +83,40 @@ func TestBreakerTripsOnConsecutiveFailures(t *testing.T) {
 }
 
 func TestBreakerTripsOnTheFailureRate(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: -1, FailureRate: 0.5, MinAttempts: 10, Window: time.Minute})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: -1, FailureRate: 0.5, MinAttempts: 10, Window: time.Minute})
 	// Alternating: 50 % failures, but fewer than MinAttempts yet.
 	for range 4 {
 		b.fail(1)
 		b.succeed(1)
 	}
 	b.fail(1)
-	assert.Equal(t, OutageClosed, b.status().State, "9 attempts: below the minimum")
+	assert.Equal(t, outage.Closed, b.status().State, "9 attempts: below the minimum")
 	b.fail(1)
-	assert.Equal(t, OutageOpen, b.status().State, "6 of 10 failed")
+	assert.Equal(t, outage.Open, b.status().State, "6 of 10 failed")
 	assert.Contains(t, b.status().Reason, "6 of 10 attempts failed within 1m0s")
 }
 
 func TestBreakerRateWindowSlides(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: -1, FailureRate: 0.5, MinAttempts: 10, Window: time.Minute})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: -1, FailureRate: 0.5, MinAttempts: 10, Window: time.Minute})
 	b.fail(9)
 	b.clk.Add(61 * time.Second) // those failures leave the window
 	b.succeed(9)
 	b.fail(1)
-	assert.Equal(t, OutageClosed, b.status().State, "1 of 10 within the window")
+	assert.Equal(t, outage.Closed, b.status().State, "1 of 10 within the window")
 }
 
 func TestBreakerIgnoresNeutralFailuresAndStops(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 3, FailureRate: -1})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 3, FailureRate: -1})
 	for range 10 {
 		b.record(admission{kind: admitRun}, attemptNeutral, errDown)
 		b.record(admission{kind: admitRun}, attemptNone, nil)
 	}
 	b.fail(2)
-	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, outage.Closed, b.status().State)
 }
 
 func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: 10 * time.Second, MaxOpenFor: 35 * time.Second})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: 10 * time.Second, MaxOpenFor: 35 * time.Second})
 	b.fail(1)
 	opened := b.clk.Now()
 	g := b.gate(b.clk.Now())
@@ -125,7 +126,7 @@ func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
 	b.clk.Add(10 * time.Second)
 	g = b.gate(b.clk.Now())
 	assert.Equal(t, 1, g.limit, "half-open: one message to probe with")
-	assert.Equal(t, OutageHalfOpen, b.status().State)
+	assert.Equal(t, outage.HalfOpen, b.status().State)
 	assert.Equal(t, uint64(1), b.status().Probes)
 	assert.Equal(t, admitProbe, b.adm(), "the first delivery probes")
 	assert.Equal(t, admitWait, b.adm(), "the others wait for its verdict")
@@ -133,13 +134,13 @@ func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
 
 	// A failure that does not count is no verdict: the next message probes.
 	assert.True(t, b.record(b.last, attemptNeutral, errDown))
-	assert.Equal(t, OutageHalfOpen, b.status().State)
+	assert.Equal(t, outage.HalfOpen, b.status().State)
 	assert.Equal(t, admitProbe, b.adm())
 
 	// A counted failure opens it again, for twice as long.
 	assert.True(t, b.record(b.last, attemptFailure, errDown))
 	st := b.status()
-	assert.Equal(t, OutageOpen, st.State)
+	assert.Equal(t, outage.Open, st.State)
 	assert.Equal(t, b.clk.Now().Add(20*time.Second), st.NextProbe)
 	assert.Equal(t, uint64(1), st.FailedProbes)
 	assert.Contains(t, st.Reason, "the probe failed")
@@ -153,7 +154,7 @@ func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
 	b.clk.Add(35 * time.Second)
 	require.Equal(t, admitProbe, b.adm())
 	assert.False(t, b.record(b.last, attemptSuccess, nil), "a successful probe closes it")
-	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, outage.Closed, b.status().State)
 	assert.Equal(t, admitRun, b.adm())
 	assert.Equal(t, -1, b.gate(b.clk.Now()).limit)
 	assert.Equal(t, []string{
@@ -162,7 +163,7 @@ func TestBreakerHalfOpenProbeWithAMessage(t *testing.T) {
 }
 
 func TestBreakerProbeThatNeverRanIsNoVerdict(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
 	b.fail(1)
 	b.clk.Add(time.Second)
 	require.Equal(t, admitProbe, b.adm())
@@ -171,7 +172,7 @@ func TestBreakerProbeThatNeverRanIsNoVerdict(t *testing.T) {
 }
 
 func TestBreakerFlappingDoublesThePause(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: 10 * time.Second, Window: time.Minute})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: 10 * time.Second, Window: time.Minute})
 	trip := func() time.Duration {
 		b.fail(1)
 		return b.status().NextProbe.Sub(b.clk.Now())
@@ -196,7 +197,7 @@ func TestBreakerFlappingDoublesThePause(t *testing.T) {
 func TestBreakerHealthCheck(t *testing.T) {
 	var calls int
 	healthy := false
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second, HealthCheck: func(ctx context.Context) error {
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second, HealthCheck: func(ctx context.Context) error {
 		calls++
 		if _, ok := ctx.Deadline(); !ok {
 			return errors.New("no deadline")
@@ -213,19 +214,19 @@ func TestBreakerHealthCheck(t *testing.T) {
 	assert.Equal(t, admitHold, b.adm(), "no message probes")
 	assert.NotNil(t, b.gate(b.clk.Now()).changed, "one check at a time")
 	b.runHealthCheck(context.Background())
-	assert.Equal(t, OutageOpen, b.status().State)
+	assert.Equal(t, outage.Open, b.status().State)
 	assert.Equal(t, b.clk.Now().Add(2*time.Second), b.status().NextProbe)
 
 	healthy = true
 	b.clk.Add(2 * time.Second)
 	require.True(t, b.gate(b.clk.Now()).check)
 	b.runHealthCheck(context.Background())
-	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, outage.Closed, b.status().State)
 	assert.Equal(t, 2, calls)
 }
 
 func TestBreakerHealthCheckCutShortByTheRunIsNoVerdict(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second,
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second,
 		HealthCheck: func(ctx context.Context) error { <-ctx.Done(); return ctx.Err() }})
 	b.fail(1)
 	b.clk.Add(time.Second)
@@ -233,38 +234,38 @@ func TestBreakerHealthCheckCutShortByTheRunIsNoVerdict(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	b.runHealthCheck(ctx)
-	assert.Equal(t, OutageHalfOpen, b.status().State)
+	assert.Equal(t, outage.HalfOpen, b.status().State)
 	assert.True(t, b.gate(b.clk.Now()).check, "the next run checks again")
 }
 
 func TestBreakerHealthCheckPanicIsAFailedProbe(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second,
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second,
 		HealthCheck: func(context.Context) error { panic("boom") }})
 	b.fail(1)
 	b.clk.Add(time.Second)
 	require.True(t, b.gate(b.clk.Now()).check)
 	b.runHealthCheck(context.Background())
-	assert.Equal(t, OutageOpen, b.status().State)
+	assert.Equal(t, outage.Open, b.status().State)
 	assert.Contains(t, b.status().Reason, "panicked")
 }
 
 func TestBreakerPauseAndResumeByHand(t *testing.T) {
 	b := newTestBreaker(t, nil) // outage mode off: only the kill switch
 	b.fail(100)
-	assert.Equal(t, OutageClosed, b.status().State, "no automatic trips without Options.Outage")
+	assert.Equal(t, outage.Closed, b.status().State, "no automatic trips without Options.Outage")
 	b.pause("deploying billing; key=secret-value AccountKey=abc")
 	st := b.status()
-	assert.Equal(t, OutageOpen, st.State)
+	assert.Equal(t, outage.Open, st.State)
 	assert.True(t, st.Manual)
 	assert.True(t, st.NextProbe.IsZero(), "no probe while paused by hand")
 	assert.NotContains(t, st.Reason, "abc", "redacted")
 	b.clk.Add(time.Hour)
 	assert.Equal(t, admitHold, b.adm())
-	assert.Equal(t, OutageOpen, b.status().State, "still paused an hour later")
+	assert.Equal(t, outage.Open, b.status().State, "still paused an hour later")
 	assert.True(t, b.record(admission{kind: admitRun}, attemptFailure, errDown), "open: hold")
 	assert.Equal(t, b.clk.Now().Add(defaultOutageOpenFor), b.holdUntil(b.clk.Now()))
 	b.resume()
-	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, outage.Closed, b.status().State)
 	assert.Equal(t, admitRun, b.adm())
 	assert.Equal(t, []string{"closed->open", "open->closed"}, b.transitions())
 	for _, e := range b.events {
@@ -273,29 +274,29 @@ func TestBreakerPauseAndResumeByHand(t *testing.T) {
 }
 
 func TestBreakerResumeEndsAnAutomaticOpening(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 2, FailureRate: -1})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 2, FailureRate: -1})
 	b.fail(2)
-	require.Equal(t, OutageOpen, b.status().State)
+	require.Equal(t, outage.Open, b.status().State)
 	b.resume()
-	assert.Equal(t, OutageClosed, b.status().State)
+	assert.Equal(t, outage.Closed, b.status().State)
 	b.fail(1)
-	assert.Equal(t, OutageClosed, b.status().State, "counts start again after a resume")
+	assert.Equal(t, outage.Closed, b.status().State, "counts start again after a resume")
 }
 
 func TestOutageOptionsAreValidated(t *testing.T) {
 	cases := []struct {
 		name  string
-		o     OutageOptions
+		o     outage.Options
 		field string
 	}{
-		{"both rules off", OutageOptions{ConsecutiveFailures: -1, FailureRate: -1}, "Outage.ConsecutiveFailures"},
-		{"rate above 1", OutageOptions{FailureRate: 1.5}, "Outage.FailureRate"},
-		{"negative window", OutageOptions{Window: -1}, "Outage.Window"},
-		{"negative minimum", OutageOptions{MinAttempts: -1}, "Outage.MinAttempts"},
-		{"negative pause", OutageOptions{OpenFor: -1}, "Outage.OpenFor"},
-		{"max below open", OutageOptions{OpenFor: time.Minute, MaxOpenFor: time.Second}, "Outage.MaxOpenFor"},
-		{"default max below open", OutageOptions{OpenFor: time.Hour}, "Outage.MaxOpenFor"},
-		{"negative check timeout", OutageOptions{HealthCheckTimeout: -1}, "Outage.HealthCheckTimeout"},
+		{"both rules off", outage.Options{ConsecutiveFailures: -1, FailureRate: -1}, "Outage.ConsecutiveFailures"},
+		{"rate above 1", outage.Options{FailureRate: 1.5}, "Outage.FailureRate"},
+		{"negative window", outage.Options{Window: -1}, "Outage.Window"},
+		{"negative minimum", outage.Options{MinAttempts: -1}, "Outage.MinAttempts"},
+		{"negative pause", outage.Options{OpenFor: -1}, "Outage.OpenFor"},
+		{"max below open", outage.Options{OpenFor: time.Minute, MaxOpenFor: time.Second}, "Outage.MaxOpenFor"},
+		{"default max below open", outage.Options{OpenFor: time.Hour}, "Outage.MaxOpenFor"},
+		{"negative check timeout", outage.Options{HealthCheckTimeout: -1}, "Outage.HealthCheckTimeout"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -317,7 +318,7 @@ func (tb *testBreaker) adm() admitKind {
 }
 
 func TestBreakerLetsOneLoopAskForTheProbe(t *testing.T) {
-	b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
+	b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
 	b.fail(1)
 	b.clk.Add(time.Second)
 	require.Equal(t, 1, b.gate(b.clk.Now()).limit)
@@ -334,7 +335,7 @@ func TestBreakerLetsOneLoopAskForTheProbe(t *testing.T) {
 // resume and a new trip came in between.
 func TestBreakerStaleProbeDecidesNothing(t *testing.T) {
 	for _, out := range []attemptOutcome{attemptSuccess, attemptNone} {
-		b := newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
+		b := newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1, OpenFor: time.Second})
 		b.fail(1)
 		b.clk.Add(time.Second)
 		require.Equal(t, admitProbe, b.adm())
@@ -345,7 +346,7 @@ func TestBreakerStaleProbeDecidesNothing(t *testing.T) {
 		b.clk.Add(2 * time.Second)
 		require.Equal(t, admitProbe, b.adm(), "the new period's probe")
 		b.record(stale, out, nil)
-		assert.Equal(t, OutageHalfOpen, b.status().State, "outcome %d of the old probe", out)
+		assert.Equal(t, outage.HalfOpen, b.status().State, "outcome %d of the old probe", out)
 		assert.Equal(t, admitWait, b.adm(), "the new probe still runs alone")
 	}
 }
@@ -354,10 +355,10 @@ func TestBreakerStaleProbeDecidesNothing(t *testing.T) {
 func TestBreakerHookMayPauseAndResume(t *testing.T) {
 	var tb *testBreaker
 	var seen []string
-	tb = newTestBreaker(t, &OutageOptions{ConsecutiveFailures: 1, FailureRate: -1})
-	tb.hook = func(p OutageParams) {
+	tb = newTestBreaker(t, &outage.Options{ConsecutiveFailures: 1, FailureRate: -1})
+	tb.hook = func(p outage.Change) {
 		seen = append(seen, p.From.String()+"->"+p.To.String())
-		if p.To == OutageOpen && !p.Manual {
+		if p.To == outage.Open && !p.Manual {
 			tb.pause("escalated") // e.g. after too many trips
 		}
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/envelope"
+	"github.com/sbretry/retry/outage"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -54,7 +55,7 @@ func newOutageRig(t *testing.T, opts *retry.Options, fail func(r *outageRig) err
 		return countingReceiver{Receiver: rc, calls: &r.calls, msgs: &r.msgs}
 	}})
 	opts.Logger = discardLogger()
-	opts.Hooks.OnOutage = func(p retry.OutageParams) {
+	opts.Hooks.OnOutage = func(p outage.Change) {
 		r.mu.Lock()
 		r.transitions = append(r.transitions, p.From.String()+"->"+p.To.String())
 		if debugOutage {
@@ -93,7 +94,7 @@ func (r *outageRig) successes() int {
 func TestOutageSpendsNoAttemptsAndDeadLettersNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newOutageRig(t, &retry.Options{MaxConcurrency: 4, MaxAttempts: 3,
-			Outage: &retry.OutageOptions{ConsecutiveFailures: 5, OpenFor: 20 * time.Second, MaxOpenFor: 40 * time.Second}},
+			Outage: &outage.Options{ConsecutiveFailures: 5, OpenFor: 20 * time.Second, MaxOpenFor: 40 * time.Second}},
 			func(r *outageRig) error {
 				if r.down.Load() {
 					return errBoom
@@ -113,7 +114,7 @@ func TestOutageSpendsNoAttemptsAndDeadLettersNothing(t *testing.T) {
 			}
 			time.Sleep(time.Second)
 			if sent == 10*perSecond {
-				require.Equal(t, retry.OutageOpen, r.c.Health().Outage.State, "tripped within the first seconds")
+				require.Equal(t, outage.Open, r.c.Health().Outage.State, "tripped within the first seconds")
 				r.calls.Store(0)
 				r.msgs.Store(0)
 			}
@@ -139,7 +140,7 @@ func TestOutageSpendsNoAttemptsAndDeadLettersNothing(t *testing.T) {
 		assert.Equal(t, sent, r.b.Stats().Succeeded, "the test broker counts each chain's success once, held copies included")
 		assert.Positive(t, h.Held)
 		assert.GreaterOrEqual(t, h.Outage.Trips, uint64(1))
-		assert.Equal(t, retry.OutageClosed, h.Outage.State)
+		assert.Equal(t, outage.Closed, h.Outage.State)
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		for id, at := range r.attempts {
@@ -153,14 +154,14 @@ func TestOutageSpendsNoAttemptsAndDeadLettersNothing(t *testing.T) {
 // A storm of permanent failures is bad messages, not an outage: it never trips the breaker.
 func TestPermanentFailuresDoNotTrip(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newOutageRig(t, &retry.Options{MaxConcurrency: 4, Outage: &retry.OutageOptions{ConsecutiveFailures: 3, MinAttempts: 5}},
+		r := newOutageRig(t, &retry.Options{MaxConcurrency: 4, Outage: &outage.Options{ConsecutiveFailures: 3, MinAttempts: 5}},
 			func(*outageRig) error { return retry.Permanent(errBoom) })
 		sendN(r.b, 50)
 		stop := runConsumer(t, r.c)
 		require.NoError(t, r.b.WaitUntil(t.Context(), func() bool { return len(r.b.DeadLettered()) == 50 }))
 		require.NoError(t, stop())
 		h := r.c.Health()
-		assert.Equal(t, retry.OutageClosed, h.Outage.State)
+		assert.Equal(t, outage.Closed, h.Outage.State)
 		assert.Zero(t, h.Outage.Trips)
 		assert.Zero(t, h.Held)
 	})
@@ -170,8 +171,8 @@ func TestPermanentFailuresDoNotTrip(t *testing.T) {
 func TestOutageFilters(t *testing.T) {
 	for name, opts := range map[string]*retry.Options{
 		"NotOutage policy": {Policies: []retry.Rule{{Match: retry.ErrorIs(errBoom), Policy: retry.Policy{NotOutage: true}}},
-			Outage: &retry.OutageOptions{ConsecutiveFailures: 3}},
-		"Counts": {Outage: &retry.OutageOptions{ConsecutiveFailures: 3, Counts: func(error) bool { return false }}},
+			Outage: &outage.Options{ConsecutiveFailures: 3}},
+		"Counts": {Outage: &outage.Options{ConsecutiveFailures: 3, Counts: func(error) bool { return false }}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
@@ -193,7 +194,7 @@ func TestOutageFilters(t *testing.T) {
 func TestOutageHoldsMessagesInHand(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		release := make(chan struct{})
-		r := newOutageRig(t, &retry.Options{MaxConcurrency: 1, Prefetch: 6, Outage: &retry.OutageOptions{ConsecutiveFailures: 1, OpenFor: time.Minute}},
+		r := newOutageRig(t, &retry.Options{MaxConcurrency: 1, Prefetch: 6, Outage: &outage.Options{ConsecutiveFailures: 1, OpenFor: time.Minute}},
 			func(r *outageRig) error {
 				<-release
 				return errBoom
@@ -234,7 +235,7 @@ func TestPauseAndResume(t *testing.T) {
 		assert.Zero(t, r.msgs.Load(), "paused: nothing received")
 		h := r.c.Health()
 		assert.True(t, h.Ready(), "a paused consumer is connected and well")
-		assert.Equal(t, retry.OutageOpen, h.Outage.State)
+		assert.Equal(t, outage.Open, h.Outage.State)
 		assert.True(t, h.Outage.Manual)
 		assert.Equal(t, "billing migration", h.Outage.Reason)
 		r.c.Resume()
@@ -292,7 +293,7 @@ func TestPausedConsumerStillProbesTheConnection(t *testing.T) {
 func TestOutageBeginningAtLastAttemptsDeadLettersNothing(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		r := newOutageRig(t, &retry.Options{MaxConcurrency: 1, MaxAttempts: 2,
-			Outage: &retry.OutageOptions{ConsecutiveFailures: 10, FailureRate: -1}},
+			Outage: &outage.Options{ConsecutiveFailures: 10, FailureRate: -1}},
 			func(*outageRig) error { return errBoom }) // down from the start
 		sendN(r.b, 5)
 		stop := runConsumer(t, r.c)
@@ -310,7 +311,7 @@ func TestOutageBeginningAtLastAttemptsDeadLettersNothing(t *testing.T) {
 // then dead-lettered as usual.
 func TestALoneLastAttemptIsHeldOnceAtMost(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newOutageRig(t, &retry.Options{MaxAttempts: 2, Outage: &retry.OutageOptions{ConsecutiveFailures: 10, FailureRate: -1, OpenFor: time.Minute}},
+		r := newOutageRig(t, &retry.Options{MaxAttempts: 2, Outage: &outage.Options{ConsecutiveFailures: 10, FailureRate: -1, OpenFor: time.Minute}},
 			func(*outageRig) error { return errBoom })
 		sendN(r.b, 1)
 		stop := runConsumer(t, r.c)
@@ -325,7 +326,7 @@ func TestALoneLastAttemptIsHeldOnceAtMost(t *testing.T) {
 // While the breaker is open no immediate retry calls the dependency: the failure is held at once.
 func TestOpenBreakerSkipsImmediateRetries(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		r := newOutageRig(t, &retry.Options{ImmediateRetries: 3, Outage: &retry.OutageOptions{ConsecutiveFailures: 1, OpenFor: time.Minute}},
+		r := newOutageRig(t, &retry.Options{ImmediateRetries: 3, Outage: &outage.Options{ConsecutiveFailures: 1, OpenFor: time.Minute}},
 			func(*outageRig) error { return errBoom })
 		sendN(r.b, 1)
 		stop := runConsumer(t, r.c)

@@ -76,7 +76,7 @@ type Policy struct {
 	// Reason is the dead-letter reason of [ActionDeadLetter]. Empty means DeadLetterReasons.Permanent.
 	Reason string
 	// NotOutage keeps the failures this policy takes out of the outage breaker's count (see
-	// [OutageOptions]): a bad message is not an outage. Permanent failures never count.
+	// [outage.Options]): a bad message is not an outage. Permanent failures never count.
 	NotOutage bool
 }
 

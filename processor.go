@@ -26,7 +26,7 @@ const (
 	// OutcomeLeftForRedelivery: the message was deliberately not settled (lock lost, shutdown, or a
 	// republish/settle call failed), so the broker redelivers it. Nothing is lost.
 	OutcomeLeftForRedelivery
-	// OutcomeHeld: the outage breaker was open (see [OutageOptions], [Consumer.Pause]), so the message
+	// OutcomeHeld: the outage breaker was open (see [outage.Options], [Consumer.Pause]), so the message
 	// was rescheduled unchanged, its attempt not spent, for when the breaker probes next, and the
 	// original completed.
 	OutcomeHeld

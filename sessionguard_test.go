@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/outage"
 )
 
 // Never two handlers for one session in one consumer, even after a lost lock: when the session's lock
@@ -127,7 +128,7 @@ func TestSessionConsumerPauseAndResume(t *testing.T) {
 		<-time.After(time.Minute)
 		assert.Len(t, b.Completed(), 1, "nothing more runs while paused")
 		out := sc.Health().Outage
-		assert.Equal(t, retry.OutageOpen, out.State)
+		assert.Equal(t, outage.Open, out.State)
 		assert.True(t, out.Manual)
 		assert.Equal(t, "deploying billing", out.Reason)
 		for _, s := range b.Sessions() {

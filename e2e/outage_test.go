@@ -16,6 +16,7 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/envelope"
+	"github.com/sbretry/retry/outage"
 )
 
 // outageFor is how long the downstream of TestOutageModeOnTheBroker is down. The figure is two
@@ -55,11 +56,11 @@ type outageEvents struct {
 
 type outageEvent struct {
 	at       time.Time
-	from, to retry.OutageState
+	from, to outage.State
 	received int64
 }
 
-func (o *outageEvents) hook(p retry.OutageParams) {
+func (o *outageEvents) hook(p outage.Change) {
 	ev := outageEvent{at: p.Time, from: p.From, to: p.To}
 	if o.received != nil {
 		ev.received = o.received.Load()
@@ -128,7 +129,7 @@ func TestOutageModeOnTheBroker(t *testing.T) {
 		mu.Unlock()
 		return nil
 	}, &retry.Options{MaxConcurrency: 16, MaxAttempts: 5, Backoff: backoff, SettleTimeout: 5 * time.Second,
-		Outage: &retry.OutageOptions{ConsecutiveFailures: 10, OpenFor: openFor, MaxOpenFor: maxOpenFor, Window: 10 * time.Second},
+		Outage: &outage.Options{ConsecutiveFailures: 10, OpenFor: openFor, MaxOpenFor: maxOpenFor, Window: 10 * time.Second},
 		Hooks:  retry.Hooks{OnOutage: events.hook}})
 	waitRunning(t, c)
 
@@ -166,7 +167,7 @@ func TestOutageModeOnTheBroker(t *testing.T) {
 	// One probe interval (at most MaxOpenFor), then the retries' backoff (at most its cap), plus
 	// handling: the emulator is fast, so a second covers the rest.
 	assert.Less(t, took, maxOpenFor+backoff.Cap+time.Second)
-	assert.Equal(t, retry.OutageClosed, h.Outage.State)
+	assert.Equal(t, outage.Closed, h.Outage.State)
 }
 
 // A storm of permanent failures of the same size is bad messages, not an outage: it never trips.
@@ -175,7 +176,7 @@ func TestPermanentStormDoesNotTripOnTheBroker(t *testing.T) {
 	e := newEnv(t, queueSettings{})
 	var events outageEvents
 	c := startConsumer(t, e, func(context.Context, *azservicebus.ReceivedMessage) error { return retry.Permanent(errBoom) },
-		&retry.Options{MaxConcurrency: 16, Outage: &retry.OutageOptions{ConsecutiveFailures: 10, OpenFor: 2 * time.Second}, Hooks: retry.Hooks{OnOutage: events.hook}})
+		&retry.Options{MaxConcurrency: 16, Outage: &outage.Options{ConsecutiveFailures: 10, OpenFor: 2 * time.Second}, Hooks: retry.Hooks{OnOutage: events.hook}})
 	waitRunning(t, c)
 	ids := sendSteadily(t.Context(), t, e, "p", 50, 4*time.Second)
 	q, _ := e.em.Broker().Queue(e.queue)
@@ -198,7 +199,7 @@ func TestFlappingDownstreamOnTheBroker(t *testing.T) {
 			return errBoom
 		}
 		return nil
-	}, &retry.Options{MaxConcurrency: 16, Outage: &retry.OutageOptions{ConsecutiveFailures: 5, OpenFor: openFor, MaxOpenFor: 4 * time.Second, Window: 10 * time.Second},
+	}, &retry.Options{MaxConcurrency: 16, Outage: &outage.Options{ConsecutiveFailures: 5, OpenFor: openFor, MaxOpenFor: 4 * time.Second, Window: 10 * time.Second},
 		Hooks: retry.Hooks{OnOutage: events.hook}})
 	waitRunning(t, c)
 	ctx, cancel := context.WithCancel(t.Context())
@@ -224,12 +225,12 @@ func TestFlappingDownstreamOnTheBroker(t *testing.T) {
 	var pauses []time.Duration
 	for _, ev := range evs {
 		switch {
-		case ev.to == retry.OutageOpen:
+		case ev.to == outage.Open:
 			opened = ev.at
-			if ev.from == retry.OutageClosed {
+			if ev.from == outage.Closed {
 				trips++
 			}
-		case ev.from == retry.OutageOpen && ev.to == retry.OutageHalfOpen:
+		case ev.from == outage.Open && ev.to == outage.HalfOpen:
 			pauses = append(pauses, ev.at.Sub(opened))
 		}
 	}

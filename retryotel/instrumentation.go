@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/outage"
 )
 
 // ScopeName is the instrumentation scope of the tracer and the meter: the import path of this package,
@@ -182,7 +183,7 @@ func (in *Instrumentation) Hooks(next retry.Hooks) retry.Hooks {
 				next.OnStateChange(p)
 			}
 		},
-		OnOutage: func(p retry.OutageParams) {
+		OnOutage: func(p outage.Change) {
 			in.metrics.outageChanged(p)
 			if next.OnOutage != nil {
 				next.OnOutage(p)

@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/semconv/v1.43.0/messagingconv"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/outage"
 )
 
 // Names of the metrics of our own. The semantic-convention ones, messaging.process.duration,
@@ -245,7 +246,7 @@ func (in *instruments) stateChanged(p retry.StateChangeParams) {
 }
 
 // outageChanged counts one change of the outage breaker.
-func (in *instruments) outageChanged(p retry.OutageParams) {
+func (in *instruments) outageChanged(p outage.Change) {
 	kv := []attribute.KeyValue{AttrOutageFrom.String(p.From.String()), AttrOutageTo.String(p.To.String()), AttrOutageManual.Bool(p.Manual)}
 	if p.EntityPath != "" {
 		kv = append(kv, parseEntity(p.EntityPath).attrs()...)

@@ -17,6 +17,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/outage"
 	"github.com/sbretry/retry/retryotel"
 	"github.com/sbretry/retry/retrytest"
 )
@@ -43,7 +44,7 @@ func TestOutageAndPolicyTelemetry(t *testing.T) {
 			return errUnavailable
 		}, &retry.Options{EntityPath: "orders", Logger: discard(), Hooks: inst.Hooks(retry.Hooks{}),
 			Policies: []retry.Rule{{Name: "gone", Match: retry.ErrorIs(errGone), Policy: retry.Policy{Action: retry.ActionDiscard}}},
-			Outage:   &retry.OutageOptions{ConsecutiveFailures: 1, OpenFor: time.Minute}})
+			Outage:   &outage.Options{ConsecutiveFailures: 1, OpenFor: time.Minute}})
 		require.NoError(t, err)
 		ctx, cancel := context.WithCancel(t.Context())
 		done := make(chan error, 1)

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/outage"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -39,7 +40,7 @@ func TestPauseAndResumeAConsumer(t *testing.T) {
 	code, out, errOut = cliNoEntity(t, "", append([]string{"pause", "--reason", "billing migration", "--dry-run"}, auth...)...)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, "would pause "+u+": outage breaker closed")
-	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State, "a dry run changes nothing")
+	assert.Equal(t, outage.Closed, c.Health().Outage.State, "a dry run changes nothing")
 
 	code, out, errOut = cliNoEntity(t, "", append([]string{"pause", "--reason", "billing migration"}, auth...)...)
 	require.Equal(t, exitOK, code, errOut)
@@ -60,7 +61,7 @@ func TestPauseAndResumeAConsumer(t *testing.T) {
 	assert.Equal(t, "resumed", got.Action)
 	assert.Equal(t, "open", got.Before.State)
 	assert.Equal(t, "closed", got.After.State)
-	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State)
+	assert.Equal(t, outage.Closed, c.Health().Outage.State)
 }
 
 func TestConsumerCommandsRefuse(t *testing.T) {
@@ -108,6 +109,6 @@ func TestConsumerCommandsRefuse(t *testing.T) {
 			assert.NotContains(t, errOut, "nope", "the token is never printed")
 		})
 	}
-	assert.Equal(t, retry.OutageClosed, c.Health().Outage.State)
+	assert.Equal(t, outage.Closed, c.Health().Outage.State)
 	assert.Empty(t, leaked, "the token never followed the redirect")
 }
