@@ -29,7 +29,7 @@ type stopper interface{ Stop() bool }
 // afterFunc calls f in its own goroutine once d has passed on clk, unless the returned stopper is
 // stopped first. On the system clock this is time.AfterFunc, a runtime timer with no goroutine while it
 // waits; an injected clock offers only After, so one goroutine waits on it instead. With timerChan it
-// is where the two kinds of clock take different paths for a wait (renewals.go and the receive loop's
+// is where the two kinds of clock take different paths for a wait (lockrenewer.go and the receive loop's
 // gathering also look at the clock's kind, each saying why).
 func afterFunc(clk Clock, d time.Duration, f func()) stopper {
 	if _, ok := clk.(realClock); ok {

@@ -17,6 +17,52 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
+// Outcome says what the processor did with a delivery.
+type Outcome int
+
+const (
+	// OutcomeCompleted: the handler succeeded and the message was completed.
+	OutcomeCompleted Outcome = iota + 1
+	// OutcomeRetryScheduled: a copy was scheduled for the next attempt and the original completed.
+	OutcomeRetryScheduled
+	// OutcomeDeadLettered: the message was dead-lettered with one of our reasons.
+	OutcomeDeadLettered
+	// OutcomeLeftForRedelivery: the message was deliberately not settled (lock lost, shutdown, or a
+	// republish/settle call failed), so the broker redelivers it. Nothing is lost.
+	OutcomeLeftForRedelivery
+	// OutcomeHeld: the outage breaker was open (see [outage.Options], [Consumer.Pause]), so the message
+	// was rescheduled unchanged, its attempt not spent, for when the breaker probes next, and the
+	// original completed.
+	OutcomeHeld
+	// OutcomeDiscarded: a [Policy] with [ActionDiscard] took the failure; the message was completed
+	// without success.
+	OutcomeDiscarded
+	// OutcomeDeferred: a [SessionConsumer] held the message durably (SessionOptions.DurableHolds): it
+	// was deferred in its session, with the hold recorded in the session state and a wake-up
+	// scheduled for when its next attempt is due.
+	OutcomeDeferred
+)
+
+func (o Outcome) String() string {
+	switch o {
+	case OutcomeCompleted:
+		return "completed"
+	case OutcomeRetryScheduled:
+		return "retry-scheduled"
+	case OutcomeDeadLettered:
+		return "dead-lettered"
+	case OutcomeLeftForRedelivery:
+		return "left-for-redelivery"
+	case OutcomeHeld:
+		return "held"
+	case OutcomeDiscarded:
+		return "discarded"
+	case OutcomeDeferred:
+		return "deferred"
+	}
+	return "unknown"
+}
+
 // decisionKind is what the processor decided to do with a delivery once its handler returned.
 type decisionKind int
 

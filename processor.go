@@ -13,52 +13,6 @@ import (
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// Outcome says what the processor did with a delivery.
-type Outcome int
-
-const (
-	// OutcomeCompleted: the handler succeeded and the message was completed.
-	OutcomeCompleted Outcome = iota + 1
-	// OutcomeRetryScheduled: a copy was scheduled for the next attempt and the original completed.
-	OutcomeRetryScheduled
-	// OutcomeDeadLettered: the message was dead-lettered with one of our reasons.
-	OutcomeDeadLettered
-	// OutcomeLeftForRedelivery: the message was deliberately not settled (lock lost, shutdown, or a
-	// republish/settle call failed), so the broker redelivers it. Nothing is lost.
-	OutcomeLeftForRedelivery
-	// OutcomeHeld: the outage breaker was open (see [outage.Options], [Consumer.Pause]), so the message
-	// was rescheduled unchanged, its attempt not spent, for when the breaker probes next, and the
-	// original completed.
-	OutcomeHeld
-	// OutcomeDiscarded: a [Policy] with [ActionDiscard] took the failure; the message was completed
-	// without success.
-	OutcomeDiscarded
-	// OutcomeDeferred: a [SessionConsumer] held the message durably (SessionOptions.DurableHolds): it
-	// was deferred in its session, with the hold recorded in the session state and a wake-up
-	// scheduled for when its next attempt is due.
-	OutcomeDeferred
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeCompleted:
-		return "completed"
-	case OutcomeRetryScheduled:
-		return "retry-scheduled"
-	case OutcomeDeadLettered:
-		return "dead-lettered"
-	case OutcomeLeftForRedelivery:
-		return "left-for-redelivery"
-	case OutcomeHeld:
-		return "held"
-	case OutcomeDiscarded:
-		return "discarded"
-	case OutcomeDeferred:
-		return "deferred"
-	}
-	return "unknown"
-}
-
 // Result describes one [Processor.Process] call.
 type Result struct {
 	Outcome Outcome
@@ -106,7 +60,7 @@ type Result struct {
 //
 // The path of one message, file by file: processor.go (this file: decode, keep the lock, wait for an
 // earlier delivery, take a handler slot, run the handler, decide), then what it calls in that order:
-// envelope.go (decode), hooks.go (OnStart and the others), lockrenewer.go and renewals.go (the lock, from
+// envelope.go (decode), hooks.go (OnStart and the others), lockrenewer.go (the lock, from
 // receive to settle), flights.go (the memory of deliveries in flight), decision.go (what a failure
 // becomes), settle.go (the broker calls). The consumer's side of a slot is slots.go.
 type Processor struct {

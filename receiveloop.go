@@ -58,17 +58,9 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			return err // nil when ctx ended
 		}
 		h, pf = r.slots.fill(ctx, gather, h, pf, cfg.batchSize)
-		if limit < 0 && !r.c.outage.closed.Load() {
-			// The breaker opened while this loop waited for a slot: receive nothing, wait on it.
-			r.slots.giveBack(h, pf)
+		h, pf, ok := r.fitBreaker(limit, h, pf)
+		if !ok {
 			continue
-		}
-		if limit > 0 && h+pf > limit {
-			// A half-open breaker wants one message to probe with: give back the rest, prefetch first.
-			backPf := min(pf, h+pf-limit)
-			backH := h + pf - limit - backPf
-			r.slots.giveBack(backH, backPf)
-			h, pf = h-backH, pf-backPf
 		}
 		n := h + pf
 		idleLeft := max(idleProbeInterval-clk.Now().Sub(quietSince), 0)
@@ -118,6 +110,23 @@ func (r *run) receiveLoop(ctx context.Context, live *liveConnection, src Source)
 			return broken
 		}
 	}
+}
+
+// fitBreaker trims the handler (h) and prefetch (pf) places taken to what the breaker's limit allows
+// (see awaitReceiving), giving back the rest, prefetch first: none when it opened while the loop waited
+// for a slot (ok false: wait on it), one when it is half-open and wants a message to probe with.
+func (r *run) fitBreaker(limit, h, pf int) (int, int, bool) {
+	if limit < 0 && !r.c.outage.closed.Load() {
+		r.slots.giveBack(h, pf)
+		return 0, 0, false
+	}
+	if limit > 0 && h+pf > limit {
+		backPf := min(pf, h+pf-limit)
+		backH := h + pf - limit - backPf
+		r.slots.giveBack(backH, backPf)
+		h, pf = h-backH, pf-backPf
+	}
+	return h, pf, true
 }
 
 // awaitReceiving waits while the outage breaker (outage.go) keeps the consumer from receiving, and

@@ -356,6 +356,25 @@ type liveSessionConnection struct {
 // loop connects, runs MaxConcurrentSessions workers on the connection, and rebuilds the connection when
 // one finds it broken. It returns when ctx ends (nil), leaving the workers to drain, or when the first
 // connect fails in a way retrying cannot fix.
+// startWorkers starts the workers of one connection: each accepts and serves one session at a time until
+// ctx ends or it finds the connection broken, which it reports on the returned channel.
+func (r *sessionRun) startWorkers(ctx context.Context, live *liveSessionConnection) <-chan error {
+	n := r.sc.scfg.maxSessions
+	broken := make(chan error, n)
+	for range n {
+		r.workers.Add(1)
+		live.workers.Add(1)
+		go func() {
+			defer r.workers.Done()
+			defer live.workers.Done()
+			if err := r.sessionWorker(ctx, live); err != nil {
+				broken <- err
+			}
+		}()
+	}
+	return broken
+}
+
 func (r *sessionRun) loop(ctx context.Context) error {
 	sc, c := r.sc, r.sc.stats
 	var (
@@ -387,22 +406,9 @@ func (r *sessionRun) loop(ctx context.Context) error {
 		// Running once the broker has answered an accept on it (see sessionWorker): the SDK connects
 		// lazily, so a client built against a dead namespace proves nothing.
 
-		// The workers of this connection: each accepts and serves one session at a time. wctx ends them
-		// all when one finds the connection broken, or when ctx ends.
+		// wctx ends the connection's workers when one finds it broken, or when ctx ends.
 		wctx, stop := context.WithCancel(ctx)
-		n := sc.scfg.maxSessions
-		broken := make(chan error, n)
-		for range n {
-			r.workers.Add(1)
-			live.workers.Add(1)
-			go func() {
-				defer r.workers.Done()
-				defer live.workers.Done()
-				if err := r.sessionWorker(wctx, live); err != nil {
-					broken <- err
-				}
-			}()
-		}
+		broken := r.startWorkers(wctx, live)
 		var why error
 		select {
 		case <-ctx.Done():
