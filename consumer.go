@@ -7,6 +7,9 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/internal/redact"
 )
 
 // Consumer receives messages, runs the handler through a [Processor] with at most MaxConcurrency
@@ -84,7 +87,7 @@ func (c *Consumer) Run(ctx context.Context) error {
 	defer abandon(nil)
 
 	r := &run{c: c, handlerCtx: handlerCtx, settleBase: settleBase, slots: newSlots(c.cfg)}
-	r.workers = workers{deliver: r.deliver, work: make(chan job),
+	r.workers = workers[job]{deliver: r.deliver, work: make(chan job),
 		maxIdle: int32(c.cfg.maxConcurrency + c.cfg.prefetch + extraSettleSlots)}
 	drainEntered := c.drainingWhenDone(ctx)
 	loopErr := r.loop(ctx)
@@ -197,7 +200,7 @@ type run struct {
 	// shutdown gives up, so that nothing is settled after Run returned.
 	handlerCtx, settleBase context.Context
 	slots                  *slots
-	workers                workers
+	workers                workers[job]
 	retiring               sync.WaitGroup // connections waiting for their last handler to close
 	busy                   atomic.Int64   // messages received and not yet finished
 
@@ -216,4 +219,143 @@ func logDrain(cfg *config, now time.Time, inHand int) {
 	cfg.logger.Info("draining: waiting for the messages in hand to finish",
 		slog.Int("in_hand", inHand), slog.Time("grace_until", now.Add(cfg.shutdownGrace)),
 		slog.Duration("shutdown_grace", cfg.shutdownGrace))
+}
+
+// Health returns a snapshot of the consumer's state and counters. The message counters are read one by
+// one while messages are processed, so a message may already be counted as completed and still as in
+// flight; each counter on its own is exact.
+func (c *Consumer) Health() Health {
+	if c == nil {
+		return Health{}
+	}
+	c.mu.Lock()
+	h := c.health
+	c.mu.Unlock()
+	h.InFlight = int(c.inFlight.Load())
+	h.Received = c.received.Load()
+	h.Completed = c.completed.Load()
+	h.RetriesScheduled = c.retries.Load()
+	h.DeadLettered = c.deadLettered.Load()
+	h.LeftForRedelivery = c.left.Load()
+	h.PossibleDuplicates = c.duplicates.Load()
+	h.Held = c.held.Load()
+	h.Discarded = c.discarded.Load()
+	h.Deferred = c.deferred.Load()
+	if c.outage != nil {
+		h.Outage = c.outage.status()
+	}
+	return h
+}
+
+// count folds one processing result into the counters.
+func (c *Consumer) count(res Result) {
+	switch res.Outcome {
+	case OutcomeCompleted:
+		c.completed.Add(1)
+	case OutcomeRetryScheduled:
+		c.retries.Add(1)
+	case OutcomeDeadLettered:
+		c.deadLettered.Add(1)
+	case OutcomeLeftForRedelivery:
+		c.left.Add(1)
+	case OutcomeHeld:
+		c.held.Add(1)
+	case OutcomeDiscarded:
+		c.discarded.Add(1)
+	case OutcomeDeferred:
+		c.deferred.Add(1)
+	}
+	if res.PossibleDuplicate {
+		c.duplicates.Add(1)
+	}
+	c.inFlight.Add(-1)
+	if res.Outcome == OutcomeLeftForRedelivery && res.SettleErr != nil && res.RetryMessageID != "" && !res.PossibleDuplicate &&
+		!errors.Is(res.SettleErr, ErrLockLost) && !errors.Is(res.SettleErr, context.Canceled) && !errors.Is(res.SettleErr, ErrShutdownTimeout) {
+		// The republish itself failed: an operator must see why (a missing Send right, a quota).
+		c.recordFailure(func(h *Health) { h.SendFailures++ }, res.SettleErr)
+	}
+}
+
+// update applies f to the health snapshot under the consumer's lock.
+func (c *Consumer) update(f func(*Health)) {
+	c.mu.Lock()
+	f(&c.health)
+	c.mu.Unlock()
+}
+
+// recordFailure counts a failure with f and keeps its redacted text for Health.LastError, so that a
+// readiness probe can say why the consumer is not ready without leaking a key.
+func (c *Consumer) recordFailure(f func(*Health), err error) {
+	now := c.cfg.clock.Now()
+	c.update(func(h *Health) {
+		f(h)
+		h.LastError = redact.String(err.Error())
+		h.LastErrorTime = now
+	})
+}
+
+// setState moves to s and runs the state hook outside the health lock. A draining consumer moves
+// only to stopped: a reconnect that was under way as Run's context ended does not make it ready again.
+func (c *Consumer) setState(s State, err error) {
+	c.stateMu.Lock()
+	defer c.stateMu.Unlock()
+	now := c.cfg.clock.Now()
+	c.mu.Lock()
+	from := c.health.State
+	if from == s || (from == StateDraining && s != StateStopped) {
+		c.mu.Unlock()
+		return
+	}
+	c.health.State = s
+	c.health.Since = now
+	c.mu.Unlock()
+	c.cfg.logger.Info("consumer state changed", slog.String("from", from.String()), slog.String("to", s.String()))
+	if hook := c.cfg.hooks.OnStateChange; hook != nil {
+		hook(StateChangeParams{From: from, To: s, Err: err})
+	}
+}
+
+// A Consumer reports its health as a [SessionConsumer] does (session.go), for the probe handlers.
+var _ HealthReporter = (*Consumer)(nil)
+
+// liveConnection is a Connection with the handlers still using it.
+type liveConnection struct {
+	conn     *Connection
+	inFlight sync.WaitGroup
+	once     sync.Once
+	proven   atomic.Bool // a source delivered a message, or stayed quiet and passed a probe
+	shared   bool        // more than one source: they share the handler slots
+}
+
+// sources lists what live receives from: its Receiver, then [Connection.Sources].
+func (live *liveConnection) sources(defaultEntity string) []Source {
+	entity := live.conn.EntityPath
+	if entity == "" {
+		entity = defaultEntity
+	}
+	out := make([]Source, 0, 1+len(live.conn.Sources))
+	out = append(out, Source{Receiver: live.conn.Receiver, EntityPath: entity})
+	for _, s := range live.conn.Sources {
+		if s.Receiver != nil {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+// job is one received message on its way to a worker.
+type job struct {
+	live *liveConnection
+	rt   route
+	msg  *azservicebus.ReceivedMessage
+	hold hold
+}
+
+// deliver processes one message (processor.go) and gives back its slot: what a worker does with a job.
+func (r *run) deliver(j job) {
+	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.hold)
+	j.hold.done()
+	r.c.count(res)
+	j.live.inFlight.Done()
+	r.busy.Add(-1)
 }

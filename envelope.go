@@ -1,11 +1,9 @@
 package retry
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
 	"unicode/utf8"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -112,26 +110,6 @@ func seed(msg *azservicebus.ReceivedMessage, env envelope.Envelope, entity strin
 		env.FirstSequenceNumber = *msg.SequenceNumber
 	}
 	return env
-}
-
-// idempotencyKey returns the configured key, falling back to the sequence number and then the lock
-// token so that a message without a MessageID still gets a stable key.
-func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) string {
-	if p.cfg.userKey {
-		return p.userIdempotencyKey(msg)
-	}
-	return keyOrFallback(defaultKey(msg), msg)
-}
-
-// userIdempotencyKey is idempotencyKey with Options.IdempotencyKey, which may panic.
-func (p *Processor) userIdempotencyKey(msg *azservicebus.ReceivedMessage) (key string) {
-	defer func() {
-		if r := recover(); r != nil {
-			key = msg.MessageID // a panicking IdempotencyKey must not take the consumer down
-			p.log(context.Background(), slog.LevelError, "Options.IdempotencyKey panicked; using the MessageID", msg, envelope.Envelope{}, slog.Any("panic", r))
-		}
-	}()
-	return keyOrFallback(p.cfg.key(msg), msg)
 }
 
 // keyOrFallback returns k, or, if it is empty, the sequence number and then the lock token.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/Azure/go-amqp"
 	"github.com/sbretry/retry/envelope"
 )
 
@@ -158,3 +159,28 @@ func (e *OptionError) Error() string {
 
 // Unwrap returns [ErrInvalidOptions].
 func (e *OptionError) Unwrap() error { return ErrInvalidOptions }
+
+// startupError classifies a connect failure that retrying cannot fix: a missing entity, or a
+// credential without the rights needed. It returns nil for anything else.
+func startupError(err error) error {
+	code, ok := sdkCode(err)
+	switch {
+	case errors.Is(err, ErrEntityNotFound), errors.Is(err, ErrUnauthorized):
+		return err
+	case ok && code == azservicebus.CodeNotFound, isAMQPCondition(err, amqp.ErrCondNotFound):
+		// The SDK maps a 404 from the management node to CodeNotFound, but passes the attach refusal
+		// for a missing entity through as the AMQP error amqp:not-found (azservicebus v1.11,
+		// internal/errors.go TransformError).
+		return fmt.Errorf("%w: %w", ErrEntityNotFound, err)
+	case ok && code == azservicebus.CodeUnauthorizedAccess:
+		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
+	}
+	return nil
+}
+
+// isAMQPCondition reports whether err carries an AMQP error with the given condition: a typed check on
+// go-amqp's *amqp.Error, the type the SDK wraps for errors it does not translate.
+func isAMQPCondition(err error, cond amqp.ErrCond) bool {
+	var amqpErr *amqp.Error
+	return errors.As(err, &amqpErr) && amqpErr.Condition == cond
+}

@@ -1,14 +1,10 @@
 package retry
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
-	"log/slog"
 	"net/http"
 	"time"
 
-	"github.com/sbretry/retry/internal/redact"
 	"github.com/sbretry/retry/outage"
 )
 
@@ -93,100 +89,6 @@ type Health struct {
 // Ready reports whether the consumer is connected and receiving.
 func (h Health) Ready() bool { return h.State == StateRunning }
 
-// Health returns a snapshot of the consumer's state and counters. The message counters are read one by
-// one while messages are processed, so a message may already be counted as completed and still as in
-// flight; each counter on its own is exact.
-func (c *Consumer) Health() Health {
-	if c == nil {
-		return Health{}
-	}
-	c.mu.Lock()
-	h := c.health
-	c.mu.Unlock()
-	h.InFlight = int(c.inFlight.Load())
-	h.Received = c.received.Load()
-	h.Completed = c.completed.Load()
-	h.RetriesScheduled = c.retries.Load()
-	h.DeadLettered = c.deadLettered.Load()
-	h.LeftForRedelivery = c.left.Load()
-	h.PossibleDuplicates = c.duplicates.Load()
-	h.Held = c.held.Load()
-	h.Discarded = c.discarded.Load()
-	h.Deferred = c.deferred.Load()
-	if c.outage != nil {
-		h.Outage = c.outage.status()
-	}
-	return h
-}
-
-// count folds one processing result into the counters.
-func (c *Consumer) count(res Result) {
-	switch res.Outcome {
-	case OutcomeCompleted:
-		c.completed.Add(1)
-	case OutcomeRetryScheduled:
-		c.retries.Add(1)
-	case OutcomeDeadLettered:
-		c.deadLettered.Add(1)
-	case OutcomeLeftForRedelivery:
-		c.left.Add(1)
-	case OutcomeHeld:
-		c.held.Add(1)
-	case OutcomeDiscarded:
-		c.discarded.Add(1)
-	case OutcomeDeferred:
-		c.deferred.Add(1)
-	}
-	if res.PossibleDuplicate {
-		c.duplicates.Add(1)
-	}
-	c.inFlight.Add(-1)
-	if res.Outcome == OutcomeLeftForRedelivery && res.SettleErr != nil && res.RetryMessageID != "" && !res.PossibleDuplicate &&
-		!errors.Is(res.SettleErr, ErrLockLost) && !errors.Is(res.SettleErr, context.Canceled) && !errors.Is(res.SettleErr, ErrShutdownTimeout) {
-		// The republish itself failed: an operator must see why (a missing Send right, a quota).
-		c.recordFailure(func(h *Health) { h.SendFailures++ }, res.SettleErr)
-	}
-}
-
-// update applies f to the health snapshot under the consumer's lock.
-func (c *Consumer) update(f func(*Health)) {
-	c.mu.Lock()
-	f(&c.health)
-	c.mu.Unlock()
-}
-
-// recordFailure counts a failure with f and keeps its redacted text for Health.LastError, so that a
-// readiness probe can say why the consumer is not ready without leaking a key.
-func (c *Consumer) recordFailure(f func(*Health), err error) {
-	now := c.cfg.clock.Now()
-	c.update(func(h *Health) {
-		f(h)
-		h.LastError = redact.String(err.Error())
-		h.LastErrorTime = now
-	})
-}
-
-// setState moves to s and runs the state hook outside the health lock. A draining consumer moves
-// only to stopped: a reconnect that was under way as Run's context ended does not make it ready again.
-func (c *Consumer) setState(s State, err error) {
-	c.stateMu.Lock()
-	defer c.stateMu.Unlock()
-	now := c.cfg.clock.Now()
-	c.mu.Lock()
-	from := c.health.State
-	if from == s || (from == StateDraining && s != StateStopped) {
-		c.mu.Unlock()
-		return
-	}
-	c.health.State = s
-	c.health.Since = now
-	c.mu.Unlock()
-	c.cfg.logger.Info("consumer state changed", slog.String("from", from.String()), slog.String("to", s.String()))
-	if hook := c.cfg.hooks.OnStateChange; hook != nil {
-		hook(StateChangeParams{From: from, To: s, Err: err})
-	}
-}
-
 // healthBody is the JSON document served by [ReadinessHandler] and [LivenessHandler].
 type healthBody struct {
 	Status             string     `json:"status"`
@@ -234,12 +136,6 @@ type HealthReporter interface {
 	Health() Health
 }
 
-// Compile-time proof that both consumers report their health the same way.
-var (
-	_ HealthReporter = (*Consumer)(nil)
-	_ HealthReporter = (*SessionConsumer)(nil)
-)
-
 // ReadinessHandler returns an http.Handler for readiness probes built on the consumer's Health (a
 // [*Consumer] or a [*SessionConsumer]): it answers 200 only while the consumer is running
 // ([Health.Ready]) and 503 otherwise, from the moment Run's context ends too ([StateDraining]), so that a
@@ -282,4 +178,11 @@ func healthHandler(c HealthReporter, ok func(Health) bool) http.Handler {
 		w.WriteHeader(code)
 		_ = json.NewEncoder(w).Encode(body)
 	})
+}
+
+// StateChangeParams describes a consumer state transition.
+type StateChangeParams struct {
+	From, To State
+	// Err is the failure that caused the change, if any.
+	Err error
 }

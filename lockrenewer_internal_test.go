@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -45,34 +46,58 @@ func keeper(p *Processor, settler Settler, id string, lock time.Duration, now ti
 }
 
 // One schedule serves locks of different durations, entered out of the order they come due: each is
-// renewed at its own time, and a lock stopped before its time is never renewed.
+// renewed at its own time, and a lock stopped before its time is never renewed. It runs in a synctest
+// bubble on the system clock: a mock clock's Add fires the renewals in goroutines of their own that a
+// loaded machine may run only after the next Add, when the lock they were to renew has run out.
 func TestRenewalScheduleKeepsEveryLocksOwnTime(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		cfg, err := (&Options{}).resolve()
+		require.NoError(t, err)
+		p := newProcessor(nil, nil, cfg)
+		rn := &countingRenewer{renewed: make(chan *azservicebus.ReceivedMessage, 16)}
+		start := time.Now()
+		long := keeper(p, rn, "long", time.Minute, start)       // renewed every 30 s
+		short := keeper(p, rn, "short", 10*time.Second, start)  // every 5 s
+		gone := keeper(p, rn, "stopped", 10*time.Second, start) // stopped before its time
+		gone.lock.stop()
+		renewed := func(d time.Duration) []string {
+			time.Sleep(d)
+			synctest.Wait()
+			var ids []string
+			for len(rn.renewed) > 0 {
+				ids = append(ids, (<-rn.renewed).MessageID)
+			}
+			return ids
+		}
+
+		assert.Equal(t, []string{"short"}, renewed(5*time.Second))
+		assert.Equal(t, []string{"short"}, renewed(5*time.Second), "renewed again, an interval after its renewal")
+		got := renewed(20 * time.Second)
+		assert.Contains(t, got, "long")
+		assert.Contains(t, got, "short")
+		assert.NotContains(t, got, "stopped")
+		short.lock.stop()
+		long.lock.stop()
+		p.renewals.mu.Lock()
+		defer p.renewals.mu.Unlock()
+		assert.Nil(t, p.renewals.head, "stopped locks leave the schedule")
+	})
+}
+
+// On an injected clock a timer is a goroutine waiting on After, so an empty schedule must not keep one.
+func TestEmptyScheduleOnAnInjectedClockHoldsNoTimer(t *testing.T) {
 	mock := clock.NewMock()
 	cfg, err := (&Options{Clock: mock}).resolve()
 	require.NoError(t, err)
 	p := newProcessor(nil, nil, cfg)
-	rn := &countingRenewer{renewed: make(chan *azservicebus.ReceivedMessage, 4)}
-	long := keeper(p, rn, "long", time.Minute, mock.Now())       // renewed every 30 s
-	short := keeper(p, rn, "short", 10*time.Second, mock.Now())  // every 5 s
-	gone := keeper(p, rn, "stopped", 10*time.Second, mock.Now()) // stopped before its time
-	gone.lock.stop()
-
-	mock.Add(5 * time.Second)
-	assert.Equal(t, "short", (<-rn.renewed).MessageID)
-	mock.Add(5 * time.Second)
-	assert.Equal(t, "short", (<-rn.renewed).MessageID, "renewed again, an interval after its renewal")
-	mock.Add(20 * time.Second)
-	got := map[string]int{}
-	for len(got) < 2 {
-		got[(<-rn.renewed).MessageID]++
-	}
-	assert.Contains(t, got, "long")
-	assert.NotContains(t, got, "stopped")
-	short.lock.stop()
-	long.lock.stop()
+	d := keeper(p, nopSettlerInternal{}, "one", time.Minute, mock.Now())
+	p.renewals.mu.Lock()
+	assert.NotNil(t, p.renewals.timer, "a listed lock has its renewal timer")
+	p.renewals.mu.Unlock()
+	d.lock.stop()
 	p.renewals.mu.Lock()
 	defer p.renewals.mu.Unlock()
-	assert.Nil(t, p.renewals.head, "stopped locks leave the schedule")
+	assert.Nil(t, p.renewals.head)
 	assert.Nil(t, p.renewals.timer, "an empty schedule on an injected clock holds no timer (and no goroutine)")
 }
 

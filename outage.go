@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"math"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -20,89 +19,6 @@ import (
 // the next probe, and the original completed. After OpenFor, one probe (a message, or
 // outage.Options.HealthCheck) decides: success closes the breaker, failure keeps it open twice as long,
 // up to MaxOpenFor.
-
-// Defaults for [outage.Options], chosen against the peers' breakers. Theirs stop an endpoint whose
-// failures would otherwise be lost or redelivered at once; ours pauses a consumer whose failures are
-// already spread by delayed retries, so a false trip costs more than a late one, and an outage is close
-// to 100 % failures anyway. Hence a higher rate than MassTransit's 10 % (of 100 in 1 minute), Polly's
-// 10 % or Wolverine's 15 %, over MassTransit's one-minute window; a consecutive-failure rule like
-// Dapr's (more than 5) for consumers too quiet to reach the minimum; and a pause between Polly's 5 s
-// and MassTransit's and Dapr's 60 s, growing to Wolverine's 5 minutes while probes keep failing.
-const (
-	defaultOutageConsecutiveFailures = 10
-	defaultOutageFailureRate         = 0.5
-	defaultOutageWindow              = time.Minute
-	defaultOutageMinAttempts         = 20
-	defaultOutageOpenFor             = 30 * time.Second
-	defaultOutageMaxOpenFor          = 5 * time.Minute
-	defaultOutageHealthCheckTimeout  = 10 * time.Second
-)
-
-// outageConfig is outage.Options with the defaults applied.
-type outageConfig struct {
-	consecutive  int // 0: rule off
-	rate         float64
-	window       time.Duration
-	minAttempts  int
-	openFor      time.Duration
-	maxOpenFor   time.Duration
-	healthCheck  func(context.Context) error
-	checkTimeout time.Duration
-	counts       func(error) bool
-}
-
-func validateOutage(o *outage.Options) error {
-	if o == nil {
-		return nil
-	}
-	field := func(name string) string { return "Outage." + name }
-	switch {
-	case o.ConsecutiveFailures < 0 && o.FailureRate < 0:
-		return &OptionError{Field: field("ConsecutiveFailures"), Reason: "and FailureRate must not both be off"}
-	case math.IsNaN(o.FailureRate) || o.FailureRate > 1:
-		return &OptionError{Field: field("FailureRate"), Reason: "must be at most 1"}
-	case o.Window < 0:
-		return &OptionError{Field: field("Window"), Reason: "must not be negative"}
-	case o.MinAttempts < 0:
-		return &OptionError{Field: field("MinAttempts"), Reason: "must not be negative"}
-	case o.OpenFor < 0:
-		return &OptionError{Field: field("OpenFor"), Reason: "must not be negative"}
-	case o.MaxOpenFor < 0:
-		return &OptionError{Field: field("MaxOpenFor"), Reason: "must not be negative"}
-	case o.HealthCheckTimeout < 0:
-		return &OptionError{Field: field("HealthCheckTimeout"), Reason: "must not be negative"}
-	}
-	if c := resolveOutage(o); c.maxOpenFor < c.openFor {
-		return &OptionError{Field: field("MaxOpenFor"), Reason: "must not be below OpenFor (" + c.openFor.String() + ")"}
-	}
-	return nil
-}
-
-func resolveOutage(o *outage.Options) *outageConfig {
-	if o == nil {
-		return nil
-	}
-	c := &outageConfig{
-		consecutive: orInt(o.ConsecutiveFailures, defaultOutageConsecutiveFailures),
-		rate:        o.FailureRate,
-		window:      orDur(o.Window, defaultOutageWindow),
-		minAttempts: orInt(o.MinAttempts, defaultOutageMinAttempts),
-		openFor:     orDur(o.OpenFor, defaultOutageOpenFor),
-		maxOpenFor:  orDur(o.MaxOpenFor, defaultOutageMaxOpenFor),
-		healthCheck: o.HealthCheck, checkTimeout: orDur(o.HealthCheckTimeout, defaultOutageHealthCheckTimeout),
-		counts: o.Counts,
-	}
-	if c.consecutive < 0 {
-		c.consecutive = 0
-	}
-	switch {
-	case c.rate == 0:
-		c.rate = defaultOutageFailureRate
-	case c.rate < 0:
-		c.rate = 0
-	}
-	return c
-}
 
 // admitKind is what the breaker lets a delivery do.
 type admitKind int

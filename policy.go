@@ -196,23 +196,23 @@ func (r Rule) resolve(c *config, i int) policy {
 // policyFor returns the policy of a failed attempt's error: the first matching rule of the route that
 // took the message (if a [Router] did), then of Options.Policies, else the Options'. A Match that
 // panics is treated as not matching, and logged, so that one bad rule cannot lose a message.
-func (p *Processor) policyFor(err error) policy {
+func (c *config) policyFor(err error) policy {
 	if IsPermanent(err) {
-		return p.cfg.fallbackPolicy() // the handler's own word comes first: no rule is asked
+		return c.fallbackPolicy() // the handler's own word comes first: no rule is asked
 	}
 	if re := routeOf(err); re != nil {
 		for i, r := range re.route.rules {
-			if p.matches(r, err) {
-				return r.resolve(p.cfg, i)
+			if c.matches(r, err) {
+				return r.resolve(c, i)
 			}
 		}
 	}
-	for i, r := range p.cfg.policies {
-		if p.matches(r, err) {
-			return r.resolve(p.cfg, i)
+	for i, r := range c.policies {
+		if c.matches(r, err) {
+			return r.resolve(c, i)
 		}
 	}
-	return p.cfg.fallbackPolicy()
+	return c.fallbackPolicy()
 }
 
 // routeOf returns the route error in err's chain, if a Router's route handled the message: errors.As
@@ -239,10 +239,10 @@ func routeOf(err error) *routeError {
 }
 
 // matches calls r.Match, recovering from a panic.
-func (p *Processor) matches(r Rule, err error) (ok bool) {
+func (c *config) matches(r Rule, err error) (ok bool) {
 	defer func() {
 		if v := recover(); v != nil {
-			p.cfg.logger.Error("a retry policy's Match panicked; treating it as not matching", "rule", r.Name, "panic", redact.String(fmt.Sprint(v)))
+			c.logger.Error("a retry policy's Match panicked; treating it as not matching", "rule", r.Name, "panic", redact.String(fmt.Sprint(v)))
 			ok = false
 		}
 	}()

@@ -60,7 +60,7 @@ type Result struct {
 //
 // The path of one message, file by file: processor.go (this file: decode, keep the lock, wait for an
 // earlier delivery, take a handler slot, run the handler, decide), then what it calls in that order:
-// envelope.go (decode), hooks.go (OnStart and the others), lockrenewer.go (the lock, from
+// envelope.go (seed the envelope), observe.go (the hooks and the log), lockrenewer.go (the lock, from
 // receive to settle), flights.go (the memory of deliveries in flight), decision.go (what a failure
 // becomes), settle.go (the broker calls). The consumer's side of a slot is slots.go.
 type Processor struct {
@@ -317,7 +317,7 @@ func (p *Processor) attempts(d *delivery, stop, hctx context.Context, adm admiss
 		}
 		// A failed attempt: its policy decides, unless the breaker is open, in which case a failure
 		// that counts toward it is held for later without spending the attempt.
-		pol := p.policyFor(handlerErr)
+		pol := p.cfg.policyFor(handlerErr)
 		res.Policy = pol.name
 		counts := p.countsAsOutage(handlerErr, pol)
 		out := attemptNeutral
@@ -557,4 +557,24 @@ func (p *Processor) rememberFor(lk *lockKeeper) time.Duration {
 func (p *Processor) leftForRedelivery(d *delivery, err error, text string) Result {
 	p.log(context.Background(), slog.LevelInfo, text, d.msg, d.env, errAttr(err))
 	return Result{Outcome: OutcomeLeftForRedelivery, Attempt: d.env.Attempt, SettleErr: err}
+}
+
+// idempotencyKey returns the configured key, falling back to the sequence number and then the lock
+// token so that a message without a MessageID still gets a stable key.
+func (p *Processor) idempotencyKey(msg *azservicebus.ReceivedMessage) string {
+	if p.cfg.userKey {
+		return p.userIdempotencyKey(msg)
+	}
+	return keyOrFallback(defaultKey(msg), msg)
+}
+
+// userIdempotencyKey is idempotencyKey with Options.IdempotencyKey, which may panic.
+func (p *Processor) userIdempotencyKey(msg *azservicebus.ReceivedMessage) (key string) {
+	defer func() {
+		if r := recover(); r != nil {
+			key = msg.MessageID // a panicking IdempotencyKey must not take the consumer down
+			p.log(context.Background(), slog.LevelError, "Options.IdempotencyKey panicked; using the MessageID", msg, envelope.Envelope{}, slog.Any("panic", r))
+		}
+	}()
+	return keyOrFallback(p.cfg.key(msg), msg)
 }

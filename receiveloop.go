@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -305,3 +306,23 @@ func (r *run) dispatch(ctx context.Context, live *liveConnection, src Source, ms
 		r.workers.start(j)
 	}
 }
+
+// probe checks that the connection still works, bounded by probeTimeout.
+func (r *run) probe(ctx context.Context, live *liveConnection) error {
+	ping := live.conn.Ping
+	if ping == nil {
+		ping = live.conn.Check
+	}
+	if ping == nil {
+		return nil
+	}
+	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
+	defer cancel()
+	if err := ping(pctx); err != nil {
+		return fmt.Errorf("retry: connection health probe failed: %w", err)
+	}
+	return nil
+}
+
+// errFlapping breaks a connection whose links keep failing although each probe succeeds.
+var errFlapping = errors.New("retry: the connection dropped twice without delivering a message")

@@ -6,10 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
-	"sync/atomic"
-	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
 
 	"github.com/sbretry/retry/internal/redact"
@@ -129,31 +126,6 @@ func (r *run) checkSettings(ctx context.Context, conn *Connection) error {
 	return nil
 }
 
-// liveConnection is a Connection with the handlers still using it.
-type liveConnection struct {
-	conn     *Connection
-	inFlight sync.WaitGroup
-	once     sync.Once
-	proven   atomic.Bool // a source delivered a message, or stayed quiet and passed a probe
-	shared   bool        // more than one source: they share the handler slots
-}
-
-// sources lists what live receives from: its Receiver, then [Connection.Sources].
-func (live *liveConnection) sources(defaultEntity string) []Source {
-	entity := live.conn.EntityPath
-	if entity == "" {
-		entity = defaultEntity
-	}
-	out := make([]Source, 0, 1+len(live.conn.Sources))
-	out = append(out, Source{Receiver: live.conn.Receiver, EntityPath: entity})
-	for _, s := range live.conn.Sources {
-		if s.Receiver != nil {
-			out = append(out, s)
-		}
-	}
-	return out
-}
-
 // reconnect builds a fresh connection on the reconnect-then-watchdog schedule (watchdog.go). On the
 // first connect of a Run (first), a missing entity or a refused credential is returned as an error,
 // since waiting cannot fix it, unless Options.RetryStartupErrors is set; a connection that receives
@@ -171,30 +143,6 @@ func (c *Consumer) reconnect(ctx context.Context, failures *int, cause error, fi
 		}
 		return nil
 	})
-}
-
-// connectTimeout bounds a connector call with its check. The SDK retries a refused or unreachable
-// connection with its own backoff until the context ends (about 30 s with its default RetryOptions), so
-// an unbounded check would stretch every reconnect try of the schedule by that much; the check's
-// timeout error then says what the endpoint answered (see explainTimeouts).
-const connectTimeout = 10 * time.Second
-
-// startupError classifies a connect failure that retrying cannot fix: a missing entity, or a
-// credential without the rights needed. It returns nil for anything else.
-func startupError(err error) error {
-	code, ok := sdkCode(err)
-	switch {
-	case errors.Is(err, ErrEntityNotFound), errors.Is(err, ErrUnauthorized):
-		return err
-	case ok && code == azservicebus.CodeNotFound, isAMQPCondition(err, amqp.ErrCondNotFound):
-		// The SDK maps a 404 from the management node to CodeNotFound, but passes the attach refusal
-		// for a missing entity through as the AMQP error amqp:not-found (azservicebus v1.11,
-		// internal/errors.go TransformError).
-		return fmt.Errorf("%w: %w", ErrEntityNotFound, err)
-	case ok && code == azservicebus.CodeUnauthorizedAccess:
-		return fmt.Errorf("%w: %w", ErrUnauthorized, err)
-	}
-	return nil
 }
 
 // queueStartupError is startupError for the queue consumer's connect, which also knows the refusal of
@@ -265,30 +213,6 @@ func (c *Consumer) dial(ctx context.Context) (*Connection, error) {
 	})
 }
 
-// isAMQPCondition reports whether err carries an AMQP error with the given condition: a typed check on
-// go-amqp's *amqp.Error, the type the SDK wraps for errors it does not translate.
-func isAMQPCondition(err error, cond amqp.ErrCond) bool {
-	var amqpErr *amqp.Error
-	return errors.As(err, &amqpErr) && amqpErr.Condition == cond
-}
-
-// probe checks that the connection still works, bounded by probeTimeout.
-func (r *run) probe(ctx context.Context, live *liveConnection) error {
-	ping := live.conn.Ping
-	if ping == nil {
-		ping = live.conn.Check
-	}
-	if ping == nil {
-		return nil
-	}
-	pctx, cancel := context.WithTimeout(ctx, probeTimeout)
-	defer cancel()
-	if err := ping(pctx); err != nil {
-		return fmt.Errorf("retry: connection health probe failed: %w", err)
-	}
-	return nil
-}
-
 // retire closes a broken connection once the handlers still using it have finished, in a goroutine
 // that Run waits for.
 func (r *run) retire(ctx context.Context, live *liveConnection) {
@@ -333,9 +257,6 @@ func (c *Consumer) closeConnection(ctx context.Context, conn *Connection) {
 		c.cfg.logger.Debug("closing the connection failed", errAttr(err))
 	}
 }
-
-// errFlapping breaks a connection whose links keep failing although each probe succeeds.
-var errFlapping = errors.New("retry: the connection dropped twice without delivering a message")
 
 // errNilConnection is the failure of a connector that returned no connection, or one without a
 // receiver or sender.

@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/Azure/go-amqp"
 
 	"github.com/sbretry/retry/internal/redact"
@@ -20,28 +19,6 @@ import (
 // (one worker: accept a session, receive its messages one at a time, release it when idle),
 // sessionhold.go (one message: the handler, holds in place, the decision and the settle), sessionlock.go
 // (the session lock, renewed while the session is held).
-
-// SessionReceiver is what the session consumer calls on the receiver of one session: the methods of
-// *azservicebus.SessionReceiver it uses, so that a test can pass a fake (retrytest's SessionReceiver
-// is one). AbandonMessage is not among them: a message the consumer gives back is left unsettled and
-// the receiver closed, which returns it to the session in order without counting a delivery.
-type SessionReceiver interface {
-	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
-	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
-	DeadLetterMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeadLetterOptions) error
-	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
-	// The durable hold's calls (sessiondurable.go): a held message and its followers are deferred and
-	// received back by sequence number; what blocks the session is kept in its state.
-	DeferMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeferMessageOptions) error
-	ReceiveDeferredMessages(ctx context.Context, sequenceNumbers []int64, options *azservicebus.ReceiveDeferredMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
-	GetSessionState(ctx context.Context, options *azservicebus.GetSessionStateOptions) ([]byte, error)
-	SetSessionState(ctx context.Context, state []byte, options *azservicebus.SetSessionStateOptions) error
-	SessionID() string
-	LockedUntil() time.Time
-	Close(ctx context.Context) error
-}
-
-var _ SessionReceiver = (*azservicebus.SessionReceiver)(nil)
 
 // Defaults for [SessionOptions]. Each applies when its field is zero.
 const (
@@ -509,3 +486,6 @@ func (r *sessionRun) closeConnection(ctx context.Context, live *liveSessionConne
 		}
 	})
 }
+
+// A SessionConsumer reports its health as a [Consumer] does, for the probe handlers.
+var _ HealthReporter = (*SessionConsumer)(nil)

@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"fmt"
+	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -185,3 +186,25 @@ func (cl *clients) sessionConnector(entity, wakeTo string, accept func(context.C
 		}, nil
 	}
 }
+
+// SessionReceiver is what the session consumer calls on the receiver of one session: the methods of
+// *azservicebus.SessionReceiver it uses, so that a test can pass a fake (retrytest's SessionReceiver
+// is one). AbandonMessage is not among them: a message the consumer gives back is left unsettled and
+// the receiver closed, which returns it to the session in order without counting a delivery.
+type SessionReceiver interface {
+	ReceiveMessages(ctx context.Context, maxMessages int, options *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	CompleteMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.CompleteMessageOptions) error
+	DeadLetterMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeadLetterOptions) error
+	RenewSessionLock(ctx context.Context, options *azservicebus.RenewSessionLockOptions) error
+	// The durable hold's calls (sessiondurable.go): a held message and its followers are deferred and
+	// received back by sequence number; what blocks the session is kept in its state.
+	DeferMessage(ctx context.Context, message *azservicebus.ReceivedMessage, options *azservicebus.DeferMessageOptions) error
+	ReceiveDeferredMessages(ctx context.Context, sequenceNumbers []int64, options *azservicebus.ReceiveDeferredMessagesOptions) ([]*azservicebus.ReceivedMessage, error)
+	GetSessionState(ctx context.Context, options *azservicebus.GetSessionStateOptions) ([]byte, error)
+	SetSessionState(ctx context.Context, state []byte, options *azservicebus.SetSessionStateOptions) error
+	SessionID() string
+	LockedUntil() time.Time
+	Close(ctx context.Context) error
+}
+
+var _ SessionReceiver = (*azservicebus.SessionReceiver)(nil)

@@ -121,7 +121,7 @@ func (r *sessionRun) failedInPlace(stop context.Context, hs *heldSession, d *del
 	}
 	// The same policy order as the queue consumer's (policy.go): Permanent, then the rules, then the
 	// Options.
-	pol := p.policyFor(herr)
+	pol := p.cfg.policyFor(herr)
 	st.res.Policy = pol.name
 	immediate := immediateLeft(pol, st.immediateRun, herr)
 	dec, delay, durable := r.decideInPlace(hs, d, herr, pol, immediate, st.holdStart)

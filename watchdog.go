@@ -94,3 +94,9 @@ func callConnector[C any](ctx context.Context, cfg *config, connect func(context
 	}
 	return check(cctx, conn)
 }
+
+// connectTimeout bounds a connector call with its check. The SDK retries a refused or unreachable
+// connection with its own backoff until the context ends (about 30 s with its default RetryOptions), so
+// an unbounded check would stretch every reconnect try of the schedule by that much; the check's
+// timeout error then says what the endpoint answered (see explainTimeouts).
+const connectTimeout = 10 * time.Second

@@ -3,19 +3,9 @@ package retry
 import (
 	"sync"
 	"sync/atomic"
-
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 )
 
-// job is one received message on its way to a worker.
-type job struct {
-	live *liveConnection
-	rt   route
-	msg  *azservicebus.ReceivedMessage
-	hold hold
-}
-
-// workers run the received messages, one goroutine per message in flight. A worker that has finished
+// workers run the received messages (jobs of type J: the queue consumer's job), one goroutine per message in flight. A worker that has finished
 // one waits for the next instead of exiting, so that a busy consumer neither starts a goroutine per
 // message nor grows a fresh stack for each: the SDK's settle path is deep, and a new goroutine's stack
 // is grown (copied) several times on the way down. It stays for its measured gain: against a goroutine
@@ -26,16 +16,16 @@ type job struct {
 // start gives a message to a worker that waits, or starts a new one when none does; at most
 // maxIdle workers wait at once (a worker that finishes when that many already wait exits), so the
 // goroutines stay within the messages in flight plus that constant. Workers exit once close is called.
-type workers struct {
-	deliver func(job)
-	work    chan job // unbuffered: a send goes through only to a worker waiting on it; closed at the end
+type workers[J any] struct {
+	deliver func(J)
+	work    chan J // unbuffered: a send goes through only to a worker waiting on it; closed at the end
 	maxIdle int32
 	idle    atomic.Int32
 	wg      sync.WaitGroup
 }
 
 // start runs j on a waiting worker, or on a new one.
-func (w *workers) start(j job) {
+func (w *workers[J]) start(j J) {
 	select {
 	case w.work <- j:
 	default:
@@ -45,7 +35,7 @@ func (w *workers) start(j job) {
 }
 
 // run delivers j and then every message handed to it, until close or enough others wait.
-func (w *workers) run(j job) {
+func (w *workers[J]) run(j J) {
 	defer w.wg.Done()
 	for {
 		w.deliver(j)
@@ -64,16 +54,7 @@ func (w *workers) run(j job) {
 
 // close makes the waiting workers exit, and the busy ones once done; call it once nothing is started
 // any more (the receive loops have returned).
-func (w *workers) close() { close(w.work) }
+func (w *workers[J]) close() { close(w.work) }
 
 // wait waits for every worker to exit.
-func (w *workers) wait() { w.wg.Wait() }
-
-// deliver processes one message (processor.go) and gives back its slot: what a worker does with a job.
-func (r *run) deliver(j job) {
-	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.hold)
-	j.hold.done()
-	r.c.count(res)
-	j.live.inFlight.Done()
-	r.busy.Add(-1)
-}
+func (w *workers[J]) wait() { w.wg.Wait() }
