@@ -351,7 +351,7 @@ type job struct {
 	hold hold
 }
 
-// deliver processes one message (processor.go) and gives back its slot: what a worker does with a job.
+// deliver processes one message (process.go) and gives back its slot: what a worker does with a job.
 func (r *run) deliver(j job) {
 	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.hold)
 	j.hold.done()

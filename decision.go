@@ -1,11 +1,9 @@
 package retry
 
 import (
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"maps"
 	"math"
 	"strconv"
@@ -16,96 +14,6 @@ import (
 	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/redact"
 )
-
-// Outcome says what the processor did with a delivery.
-type Outcome int
-
-const (
-	// OutcomeCompleted: the handler succeeded and the message was completed.
-	OutcomeCompleted Outcome = iota + 1
-	// OutcomeRetryScheduled: a copy was scheduled for the next attempt and the original completed.
-	OutcomeRetryScheduled
-	// OutcomeDeadLettered: the message was dead-lettered with one of our reasons.
-	OutcomeDeadLettered
-	// OutcomeLeftForRedelivery: the message was deliberately not settled (lock lost, shutdown, or a
-	// republish/settle call failed), so the broker redelivers it. Nothing is lost.
-	OutcomeLeftForRedelivery
-	// OutcomeHeld: the outage breaker was open (see [outage.Options], [Consumer.Pause]), so the message
-	// was rescheduled unchanged, its attempt not spent, for when the breaker probes next, and the
-	// original completed.
-	OutcomeHeld
-	// OutcomeDiscarded: a [Policy] with [ActionDiscard] took the failure; the message was completed
-	// without success.
-	OutcomeDiscarded
-	// OutcomeDeferred: a [SessionConsumer] held the message durably (SessionOptions.DurableHolds): it
-	// was deferred in its session, with the hold recorded in the session state and a wake-up
-	// scheduled for when its next attempt is due.
-	OutcomeDeferred
-)
-
-func (o Outcome) String() string {
-	switch o {
-	case OutcomeCompleted:
-		return "completed"
-	case OutcomeRetryScheduled:
-		return "retry-scheduled"
-	case OutcomeDeadLettered:
-		return "dead-lettered"
-	case OutcomeLeftForRedelivery:
-		return "left-for-redelivery"
-	case OutcomeHeld:
-		return "held"
-	case OutcomeDiscarded:
-		return "discarded"
-	case OutcomeDeferred:
-		return "deferred"
-	}
-	return "unknown"
-}
-
-// decisionKind is what the processor decided to do with a delivery once its handler returned.
-type decisionKind int
-
-const (
-	decideComplete decisionKind = iota + 1
-	decideRetry
-	decideDeadLetter
-	decideDiscard
-)
-
-// decision is an outcome decided but perhaps not yet applied. When its settle fails (the lock died with
-// a connection, a complete timed out), the broker redelivers the message; the redelivery then applies
-// the same decision with its own lock instead of running the handler again. That is how finished work
-// is not redone and how a scheduled retry copy stays the only successor of its attempt.
-type decision struct {
-	kind       decisionKind
-	env        *envelope.Envelope
-	handlerErr error
-	// The details of a retry or a dead-letter; a success, the common case, needs neither.
-	*retryPlan
-	*deadLetterPlan
-}
-
-// retryPlan is a retry decision's copy, when it is due, and whether it has been scheduled yet.
-type retryPlan struct {
-	copyMsg   *azservicebus.Message
-	nextTry   int
-	delay     time.Duration
-	at        time.Time
-	errText   string
-	scheduled bool
-	seq       int64
-	// held: the copy holds the message for the outage breaker, at the same attempt (see hold).
-	held bool
-}
-
-// deadLetterPlan is a dead-letter decision's reason, description and the properties added to the
-// dead letter.
-type deadLetterPlan struct {
-	reason string
-	desc   string
-	props  map[string]any
-}
 
 // decideFailure decides what a failed attempt becomes under its policy: a retry, a dead-letter or a
 // discard.
@@ -206,45 +114,6 @@ func (p *Processor) buildCopy(d *delivery, attempt int, errText string, ttl *tim
 		d.now = p.cfg.clock.Now() // the hook's time counts against the lock
 	}
 	return copyMsg
-}
-
-// hold keeps d's message for the outage breaker: a copy at the same attempt, due when the breaker
-// probes next, then the original completed, so the outage spends no attempt and the message waits in
-// the broker, durable, rather than in this process. herr is the failure that found the breaker open
-// (nil for a message held before its handler ran). The copy's MessageID is heldMessageID's. A message that
-// cannot be copied (no sequence number, a body a copy cannot carry, over the size limits) is left for
-// redelivery instead; one whose producer's expiry falls before the hold ends is dead-lettered as
-// expired, as a retry due after it would be.
-func (p *Processor) hold(d *delivery, settleBase context.Context, f *flight, herr error, res Result) Result {
-	msg, env := d.msg, &d.env
-	now := p.cfg.clock.Now()
-	d.now = now
-	at := p.outage.holdUntil(now)
-	if msg.SequenceNumber == nil || hasNonDataBody(msg) {
-		return p.leftForRedelivery(d, errCannotHold, "outage mode: the message cannot be held; the broker will redeliver it")
-	}
-	var dec *decision
-	if ttl, expired := p.copyTTL(env, msg, at); expired {
-		dec = p.deadLetterDecision(env, msg, p.cfg.reasons.Expired, herr, now, herr != nil)
-	} else {
-		errText := env.LastError
-		if herr != nil {
-			errText = p.errorText(herr)
-		}
-		id := heldMessageID(*env, d.route.entity, msg)
-		copyMsg := p.buildCopy(d, env.Attempt, errText, ttl, at, id)
-		copyMsg.ApplicationProperties[envelope.PropHeld] = now.UTC()
-		if why := oversize(copyMsg, p.cfg.maxMessageSize); why != "" {
-			return p.leftForRedelivery(d, fmt.Errorf("%w: %s", errCannotHold, why), "outage mode: the held copy would exceed the size limits; the broker will redeliver the message")
-		}
-		dec = &decision{kind: decideRetry, env: env, handlerErr: herr,
-			retryPlan: &retryPlan{copyMsg: copyMsg, nextTry: env.Attempt, delay: at.Sub(now), at: at, errText: errText, held: true}}
-	}
-	if f != nil {
-		f.setDecision(dec)
-	}
-	p.apply(d, settleBase, f, dec, &res)
-	return res
 }
 
 // heldMessageID is the MessageID of the copy that holds msg, received from entity at env's attempt: the

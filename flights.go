@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/sbretry/retry/envelope"
 )
 
 // Limits of the in-process memory of decided outcomes (see flights).
@@ -341,4 +342,48 @@ func (f *flight) markScheduled(d *decision, seq int64) {
 	f.mu.Lock()
 	d.scheduled, d.seq = true, seq
 	f.mu.Unlock()
+}
+
+// decisionKind is what the processor decided to do with a delivery once its handler returned.
+type decisionKind int
+
+const (
+	decideComplete decisionKind = iota + 1
+	decideRetry
+	decideDeadLetter
+	decideDiscard
+)
+
+// decision is an outcome decided but perhaps not yet applied. When its settle fails (the lock died with
+// a connection, a complete timed out), the broker redelivers the message; the redelivery then applies
+// the same decision with its own lock instead of running the handler again. That is how finished work
+// is not redone and how a scheduled retry copy stays the only successor of its attempt.
+type decision struct {
+	kind       decisionKind
+	env        *envelope.Envelope
+	handlerErr error
+	// The details of a retry or a dead-letter; a success, the common case, needs neither.
+	*retryPlan
+	*deadLetterPlan
+}
+
+// retryPlan is a retry decision's copy, when it is due, and whether it has been scheduled yet.
+type retryPlan struct {
+	copyMsg   *azservicebus.Message
+	nextTry   int
+	delay     time.Duration
+	at        time.Time
+	errText   string
+	scheduled bool
+	seq       int64
+	// held: the copy holds the message for the outage breaker, at the same attempt (see hold).
+	held bool
+}
+
+// deadLetterPlan is a dead-letter decision's reason, description and the properties added to the
+// dead letter.
+type deadLetterPlan struct {
+	reason string
+	desc   string
+	props  map[string]any
 }

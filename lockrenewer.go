@@ -49,7 +49,8 @@ type lockKeeper struct {
 	// (see settle.go). They are ended by the lock, their timeout and a shutdown that gives up
 	// (renewals.abandon), never by registering with the settle base, which every message shares.
 	values context.Context
-	p      *Processor
+	cfg    *config
+	sched  *renewals // the processor's renewal schedule
 	msg    *azservicebus.ReceivedMessage
 	env    *envelope.Envelope
 	rcv    Settler
@@ -80,32 +81,6 @@ type lockKeeper struct {
 	listed     bool
 }
 
-// keepLock starts following d's lock, received at now, under base (the settle base: detached from the
-// caller so that a caller cancelling its context does not stop the renewal of a message still being
-// worked on). With renewal enabled, the lock is renewed until stop is called.
-func (p *Processor) keepLock(d *delivery, base context.Context, now time.Time) {
-	cfg := p.cfg
-	lk := &d.lock
-	lk.base, lk.p, lk.msg, lk.env, lk.rcv = base, p, d.msg, &d.env, d.route.settler
-	lk.values = base
-	if base.Done() != nil {
-		lk.values = context.WithoutCancel(base)
-	}
-	lk.dur = grantedLockDuration(cfg.lockDuration, d.msg, now)
-	lk.deadline = now.Add(lk.dur)
-	lk.each = cfg.lockRenewInterval
-	switch {
-	case lk.each <= 0:
-		lk.each = max(lk.dur/2, minRenewWait)
-	case lk.each > lk.dur*2/3:
-		// An interval that leaves less than a third of the lock for the renewal call (or exceeds the lock,
-		// which would renew only after the expiry) is cut to two thirds of it.
-		lk.each = max(lk.dur*2/3, minRenewWait)
-	}
-	// Listed either way, so that a shutdown that gives up finds the lock's calls in flight.
-	p.renewals.add(lk, now.Add(lk.each), cfg.lockRenewal)
-}
-
 // grantedLockDuration is the lock duration the broker grants: the configured one if known, else the
 // lock's remaining time at receive, bounded to what Service Bus can grant.
 func grantedLockDuration(configured time.Duration, msg *azservicebus.ReceivedMessage, now time.Time) time.Duration {
@@ -125,8 +100,8 @@ func (lk *lockKeeper) stop() {
 	lk.mu.Lock()
 	lk.stopped = true
 	lk.mu.Unlock()
-	if lk.p != nil {
-		lk.p.renewals.remove(lk)
+	if lk.sched != nil {
+		lk.sched.remove(lk)
 	}
 	lk.end(errSettled) // aborts a renewal call in flight
 	lk.calls.Wait()
@@ -282,7 +257,7 @@ func (lk *lockKeeper) renew() {
 		return
 	}
 
-	p := lk.p
+	cfg := lk.cfg
 	// Whatever the call's outcome, the lock goes back on the schedule until stop takes it off: for its
 	// next renewal, or, once it is over, only so that a shutdown that gives up finds its calls.
 	renews := false
@@ -290,7 +265,7 @@ func (lk *lockKeeper) renew() {
 	defer func() {
 		lk.mu.Lock()
 		if !lk.stopped {
-			p.renewals.add(lk, p.cfg.clock.Now().Add(max(next, 0)), renews)
+			lk.sched.add(lk, cfg.clock.Now().Add(max(next, 0)), renews)
 		}
 		lk.mu.Unlock()
 		// Listed again before this check: a shutdown that gave up meanwhile either found the lock on
@@ -299,14 +274,14 @@ func (lk *lockKeeper) renew() {
 			lk.cancelCalls()
 		}
 	}()
-	sent := p.cfg.clock.Now()
+	sent := cfg.clock.Now()
 	if !lk.alive(sent) {
 		if lk.lost() {
-			p.log(lk.base, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
+			cfg.log(lk.base, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
 		}
 		return
 	}
-	rctx, cancel := context.WithTimeout(lk.base, lk.callTimeout(p.cfg.settleTimeout, sent))
+	rctx, cancel := context.WithTimeout(lk.base, lk.callTimeout(cfg.settleTimeout, sent))
 	lk.follow(&lk.call, cancel)
 	err := lk.rcv.RenewMessageLock(rctx, lk.msg, nil)
 	lk.follow(&lk.call, nil)
@@ -319,14 +294,14 @@ func (lk *lockKeeper) renew() {
 		lk.mu.Lock()
 		lk.deadline = sent.Add(lk.dur)
 		lk.mu.Unlock()
-		next = lk.each - p.cfg.clock.Now().Sub(sent)
+		next = lk.each - cfg.clock.Now().Sub(sent)
 	case ok && code == azservicebus.CodeLockLost:
-		p.log(lk.base, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
+		cfg.log(lk.base, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
 		lk.lose()
 		return
 	default:
-		p.log(lk.base, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
-		rem := lk.remaining(p.cfg.clock.Now())
+		cfg.log(lk.base, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
+		rem := lk.remaining(cfg.clock.Now())
 		next = min(max(rem/2, minRenewWait), max(rem, 0))
 	}
 	renews = true

@@ -11,7 +11,7 @@ import (
 )
 
 // Observation: what the processor tells the hooks (hooks.go) and the log about each delivery. The
-// stages of processor.go call these at their edges: started and startAttempt before a handler call
+// stages of process.go call these at their edges: started and startAttempt before a handler call
 // (Hooks.OnStart), settled after each broker call (Hooks.OnSettle), finish once per delivery with its
 // result (Hooks.OnProcessed), log for the lines in between.
 
@@ -66,8 +66,8 @@ func (p *Processor) settled(d *delivery, op, copyID string, env envelope.Envelop
 }
 
 // log writes one line with the message's identity. Bodies are never logged.
-func (p *Processor) log(ctx context.Context, level slog.Level, text string, msg *azservicebus.ReceivedMessage, env envelope.Envelope, attrs ...slog.Attr) {
-	lg := p.cfg.logger
+func (c *config) log(ctx context.Context, level slog.Level, text string, msg *azservicebus.ReceivedMessage, env envelope.Envelope, attrs ...slog.Attr) {
+	lg := c.logger
 	if !lg.Enabled(ctx, level) {
 		return
 	}

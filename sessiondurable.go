@@ -470,12 +470,12 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 	if err != nil {
 		// The record says the message is held: whoever gets it back defers it, or runs it when due.
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err))
-		p.log(d.ctx, slog.LevelWarn, "defer failed; the message goes back to the session", d.msg, d.env, errAttr(err))
+		p.cfg.log(d.ctx, slog.LevelWarn, "defer failed; the message goes back to the session", d.msg, d.env, errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeDeferred
 	res.ScheduledFor, res.Delay = at, at.Sub(d.now)
-	p.log(d.ctx, slog.LevelInfo, "session held durably until its retry is due", d.msg, d.env, errAttr(herr), slog.Time("wake_at", at))
+	p.cfg.log(d.ctx, slog.LevelInfo, "session held durably until its retry is due", d.msg, d.env, errAttr(herr), slog.Time("wake_at", at))
 	// A defer is a settle: one the SDK retried may not have happened, the message still locked here,
 	// and this consumer would then find the hold "gone" once due and run its followers first.
 	r.doubt(d, took, res)

@@ -92,7 +92,7 @@ type inPlace struct {
 func (r *sessionRun) attemptEnded(stop context.Context, hs *heldSession, d *delivery, herr error, st *inPlace) (Result, bool) {
 	p := r.sc.proc
 	if lost, why := hs.lk.lost(); lost {
-		p.log(st.hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", d.msg, d.env)
+		p.cfg.log(st.hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", d.msg, d.env)
 		return withOutcome(st.res, OutcomeLeftForRedelivery, why), true
 	}
 	if herr == nil {
@@ -100,7 +100,7 @@ func (r *sessionRun) attemptEnded(stop context.Context, hs *heldSession, d *deli
 		return st.res, true
 	}
 	if stopped(stop) {
-		p.log(st.hctx, slog.LevelInfo, "handler failed during shutdown; the message goes back to the session", d.msg, d.env, errAttr(herr))
+		p.cfg.log(st.hctx, slog.LevelInfo, "handler failed during shutdown; the message goes back to the session", d.msg, d.env, errAttr(herr))
 		return withOutcome(st.res, OutcomeLeftForRedelivery, context.Canceled), true
 	}
 	return Result{}, false
@@ -137,7 +137,7 @@ func (r *sessionRun) failedInPlace(stop context.Context, hs *heldSession, d *del
 		r.holdDurably(hs, d, herr, d.now.Add(delay), st.firstFailure, made, &st.res)
 		return st.res, true
 	case dec != nil && dec.kind == decideDiscard:
-		p.log(st.hctx, slog.LevelWarn, "a policy discarded the failed message", d.msg, d.env, errAttr(herr), slog.String("policy", pol.name))
+		p.cfg.log(st.hctx, slog.LevelWarn, "a policy discarded the failed message", d.msg, d.env, errAttr(herr), slog.String("policy", pol.name))
 		r.complete(d, hs, &st.res, OutcomeDiscarded)
 		return st.res, true
 	case dec != nil:
@@ -146,11 +146,11 @@ func (r *sessionRun) failedInPlace(stop context.Context, hs *heldSession, d *del
 	}
 	// The queue consumer's line for a retry (settle.go), at its level: the retry waits in the session
 	// instead of in a scheduled copy.
-	p.log(st.hctx, slog.LevelInfo, "retry scheduled", d.msg, d.env,
+	p.cfg.log(st.hctx, slog.LevelInfo, "retry scheduled", d.msg, d.env,
 		slog.Int("next_attempt", d.env.Attempt+1), slog.Duration("delay", delay), slog.Time("scheduled_for", d.now.Add(delay)),
 		slog.String("held_in", "session"), slog.String("session_id", hs.sid), slog.String("handler_error", p.errorText(herr)))
 	if ok, why := r.waitHold(stop, hs.lk, delay); !ok {
-		p.log(st.hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", d.msg, d.env, errAttr(why))
+		p.cfg.log(st.hctx, slog.LevelInfo, "hold ended early; the message goes back to the session", d.msg, d.env, errAttr(why))
 		return withOutcome(st.res, OutcomeLeftForRedelivery, why), true
 	}
 	if immediate {
@@ -259,7 +259,7 @@ func (r *sessionRun) complete(d *delivery, hs *heldSession, res *Result, outcome
 	p.settled(d, SettleComplete, "", d.env, start, err)
 	if err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
-		p.log(d.ctx, slog.LevelWarn, "complete failed; the message goes back to the session", d.msg, d.env, errAttr(err))
+		p.cfg.log(d.ctx, slog.LevelWarn, "complete failed; the message goes back to the session", d.msg, d.env, errAttr(err))
 		return
 	}
 	res.Outcome = outcome
@@ -277,7 +277,7 @@ func (r *sessionRun) doubt(d *delivery, took time.Duration, res *Result) {
 		return
 	}
 	res.PossibleDuplicate = true
-	r.sc.proc.log(d.ctx, slog.LevelWarn, "a settle succeeded only after the SDK retried it, which may not have settled it; releasing the session", d.msg, d.env)
+	r.sc.proc.cfg.log(d.ctx, slog.LevelWarn, "a settle succeeded only after the SDK retried it, which may not have settled it; releasing the session", d.msg, d.env)
 }
 
 // settledForSure reports whether res's message is settled beyond doubt, so that the session may go
@@ -307,11 +307,11 @@ func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res
 	p.settled(d, SettleDeadLetter, "", d.env, start, err)
 	if err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
-		p.log(d.ctx, slog.LevelWarn, "dead-letter failed; the message goes back to the session", d.msg, d.env, errAttr(err))
+		p.cfg.log(d.ctx, slog.LevelWarn, "dead-letter failed; the message goes back to the session", d.msg, d.env, errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeDeadLettered
-	p.log(d.ctx, slog.LevelWarn, "message dead-lettered", d.msg, d.env, slog.String("reason", reason))
+	p.cfg.log(d.ctx, slog.LevelWarn, "message dead-lettered", d.msg, d.env, slog.String("reason", reason))
 	r.doubt(d, took, res)
 }
 

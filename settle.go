@@ -98,11 +98,11 @@ func (p *Processor) settleComplete(d *delivery, env envelope.Envelope, res *Resu
 		if brokerWillRedeliver(err) || errors.Is(err, ErrLockLost) {
 			level = slog.LevelWarn
 		}
-		p.log(context.Background(), level, "completing the message failed; the broker will redeliver it", msg, env, errAttr(err))
+		p.cfg.log(context.Background(), level, "completing the message failed; the broker will redeliver it", msg, env, errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeCompleted
-	p.log(context.Background(), slog.LevelDebug, "message completed", msg, env)
+	p.cfg.log(context.Background(), slog.LevelDebug, "message completed", msg, env)
 }
 
 // settleRetry schedules the copy (unless an earlier delivery already did), then completes the original.
@@ -133,7 +133,7 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 			if f != nil {
 				f.setDecision(nil) // the attempt must run again
 			}
-			p.log(settleBase, slog.LevelError, "republishing the retry failed; the original stays for redelivery", msg, env,
+			p.cfg.log(settleBase, slog.LevelError, "republishing the retry failed; the original stays for redelivery", msg, env,
 				slog.Int("next_attempt", dec.nextTry), errAttr(err), slog.String("handler_error", dec.errText))
 			return
 		}
@@ -150,7 +150,7 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 		if dec.held {
 			text = "outage mode: message held for the next probe, its attempt not spent"
 		}
-		p.log(settleBase, slog.LevelInfo, text, msg, env,
+		p.cfg.log(settleBase, slog.LevelInfo, text, msg, env,
 			slog.Int("next_attempt", dec.nextTry), slog.Duration("delay", dec.delay), slog.Time("scheduled_for", dec.at),
 			slog.String("retry_message_id", res.RetryMessageID), slog.Int64("retry_sequence_number", seq), slog.String("handler_error", dec.errText))
 	}
@@ -160,7 +160,7 @@ func (p *Processor) settleRetry(d *delivery, settleBase context.Context, f *flig
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
 		res.PossibleDuplicate = true
-		p.log(settleBase, slog.LevelWarn, "retry scheduled but completing the original failed; its redelivery will be completed without running the handler", msg, env, errAttr(err))
+		p.cfg.log(settleBase, slog.LevelWarn, "retry scheduled but completing the original failed; its redelivery will be completed without running the handler", msg, env, errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeRetryScheduled
@@ -176,7 +176,7 @@ func (p *Processor) settleDiscard(d *delivery, dec *decision, res *Result) {
 		return // left for redelivery; settleComplete logged why
 	}
 	res.Outcome = OutcomeDiscarded
-	p.log(d.lock.base, slog.LevelWarn, "message discarded by its retry policy", d.msg, *dec.env,
+	p.cfg.log(d.lock.base, slog.LevelWarn, "message discarded by its retry policy", d.msg, *dec.env,
 		slog.String("policy", res.Policy), slog.String("error", p.errorText(dec.handlerErr)))
 }
 
@@ -196,11 +196,11 @@ func (p *Processor) settleDeadLetter(d *delivery, dec *decision, res *Result) {
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
 		res.SettleErr = err
-		p.log(d.lock.base, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *dec.env, slog.String("reason", reason), errAttr(err))
+		p.cfg.log(d.lock.base, slog.LevelError, "dead-lettering failed; the message stays for redelivery", msg, *dec.env, slog.String("reason", reason), errAttr(err))
 		return
 	}
 	res.Outcome = OutcomeDeadLettered
-	p.log(d.lock.base, slog.LevelWarn, "message dead-lettered", msg, *dec.env, slog.String("reason", reason), slog.String("description", desc))
+	p.cfg.log(d.lock.base, slog.LevelWarn, "message dead-lettered", msg, *dec.env, slog.String("reason", reason), slog.String("description", desc))
 }
 
 // completeProbe completes a connection check's probe message (see isProbe), bounded by the settle
