@@ -511,3 +511,35 @@ func (w *rateWindow) sum(now time.Time) (total, failed int) {
 }
 
 func (w *rateWindow) reset() { w.buckets = [rateBuckets]rateBucket{} }
+
+// await waits until the breaker lets a receive through, running the health check when it wants it, and
+// returns gate's limit (-1: none of the breaker's; 1: half-open, one message to probe with); ok is false
+// when ctx ended first. A session consumer's workers wait here before they accept a session, and a
+// message held in its session waits here for the breaker's next probe. (The queue consumer's receive
+// loops wait in awaitReceiving, which also probes an idle connection meanwhile.)
+func (b *breaker) await(ctx context.Context) (limit int, ok bool) {
+	for {
+		now := b.clk.Now()
+		g := b.gate(now)
+		switch {
+		case g.check:
+			b.runHealthCheck(ctx)
+			continue
+		case g.changed == nil:
+			return g.limit, true
+		}
+		var due <-chan time.Time
+		stopDue := func() bool { return false }
+		if !g.until.IsZero() {
+			due, stopDue = timerChan(b.clk, max(g.until.Sub(now), 0))
+		}
+		select {
+		case <-g.changed:
+		case <-due:
+		case <-ctx.Done():
+			stopDue()
+			return 0, false
+		}
+		stopDue()
+	}
+}

@@ -112,8 +112,6 @@ func refuseForSessions(o *Options) error {
 		return &OptionError{Field: "ReceiveBatchSize", Reason: "not used by a session consumer: each session is received one message at a time"}
 	case o.Prefetch != 0:
 		return &OptionError{Field: "Prefetch", Reason: "not used by a session consumer: each session is received one message at a time"}
-	case o.Outage != nil:
-		return &OptionError{Field: "Outage", Reason: "outage mode is not supported by the session consumer yet"}
 	case o.DisableLockRenewal:
 		return &OptionError{Field: "DisableLockRenewal", Reason: "a session consumer must renew its session locks to hold a session in place"}
 	}

@@ -16,7 +16,6 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/envelope"
-	"github.com/sbretry/retry/outage"
 	"github.com/sbretry/retry/retrytest"
 )
 
@@ -196,7 +195,6 @@ func TestNewSessionConsumerInvalidOptions(t *testing.T) {
 		{name: "MaxConcurrency", connect: connect, handler: okHandler, opts: &retry.Options{MaxConcurrency: 4}, field: "MaxConcurrency"},
 		{name: "ReceiveBatchSize", connect: connect, handler: okHandler, opts: &retry.Options{ReceiveBatchSize: 4}, field: "ReceiveBatchSize"},
 		{name: "Prefetch", connect: connect, handler: okHandler, opts: &retry.Options{Prefetch: -1}, field: "Prefetch"},
-		{name: "Outage", connect: connect, handler: okHandler, opts: &retry.Options{Outage: &outage.Options{}}, field: "Outage"},
 		{name: "DisableLockRenewal", connect: connect, handler: okHandler, opts: &retry.Options{DisableLockRenewal: true}, field: "DisableLockRenewal"},
 		{name: "negative MaxAttempts", connect: connect, handler: okHandler, opts: &retry.Options{MaxAttempts: -1}, field: "MaxAttempts"},
 		{name: "negative sessions", connect: connect, handler: okHandler, sopts: &retry.SessionOptions{MaxConcurrentSessions: -1}, field: "MaxConcurrentSessions"},

@@ -60,8 +60,23 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *deliv
 	st.hctx = p.started(d)
 	st.res.Attempt = d.env.Attempt
 	for {
+		adm, ok := r.admitInPlace(stop, hs)
+		if !ok {
+			p.cfg.log(st.hctx, slog.LevelInfo, "stopped or session lock lost while the outage breaker was open; the message goes back to the session", d.msg, d.env)
+			return withOutcome(st.res, OutcomeLeftForRedelivery, r.settleError(hs.lk, context.Canceled))
+		}
 		herr := r.runHandler(st.hctx, hs.lk, d)
 		st.res.Attempt, st.res.HandlerErr = d.env.Attempt, herr
+		if r.heldByBreaker(stop, hs, adm, herr) {
+			// The breaker is open: the attempt is not spent. The message waits in its session (the lock
+			// renewed) and runs again, at the same attempt, once the breaker lets it.
+			p.cfg.log(st.hctx, slog.LevelWarn, "outage breaker open: the message waits in its session, its attempt not spent", d.msg, d.env,
+				errAttr(herr), slog.String("session_id", hs.sid))
+			st.reruns++
+			d.now = r.sc.cfg.clock.Now()
+			st.hctx = p.startAttempt(d, st.reruns, d.now)
+			continue
+		}
 		if res, done := r.attemptEnded(stop, hs, d, herr, &st); done {
 			return res
 		}
@@ -321,4 +336,70 @@ func (r *sessionRun) settleError(lk *sessionLock, err error) error {
 		return why
 	}
 	return err
+}
+
+// Outage mode on a session consumer (Options.Outage). The breaker is the queue consumer's (outage.go),
+// fed the same way: asked before each handler call, told each attempt's outcome. While it is open no
+// session is accepted (the workers wait in breaker.await), a session whose message is settled is
+// released, and a message in hand waits in its session, its lock renewed and its attempt not spent,
+// until the breaker lets it run, as the probe or once closed. That is the session's form of the queue
+// consumer's held copy: a copy would break the session's order.
+
+// breakerOpen reports whether outage mode is on and its breaker open, so that a session whose message
+// is settled is released rather than held idle.
+func (r *sessionRun) breakerOpen() bool {
+	return r.sc.cfg.outage != nil && !r.sc.stats.outage.closed.Load()
+}
+
+// admitInPlace asks the outage breaker whether the handler may run now, waiting while it is open (or
+// while another delivery probes); ok is false when stop ended or the session lock was lost meanwhile.
+// Without outage mode every call is admitted at once.
+func (r *sessionRun) admitInPlace(stop context.Context, hs *heldSession) (adm admission, ok bool) {
+	b := r.sc.stats.outage
+	if r.sc.cfg.outage == nil {
+		return admission{kind: admitRun}, true
+	}
+	ctx, cancel := context.WithCancel(hs.lk.ctx)
+	defer context.AfterFunc(stop, cancel)()
+	defer cancel()
+	for {
+		adm, changed := b.admit()
+		switch adm.kind {
+		case admitRun, admitProbe:
+			return adm, true
+		case admitHold:
+			if _, ok := b.await(ctx); !ok {
+				return adm, false
+			}
+		case admitWait:
+			select {
+			case <-changed:
+			case <-ctx.Done():
+				return adm, false
+			}
+		}
+	}
+}
+
+// heldByBreaker tells the outage breaker what the attempt admitted as adm came to, and reports whether
+// its failure is to be held in place: it counted, and the breaker is open now (it tripped on it, or the
+// probe failed).
+func (r *sessionRun) heldByBreaker(stop context.Context, hs *heldSession, adm admission, herr error) bool {
+	if r.sc.cfg.outage == nil {
+		return false
+	}
+	p := r.sc.proc
+	out := attemptNone
+	if lost, _ := hs.lk.lost(); !lost && !stopped(stop) {
+		switch {
+		case herr == nil:
+			out = attemptSuccess
+		case p.countsAsOutage(herr, p.cfg.policyFor(herr)):
+			out = attemptFailure
+		default:
+			out = attemptNeutral
+		}
+	}
+	open := r.sc.stats.outage.record(adm, out, herr)
+	return out == attemptFailure && open
 }

@@ -38,7 +38,9 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 	clk := r.sc.cfg.clock
 	unanswered := 0
 	for ctx.Err() == nil {
-		if !r.waitWhilePaused(ctx) {
+		// Paused, or the outage breaker open: accept nothing until it lets a receive through.
+		limit, ok := r.sc.stats.outage.await(ctx)
+		if !ok {
 			return nil
 		}
 		select {
@@ -48,6 +50,9 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 		}
 		start := clk.Now()
 		recv, err := r.acceptNext(ctx, live)
+		if err != nil && limit == 1 {
+			r.sc.stats.outage.unask() // no session to probe with: another worker may try at once
+		}
 		if err == nil {
 			unanswered = 0
 			r.proven(live)
@@ -80,21 +85,6 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 		}
 	}
 	return nil
-}
-
-// waitWhilePaused waits while the consumer is paused ([SessionConsumer.Pause]); false when ctx ended.
-func (r *sessionRun) waitWhilePaused(ctx context.Context) bool {
-	for {
-		paused, changed := r.sc.stats.outage.paused()
-		if !paused {
-			return true
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return false
-		}
-	}
 }
 
 // proven records that the broker answered an accept on live: the connection works, and the consumer
@@ -171,8 +161,8 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 	}
 	delivered := false // the session delivered a message in this turn: only then can it run dry
 	for {
-		if paused, _ := r.sc.stats.outage.paused(); paused {
-			r.sc.cfg.logger.Debug("paused: releasing the session", slog.String("session_id", hs.sid))
+		if paused, _ := r.sc.stats.outage.paused(); paused || r.breakerOpen() {
+			r.sc.cfg.logger.Debug("paused or outage breaker open: releasing the session", slog.String("session_id", hs.sid))
 			return
 		}
 		if hs.ds != nil && !hs.ds.foreign && r.resume(stop, hs) {
