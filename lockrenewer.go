@@ -57,6 +57,13 @@ type lockKeeper struct {
 	dur    time.Duration // the granted lock duration
 	each   time.Duration // the renewal interval
 
+	// A session's lock (sessionlock.go) is kept by the same keeper on the same schedule: session names
+	// it in the logs, renewCall is its RenewSessionLock (nil: the message's RenewMessageLock), and
+	// granted, if set, is the duration a successful renewal at now granted (0: unknown, keep dur).
+	session   string
+	renewCall func(ctx context.Context) error
+	granted   func(now time.Time) time.Duration
+
 	slowSettle atomic.Bool // a lock-bound settle succeeded only after the SDK retried it
 	over       atomic.Bool // ended: lost or settled
 
@@ -277,13 +284,18 @@ func (lk *lockKeeper) renew() {
 	sent := cfg.clock.Now()
 	if !lk.alive(sent) {
 		if lk.lost() {
-			cfg.log(lk.base, slog.LevelWarn, "message lock expired before it could be renewed", lk.msg, *lk.env)
+			lk.log(slog.LevelWarn, slog.LevelWarn, "message lock expired before it could be renewed", "session lock lost: it ran out before a renewal succeeded; its messages go back to the session", nil)
 		}
 		return
 	}
 	rctx, cancel := context.WithTimeout(lk.base, lk.callTimeout(cfg.settleTimeout, sent))
 	lk.follow(&lk.call, cancel)
-	err := lk.rcv.RenewMessageLock(rctx, lk.msg, nil)
+	var err error
+	if lk.renewCall != nil {
+		err = lk.renewCall(rctx)
+	} else {
+		err = lk.rcv.RenewMessageLock(rctx, lk.msg, nil)
+	}
 	lk.follow(&lk.call, nil)
 	cancel()
 
@@ -292,19 +304,38 @@ func (lk *lockKeeper) renew() {
 		return // settled (or lost) while the renewal was in flight
 	case err == nil:
 		lk.mu.Lock()
+		if lk.granted != nil {
+			if g := lk.granted(sent); g > 0 {
+				lk.dur, lk.each = g, cfg.renewInterval(g)
+			}
+		}
 		lk.deadline = sent.Add(lk.dur)
 		lk.mu.Unlock()
 		next = lk.each - cfg.clock.Now().Sub(sent)
 	case ok && code == azservicebus.CodeLockLost:
-		cfg.log(lk.base, slog.LevelWarn, "lock renewal failed: lock lost", lk.msg, *lk.env, errAttr(err))
+		lk.log(slog.LevelWarn, slog.LevelWarn, "lock renewal failed: lock lost", "session lock lost; its messages go back to the session", err)
 		lk.lose()
 		return
 	default:
-		cfg.log(lk.base, slog.LevelWarn, "lock renewal failed; will try again", lk.msg, *lk.env, errAttr(err))
+		lk.log(slog.LevelWarn, slog.LevelDebug, "lock renewal failed; will try again", "session lock renewal failed; trying again", err)
 		rem := lk.remaining(cfg.clock.Now())
 		next = min(max(rem/2, minRenewWait), max(rem, 0))
 	}
 	renews = true
+}
+
+// log writes one line about the lock: msgText at msgLevel with the message's identity, or, for a
+// session's lock, sessionText at sessionLevel with its session id.
+func (lk *lockKeeper) log(msgLevel, sessionLevel slog.Level, msgText, sessionText string, err error) {
+	var attrs []slog.Attr
+	if err != nil {
+		attrs = append(attrs, errAttr(err))
+	}
+	if lk.session == "" {
+		lk.cfg.log(lk.base, msgLevel, msgText, lk.msg, *lk.env, attrs...)
+		return
+	}
+	lk.cfg.logger.LogAttrs(lk.base, sessionLevel, sessionText, append([]slog.Attr{slog.String("session_id", lk.session)}, attrs...)...)
 }
 
 // renewals is a processor's schedule of lock renewals: the locks being kept in one list, oldest first
@@ -448,4 +479,16 @@ func (s *renewals) unlinkLocked(lk *lockKeeper) {
 		s.tail = lk.prev
 	}
 	lk.prev, lk.next, lk.listed = nil, nil, false
+}
+
+// renewInterval is the wait between renewals of a lock of dur, a message's or a session's:
+// Options.LockRenewInterval, else half of dur; never more than two thirds of it, which leaves a third
+// of the lock for the renewal call (an interval past the lock would renew only after it expired), and
+// never less than minRenewWait.
+func (c *config) renewInterval(dur time.Duration) time.Duration {
+	iv := c.lockRenewInterval
+	if iv <= 0 {
+		iv = dur / 2
+	}
+	return max(min(iv, dur*2/3), minRenewWait)
 }

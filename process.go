@@ -459,15 +459,7 @@ func (p *Processor) keepLock(d *delivery, base context.Context, now time.Time) {
 	}
 	lk.dur = grantedLockDuration(cfg.lockDuration, d.msg, now)
 	lk.deadline = now.Add(lk.dur)
-	lk.each = cfg.lockRenewInterval
-	switch {
-	case lk.each <= 0:
-		lk.each = max(lk.dur/2, minRenewWait)
-	case lk.each > lk.dur*2/3:
-		// An interval that leaves less than a third of the lock for the renewal call (or exceeds the lock,
-		// which would renew only after the expiry) is cut to two thirds of it.
-		lk.each = max(lk.dur*2/3, minRenewWait)
-	}
+	lk.each = cfg.renewInterval(lk.dur)
 	// Listed either way, so that a shutdown that gives up finds the lock's calls in flight.
 	p.renewals.add(lk, now.Add(lk.each), cfg.lockRenewal)
 }

@@ -18,7 +18,7 @@ import (
 // connection loop), sessionconnector.go (the connections and the built-in connectors), sessionloop.go
 // (one worker: accept a session, receive its messages one at a time, release it when idle),
 // sessionhold.go (one message: the handler, holds in place, the decision and the settle), sessionlock.go
-// (the session lock, renewed while the session is held).
+// (the session lock, kept by lockrenewer.go's keeper, as message locks are, while the session is held).
 
 // Defaults for [SessionOptions]. Each applies when its field is zero.
 const (

@@ -124,8 +124,8 @@ func (r *sessionRun) attemptEnded(stop context.Context, hs *heldSession, d *deli
 // failedInPlace decides what the failed attempt becomes: a durable hold, a discard or a dead-letter
 // (done, with the result), or a retry in place, waited for here before the next attempt is prepared
 // (not done). This goroutine is the session's only one, so waiting here is what keeps every later
-// message of the session from running; the session lock is renewed meanwhile by its own goroutine
-// (sessionlock.go).
+// message of the session from running; the session lock is renewed meanwhile by the renewal schedule
+// (sessionlock.go, lockrenewer.go).
 func (r *sessionRun) failedInPlace(stop context.Context, hs *heldSession, d *delivery, herr error, st *inPlace) (Result, bool) {
 	p := r.sc.proc
 	if st.holdStart.IsZero() {
