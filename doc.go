@@ -20,22 +20,31 @@
 //     [Policy] (retry, dead-letter or discard, backoff, attempts).
 //   - Routing: [NewRouter] sends each message to a handler by subject or property, each [Route] with its
 //     own policies.
-//   - Outages: Options.Outage ([outage.Options]) stops receiving while a dependency is down and holds the
-//     messages in hand without spending attempts; [Consumer.Pause] and [ControlHandler] are the kill
-//     switch.
+//   - Outages: Options.Outage (package outage: its Options, and the Status that [Health] reports) stops
+//     receiving while a dependency is down and holds the messages in hand without spending attempts;
+//     [Consumer.Pause] and [ControlHandler] are the kill switch. Both consumers have it.
 //   - Sessions: [NewSessionConsumer] keeps each session's order by retrying in place, or, with
 //     SessionOptions.DurableHolds, by holding the session in the broker (its record: package
 //     sessionstate).
+//   - The envelope: package envelope names the sbretry-* application properties a retry copy carries
+//     and decodes them; a handler reads its own with envelope.FromContext.
 //   - Observing: [Hooks] (OnStart, OnRetryCopy, OnSettle, OnProcessed, ...), on which package retryotel
-//     builds OpenTelemetry traces and metrics; the handler reads its [envelope.Envelope] with
-//     [envelope.FromContext].
+//     builds OpenTelemetry traces and metrics and package retryindex keeps the retry-state index.
 //   - Testing: package retrytest is an in-memory broker with the emulator's semantics; inject a [Clock]
 //     (benbjohnson/clock's Mock satisfies it) to run retries without waiting. Operators use package
 //     inspect and the sbretry command.
 //
 // The per-message engine is [Processor]; [Consumer] wraps it in a receive loop with bounded concurrency,
 // lock renewal, and a reconnect-then-watchdog recovery loop (watchdog.go) that rebuilds the client from
-// scratch. All time flows through a [Clock].
+// scratch; [SessionConsumer] is the same engine, lock keeper, breaker and recovery loop with sessions
+// accepted in place of the receive loop. All time flows through a [Clock].
+//
+// To follow one message in the source: a queue message goes receiveloop.go (receive, take a slot),
+// consumer.go (deliver), process.go (Process: its stages in order), and what the stages call, none of
+// which calls back: lockrenewer.go, flights.go, decision.go, settle.go, observe.go. A session message
+// goes sessionloop.go (accept, serve, receive), sessionhold.go (handle: the handler, holds in place,
+// the decision and the settle), sessiondurable.go (durable holds), on the same decision.go and
+// observe.go.
 //
 // # Crash contract
 //
