@@ -128,3 +128,37 @@ func TestListPendingBoundedRead(t *testing.T) {
 		})
 	}
 }
+
+// TestListPendingPagesPastYear2262: retries due after 2262 (any producer can schedule one carrying
+// sbretry-attempt) page one by one, each once, in due order: the cursor of a page ending on one used
+// to overflow its Unix nanoseconds and name a time in the past, so the next page began again.
+func TestListPendingPagesPastYear2262(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := sbtest.Context(t)
+	s, err := h.Client.NewSender(sbtest.Queue, nil)
+	require.NoError(t, err)
+	defer func() { _ = s.Close(ctx) }()
+	var want []string
+	for i, year := range []int{9000, 3000, 2263} {
+		id := "far-" + strconv.Itoa(i)
+		m := &azservicebus.Message{MessageID: &id, Body: []byte("x"), ApplicationProperties: map[string]any{retry.PropAttempt: int64(2)}}
+		_, err := s.ScheduleMessages(ctx, []*azservicebus.Message{m}, time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC), nil)
+		require.NoError(t, err)
+		want = append([]string{id}, want...) // due order is the reverse of send order
+	}
+	in := h.inspector(t, nil)
+	var got []string
+	cursor := ""
+	for range 10 {
+		page, err := in.ListPending(ctx, PageOptions{Limit: 1, Cursor: cursor})
+		require.NoError(t, err)
+		for _, p := range page.Items {
+			got = append(got, p.MessageID)
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	assert.Equal(t, want, got)
+}
