@@ -16,8 +16,11 @@ type PageOptions struct {
 	// Limit is the page size. Zero means [DefaultPageLimit] (100); negative is invalid.
 	Limit int
 	// Cursor continues after the last item of an earlier page ([PendingPage.Next]); empty starts with
-	// the earliest due retry.
+	// the earliest due retry. A cursor is a position in due order, so it continues a listing under
+	// another filter just as well.
 	Cursor string
+	// Filter keeps only the pending retries that pass it; the zero filter keeps every one.
+	Filter PendingFilter
 }
 
 // PendingPage is one page of pending retries, earliest due first.
@@ -69,6 +72,9 @@ func (in *Inspector) ListPending(ctx context.Context, opts PageOptions) (*Pendin
 			}
 			p := d.pending(entity)
 			if after != nil && comparePending(p, *after) <= 0 {
+				return
+			}
+			if !opts.Filter.match(p, d.msg) {
 				return
 			}
 			heap.Push(top, p)
