@@ -20,6 +20,7 @@
 //	sbretry [entity flags] serve [--listen ADDR] [--token T | --tokens-file F] [--audit-file F]
 //	                             [--index PATH|URL] [--max-attempts N]
 //	                             [--entity PATH[=RETRYQUEUE]]... [--poll-interval D] [--window D] [--show-bodies]
+//	                             [--filter-bodies]
 //	                                            the web console (--tokens-file: lines of NAME ROLE SECRET,
 //	                                            ROLE reader or operator; --audit-file: the JSON-lines audit log)
 //
@@ -169,6 +170,8 @@
 //	--poll-interval D    how often the overview's counts are read (default 15s)
 //	--window D           how much history the overview's charts keep in memory (default 1h)
 //	--show-bodies        show message bodies on the message page (default off: they hold customer data)
+//	--filter-bodies      let the dead-letter and pending pages filter by body text (default off: bodies
+//	                     hold customer data; the text is never logged or audited)
 //	--max-peek N         the peek bound per entity and read (default 10000)
 //
 // Without --token the console answers only to loopback names in the Host header (localhost,

@@ -101,6 +101,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	poll := fs.Duration("poll-interval", console.DefaultPollInterval, "")
 	window := fs.Duration("window", console.DefaultWindow, "")
 	bodies := fs.Bool("show-bodies", false, "")
+	filterBodies := fs.Bool("filter-bodies", false, "")
 	index := fs.String("index", "", "")
 	maxAttempts := fs.Int("max-attempts", 0, "")
 	pos, err := parseArgs(fs, args)
@@ -185,7 +186,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		idx, indexName = store, name
 	}
 	con, err := console.New(client, entities, &console.Options{
-		PollInterval: *poll, Window: *window, MaxPeek: c.maxPeek, ShowBodies: *bodies, AccessToken: *token,
+		PollInterval: *poll, Window: *window, MaxPeek: c.maxPeek, ShowBodies: *bodies, FilterBodies: *filterBodies, AccessToken: *token,
 		Tokens: tokens, AuditFile: *auditFile, Logger: slog.New(slog.NewTextHandler(a.stderr, nil)), Index: idx,
 	})
 	if err != nil {
