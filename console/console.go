@@ -288,6 +288,7 @@ var templateFuncs = template.FuncMap{
 	},
 	"text":      shownText,
 	"errorText": errorText,
+	"byText":    byText,
 	"textblock": shownBlock,
 	"plural":    plural,
 	"clip": func(n int, s string) string {

@@ -125,3 +125,22 @@ func TestDeadLettersFromRetryAndBroker(t *testing.T) {
 	_, err = in.DeadLetter(ctx, Ref{SequenceNumber: manual.SequenceNumber + 100})
 	assert.ErrorIs(t, err, ErrNotFound)
 }
+
+func TestDeadLetteredBy(t *testing.T) {
+	ours := &azservicebus.ReceivedMessage{ApplicationProperties: map[string]any{retry.PropDeadLetterReason: "RetryMaxAttemptsExceeded"}}
+	plain := &azservicebus.ReceivedMessage{}
+	for _, tc := range []struct {
+		name string
+		dl   DeadLetter
+		want string
+	}{
+		{"the retry library's", DeadLetter{Reason: "MaxDeliveryCountExceeded", Message: ours}, ByRetry},
+		{"max deliveries", DeadLetter{Reason: "MaxDeliveryCountExceeded", Message: plain}, ByServiceBus},
+		{"expired", DeadLetter{Reason: "TTLExpiredException", Message: plain}, ByServiceBus},
+		{"session id, any case and a full stop", DeadLetter{Reason: "Session ID is null.", Message: plain}, ByServiceBus},
+		{"an application's", DeadLetter{Reason: "OperatorParked", Message: plain}, ByApplication},
+		{"no message", DeadLetter{Reason: "Poison"}, ByApplication},
+	} {
+		assert.Equal(t, tc.want, tc.dl.DeadLetteredBy(), tc.name)
+	}
+}
