@@ -127,8 +127,8 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt
 		case req.group != "" || len(r.PostForm["ref"]) > 0:
 			a.refuse(w, r, http.StatusBadRequest, "release takes a session, not messages")
 			return nil, false
-		case e.parsed.IsSubscription():
-			a.refuse(w, r, http.StatusBadRequest, "%s is a subscription: a release sends a wake-up into the session, and a send to its topic would reach every subscription; release it with a tool that sends to the subscription's consumer only", e.cfg.Path)
+		case e.parsed.IsSubscription() && e.cfg.WakeTo == "":
+			a.refuse(w, r, http.StatusBadRequest, "%s is a subscription: a release sends a wake-up into the session, and a send to its topic would reach every subscription whose rules accept it; configure Entity.WakeTo where the topic's rules route a wake-up to this subscription alone", e.cfg.Path)
 			return nil, false
 		}
 		return req, true
@@ -360,7 +360,7 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.release != nil {
 		c.render(w, r, http.StatusOK, "release.html", "Preview: release", map[string]any{
-			"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "Digest": p.digest,
+			"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "PropWakeTo": inspect.PropWakeTo, "Digest": p.digest,
 			"At": strconv.FormatInt(p.release.PlannedAt.UnixMilli(), 10), "Preview": true,
 		})
 		return
@@ -514,7 +514,7 @@ func (c *Console) renderReleased(w http.ResponseWriter, r *http.Request, req *re
 		msg = redact.String(err.Error())
 	}
 	c.render(w, r, status, "release.html", "Result: release", map[string]any{
-		"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "Error": msg, "Warnings": warnings,
+		"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "PropWakeTo": inspect.PropWakeTo, "Error": msg, "Warnings": warnings,
 	})
 }
 

@@ -98,7 +98,7 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 			return nil, fmt.Errorf("%w: entity %s given twice", ErrInvalidOptions, pe.Path())
 		}
 		cfg.Path = pe.Path()
-		sessionIn, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, SessionConsumer: true, Observer: o.Observer})
+		sessionIn, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, SessionConsumer: true, WakeTo: cfg.WakeTo, Observer: o.Observer})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}

@@ -17,7 +17,7 @@
 //     properties, and the body only when [Options.ShowBodies] is set;
 //   - a session entity's held sessions (retry.SessionConsumer's durable holds): per session what
 //     blocks it (the held message and its attempt, or the dead-letter that blocked it), the reason,
-//     its followers and its next wake-up, with a release on queues. A session entity is configured
+//     its followers and its next wake-up, with a release (on a subscription, with [Entity].WakeTo). A session entity is configured
 //     ([Entity].SessionConsumer) or recognised at its first read: it refuses the plain receiver a
 //     peek needs, and lists sessions. Its overview row counts its dead letters only, and no page
 //     shows the broker's refusal;
@@ -36,9 +36,9 @@
 //
 // Redrive (selected dead letters or a whole group), purge (the same, with a typed confirmation: the
 // word yes or the number of dead letters shown) and cancel (pending retries) go through package
-// internal/dlqaction, like the CLI; release (a held session of a queue) through
-// [inspect.Inspector.Release], its digest covering the session's state before and after, the planned
-// time and the wake-up's id. Each first shows a preview of exactly the entity-qualified refs it
+// internal/dlqaction, like the CLI; release (a held session of a queue, or of a subscription with
+// [Entity].WakeTo) through [inspect.Inspector.Release], its digest covering the session's state before
+// and after, the planned time, the wake-up's id and where it is sent. Each first shows a preview of exactly the entity-qualified refs it
 // will act on, and for a redrive the MessageID each fresh delivery will carry. The preview's form
 // carries those refs and a keyed digest of them with their MessageIDs; the run reads the dead letters
 // again, and if the selection or the group is no longer exactly what was previewed it refuses with a

@@ -53,6 +53,14 @@ type Entity struct {
 	// queue's held sessions can be released there. Without it, an entity that refuses a plain receiver
 	// and lists sessions is recognised as one at its first read.
 	SessionConsumer bool
+	// WakeTo is, for a session subscription, the topic (or a queue or topic forwarding into it) a
+	// release of one of its held sessions sends the wake-up to, the wake-up carrying the application
+	// property sbretry-wake-to ([inspect.PropWakeTo]) with the subscription's path: set it only where
+	// the topic's rules deliver such a message to this subscription and to no other (docs/console.md
+	// shows the rules). The release writes the session's state only once the wake-up is in the
+	// session. Empty means a subscription's sessions are listed but not released (a plain send to its
+	// topic would reach every subscription). It must be empty for a queue.
+	WakeTo string
 	// MaxAttempts is the entity's consumer's retry.Options.MaxAttempts, so that the search page says
 	// "attempt n of m" of the entity's events. Zero means not given: the page says "attempt n" alone
 	// (the console cannot read the bound from the broker); negative is invalid.
@@ -187,6 +195,9 @@ func (e Entity) validate() (inspect.Entity, string, error) {
 	}
 	if strings.Contains(e.RetryQueue, "/") || strings.Contains(e.RedriveTo, "/") {
 		return pe, "", fmt.Errorf("%w: entity %s: RetryQueue and RedriveTo must name queues", ErrInvalidOptions, e.Path)
+	}
+	if strings.Contains(e.WakeTo, "/") || (e.WakeTo != "" && !pe.IsSubscription()) {
+		return pe, "", fmt.Errorf("%w: entity %s: WakeTo names the topic a subscription's wake-ups are sent to (a queue's go to the queue)", ErrInvalidOptions, e.Path)
 	}
 	if e.MaxAttempts < 0 {
 		return pe, "", fmt.Errorf("%w: entity %s: MaxAttempts %d is negative", ErrInvalidOptions, e.Path, e.MaxAttempts)

@@ -20,7 +20,7 @@
 //	sbretry [entity flags] serve [--listen ADDR] [--token T | --tokens-file F] [--audit-file F]
 //	                             [--index PATH|URL] [--max-attempts N]
 //	                             [--entity PATH[=RETRYQUEUE]]... [--poll-interval D] [--window D] [--show-bodies]
-//	                             [--filter-bodies]
+//	                             [--filter-bodies] [--wake-to TOPIC]
 //	                                            the web console (--tokens-file: lines of NAME ROLE SECRET,
 //	                                            ROLE reader or operator; --audit-file: the JSON-lines audit log)
 //
@@ -172,6 +172,10 @@
 //	--show-bodies        show message bodies on the message page (default off: they hold customer data)
 //	--filter-bodies      let the dead-letter and pending pages filter by body text (default off: bodies
 //	                     hold customer data; the text is never logged or audited)
+//	--wake-to TOPIC      with --topic T --subscription S (a session subscription, no --retry-queue):
+//	                     its held sessions are released by a wake-up sent to TOPIC carrying
+//	                     sbretry-wake-to=T/Subscriptions/S; give it only where the topic's rules route
+//	                     that to this subscription alone (docs/console.md)
 //	--max-peek N         the peek bound per entity and read (default 10000)
 //
 // Without --token the console answers only to loopback names in the Host header (localhost,

@@ -62,7 +62,8 @@ commands:
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback, or
                       --tokens-file F with reader and operator tokens; --audit-file F; --entity
                       PATH[=RETRYQUEUE] repeatable; --index PATH|URL for its search; --max-attempts N;
-                      --poll-interval D; --window D; --show-bodies; --filter-bodies)
+                      --poll-interval D; --window D; --show-bodies; --filter-bodies; --wake-to TOPIC
+                      releases a session subscription's sessions through its topic)
   pause --consumer URL   pause one consumer through its control endpoint (retry.ControlHandler), as a
                       kill switch (--reason TEXT; --token T, default $SBRETRY_CONSUMER_TOKEN; --dry-run)
   resume --consumer URL  end its pause, or an open outage breaker (--token; --dry-run)
