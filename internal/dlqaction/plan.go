@@ -133,15 +133,6 @@ func newPlan(a Action, sel *Selection) *Plan {
 	return p
 }
 
-// Batch is the plan of p's items from up to (not including) to: its items are p's own (Done and Sent
-// set on one show on the other), with p's bounds on what a drain may hold before them, so that a long
-// plan can be carried out a batch at a time, each with its own deadline and progress report.
-func (p *Plan) Batch(from, to int) *Plan {
-	b := *p
-	b.Items = p.Items[from:to:to]
-	return &b
-}
-
 // Done counts the items done.
 func (p *Plan) Done() int {
 	n := 0
