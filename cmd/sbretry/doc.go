@@ -9,10 +9,11 @@
 //	                                            pending retries by due time, one page at a time
 //	sbretry [entity flags] cancel REF... [--dry-run] [--yes]
 //	                                            cancel pending retries
-//	sbretry [entity flags] dlq list [--reason R] [--since T] [--until T] [--contains TEXT] [--wide]
+//	sbretry [entity flags] dlq list [--reason R] [--since T] [--until T] [--contains TEXT]
+//	                                [--property NAME=VALUE] [--body-contains TEXT] [--wide]
 //	sbretry [entity flags] dlq show REF
-//	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--redrive-to QUEUE]
-//	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--yes]
+//	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --property N=V | --all) [filters] [--dry-run] [--redrive-to QUEUE]
+//	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --property N=V | --all) [filters] [--dry-run] [--yes]
 //	sbretry [entity flags] sessions list [--max-sessions N]
 //	                                            held sessions of a session-enabled queue or subscription
 //	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes]

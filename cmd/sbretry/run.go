@@ -50,9 +50,11 @@ commands:
   pending             pending retries by due time (--limit N, --cursor C, --wide; --index PATH: from the
                       retry-state index, in due order over the whole backlog, with the exact total)
   cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)
-  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --wide)
+  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --property NAME=VALUE,
+                      --body-contains TEXT, --wide)
   dlq show REF        one dead letter with its properties and body
-  dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --all; --dry-run; --redrive-to QUEUE)
+  dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --property N=V | --all;
+                      --dry-run; --redrive-to QUEUE)
   dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
   sessions list       held sessions of a session-enabled queue or subscription: what blocks each, its
                       followers, its wake-up (--max-sessions N, default 1000; implies --session-consumer)
