@@ -1,13 +1,16 @@
 package console
 
 import (
+	"net/url"
 	"testing"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/sbemu"
 )
 
 // TestBrowserFilterAndRedriveAllMatching drives a real browser: the dead-letter page shows a group
@@ -71,4 +74,39 @@ func TestBrowserFilterAndRedriveAllMatching(t *testing.T) {
 
 	assert.ElementsMatch(t, []string{"g-1", "g-2", "poison-1"}, deadLetterIDs(t, h))
 	assert.ElementsMatch(t, []string{"a-1", "a-2", "a-3", "a-4", "a-5"}, activeIDs(t, h))
+}
+
+// TestBrowserReleaseASessionOfASubscription drives a real browser through the release of a session
+// subscription's held session: the sessions page offers it (WakeTo set), the preview says where the
+// wake-up goes, and the run writes the state once the wake-up is in the session.
+func TestBrowserReleaseASessionOfASubscription(t *testing.T) {
+	tab := newBrowser(t)
+	em := sbemu.StartT(t, wakeRoutedTopic(true))
+	client, err := azservicebus.NewClientFromConnectionString(em.ConnectionString(), &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = client.Close(sbtest.Context(t)) })
+	raw := blockSubscriptionSession(t, client, "order-17")
+	const path = "events/Subscriptions/billing"
+	c, err := New(client, []Entity{{Path: path, SessionConsumer: true, WakeTo: "events"}}, nil)
+	require.NoError(t, err)
+	s := serve(t, &sbtest.Harness{Em: em, Client: client, Entity: path}, c)
+
+	require.NoError(t, chromedp.Do(tab,
+		chromedp.Navigate(s.srv.URL+"/sessions?e="+url.QueryEscape(path)),
+		chromedp.WaitVisible(chromedp.ID("sessions")),
+	))
+	click(t, tab, `tr[data-session="order-17"] button.release`)
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("run"))))
+	assert.Contains(t, text(t, tab, "#wake-to"), "sbretry-wake-to=events/Subscriptions/billing")
+	screenshot(t, tab, "console-release-subscription.png")
+	click(t, tab, "#run")
+	require.NoError(t, chromedp.Do(tab, chromedp.WaitVisible(chromedp.ID("result-summary"))))
+	assert.Equal(t, "Released session order-17 of events/Subscriptions/billing", text(t, tab, "#result-summary"))
+	ctx := sbtest.Context(t)
+	r, err := client.AcceptSessionForSubscription(ctx, "events", "billing", "order-17", nil)
+	require.NoError(t, err)
+	defer func() { _ = r.Close(ctx) }()
+	state, err := r.GetSessionState(ctx, nil)
+	require.NoError(t, err)
+	assert.NotEqual(t, raw, state, "the state was written")
 }

@@ -271,3 +271,29 @@ func TestCancelAllMatchingPending(t *testing.T) {
 	require.Len(t, page.Items, 1)
 	assert.Equal(t, "other-1", page.Items[0].MessageID)
 }
+
+// TestFilterIsShownEscaped: a filter is the operator's text, but a link can carry any: it is shown
+// escaped wherever a page repeats it, bounded, and refused where it cannot apply.
+func TestFilterIsShownEscaped(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	seedTenant(t, h, "acme", "invalid payload", "a-1")
+	s := newSite(t, h, nil)
+	hostile := "\x1b]0;pwned\x07<script>alert(1)</script>\u202e"
+	for _, p := range []string{"/deadletters?e=orders&error=", "/pending?e=orders&error="} {
+		code, body := s.get(t, p+url.QueryEscape(hostile))
+		require.Equal(t, http.StatusOK, code, body)
+		assertNoRawControls(t, p, body)
+		assert.Contains(t, body, `\x1b]0;pwned\x07`)
+	}
+	for _, p := range []string{
+		"/deadletters?e=orders&error=" + strings.Repeat("x", maxFilterField+1),
+		"/deadletters?e=orders&error=%ff",
+		"/deadletters?e=orders&since=yesterday",
+		"/pending?e=orders&reason=Poison",
+	} {
+		code, body := s.get(t, p)
+		assert.Equal(t, http.StatusBadRequest, code, p)
+		assertNoRawControls(t, p, body)
+	}
+}

@@ -111,6 +111,10 @@ func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if f.Reason != "" {
+		c.fail(w, r, http.StatusBadRequest, "a pending retry has no dead-letter reason: filter it by error, property, due time or body")
+		return
+	}
 	pf, _ := f.pending() // checked by readFilter
 	ctx, cancel := readContext(r)
 	defer cancel()

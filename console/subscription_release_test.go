@@ -167,23 +167,8 @@ func TestReleaseOfASubscriptionNeedsTheWakeUpInTheSession(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = client.Close(sbtest.Context(t)) })
 	ctx := sbtest.Context(t)
-	snd, err := client.NewSender("events", nil)
-	require.NoError(t, err)
-	sid, id := "s-1", "d2"
-	require.NoError(t, snd.SendMessage(ctx, &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte("x")}, nil))
-	require.NoError(t, snd.Close(ctx))
-	r, err := client.AcceptSessionForSubscription(ctx, "events", "billing", sid, nil)
-	require.NoError(t, err)
-	msgs, err := r.ReceiveMessages(ctx, 1, nil)
-	require.NoError(t, err)
-	require.Len(t, msgs, 1)
-	require.NoError(t, r.DeferMessage(ctx, msgs[0], nil))
-	state := sessionstate.State{Hold: &sessionstate.Hold{SequenceNumber: 999, MessageID: "d1", Attempt: 3, DeadLetterReason: "Poison", DeadLetteredAt: time.Now().UTC().Truncate(time.Millisecond)},
-		Followers: []int64{*msgs[0].SequenceNumber}}
-	raw, err := sessionstate.Marshal(state)
-	require.NoError(t, err)
-	require.NoError(t, r.SetSessionState(ctx, raw, nil))
-	require.NoError(t, r.Close(ctx))
+	sid := "s-1"
+	raw := blockSubscriptionSession(t, client, sid)
 
 	const path = "events/Subscriptions/billing"
 	c, err := New(client, []Entity{{Path: path, SessionConsumer: true, WakeTo: "events"}}, nil)
@@ -197,7 +182,7 @@ func TestReleaseOfASubscriptionNeedsTheWakeUpInTheSession(t *testing.T) {
 	code, body = s.post(t, "/action/run", url.Values{"csrf": {s.token(t, "/")}, "e": {path}, "action": {"release"}, "session": {sid}, "at": {at[1]}, "digest": {digest[1]}})
 	assert.NotEqual(t, http.StatusOK, code, body)
 	assert.Contains(t, body, "did not keep the wake-up")
-	r, err = client.AcceptSessionForSubscription(ctx, "events", "billing", sid, nil)
+	r, err := client.AcceptSessionForSubscription(ctx, "events", "billing", sid, nil)
 	require.NoError(t, err)
 	got, err := r.GetSessionState(ctx, nil)
 	require.NoError(t, err)
@@ -210,4 +195,37 @@ func TestReleaseOfASubscriptionNeedsTheWakeUpInTheSession(t *testing.T) {
 	code, body = ps.post(t, "/action/preview", url.Values{"csrf": {ps.token(t, "/")}, "e": {path}, "action": {"release"}, "session": {sid}})
 	assert.Equal(t, http.StatusBadRequest, code, body)
 	assert.Contains(t, body, "Entity.WakeTo")
+}
+
+// blockSubscriptionSession leaves session sid of events/Subscriptions/billing as a consumer with
+// BlockAfterDeadLetter leaves it: its first message dead-lettered and recorded as the hold, the second
+// deferred behind it. It returns the record.
+func blockSubscriptionSession(t *testing.T, client *azservicebus.Client, sid string) []byte {
+	t.Helper()
+	ctx := sbtest.Context(t)
+	snd, err := client.NewSender("events", nil)
+	require.NoError(t, err)
+	for _, id := range []string{sid + "-d1", sid + "-d2"} {
+		require.NoError(t, snd.SendMessage(ctx, &azservicebus.Message{MessageID: &id, SessionID: &sid, Body: []byte("x")}, nil))
+	}
+	require.NoError(t, snd.Close(ctx))
+	r, err := client.AcceptSessionForSubscription(ctx, "events", "billing", sid, nil)
+	require.NoError(t, err)
+	defer func() { _ = r.Close(ctx) }()
+	var msgs []*azservicebus.ReceivedMessage
+	for len(msgs) < 2 {
+		got, err := r.ReceiveMessages(ctx, 2-len(msgs), nil)
+		require.NoError(t, err)
+		msgs = append(msgs, got...)
+	}
+	state := sessionstate.State{Hold: &sessionstate.Hold{SequenceNumber: *msgs[0].SequenceNumber, MessageID: msgs[0].MessageID, Attempt: 3,
+		DeadLetterReason: "Poison", DeadLetteredAt: time.Now().UTC().Truncate(time.Millisecond)},
+		Followers: []int64{*msgs[1].SequenceNumber}}
+	raw, err := sessionstate.Marshal(state)
+	require.NoError(t, err)
+	require.NoError(t, r.SetSessionState(ctx, raw, nil))
+	reason := "Poison"
+	require.NoError(t, r.DeadLetterMessage(ctx, msgs[0], &azservicebus.DeadLetterOptions{Reason: &reason}))
+	require.NoError(t, r.DeferMessage(ctx, msgs[1], nil))
+	return raw
 }
