@@ -136,7 +136,11 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt
 		a.refuse(w, r, http.StatusBadRequest, "unknown action %q: want redrive, purge, cancel or release", req.action)
 		return nil, false
 	}
-	req.matched = r.PostFormValue("matched")
+	if a.rec.Step == stepRun {
+		// The run of an action on all matching carries its preview's description of the filter,
+		// covered by the digest; a preview takes it from the filter itself, never from the form.
+		req.matched = r.PostFormValue("matched")
+	}
 	if len(req.matched) > maxMatched {
 		a.refuse(w, r, http.StatusBadRequest, "the description of the filter is %d bytes long; at most %d", len(req.matched), maxMatched)
 		return nil, false
