@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
 	"strings"
@@ -298,4 +299,26 @@ func TestFilterIsShownEscaped(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, code, p)
 		assertNoRawControls(t, p, body)
 	}
+}
+
+// FuzzReadFilter: whatever a link carries as a filter, readFilter refuses it or returns a filter whose
+// query (the links that keep it) reads back to the same filter, and whose description holds no control
+// character a page or a log line would pass on raw.
+func FuzzReadFilter(f *testing.F) {
+	f.Add("RetryPermanentFailure", "timeout", "tenant=acme", "2026-01-02T15:04", "2026-01-03", "acme")
+	f.Add("", "\x1b[31m", "a==b", "2026-01-02T15:04:05Z", "", "\xff")
+	f.Fuzz(func(t *testing.T, reason, errText, prop, since, until, body string) {
+		v := url.Values{filterReason: {reason}, filterError: {errText}, filterProperty: {prop}, filterSince: {since}, filterUntil: {until}, filterBody: {body}}
+		r := httptest.NewRequest(http.MethodGet, "/deadletters?"+v.Encode(), nil)
+		got, err := readFilter(r, true)
+		if err != nil {
+			return
+		}
+		again, err := readFilter(httptest.NewRequest(http.MethodGet, "/deadletters?e=orders"+got.query(), nil), true)
+		require.NoError(t, err)
+		require.Equal(t, got, again)
+		for _, c := range shownText(got.Describe()) {
+			require.False(t, c < 0x20 || c == 0x7f, "%q", got.Describe())
+		}
+	})
 }
