@@ -69,17 +69,27 @@ type request struct {
 	group   string        // a whole group (redrive, purge); empty for a selection
 	refs    []inspect.Ref // a selection
 	session string        // the session a release releases
+	// filter selects every message it matches (an action on all matching); nil for a group or refs.
+	filter *filterForm
+	// matched describes the filter a selection came from: the filter's Describe at the preview, the
+	// preview form's "matched" field at the run (which acts on the preview's refs). It is covered by
+	// the digest, so the audit record of a run says truly what the preview matched.
+	matched string
 }
 
-// maxRefs bounds the references one action form may carry: no more than the messages a read peeks,
-// which is all a selection can have been made from.
-func (c *Console) maxRefs() int { return c.opts.MaxPeek }
+// maxRefs bounds the references one action form may carry: no more than the messages a read peeks
+// from the two entities an action may read (a subscription's dead-letter queue and its retry queue's),
+// which is all a selection, or everything a filter matched, can have been made from.
+func (c *Console) maxRefs() int { return 2 * c.opts.MaxPeek }
+
+// maxFormBytes bounds an action form: maxRefs references of up to a few hundred bytes each (an
+// entity path is at most 260 characters, escaped in the form), and the rest.
+func (c *Console) maxFormBytes() int64 { return int64(c.maxRefs())*320 + 1<<20 }
 
 // readRequest checks the request's CSRF protection and role and parses the form; a refusal is
 // written (and audited) through a.
 func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt) (*request, bool) {
-	// A form of maxRefs references of ~100 bytes each fits well within 1 MiB.
-	r.Body = http.MaxBytesReader(w, r.Body, 1<<20)
+	r.Body = http.MaxBytesReader(w, r.Body, c.maxFormBytes())
 	if err := r.ParseForm(); err != nil {
 		a.refuse(w, r, http.StatusBadRequest, "unreadable form: %v", err)
 		return nil, false
@@ -117,8 +127,8 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt
 		case req.group != "" || len(r.PostForm["ref"]) > 0:
 			a.refuse(w, r, http.StatusBadRequest, "release takes a session, not messages")
 			return nil, false
-		case e.parsed.IsSubscription():
-			a.refuse(w, r, http.StatusBadRequest, "%s is a subscription: a release sends a wake-up into the session, and a send to its topic would reach every subscription; release it with a tool that sends to the subscription's consumer only", e.cfg.Path)
+		case e.parsed.IsSubscription() && e.cfg.WakeTo == "":
+			a.refuse(w, r, http.StatusBadRequest, "%s is a subscription: a release sends a wake-up into the session, and a send to its topic would reach every subscription whose rules accept it; configure Entity.WakeTo where the topic's rules route a wake-up to this subscription alone", e.cfg.Path)
 			return nil, false
 		}
 		return req, true
@@ -126,6 +136,37 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt
 		a.refuse(w, r, http.StatusBadRequest, "unknown action %q: want redrive, purge, cancel or release", req.action)
 		return nil, false
 	}
+	if a.rec.Step == stepRun {
+		// The run of an action on all matching carries its preview's description of the filter,
+		// covered by the digest; a preview takes it from the filter itself, never from the form.
+		req.matched = r.PostFormValue("matched")
+	}
+	if len(req.matched) > maxMatched {
+		a.refuse(w, r, http.StatusBadRequest, "the description of the filter is %d bytes long; at most %d", len(req.matched), maxMatched)
+		return nil, false
+	}
+	if r.PostFormValue("match") != "" {
+		// Act on all matching: the filter selects; refs or a group besides it would be a guess.
+		f, err := readFilter(r, c.opts.FilterBodies)
+		switch {
+		case err != nil:
+			a.refuse(w, r, http.StatusBadRequest, "%v", err)
+			return nil, false
+		case !f.active():
+			a.refuse(w, r, http.StatusBadRequest, "an action on all matching needs a filter: give a reason, an error text, a property, a time or a body text")
+			return nil, false
+		case req.group != "" || len(r.PostForm["ref"]) > 0:
+			a.refuse(w, r, http.StatusBadRequest, "give a filter, a failure group or selected references, not more than one")
+			return nil, false
+		case f.Reason != "" && req.action == actionCancel:
+			a.refuse(w, r, http.StatusBadRequest, "a pending retry has no dead-letter reason: filter it by error, property, due time or body")
+			return nil, false
+		}
+		req.filter, req.matched = &f, f.Describe()
+		a.rec.Filter = req.matched
+		return req, true
+	}
+	a.rec.Filter = clipAuditField(req.matched)
 	if req.action == actionCancel && req.group != "" {
 		a.refuse(w, r, http.StatusBadRequest, "cancel takes pending retries, not a failure group")
 		return nil, false
@@ -165,6 +206,27 @@ type planned struct {
 	pending []inspect.Pending       // cancel
 	release *inspect.SessionRelease // release
 	digest  string
+	// more says a filter matched more pending retries than one action takes (maxRefs): the plan has
+	// the earliest due.
+	more bool
+}
+
+// maxMatched bounds the filter's description a form carries (its fields are bounded by
+// maxFilterField each).
+const maxMatched = 8 * maxFilterField
+
+// matchingPending lists the pending retries req's filter matches, earliest due first, at most maxRefs
+// of them, and says whether more match.
+func (c *Console) matchingPending(ctx context.Context, req *request) ([]inspect.Pending, bool, error) {
+	pf, err := req.filter.pending()
+	if err != nil {
+		return nil, false, fmt.Errorf("%w: %v", inspect.ErrInvalidRef, err)
+	}
+	page, err := req.e.inspector().ListPending(ctx, inspect.PageOptions{Limit: c.maxRefs(), Filter: pf})
+	if err != nil {
+		return nil, false, err
+	}
+	return page.Items, page.Next != "", nil
 }
 
 // plan reads the request's messages and builds the plan and its digest: the keyed hash of the action,
@@ -178,7 +240,13 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 	case actionRelease:
 		return c.planRelease(ctx, req, "")
 	case actionCancel:
-		items, err := dlqaction.PreviewCancel(ctx, req.e.inspector(), req.refs)
+		var items []inspect.Pending
+		var err error
+		if req.filter != nil {
+			items, out.more, err = c.matchingPending(ctx, req)
+		} else {
+			items, err = dlqaction.PreviewCancel(ctx, req.e.inspector(), req.refs)
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -188,7 +256,16 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 		}
 	default:
 		var sel *dlqaction.Selection
-		if req.group != "" {
+		if req.filter != nil {
+			// Everything the filter matches now; the preview's form then carries exactly these refs.
+			df, err := req.filter.deadLetters()
+			if err != nil {
+				return nil, fmt.Errorf("%w: %v", inspect.ErrInvalidRef, err)
+			}
+			if sel, err = dlqaction.Select(ctx, req.e.inspector(), df); err != nil {
+				return nil, err
+			}
+		} else if req.group != "" {
 			// A whole group: read the dead letters again and take the group as it is now. The digest
 			// then tells the run whether it is still the group the preview showed.
 			groups, s, err := req.e.groups(ctx)
@@ -230,7 +307,7 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 	}
 	// Keyed with the process's secret, so a form cannot be given a digest for a selection it made up;
 	// a restarted console refuses old previews, which is safe.
-	out.digest = c.mac(append([]string{"action", req.action, req.e.cfg.Path, req.group}, lines...)...)
+	out.digest = c.mac(append([]string{"action", req.action, req.e.cfg.Path, req.group, req.matched}, lines...)...)
 	return out, nil
 }
 
@@ -287,7 +364,7 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 	}
 	if p.release != nil {
 		c.render(w, r, http.StatusOK, "release.html", "Preview: release", map[string]any{
-			"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "Digest": p.digest,
+			"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "PropWakeTo": inspect.PropWakeTo, "Digest": p.digest,
 			"At": strconv.FormatInt(p.release.PlannedAt.UnixMilli(), 10), "Preview": true,
 		})
 		return
@@ -295,7 +372,8 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 	c.render(w, r, http.StatusOK, "preview.html", "Preview: "+req.action, map[string]any{
 		"Action": req.action, "Entity": req.e.cfg.Path, "Group": req.group, "Plan": p.plan, "Pending": p.pending,
 		"Refs": p.refs(), "Digest": p.digest, "Count": p.count(), "Target": req.e.target, "Confirm": confirmWord,
-		"Truncated": p.plan != nil && inspect.Truncated(p.plan.Scans),
+		"Truncated": p.plan != nil && inspect.Truncated(p.plan.Scans), "Matched": req.matched, "More": p.more,
+		"Batches": (p.count() + c.opts.BatchSize - 1) / c.opts.BatchSize, "BatchSize": c.opts.BatchSize,
 	})
 }
 
@@ -368,6 +446,10 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusServiceUnavailable, "the audit record of this %s could not be written, so it was not carried out: nothing was done", req.action)
 		return
 	}
+	if p.release == nil && p.count() > c.opts.BatchSize {
+		c.runInBatches(w, r, req, p, a)
+		return
+	}
 	var done int
 	var warnings []string
 	if p.release != nil {
@@ -436,7 +518,7 @@ func (c *Console) renderReleased(w http.ResponseWriter, r *http.Request, req *re
 		msg = redact.String(err.Error())
 	}
 	c.render(w, r, status, "release.html", "Result: release", map[string]any{
-		"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "Error": msg, "Warnings": warnings,
+		"Entity": req.e.cfg.Path, "Session": req.session, "Release": p.release, "PropWakeTo": inspect.PropWakeTo, "Error": msg, "Warnings": warnings,
 	})
 }
 
@@ -451,14 +533,19 @@ func (c *Console) renderResult(w http.ResponseWriter, r *http.Request, req *requ
 		}
 		msg = fmt.Sprintf("%s stopped after %d of %d: %s; the rest was not touched, and running the same action again finishes it", req.action, done, p.count(), redact.String(err.Error()))
 	}
+	c.render(w, r, status, "result.html", "Result: "+req.action, resultData(req, p, done, msg, warnings))
+}
+
+// resultData is what the result of a run shows.
+func resultData(req *request, p *planned, done int, msg string, warnings []string) map[string]any {
 	cancelled := make([]bool, len(p.pending))
 	for i := range min(done, len(p.pending)) {
 		cancelled[i] = true
 	}
-	c.render(w, r, status, "result.html", "Result: "+req.action, map[string]any{
+	return map[string]any{
 		"Action": req.action, "Entity": req.e.cfg.Path, "Plan": p.plan, "Pending": p.pending, "Cancelled": cancelled,
 		"Done": done, "Count": p.count(), "Error": msg, "Warnings": warnings, "Target": req.e.target,
-	})
+	}
 }
 
 // hmacEqual compares two digests without leaking, through timing, how much of a guess was right.

@@ -62,6 +62,9 @@ type AuditRecord struct {
 	Group   string   `json:"group,omitempty"`
 	Session string   `json:"session,omitempty"`
 	Refs    []string `json:"refs,omitempty"`
+	// Filter describes the filter an action on all matching selected its messages with (a body
+	// filter only by its length), as the preview showed it; the refs are what it matched.
+	Filter string `json:"filter,omitempty"`
 	// Digest is the preview's digest the run was posted with.
 	Digest string `json:"digest,omitempty"`
 	// Outcome is one of the Audit… constants; Reason says why an action was refused, failed or
@@ -116,7 +119,7 @@ func (a *auditLog) record(ctx context.Context, rec AuditRecord) error {
 	a.logger.LogAttrs(ctx, level, "sbretry console action",
 		slog.String("who", rec.Who), slog.String("role", rec.Role), slog.String("remote", rec.Remote),
 		slog.String("action", rec.Action), slog.String("step", rec.Step), slog.String("entity", rec.Entity),
-		slog.String("group", rec.Group), slog.String("session", rec.Session), slog.Any("refs", rec.Refs),
+		slog.String("group", rec.Group), slog.String("session", rec.Session), slog.String("filter", rec.Filter), slog.Any("refs", rec.Refs),
 		slog.String("digest", rec.Digest), slog.String("outcome", rec.Outcome), slog.String("reason", rec.Reason),
 		slog.Int("done", rec.Done), slog.Int("count", rec.Count), slog.Any("items", rec.Items))
 	a.mu.Lock()
@@ -330,18 +333,21 @@ const maxAuditField = 256
 // fillFromForm records the selection as the parsed form names it, before it is checked: a refused
 // request is recorded with what it asked for. Long fields are clipped, and at most maxRefs refs kept.
 func (a *attempt) fillFromForm(r *http.Request, maxRefs int) {
-	clip := func(s string) string {
-		if len(s) > maxAuditField {
-			return s[:maxAuditField] + "…"
-		}
-		return s
-	}
+	clip := clipAuditField
 	a.rec.Action, a.rec.Entity, a.rec.Group = clip(r.PostFormValue("action")), clip(r.PostFormValue("e")), clip(r.PostFormValue("g"))
 	a.rec.Session, a.rec.Digest = clip(r.PostFormValue("session")), clip(r.PostFormValue("digest"))
 	refs := r.PostForm["ref"]
 	for _, ref := range refs[:min(len(refs), maxRefs)] {
 		a.rec.Refs = append(a.rec.Refs, clip(ref))
 	}
+}
+
+// clipAuditField clips a field of a form for the audit record.
+func clipAuditField(s string) string {
+	if len(s) > maxAuditField {
+		return s[:maxAuditField] + "…"
+	}
+	return s
 }
 
 // refuse shows the error page with status and the message, and audits the refusal: every refusal of

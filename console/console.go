@@ -98,7 +98,7 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 			return nil, fmt.Errorf("%w: entity %s given twice", ErrInvalidOptions, pe.Path())
 		}
 		cfg.Path = pe.Path()
-		sessionIn, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, SessionConsumer: true, Observer: o.Observer})
+		sessionIn, err := inspect.New(client, cfg.Path, &inspect.Options{MaxPeek: o.MaxPeek, SessionConsumer: true, WakeTo: cfg.WakeTo, Observer: o.Observer})
 		if err != nil {
 			return nil, fmt.Errorf("%w: %w", ErrInvalidOptions, err)
 		}
@@ -196,6 +196,18 @@ func basePath(r *http.Request) string {
 // error page, not half a page.
 func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, name, title string, data any) {
 	var buf bytes.Buffer
+	pg := c.pageOf(w, r, title, data)
+	if err := c.tmpl.ExecuteTemplate(&buf, name, pg); err != nil {
+		http.Error(w, "sbretry console: rendering "+name+": "+redact.String(err.Error()), http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.WriteHeader(status)
+	_, _ = w.Write(buf.Bytes())
+}
+
+// pageOf is what the templates get for a page of r with title and data.
+func (c *Console) pageOf(w http.ResponseWriter, r *http.Request, title string, data any) page {
 	p := principalOf(r)
 	pg := page{Title: title, CSRF: c.csrfToken(w, r), Base: basePath(r), Data: data, Who: p.Name, CanAct: p.canAct()}
 	if p.Name != "" {
@@ -204,13 +216,7 @@ func (c *Console) render(w http.ResponseWriter, r *http.Request, status int, nam
 	if sp, ok := data.(*searchPage); ok {
 		pg.Query = sp.Query
 	}
-	if err := c.tmpl.ExecuteTemplate(&buf, name, pg); err != nil {
-		http.Error(w, "sbretry console: rendering "+name+": "+redact.String(err.Error()), http.StatusInternalServerError)
-		return
-	}
-	w.Header().Set("Content-Type", "text/html; charset=utf-8")
-	w.WriteHeader(status)
-	_, _ = w.Write(buf.Bytes())
+	return pg
 }
 
 // fail shows an error page with status and a message for people; the message is redacted.
@@ -281,6 +287,8 @@ var templateFuncs = template.FuncMap{
 		return t.UTC().Format("2006-01-02 15:04:05Z")
 	},
 	"text":      shownText,
+	"errorText": errorText,
+	"byText":    byText,
 	"textblock": shownBlock,
 	"plural":    plural,
 	"clip": func(n int, s string) string {

@@ -9,15 +9,19 @@
 //     with an alert per entity whose dead letters reach [Options.AlertThreshold] or grew since the
 //     previous poll;
 //   - an entity's pending retries: a timeline of how many come due when, and the list, paged;
+//     filtered (as the dead letters are) by error text, property, due time and, with
+//     [Options.FilterBodies], body text;
 //   - an entity's dead letters grouped by reason and by a fingerprint of the last error: the error
 //     text with numbers, ids and hex values replaced by placeholders, hashed ([Fingerprint]), so that
 //     "order 17 failed" and "order 18 failed" are one group; each group with its count, first and last
-//     seen, and an example;
+//     seen, who dead-lettered it (the retry library, Service Bus itself, or an application), and an
+//     example; filtered by reason, error text, property (NAME=VALUE), time and, with
+//     [Options.FilterBodies], body text, with the actions on all that matches;
 //   - a group's dead letters, paged, and one message: envelope, attempt, last error (redacted), the
 //     properties, and the body only when [Options.ShowBodies] is set;
 //   - a session entity's held sessions (retry.SessionConsumer's durable holds): per session what
 //     blocks it (the held message and its attempt, or the dead-letter that blocked it), the reason,
-//     its followers and its next wake-up, with a release on queues. A session entity is configured
+//     its followers and its next wake-up, with a release (on a subscription, with [Entity].WakeTo). A session entity is configured
 //     ([Entity].SessionConsumer) or recognised at its first read: it refuses the plain receiver a
 //     peek needs, and lists sessions. Its overview row counts its dead letters only, and no page
 //     shows the broker's refusal;
@@ -36,14 +40,19 @@
 //
 // Redrive (selected dead letters or a whole group), purge (the same, with a typed confirmation: the
 // word yes or the number of dead letters shown) and cancel (pending retries) go through package
-// internal/dlqaction, like the CLI; release (a held session of a queue) through
-// [inspect.Inspector.Release], its digest covering the session's state before and after, the planned
-// time and the wake-up's id. Each first shows a preview of exactly the entity-qualified refs it
+// internal/dlqaction, like the CLI; release (a held session of a queue, or of a subscription with
+// [Entity].WakeTo) through [inspect.Inspector.Release], its digest covering the session's state before
+// and after, the planned time, the wake-up's id and where it is sent. Each first shows a preview of exactly the entity-qualified refs it
 // will act on, and for a redrive the MessageID each fresh delivery will carry. The preview's form
 // carries those refs and a keyed digest of them with their MessageIDs; the run reads the dead letters
 // again, and if the selection or the group is no longer exactly what was previewed it refuses with a
 // message saying so and does nothing. Then it acts on exactly those refs and shows the result,
 // including how far it got if Service Bus stopped it part way (running it again finishes it).
+//
+// An action on all that a filter matches previews exactly the messages it matches then, as refs under
+// the digest (which also covers the filter's description), and its run acts on those refs, never on
+// the filter again. A run of more than [Options.BatchSize] messages goes in batches, each with
+// [Options.ActionTimeout], its page streaming a progress line after each.
 //
 // # Audit log
 //

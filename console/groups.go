@@ -38,6 +38,17 @@ func errorText(d inspect.DeadLetter) string {
 	return redact.String(d.Description)
 }
 
+// byText names who dead-lettered a message ([inspect.DeadLetter.DeadLetteredBy]) for the pages.
+func byText(by string) string {
+	switch by {
+	case inspect.ByRetry:
+		return "the retry library"
+	case inspect.ByServiceBus:
+		return "Service Bus"
+	}
+	return "an application"
+}
+
 // groupDeadLetters groups items by fingerprint, the largest group first (then the most recent), so the
 // failure that matters most is at the top. Each group keeps its items in read order, which is the
 // order a redrive receives them in.

@@ -121,15 +121,16 @@ func TestReasonsAndPropertyNamesAreRedacted(t *testing.T) {
 	assert.NotContains(t, body, secret, "the preview")
 }
 
-// TestTooManyRefsAreRefused: an action form names at most MaxPeek references, the most a selection
-// can have been made from.
+// TestTooManyRefsAreRefused: an action form names at most twice MaxPeek references (the two
+// dead-letter queues of a subscription are each read up to MaxPeek), the most a selection, or all that
+// a filter matched, can have been made from.
 func TestTooManyRefsAreRefused(t *testing.T) {
 	t.Parallel()
 	h := sbtest.New(t)
 	s := newSite(t, h, &Options{MaxPeek: 2})
-	code, body, _, _ := s.preview(t, url.Values{"action": {"purge"}, "ref": {"orders/$DeadLetterQueue:1", "orders/$DeadLetterQueue:2", "orders/$DeadLetterQueue:3"}})
+	code, body, _, _ := s.preview(t, url.Values{"action": {"purge"}, "ref": {"orders/$DeadLetterQueue:1", "orders/$DeadLetterQueue:2", "orders/$DeadLetterQueue:3", "orders/$DeadLetterQueue:4", "orders/$DeadLetterQueue:5"}})
 	assert.Equal(t, http.StatusRequestEntityTooLarge, code)
-	assert.Contains(t, body, "at most 2")
+	assert.Contains(t, body, "at most 4")
 }
 
 // TestRunNeedsCSRF: the run of an action, with a valid digest from its preview, is refused without the

@@ -43,13 +43,13 @@ func newSite(t *testing.T, h *sbtest.Harness, opts *Options) *site {
 	return serve(t, h, c)
 }
 
-func serve(t *testing.T, h *sbtest.Harness, c *Console) *site {
+func serve(t testing.TB, h *sbtest.Harness, c *Console) *site {
 	t.Helper()
 	return serveHandler(t, h, c, c)
 }
 
 // serveHandler serves handler, which mounts c somewhere.
-func serveHandler(t *testing.T, h *sbtest.Harness, c *Console, handler http.Handler) *site {
+func serveHandler(t testing.TB, h *sbtest.Harness, c *Console, handler http.Handler) *site {
 	t.Helper()
 	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)

@@ -24,8 +24,11 @@ const (
 	DefaultPageSize = 50
 	// DefaultAlertThreshold is the dead-letter count at which an entity is flagged.
 	DefaultAlertThreshold = 1
-	// DefaultActionTimeout bounds one redrive, purge or cancel request.
+	// DefaultActionTimeout bounds one redrive, purge or cancel request, or one batch of a run of more
+	// than BatchSize messages.
 	DefaultActionTimeout = 2 * time.Minute
+	// DefaultBatchSize is how many messages one batch of a run acts on.
+	DefaultBatchSize = 100
 )
 
 // ErrInvalidOptions is wrapped by the errors [New] returns for invalid [Options] or entities.
@@ -50,6 +53,14 @@ type Entity struct {
 	// queue's held sessions can be released there. Without it, an entity that refuses a plain receiver
 	// and lists sessions is recognised as one at its first read.
 	SessionConsumer bool
+	// WakeTo is, for a session subscription, the topic (or a queue or topic forwarding into it) a
+	// release of one of its held sessions sends the wake-up to, the wake-up carrying the application
+	// property sbretry-wake-to ([inspect.PropWakeTo]) with the subscription's path: set it only where
+	// the topic's rules deliver such a message to this subscription and to no other (docs/console.md
+	// shows the rules). The release writes the session's state only once the wake-up is in the
+	// session. Empty means a subscription's sessions are listed but not released (a plain send to its
+	// topic would reach every subscription). It must be empty for a queue.
+	WakeTo string
 	// MaxAttempts is the entity's consumer's retry.Options.MaxAttempts, so that the search page says
 	// "attempt n of m" of the entity's events. Zero means not given: the page says "attempt n" alone
 	// (the console cannot read the bound from the broker); negative is invalid.
@@ -75,6 +86,17 @@ type Options struct {
 	AlertThreshold int
 	// ShowBodies shows message bodies on the message page. Off by default: bodies hold customer data.
 	ShowBodies bool
+	// FilterBodies lets the dead-letter and pending pages filter by body text (and act on all the
+	// messages whose body matches). Off by default: bodies hold customer data, and a filter by body
+	// reads and compares every body of the messages read (never shown, logged or audited: the audit
+	// record says only that a body filter of so many characters was used). Without it a body filter is
+	// refused with 400.
+	FilterBodies bool
+	// BatchSize is how many messages one batch of a run acts on: a run of more (an action on all
+	// matching, or a large group) is carried out a batch at a time, each bounded by ActionTimeout, and
+	// its page shows the progress after each batch as it goes. Zero means [DefaultBatchSize] (100);
+	// negative is invalid.
+	BatchSize int
 	// AccessToken, when set, is required on every request (see the package documentation): it is one
 	// operator token, named "access-token" in the audit log. Empty means none. Set Tokens instead to
 	// give readers and operators tokens of their own; setting both is invalid.
@@ -95,8 +117,8 @@ type Options struct {
 	// ReceiveWait is how long a redrive or purge waits for a dead letter to be received
 	// ([dlqaction.Options.Wait]). Zero means [dlqaction.DefaultWait] (5 s); negative is invalid.
 	ReceiveWait time.Duration
-	// ActionTimeout bounds one action request. Zero means [DefaultActionTimeout] (2 min); negative is
-	// invalid.
+	// ActionTimeout bounds one action request, or one batch of a run of more than BatchSize messages.
+	// Zero means [DefaultActionTimeout] (2 min); negative is invalid.
 	ActionTimeout time.Duration
 	// AuditFile is the path of the audit log: every action (redrive, purge, cancel, release), refused
 	// ones included, is appended to it as one JSON line ([AuditRecord]) and synced to disk, and the
@@ -133,7 +155,7 @@ func (o *Options) withDefaults() (Options, error) {
 			return c, fmt.Errorf("%w: %s %v is negative", ErrInvalidOptions, name, d)
 		}
 	}
-	for name, n := range map[string]int{"MaxPeek": c.MaxPeek, "PageSize": c.PageSize, "AlertThreshold": c.AlertThreshold} {
+	for name, n := range map[string]int{"MaxPeek": c.MaxPeek, "PageSize": c.PageSize, "AlertThreshold": c.AlertThreshold, "BatchSize": c.BatchSize} {
 		if n < 0 {
 			return c, fmt.Errorf("%w: %s %d is negative", ErrInvalidOptions, name, n)
 		}
@@ -155,6 +177,7 @@ func (o *Options) withDefaults() (Options, error) {
 	defInt(&c.MaxPeek, DefaultMaxPeek)
 	defInt(&c.PageSize, DefaultPageSize)
 	defInt(&c.AlertThreshold, DefaultAlertThreshold)
+	defInt(&c.BatchSize, DefaultBatchSize)
 	if _, err := validateTokens(c); err != nil {
 		return c, err
 	}
@@ -172,6 +195,9 @@ func (e Entity) validate() (inspect.Entity, string, error) {
 	}
 	if strings.Contains(e.RetryQueue, "/") || strings.Contains(e.RedriveTo, "/") {
 		return pe, "", fmt.Errorf("%w: entity %s: RetryQueue and RedriveTo must name queues", ErrInvalidOptions, e.Path)
+	}
+	if strings.Contains(e.WakeTo, "/") || (e.WakeTo != "" && !pe.IsSubscription()) {
+		return pe, "", fmt.Errorf("%w: entity %s: WakeTo names the topic a subscription's wake-ups are sent to (a queue's go to the queue)", ErrInvalidOptions, e.Path)
 	}
 	if e.MaxAttempts < 0 {
 		return pe, "", fmt.Errorf("%w: entity %s: MaxAttempts %d is negative", ErrInvalidOptions, e.Path, e.MaxAttempts)

@@ -4,13 +4,16 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html/template"
 	"net/http"
+	"net/url"
 	"slices"
 	"sort"
 	"time"
 	"unicode/utf8"
 
 	"github.com/sbretry/retry/inspect"
+	"github.com/sbretry/retry/internal/dlqaction"
 )
 
 // readTimeout bounds the Service Bus reads of one page, so that a broker that stops answering gives the
@@ -95,16 +98,27 @@ func writeJSON(w http.ResponseWriter, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// pendingPage lists one page of the entity's pending retries by due time. The cursor is the
-// inspector's: it names the last item shown, so pages stay consistent while retries activate.
+// pendingPage lists one page of the entity's pending retries by due time, those a filter matches
+// when the query carries one. The cursor is the inspector's: it names the last item shown, so pages
+// stay consistent while retries activate.
 func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {
 		return
 	}
+	f, err := readFilter(r, c.opts.FilterBodies)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	if f.Reason != "" {
+		c.fail(w, r, http.StatusBadRequest, "a pending retry has no dead-letter reason: filter it by error, property, due time or body")
+		return
+	}
+	pf, _ := f.pending() // checked by readFilter
 	ctx, cancel := readContext(r)
 	defer cancel()
-	pg, err := e.inspector().ListPending(ctx, inspect.PageOptions{Limit: c.opts.PageSize, Cursor: r.FormValue("cursor")})
+	pg, err := e.inspector().ListPending(ctx, inspect.PageOptions{Limit: c.opts.PageSize, Cursor: r.FormValue("cursor"), Filter: pf})
 	if err != nil && c.recognise(ctx, e, err) {
 		// A session consumer holds its retries in the sessions: the page says so and links to them.
 		c.render(w, r, http.StatusOK, "pending.html", "Pending retries of "+e.cfg.Path, map[string]any{"Entity": e.cfg.Path, "Sessions": true})
@@ -118,28 +132,62 @@ func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, status, "listing the pending retries of %s: %v", e.cfg.Path, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "pending.html", "Pending retries of "+e.cfg.Path, map[string]any{
+	base := "pending?e=" + url.QueryEscape(e.cfg.Path)
+	data := map[string]any{
 		"Entity": e.cfg.Path, "Items": pg.Items, "Next": pg.Next, "Truncated": pg.Truncated(), "First": r.FormValue("cursor") == "",
-	})
+		"Filter": f, "Filtered": f.active(), "FilterFields": f.hiddenFields(), "Bodies": c.opts.FilterBodies,
+		"FirstHref": template.URL(base + f.query()), "Clear": template.URL(base),
+	}
+	if pg.Next != "" {
+		data["NextHref"] = template.URL(base + "&cursor=" + url.QueryEscape(pg.Next) + f.query())
+	}
+	c.render(w, r, http.StatusOK, "pending.html", "Pending retries of "+e.cfg.Path, data)
 }
 
 // deadLettersPage shows the entity's failure groups, largest first, with the scans that say how much
-// of each dead-letter queue was read.
+// of each dead-letter queue was read. With a filter in the query it groups only the dead letters the
+// filter matches, lists them a page at a time, and offers the actions on all of them.
 func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {
 		return
 	}
+	f, err := readFilter(r, c.opts.FilterBodies)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	pageNo, err := intParam(r, "page", 0)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
 	ctx, cancel := readContext(r)
 	defer cancel()
-	groups, sel, err := e.groups(ctx)
+	df, _ := f.deadLetters() // checked by readFilter
+	sel, err := dlqaction.Select(ctx, e.inspector(), df)
 	if err != nil {
 		c.fail(w, r, http.StatusBadGateway, "reading the dead letters of %s: %v", e.cfg.Path, err)
 		return
 	}
-	c.render(w, r, http.StatusOK, "deadletters.html", "Dead letters of "+e.cfg.Path, map[string]any{
-		"Entity": e.cfg.Path, "Groups": groups, "Total": len(sel.Items), "Truncated": inspect.Truncated(sel.Scans), "Scans": sel.Scans,
-	})
+	base := "deadletters?e=" + url.QueryEscape(e.cfg.Path)
+	data := map[string]any{
+		"Entity": e.cfg.Path, "Groups": groupDeadLetters(sel.Items), "Total": len(sel.Items), "Truncated": inspect.Truncated(sel.Scans), "Scans": sel.Scans,
+		"Filter": f, "Filtered": f.active(), "FilterFields": f.hiddenFields(), "Bodies": c.opts.FilterBodies, "Clear": template.URL(base), "Target": e.target,
+		"Reasons": true,
+	}
+	if f.active() {
+		start := min(pageNo*c.opts.PageSize, len(sel.Items))
+		end := min(start+c.opts.PageSize, len(sel.Items))
+		data["Matching"], data["From"], data["To"] = sel.Items[start:end], start+1, end
+		if end < len(sel.Items) {
+			data["NextHref"] = template.URL(base + "&page=" + itoa(pageNo+1) + f.query())
+		}
+		if pageNo > 0 {
+			data["PrevHref"] = template.URL(base + "&page=" + itoa(pageNo-1) + f.query())
+		}
+	}
+	c.render(w, r, http.StatusOK, "deadletters.html", "Dead letters of "+e.cfg.Path, data)
 }
 
 // groupPage shows one failure group and one page of its dead letters. The group is found again on

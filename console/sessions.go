@@ -85,8 +85,8 @@ type heldRow struct {
 	Reason string
 	// Wake is the next wake-up, nil without one.
 	Wake *inspect.WakeUp
-	// Releasable says the release button is shown: a queue's session whose state is a hold record
-	// that was read.
+	// Releasable says the release button is shown: a session whose state is a hold record that was
+	// read, of a queue or of a subscription with Entity.WakeTo.
 	Releasable bool
 }
 
@@ -100,8 +100,8 @@ const (
 	sessionUnreadable   = "unreadable"
 )
 
-// rowOf describes s for the sessions page.
-func rowOf(s inspect.HeldSession, queue bool) heldRow {
+// rowOf describes s for the sessions page; releasable says the entity's sessions can be released.
+func rowOf(s inspect.HeldSession, releasable bool) heldRow {
 	row := heldRow{HeldSession: s, Wake: s.NextWakeUp()}
 	h := s.Hold()
 	switch {
@@ -118,7 +118,7 @@ func rowOf(s inspect.HeldSession, queue bool) heldRow {
 	default:
 		row.Status, row.Reason = sessionHeld, h.LastError
 	}
-	row.Releasable = queue && !s.Locked && s.ReadErr == nil && s.StateErr == nil
+	row.Releasable = releasable && !s.Locked && s.ReadErr == nil && s.StateErr == nil
 	return row
 }
 
@@ -137,13 +137,14 @@ func (c *Console) sessionsPage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	e.session.Store(true) // the listing worked: it is a session entity
-	queue := !e.parsed.IsSubscription()
+	releasable := !e.parsed.IsSubscription() || e.cfg.WakeTo != ""
 	rows := make([]heldRow, len(held.Sessions))
 	for i, s := range held.Sessions {
-		rows[i] = rowOf(s, queue)
+		rows[i] = rowOf(s, releasable)
 	}
 	c.render(w, r, http.StatusOK, "sessions.html", "Held sessions of "+e.cfg.Path, map[string]any{
-		"Entity": e.cfg.Path, "Rows": rows, "Listed": held.Listed, "Truncated": held.Truncated, "Queue": queue,
+		"Entity": e.cfg.Path, "Rows": rows, "Listed": held.Listed, "Truncated": held.Truncated, "Queue": releasable,
+		"Subscription": e.parsed.IsSubscription(), "WakeTo": e.cfg.WakeTo, "PropWakeTo": inspect.PropWakeTo,
 	})
 }
 
@@ -192,7 +193,7 @@ func (c *Console) planRelease(ctx context.Context, req *request, at string) (*pl
 		return nil, err
 	}
 	p := &planned{release: rel}
-	p.digest = c.mac("action", actionRelease, req.e.cfg.Path, req.session, strconv.FormatInt(rel.PlannedAt.UnixMilli(), 10), string(before), string(after), rel.Plan.WakeID)
+	p.digest = c.mac("action", actionRelease, req.e.cfg.Path, req.session, strconv.FormatInt(rel.PlannedAt.UnixMilli(), 10), string(before), string(after), rel.Plan.WakeID, rel.WakeTo)
 	return p, nil
 }
 

@@ -21,6 +21,18 @@ type DeadLetterFilter struct {
 	Since, Until time.Time
 	// Contains keeps dead letters whose description or last error contains it, ignoring case.
 	Contains string
+	// Property keeps dead letters carrying an application property with a value (see
+	// [PropertyFilter]).
+	Property PropertyFilter
+	// Body keeps dead letters whose body contains it (ignoring case for a UTF-8 body). Bodies are
+	// customer data: a front end offers this only when its operator turned it on.
+	Body string
+}
+
+// Selects reports whether f narrows the selection by what the dead letters hold: a reason, a time, a
+// text, a property or a body (Refs aside).
+func (f DeadLetterFilter) Selects() bool {
+	return f.Reason != "" || !f.Since.IsZero() || !f.Until.IsZero() || f.Contains != "" || !f.Property.IsZero() || f.Body != ""
 }
 
 // Match reports whether dl passes every set field of f.
@@ -36,11 +48,12 @@ func (f DeadLetterFilter) Match(dl DeadLetter) bool {
 		return false
 	case !f.Until.IsZero() && !dl.DeadLetteredAt.Before(f.Until):
 		return false
-	case f.Contains != "":
-		needle := strings.ToLower(f.Contains)
-		return strings.Contains(strings.ToLower(dl.Description), needle) || strings.Contains(strings.ToLower(dl.LastError), needle)
+	case f.Contains != "" && !containsFold(dl.Description, f.Contains) && !containsFold(dl.LastError, f.Contains):
+		return false
+	case !f.Property.match(dl.Message):
+		return false
 	}
-	return true
+	return bodyContains(dl.Message, f.Body)
 }
 
 // DeadLetterList is the result of [Inspector.DeadLetters].

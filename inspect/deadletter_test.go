@@ -11,12 +11,16 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
 func TestDeadLetterFilter(t *testing.T) {
 	at := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
-	dl := DeadLetter{Entity: "q/$DeadLetterQueue", SequenceNumber: 7, Reason: "RetryMaxAttemptsExceeded", Description: "HTTP 503 from payments", LastError: "timeout talking to ledger", DeadLetteredAt: at}
+	dl := DeadLetter{Entity: "q/$DeadLetterQueue", SequenceNumber: 7, Reason: "RetryMaxAttemptsExceeded", Description: "HTTP 503 from payments", LastError: "timeout talking to ledger", DeadLetteredAt: at,
+		Message: &azservicebus.ReceivedMessage{Body: []byte(`{"customer":"ACME-7"}`), ApplicationProperties: map[string]any{
+			"tenant": "acme", "priority": int64(3), "urgent": true, "at": at, "blob": []byte("acme"),
+		}}}
 	cases := []struct {
 		name string
 		f    DeadLetterFilter
@@ -36,9 +40,35 @@ func TestDeadLetterFilter(t *testing.T) {
 		{"contains description", DeadLetterFilter{Contains: "http 503"}, true},
 		{"contains last error", DeadLetterFilter{Contains: "LEDGER"}, true},
 		{"contains nothing", DeadLetterFilter{Contains: "disk full"}, false},
+		{"contains and another reason", DeadLetterFilter{Contains: "ledger", Reason: "Other"}, false},
+		{"property string", DeadLetterFilter{Property: PropertyFilter{Name: "tenant", Value: "acme"}}, true},
+		{"property value case matters", DeadLetterFilter{Property: PropertyFilter{Name: "tenant", Value: "ACME"}}, false},
+		{"property name case matters", DeadLetterFilter{Property: PropertyFilter{Name: "Tenant", Value: "acme"}}, false},
+		{"property number", DeadLetterFilter{Property: PropertyFilter{Name: "priority", Value: "3"}}, true},
+		{"property bool", DeadLetterFilter{Property: PropertyFilter{Name: "urgent", Value: "true"}}, true},
+		{"property time", DeadLetterFilter{Property: PropertyFilter{Name: "at", Value: "2026-05-01T12:00:00Z"}}, true},
+		{"property binary matches nothing", DeadLetterFilter{Property: PropertyFilter{Name: "blob", Value: "acme"}}, false},
+		{"property absent", DeadLetterFilter{Property: PropertyFilter{Name: "region", Value: ""}}, false},
+		{"body ignoring case", DeadLetterFilter{Body: "acme-7"}, true},
+		{"body without it", DeadLetterFilter{Body: "globex"}, false},
+		{"contains and property", DeadLetterFilter{Contains: "ledger", Property: PropertyFilter{Name: "tenant", Value: "acme"}}, true},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) { assert.Equal(t, tc.want, tc.f.Match(dl)) })
+	}
+}
+
+func TestParsePropertyFilter(t *testing.T) {
+	f, err := ParsePropertyFilter("tenant=a=b")
+	require.NoError(t, err)
+	assert.Equal(t, PropertyFilter{Name: "tenant", Value: "a=b"}, f)
+	assert.Equal(t, "tenant=a=b", f.String())
+	f, err = ParsePropertyFilter("tenant=")
+	require.NoError(t, err)
+	assert.Equal(t, PropertyFilter{Name: "tenant"}, f, "an empty value is a value")
+	for _, bad := range []string{"", "tenant", "=acme"} {
+		_, err := ParsePropertyFilter(bad)
+		assert.ErrorIs(t, err, ErrInvalidOptions, bad)
 	}
 }
 
@@ -96,4 +126,23 @@ func TestDeadLettersFromRetryAndBroker(t *testing.T) {
 	assert.JSONEq(t, `{"id":"manual-1"}`, string(one.Message.Body))
 	_, err = in.DeadLetter(ctx, Ref{SequenceNumber: manual.SequenceNumber + 100})
 	assert.ErrorIs(t, err, ErrNotFound)
+}
+
+func TestDeadLetteredBy(t *testing.T) {
+	ours := &azservicebus.ReceivedMessage{ApplicationProperties: map[string]any{envelope.PropDeadLetterReason: "RetryMaxAttemptsExceeded"}}
+	plain := &azservicebus.ReceivedMessage{}
+	for _, tc := range []struct {
+		name string
+		dl   DeadLetter
+		want string
+	}{
+		{"the retry library's", DeadLetter{Reason: "MaxDeliveryCountExceeded", Message: ours}, ByRetry},
+		{"max deliveries", DeadLetter{Reason: "MaxDeliveryCountExceeded", Message: plain}, ByServiceBus},
+		{"expired", DeadLetter{Reason: "TTLExpiredException", Message: plain}, ByServiceBus},
+		{"session id, any case and a full stop", DeadLetter{Reason: "Session ID is null.", Message: plain}, ByServiceBus},
+		{"an application's", DeadLetter{Reason: "OperatorParked", Message: plain}, ByApplication},
+		{"no message", DeadLetter{Reason: "Poison"}, ByApplication},
+	} {
+		assert.Equal(t, tc.want, tc.dl.DeadLetteredBy(), tc.name)
+	}
 }

@@ -49,7 +49,16 @@
 // sessions: what blocks each (the held message's sequence number, id, attempt and due time, or the
 // dead-letter reason), its followers and its pending wake-up. [Inspector.PreviewRelease] shows what a
 // release would change ([sessionstate.PlanRelease]: the state before and after, the wake-up) and
-// [Inspector.Release] carries it out, sending the wake-up before it writes the state.
+// [Inspector.Release] carries it out, sending the wake-up before it writes the state. A subscription
+// cannot be sent to: its wake-up goes to [Options.WakeTo] (its topic) carrying [PropWakeTo], for the
+// topic's rules to route to that subscription alone, and the state is written only once the wake-up
+// is in the session.
+//
+// # Filters
+//
+// [DeadLetterFilter] and [PendingFilter] (through [PageOptions].Filter) select by reason, error text,
+// an application property's value ([PropertyFilter], "NAME=VALUE"), time and body text; they are
+// applied to each message as it is peeked, so a filtered read costs what an unfiltered one does.
 //
 // A session entity cannot be peeked as a whole with the Go SDK: Service Bus refuses a receiver without
 // a session on it ("It is not possible for an entity that requires sessions to create a

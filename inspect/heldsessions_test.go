@@ -498,3 +498,24 @@ func TestReleaseWakeUpDroppedByDuplicateDetection(t *testing.T) {
 	assert.False(t, rel.StateWritten)
 	assert.Equal(t, before, h.Snapshot(t, "s1"), "the state is as it was")
 }
+
+// TestWakeToOptions: WakeTo names the topic of a session subscription's wake-ups; a queue's go to the
+// queue itself, and a path is no topic.
+func TestWakeToOptions(t *testing.T) {
+	t.Parallel()
+	client, err := azservicebus.NewClientFromConnectionString("Endpoint=sb://localhost:1;SharedAccessKeyName=k;SharedAccessKey=a2V5;UseDevelopmentEmulator=true", nil)
+	require.NoError(t, err)
+	_, err = New(client, "ev/Subscriptions/sub", &Options{SessionConsumer: true, WakeTo: "ev"})
+	assert.NoError(t, err)
+	for name, tc := range map[string]struct {
+		entity string
+		opts   Options
+	}{
+		"a queue":              {"jobs", Options{SessionConsumer: true, WakeTo: "ev"}},
+		"a path":               {"ev/Subscriptions/sub", Options{SessionConsumer: true, WakeTo: "ev/Subscriptions/other"}},
+		"not a session entity": {"ev/Subscriptions/sub", Options{RetryQueue: "r", WakeTo: "ev"}},
+	} {
+		_, err := New(client, tc.entity, &tc.opts)
+		assert.ErrorIs(t, err, ErrInvalidOptions, name)
+	}
+}

@@ -60,6 +60,17 @@ type Options struct {
 	// Truncated. Zero means [DefaultMaxSessions] (1,000); negative is invalid.
 	MaxSessions int
 
+	// WakeTo is, for a session subscription (SessionConsumer), the topic (or a queue or topic
+	// forwarding into it) [Inspector.Release] sends a session's wake-up to. A subscription cannot be
+	// sent to, and a send to its topic reaches every subscription whose rules accept it, so the wake-up
+	// carries [PropWakeTo], the subscription's path, for rules to route it by: set WakeTo only where
+	// the topic's rules deliver a message carrying PropWakeTo to the subscription it names and to no
+	// other (docs/console.md has such rules). Release then checks that the wake-up reached the
+	// session before it writes the state. Empty means a subscription's sessions cannot be released
+	// ([ErrUnknownEntity]); it must be empty for a queue (whose wake-ups go to the queue itself) and
+	// name a queue or a topic.
+	WakeTo string
+
 	// Observer, when set, is told about every broker call the Inspector makes (each peek request,
 	// cancel, session accept, state read and write, and wake-up send) and, through [Inspector.Observer], every call of a redrive or purge of its selections:
 	// github.com/sbretry/retry/retryotel's Instrumentation traces and measures them. Nil means none.
@@ -81,6 +92,10 @@ func (o *Options) withDefaults() (Options, error) {
 		return c, fmt.Errorf("%w: PeekBatchSize %d is negative", ErrInvalidOptions, c.PeekBatchSize)
 	case strings.Contains(c.RetryQueue, "/"):
 		return c, fmt.Errorf("%w: RetryQueue %q must name a queue", ErrInvalidOptions, c.RetryQueue)
+	case strings.Contains(c.WakeTo, "/"):
+		return c, fmt.Errorf("%w: WakeTo %q must name a topic or a queue", ErrInvalidOptions, c.WakeTo)
+	case c.WakeTo != "" && !c.SessionConsumer:
+		return c, fmt.Errorf("%w: WakeTo %q without SessionConsumer: only a session consumer's sessions are released", ErrInvalidOptions, c.WakeTo)
 	case c.SessionConsumer && c.RetryQueue != "":
 		return c, fmt.Errorf("%w: RetryQueue %q with SessionConsumer: a session consumer schedules no retry copies", ErrInvalidOptions, c.RetryQueue)
 	}
@@ -165,7 +180,10 @@ func New(client *azservicebus.Client, entity string, opts *Options) (*Inspector,
 	if e.IsSubscription() && o.RetryQueue == "" && !o.SessionConsumer {
 		return nil, fmt.Errorf("%w %s: set Options.RetryQueue to the queue its consumer schedules retries on (or Options.SessionConsumer, if a retry.SessionConsumer consumes it)", ErrNoRetryQueue, e)
 	}
-	return newInspector(e, o, &clientLinks{client: client, entity: e, retryQueue: o.RetryQueue}), nil
+	if o.WakeTo != "" && !e.IsSubscription() {
+		return nil, fmt.Errorf("%w: WakeTo %q for queue %s: a queue's wake-ups go to the queue itself", ErrInvalidOptions, o.WakeTo, e)
+	}
+	return newInspector(e, o, &clientLinks{client: client, entity: e, retryQueue: o.RetryQueue, wakeTo: o.WakeTo}), nil
 }
 
 func newInspector(e Entity, o Options, l links) *Inspector {
@@ -201,6 +219,7 @@ type clientLinks struct {
 	client     *azservicebus.Client
 	entity     Entity
 	retryQueue string
+	wakeTo     string // Options.WakeTo
 }
 
 func (c *clientLinks) peeker(s source) (peeker, error) {

@@ -1,6 +1,7 @@
 package inspect
 
 import (
+	"strings"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -101,6 +102,47 @@ type DeadLetter struct {
 
 // Ref addresses the dead letter: [Inspector.DeadLetter] and [DeadLetterFilter.Refs] take it.
 func (dl DeadLetter) Ref() Ref { return Ref{Entity: dl.Entity, SequenceNumber: dl.SequenceNumber} }
+
+// Who dead-lettered a message, as [DeadLetter.DeadLetteredBy] tells it.
+const (
+	// ByRetry is the retry library: the dead letter carries its sbretry-dead-letter-* properties.
+	ByRetry = "retry"
+	// ByServiceBus is the broker itself: a dead letter without the retry library's properties whose
+	// reason is one Service Bus gives (MaxDeliveryCountExceeded, TTLExpiredException, ...).
+	ByServiceBus = "Service Bus"
+	// ByApplication is anything else: an application (or an operator's tool) that dead-lettered the
+	// message with a reason of its own.
+	ByApplication = "application"
+)
+
+// brokerReasons are the DeadLetterReasons Service Bus itself writes, in lower case
+// (learn.microsoft.com/azure/service-bus-messaging/service-bus-dead-letter-queues).
+var brokerReasons = map[string]bool{
+	"maxdeliverycountexceeded":    true,
+	"ttlexpiredexception":         true,
+	"headersizeexceeded":          true,
+	"maxtransferhopcountexceeded": true,
+	"session id is null":          true,
+}
+
+// DeadLetteredBy says who dead-lettered the message: [ByRetry] when it carries the retry library's
+// dead-letter properties, else [ByServiceBus] for a reason the broker gives, else [ByApplication].
+// Service Bus's own dead letters carry none of the retry library's metadata (a message that ran out
+// of deliveries, or expired in a queue that dead-letters on expiration): their reason and description
+// are the broker's, and they are grouped, filtered and redriven like the retry library's.
+func (dl DeadLetter) DeadLetteredBy() string {
+	if m := dl.Message; m != nil {
+		for _, p := range []string{envelope.PropDeadLetterReason, envelope.PropDeadLetterAttempt, envelope.PropDeadLetterTime} {
+			if _, ok := m.ApplicationProperties[p]; ok {
+				return ByRetry
+			}
+		}
+	}
+	if brokerReasons[strings.ToLower(strings.TrimSuffix(dl.Reason, "."))] {
+		return ByServiceBus
+	}
+	return ByApplication
+}
 
 // OriginalMessageID is the MessageID of the chain's first delivery, the id the producer knows: the
 // envelope's, else the dead letter's own MessageID.

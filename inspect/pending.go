@@ -16,8 +16,11 @@ type PageOptions struct {
 	// Limit is the page size. Zero means [DefaultPageLimit] (100); negative is invalid.
 	Limit int
 	// Cursor continues after the last item of an earlier page ([PendingPage.Next]); empty starts with
-	// the earliest due retry.
+	// the earliest due retry. A cursor is a position in due order, so it continues a listing under
+	// another filter just as well.
 	Cursor string
+	// Filter keeps only the pending retries that pass it; the zero filter keeps every one.
+	Filter PendingFilter
 }
 
 // PendingPage is one page of pending retries, earliest due first.
@@ -71,6 +74,9 @@ func (in *Inspector) ListPending(ctx context.Context, opts PageOptions) (*Pendin
 			if after != nil && comparePending(p, *after) <= 0 {
 				return
 			}
+			if !opts.Filter.match(p, d.msg) {
+				return
+			}
 			heap.Push(top, p)
 			if top.Len() > limit+1 {
 				heap.Pop(top)
@@ -105,12 +111,21 @@ func (h *pendingHeap) Pop() any {
 	return x
 }
 
-// cursorVersion starts every cursor, so that a later format can tell old cursors apart.
-const cursorVersion = "1"
+// cursorVersion starts every cursor, so that a later format can tell old cursors apart. Version 1
+// wrote the due time in Unix nanoseconds, which an int64 holds only until the year 2262: a retry any
+// producer scheduled later (say for the year 9000) gave a cursor naming another time, and paging
+// past it repeated or skipped items. Version 2 writes seconds and nanoseconds apart; version 1
+// cursors (handed out before an upgrade) are still read.
+const (
+	cursorVersion   = "2"
+	cursorVersionV1 = "1"
+)
 
-// encodeCursor names p's position: version, due time in Unix nanoseconds, sequence number, entity.
+// encodeCursor names p's position: version, due time in Unix seconds and the nanoseconds within that
+// second, sequence number, entity.
 func encodeCursor(p Pending) string {
-	raw := cursorVersion + "|" + strconv.FormatInt(p.DueTime.UnixNano(), 10) + "|" + strconv.FormatInt(p.SequenceNumber, 10) + "|" + p.Entity
+	raw := cursorVersion + "|" + strconv.FormatInt(p.DueTime.Unix(), 10) + "|" + strconv.Itoa(p.DueTime.Nanosecond()) +
+		"|" + strconv.FormatInt(p.SequenceNumber, 10) + "|" + p.Entity
 	return base64.RawURLEncoding.EncodeToString([]byte(raw))
 }
 
@@ -119,14 +134,31 @@ func decodeCursor(s string) (Pending, error) {
 	if err != nil {
 		return Pending{}, fmt.Errorf("%w: %v", ErrInvalidCursor, err)
 	}
-	parts := strings.SplitN(string(raw), "|", 4)
-	if len(parts) != 4 || parts[0] != cursorVersion {
-		return Pending{}, fmt.Errorf("%w: unknown format", ErrInvalidCursor)
+	version, rest, _ := strings.Cut(string(raw), "|")
+	switch version {
+	case cursorVersionV1:
+		parts := strings.SplitN(rest, "|", 3)
+		if len(parts) != 3 {
+			return Pending{}, fmt.Errorf("%w: unknown format", ErrInvalidCursor)
+		}
+		due, err1 := strconv.ParseInt(parts[0], 10, 64)
+		seq, err2 := strconv.ParseInt(parts[1], 10, 64)
+		if err1 != nil || err2 != nil {
+			return Pending{}, fmt.Errorf("%w: malformed position", ErrInvalidCursor)
+		}
+		return Pending{DueTime: time.Unix(0, due), SequenceNumber: seq, Entity: parts[2]}, nil
+	case cursorVersion:
+		parts := strings.SplitN(rest, "|", 4)
+		if len(parts) != 4 {
+			return Pending{}, fmt.Errorf("%w: unknown format", ErrInvalidCursor)
+		}
+		sec, err1 := strconv.ParseInt(parts[0], 10, 64)
+		nsec, err2 := strconv.ParseInt(parts[1], 10, 64)
+		seq, err3 := strconv.ParseInt(parts[2], 10, 64)
+		if err1 != nil || err2 != nil || err3 != nil || nsec < 0 || nsec >= int64(time.Second) {
+			return Pending{}, fmt.Errorf("%w: malformed position", ErrInvalidCursor)
+		}
+		return Pending{DueTime: time.Unix(sec, nsec), SequenceNumber: seq, Entity: parts[3]}, nil
 	}
-	due, err1 := strconv.ParseInt(parts[1], 10, 64)
-	seq, err2 := strconv.ParseInt(parts[2], 10, 64)
-	if err1 != nil || err2 != nil {
-		return Pending{}, fmt.Errorf("%w: malformed position", ErrInvalidCursor)
-	}
-	return Pending{DueTime: time.Unix(0, due), SequenceNumber: seq, Entity: parts[3]}, nil
+	return Pending{}, fmt.Errorf("%w: unknown format", ErrInvalidCursor)
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/internal/sbtest"
 )
 
@@ -125,6 +126,99 @@ func TestListPendingBoundedRead(t *testing.T) {
 			require.NoError(t, err)
 			assert.Equal(t, tc.truncated, st.Truncated())
 			assert.LessOrEqual(t, st.Scans[0].Peeked, tc.maxPeek)
+		})
+	}
+}
+
+// TestListPendingPagesPastYear2262: retries due after 2262 (any producer can schedule one carrying
+// sbretry-attempt) page one by one, each once, in due order: the cursor of a page ending on one used
+// to overflow its Unix nanoseconds and name a time in the past, so the next page began again.
+func TestListPendingPagesPastYear2262(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	ctx := sbtest.Context(t)
+	s, err := h.Client.NewSender(sbtest.Queue, nil)
+	require.NoError(t, err)
+	defer func() { _ = s.Close(ctx) }()
+	var want []string
+	for i, year := range []int{9000, 3000, 2263} {
+		id := "far-" + strconv.Itoa(i)
+		m := &azservicebus.Message{MessageID: &id, Body: []byte("x"), ApplicationProperties: map[string]any{envelope.PropAttempt: int64(2)}}
+		_, err := s.ScheduleMessages(ctx, []*azservicebus.Message{m}, time.Date(year, 1, 1, 0, 0, 0, 0, time.UTC), nil)
+		require.NoError(t, err)
+		want = append([]string{id}, want...) // due order is the reverse of send order
+	}
+	in := h.inspector(t, nil)
+	var got []string
+	cursor := ""
+	for range 10 {
+		page, err := in.ListPending(ctx, PageOptions{Limit: 1, Cursor: cursor})
+		require.NoError(t, err)
+		for _, p := range page.Items {
+			got = append(got, p.MessageID)
+		}
+		if cursor = page.Next; cursor == "" {
+			break
+		}
+	}
+	assert.Equal(t, want, got)
+}
+
+// TestListPendingFilter lists, through the real SDK, only the pending retries that pass a filter: by
+// last error, by application property, by due time and by body text, each alone and together.
+func TestListPendingFilter(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	var msgs []*azservicebus.Message
+	for i := range 6 {
+		m := sbtest.Message("job-" + strconv.Itoa(i))
+		m.Body = []byte(`{"customer":"` + []string{"ACME", "Globex"}[i%2] + `"}`)
+		m.ApplicationProperties = map[string]any{"tenant": []string{"north", "south", "east"}[i%3]}
+		msgs = append(msgs, m)
+	}
+	h.Send(t, msgs...)
+	start := time.Now()
+	c := h.StartConsumer(t, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		i, _ := strconv.Atoi(m.MessageID[len("job-"):])
+		err := errBoom
+		if i >= 4 {
+			err = fmt.Errorf("ledger timeout for job %d", i)
+		}
+		return retry.RetryAfter(time.Duration(i+1)*time.Hour, err)
+	}, retry.Options{})
+	c.Out.WaitFor(t, "every retry scheduled", func(ps []retry.ProcessedParams) bool {
+		return sbtest.CountOutcome(ps, retry.OutcomeRetryScheduled) >= 6
+	})
+	c.Stop()
+	in := h.inspector(t, nil)
+	ctx := sbtest.Context(t)
+	cases := []struct {
+		name string
+		f    PendingFilter
+		want []string
+	}{
+		{"none", PendingFilter{}, []string{"job-0", "job-1", "job-2", "job-3", "job-4", "job-5"}},
+		{"last error", PendingFilter{Contains: "LEDGER"}, []string{"job-4", "job-5"}},
+		{"property", PendingFilter{Property: PropertyFilter{Name: "tenant", Value: "north"}}, []string{"job-0", "job-3"}},
+		{"due from", PendingFilter{Since: start.Add(4*time.Hour + 30*time.Minute)}, []string{"job-4", "job-5"}},
+		{"due before", PendingFilter{Until: start.Add(2*time.Hour + 30*time.Minute)}, []string{"job-0", "job-1"}},
+		{"body", PendingFilter{Body: "globex"}, []string{"job-1", "job-3", "job-5"}},
+		{"all together", PendingFilter{Body: "acme", Property: PropertyFilter{Name: "tenant", Value: "east"}, Contains: "ledger"}, nil},
+		{"together, one left", PendingFilter{Body: "acme", Contains: "ledger"}, []string{"job-4"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			page, err := in.ListPending(ctx, PageOptions{Filter: tc.f})
+			require.NoError(t, err)
+			var got []string
+			for _, p := range page.Items {
+				got = append(got, p.Envelope.OriginalMessageID)
+			}
+			if len(tc.want) == 0 {
+				assert.Empty(t, got)
+				return
+			}
+			assert.Equal(t, tc.want, got)
 		})
 	}
 }

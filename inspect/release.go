@@ -15,9 +15,12 @@ import (
 // SessionRelease is an operator's release of a held session: the plan [sessionstate.PlanRelease] made from the
 // session's state, and, after [Inspector.Release], what of it was done.
 type SessionRelease struct {
-	// Entity is the session entity (a queue) and SessionID the session.
+	// Entity is the session entity (a queue, or a subscription) and SessionID the session.
 	Entity    string
 	SessionID string
+	// WakeTo is where the wake-up is sent: the queue itself, or for a subscription [Options.WakeTo],
+	// the wake-up then carrying [PropWakeTo].
+	WakeTo string
 	// Plan is the session's state before and after the release and the wake-up it sends.
 	Plan sessionstate.ReleasePlan
 	// PlannedAt is the time the plan was made for, in UTC to the millisecond: a held retry is made due
@@ -33,13 +36,19 @@ type SessionRelease struct {
 	state []byte
 }
 
-// PreviewRelease plans the release of the session id of the inspected queue at now, and changes
+// PropWakeTo is the application property a subscription's wake-up carries: the path of the
+// subscription it is for ("topic/Subscriptions/sub"), for the topic's rules to route it there and
+// nowhere else (see [Options.WakeTo]).
+const PropWakeTo = "sbretry-wake-to"
+
+// PreviewRelease plans the release of the session id of the inspected entity at now, and changes
 // nothing: it accepts the session, reads its state, closes it at once and returns what
 // [sessionstate.PlanRelease] plans, which [Inspector.Release] carries out. It refuses, with an error wrapping:
 // [ErrSessionLocked], a session a consumer holds now; [sessionstate.ErrForeign], a state that is
 // not a hold record (it is never overwritten); [sessionstate.ErrNotHeld], a session that holds nothing;
-// [ErrEmptySessionID], an empty id. A subscription cannot be released: its wake-up would have to be
-// sent to the topic, which delivers it to every subscription.
+// [ErrEmptySessionID], an empty id. A subscription's session is released only with [Options.WakeTo]
+// (its wake-up is sent there, carrying [PropWakeTo]); without it, [ErrUnknownEntity]: a plain send to
+// its topic would reach every subscription.
 //
 // Like every read of a session, it locks the session for a moment (see [Inspector.ListHeldSessions]).
 func (in *Inspector) PreviewRelease(ctx context.Context, id string, now time.Time) (*SessionRelease, error) {
@@ -59,7 +68,7 @@ func (in *Inspector) PreviewRelease(ctx context.Context, id string, now time.Tim
 // Release carries out the release preview planned, holding the session's lock throughout: it accepts
 // the session, reads its state again and refuses, with an error wrapping [ErrSessionChanged] and
 // nothing done, unless it is the state the preview read (the release does what was shown, or
-// nothing); then it sends the wake-up to the queue (a plain send, receivable at once), and only then
+// nothing); then it sends the wake-up (to the queue, or for a subscription to [Options.WakeTo]; a plain send, receivable at once), and only then
 // writes the new state, and closes the session. Sending first means that a release interrupted between
 // the two leaves the session blocked, with a wake-up its state does not name, which the consumer
 // ignores, rather than unblocked with nothing to make a consumer take it up.
@@ -116,7 +125,7 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 	defer cancel()
 	relocked := func() bool { return !r.LockedUntil().Equal(until) }
 	wake := rel.Plan.Wake
-	err = in.observe(lctx, Call{Operation: OpSend, Entity: in.entity.Path(), MessageID: deref(wake.MessageID), SessionID: id, Properties: wake.ApplicationProperties}, func(ctx context.Context) (int, error) {
+	err = in.observe(lctx, Call{Operation: OpSend, Entity: rel.WakeTo, MessageID: deref(wake.MessageID), SessionID: id, Properties: wake.ApplicationProperties}, func(ctx context.Context) (int, error) {
 		return 0, s.SendMessage(ctx, wake, nil)
 	})
 	if err != nil {
@@ -130,6 +139,8 @@ func (in *Inspector) Release(ctx context.Context, preview *SessionRelease) (*Ses
 	case err != nil:
 		rel.WakeSent = true // sent; whether the broker kept it is not known
 		return rel, fmt.Errorf("inspect: the wake-up of %s session %q was sent, but checking that the session holds it failed: %w; the state was not changed: preview again", in.entity, id, err)
+	case !kept && in.entity.IsSubscription():
+		return rel, fmt.Errorf("%w: %s session %q: the broker did not keep the wake-up %s in the session (the rules of the topic behind %s did not route a message carrying %s=%s to the subscription, or duplicate detection dropped it); the state was not changed", ErrWakeUpDropped, in.entity, id, deref(wake.MessageID), rel.WakeTo, PropWakeTo, in.entity.Path())
 	case !kept:
 		return rel, fmt.Errorf("%w: %s session %q: the broker did not keep the wake-up %s (duplicate detection dropped it: a message with its id was sent within the window); the state was not changed", ErrWakeUpDropped, in.entity, id, deref(wake.MessageID))
 	}
@@ -203,8 +214,8 @@ func (in *Inspector) releasable(id string) error {
 	if id == "" {
 		return ErrEmptySessionID
 	}
-	if in.entity.IsSubscription() {
-		return fmt.Errorf("%w: %s is a subscription: a release sends a wake-up, and a send to its topic reaches every subscription", ErrUnknownEntity, in.entity)
+	if in.entity.IsSubscription() && in.opts.WakeTo == "" {
+		return fmt.Errorf("%w: %s is a subscription: a release sends a wake-up, and a send to its topic reaches every subscription whose rules accept it; set Options.WakeTo where the topic's rules route a wake-up carrying %s to this subscription alone", ErrUnknownEntity, in.entity, PropWakeTo)
 	}
 	return nil
 }
@@ -224,7 +235,19 @@ func (in *Inspector) planRelease(ctx context.Context, r sessionReceiver, id stri
 	if err != nil {
 		return nil, fmt.Errorf("inspect: %s session %q: %w", in.entity, id, err)
 	}
-	return &SessionRelease{Entity: in.entity.Path(), SessionID: id, Plan: plan, PlannedAt: now, state: raw}, nil
+	rel := &SessionRelease{Entity: in.entity.Path(), SessionID: id, Plan: plan, PlannedAt: now, WakeTo: in.entity.Path(), state: raw}
+	if in.entity.IsSubscription() {
+		// The topic's rules route the wake-up by the subscription it names.
+		props := make(map[string]any, len(plan.Wake.ApplicationProperties)+1)
+		for k, v := range plan.Wake.ApplicationProperties {
+			props[k] = v
+		}
+		props[PropWakeTo] = in.entity.Path()
+		wake := *plan.Wake
+		wake.ApplicationProperties = props
+		rel.Plan.Wake, rel.WakeTo = &wake, in.opts.WakeTo
+	}
+	return rel, nil
 }
 
 func deref(s *string) string {

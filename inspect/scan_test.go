@@ -2,6 +2,7 @@ package inspect
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"testing"
 	"time"
@@ -155,13 +156,61 @@ func TestSubscriptionNeedsRetryQueue(t *testing.T) {
 	assert.ErrorIs(t, err, ErrSessionEntity)
 }
 
+// TestCursorRoundTrip: a cursor names its item's due time exactly, also past the year 2262, where Unix
+// nanoseconds (the version 1 format) overflow an int64: the year-9000 retry any producer can schedule
+// came back from its cursor as a date in 1677 or so, and the next page repeated items.
 func TestCursorRoundTrip(t *testing.T) {
-	p := Pending{Entity: "q|with|bars", SequenceNumber: 42, DueTime: time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)}
-	got, err := decodeCursor(encodeCursor(p))
+	t.Parallel()
+	cases := []struct {
+		name string
+		due  time.Time
+	}{
+		{"now-ish", time.Date(2026, 3, 4, 5, 6, 7, 8, time.UTC)},
+		{"year 9000", time.Date(9000, 1, 1, 0, 0, 0, 999_999_999, time.UTC)},
+		{"past 2262", time.Date(2262, 4, 12, 0, 0, 0, 1, time.UTC)},
+		{"before 1678", time.Date(1600, 1, 1, 0, 0, 0, 5, time.UTC)},
+		{"zero", time.Time{}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Pending{Entity: "q|with|bars", SequenceNumber: 42, DueTime: tc.due}
+			got, err := decodeCursor(encodeCursor(p))
+			require.NoError(t, err)
+			assert.Equal(t, 0, comparePending(p, got))
+			assert.True(t, tc.due.Equal(got.DueTime), "due %v came back as %v", tc.due, got.DueTime)
+			assert.Equal(t, p.Entity, got.Entity)
+		})
+	}
+	// A version 1 cursor, handed out before an upgrade, still reads.
+	v1 := base64.RawURLEncoding.EncodeToString([]byte("1|1772600767000000008|42|orders"))
+	got, err := decodeCursor(v1)
 	require.NoError(t, err)
-	assert.Equal(t, 0, comparePending(p, got))
-	for _, bad := range []string{"!!", "MnwxfDI", encodeCursor(p)[:5]} {
+	assert.Equal(t, Pending{Entity: "orders", SequenceNumber: 42, DueTime: time.Unix(0, 1772600767000000008)}, got)
+	for _, bad := range []string{"!!", "MnwxfDI", encodeCursor(Pending{Entity: "q"})[:5],
+		base64.RawURLEncoding.EncodeToString([]byte("2|1|1000000000|4|q")), // nanoseconds beyond a second
+		base64.RawURLEncoding.EncodeToString([]byte("2|1|-1|4|q")),
+		base64.RawURLEncoding.EncodeToString([]byte("3|1|1|4|q")),
+	} {
 		_, err := decodeCursor(bad)
 		assert.ErrorIs(t, err, ErrInvalidCursor, bad)
 	}
+}
+
+// FuzzDecodeCursor: whatever a client sends as a cursor, decodeCursor returns a position or
+// ErrInvalidCursor, and a position it returns encodes to a cursor that decodes to the same position.
+func FuzzDecodeCursor(f *testing.F) {
+	f.Add(encodeCursor(Pending{Entity: "orders", SequenceNumber: 7, DueTime: time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)}))
+	f.Add(base64.RawURLEncoding.EncodeToString([]byte("1|1772600767000000008|42|orders")))
+	f.Add("")
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := decodeCursor(s)
+		if err != nil {
+			require.ErrorIs(t, err, ErrInvalidCursor)
+			return
+		}
+		again, err := decodeCursor(encodeCursor(p))
+		require.NoError(t, err)
+		require.Equal(t, 0, comparePending(p, again))
+		require.Equal(t, p.Entity, again.Entity)
+	})
 }

@@ -53,7 +53,8 @@ type sessionLinks interface {
 	statefulSessions() sessionPager
 	// acceptSession locks the session id.
 	acceptSession(ctx context.Context, id string) (sessionReceiver, error)
-	// entitySender opens a sender on the entity, a queue.
+	// entitySender opens the sender of a release's wake-up: on the entity, a queue, or for a
+	// subscription on Options.WakeTo.
 	entitySender() (sender, error)
 }
 
@@ -79,7 +80,10 @@ func (c *clientLinks) acceptSession(ctx context.Context, id string) (sessionRece
 
 func (c *clientLinks) entitySender() (sender, error) {
 	if c.entity.IsSubscription() {
-		return nil, fmt.Errorf("inspect: %s is a subscription, which cannot be sent to", c.entity)
+		if c.wakeTo == "" {
+			return nil, fmt.Errorf("inspect: %s is a subscription, which cannot be sent to (Options.WakeTo names none)", c.entity)
+		}
+		return c.client.NewSender(c.wakeTo, nil)
 	}
 	return c.client.NewSender(c.entity.Queue, nil)
 }

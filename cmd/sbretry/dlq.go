@@ -17,8 +17,8 @@ import (
 
 // filterFlags are the dead-letter filters every dlq command takes.
 type filterFlags struct {
-	seq, reason, since, until, contains string
-	all                                 bool
+	seq, reason, since, until, contains, property, body string
+	all                                                 bool
 }
 
 func (f *filterFlags) register(fs *flag.FlagSet, selection bool) {
@@ -26,6 +26,8 @@ func (f *filterFlags) register(fs *flag.FlagSet, selection bool) {
 	fs.StringVar(&f.since, "since", "", "")
 	fs.StringVar(&f.until, "until", "", "")
 	fs.StringVar(&f.contains, "contains", "", "")
+	fs.StringVar(&f.property, "property", "", "")
+	fs.StringVar(&f.body, "body-contains", "", "")
 	if selection {
 		fs.StringVar(&f.seq, "seq", "", "")
 		fs.BoolVar(&f.all, "all", false, "")
@@ -33,15 +35,15 @@ func (f *filterFlags) register(fs *flag.FlagSet, selection bool) {
 }
 
 // filter builds the inspect filter. With selection set (redrive, purge), the command must say what to
-// touch: --seq, --reason or --all, so that a forgotten flag never means "everything".
+// touch: --seq, --reason, --property or --all, so that a forgotten flag never means "everything".
 func (f *filterFlags) filter(now time.Time, selection bool) (inspect.DeadLetterFilter, error) {
 	var out inspect.DeadLetterFilter
 	if selection {
 		switch {
-		case f.all && (f.seq != "" || f.reason != ""):
-			return out, usagef("--all selects every dead letter; do not combine it with --seq or --reason")
-		case !f.all && f.seq == "" && f.reason == "":
-			return out, usagef("say which dead letters: --seq N,M, --reason R or --all")
+		case f.all && (f.seq != "" || f.reason != "" || f.property != ""):
+			return out, usagef("--all selects every dead letter; do not combine it with --seq, --reason or --property")
+		case !f.all && f.seq == "" && f.reason == "" && f.property == "":
+			return out, usagef("say which dead letters: --seq N,M, --reason R, --property NAME=VALUE or --all")
 		}
 	}
 	if f.seq != "" {
@@ -51,8 +53,13 @@ func (f *filterFlags) filter(now time.Time, selection bool) (inspect.DeadLetterF
 		}
 		out.Refs = refs
 	}
-	out.Reason, out.Contains = f.reason, f.contains
+	out.Reason, out.Contains, out.Body = f.reason, f.contains, f.body
 	var err error
+	if f.property != "" {
+		if out.Property, err = inspect.ParsePropertyFilter(f.property); err != nil {
+			return out, usagef("--property %q: want NAME=VALUE (an application property and its value as text)", f.property)
+		}
+	}
 	if out.Since, err = parseWhen(f.since, now); err != nil {
 		return out, usagef("--since: %v", err)
 	}

@@ -76,6 +76,10 @@ func TestDLQListFilters(t *testing.T) {
 		{"since the future", []string{"--since", time.Now().Add(time.Hour).Format(time.RFC3339)}, []string{}},
 		{"until the past", []string{"--until", "1h"}, []string{}},
 		{"combined", []string{"--reason", "RetryPermanentFailure", "--contains", "perm-1"}, []string{"perm-1"}},
+		{"property", []string{"--property", "tenant=acme"}, []string{"perm-1", "perm-2", "max-1"}},
+		{"property of another value", []string{"--property", "tenant=globex"}, []string{}},
+		{"body", []string{"--body-contains", `"PERM-2"`}, []string{"perm-2"}},
+		{"property and reason", []string{"--property", "tenant=acme", "--reason", "RetryMaxAttemptsExceeded"}, []string{"max-1"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -255,4 +259,21 @@ func TestRedriveReportsWhatWasSent(t *testing.T) {
 	assert.Equal(t, 0, rep.Done)
 	assert.Contains(t, rep.Error, "redrive stopped after 0 of 1")
 	assert.Len(t, h.activeIDs(t), 1, "the fresh delivery is in the queue")
+}
+
+// TestDLQPropertySelects: --property selects what a redrive or purge acts on, as --reason does; a
+// malformed one is a usage error, and it does not combine with --all.
+func TestDLQPropertySelects(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.seed(t, "perm-1", "perm-2")
+	code, out, errOut := h.cli(t, "", "dlq", "purge", "--property", "tenant=acme", "--dry-run")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "perm-1")
+	assert.Contains(t, out, "perm-2")
+	assert.Len(t, h.listJSON(t), 2, "a dry run")
+	for _, args := range [][]string{{"--property", "tenant"}, {"--property", "tenant=acme", "--all"}} {
+		code, _, errOut := h.cli(t, "", append([]string{"dlq", "purge", "--dry-run"}, args...)...)
+		assert.Equal(t, exitUsage, code, errOut)
+	}
 }

@@ -9,10 +9,11 @@
 //	                                            pending retries by due time, one page at a time
 //	sbretry [entity flags] cancel REF... [--dry-run] [--yes]
 //	                                            cancel pending retries
-//	sbretry [entity flags] dlq list [--reason R] [--since T] [--until T] [--contains TEXT] [--wide]
+//	sbretry [entity flags] dlq list [--reason R] [--since T] [--until T] [--contains TEXT]
+//	                                [--property NAME=VALUE] [--body-contains TEXT] [--wide]
 //	sbretry [entity flags] dlq show REF
-//	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--redrive-to QUEUE]
-//	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --all) [filters] [--dry-run] [--yes]
+//	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --property N=V | --all) [filters] [--dry-run] [--redrive-to QUEUE]
+//	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --property N=V | --all) [filters] [--dry-run] [--yes]
 //	sbretry [entity flags] sessions list [--max-sessions N]
 //	                                            held sessions of a session-enabled queue or subscription
 //	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes]
@@ -20,6 +21,7 @@
 //	sbretry [entity flags] serve [--listen ADDR] [--token T | --tokens-file F] [--audit-file F]
 //	                             [--index PATH|URL] [--max-attempts N]
 //	                             [--entity PATH[=RETRYQUEUE]]... [--poll-interval D] [--window D] [--show-bodies]
+//	                             [--filter-bodies] [--wake-to TOPIC]
 //	                                            the web console (--tokens-file: lines of NAME ROLE SECRET,
 //	                                            ROLE reader or operator; --audit-file: the JSON-lines audit log)
 //
@@ -169,6 +171,12 @@
 //	--poll-interval D    how often the overview's counts are read (default 15s)
 //	--window D           how much history the overview's charts keep in memory (default 1h)
 //	--show-bodies        show message bodies on the message page (default off: they hold customer data)
+//	--filter-bodies      let the dead-letter and pending pages filter by body text (default off: bodies
+//	                     hold customer data; the text is never logged or audited)
+//	--wake-to TOPIC      with --topic T --subscription S (a session subscription, no --retry-queue):
+//	                     its held sessions are released by a wake-up sent to TOPIC carrying
+//	                     sbretry-wake-to=T/Subscriptions/S; give it only where the topic's rules route
+//	                     that to this subscription alone (docs/console.md)
 //	--max-peek N         the peek bound per entity and read (default 10000)
 //
 // Without --token the console answers only to loopback names in the Host header (localhost,

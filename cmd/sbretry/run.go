@@ -50,9 +50,11 @@ commands:
   pending             pending retries by due time (--limit N, --cursor C, --wide; --index PATH: from the
                       retry-state index, in due order over the whole backlog, with the exact total)
   cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)
-  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --wide)
+  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --property NAME=VALUE,
+                      --body-contains TEXT, --wide)
   dlq show REF        one dead letter with its properties and body
-  dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --all; --dry-run; --redrive-to QUEUE)
+  dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --property N=V | --all;
+                      --dry-run; --redrive-to QUEUE)
   dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
   sessions list       held sessions of a session-enabled queue or subscription: what blocks each, its
                       followers, its wake-up (--max-sessions N, default 1000; implies --session-consumer)
@@ -62,7 +64,8 @@ commands:
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback, or
                       --tokens-file F with reader and operator tokens; --audit-file F; --entity
                       PATH[=RETRYQUEUE] repeatable; --index PATH|URL for its search; --max-attempts N;
-                      --poll-interval D; --window D; --show-bodies)
+                      --poll-interval D; --window D; --show-bodies; --filter-bodies; --wake-to TOPIC
+                      releases a session subscription's sessions through its topic)
   pause --consumer URL   pause one consumer through its control endpoint (retry.ControlHandler), as a
                       kill switch (--reason TEXT; --token T, default $SBRETRY_CONSUMER_TOKEN; --dry-run)
   resume --consumer URL  end its pause, or an open outage breaker (--token; --dry-run)

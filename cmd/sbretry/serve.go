@@ -101,8 +101,10 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	poll := fs.Duration("poll-interval", console.DefaultPollInterval, "")
 	window := fs.Duration("window", console.DefaultWindow, "")
 	bodies := fs.Bool("show-bodies", false, "")
+	filterBodies := fs.Bool("filter-bodies", false, "")
 	index := fs.String("index", "", "")
 	maxAttempts := fs.Int("max-attempts", 0, "")
+	wakeTo := fs.String("wake-to", "", "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -123,10 +125,23 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		entities = append(entities, console.Entity{Path: e.Path(), RetryQueue: c.retryQueue})
+		ce := console.Entity{Path: e.Path(), RetryQueue: c.retryQueue}
+		if e.IsSubscription() && c.retryQueue == "" {
+			// A subscription without a retry queue is a session consumer's (it retries in place).
+			ce.SessionConsumer = true
+		}
+		if *wakeTo != "" {
+			if !e.IsSubscription() || c.retryQueue != "" {
+				return usagef("--wake-to names the topic a session subscription's releases send their wake-ups to: give it with --topic T --subscription S and no --retry-queue")
+			}
+			ce.WakeTo = *wakeTo
+		}
+		entities = append(entities, ce)
+	} else if *wakeTo != "" {
+		return usagef("--wake-to goes with --topic T --subscription S (a session subscription)")
 	}
 	if len(entities) == 0 {
-		return usagef("serve needs at least one entity: --queue Q, --topic T --subscription S --retry-queue R, or --entity PATH[=RETRYQUEUE] (repeatable)")
+		return usagef("serve needs at least one entity: --queue Q, --topic T --subscription S --retry-queue R (or, for a session subscription, no --retry-queue), or --entity PATH[=RETRYQUEUE] (repeatable)")
 	}
 	if *maxAttempts < 0 {
 		return usagef("--max-attempts %d is negative", *maxAttempts)
@@ -185,7 +200,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		idx, indexName = store, name
 	}
 	con, err := console.New(client, entities, &console.Options{
-		PollInterval: *poll, Window: *window, MaxPeek: c.maxPeek, ShowBodies: *bodies, AccessToken: *token,
+		PollInterval: *poll, Window: *window, MaxPeek: c.maxPeek, ShowBodies: *bodies, FilterBodies: *filterBodies, AccessToken: *token,
 		Tokens: tokens, AuditFile: *auditFile, Logger: slog.New(slog.NewTextHandler(a.stderr, nil)), Index: idx,
 	})
 	if err != nil {

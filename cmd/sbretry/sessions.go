@@ -9,6 +9,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/redact"
@@ -119,8 +120,13 @@ func unreadableError(held *inspect.HeldSessions) error {
 	return fmt.Errorf("%d of the sessions of %s could not be read (status %s)", n, held.Entity, statusUnreadable)
 }
 
-// printable is s, quoted when it holds characters a terminal would act on.
+// printable is s, quoted (Go syntax: \x1b, \u202e, \xff) when it holds characters a terminal would
+// act on or show misleadingly: controls and escapes, format characters such as bidi overrides and
+// zero-width spaces, and bytes that are not UTF-8 (a lone 0x9b is a CSI to an 8-bit terminal).
 func printable(s string) string {
+	if !utf8.ValidString(s) {
+		return strconv.Quote(s)
+	}
 	for _, r := range s {
 		if !strconv.IsPrint(r) || r == '\t' {
 			return strconv.Quote(s)
@@ -170,7 +176,7 @@ func printHeldSessions(w io.Writer, sessions []inspect.HeldSession) error {
 		if s.StateErr == nil && !s.Locked && s.ReadErr == nil {
 			followers = strconv.Itoa(len(s.State.Followers))
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Entity, printable(s.SessionID), status, seq, clip(id, 40), attempt, due, followers, wake, clip(redact.String(note), 80))
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n", s.Entity, printable(s.SessionID), status, seq, printable(clip(id, 40)), attempt, due, followers, wake, printable(clip(redact.String(note), 80)))
 	}
 	return tw.Flush()
 }
@@ -265,16 +271,16 @@ func describeState(s sessionstate.State) string {
 	case h == nil:
 		b.WriteString("nothing held")
 	case h.DeadLetterReason != "":
-		fmt.Fprintf(&b, "blocked after sequence number %d (%s) was dead-lettered at attempt %d (%s, %s)", h.SequenceNumber, clip(h.MessageID, 60), h.Attempt, h.DeadLetterReason, formatTime(h.DeadLetteredAt))
+		fmt.Fprintf(&b, "blocked after sequence number %d (%s) was dead-lettered at attempt %d (%s, %s)", h.SequenceNumber, printable(clip(h.MessageID, 60)), h.Attempt, printable(h.DeadLetterReason), formatTime(h.DeadLetteredAt))
 	default:
-		fmt.Fprintf(&b, "sequence number %d (%s) held for attempt %d, due %s", h.SequenceNumber, clip(h.MessageID, 60), h.Attempt, formatTime(h.WakeAt))
+		fmt.Fprintf(&b, "sequence number %d (%s) held for attempt %d, due %s", h.SequenceNumber, printable(clip(h.MessageID, 60)), h.Attempt, formatTime(h.WakeAt))
 	}
 	fmt.Fprintf(&b, "; %d followers", len(s.Followers))
 	if len(s.Followers) > 0 {
 		b.WriteString(" " + joinSeqs(s.Followers, 10))
 	}
 	if h := s.Hold; h != nil && h.LastError != "" {
-		b.WriteString("; last error: " + clip(redact.String(h.LastError), 80))
+		b.WriteString("; last error: " + printable(clip(redact.String(h.LastError), 80)))
 	}
 	return b.String()
 }
