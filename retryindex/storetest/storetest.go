@@ -6,6 +6,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("tailer cursor and gone", func(t *testing.T) { cursorAndGone(t, open) })
 	t.Run("refusals", func(t *testing.T) { refusals(t, open) })
 	t.Run("concurrent writers", func(t *testing.T) { concurrent(t, open) })
+	t.Run("a batch folds as its records one by one", func(t *testing.T) { batches(t, open) })
 }
 
 func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
@@ -294,4 +296,75 @@ func concurrent(t *testing.T, open Open) {
 	require.Len(t, ans.Events, 1)
 	assert.Len(t, ans.Events[0].History, writers, "one entry per writer's attempt")
 	assert.Equal(t, writers+1, ans.Events[0].Attempt, "the highest attempt wins")
+}
+
+// batches: one Apply of many records, in batches of any size, leaves every event as applying its
+// records one at a time does: state, attempt, due, history and counts. The mix has what a store may
+// store in bulk (first attempts of new events, more than 64 of them in a row) between what it must
+// not reorder around (a first attempt's record of a chain seen earlier in the batch, later attempts,
+// the tailer's records, events that exist before the batch).
+func batches(t *testing.T, open Open) {
+	rng := rand.New(rand.NewPCG(7, 33))
+	kinds := []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded, retryindex.KindDeadLettered,
+		retryindex.KindHeld, retryindex.KindLeftForRedelivery, retryindex.KindDiscarded, retryindex.KindActive}
+	var before, records []retryindex.Record
+	for i := range 20 { // events that exist before the batch
+		before = append(before, Rec(fmt.Sprintf("old-%d", i), int64(1000+i), retryindex.KindScheduled, 1, 0))
+	}
+	for i := range 150 { // a run of new events longer than any multi-row statement
+		records = append(records, Rec(fmt.Sprintf("new-%d", i), int64(i+1), retryindex.KindScheduled, 1, time.Duration(i)*time.Second))
+	}
+	for i := range 400 {
+		n := rng.IntN(200) // new-150 and later first appear here
+		id, seq := fmt.Sprintf("new-%d", n), int64(n+1)
+		if rng.IntN(3) == 0 {
+			n = rng.IntN(20)
+			id, seq = fmt.Sprintf("old-%d", n), int64(1000+n)
+		}
+		r := Rec(id, seq, kinds[rng.IntN(len(kinds))], 1+rng.IntN(3), time.Duration(i)*time.Second)
+		if r.Kind == retryindex.KindActive || rng.IntN(5) == 0 {
+			r.Feed = retryindex.FeedTailer
+		}
+		records = append(records, r)
+	}
+	ctx := context.Background()
+	fill := func(size int) retryindex.Store {
+		s := open(t, fixed(t0))
+		require.NoError(t, s.Apply(ctx, before))
+		for rest := records; len(rest) > 0; {
+			n := min(size, len(rest))
+			require.NoError(t, s.Apply(ctx, rest[:n]))
+			rest = rest[n:]
+		}
+		return s
+	}
+	read := func(s retryindex.Store) (map[retryindex.State]int64, []retryindex.Event) {
+		c, err := s.Counts(ctx)
+		require.NoError(t, err)
+		var events []retryindex.Event
+		for i := range 200 {
+			for _, id := range []string{fmt.Sprintf("new-%d", i), fmt.Sprintf("old-%d", i)} {
+				ans, err := s.Lookup(ctx, id, nil)
+				require.NoError(t, err)
+				events = append(events, ans.Events...)
+			}
+		}
+		return c.ByState, events
+	}
+	wantCounts, want := read(fill(1))
+	ids := map[string]bool{}
+	for _, r := range append(before, records...) {
+		ids[r.OriginalID] = true
+	}
+	require.Equal(t, len(ids), len(want), "every event found once")
+	byState := map[retryindex.State]int64{}
+	for _, e := range want {
+		byState[e.State]++
+	}
+	assert.Equal(t, byState, wantCounts, "the counts are the events' states")
+	for _, size := range []int{7, 100, len(records)} {
+		gotCounts, got := read(fill(size))
+		assert.Equal(t, wantCounts, gotCounts, "batches of %d", size)
+		assert.Equal(t, want, got, "batches of %d", size)
+	}
 }
