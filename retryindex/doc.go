@@ -14,7 +14,8 @@
 //     success is no retry state and is skipped unless [RecorderOptions.RecordFirstAttempts]. The hook
 //     never blocks the consumer: records queue in memory and one writer stores them in batches every
 //     [RecorderOptions.FlushInterval] (100 ms); a full queue drops the record and counts it
-//     ([Recorder.Stats]), and the tailer repairs what was dropped.
+//     ([Recorder.Stats]), the store notes the loss, every answer's freshness then says this feed
+//     lost records ([FeedStatus].Lost), and a [Tailer.Rebuild] repairs the states and clears it.
 //   - the broker: a [Tailer] peeks the retry entity and its dead-letter queue from the last sequence
 //     number it saw, so that copies scheduled by any process (and dead letters) are indexed too
 //     ([Tailer.Run] polls every interval), and [Tailer.Rebuild] reads everything again and marks the

@@ -147,6 +147,11 @@ func TestRecorderDropsInsteadOfBlocking(t *testing.T) {
 	close(g.gate)
 	require.NoError(t, r.Close(context.Background()))
 	assert.Equal(t, RecorderStats{Stored: 3, Dropped: 3}, r.Stats())
+	f, err := s.Freshness(context.Background())
+	require.NoError(t, err)
+	require.Len(t, f.Feeds, 1)
+	assert.EqualValues(t, 3, f.Feeds[0].Lost, "every answer says the feed lost 3 records: %+v", f.Feeds[0])
+	assert.False(t, f.Feeds[0].LostAt.IsZero())
 	hook(processed("late", 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	assert.EqualValues(t, 4, r.Stats().Dropped, "after Close a record is dropped, not sent on a closed channel")
 	require.NoError(t, r.Close(context.Background()), "idempotent")
@@ -170,6 +175,10 @@ func TestRecorderCountsFailedWrites(t *testing.T) {
 	st := r.Stats()
 	assert.EqualValues(t, 1, st.Failed)
 	assert.ErrorIs(t, st.LastErr, errDiskFull)
+	f, err := s.Freshness(context.Background())
+	require.NoError(t, err)
+	require.Len(t, f.Feeds, 1, "the store took the note of the loss though it refused the records")
+	assert.EqualValues(t, 1, f.Feeds[0].Lost)
 }
 
 // TestRecorderPrunesOnSchedule prunes finished events past the retention as it writes.

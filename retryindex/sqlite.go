@@ -105,7 +105,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 	feed INTEGER NOT NULL,
 	PRIMARY KEY (event, attempt, kind, at)
 ) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0);
+CREATE TABLE IF NOT EXISTS feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0, lost INTEGER NOT NULL DEFAULT 0, lost_at INTEGER);
 CREATE TABLE IF NOT EXISTS counts (state INTEGER PRIMARY KEY, n INTEGER NOT NULL);
 `
 
@@ -157,6 +157,10 @@ func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
 	if _, err := write.Exec(schema); err != nil {
 		_ = write.Close()
 		return nil, fmt.Errorf("retryindex: creating the schema in %s: %w", path, err)
+	}
+	if err := addLostColumns(write); err != nil {
+		_ = write.Close()
+		return nil, fmt.Errorf("retryindex: upgrading the schema in %s: %w", path, err)
 	}
 	if err := errors.Join(s.stmts.prepare(write), s.batch.prepare(write)); err != nil {
 		_ = write.Close()
@@ -693,7 +697,7 @@ func (s *SQLite) history(ctx context.Context, tx *sql.Tx, event int64, limit int
 }
 
 func (s *SQLite) feeds(ctx context.Context, tx *sql.Tx) ([]FeedStatus, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT name, last, cursor FROM feeds ORDER BY name`)
+	rows, err := tx.QueryContext(ctx, `SELECT name, last, cursor, lost, lost_at FROM feeds ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("retryindex: reading the feeds: %w", err)
 	}
@@ -702,10 +706,11 @@ func (s *SQLite) feeds(ctx context.Context, tx *sql.Tx) ([]FeedStatus, error) {
 	for rows.Next() {
 		var f FeedStatus
 		var last int64
-		if err := rows.Scan(&f.Name, &last, &f.Cursor); err != nil {
+		var lostAt sql.NullInt64
+		if err := rows.Scan(&f.Name, &last, &f.Cursor, &f.Lost, &lostAt); err != nil {
 			return nil, fmt.Errorf("retryindex: reading the feeds: %w", err)
 		}
-		f.Last = time.UnixMilli(last).UTC()
+		f.Last, f.LostAt = time.UnixMilli(last).UTC(), fromMS(lostAt)
 		out = append(out, f)
 	}
 	return out, rows.Err()
@@ -957,6 +962,40 @@ func (s *SQLite) MarkGone(ctx context.Context, entity string, since time.Time, s
 		return deltas.write(ctx, tx)
 	})
 	return n, err
+}
+
+// addLostColumns adds the feeds' lost and lost_at columns to an index written before they existed
+// (CREATE TABLE IF NOT EXISTS leaves an existing table as it is).
+func addLostColumns(db *sql.DB) error {
+	var n int
+	if err := db.QueryRow(`SELECT count(*) FROM pragma_table_info('feeds') WHERE name = 'lost'`).Scan(&n); err != nil || n > 0 {
+		return err
+	}
+	_, err := db.Exec(`ALTER TABLE feeds ADD COLUMN lost INTEGER NOT NULL DEFAULT 0; ALTER TABLE feeds ADD COLUMN lost_at INTEGER`)
+	return err
+}
+
+// NoteLost implements [Store.NoteLost].
+func (s *SQLite) NoteLost(ctx context.Context, feed string, n int64) error {
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		now := s.opts.Now().UnixMilli()
+		_, err := tx.ExecContext(ctx, `INSERT INTO feeds(name, last, lost, lost_at) VALUES (?, ?, ?, ?)
+			ON CONFLICT(name) DO UPDATE SET lost = lost + excluded.lost, lost_at = excluded.lost_at`, feed, now, n, now)
+		if err != nil {
+			return fmt.Errorf("retryindex: noting lost records: %w", err)
+		}
+		return nil
+	})
+}
+
+// ClearLost implements [Store.ClearLost].
+func (s *SQLite) ClearLost(ctx context.Context, before time.Time) error {
+	return s.writeTx(ctx, func(tx *sql.Tx) error {
+		if _, err := tx.ExecContext(ctx, `UPDATE feeds SET lost = 0, lost_at = NULL WHERE lost != 0 AND lost_at < ?`, before.UnixMilli()); err != nil {
+			return fmt.Errorf("retryindex: clearing lost records: %w", err)
+		}
+		return nil
+	})
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }

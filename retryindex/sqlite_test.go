@@ -2,6 +2,8 @@ package retryindex
 
 import (
 	"context"
+	"database/sql"
+	"path/filepath"
 	"errors"
 	"fmt"
 	"strings"
@@ -332,4 +334,28 @@ func TestPendingBySource(t *testing.T) {
 		assert.Equal(t, want, got, source)
 		assert.EqualValues(t, len(want), page.Total, source)
 	}
+}
+
+// TestOpenSQLiteUpgradesAnOlderFile: an index written before the feeds counted lost records opens,
+// keeps its feeds, and notes losses.
+func TestOpenSQLiteUpgradesAnOlderFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.Exec(`CREATE TABLE feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0);
+		INSERT INTO feeds(name, last, cursor) VALUES ('tailer orders', 1000, 42)`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	s, err := OpenSQLite(path, &SQLiteOptions{Now: fixedClock(t0)})
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	ctx := context.Background()
+	require.NoError(t, s.NoteLost(ctx, "consumer a/1", 4))
+	f, err := s.Freshness(ctx)
+	require.NoError(t, err)
+	require.Len(t, f.Feeds, 2)
+	assert.EqualValues(t, 4, f.Feeds[0].Lost)
+	assert.EqualValues(t, 42, f.Feeds[1].Cursor)
+	assert.Zero(t, f.Feeds[1].Lost)
 }

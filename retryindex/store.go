@@ -45,6 +45,13 @@ type Store interface {
 	// since since, and that seen reports not seen by the rebuild that started then (see
 	// [Tailer.Rebuild]), that the copy is gone. It returns how many events it marked.
 	MarkGone(ctx context.Context, entity string, since time.Time, seen func(chain string) bool) (int64, error)
+	// NoteLost adds n to the records feed lost (a [Recorder] dropped them while its queue was full,
+	// or a write of them failed), and stamps when: every answer's [FeedStatus] says so until a
+	// rebuild repairs it (ClearLost).
+	NoteLost(ctx context.Context, feed string, n int64) error
+	// ClearLost forgets the losses noted before before: a [Tailer.Rebuild] that started then read the
+	// broker again, so the events' states no longer miss them (their history still does).
+	ClearLost(ctx context.Context, before time.Time) error
 	// Close releases the store. Calls after Close return [ErrClosed].
 	Close() error
 }
@@ -165,6 +172,12 @@ type FeedStatus struct {
 	// Last is the time of its last write. For a tailer, Cursor is the next sequence number it reads.
 	Last   time.Time
 	Cursor int64
+	// Lost counts the records the feed could not store since the last rebuild (see
+	// [Store.NoteLost]), LostAt when the last was noted: when Lost is not zero, answers may miss
+	// changes this feed saw, until a [Tailer.Rebuild] (or the tailer's next poll, for copies and dead
+	// letters that arrive after its cursor) reads them from the broker.
+	Lost   int64
+	LostAt time.Time
 }
 
 // Freshness says how fresh an answer is: as of when it was read, and when each feed last wrote.

@@ -74,6 +74,8 @@ CREATE TABLE IF NOT EXISTS sbretry_attempts (
 	PRIMARY KEY (event, attempt, kind, at)
 );
 CREATE TABLE IF NOT EXISTS sbretry_feeds (name text PRIMARY KEY, last bigint NOT NULL, cursor bigint NOT NULL DEFAULT 0);
+ALTER TABLE sbretry_feeds ADD COLUMN IF NOT EXISTS lost bigint NOT NULL DEFAULT 0;
+ALTER TABLE sbretry_feeds ADD COLUMN IF NOT EXISTS lost_at bigint;
 CREATE TABLE IF NOT EXISTS sbretry_counts (state smallint PRIMARY KEY, n bigint NOT NULL);
 `
 
@@ -459,7 +461,7 @@ func history(ctx context.Context, tx pgx.Tx, event int64, limit int) ([]retryind
 }
 
 func feeds(ctx context.Context, tx pgx.Tx) ([]retryindex.FeedStatus, error) {
-	rows, err := tx.Query(ctx, `SELECT name, last, cursor FROM sbretry_feeds ORDER BY name`)
+	rows, err := tx.Query(ctx, `SELECT name, last, cursor, lost, lost_at FROM sbretry_feeds ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("retryindex/postgres: reading the feeds: %w", err)
 	}
@@ -468,10 +470,14 @@ func feeds(ctx context.Context, tx pgx.Tx) ([]retryindex.FeedStatus, error) {
 	for rows.Next() {
 		var f retryindex.FeedStatus
 		var last int64
-		if err := rows.Scan(&f.Name, &last, &f.Cursor); err != nil {
+		var lostAt *int64
+		if err := rows.Scan(&f.Name, &last, &f.Cursor, &f.Lost, &lostAt); err != nil {
 			return nil, fmt.Errorf("retryindex/postgres: reading the feeds: %w", err)
 		}
 		f.Last = time.UnixMilli(last).UTC()
+		if lostAt != nil {
+			f.LostAt = time.UnixMilli(*lostAt).UTC()
+		}
 		out = append(out, f)
 	}
 	return out, rows.Err()
@@ -658,6 +664,29 @@ func (s *Store) SetCursor(ctx context.Context, entity string, next int64, record
 			"tailer "+entity, s.opts.Now().UnixMilli(), next)
 		if err != nil {
 			return fmt.Errorf("retryindex/postgres: recording the cursor: %w", err)
+		}
+		return nil
+	})
+}
+
+// NoteLost implements [retryindex.Store.NoteLost].
+func (s *Store) NoteLost(ctx context.Context, feed string, n int64) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		now := s.opts.Now().UnixMilli()
+		_, err := tx.Exec(ctx, `INSERT INTO sbretry_feeds(name, last, lost, lost_at) VALUES ($1, $2, $3, $2)
+			ON CONFLICT (name) DO UPDATE SET lost = sbretry_feeds.lost + excluded.lost, lost_at = excluded.lost_at`, feed, now, n)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: noting lost records: %w", err)
+		}
+		return nil
+	})
+}
+
+// ClearLost implements [retryindex.Store.ClearLost].
+func (s *Store) ClearLost(ctx context.Context, before time.Time) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE sbretry_feeds SET lost = 0, lost_at = NULL WHERE lost != 0 AND lost_at < $1`, before.UnixMilli()); err != nil {
+			return fmt.Errorf("retryindex/postgres: clearing lost records: %w", err)
 		}
 		return nil
 	})

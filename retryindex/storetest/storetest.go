@@ -51,6 +51,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("refusals", func(t *testing.T) { refusals(t, open) })
 	t.Run("concurrent writers", func(t *testing.T) { concurrent(t, open) })
 	t.Run("a batch folds as its records one by one", func(t *testing.T) { batches(t, open) })
+	t.Run("lost records", func(t *testing.T) { lost(t, open) })
 }
 
 func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
@@ -367,4 +368,28 @@ func batches(t *testing.T, open Open) {
 		assert.Equal(t, wantCounts, gotCounts, "batches of %d", size)
 		assert.Equal(t, want, got, "batches of %d", size)
 	}
+}
+
+// lost: a feed's noted losses add up, show in every answer's freshness with when, and are cleared by
+// a rebuild that started after them, not before.
+func lost(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0)}))
+	require.NoError(t, s.NoteLost(ctx, "consumer test/1", 3))
+	require.NoError(t, s.NoteLost(ctx, "consumer test/1", 2))
+	ans, err := s.Lookup(ctx, "a", nil)
+	require.NoError(t, err)
+	require.Len(t, ans.Feeds, 1)
+	assert.EqualValues(t, 5, ans.Feeds[0].Lost)
+	assert.Equal(t, t0, ans.Feeds[0].LostAt)
+	require.NoError(t, s.ClearLost(ctx, t0), "a rebuild that started with the loss")
+	page, err := s.Pending(ctx, nil)
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, page.Feeds[0].Lost, "not repaired by a rebuild that started before it was noted")
+	require.NoError(t, s.ClearLost(ctx, t0.Add(time.Millisecond)))
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, c.Feeds[0].Lost)
+	assert.True(t, c.Feeds[0].LostAt.IsZero())
 }
