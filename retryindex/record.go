@@ -90,6 +90,10 @@ type Record struct {
 	Error string
 	// Reason is the dead-letter reason (KindDeadLettered).
 	Reason string
+	// Immediate is how many immediate retries the attempt made within its delivery before this
+	// outcome ([retry.Result.ImmediateRetries]); the broker does not tell it, so a tailer's records
+	// have zero.
+	Immediate int
 	// Entity and SequenceNumber place the copy or dead letter in the broker when the feed knows it
 	// (SequenceNumber -1 or 0 means unknown); an action verifies there before it acts.
 	Entity         string

@@ -212,6 +212,7 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 	if rec.Source == "" {
 		rec.Source = p.EntityPath
 	}
+	rec.Immediate = res.ImmediateRetries
 	if res.HandlerErr != nil {
 		rec.Error = res.HandlerErr.Error()
 	}

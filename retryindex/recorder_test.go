@@ -36,8 +36,10 @@ func TestRecorderRecordsEachOutcome(t *testing.T) {
 		wantKind  Kind
 		check     func(t *testing.T, e Event)
 	}{
-		{name: "retry scheduled", res: retry.Result{Outcome: retry.OutcomeRetryScheduled, HandlerErr: boom, ScheduledFor: due, SequenceNumber: 17},
+		{name: "retry scheduled", res: retry.Result{Outcome: retry.OutcomeRetryScheduled, HandlerErr: boom, ScheduledFor: due, SequenceNumber: 17, ImmediateRetries: 2},
 			wantState: StatePending, wantKind: KindScheduled, check: func(t *testing.T, e Event) {
+				assert.Equal(t, 2, e.Immediate, "the delivery's immediate retries")
+				assert.Equal(t, 2, e.History[0].Immediate)
 				assert.Equal(t, 3, e.Attempt, "the copy runs as attempt 3")
 				assert.True(t, due.Equal(e.Due))
 				assert.EqualValues(t, 17, e.SequenceNumber)

@@ -93,6 +93,7 @@ CREATE INDEX IF NOT EXISTS events_original ON events(original_id);
 CREATE INDEX IF NOT EXISTS events_key ON events(key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_corr ON events(corr) WHERE corr IS NOT NULL;
 CREATE INDEX IF NOT EXISTS events_pending ON events(due, id) WHERE state = 1;
+CREATE INDEX IF NOT EXISTS events_dead ON events(updated, id) WHERE state = 4;
 CREATE TABLE IF NOT EXISTS attempts (
 	event INTEGER NOT NULL,
 	attempt INTEGER NOT NULL,
@@ -103,6 +104,7 @@ CREATE TABLE IF NOT EXISTS attempts (
 	next_due INTEGER,
 	process INTEGER,
 	feed INTEGER NOT NULL,
+	immediate INTEGER,
 	PRIMARY KEY (event, attempt, kind, at)
 ) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0, lost INTEGER NOT NULL DEFAULT 0, lost_at INTEGER);
@@ -158,7 +160,7 @@ func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
 		_ = write.Close()
 		return nil, fmt.Errorf("retryindex: creating the schema in %s: %w", path, err)
 	}
-	if err := addLostColumns(write); err != nil {
+	if err := addColumns(write); err != nil {
 		_ = write.Close()
 		return nil, fmt.Errorf("retryindex: upgrading the schema in %s: %w", path, err)
 	}
@@ -190,7 +192,7 @@ func (w *writeStmts) prepare(db *sql.DB) error {
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
 		{&w.updateEvent, `UPDATE events SET state = ?, pos = ?, attempt = ?, due = ?, entity = ?, seq = ?, updated = ?, feed = ? WHERE id = ?`},
 		{&w.historySeen, `SELECT count(*) FROM attempts WHERE event = ? AND attempt = ? AND kind = ?`},
-		{&w.insertAttempt, `INSERT OR IGNORE INTO attempts(event, attempt, kind, at, error, reason, next_due, process, feed) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`},
+		{&w.insertAttempt, attemptInsertHead + attemptRowParams},
 	} {
 		st, err := db.Prepare(p.query)
 		if err != nil {
@@ -533,7 +535,7 @@ func (s *SQLite) eventRow(ctx context.Context, tx *sql.Tx, r *Record) ([]any, er
 		state, r.position(), attempt, due, sql.NullInt64{Int64: entity, Valid: entity != 0}, seq, r.At.UnixMilli(), feedCode(r.Feed)}, nil
 }
 
-// attemptRow is the insertAttempt statement's arguments for r's history entry of event id: its 9
+// attemptRow is the insertAttempt statement's arguments for r's history entry of event id: its 10
 // columns.
 func (s *SQLite) attemptRow(ctx context.Context, tx *sql.Tx, id int64, r *Record) ([]any, error) {
 	process, err := s.nameID(ctx, tx, r.Process)
@@ -541,14 +543,15 @@ func (s *SQLite) attemptRow(ctx context.Context, tx *sql.Tx, id int64, r *Record
 		return nil, err
 	}
 	return []any{id, r.Attempt, int(r.Kind), r.At.UnixMilli(), nullString(RedactError(r.Error, s.opts.MaxErrorLength)), nullString(r.Reason),
-		ms(r.NextDue), sql.NullInt64{Int64: process, Valid: process != 0}, feedCode(r.Feed)}, nil
+		ms(r.NextDue), sql.NullInt64{Int64: process, Valid: process != 0}, feedCode(r.Feed), sql.NullInt64{Int64: int64(r.Immediate), Valid: r.Immediate != 0}}, nil
 }
 
 // eventColumns are read by scanEvent, in its order; the last error comes from the newest history
 // entry that has one, so that no event stores its error twice.
 const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
 	(SELECT a.error FROM attempts a WHERE a.event = e.id AND a.error IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
-	(SELECT a.reason FROM attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1)`
+	(SELECT a.reason FROM attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
+	(SELECT a.immediate FROM attempts a WHERE a.event = e.id ORDER BY a.attempt DESC, a.at DESC LIMIT 1)`
 
 type rowScanner interface{ Scan(dest ...any) error }
 
@@ -563,8 +566,9 @@ func (s *SQLite) scanEvent(ctx context.Context, tx *sql.Tx, row rowScanner) (int
 		updated         int64
 		feed            int
 		lastErr, reason sql.NullString
+		immediate       sql.NullInt64
 	)
-	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &e.State, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason)
+	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &e.State, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason, &immediate)
 	if err != nil {
 		return 0, e, err
 	}
@@ -583,6 +587,7 @@ func (s *SQLite) scanEvent(ctx context.Context, tx *sql.Tx, row rowScanner) (int
 	e.Updated = time.UnixMilli(updated).UTC()
 	e.Feed = feedName(feed)
 	e.LastError, e.Reason = lastErr.String, reason.String
+	e.Immediate = int(immediate.Int64)
 	return id, e, nil
 }
 
@@ -667,7 +672,7 @@ func (s *SQLite) Lookup(ctx context.Context, id string, opts *LookupOptions) (*A
 
 // history reads the newest limit entries of an event's history, returned oldest first.
 func (s *SQLite) history(ctx context.Context, tx *sql.Tx, event int64, limit int) ([]Attempt, error) {
-	rows, err := tx.QueryContext(ctx, `SELECT attempt, kind, at, error, reason, next_due, process, feed FROM attempts WHERE event = ? ORDER BY attempt DESC, at DESC LIMIT ?`, event, limit)
+	rows, err := tx.QueryContext(ctx, `SELECT attempt, kind, at, error, reason, next_due, process, feed, immediate FROM attempts WHERE event = ? ORDER BY attempt DESC, at DESC LIMIT ?`, event, limit)
 	if err != nil {
 		return nil, fmt.Errorf("retryindex: reading the history: %w", err)
 	}
@@ -677,9 +682,9 @@ func (s *SQLite) history(ctx context.Context, tx *sql.Tx, event int64, limit int
 		var a Attempt
 		var at int64
 		var errText, reason sql.NullString
-		var next, process sql.NullInt64
+		var next, process, immediate sql.NullInt64
 		var feed int
-		if err := rows.Scan(&a.Attempt, &a.Kind, &at, &errText, &reason, &next, &process, &feed); err != nil {
+		if err := rows.Scan(&a.Attempt, &a.Kind, &at, &errText, &reason, &next, &process, &feed, &immediate); err != nil {
 			return nil, fmt.Errorf("retryindex: reading the history: %w", err)
 		}
 		a.At = time.UnixMilli(at).UTC()
@@ -687,6 +692,7 @@ func (s *SQLite) history(ctx context.Context, tx *sql.Tx, event int64, limit int
 		a.NextDue = fromMS(next)
 		a.Process = s.nameOf(ctx, tx, process)
 		a.Feed = feedName(feed)
+		a.Immediate = int(immediate.Int64)
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -734,71 +740,86 @@ func (s *SQLite) Freshness(ctx context.Context) (*Freshness, error) {
 // Pending implements [Store.Pending] through the partial index of pending events by due time: a page
 // costs its own size, whatever the backlog. The cursor is the last row's due time and id.
 func (s *SQLite) Pending(ctx context.Context, opts *PendingOptions) (*PendingPage, error) {
-	var o PendingOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.Limit < 0 {
-		return nil, fmt.Errorf("%w: Limit %d is negative", ErrInvalidOptions, o.Limit)
-	}
-	if o.Limit == 0 {
-		o.Limit = DefaultPageLimit
-	}
-	afterDue, afterID := int64(-1<<63), int64(-1<<63)
-	if o.Cursor != "" {
-		d, i, ok := strings.Cut(o.Cursor, ".")
-		var err1, err2 error
-		afterDue, err1 = strconv.ParseInt(d, 10, 64)
-		afterID, err2 = strconv.ParseInt(i, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: %q", ErrInvalidCursor, o.Cursor)
-		}
+	return s.list(ctx, opts, listPending)
+}
+
+// DeadLettered implements [Store.DeadLettered] through the partial index of dead-lettered events by
+// time. The cursor is the last row's time and id.
+func (s *SQLite) DeadLettered(ctx context.Context, opts *PendingOptions) (*PendingPage, error) {
+	return s.list(ctx, opts, listDeadLettered)
+}
+
+// listing is one of the two listings in index order: pending by due time, earliest first, or
+// dead-lettered by time, newest first.
+type listing struct {
+	state      State
+	index, key string // the partial index, and the column it orders by
+	desc       bool
+}
+
+var (
+	listPending      = listing{state: StatePending, index: "events_pending", key: "due"}
+	listDeadLettered = listing{state: StateDeadLettered, index: "events_dead", key: "updated", desc: true}
+)
+
+func (s *SQLite) list(ctx context.Context, opts *PendingOptions, l listing) (*PendingPage, error) {
+	o, afterKey, afterID, err := opts.Parse(l.desc)
+	if err != nil {
+		return nil, err
 	}
 	page := &PendingPage{}
-	err := s.readTx(ctx, func(tx *sql.Tx, asOf time.Time) error {
+	err = s.readTx(ctx, func(tx *sql.Tx, asOf time.Time) error {
 		page.AsOf = asOf
 		var source int64 = -1 // no name has this id: with a Source that was never recorded, nothing matches
 		if o.Source != "" {
 			if err := tx.QueryRowContext(ctx, `SELECT id FROM names WHERE name = ?`, o.Source).Scan(&source); err != nil && !errors.Is(err, sql.ErrNoRows) {
-				return fmt.Errorf("retryindex: listing pending: %w", err)
+				return fmt.Errorf("retryindex: listing %v: %w", l.state, err)
 			}
 		}
 		filter := ""
-		args := []any{afterDue, afterID}
+		args := []any{afterKey, afterID}
 		if o.Source != "" {
 			filter = " AND e.source = ?"
 			args = append(args, source)
 		}
-		rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e INDEXED BY events_pending
-			WHERE e.state = 1 AND (e.due, e.id) > (?, ?)`+filter+` ORDER BY e.due, e.id LIMIT ?`, append(args, o.Limit+1)...)
+		cmpOp, order := ">", "e."+l.key+", e.id"
+		if l.desc {
+			cmpOp, order = "<", "e."+l.key+" DESC, e.id DESC"
+		}
+		rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e INDEXED BY `+l.index+`
+			WHERE e.state = `+itoa(int(l.state))+` AND (e.`+l.key+`, e.id) `+cmpOp+` (?, ?)`+filter+` ORDER BY `+order+` LIMIT ?`, append(args, o.Limit+1)...)
 		if err != nil {
-			return fmt.Errorf("retryindex: listing pending: %w", err)
+			return fmt.Errorf("retryindex: listing %v: %w", l.state, err)
 		}
 		var last [2]int64
 		for rows.Next() {
 			eid, e, err := s.scanEvent(ctx, tx, rows)
 			if err != nil {
 				_ = rows.Close()
-				return fmt.Errorf("retryindex: listing pending: %w", err)
+				return fmt.Errorf("retryindex: listing %v: %w", l.state, err)
 			}
 			if len(page.Items) == o.Limit {
 				page.Next = strconv.FormatInt(last[0], 10) + "." + strconv.FormatInt(last[1], 10)
 				break
 			}
-			last = [2]int64{e.Due.UnixMilli(), eid}
+			key := e.Due
+			if l.desc {
+				key = e.Updated
+			}
+			last = [2]int64{key.UnixMilli(), eid}
 			page.Items = append(page.Items, e)
 		}
 		if err := errors.Join(rows.Err(), rows.Close()); err != nil {
-			return fmt.Errorf("retryindex: listing pending: %w", err)
+			return fmt.Errorf("retryindex: listing %v: %w", l.state, err)
 		}
 		// The total over every entity is the counts table's (exact, kept with each write); for one
-		// entity it is a count over the pending index.
-		count := `SELECT coalesce((SELECT n FROM counts WHERE state = 1), 0)`
+		// entity it is a count over the partial index.
+		count := `SELECT coalesce((SELECT n FROM counts WHERE state = ` + itoa(int(l.state)) + `), 0)`
 		if filter != "" {
-			count = `SELECT count(*) FROM events INDEXED BY events_pending WHERE state = 1` + strings.ReplaceAll(filter, "e.", "")
+			count = `SELECT count(*) FROM events INDEXED BY ` + l.index + ` WHERE state = ` + itoa(int(l.state)) + strings.ReplaceAll(filter, "e.", "")
 		}
 		if err := tx.QueryRowContext(ctx, count, args[2:]...).Scan(&page.Total); err != nil {
-			return fmt.Errorf("retryindex: counting pending: %w", err)
+			return fmt.Errorf("retryindex: counting %v: %w", l.state, err)
 		}
 		page.Feeds, err = s.feeds(ctx, tx)
 		return err
@@ -964,15 +985,25 @@ func (s *SQLite) MarkGone(ctx context.Context, entity string, since time.Time, s
 	return n, err
 }
 
-// addLostColumns adds the feeds' lost and lost_at columns to an index written before they existed
-// (CREATE TABLE IF NOT EXISTS leaves an existing table as it is).
-func addLostColumns(db *sql.DB) error {
-	var n int
-	if err := db.QueryRow(`SELECT count(*) FROM pragma_table_info('feeds') WHERE name = 'lost'`).Scan(&n); err != nil || n > 0 {
-		return err
+// addColumns adds the columns an index written before they existed lacks (CREATE TABLE IF NOT
+// EXISTS leaves an existing table as it is): the feeds' lost and lost_at, the history's immediate.
+func addColumns(db *sql.DB) error {
+	for _, c := range []struct{ table, column, add string }{
+		{"feeds", "lost", `ALTER TABLE feeds ADD COLUMN lost INTEGER NOT NULL DEFAULT 0; ALTER TABLE feeds ADD COLUMN lost_at INTEGER`},
+		{"attempts", "immediate", `ALTER TABLE attempts ADD COLUMN immediate INTEGER`},
+	} {
+		var n int
+		if err := db.QueryRow(`SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, c.table, c.column).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			continue
+		}
+		if _, err := db.Exec(c.add); err != nil {
+			return err
+		}
 	}
-	_, err := db.Exec(`ALTER TABLE feeds ADD COLUMN lost INTEGER NOT NULL DEFAULT 0; ALTER TABLE feeds ADD COLUMN lost_at INTEGER`)
-	return err
+	return nil
 }
 
 // NoteLost implements [Store.NoteLost].

@@ -26,8 +26,9 @@ type batchStmts struct {
 const (
 	eventInsertHead   = `INSERT OR IGNORE INTO events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed) VALUES `
 	eventRowParams    = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
-	attemptInsertHead = `INSERT OR IGNORE INTO attempts(event, attempt, kind, at, error, reason, next_due, process, feed) VALUES `
-	attemptRowParams  = `(?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	attemptInsertHead = `INSERT OR IGNORE INTO attempts(event, attempt, kind, at, error, reason, next_due, process, feed, immediate) VALUES `
+	attemptRowParams  = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	attemptColumns    = 10
 )
 
 func rowsOf(head, row string, n int) string {
@@ -135,11 +136,11 @@ func (s *SQLite) applyNew(ctx context.Context, tx *sql.Tx, st *txStmts, deltas c
 			history = append(history, row...)
 		}
 		for len(history) > 0 {
-			k := chunk(len(history) / 9)
-			if _, err := tx.StmtContext(ctx, s.batch.attempts[k]).ExecContext(ctx, history[:k*9]...); err != nil {
+			k := chunk(len(history) / attemptColumns)
+			if _, err := tx.StmtContext(ctx, s.batch.attempts[k]).ExecContext(ctx, history[:k*attemptColumns]...); err != nil {
 				return fmt.Errorf("retryindex: adding to the history: %w", err)
 			}
-			history = history[k*9:]
+			history = history[k*attemptColumns:]
 		}
 	}
 	for _, r := range known {

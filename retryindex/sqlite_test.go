@@ -3,9 +3,9 @@ package retryindex
 import (
 	"context"
 	"database/sql"
-	"path/filepath"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -336,14 +336,16 @@ func TestPendingBySource(t *testing.T) {
 	}
 }
 
-// TestOpenSQLiteUpgradesAnOlderFile: an index written before the feeds counted lost records opens,
-// keeps its feeds, and notes losses.
+// TestOpenSQLiteUpgradesAnOlderFile: an index written before the feeds counted lost records and the
+// history kept immediate retries opens, keeps its feeds, notes losses and records immediate retries.
 func TestOpenSQLiteUpgradesAnOlderFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "old.db")
 	db, err := sql.Open("sqlite", path)
 	require.NoError(t, err)
 	_, err = db.Exec(`CREATE TABLE feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0);
+		CREATE TABLE attempts (event INTEGER NOT NULL, attempt INTEGER NOT NULL, kind INTEGER NOT NULL, at INTEGER NOT NULL, error TEXT,
+			reason TEXT, next_due INTEGER, process INTEGER, feed INTEGER NOT NULL, PRIMARY KEY (event, attempt, kind, at)) WITHOUT ROWID;
 		INSERT INTO feeds(name, last, cursor) VALUES ('tailer orders', 1000, 42)`)
 	require.NoError(t, err)
 	require.NoError(t, db.Close())
@@ -358,4 +360,11 @@ func TestOpenSQLiteUpgradesAnOlderFile(t *testing.T) {
 	assert.EqualValues(t, 4, f.Feeds[0].Lost)
 	assert.EqualValues(t, 42, f.Feeds[1].Cursor)
 	assert.Zero(t, f.Feeds[1].Lost)
+	r := rec("order-1", 1, KindScheduled, 1, 0)
+	r.Immediate = 2
+	require.NoError(t, s.Apply(ctx, []Record{r}), "the history gains its immediate column")
+	ans, err := s.Lookup(ctx, "order-1", nil)
+	require.NoError(t, err)
+	require.Len(t, ans.Events, 1)
+	assert.Equal(t, 2, ans.Events[0].Immediate)
 }

@@ -3,6 +3,10 @@ package retryindex
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,6 +33,9 @@ type Store interface {
 	Lookup(ctx context.Context, id string, opts *LookupOptions) (*Answer, error)
 	// Pending returns one page of pending retries, earliest due first.
 	Pending(ctx context.Context, opts *PendingOptions) (*PendingPage, error)
+	// DeadLettered returns one page of dead-lettered events, the most recently dead-lettered first,
+	// with the same options and page as Pending (Total counts the dead-lettered events).
+	DeadLettered(ctx context.Context, opts *PendingOptions) (*PendingPage, error)
 	// Counts counts the events in each state, exactly, as of the time it states.
 	Counts(ctx context.Context) (*Counts, error)
 	// Prune deletes the finished events (succeeded, dead-lettered, discarded, gone) last changed before
@@ -131,6 +138,8 @@ type Event struct {
 	Due time.Time
 	// LastError is the last recorded error (redacted, bounded); Reason the dead-letter reason.
 	LastError, Reason string
+	// Immediate is how many immediate retries the last recorded attempt made within its delivery.
+	Immediate int
 	// Entity and SequenceNumber place the copy or dead letter in the broker, when a feed knew it.
 	Entity         string
 	SequenceNumber int64
@@ -161,6 +170,8 @@ type Attempt struct {
 	Error, Reason string
 	// NextDue is when the copy it scheduled falls due (KindScheduled, KindHeld).
 	NextDue time.Time
+	// Immediate is how many immediate retries the attempt made within its delivery.
+	Immediate int
 	// Process is the process that recorded it; Feed the feed.
 	Process, Feed string
 }
@@ -222,6 +233,35 @@ type PendingOptions struct {
 
 // DefaultPageLimit is the page size of [Store.Pending] when [PendingOptions.Limit] is zero.
 const DefaultPageLimit = 100
+
+// Parse is the options with their defaults applied and where the page starts (see [Store.Pending]
+// and [Store.DeadLettered]): the two integers of the cursor, or the start of the order, ascending or
+// descending (desc). A cursor that does not parse is [ErrInvalidCursor].
+func (po *PendingOptions) Parse(desc bool) (o PendingOptions, afterKey, afterID int64, err error) {
+	if po != nil {
+		o = *po
+	}
+	if o.Limit < 0 {
+		return o, 0, 0, fmt.Errorf("%w: Limit %d is negative", ErrInvalidOptions, o.Limit)
+	}
+	if o.Limit == 0 {
+		o.Limit = DefaultPageLimit
+	}
+	afterKey, afterID = math.MinInt64, math.MinInt64
+	if desc {
+		afterKey, afterID = math.MaxInt64, math.MaxInt64
+	}
+	if o.Cursor != "" {
+		k, i, ok := strings.Cut(o.Cursor, ".")
+		var err1, err2 error
+		afterKey, err1 = strconv.ParseInt(k, 10, 64)
+		afterID, err2 = strconv.ParseInt(i, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return o, 0, 0, fmt.Errorf("%w: %q", ErrInvalidCursor, o.Cursor)
+		}
+	}
+	return o, afterKey, afterID, nil
+}
 
 // PendingPage is one page of pending retries in due order.
 type PendingPage struct {

@@ -52,6 +52,7 @@ func Run(t *testing.T, open Open) {
 	t.Run("concurrent writers", func(t *testing.T) { concurrent(t, open) })
 	t.Run("a batch folds as its records one by one", func(t *testing.T) { batches(t, open) })
 	t.Run("lost records", func(t *testing.T) { lost(t, open) })
+	t.Run("dead-lettered", func(t *testing.T) { deadLettered(t, open) })
 }
 
 func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
@@ -106,7 +107,7 @@ func lookup(t *testing.T, open Open) {
 	s := open(t, fixed(t0.Add(time.Hour)))
 	ctx := context.Background()
 	r := Rec("order-42", 7, retryindex.KindScheduled, 1, 0)
-	r.Key, r.CorrelationID, r.SequenceNumber = "key-42", "corr-42", 55
+	r.Key, r.CorrelationID, r.SequenceNumber, r.Immediate = "key-42", "corr-42", 55, 3
 	r.Error = "SharedAccessKey=c2VjcmV0c2VjcmV0 rejected; " + strings.Repeat("x", 2000)
 	require.NoError(t, s.Apply(ctx, []retryindex.Record{r, Rec("order-43", 8, retryindex.KindSucceeded, 2, 0)}))
 	env := retry.Envelope{Source: "orders", FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
@@ -127,6 +128,8 @@ func lookup(t *testing.T, open Open) {
 		assert.Equal(t, env.RetryMessageID(2), e.RetryMessageID())
 		require.Len(t, e.History, 1)
 		assert.Equal(t, "test/1", e.History[0].Process)
+		assert.Equal(t, 3, e.History[0].Immediate, "the attempt's immediate retries")
+		assert.Equal(t, 3, e.Immediate, "the last attempt's immediate retries")
 		assert.Equal(t, t0.Add(time.Hour), ans.AsOf)
 		require.Len(t, ans.Feeds, 1)
 		assert.Equal(t, "consumer test/1", ans.Feeds[0].Name)
@@ -392,4 +395,54 @@ func lost(t *testing.T, open Open) {
 	require.NoError(t, err)
 	assert.Zero(t, c.Feeds[0].Lost)
 	assert.True(t, c.Feeds[0].LostAt.IsZero())
+}
+
+// deadLettered: pages of dead-lettered events, newest first (ties by insertion, newest first), no item
+// twice, only dead-lettered ones, the exact total; by source; a bad cursor refused.
+func deadLettered(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	const n = 11
+	var rs []retryindex.Record
+	for i := range n {
+		r := Rec(fmt.Sprintf("d-%d", i), int64(i+1), retryindex.KindDeadLettered, 3, time.Duration((i*7)%n)*time.Minute)
+		r.Reason, r.Entity = "RetryMaxAttemptsExceeded", "orders/$DeadLetterQueue"
+		if i%3 == 0 {
+			r.At = t0.Add(30 * time.Second) // ties
+		}
+		if i == 4 {
+			r.Source = "events/Subscriptions/billing"
+		}
+		rs = append(rs, r)
+	}
+	rs = append(rs, Rec("p", 99, retryindex.KindScheduled, 1, 0), Rec("ok", 98, retryindex.KindSucceeded, 2, time.Hour))
+	require.NoError(t, s.Apply(ctx, rs))
+	seen := map[string]bool{}
+	last := t0.Add(24 * time.Hour)
+	cursor := ""
+	for {
+		page, err := s.DeadLettered(ctx, &retryindex.PendingOptions{Limit: 4, Cursor: cursor})
+		require.NoError(t, err)
+		assert.EqualValues(t, n, page.Total)
+		for _, e := range page.Items {
+			assert.Equal(t, retryindex.StateDeadLettered, e.State)
+			assert.Equal(t, "RetryMaxAttemptsExceeded", e.Reason)
+			assert.False(t, e.Updated.After(last), "newest first")
+			last = e.Updated
+			assert.False(t, seen[e.Chain], "no item twice")
+			seen[e.Chain] = true
+		}
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	assert.Len(t, seen, n)
+	page, err := s.DeadLettered(ctx, &retryindex.PendingOptions{Source: "events/Subscriptions/billing"})
+	require.NoError(t, err)
+	require.Len(t, page.Items, 1)
+	assert.Equal(t, "d-4", page.Items[0].OriginalID)
+	assert.EqualValues(t, 1, page.Total)
+	_, err = s.DeadLettered(ctx, &retryindex.PendingOptions{Cursor: "x"})
+	assert.ErrorIs(t, err, retryindex.ErrInvalidCursor)
 }
