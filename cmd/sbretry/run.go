@@ -50,7 +50,8 @@ commands:
   pending             pending retries by due time (--limit N, --cursor C, --wide; --index PATH: from the
                       retry-state index, in due order over the whole backlog, with the exact total)
   cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)
-  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --wide)
+  dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --wide; --index PATH:
+                      from the retry-state index, newest first, --limit N, --cursor C, exact total)
   dlq show REF        one dead letter with its properties and body
   dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --all; --dry-run; --redrive-to QUEUE)
   dlq purge           delete dead letters (same selection; --dry-run; asks for confirmation unless --yes)
