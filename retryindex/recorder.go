@@ -229,7 +229,7 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 	case retry.OutcomeDeferred:
 		// A session's durable hold: the message is deferred in the session entity itself, and
 		// resumes as the next attempt when ScheduledFor comes.
-		rec.Kind, rec.NextAttempt, rec.NextDue = KindHeld, res.Attempt+1, res.ScheduledFor
+		rec.Kind, rec.NextAttempt, rec.NextDue = KindDeferred, res.Attempt+1, res.ScheduledFor
 		rec.Entity = p.EntityPath
 	case retry.OutcomeDeadLettered:
 		rec.Kind, rec.Reason = KindDeadLettered, res.DeadLetterReason

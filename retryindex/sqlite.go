@@ -87,7 +87,8 @@ CREATE TABLE IF NOT EXISTS events (
 	entity INTEGER,
 	seq INTEGER,
 	updated INTEGER NOT NULL,
-	feed INTEGER NOT NULL
+	feed INTEGER NOT NULL,
+	kind INTEGER
 );
 CREATE INDEX IF NOT EXISTS events_original ON events(original_id);
 CREATE INDEX IF NOT EXISTS events_key ON events(key) WHERE key IS NOT NULL;
@@ -188,9 +189,8 @@ func (w *writeStmts) prepare(db *sql.DB) error {
 		query string
 	}{
 		{&w.selectEvent, `SELECT id, pos, state, updated, entity, seq FROM events WHERE chain = ?`},
-		{&w.insertEvent, `INSERT OR IGNORE INTO events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`},
-		{&w.updateEvent, `UPDATE events SET state = ?, pos = ?, attempt = ?, due = ?, entity = ?, seq = ?, updated = ?, feed = ? WHERE id = ?`},
+		{&w.insertEvent, eventInsertHead + eventRowParams},
+		{&w.updateEvent, `UPDATE events SET state = ?, pos = ?, attempt = ?, due = ?, entity = ?, seq = ?, updated = ?, feed = ?, kind = ? WHERE id = ?`},
 		{&w.historySeen, `SELECT count(*) FROM attempts WHERE event = ? AND attempt = ? AND kind = ?`},
 		{&w.insertAttempt, attemptInsertHead + attemptRowParams},
 	} {
@@ -476,7 +476,7 @@ func (s *SQLite) apply(ctx context.Context, tx *sql.Tx, st *txStmts, deltas coun
 			entity = curEntity.Int64
 		}
 		_, err := st.updateEvent.ExecContext(ctx,
-			state, pos, attempt, due, sql.NullInt64{Int64: entity, Valid: entity != 0}, seq, at, feed, id)
+			state, pos, attempt, due, sql.NullInt64{Int64: entity, Valid: entity != 0}, seq, at, feed, int(r.Kind), id)
 		if err != nil {
 			return fmt.Errorf("retryindex: updating an event: %w", err)
 		}
@@ -503,7 +503,7 @@ func (s *SQLite) apply(ctx context.Context, tx *sql.Tx, st *txStmts, deltas coun
 	return nil
 }
 
-// eventRow is the insertEvent statement's arguments for the event r starts: its 13 columns.
+// eventRow is the insertEvent statement's arguments for the event r starts: its 14 columns.
 func (s *SQLite) eventRow(ctx context.Context, tx *sql.Tx, r *Record) ([]any, error) {
 	chain, _ := hex.DecodeString(r.Chain)
 	state := stateOf(r.Kind)
@@ -532,7 +532,7 @@ func (s *SQLite) eventRow(ctx context.Context, tx *sql.Tx, r *Record) ([]any, er
 		corr = ""
 	}
 	return []any{chain, r.OriginalID, nullString(key), nullString(corr), sql.NullInt64{Int64: source, Valid: source != 0},
-		state, r.position(), attempt, due, sql.NullInt64{Int64: entity, Valid: entity != 0}, seq, r.At.UnixMilli(), feedCode(r.Feed)}, nil
+		state, r.position(), attempt, due, sql.NullInt64{Int64: entity, Valid: entity != 0}, seq, r.At.UnixMilli(), feedCode(r.Feed), int(r.Kind)}, nil
 }
 
 // attemptRow is the insertAttempt statement's arguments for r's history entry of event id: its 10
@@ -548,7 +548,7 @@ func (s *SQLite) attemptRow(ctx context.Context, tx *sql.Tx, id int64, r *Record
 
 // eventColumns are read by scanEvent, in its order; the last error comes from the newest history
 // entry that has one, so that no event stores its error twice.
-const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
+const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.kind, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
 	(SELECT a.error FROM attempts a WHERE a.event = e.id AND a.error IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
 	(SELECT a.reason FROM attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
 	(SELECT a.immediate FROM attempts a WHERE a.event = e.id ORDER BY a.attempt DESC, a.at DESC LIMIT 1)`
@@ -566,9 +566,9 @@ func (s *SQLite) scanEvent(ctx context.Context, tx *sql.Tx, row rowScanner) (int
 		updated         int64
 		feed            int
 		lastErr, reason sql.NullString
-		immediate       sql.NullInt64
+		immediate, kind sql.NullInt64
 	)
-	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &e.State, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason, &immediate)
+	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &e.State, &kind, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason, &immediate)
 	if err != nil {
 		return 0, e, err
 	}
@@ -587,7 +587,7 @@ func (s *SQLite) scanEvent(ctx context.Context, tx *sql.Tx, row rowScanner) (int
 	e.Updated = time.UnixMilli(updated).UTC()
 	e.Feed = feedName(feed)
 	e.LastError, e.Reason = lastErr.String, reason.String
-	e.Immediate = int(immediate.Int64)
+	e.Immediate, e.Kind = int(immediate.Int64), Kind(kind.Int64)
 	return id, e, nil
 }
 
@@ -972,7 +972,7 @@ func (s *SQLite) MarkGone(ctx context.Context, entity string, since time.Time, s
 		for _, g := range marks {
 			deltas[g.state]--
 			deltas[StateGone]++
-			if _, err := tx.ExecContext(ctx, `UPDATE events SET state = ?, due = NULL, updated = ?, feed = 1 WHERE id = ?`, StateGone, now, g.id); err != nil {
+			if _, err := tx.ExecContext(ctx, `UPDATE events SET state = ?, due = NULL, updated = ?, feed = 1, kind = ? WHERE id = ?`, StateGone, now, int(KindGone), g.id); err != nil {
 				return fmt.Errorf("retryindex: marking a copy gone: %w", err)
 			}
 			if _, err := tx.ExecContext(ctx, `INSERT OR IGNORE INTO attempts(event, attempt, kind, at, feed) VALUES (?, ?, ?, ?, 1)`, g.id, g.attempt, int(KindGone), now); err != nil {
@@ -986,11 +986,13 @@ func (s *SQLite) MarkGone(ctx context.Context, entity string, since time.Time, s
 }
 
 // addColumns adds the columns an index written before they existed lacks (CREATE TABLE IF NOT
-// EXISTS leaves an existing table as it is): the feeds' lost and lost_at, the history's immediate.
+// EXISTS leaves an existing table as it is): the feeds' lost and lost_at, the history's immediate,
+// the events' kind. Each is a change of the schema only (SQLite adds a column without rewriting rows).
 func addColumns(db *sql.DB) error {
 	for _, c := range []struct{ table, column, add string }{
 		{"feeds", "lost", `ALTER TABLE feeds ADD COLUMN lost INTEGER NOT NULL DEFAULT 0; ALTER TABLE feeds ADD COLUMN lost_at INTEGER`},
 		{"attempts", "immediate", `ALTER TABLE attempts ADD COLUMN immediate INTEGER`},
+		{"events", "kind", `ALTER TABLE events ADD COLUMN kind INTEGER`},
 	} {
 		var n int
 		if err := db.QueryRow(`SELECT count(*) FROM pragma_table_info(?) WHERE name = ?`, c.table, c.column).Scan(&n); err != nil {

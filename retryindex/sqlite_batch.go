@@ -24,8 +24,8 @@ type batchStmts struct {
 }
 
 const (
-	eventInsertHead   = `INSERT OR IGNORE INTO events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed) VALUES `
-	eventRowParams    = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	eventInsertHead   = `INSERT OR IGNORE INTO events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed, kind) VALUES `
+	eventRowParams    = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	attemptInsertHead = `INSERT OR IGNORE INTO attempts(event, attempt, kind, at, error, reason, next_due, process, feed, immediate) VALUES `
 	attemptRowParams  = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 	attemptColumns    = 10
@@ -109,7 +109,7 @@ func (s *SQLite) applyNew(ctx context.Context, tx *sql.Tx, st *txStmts, deltas c
 		n := chunk(len(run))
 		part := run[:n]
 		run = run[n:]
-		args := make([]any, 0, n*13)
+		args := make([]any, 0, n*14)
 		for _, r := range part {
 			row, err := s.eventRow(ctx, tx, r)
 			if err != nil {

@@ -337,13 +337,17 @@ func TestPendingBySource(t *testing.T) {
 }
 
 // TestOpenSQLiteUpgradesAnOlderFile: an index written before the feeds counted lost records and the
-// history kept immediate retries opens, keeps its feeds, notes losses and records immediate retries.
+// history kept immediate retries and the events their kind opens, keeps its feeds, notes losses and
+// records immediate retries and kinds.
 func TestOpenSQLiteUpgradesAnOlderFile(t *testing.T) {
 	t.Parallel()
 	path := filepath.Join(t.TempDir(), "old.db")
 	db, err := sql.Open("sqlite", path)
 	require.NoError(t, err)
 	_, err = db.Exec(`CREATE TABLE feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0);
+		CREATE TABLE events (id INTEGER PRIMARY KEY, chain BLOB NOT NULL UNIQUE, original_id TEXT NOT NULL, key TEXT, corr TEXT,
+			source INTEGER, state INTEGER NOT NULL, pos INTEGER NOT NULL, attempt INTEGER NOT NULL, due INTEGER, entity INTEGER, seq INTEGER,
+			updated INTEGER NOT NULL, feed INTEGER NOT NULL);
 		CREATE TABLE attempts (event INTEGER NOT NULL, attempt INTEGER NOT NULL, kind INTEGER NOT NULL, at INTEGER NOT NULL, error TEXT,
 			reason TEXT, next_due INTEGER, process INTEGER, feed INTEGER NOT NULL, PRIMARY KEY (event, attempt, kind, at)) WITHOUT ROWID;
 		INSERT INTO feeds(name, last, cursor) VALUES ('tailer orders', 1000, 42)`)
@@ -367,4 +371,5 @@ func TestOpenSQLiteUpgradesAnOlderFile(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ans.Events, 1)
 	assert.Equal(t, 2, ans.Events[0].Immediate)
+	assert.Equal(t, KindScheduled, ans.Events[0].Kind, "the events gain their kind column")
 }

@@ -108,7 +108,7 @@ func (s State) String() string {
 // stateOf is the state a record of kind k leaves its event in.
 func stateOf(k Kind) State {
 	switch k {
-	case KindScheduled, KindHeld:
+	case KindScheduled, KindHeld, KindDeferred:
 		return StatePending
 	case KindActive, KindLeftForRedelivery:
 		return StateActive
@@ -129,8 +129,12 @@ type Event struct {
 	// Chain is the event's id ([retry.Envelope.ChainID]); OriginalID, Key and CorrelationID are its
 	// names; Source is the entity the chain started on.
 	Chain, OriginalID, Key, CorrelationID, Source string
-	// State is where the event stands, as the latest record says.
+	// State is where the event stands, as the latest record says, and Kind what that record
+	// observed: for StatePending, a retry copy scheduled (KindScheduled), a copy the outage breaker
+	// held (KindHeld), or a session's durable hold (KindDeferred). Zero in an index written before
+	// events kept it.
 	State State
+	Kind  Kind
 	// Attempt is the attempt the state is about: for StatePending the attempt the copy will run as,
 	// otherwise the last attempt that ran or runs.
 	Attempt int
@@ -152,9 +156,9 @@ type Event struct {
 }
 
 // RetryMessageID is the MessageID of the pending copy ("sbretry-<chain>-<attempt>"), empty when the
-// event is not pending.
+// event is not pending, or is held in its session (KindDeferred: no copy, the message itself waits).
 func (e Event) RetryMessageID() string {
-	if e.State != StatePending || e.Attempt < 1 {
+	if e.State != StatePending || e.Attempt < 1 || e.Kind == KindDeferred {
 		return ""
 	}
 	return retryIDPrefix + e.Chain + "-" + itoa(e.Attempt)
@@ -168,7 +172,7 @@ type Attempt struct {
 	At      time.Time
 	// Error is the attempt's error (redacted, bounded); Reason the dead-letter reason.
 	Error, Reason string
-	// NextDue is when the copy it scheduled falls due (KindScheduled, KindHeld).
+	// NextDue is when the copy it scheduled falls due (KindScheduled, KindHeld, KindDeferred).
 	NextDue time.Time
 	// Immediate is how many immediate retries the attempt made within its delivery.
 	Immediate int

@@ -77,8 +77,11 @@
 // pending in true due order over the whole backlog, with the exact total; dlq list the dead-lettered
 // events, the most recently dead-lettered first, one page of --limit at a time (--cursor continues),
 // with the exact total (--reason, --since, --until and --contains filter as they do a scan; --contains
-// searches the last error and the reason, the index keeping no description). The --json of status and
-// pending carries "immediate" for each event and history entry. Every index answer starts with "from
+// searches the last error and the reason, the index keeping no description). A pending event is
+// either waiting for its retry copy, held in its session (a session consumer's durable hold: no copy,
+// the session's later messages wait behind it), or held by the outage breaker (a copy that spends no
+// attempt): status says which, and --json's "hold" is "session" or "outage" for the two holds. The
+// --json of status and pending carries "immediate" for each event and history entry. Every index answer starts with "from
 // index PATH, as of T" and when each feed last wrote to it, and says when a feed LOST records (its
 // recorder's queue was full, or a write failed) until a rebuild from the broker (retryindex.Tailer.
 // Rebuild) repairs the states, since the index is only as fresh as its feeds: the broker

@@ -110,10 +110,13 @@ type jsonAttempt struct {
 }
 
 type jsonEvent struct {
-	Chain             string        `json:"chain"`
-	State             string        `json:"state"`
-	Attempt           int           `json:"attempt"`
-	Immediate         int           `json:"immediate"`
+	Chain     string `json:"chain"`
+	State     string `json:"state"`
+	Attempt   int    `json:"attempt"`
+	Immediate int    `json:"immediate"`
+	// Hold says what holds a pending event: "session" (a session consumer's durable hold, the message
+	// deferred in its session) or "outage" (the outage breaker's copy); absent for a retry copy.
+	Hold              string        `json:"hold,omitempty"`
 	Due               time.Time     `json:"due,omitzero"`
 	Ref               string        `json:"ref,omitempty"`
 	Entity            string        `json:"entity,omitempty"`
@@ -146,6 +149,14 @@ func eventJSON(e retryindex.Event) jsonEvent {
 	}
 	if e.Entity != "" && e.SequenceNumber > 0 {
 		j.Ref = fmt.Sprintf("%s:%d", e.Entity, e.SequenceNumber)
+	}
+	if e.State == retryindex.StatePending {
+		switch e.Kind {
+		case retryindex.KindDeferred:
+			j.Hold = "session"
+		case retryindex.KindHeld:
+			j.Hold = "outage"
+		}
 	}
 	for _, h := range e.History {
 		j.History = append(j.History, jsonAttempt{Attempt: h.Attempt, Outcome: h.Kind.String(), At: h.At, Error: redact.String(h.Error),
@@ -220,11 +231,23 @@ func (a *app) statusFromIndex(ctx context.Context, c *common, path, id string) e
 func writeIndexEvent(w io.Writer, e retryindex.Event, now time.Time) {
 	switch e.State {
 	case retryindex.StatePending:
-		fmt.Fprintf(w, "  will be retried at %s (attempt %d), %s", formatTime(e.Due), e.Attempt, relative(e.Due, now))
-		if e.SequenceNumber > 0 && e.Entity != "" {
-			fmt.Fprintf(w, "; sequence number %d in %s", e.SequenceNumber, e.Entity)
+		switch e.Kind {
+		case retryindex.KindDeferred:
+			fmt.Fprintf(w, "  held in its session until %s (a session consumer's durable hold; then attempt %d), %s; the session's later messages wait behind it", formatTime(e.Due), e.Attempt, relative(e.Due, now))
+			if e.Entity != "" {
+				fmt.Fprintf(w, "; deferred in %s", e.Entity)
+			}
+		case retryindex.KindHeld:
+			fmt.Fprintf(w, "  held by the outage breaker until %s (attempt %d again: a hold spends no attempt), %s", formatTime(e.Due), e.Attempt, relative(e.Due, now))
+		default:
+			fmt.Fprintf(w, "  will be retried at %s (attempt %d), %s", formatTime(e.Due), e.Attempt, relative(e.Due, now))
 		}
-		fmt.Fprintf(w, ", message id %s", e.RetryMessageID())
+		if e.Kind != retryindex.KindDeferred {
+			if e.SequenceNumber > 0 && e.Entity != "" {
+				fmt.Fprintf(w, "; sequence number %d in %s", e.SequenceNumber, e.Entity)
+			}
+			fmt.Fprintf(w, ", message id %s", e.RetryMessageID())
+		}
 	case retryindex.StateActive:
 		fmt.Fprintf(w, "  active (attempt %d): receivable or being processed, since %s", e.Attempt, formatTime(e.Updated))
 	case retryindex.StateSucceeded:

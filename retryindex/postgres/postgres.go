@@ -77,6 +77,7 @@ CREATE TABLE IF NOT EXISTS sbretry_feeds (name text PRIMARY KEY, last bigint NOT
 ALTER TABLE sbretry_feeds ADD COLUMN IF NOT EXISTS lost bigint NOT NULL DEFAULT 0;
 ALTER TABLE sbretry_feeds ADD COLUMN IF NOT EXISTS lost_at bigint;
 ALTER TABLE sbretry_attempts ADD COLUMN IF NOT EXISTS immediate integer;
+ALTER TABLE sbretry_events ADD COLUMN IF NOT EXISTS kind smallint;
 CREATE TABLE IF NOT EXISTS sbretry_counts (state smallint PRIMARY KEY, n bigint NOT NULL);
 `
 
@@ -281,9 +282,9 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 		corr = ""
 	}
 	var id int64
-	err := tx.QueryRow(ctx, `INSERT INTO sbretry_events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (chain) DO NOTHING RETURNING id`,
-		chain, r.OriginalID, nullString(key), nullString(corr), nullString(r.Source), int16(state), pos, attempt, due, entity, seq, at, feed).Scan(&id)
+	err := tx.QueryRow(ctx, `INSERT INTO sbretry_events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed, kind)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (chain) DO NOTHING RETURNING id`,
+		chain, r.OriginalID, nullString(key), nullString(corr), nullString(r.Source), int16(state), pos, attempt, due, entity, seq, at, feed, int16(r.Kind)).Scan(&id)
 	switch {
 	case err == nil:
 		d[state]++
@@ -301,8 +302,8 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 			if retryindex.State(curState) == state && entity == nil && seq == nil {
 				entity, seq = curEntity, curSeq
 			}
-			_, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, pos = $2, attempt = $3, due = $4, entity = $5, seq = $6, updated = $7, feed = $8 WHERE id = $9`,
-				int16(state), pos, attempt, due, entity, seq, at, feed, id)
+			_, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, pos = $2, attempt = $3, due = $4, entity = $5, seq = $6, updated = $7, feed = $8, kind = $9 WHERE id = $10`,
+				int16(state), pos, attempt, due, entity, seq, at, feed, int16(r.Kind), id)
 			if err != nil {
 				return fmt.Errorf("retryindex/postgres: updating an event: %w", err)
 			}
@@ -338,7 +339,7 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 }
 
 // eventColumns are read by scanEvent, in its order; the last error and reason come from the history.
-const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
+const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.kind, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
 	(SELECT a.error FROM sbretry_attempts a WHERE a.event = e.id AND a.error IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
 	(SELECT a.reason FROM sbretry_attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
 	(SELECT a.immediate FROM sbretry_attempts a WHERE a.event = e.id ORDER BY a.attempt DESC, a.at DESC LIMIT 1)`
@@ -354,8 +355,9 @@ func scanEvent(row pgx.Row) (int64, retryindex.Event, error) {
 		updated                   int64
 		lastErr, reason           *string
 		immediate                 *int32
+		kind                      *int16
 	)
-	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &state, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason, &immediate)
+	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &state, &kind, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason, &immediate)
 	if err != nil {
 		return 0, e, err
 	}
@@ -372,6 +374,9 @@ func scanEvent(row pgx.Row) (int64, retryindex.Event, error) {
 	e.LastError, e.Reason = str(lastErr), str(reason)
 	if immediate != nil {
 		e.Immediate = int(*immediate)
+	}
+	if kind != nil {
+		e.Kind = retryindex.Kind(*kind)
 	}
 	return id, e, nil
 }
@@ -758,7 +763,7 @@ func (s *Store) MarkGone(ctx context.Context, entity string, since time.Time, se
 		now := s.opts.Now().UnixMilli()
 		d := deltas{}
 		for _, g := range marks {
-			if _, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, due = NULL, updated = $2, feed = 1 WHERE id = $3`, int16(retryindex.StateGone), now, g.id); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, due = NULL, updated = $2, feed = 1, kind = $4 WHERE id = $3`, int16(retryindex.StateGone), now, g.id, int16(retryindex.KindGone)); err != nil {
 				return fmt.Errorf("retryindex/postgres: marking a copy gone: %w", err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO sbretry_attempts(event, attempt, kind, at, feed) VALUES ($1, $2, $3, $4, 1) ON CONFLICT DO NOTHING`, g.id, g.attempt, int16(retryindex.KindGone), now); err != nil {

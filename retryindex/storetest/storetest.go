@@ -63,22 +63,30 @@ func fold(t *testing.T, open Open) {
 	tailerActive.Feed = retryindex.FeedTailer
 	lateTailer := Rec("a", 1, retryindex.KindScheduled, 1, 0)
 	lateTailer.Feed, lateTailer.At = retryindex.FeedTailer, t0.Add(3*time.Hour)
+	deferred := Rec("a", 1, retryindex.KindDeferred, 1, 0)
+	deferred.NextAttempt, deferred.NextDue = 2, t0.Add(time.Hour)
 	cases := []struct {
 		name        string
 		records     []retryindex.Record
 		wantState   retryindex.State
 		wantAttempt int
 		wantHistory []retryindex.Kind
+		wantKind    retryindex.Kind
 	}{
-		{"pending", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0)}, retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindScheduled}},
+		{"pending", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0)}, retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindScheduled}, retryindex.KindScheduled},
+		{"held by the outage breaker", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindHeld, 2, time.Hour)},
+			retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindHeld}, retryindex.KindHeld},
+		{"held in its session", []retryindex.Record{deferred}, retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindDeferred}, retryindex.KindDeferred},
+		{"a session's hold, then its next attempt succeeds", []retryindex.Record{deferred, Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour)},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindDeferred, retryindex.KindSucceeded}, retryindex.KindSucceeded},
 		{"succeeded after a retry", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour)},
-			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}, retryindex.KindSucceeded},
 		{"late tailer record changes no state", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour), lateTailer},
-			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}, retryindex.KindSucceeded},
 		{"active once due", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), tailerActive},
-			retryindex.StateActive, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindActive}},
+			retryindex.StateActive, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindActive}, retryindex.KindActive},
 		{"out of order", []retryindex.Record{Rec("a", 1, retryindex.KindDeadLettered, 3, 3*time.Hour), Rec("a", 1, retryindex.KindScheduled, 2, time.Hour)},
-			retryindex.StateDeadLettered, 3, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindDeadLettered}},
+			retryindex.StateDeadLettered, 3, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindDeadLettered}, retryindex.KindDeadLettered},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -93,6 +101,9 @@ func fold(t *testing.T, open Open) {
 			e := ans.Events[0]
 			assert.Equal(t, tc.wantState, e.State)
 			assert.Equal(t, tc.wantAttempt, e.Attempt)
+			if tc.wantKind != 0 {
+				assert.Equal(t, tc.wantKind, e.Kind, "the kind of record the state is")
+			}
 			var kinds []retryindex.Kind
 			for _, h := range e.History {
 				kinds = append(kinds, h.Kind)
