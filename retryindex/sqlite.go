@@ -180,7 +180,7 @@ func OpenSQLite(path string, opts *SQLiteOptions) (*SQLite, error) {
 
 // writeStmts are the statements of the write path (apply).
 type writeStmts struct {
-	selectEvent, insertEvent, updateEvent, historySeen, insertAttempt *sql.Stmt
+	selectEvent, insertEvent, updateEvent, historySeen, insertAttempt, selectID *sql.Stmt
 }
 
 func (w *writeStmts) prepare(db *sql.DB) error {
@@ -189,6 +189,7 @@ func (w *writeStmts) prepare(db *sql.DB) error {
 		query string
 	}{
 		{&w.selectEvent, `SELECT id, pos, state, updated, entity, seq FROM events WHERE chain = ?`},
+		{&w.selectID, `SELECT id FROM events WHERE chain = ?`},
 		{&w.insertEvent, eventInsertHead + eventRowParams},
 		{&w.updateEvent, `UPDATE events SET state = ?, pos = ?, attempt = ?, due = ?, entity = ?, seq = ?, updated = ?, feed = ?, kind = ? WHERE id = ?`},
 		{&w.historySeen, `SELECT count(*) FROM attempts WHERE event = ? AND attempt = ? AND kind = ?`},
