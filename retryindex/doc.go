@@ -41,7 +41,10 @@
 // # Answers
 //
 // [Store.Lookup] finds events by a retry MessageID, the original MessageID, the idempotency key or the
-// correlation id; [Store.Pending] pages pending retries in due order; [Store.Counts] counts events by
-// state, exactly, as of the time it states. These are the calls an operator console or a command-line
-// tool makes (sbretry status and pending take --index).
+// correlation id; [Store.Pending] pages pending retries in due order, and [Store.DeadLettered]
+// dead-lettered events newest first; [Store.Counts] counts events by state, exactly, as of the time
+// it states. A pending event says what holds it ([Event.Kind]): a retry copy, the outage breaker's
+// copy ([KindHeld]), or a session consumer's durable hold in the session itself ([KindDeferred]).
+// These are the calls an operator console or a command-line tool makes (sbretry status, pending and
+// dlq list take --index).
 package retryindex

@@ -45,8 +45,7 @@ type RecorderOptions struct {
 	// Buffer is how many records may wait for the writer; once it is full the hook drops records
 	// rather than slow the consumer down, counts them ([Recorder.Stats]) and has the writer note the
 	// loss in the store ([Store.NoteLost]), so that answers say this feed missed records until a
-	// [Tailer.Rebuild]. Zero means
-	// [DefaultBuffer]; negative is invalid.
+	// [Tailer.Rebuild]. Zero means [DefaultBuffer]; negative is invalid.
 	Buffer int
 	// BatchSize is the most records one write transaction stores. Zero means [DefaultBatchSize];
 	// negative is invalid.

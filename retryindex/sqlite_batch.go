@@ -9,10 +9,10 @@ import (
 )
 
 // The recorder's common record is a first attempt's failure: a new event and its first history
-// entry. Stored one statement each, the driver's per-statement work (arguments converted one by one,
-// a statement reset, a context watch) cost about as much as SQLite's inserts themselves, so a run of
-// new events is stored with multi-row statements instead: one INSERT of up to 64 events, returning
-// their ids, then one of their history entries (measured in BenchmarkWriterBatch; see BENCHMARKS.md).
+// entry. Stored one statement each, the driver's per-statement work (arguments converted, a statement
+// reset and run) is paid per record, so a run of new events is stored with multi-row statements
+// instead: one INSERT of up to 64 events, whose ids follow from the insert, then one of their history
+// entries (measured in BenchmarkWriterBatch; see BENCHMARKS.md).
 
 // rowChunks are the sizes of the multi-row statements, largest first: a run of n new events is
 // stored in as few statements as these sizes add up to.
@@ -31,6 +31,7 @@ const (
 	attemptColumns    = 10
 )
 
+// rowsOf is the statement head followed by n rows of placeholders.
 func rowsOf(head, row string, n int) string {
 	return head + strings.Repeat(row+", ", n-1) + row
 }
