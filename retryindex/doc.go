@@ -14,7 +14,8 @@
 //     success is no retry state and is skipped unless [RecorderOptions.RecordFirstAttempts]. The hook
 //     never blocks the consumer: records queue in memory and one writer stores them in batches every
 //     [RecorderOptions.FlushInterval] (100 ms); a full queue drops the record and counts it
-//     ([Recorder.Stats]), and the tailer repairs what was dropped.
+//     ([Recorder.Stats]), the store notes the loss, every answer's freshness then says this feed
+//     lost records ([FeedStatus].Lost), and a [Tailer.Rebuild] repairs the states and clears it.
 //   - the broker: a [Tailer] peeks the retry entity and its dead-letter queue from the last sequence
 //     number it saw, so that copies scheduled by any process (and dead letters) are indexed too
 //     ([Tailer.Run] polls every interval), and [Tailer.Rebuild] reads everything again and marks the
@@ -40,7 +41,10 @@
 // # Answers
 //
 // [Store.Lookup] finds events by a retry MessageID, the original MessageID, the idempotency key or the
-// correlation id; [Store.Pending] pages pending retries in due order; [Store.Counts] counts events by
-// state, exactly, as of the time it states. These are the calls an operator console or a command-line
-// tool makes (sbretry status and pending take --index).
+// correlation id; [Store.Pending] pages pending retries in due order, and [Store.DeadLettered]
+// dead-lettered events newest first; [Store.Counts] counts events by state, exactly, as of the time
+// it states. A pending event says what holds it ([Event.Kind]): a retry copy, the outage breaker's
+// copy ([KindHeld]), or a session consumer's durable hold in the session itself ([KindDeferred]).
+// These are the calls an operator console or a command-line tool makes (sbretry status, pending and
+// dlq list take --index).
 package retryindex

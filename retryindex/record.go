@@ -24,14 +24,17 @@ const (
 	// KindLeftForRedelivery: the attempt ended without a settle (lock lost, shutdown); the broker
 	// delivers the message again.
 	KindLeftForRedelivery
-	// KindHeld: the consumer held the message (its outage breaker was open, or a session consumer
-	// deferred it) until NextDue, without spending an attempt.
+	// KindHeld: the consumer's outage breaker was open, so it held the message until NextDue in a
+	// copy (retry.OutcomeHeld), without spending an attempt.
 	KindHeld
 	// KindActive: the broker holds the copy as receivable now (it fell due) or being processed.
 	KindActive
 	// KindGone: a rebuild found no copy where the event's pending copy was, and no feed said why (it
 	// was consumed by a process that does not record, or cancelled).
 	KindGone
+	// KindDeferred: a session consumer held the message durably (retry.OutcomeDeferred): deferred in
+	// its session, which waits behind it, until NextDue, when it resumes as NextAttempt.
+	KindDeferred
 )
 
 // String names the kind as the history shows it.
@@ -53,6 +56,8 @@ func (k Kind) String() string {
 		return "active"
 	case KindGone:
 		return "copy gone"
+	case KindDeferred:
+		return "held in its session"
 	}
 	return "kind(" + strconv.Itoa(int(k)) + ")"
 }
@@ -79,17 +84,21 @@ type Record struct {
 	// Attempt is the attempt the record is about: the one that ran (failed, succeeded, was
 	// dead-lettered), or for KindActive the one the receivable copy runs as.
 	Attempt int
-	// NextAttempt is the attempt the pending copy runs as (KindScheduled: Attempt+1; KindHeld:
-	// Attempt), zero otherwise.
+	// NextAttempt is the attempt the pending copy runs as (KindScheduled, KindDeferred: Attempt+1;
+	// KindHeld: Attempt), zero otherwise.
 	NextAttempt int
 	// At is when it happened, as the feed saw it.
 	At time.Time
-	// NextDue is when the pending copy falls due (KindScheduled, KindHeld).
+	// NextDue is when the pending copy falls due (KindScheduled, KindHeld, KindDeferred).
 	NextDue time.Time
 	// Error is the attempt's error text; the store redacts and bounds it.
 	Error string
 	// Reason is the dead-letter reason (KindDeadLettered).
 	Reason string
+	// Immediate is how many immediate retries the attempt made within its delivery before this
+	// outcome ([retry.Result.ImmediateRetries]); the broker does not tell it, so a tailer's records
+	// have zero.
+	Immediate int
 	// Entity and SequenceNumber place the copy or dead letter in the broker when the feed knows it
 	// (SequenceNumber -1 or 0 means unknown); an action verifies there before it acts.
 	Entity         string
@@ -106,12 +115,12 @@ func (r Record) position() int64 {
 	switch r.Kind {
 	case KindScheduled:
 		return int64(r.NextAttempt) * 4
-	case KindHeld, KindActive, KindLeftForRedelivery:
+	case KindHeld, KindDeferred, KindActive, KindLeftForRedelivery:
 		// A hold spends no attempt: the outage breaker holds a delivery of attempt n for attempt n
 		// again, after its copy fell due (active) or its lock was lost. It ranks with those, and the
 		// later record of the two wins, so that a hold after active shows as held, and the held copy
 		// falling due afterwards as active.
-		if r.Kind == KindHeld {
+		if r.Kind == KindHeld || r.Kind == KindDeferred {
 			return int64(r.NextAttempt)*4 + 1
 		}
 		return int64(r.Attempt)*4 + 1

@@ -43,9 +43,10 @@ type RecorderOptions struct {
 	// subscription), recorded as where a pending copy is. Empty means the entity the message was
 	// received from when that is a queue, else unknown (a subscription cannot hold the copies).
 	RetryEntity string
-	// Buffer is how many records may wait for the writer; once it is full the hook drops records (and
-	// counts them, see [Recorder.Stats]) rather than slow the consumer down. Zero means
-	// [DefaultBuffer]; negative is invalid.
+	// Buffer is how many records may wait for the writer; once it is full the hook drops records
+	// rather than slow the consumer down, counts them ([Recorder.Stats]) and has the writer note the
+	// loss in the store ([Store.NoteLost]), so that answers say this feed missed records until a
+	// [Tailer.Rebuild]. Zero means [DefaultBuffer]; negative is invalid.
 	Buffer int
 	// BatchSize is the most records one write transaction stores. Zero means [DefaultBatchSize];
 	// negative is invalid.
@@ -97,6 +98,9 @@ type Recorder struct {
 
 	stored, dropped, failed atomic.Int64
 	lastErr                 atomic.Pointer[error]
+	// unnoted counts the records dropped or failed that the store was not yet told of
+	// ([Store.NoteLost]): the writer tells it after its next write.
+	unnoted atomic.Int64
 }
 
 // NewRecorder starts a recorder writing to store.
@@ -178,7 +182,10 @@ func (r *Recorder) onProcessed(p retry.ProcessedParams) {
 	select {
 	case r.queue <- rec:
 	default:
+		// A full queue means the writer has a whole buffer to store: it notes this loss after
+		// that write, and the answers say so until a rebuild.
 		r.dropped.Add(1)
+		r.unnoted.Add(1)
 	}
 }
 
@@ -205,6 +212,7 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 	if rec.Source == "" {
 		rec.Source = p.EntityPath
 	}
+	rec.Immediate = res.ImmediateRetries
 	if res.HandlerErr != nil {
 		rec.Error = res.HandlerErr.Error()
 	}
@@ -221,7 +229,7 @@ func (r *Recorder) record(p retry.ProcessedParams) (Record, bool) {
 	case retry.OutcomeDeferred:
 		// A session's durable hold: the message is deferred in the session entity itself, and
 		// resumes as the next attempt when ScheduledFor comes.
-		rec.Kind, rec.NextAttempt, rec.NextDue = KindHeld, res.Attempt+1, res.ScheduledFor
+		rec.Kind, rec.NextAttempt, rec.NextDue = KindDeferred, res.Attempt+1, res.ScheduledFor
 		rec.Entity = p.EntityPath
 	case retry.OutcomeDeadLettered:
 		rec.Kind, rec.Reason = KindDeadLettered, res.DeadLetterReason
@@ -295,6 +303,10 @@ func (r *Recorder) write(lastPrune time.Time) {
 			cancel()
 		}
 	}
+	// Closed: a loss the last writes could not note (the store refused them) gets one more try.
+	ctx, cancel := context.WithTimeout(context.Background(), writeTimeout)
+	defer cancel()
+	r.noteLost(ctx)
 }
 
 // flush stores one batch. A failed write loses the batch (counted in Failed): the broker still has
@@ -304,10 +316,25 @@ func (r *Recorder) flush(batch []Record) {
 	defer cancel()
 	if err := r.store.Apply(ctx, batch); err != nil {
 		r.failed.Add(int64(len(batch)))
+		r.unnoted.Add(int64(len(batch)))
 		r.lastErr.Store(&err)
 		return
 	}
 	r.stored.Add(int64(len(batch)))
+	r.noteLost(ctx)
+}
+
+// noteLost tells the store of the records lost since it was last told, so that every answer says
+// this feed missed them; when that write fails too, the next write tries again.
+func (r *Recorder) noteLost(ctx context.Context) {
+	n := r.unnoted.Swap(0)
+	if n == 0 {
+		return
+	}
+	if err := r.store.NoteLost(ctx, "consumer "+r.opts.Process, n); err != nil {
+		r.unnoted.Add(n)
+		r.lastErr.Store(&err)
+	}
 }
 
 // Stats says what the recorder did so far.

@@ -16,7 +16,8 @@ import (
 // The holds of the outage breaker and of a session's durable holds are recorded as what they are
 // (found by a review): a follower set aside behind a hold is no retry state; a durable hold is pending
 // for its next attempt, at its due time; a first attempt held and then successful ends succeeded; a
-// hold after the tailer saw the copy active shows as held.
+// hold after the tailer saw the copy active shows as held. A durable hold and the outage breaker's
+// hold are told apart (Event.Kind).
 func TestRecorderHolds(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -51,12 +52,25 @@ func TestRecorderHolds(t *testing.T) {
 		require.Len(t, ans.Events, 1)
 		e := ans.Events[0]
 		assert.Equal(t, StatePending, e.State)
+		assert.Equal(t, KindDeferred, e.Kind, "a session's durable hold, not the outage breaker's")
+		require.Len(t, e.History, 1)
+		assert.Equal(t, KindDeferred, e.History[0].Kind)
+		assert.Equal(t, "orders", e.Entity, "deferred in the session entity")
 		assert.Equal(t, 3, e.Attempt, "the hold resumes as attempt 3")
 		assert.True(t, due.Equal(e.Due), "due %v", e.Due)
 		page, err := s.Pending(ctx, nil)
 		require.NoError(t, err)
 		assert.Len(t, page.Items, 1)
 		assert.Equal(t, int64(1), page.Total)
+	})
+	t.Run("the outage breaker's hold", func(t *testing.T) {
+		s := record(t, processed("order-8", 2, retry.Result{Outcome: retry.OutcomeHeld, ScheduledFor: t0.Add(time.Minute)}))
+		ans, err := s.Lookup(ctx, "order-8", nil)
+		require.NoError(t, err)
+		require.Len(t, ans.Events, 1)
+		assert.Equal(t, StatePending, ans.Events[0].State)
+		assert.Equal(t, KindHeld, ans.Events[0].Kind, "the outage breaker's, not a session's")
+		assert.Equal(t, 2, ans.Events[0].Attempt, "a hold spends no attempt")
 	})
 	t.Run("a first attempt held, then successful", func(t *testing.T) {
 		again := processed("order-1", 1, retry.Result{Outcome: retry.OutcomeCompleted})

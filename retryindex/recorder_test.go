@@ -36,8 +36,10 @@ func TestRecorderRecordsEachOutcome(t *testing.T) {
 		wantKind  Kind
 		check     func(t *testing.T, e Event)
 	}{
-		{name: "retry scheduled", res: retry.Result{Outcome: retry.OutcomeRetryScheduled, HandlerErr: boom, ScheduledFor: due, SequenceNumber: 17},
+		{name: "retry scheduled", res: retry.Result{Outcome: retry.OutcomeRetryScheduled, HandlerErr: boom, ScheduledFor: due, SequenceNumber: 17, ImmediateRetries: 2},
 			wantState: StatePending, wantKind: KindScheduled, check: func(t *testing.T, e Event) {
+				assert.Equal(t, 2, e.Immediate, "the delivery's immediate retries")
+				assert.Equal(t, 2, e.History[0].Immediate)
 				assert.Equal(t, 3, e.Attempt, "the copy runs as attempt 3")
 				assert.True(t, due.Equal(e.Due))
 				assert.EqualValues(t, 17, e.SequenceNumber)
@@ -147,6 +149,11 @@ func TestRecorderDropsInsteadOfBlocking(t *testing.T) {
 	close(g.gate)
 	require.NoError(t, r.Close(context.Background()))
 	assert.Equal(t, RecorderStats{Stored: 3, Dropped: 3}, r.Stats())
+	f, err := s.Freshness(context.Background())
+	require.NoError(t, err)
+	require.Len(t, f.Feeds, 1)
+	assert.EqualValues(t, 3, f.Feeds[0].Lost, "every answer says the feed lost 3 records: %+v", f.Feeds[0])
+	assert.False(t, f.Feeds[0].LostAt.IsZero())
 	hook(processed("late", 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	assert.EqualValues(t, 4, r.Stats().Dropped, "after Close a record is dropped, not sent on a closed channel")
 	require.NoError(t, r.Close(context.Background()), "idempotent")
@@ -170,6 +177,10 @@ func TestRecorderCountsFailedWrites(t *testing.T) {
 	st := r.Stats()
 	assert.EqualValues(t, 1, st.Failed)
 	assert.ErrorIs(t, st.LastErr, errDiskFull)
+	f, err := s.Freshness(context.Background())
+	require.NoError(t, err)
+	require.Len(t, f.Feeds, 1, "the store took the note of the loss though it refused the records")
+	assert.EqualValues(t, 1, f.Feeds[0].Lost)
 }
 
 // TestRecorderPrunesOnSchedule prunes finished events past the retention as it writes.

@@ -2,8 +2,10 @@ package retryindex
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -332,4 +334,42 @@ func TestPendingBySource(t *testing.T) {
 		assert.Equal(t, want, got, source)
 		assert.EqualValues(t, len(want), page.Total, source)
 	}
+}
+
+// TestOpenSQLiteUpgradesAnOlderFile: an index written before the feeds counted lost records and the
+// history kept immediate retries and the events their kind opens, keeps its feeds, notes losses and
+// records immediate retries and kinds.
+func TestOpenSQLiteUpgradesAnOlderFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "old.db")
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.Exec(`CREATE TABLE feeds (name TEXT PRIMARY KEY, last INTEGER NOT NULL, cursor INTEGER NOT NULL DEFAULT 0);
+		CREATE TABLE events (id INTEGER PRIMARY KEY, chain BLOB NOT NULL UNIQUE, original_id TEXT NOT NULL, key TEXT, corr TEXT,
+			source INTEGER, state INTEGER NOT NULL, pos INTEGER NOT NULL, attempt INTEGER NOT NULL, due INTEGER, entity INTEGER, seq INTEGER,
+			updated INTEGER NOT NULL, feed INTEGER NOT NULL);
+		CREATE TABLE attempts (event INTEGER NOT NULL, attempt INTEGER NOT NULL, kind INTEGER NOT NULL, at INTEGER NOT NULL, error TEXT,
+			reason TEXT, next_due INTEGER, process INTEGER, feed INTEGER NOT NULL, PRIMARY KEY (event, attempt, kind, at)) WITHOUT ROWID;
+		INSERT INTO feeds(name, last, cursor) VALUES ('tailer orders', 1000, 42)`)
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+	s, err := OpenSQLite(path, &SQLiteOptions{Now: fixedClock(t0)})
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	ctx := context.Background()
+	require.NoError(t, s.NoteLost(ctx, "consumer a/1", 4))
+	f, err := s.Freshness(ctx)
+	require.NoError(t, err)
+	require.Len(t, f.Feeds, 2)
+	assert.EqualValues(t, 4, f.Feeds[0].Lost)
+	assert.EqualValues(t, 42, f.Feeds[1].Cursor)
+	assert.Zero(t, f.Feeds[1].Lost)
+	r := rec("order-1", 1, KindScheduled, 1, 0)
+	r.Immediate = 2
+	require.NoError(t, s.Apply(ctx, []Record{r}), "the history gains its immediate column")
+	ans, err := s.Lookup(ctx, "order-1", nil)
+	require.NoError(t, err)
+	require.Len(t, ans.Events, 1)
+	assert.Equal(t, 2, ans.Events[0].Immediate)
+	assert.Equal(t, KindScheduled, ans.Events[0].Kind, "the events gain their kind column")
 }

@@ -3,6 +3,10 @@ package retryindex
 import (
 	"context"
 	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -29,6 +33,9 @@ type Store interface {
 	Lookup(ctx context.Context, id string, opts *LookupOptions) (*Answer, error)
 	// Pending returns one page of pending retries, earliest due first.
 	Pending(ctx context.Context, opts *PendingOptions) (*PendingPage, error)
+	// DeadLettered returns one page of dead-lettered events, the most recently dead-lettered first,
+	// with the same options and page as Pending (Total counts the dead-lettered events).
+	DeadLettered(ctx context.Context, opts *PendingOptions) (*PendingPage, error)
 	// Counts counts the events in each state, exactly, as of the time it states.
 	Counts(ctx context.Context) (*Counts, error)
 	// Prune deletes the finished events (succeeded, dead-lettered, discarded, gone) last changed before
@@ -45,6 +52,13 @@ type Store interface {
 	// since since, and that seen reports not seen by the rebuild that started then (see
 	// [Tailer.Rebuild]), that the copy is gone. It returns how many events it marked.
 	MarkGone(ctx context.Context, entity string, since time.Time, seen func(chain string) bool) (int64, error)
+	// NoteLost adds n to the records feed lost (a [Recorder] dropped them while its queue was full,
+	// or a write of them failed), and stamps when: every answer's [FeedStatus] says so until a
+	// rebuild repairs it (ClearLost).
+	NoteLost(ctx context.Context, feed string, n int64) error
+	// ClearLost forgets the losses noted before before: a [Tailer.Rebuild] that started then read the
+	// broker again, so the events' states no longer miss them (their history still does).
+	ClearLost(ctx context.Context, before time.Time) error
 	// Close releases the store. Calls after Close return [ErrClosed].
 	Close() error
 }
@@ -94,7 +108,7 @@ func (s State) String() string {
 // stateOf is the state a record of kind k leaves its event in.
 func stateOf(k Kind) State {
 	switch k {
-	case KindScheduled, KindHeld:
+	case KindScheduled, KindHeld, KindDeferred:
 		return StatePending
 	case KindActive, KindLeftForRedelivery:
 		return StateActive
@@ -115,8 +129,12 @@ type Event struct {
 	// Chain is the event's id ([envelope.Envelope.ChainID]); OriginalID, Key and CorrelationID are its
 	// names; Source is the entity the chain started on.
 	Chain, OriginalID, Key, CorrelationID, Source string
-	// State is where the event stands, as the latest record says.
+	// State is where the event stands, as the latest record says, and Kind what that record
+	// observed: for StatePending, a retry copy scheduled (KindScheduled), a copy the outage breaker
+	// held (KindHeld), or a session's durable hold (KindDeferred). Zero in an index written before
+	// events kept it.
 	State State
+	Kind  Kind
 	// Attempt is the attempt the state is about: for StatePending the attempt the copy will run as,
 	// otherwise the last attempt that ran or runs.
 	Attempt int
@@ -124,6 +142,8 @@ type Event struct {
 	Due time.Time
 	// LastError is the last recorded error (redacted, bounded); Reason the dead-letter reason.
 	LastError, Reason string
+	// Immediate is how many immediate retries the last recorded attempt made within its delivery.
+	Immediate int
 	// Entity and SequenceNumber place the copy or dead letter in the broker, when a feed knew it.
 	Entity         string
 	SequenceNumber int64
@@ -136,9 +156,9 @@ type Event struct {
 }
 
 // RetryMessageID is the MessageID of the pending copy ("sbretry-<chain>-<attempt>"), empty when the
-// event is not pending.
+// event is not pending, or is held in its session (KindDeferred: no copy, the message itself waits).
 func (e Event) RetryMessageID() string {
-	if e.State != StatePending || e.Attempt < 1 {
+	if e.State != StatePending || e.Attempt < 1 || e.Kind == KindDeferred {
 		return ""
 	}
 	return retryIDPrefix + e.Chain + "-" + itoa(e.Attempt)
@@ -152,8 +172,10 @@ type Attempt struct {
 	At      time.Time
 	// Error is the attempt's error (redacted, bounded); Reason the dead-letter reason.
 	Error, Reason string
-	// NextDue is when the copy it scheduled falls due (KindScheduled, KindHeld).
+	// NextDue is when the copy it scheduled falls due (KindScheduled, KindHeld, KindDeferred).
 	NextDue time.Time
+	// Immediate is how many immediate retries the attempt made within its delivery.
+	Immediate int
 	// Process is the process that recorded it; Feed the feed.
 	Process, Feed string
 }
@@ -165,6 +187,12 @@ type FeedStatus struct {
 	// Last is the time of its last write. For a tailer, Cursor is the next sequence number it reads.
 	Last   time.Time
 	Cursor int64
+	// Lost counts the records the feed could not store since the last rebuild (see
+	// [Store.NoteLost]), LostAt when the last was noted: when Lost is not zero, answers may miss
+	// changes this feed saw, until a [Tailer.Rebuild] (or the tailer's next poll, for copies and dead
+	// letters that arrive after its cursor) reads them from the broker.
+	Lost   int64
+	LostAt time.Time
 }
 
 // Freshness says how fresh an answer is: as of when it was read, and when each feed last wrote.
@@ -209,6 +237,35 @@ type PendingOptions struct {
 
 // DefaultPageLimit is the page size of [Store.Pending] when [PendingOptions.Limit] is zero.
 const DefaultPageLimit = 100
+
+// Parse is the options with their defaults applied and where the page starts (see [Store.Pending]
+// and [Store.DeadLettered]): the two integers of the cursor, or the start of the order, ascending or
+// descending (desc). A cursor that does not parse is [ErrInvalidCursor].
+func (po *PendingOptions) Parse(desc bool) (o PendingOptions, afterKey, afterID int64, err error) {
+	if po != nil {
+		o = *po
+	}
+	if o.Limit < 0 {
+		return o, 0, 0, fmt.Errorf("%w: Limit %d is negative", ErrInvalidOptions, o.Limit)
+	}
+	if o.Limit == 0 {
+		o.Limit = DefaultPageLimit
+	}
+	afterKey, afterID = math.MinInt64, math.MinInt64
+	if desc {
+		afterKey, afterID = math.MaxInt64, math.MaxInt64
+	}
+	if o.Cursor != "" {
+		k, i, ok := strings.Cut(o.Cursor, ".")
+		var err1, err2 error
+		afterKey, err1 = strconv.ParseInt(k, 10, 64)
+		afterID, err2 = strconv.ParseInt(i, 10, 64)
+		if !ok || err1 != nil || err2 != nil {
+			return o, 0, 0, fmt.Errorf("%w: %q", ErrInvalidCursor, o.Cursor)
+		}
+	}
+	return o, afterKey, afterID, nil
+}
 
 // PendingPage is one page of pending retries in due order.
 type PendingPage struct {

@@ -169,7 +169,8 @@ func (t *Tailer) Poll(ctx context.Context) (TailResult, error) {
 // Rebuild reads every entity from its first message, as [Tailer.Poll] does from sequence number 0, and
 // then marks gone the pending and active events of the live entity whose copy it did not see and that
 // no feed changed since the rebuild started: their copy was consumed by a process that does not
-// record, or cancelled. It is how a lost or stale index is rebuilt from the broker; its cost is a peek
+// record, or cancelled; last it clears the losses feeds noted before it started ([Store.ClearLost]),
+// which the answers stop reporting. It is how a lost or stale index is rebuilt from the broker; its cost is a peek
 // of the whole backlog (see BENCHMARKS.md).
 func (t *Tailer) Rebuild(ctx context.Context) (TailResult, error) {
 	res := TailResult{Peeked: map[string]int{}}
@@ -191,7 +192,12 @@ func (t *Tailer) Rebuild(ctx context.Context) (TailResult, error) {
 		_, ok := seen[k]
 		return ok
 	})
-	return res, err
+	if err != nil {
+		return res, err
+	}
+	// The states are read again from the broker: records a feed lost before the rebuild started are
+	// repaired as far as the broker remembers.
+	return res, t.store.ClearLost(ctx, start)
 }
 
 // read peeks entity from sequence number from to its end, storing each batch with the cursor; when

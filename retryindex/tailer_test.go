@@ -2,6 +2,7 @@ package retryindex
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -167,4 +168,41 @@ func TestTailerAndRecorderAgree(t *testing.T) {
 	require.Len(t, ans.Events, 1)
 	assert.Len(t, ans.Events[0].History, 1, "%+v", ans.Events[0].History)
 	assert.Equal(t, StatePending, ans.Events[0].State)
+}
+
+// emptyPeeker is an entity with nothing in it.
+type emptyPeeker struct{}
+
+func (emptyPeeker) PeekMessages(context.Context, int, *azservicebus.PeekMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	return nil, nil
+}
+func (emptyPeeker) Close(context.Context) error { return nil }
+
+// TestTailerRebuildClearsLosses: a rebuild clears the losses feeds noted before it started (it read
+// the broker again), and keeps one noted while it ran.
+func TestTailerRebuildClearsLosses(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	now := t0
+	clock := func() time.Time { mu.Lock(); defer mu.Unlock(); return now }
+	s, _ := openTemp(t, &SQLiteOptions{Now: clock})
+	ctx := context.Background()
+	require.NoError(t, s.NoteLost(ctx, "consumer a/1", 5))
+	tl, err := newTailer(s, "orders", &TailerOptions{Now: func() time.Time { return t0.Add(time.Minute) }},
+		func(string) (peeker, error) { return emptyPeeker{}, nil })
+	require.NoError(t, err)
+	mu.Lock()
+	now = t0.Add(2 * time.Minute) // noted after the rebuild started
+	mu.Unlock()
+	require.NoError(t, s.NoteLost(ctx, "consumer b/1", 2))
+	_, err = tl.Rebuild(ctx)
+	require.NoError(t, err)
+	f, err := s.Freshness(ctx)
+	require.NoError(t, err)
+	lost := map[string]int64{}
+	for _, fd := range f.Feeds {
+		lost[fd.Name] = fd.Lost
+	}
+	assert.Equal(t, int64(0), lost["consumer a/1"], "repaired by the rebuild")
+	assert.Equal(t, int64(2), lost["consumer b/1"], "noted after the rebuild started: kept")
 }

@@ -108,6 +108,9 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	fs := newFlagSet("dlq list", &c)
 	f.register(fs, false)
 	wide := fs.Bool("wide", false, "")
+	index := fs.String("index", "", "")
+	limit := fs.Int("limit", defaultPageLimit, "")
+	cursor := fs.String("cursor", "", "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -118,6 +121,21 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	filter, err := f.filter(a.now(), false)
 	if err != nil {
 		return err
+	}
+	if *index != "" {
+		if f.property != "" || f.body != "" {
+			return usagef("--property and --body-contains read the dead letters themselves, which the index does not keep: drop --index to scan the broker")
+		}
+		if *limit <= 0 {
+			return usagef("--limit must be positive")
+		}
+		if c.timeout <= 0 {
+			return usagef("--timeout must be positive")
+		}
+		return a.dlqFromIndex(ctx, &c, *index, filter, *limit, *cursor, *wide)
+	}
+	if *cursor != "" {
+		return usagef("--cursor continues a listing of dlq list --index; a scan lists every match at once")
 	}
 	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
@@ -130,19 +148,26 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	}
 	scans := list.Scans()
 	a.warnTruncated(scans...)
+	partial := inspect.Truncated(scans)
 	if c.json {
 		out := struct {
 			Entity      string           `json:"entity"`
 			DeadLetters []jsonDeadLetter `json:"deadLetters"`
 			Scans       []jsonScan       `json:"scans"`
-		}{Entity: s.entity.Path(), DeadLetters: []jsonDeadLetter{}, Scans: scansJSON(scans)}
+			Partial     bool             `json:"partial"`
+		}{Entity: s.entity.Path(), DeadLetters: []jsonDeadLetter{}, Scans: scansJSON(scans), Partial: partial}
 		for _, d := range list.Items {
 			out.DeadLetters = append(out.DeadLetters, deadLetterJSON(d))
 		}
 		return writeJSON(a.stdout, out)
 	}
+	if partial {
+		fmt.Fprintf(a.stdout, "partial: read only %s (--max-peek); dead letters beyond them are not listed (raise --max-peek or use --index)\n", describeScans(scans))
+	}
 	if len(list.Items) == 0 {
-		fmt.Fprintf(a.stdout, "no matching dead letters (read %s)\n", describeScans(scans))
+		if !partial {
+			fmt.Fprintf(a.stdout, "no matching dead letters (read %s)\n", describeScans(scans))
+		}
 		return nil
 	}
 	// ENTITY and SEQ first: together they are the REF that dlq show, redrive and purge take.

@@ -11,6 +11,8 @@
 //	                                            cancel pending retries
 //	sbretry [entity flags] dlq list [--reason R] [--since T] [--until T] [--contains TEXT]
 //	                                [--property NAME=VALUE] [--body-contains TEXT] [--wide]
+//	sbretry dlq list --index PATH [filters] [--limit N] [--cursor C]
+//	                                            dead-lettered events from a retry-state index, newest first
 //	sbretry [entity flags] dlq show REF
 //	sbretry [entity flags] dlq redrive (--seq REF,REF | --reason R | --property N=V | --all) [filters] [--dry-run] [--redrive-to QUEUE]
 //	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --property N=V | --all) [filters] [--dry-run] [--yes]
@@ -63,18 +65,28 @@
 // messages read only, and the answer itself says it is partial: status that found nothing says "not
 // found in what was read, which is partial" and exits 4 instead of 3, pending prints a "partial:" line
 // (a peek reads in sequence order, not due order, so a retry beyond the bound may be due before every
-// one listed), and --json carries "partial": true.
+// one listed), so does dlq list (dead letters beyond the bound are not listed), and --json carries
+// "partial": true.
 //
 // # The retry-state index
 //
-// status and pending take --index PATH, a retry-state index file (package
+// status, pending and dlq list take --index PATH, a retry-state index file (package
 // github.com/sbretry/retry/retryindex) that a consumer keeps through retryindex.Recorder.Hooks, or a
 // retryindex.Tailer keeps by peeking the broker. They then answer from the index without reading the
 // broker, in milliseconds whatever the backlog: status with the event's state (pending with its due
 // time and attempt, active, succeeded, dead-lettered with its reason, discarded, or its copy gone) and
-// its history (every attempt: when, outcome, error, next due, which process); pending in true due order
-// over the whole backlog, with the exact total. Every index answer starts with "from index PATH, as of
-// T" and when each feed last wrote to it, since the index is only as fresh as its feeds: the broker
+// its history (every attempt: when, outcome, error, immediate retries, next due, which process);
+// pending in true due order over the whole backlog, with the exact total; dlq list the dead-lettered
+// events, the most recently dead-lettered first, one page of --limit at a time (--cursor continues),
+// with the exact total (--reason, --since, --until and --contains filter as they do a scan; --contains
+// searches the last error and the reason, the index keeping no description). A pending event is
+// either waiting for its retry copy, held in its session (a session consumer's durable hold: no copy,
+// the session's later messages wait behind it), or held by the outage breaker (a copy that spends no
+// attempt): status says which, and --json's "hold" is "session" or "outage" for the two holds. The
+// --json of status and pending carries "immediate" for each event and history entry. Every index answer starts with "from
+// index PATH, as of T" and when each feed last wrote to it, and says when a feed LOST records (its
+// recorder's queue was full, or a write failed) until a rebuild from the broker (retryindex.Tailer.
+// Rebuild) repairs the states, since the index is only as fresh as its feeds: the broker
 // stays the truth, and an action (cancel, redrive) still verifies there before it acts. The entity
 // flags and the connection string are optional with --index; entity flags, when given, keep only the
 // events whose chain started on that entity. The file is opened read-only. --index also takes a

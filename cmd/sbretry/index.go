@@ -5,13 +5,16 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/redact"
 	"github.com/sbretry/retry/retryindex"
 	"github.com/sbretry/retry/retryindex/postgres"
@@ -76,6 +79,9 @@ func describeFreshness(f retryindex.Freshness) string {
 		if strings.HasPrefix(fd.Name, "tailer ") {
 			fmt.Fprintf(&b, ", next sequence number %d", fd.Cursor)
 		}
+		if fd.Lost > 0 {
+			fmt.Fprintf(&b, ", LOST %d records (the last at %s): answers may miss their changes until a rebuild from the broker (retryindex.Tailer.Rebuild)", fd.Lost, formatTime(fd.LostAt))
+		}
 	}
 	return b.String()
 }
@@ -86,6 +92,8 @@ type jsonFeed struct {
 	Name   string    `json:"name"`
 	Last   time.Time `json:"last"`
 	Cursor int64     `json:"cursor,omitempty"`
+	Lost   int64     `json:"lost"`
+	LostAt time.Time `json:"lostAt,omitzero"`
 }
 
 type jsonAttempt struct {
@@ -95,14 +103,20 @@ type jsonAttempt struct {
 	Error   string    `json:"error,omitempty"`
 	Reason  string    `json:"reason,omitempty"`
 	NextDue time.Time `json:"nextDue,omitzero"`
-	Process string    `json:"process,omitempty"`
-	Feed    string    `json:"feed"`
+	// Immediate is how many immediate retries the attempt made in its delivery.
+	Immediate int    `json:"immediate"`
+	Process   string `json:"process,omitempty"`
+	Feed      string `json:"feed"`
 }
 
 type jsonEvent struct {
-	Chain             string        `json:"chain"`
-	State             string        `json:"state"`
-	Attempt           int           `json:"attempt"`
+	Chain     string `json:"chain"`
+	State     string `json:"state"`
+	Attempt   int    `json:"attempt"`
+	Immediate int    `json:"immediate"`
+	// Hold says what holds a pending event: "session" (a session consumer's durable hold, the message
+	// deferred in its session) or "outage" (the outage breaker's copy); absent for a retry copy.
+	Hold              string        `json:"hold,omitempty"`
 	Due               time.Time     `json:"due,omitzero"`
 	Ref               string        `json:"ref,omitempty"`
 	Entity            string        `json:"entity,omitempty"`
@@ -122,23 +136,31 @@ type jsonEvent struct {
 func feedsJSON(fs []retryindex.FeedStatus) []jsonFeed {
 	out := make([]jsonFeed, len(fs))
 	for i, f := range fs {
-		out[i] = jsonFeed{Name: f.Name, Last: f.Last, Cursor: f.Cursor}
+		out[i] = jsonFeed{Name: f.Name, Last: f.Last, Cursor: f.Cursor, Lost: f.Lost, LostAt: f.LostAt}
 	}
 	return out
 }
 
 func eventJSON(e retryindex.Event) jsonEvent {
 	j := jsonEvent{
-		Chain: e.Chain, State: e.State.String(), Attempt: e.Attempt, Due: e.Due, Entity: e.Entity, SequenceNumber: e.SequenceNumber,
+		Chain: e.Chain, State: e.State.String(), Attempt: e.Attempt, Immediate: e.Immediate, Due: e.Due, Entity: e.Entity, SequenceNumber: e.SequenceNumber,
 		RetryMessageID: e.RetryMessageID(), OriginalMessageID: e.OriginalID, Key: e.Key, CorrelationID: e.CorrelationID,
 		Source: e.Source, LastError: redact.String(e.LastError), Reason: e.Reason, Updated: e.Updated, Feed: e.Feed,
 	}
 	if e.Entity != "" && e.SequenceNumber > 0 {
 		j.Ref = fmt.Sprintf("%s:%d", e.Entity, e.SequenceNumber)
 	}
+	if e.State == retryindex.StatePending {
+		switch e.Kind {
+		case retryindex.KindDeferred:
+			j.Hold = "session"
+		case retryindex.KindHeld:
+			j.Hold = "outage"
+		}
+	}
 	for _, h := range e.History {
 		j.History = append(j.History, jsonAttempt{Attempt: h.Attempt, Outcome: h.Kind.String(), At: h.At, Error: redact.String(h.Error),
-			Reason: h.Reason, NextDue: h.NextDue, Process: h.Process, Feed: h.Feed})
+			Reason: h.Reason, NextDue: h.NextDue, Immediate: h.Immediate, Process: h.Process, Feed: h.Feed})
 	}
 	return j
 }
@@ -209,11 +231,23 @@ func (a *app) statusFromIndex(ctx context.Context, c *common, path, id string) e
 func writeIndexEvent(w io.Writer, e retryindex.Event, now time.Time) {
 	switch e.State {
 	case retryindex.StatePending:
-		fmt.Fprintf(w, "  will be retried at %s (attempt %d), %s", formatTime(e.Due), e.Attempt, relative(e.Due, now))
-		if e.SequenceNumber > 0 && e.Entity != "" {
-			fmt.Fprintf(w, "; sequence number %d in %s", e.SequenceNumber, e.Entity)
+		switch e.Kind {
+		case retryindex.KindDeferred:
+			fmt.Fprintf(w, "  held in its session until %s (a session consumer's durable hold; then attempt %d), %s; the session's later messages wait behind it", formatTime(e.Due), e.Attempt, relative(e.Due, now))
+			if e.Entity != "" {
+				fmt.Fprintf(w, "; deferred in %s", e.Entity)
+			}
+		case retryindex.KindHeld:
+			fmt.Fprintf(w, "  held by the outage breaker until %s (attempt %d again: a hold spends no attempt), %s", formatTime(e.Due), e.Attempt, relative(e.Due, now))
+		default:
+			fmt.Fprintf(w, "  will be retried at %s (attempt %d), %s", formatTime(e.Due), e.Attempt, relative(e.Due, now))
 		}
-		fmt.Fprintf(w, ", message id %s", e.RetryMessageID())
+		if e.Kind != retryindex.KindDeferred {
+			if e.SequenceNumber > 0 && e.Entity != "" {
+				fmt.Fprintf(w, "; sequence number %d in %s", e.SequenceNumber, e.Entity)
+			}
+			fmt.Fprintf(w, ", message id %s", e.RetryMessageID())
+		}
 	case retryindex.StateActive:
 		fmt.Fprintf(w, "  active (attempt %d): receivable or being processed, since %s", e.Attempt, formatTime(e.Updated))
 	case retryindex.StateSucceeded:
@@ -242,6 +276,9 @@ func writeIndexEvent(w io.Writer, e retryindex.Event, now time.Time) {
 		line := fmt.Sprintf("    %s\tattempt %d\t%s", formatTime(h.At), h.Attempt, h.Kind)
 		if !h.NextDue.IsZero() {
 			line += ", due " + formatTime(h.NextDue)
+		}
+		if h.Immediate > 0 {
+			line += fmt.Sprintf(" (after %d immediate retries)", h.Immediate)
 		}
 		if h.Reason != "" {
 			line += ": " + printable(clip(h.Reason, 200))
@@ -334,4 +371,142 @@ func shellWord(spec, name string) string {
 		return spec
 	}
 	return "'<URL of the " + name + ">'"
+}
+
+// dlqPageRead is how many dead-lettered events dlq list --index reads from the index at a time while
+// filling a page through --reason or --contains.
+const dlqPageRead = 500
+
+// dlqFromIndex lists dead-lettered events from the index at path, the most recently dead-lettered
+// first, with the exact total: one page of limit, continued by cursor. The filters mean what they mean
+// for a scan: --since and --until bound when the event was dead-lettered (--until starts the listing
+// there), --reason is its reason, --contains searches its last error, ignoring case (the index keeps
+// no description apart from the reason). With --reason or --contains the index is read page by page
+// until the page is full or the listing passes --since; the total then counts every dead-lettered
+// event, and the output says how many it read.
+func (a *app) dlqFromIndex(ctx context.Context, c *common, path string, f inspect.DeadLetterFilter, limit int, cursor string, wide bool) error {
+	source, err := indexSource(c)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, c.timeout)
+	defer cancel()
+	idx, name, err := openIndex(ctx, path)
+	if err != nil {
+		return err
+	}
+	defer func() { _ = idx.Close() }()
+	if cursor == "" && !f.Until.IsZero() {
+		// (time, id) below (until, the least id): dead-lettered before --until, as a scan filters.
+		cursor = strconv.FormatInt(f.Until.UnixMilli(), 10) + "." + strconv.FormatInt(math.MinInt64, 10)
+	}
+	filtered := f.Reason != "" || f.Contains != ""
+	keep := func(e retryindex.Event) bool {
+		switch {
+		case f.Reason != "" && !strings.EqualFold(e.Reason, f.Reason):
+			return false
+		case f.Contains != "":
+			needle := strings.ToLower(f.Contains)
+			return strings.Contains(strings.ToLower(e.LastError), needle) || strings.Contains(strings.ToLower(e.Reason), needle)
+		}
+		return true
+	}
+	read1 := func(from string, n int) (*retryindex.PendingPage, error) {
+		page, err := idx.DeadLettered(ctx, &retryindex.PendingOptions{Limit: n, Cursor: from, Source: source})
+		if errors.Is(err, retryindex.ErrInvalidCursor) {
+			return nil, usagef("--cursor %q: not a cursor of dlq list --index", cursor)
+		}
+		return page, err
+	}
+	var items []retryindex.Event
+	var first *retryindex.PendingPage
+	next, read := cursor, 0
+	for {
+		from, n := next, limit-len(items)
+		if filtered {
+			n = dlqPageRead
+		}
+		page, err := read1(from, n)
+		if err != nil {
+			return err
+		}
+		if first == nil {
+			first = page
+		}
+		next = page.Next
+		for i, e := range page.Items {
+			if !f.Since.IsZero() && e.Updated.Before(f.Since) {
+				next = "" // older ones follow: the listing is done
+				break
+			}
+			read++
+			if !keep(e) {
+				continue
+			}
+			items = append(items, e)
+			if len(items) == limit && i < len(page.Items)-1 {
+				// Full within this read: the cursor after e is the Next of the same read cut there.
+				cut, err := read1(from, i+1)
+				if err != nil {
+					return err
+				}
+				next = cut.Next
+				break
+			}
+		}
+		if next == "" || len(items) == limit {
+			break
+		}
+	}
+	if c.json {
+		out := struct {
+			From        string      `json:"from"`
+			Index       string      `json:"index"`
+			AsOf        time.Time   `json:"asOf"`
+			Feeds       []jsonFeed  `json:"feeds"`
+			Total       int64       `json:"total"`
+			Read        int         `json:"read"`
+			DeadLetters []jsonEvent `json:"deadLetters"`
+			Next        string      `json:"next,omitempty"`
+		}{From: "index", Index: name, AsOf: first.AsOf, Feeds: feedsJSON(first.Feeds), Total: first.Total, Read: read, DeadLetters: []jsonEvent{}, Next: next}
+		for _, e := range items {
+			out.DeadLetters = append(out.DeadLetters, eventJSON(e))
+		}
+		return writeJSON(a.stdout, out)
+	}
+	fmt.Fprintf(a.stdout, "%d dead-lettered events, from index %s, %s\n", first.Total, name, describeFreshness(first.Freshness))
+	if len(items) == 0 {
+		fmt.Fprintf(a.stdout, "no matching dead letters among the %d read from the index\n", read)
+		return nil
+	}
+	tw := tabwriter.NewWriter(a.stdout, 0, 4, 2, ' ', 0)
+	head := "ENTITY\tSEQ\tDEAD-LETTERED\tREASON\tATTEMPT\tORIGINAL ID"
+	if wide {
+		head += "\tCHAIN\tKEY"
+	}
+	fmt.Fprintln(tw, head+"\tLAST ERROR")
+	for _, e := range items {
+		entity, seq := e.Entity, "?"
+		if entity == "" {
+			entity = "?"
+		}
+		if e.SequenceNumber > 0 {
+			seq = strconv.FormatInt(e.SequenceNumber, 10)
+		}
+		line := fmt.Sprintf("%s\t%s\t%s\t%s\t%d\t%s", entity, seq, formatTime(e.Updated), printable(clip(e.Reason, 60)), e.Attempt, printable(clip(e.OriginalID, 60)))
+		if wide {
+			line += "\t" + e.Chain + "\t" + printable(clip(e.Key, 60))
+		}
+		fmt.Fprintln(tw, line+"\t"+printable(clip(redact.String(e.LastError), 60)))
+	}
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	if filtered {
+		fmt.Fprintf(a.stdout, "%d matching, among %d read from the index\n", len(items), read)
+	}
+	if next != "" {
+		fmt.Fprintf(a.stdout, "more: sbretry dlq list --index %s --limit %d --cursor %s\n", shellWord(path, name), limit, next)
+	}
+	return nil
 }

@@ -51,7 +51,8 @@ commands:
                       retry-state index, in due order over the whole backlog, with the exact total)
   cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)
   dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --property NAME=VALUE,
-                      --body-contains TEXT, --wide)
+                      --body-contains TEXT, --wide; --index PATH: from the retry-state index, newest first,
+                      --limit N, --cursor C, exact total)
   dlq show REF        one dead letter with its properties and body
   dlq redrive         resubmit dead letters as fresh first deliveries (--seq REF,REF | --reason R | --property N=V | --all;
                       --dry-run; --redrive-to QUEUE)

@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -61,6 +60,7 @@ CREATE INDEX IF NOT EXISTS sbretry_events_original ON sbretry_events(original_id
 CREATE INDEX IF NOT EXISTS sbretry_events_key ON sbretry_events(key) WHERE key IS NOT NULL;
 CREATE INDEX IF NOT EXISTS sbretry_events_corr ON sbretry_events(corr) WHERE corr IS NOT NULL;
 CREATE INDEX IF NOT EXISTS sbretry_events_pending ON sbretry_events(due, id) WHERE state = 1;
+CREATE INDEX IF NOT EXISTS sbretry_events_dead ON sbretry_events(updated, id) WHERE state = 4;
 CREATE TABLE IF NOT EXISTS sbretry_attempts (
 	event bigint NOT NULL,
 	attempt integer NOT NULL,
@@ -74,6 +74,10 @@ CREATE TABLE IF NOT EXISTS sbretry_attempts (
 	PRIMARY KEY (event, attempt, kind, at)
 );
 CREATE TABLE IF NOT EXISTS sbretry_feeds (name text PRIMARY KEY, last bigint NOT NULL, cursor bigint NOT NULL DEFAULT 0);
+ALTER TABLE sbretry_feeds ADD COLUMN IF NOT EXISTS lost bigint NOT NULL DEFAULT 0;
+ALTER TABLE sbretry_feeds ADD COLUMN IF NOT EXISTS lost_at bigint;
+ALTER TABLE sbretry_attempts ADD COLUMN IF NOT EXISTS immediate integer;
+ALTER TABLE sbretry_events ADD COLUMN IF NOT EXISTS kind smallint;
 CREATE TABLE IF NOT EXISTS sbretry_counts (state smallint PRIMARY KEY, n bigint NOT NULL);
 `
 
@@ -278,9 +282,9 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 		corr = ""
 	}
 	var id int64
-	err := tx.QueryRow(ctx, `INSERT INTO sbretry_events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) ON CONFLICT (chain) DO NOTHING RETURNING id`,
-		chain, r.OriginalID, nullString(key), nullString(corr), nullString(r.Source), int16(state), pos, attempt, due, entity, seq, at, feed).Scan(&id)
+	err := tx.QueryRow(ctx, `INSERT INTO sbretry_events(chain, original_id, key, corr, source, state, pos, attempt, due, entity, seq, updated, feed, kind)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14) ON CONFLICT (chain) DO NOTHING RETURNING id`,
+		chain, r.OriginalID, nullString(key), nullString(corr), nullString(r.Source), int16(state), pos, attempt, due, entity, seq, at, feed, int16(r.Kind)).Scan(&id)
 	switch {
 	case err == nil:
 		d[state]++
@@ -298,8 +302,8 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 			if retryindex.State(curState) == state && entity == nil && seq == nil {
 				entity, seq = curEntity, curSeq
 			}
-			_, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, pos = $2, attempt = $3, due = $4, entity = $5, seq = $6, updated = $7, feed = $8 WHERE id = $9`,
-				int16(state), pos, attempt, due, entity, seq, at, feed, id)
+			_, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, pos = $2, attempt = $3, due = $4, entity = $5, seq = $6, updated = $7, feed = $8, kind = $9 WHERE id = $10`,
+				int16(state), pos, attempt, due, entity, seq, at, feed, int16(r.Kind), id)
 			if err != nil {
 				return fmt.Errorf("retryindex/postgres: updating an event: %w", err)
 			}
@@ -319,10 +323,15 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 			return nil
 		}
 	}
-	_, err = tx.Exec(ctx, `INSERT INTO sbretry_attempts(event, attempt, kind, at, error, reason, next_due, process, feed)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING`,
+	var immediate *int32
+	if r.Immediate != 0 {
+		n := int32(r.Immediate)
+		immediate = &n
+	}
+	_, err = tx.Exec(ctx, `INSERT INTO sbretry_attempts(event, attempt, kind, at, error, reason, next_due, process, feed, immediate)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT DO NOTHING`,
 		id, r.Attempt, int16(r.Kind), at, nullString(retryindex.RedactError(r.Error, s.opts.MaxErrorLength)), nullString(r.Reason),
-		ms(r.NextDue), nullString(r.Process), feed)
+		ms(r.NextDue), nullString(r.Process), feed, immediate)
 	if err != nil {
 		return fmt.Errorf("retryindex/postgres: adding to the history: %w", err)
 	}
@@ -330,9 +339,10 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 }
 
 // eventColumns are read by scanEvent, in its order; the last error and reason come from the history.
-const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
+const eventColumns = `e.id, e.chain, e.original_id, e.key, e.corr, e.source, e.state, e.kind, e.attempt, e.due, e.entity, e.seq, e.updated, e.feed,
 	(SELECT a.error FROM sbretry_attempts a WHERE a.event = e.id AND a.error IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
-	(SELECT a.reason FROM sbretry_attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1)`
+	(SELECT a.reason FROM sbretry_attempts a WHERE a.event = e.id AND a.reason IS NOT NULL ORDER BY a.attempt DESC, a.at DESC LIMIT 1),
+	(SELECT a.immediate FROM sbretry_attempts a WHERE a.event = e.id ORDER BY a.attempt DESC, a.at DESC LIMIT 1)`
 
 func scanEvent(row pgx.Row) (int64, retryindex.Event, error) {
 	var (
@@ -344,8 +354,10 @@ func scanEvent(row pgx.Row) (int64, retryindex.Event, error) {
 		state, feed               int16
 		updated                   int64
 		lastErr, reason           *string
+		immediate                 *int32
+		kind                      *int16
 	)
-	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &state, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason)
+	err := row.Scan(&id, &chain, &e.OriginalID, &key, &corr, &source, &state, &kind, &e.Attempt, &due, &entity, &seq, &updated, &feed, &lastErr, &reason, &immediate)
 	if err != nil {
 		return 0, e, err
 	}
@@ -360,6 +372,12 @@ func scanEvent(row pgx.Row) (int64, retryindex.Event, error) {
 	e.Updated = time.UnixMilli(updated).UTC()
 	e.Feed = feedName(feed)
 	e.LastError, e.Reason = str(lastErr), str(reason)
+	if immediate != nil {
+		e.Immediate = int(*immediate)
+	}
+	if kind != nil {
+		e.Kind = retryindex.Kind(*kind)
+	}
 	return id, e, nil
 }
 
@@ -430,7 +448,7 @@ func (s *Store) Lookup(ctx context.Context, id string, opts *retryindex.LookupOp
 }
 
 func history(ctx context.Context, tx pgx.Tx, event int64, limit int) ([]retryindex.Attempt, error) {
-	rows, err := tx.Query(ctx, `SELECT attempt, kind, at, error, reason, next_due, process, feed FROM sbretry_attempts WHERE event = $1 ORDER BY attempt DESC, at DESC LIMIT $2`, event, limit)
+	rows, err := tx.Query(ctx, `SELECT attempt, kind, at, error, reason, next_due, process, feed, immediate FROM sbretry_attempts WHERE event = $1 ORDER BY attempt DESC, at DESC LIMIT $2`, event, limit)
 	if err != nil {
 		return nil, fmt.Errorf("retryindex/postgres: reading the history: %w", err)
 	}
@@ -442,13 +460,17 @@ func history(ctx context.Context, tx pgx.Tx, event int64, limit int) ([]retryind
 		var at int64
 		var errText, reason, process *string
 		var next *int64
-		if err := rows.Scan(&a.Attempt, &kind, &at, &errText, &reason, &next, &process, &feed); err != nil {
+		var immediate *int32
+		if err := rows.Scan(&a.Attempt, &kind, &at, &errText, &reason, &next, &process, &feed, &immediate); err != nil {
 			return nil, fmt.Errorf("retryindex/postgres: reading the history: %w", err)
 		}
 		a.Kind, a.At = retryindex.Kind(kind), time.UnixMilli(at).UTC()
 		a.Error, a.Reason, a.Process = str(errText), str(reason), str(process)
 		a.NextDue = fromMS(next)
 		a.Feed = feedName(feed)
+		if immediate != nil {
+			a.Immediate = int(*immediate)
+		}
 		out = append(out, a)
 	}
 	if err := rows.Err(); err != nil {
@@ -459,7 +481,7 @@ func history(ctx context.Context, tx pgx.Tx, event int64, limit int) ([]retryind
 }
 
 func feeds(ctx context.Context, tx pgx.Tx) ([]retryindex.FeedStatus, error) {
-	rows, err := tx.Query(ctx, `SELECT name, last, cursor FROM sbretry_feeds ORDER BY name`)
+	rows, err := tx.Query(ctx, `SELECT name, last, cursor, lost, lost_at FROM sbretry_feeds ORDER BY name`)
 	if err != nil {
 		return nil, fmt.Errorf("retryindex/postgres: reading the feeds: %w", err)
 	}
@@ -468,10 +490,14 @@ func feeds(ctx context.Context, tx pgx.Tx) ([]retryindex.FeedStatus, error) {
 	for rows.Next() {
 		var f retryindex.FeedStatus
 		var last int64
-		if err := rows.Scan(&f.Name, &last, &f.Cursor); err != nil {
+		var lostAt *int64
+		if err := rows.Scan(&f.Name, &last, &f.Cursor, &f.Lost, &lostAt); err != nil {
 			return nil, fmt.Errorf("retryindex/postgres: reading the feeds: %w", err)
 		}
 		f.Last = time.UnixMilli(last).UTC()
+		if lostAt != nil {
+			f.LostAt = time.UnixMilli(*lostAt).UTC()
+		}
 		out = append(out, f)
 	}
 	return out, rows.Err()
@@ -493,63 +519,81 @@ func (s *Store) Freshness(ctx context.Context) (*retryindex.Freshness, error) {
 }
 
 // Pending implements [retryindex.Store.Pending] through the partial index of pending events by due
-// time.
+// Pending implements [retryindex.Store.Pending] through the partial index of pending events by due
+// time. The cursor is the last row's due time and id.
 func (s *Store) Pending(ctx context.Context, opts *retryindex.PendingOptions) (*retryindex.PendingPage, error) {
-	var o retryindex.PendingOptions
-	if opts != nil {
-		o = *opts
-	}
-	if o.Limit < 0 {
-		return nil, fmt.Errorf("%w: Limit %d is negative", retryindex.ErrInvalidOptions, o.Limit)
-	}
-	o.Limit = cmp.Or(o.Limit, retryindex.DefaultPageLimit)
-	afterDue, afterID := int64(-1<<63), int64(-1<<63)
-	if o.Cursor != "" {
-		d, i, ok := strings.Cut(o.Cursor, ".")
-		var err1, err2 error
-		afterDue, err1 = strconv.ParseInt(d, 10, 64)
-		afterID, err2 = strconv.ParseInt(i, 10, 64)
-		if !ok || err1 != nil || err2 != nil {
-			return nil, fmt.Errorf("%w: %q", retryindex.ErrInvalidCursor, o.Cursor)
-		}
+	return s.list(ctx, opts, listPending)
+}
+
+// DeadLettered implements [retryindex.Store.DeadLettered] through the partial index of dead-lettered
+// events by time. The cursor is the last row's time and id.
+func (s *Store) DeadLettered(ctx context.Context, opts *retryindex.PendingOptions) (*retryindex.PendingPage, error) {
+	return s.list(ctx, opts, listDeadLettered)
+}
+
+// listing is one of the two listings in index order: pending by due time, earliest first, or
+// dead-lettered by time, newest first.
+type listing struct {
+	state retryindex.State
+	key   string // the column the partial index orders by
+	desc  bool
+}
+
+var (
+	listPending      = listing{state: retryindex.StatePending, key: "due"}
+	listDeadLettered = listing{state: retryindex.StateDeadLettered, key: "updated", desc: true}
+)
+
+func (s *Store) list(ctx context.Context, opts *retryindex.PendingOptions, l listing) (*retryindex.PendingPage, error) {
+	o, afterKey, afterID, err := opts.Parse(l.desc)
+	if err != nil {
+		return nil, err
 	}
 	page := &retryindex.PendingPage{}
-	err := s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
+	err = s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
 		page.AsOf = asOf
-		filter, args := "", []any{afterDue, afterID, o.Limit + 1}
+		filter, args := "", []any{afterKey, afterID, o.Limit + 1, int16(l.state)}
 		if o.Source != "" {
-			filter, args = " AND e.source = $4", append(args, o.Source)
+			filter, args = " AND e.source = $5", append(args, o.Source)
+		}
+		cmpOp, order := ">", "e."+l.key+", e.id"
+		if l.desc {
+			cmpOp, order = "<", "e."+l.key+" DESC, e.id DESC"
 		}
 		rows, err := tx.Query(ctx, `SELECT `+eventColumns+` FROM sbretry_events e
-			WHERE e.state = 1 AND (e.due, e.id) > ($1, $2)`+filter+` ORDER BY e.due, e.id LIMIT $3`, args...)
+			WHERE e.state = $4 AND (e.`+l.key+`, e.id) `+cmpOp+` ($1, $2)`+filter+` ORDER BY `+order+` LIMIT $3`, args...)
 		if err != nil {
-			return fmt.Errorf("retryindex/postgres: listing pending: %w", err)
+			return fmt.Errorf("retryindex/postgres: listing %v: %w", l.state, err)
 		}
 		var last [2]int64
 		for rows.Next() {
 			eid, e, err := scanEvent(rows)
 			if err != nil {
 				rows.Close()
-				return fmt.Errorf("retryindex/postgres: listing pending: %w", err)
+				return fmt.Errorf("retryindex/postgres: listing %v: %w", l.state, err)
 			}
 			if len(page.Items) == o.Limit {
 				page.Next = strconv.FormatInt(last[0], 10) + "." + strconv.FormatInt(last[1], 10)
 				break
 			}
-			last = [2]int64{e.Due.UnixMilli(), eid}
+			key := e.Due
+			if l.desc {
+				key = e.Updated
+			}
+			last = [2]int64{key.UnixMilli(), eid}
 			page.Items = append(page.Items, e)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
-			return fmt.Errorf("retryindex/postgres: listing pending: %w", err)
+			return fmt.Errorf("retryindex/postgres: listing %v: %w", l.state, err)
 		}
 		if o.Source == "" {
-			err = tx.QueryRow(ctx, `SELECT coalesce((SELECT n FROM sbretry_counts WHERE state = 1), 0)`).Scan(&page.Total)
+			err = tx.QueryRow(ctx, `SELECT coalesce((SELECT n FROM sbretry_counts WHERE state = $1), 0)`, int16(l.state)).Scan(&page.Total)
 		} else {
-			err = tx.QueryRow(ctx, `SELECT count(*) FROM sbretry_events WHERE state = 1 AND source = $1`, o.Source).Scan(&page.Total)
+			err = tx.QueryRow(ctx, `SELECT count(*) FROM sbretry_events WHERE state = $1 AND source = $2`, int16(l.state), o.Source).Scan(&page.Total)
 		}
 		if err != nil {
-			return fmt.Errorf("retryindex/postgres: counting pending: %w", err)
+			return fmt.Errorf("retryindex/postgres: counting %v: %w", l.state, err)
 		}
 		page.Feeds, err = feeds(ctx, tx)
 		return err
@@ -663,6 +707,29 @@ func (s *Store) SetCursor(ctx context.Context, entity string, next int64, record
 	})
 }
 
+// NoteLost implements [retryindex.Store.NoteLost].
+func (s *Store) NoteLost(ctx context.Context, feed string, n int64) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		now := s.opts.Now().UnixMilli()
+		_, err := tx.Exec(ctx, `INSERT INTO sbretry_feeds(name, last, lost, lost_at) VALUES ($1, $2, $3, $2)
+			ON CONFLICT (name) DO UPDATE SET lost = sbretry_feeds.lost + excluded.lost, lost_at = excluded.lost_at`, feed, now, n)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: noting lost records: %w", err)
+		}
+		return nil
+	})
+}
+
+// ClearLost implements [retryindex.Store.ClearLost].
+func (s *Store) ClearLost(ctx context.Context, before time.Time) error {
+	return s.write(ctx, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `UPDATE sbretry_feeds SET lost = 0, lost_at = NULL WHERE lost != 0 AND lost_at < $1`, before.UnixMilli()); err != nil {
+			return fmt.Errorf("retryindex/postgres: clearing lost records: %w", err)
+		}
+		return nil
+	})
+}
+
 // MarkGone implements [retryindex.Store.MarkGone].
 func (s *Store) MarkGone(ctx context.Context, entity string, since time.Time, seen func(chain string) bool) (int64, error) {
 	var n int64
@@ -696,7 +763,7 @@ func (s *Store) MarkGone(ctx context.Context, entity string, since time.Time, se
 		now := s.opts.Now().UnixMilli()
 		d := deltas{}
 		for _, g := range marks {
-			if _, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, due = NULL, updated = $2, feed = 1 WHERE id = $3`, int16(retryindex.StateGone), now, g.id); err != nil {
+			if _, err := tx.Exec(ctx, `UPDATE sbretry_events SET state = $1, due = NULL, updated = $2, feed = 1, kind = $4 WHERE id = $3`, int16(retryindex.StateGone), now, g.id, int16(retryindex.KindGone)); err != nil {
 				return fmt.Errorf("retryindex/postgres: marking a copy gone: %w", err)
 			}
 			if _, err := tx.Exec(ctx, `INSERT INTO sbretry_attempts(event, attempt, kind, at, feed) VALUES ($1, $2, $3, $4, 1) ON CONFLICT DO NOTHING`, g.id, g.attempt, int16(retryindex.KindGone), now); err != nil {

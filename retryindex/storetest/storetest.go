@@ -6,6 +6,7 @@ package storetest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"testing"
@@ -49,6 +50,9 @@ func Run(t *testing.T, open Open) {
 	t.Run("tailer cursor and gone", func(t *testing.T) { cursorAndGone(t, open) })
 	t.Run("refusals", func(t *testing.T) { refusals(t, open) })
 	t.Run("concurrent writers", func(t *testing.T) { concurrent(t, open) })
+	t.Run("a batch folds as its records one by one", func(t *testing.T) { batches(t, open) })
+	t.Run("lost records", func(t *testing.T) { lost(t, open) })
+	t.Run("dead-lettered", func(t *testing.T) { deadLettered(t, open) })
 }
 
 func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
@@ -59,22 +63,30 @@ func fold(t *testing.T, open Open) {
 	tailerActive.Feed = retryindex.FeedTailer
 	lateTailer := Rec("a", 1, retryindex.KindScheduled, 1, 0)
 	lateTailer.Feed, lateTailer.At = retryindex.FeedTailer, t0.Add(3*time.Hour)
+	deferred := Rec("a", 1, retryindex.KindDeferred, 1, 0)
+	deferred.NextAttempt, deferred.NextDue = 2, t0.Add(time.Hour)
 	cases := []struct {
 		name        string
 		records     []retryindex.Record
 		wantState   retryindex.State
 		wantAttempt int
 		wantHistory []retryindex.Kind
+		wantKind    retryindex.Kind
 	}{
-		{"pending", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0)}, retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindScheduled}},
+		{"pending", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0)}, retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindScheduled}, retryindex.KindScheduled},
+		{"held by the outage breaker", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindHeld, 2, time.Hour)},
+			retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindHeld}, retryindex.KindHeld},
+		{"held in its session", []retryindex.Record{deferred}, retryindex.StatePending, 2, []retryindex.Kind{retryindex.KindDeferred}, retryindex.KindDeferred},
+		{"a session's hold, then its next attempt succeeds", []retryindex.Record{deferred, Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour)},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindDeferred, retryindex.KindSucceeded}, retryindex.KindSucceeded},
 		{"succeeded after a retry", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour)},
-			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}, retryindex.KindSucceeded},
 		{"late tailer record changes no state", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), Rec("a", 1, retryindex.KindSucceeded, 2, time.Hour), lateTailer},
-			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}},
+			retryindex.StateSucceeded, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded}, retryindex.KindSucceeded},
 		{"active once due", []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0), tailerActive},
-			retryindex.StateActive, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindActive}},
+			retryindex.StateActive, 2, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindActive}, retryindex.KindActive},
 		{"out of order", []retryindex.Record{Rec("a", 1, retryindex.KindDeadLettered, 3, 3*time.Hour), Rec("a", 1, retryindex.KindScheduled, 2, time.Hour)},
-			retryindex.StateDeadLettered, 3, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindDeadLettered}},
+			retryindex.StateDeadLettered, 3, []retryindex.Kind{retryindex.KindScheduled, retryindex.KindDeadLettered}, retryindex.KindDeadLettered},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -89,6 +101,9 @@ func fold(t *testing.T, open Open) {
 			e := ans.Events[0]
 			assert.Equal(t, tc.wantState, e.State)
 			assert.Equal(t, tc.wantAttempt, e.Attempt)
+			if tc.wantKind != 0 {
+				assert.Equal(t, tc.wantKind, e.Kind, "the kind of record the state is")
+			}
 			var kinds []retryindex.Kind
 			for _, h := range e.History {
 				kinds = append(kinds, h.Kind)
@@ -103,7 +118,7 @@ func lookup(t *testing.T, open Open) {
 	s := open(t, fixed(t0.Add(time.Hour)))
 	ctx := context.Background()
 	r := Rec("order-42", 7, retryindex.KindScheduled, 1, 0)
-	r.Key, r.CorrelationID, r.SequenceNumber = "key-42", "corr-42", 55
+	r.Key, r.CorrelationID, r.SequenceNumber, r.Immediate = "key-42", "corr-42", 55, 3
 	r.Error = "SharedAccessKey=c2VjcmV0c2VjcmV0 rejected; " + strings.Repeat("x", 2000)
 	require.NoError(t, s.Apply(ctx, []retryindex.Record{r, Rec("order-43", 8, retryindex.KindSucceeded, 2, 0)}))
 	env := envelope.Envelope{Source: "orders", FirstSequenceNumber: 7, OriginalMessageID: "order-42"}
@@ -124,6 +139,8 @@ func lookup(t *testing.T, open Open) {
 		assert.Equal(t, env.RetryMessageID(2), e.RetryMessageID())
 		require.Len(t, e.History, 1)
 		assert.Equal(t, "test/1", e.History[0].Process)
+		assert.Equal(t, 3, e.History[0].Immediate, "the attempt's immediate retries")
+		assert.Equal(t, 3, e.Immediate, "the last attempt's immediate retries")
 		assert.Equal(t, t0.Add(time.Hour), ans.AsOf)
 		require.Len(t, ans.Feeds, 1)
 		assert.Equal(t, "consumer test/1", ans.Feeds[0].Name)
@@ -294,4 +311,149 @@ func concurrent(t *testing.T, open Open) {
 	require.Len(t, ans.Events, 1)
 	assert.Len(t, ans.Events[0].History, writers, "one entry per writer's attempt")
 	assert.Equal(t, writers+1, ans.Events[0].Attempt, "the highest attempt wins")
+}
+
+// batches: one Apply of many records, in batches of any size, leaves every event as applying its
+// records one at a time does: state, attempt, due, history and counts. The mix has what a store may
+// store in bulk (first attempts of new events, more than 64 of them in a row) between what it must
+// not reorder around (a first attempt's record of a chain seen earlier in the batch, later attempts,
+// the tailer's records, events that exist before the batch).
+func batches(t *testing.T, open Open) {
+	rng := rand.New(rand.NewPCG(7, 33))
+	kinds := []retryindex.Kind{retryindex.KindScheduled, retryindex.KindSucceeded, retryindex.KindDeadLettered,
+		retryindex.KindHeld, retryindex.KindLeftForRedelivery, retryindex.KindDiscarded, retryindex.KindActive}
+	var before, records []retryindex.Record
+	for i := range 20 { // events that exist before the batch
+		before = append(before, Rec(fmt.Sprintf("old-%d", i), int64(1000+i), retryindex.KindScheduled, 1, 0))
+	}
+	for i := range 150 { // a run of new events longer than any multi-row statement
+		records = append(records, Rec(fmt.Sprintf("new-%d", i), int64(i+1), retryindex.KindScheduled, 1, time.Duration(i)*time.Second))
+	}
+	for i := range 400 {
+		n := rng.IntN(200) // new-150 and later first appear here
+		id, seq := fmt.Sprintf("new-%d", n), int64(n+1)
+		if rng.IntN(3) == 0 {
+			n = rng.IntN(20)
+			id, seq = fmt.Sprintf("old-%d", n), int64(1000+n)
+		}
+		r := Rec(id, seq, kinds[rng.IntN(len(kinds))], 1+rng.IntN(3), time.Duration(i)*time.Second)
+		if r.Kind == retryindex.KindActive || rng.IntN(5) == 0 {
+			r.Feed = retryindex.FeedTailer
+		}
+		records = append(records, r)
+	}
+	ctx := context.Background()
+	fill := func(size int) retryindex.Store {
+		s := open(t, fixed(t0))
+		require.NoError(t, s.Apply(ctx, before))
+		for rest := records; len(rest) > 0; {
+			n := min(size, len(rest))
+			require.NoError(t, s.Apply(ctx, rest[:n]))
+			rest = rest[n:]
+		}
+		return s
+	}
+	read := func(s retryindex.Store) (map[retryindex.State]int64, []retryindex.Event) {
+		c, err := s.Counts(ctx)
+		require.NoError(t, err)
+		var events []retryindex.Event
+		for i := range 200 {
+			for _, id := range []string{fmt.Sprintf("new-%d", i), fmt.Sprintf("old-%d", i)} {
+				ans, err := s.Lookup(ctx, id, nil)
+				require.NoError(t, err)
+				events = append(events, ans.Events...)
+			}
+		}
+		return c.ByState, events
+	}
+	wantCounts, want := read(fill(1))
+	ids := map[string]bool{}
+	for _, r := range append(before, records...) {
+		ids[r.OriginalID] = true
+	}
+	require.Equal(t, len(ids), len(want), "every event found once")
+	byState := map[retryindex.State]int64{}
+	for _, e := range want {
+		byState[e.State]++
+	}
+	assert.Equal(t, byState, wantCounts, "the counts are the events' states")
+	for _, size := range []int{7, 100, len(records)} {
+		gotCounts, got := read(fill(size))
+		assert.Equal(t, wantCounts, gotCounts, "batches of %d", size)
+		assert.Equal(t, want, got, "batches of %d", size)
+	}
+}
+
+// lost: a feed's noted losses add up, show in every answer's freshness with when, and are cleared by
+// a rebuild that started after them, not before.
+func lost(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{Rec("a", 1, retryindex.KindScheduled, 1, 0)}))
+	require.NoError(t, s.NoteLost(ctx, "consumer test/1", 3))
+	require.NoError(t, s.NoteLost(ctx, "consumer test/1", 2))
+	ans, err := s.Lookup(ctx, "a", nil)
+	require.NoError(t, err)
+	require.Len(t, ans.Feeds, 1)
+	assert.EqualValues(t, 5, ans.Feeds[0].Lost)
+	assert.Equal(t, t0, ans.Feeds[0].LostAt)
+	require.NoError(t, s.ClearLost(ctx, t0), "a rebuild that started with the loss")
+	page, err := s.Pending(ctx, nil)
+	require.NoError(t, err)
+	assert.EqualValues(t, 5, page.Feeds[0].Lost, "not repaired by a rebuild that started before it was noted")
+	require.NoError(t, s.ClearLost(ctx, t0.Add(time.Millisecond)))
+	c, err := s.Counts(ctx)
+	require.NoError(t, err)
+	assert.Zero(t, c.Feeds[0].Lost)
+	assert.True(t, c.Feeds[0].LostAt.IsZero())
+}
+
+// deadLettered: pages of dead-lettered events, newest first (ties by insertion, newest first), no item
+// twice, only dead-lettered ones, the exact total; by source; a bad cursor refused.
+func deadLettered(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	const n = 11
+	var rs []retryindex.Record
+	for i := range n {
+		r := Rec(fmt.Sprintf("d-%d", i), int64(i+1), retryindex.KindDeadLettered, 3, time.Duration((i*7)%n)*time.Minute)
+		r.Reason, r.Entity = "RetryMaxAttemptsExceeded", "orders/$DeadLetterQueue"
+		if i%3 == 0 {
+			r.At = t0.Add(30 * time.Second) // ties
+		}
+		if i == 4 {
+			r.Source = "events/Subscriptions/billing"
+		}
+		rs = append(rs, r)
+	}
+	rs = append(rs, Rec("p", 99, retryindex.KindScheduled, 1, 0), Rec("ok", 98, retryindex.KindSucceeded, 2, time.Hour))
+	require.NoError(t, s.Apply(ctx, rs))
+	seen := map[string]bool{}
+	last := t0.Add(24 * time.Hour)
+	cursor := ""
+	for {
+		page, err := s.DeadLettered(ctx, &retryindex.PendingOptions{Limit: 4, Cursor: cursor})
+		require.NoError(t, err)
+		assert.EqualValues(t, n, page.Total)
+		for _, e := range page.Items {
+			assert.Equal(t, retryindex.StateDeadLettered, e.State)
+			assert.Equal(t, "RetryMaxAttemptsExceeded", e.Reason)
+			assert.False(t, e.Updated.After(last), "newest first")
+			last = e.Updated
+			assert.False(t, seen[e.Chain], "no item twice")
+			seen[e.Chain] = true
+		}
+		if page.Next == "" {
+			break
+		}
+		cursor = page.Next
+	}
+	assert.Len(t, seen, n)
+	page, err := s.DeadLettered(ctx, &retryindex.PendingOptions{Source: "events/Subscriptions/billing"})
+	require.NoError(t, err)
+	require.Len(t, page.Items, 1)
+	assert.Equal(t, "d-4", page.Items[0].OriginalID)
+	assert.EqualValues(t, 1, page.Total)
+	_, err = s.DeadLettered(ctx, &retryindex.PendingOptions{Cursor: "x"})
+	assert.ErrorIs(t, err, retryindex.ErrInvalidCursor)
 }
