@@ -277,7 +277,8 @@ func (sc *SessionConsumer) Run(ctx context.Context) error {
 			// Every message was settled; what is left is a receiver's close that did not return.
 			sc.cfg.logger.Warn("shutdown timed out closing sessions; closing the connection")
 		}
-		abandon(ErrShutdownTimeout) // ends every session lock, and with them the settles in flight
+		abandon(ErrShutdownTimeout) // ends every session lock
+		sc.proc.renewals.abandon()  // and the settles in flight, which do not derive from settleBase
 	}
 	// The sessions were closed by their workers (or are given up with the client); only the clients are
 	// left.

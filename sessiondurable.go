@@ -464,9 +464,8 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 		return
 	}
 	start := p.callStart(d)
-	took, err := r.deferMessage(hs, d.msg, props)
-	d.now = r.sc.cfg.clock.Now()
-	p.settled(d, SettleDefer, "", d.env, start, err)
+	doubted, callErr, err := r.deferMessage(hs, d, props)
+	p.settled(d, SettleDefer, "", d.env, start, callErr)
 	if err != nil {
 		// The record says the message is held: whoever gets it back defers it, or runs it when due.
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err))
@@ -478,16 +477,13 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 	p.cfg.log(d.ctx, slog.LevelInfo, "session held durably until its retry is due", d.msg, d.env, errAttr(herr), slog.Time("wake_at", at))
 	// A defer is a settle: one the SDK retried may not have happened, the message still locked here,
 	// and this consumer would then find the hold "gone" once due and run its followers first.
-	r.doubt(d, took, res)
+	r.doubt(d, doubted, res)
 }
 
-// deferMessage defers msg with props, bounded by the settle timeout under the session's lock, and
-// reports how long the call itself took (see doubt).
-func (r *sessionRun) deferMessage(hs *heldSession, msg *azservicebus.ReceivedMessage, props map[string]any) (time.Duration, error) {
-	ctx, cancel := r.settleContext(hs.lk)
-	defer cancel()
-	return hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error {
-		return recv.DeferMessage(ctx, msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
+// deferMessage defers d's message with props, a settle like the others (settleCall).
+func (r *sessionRun) deferMessage(hs *heldSession, d *delivery, props map[string]any) (doubted bool, callErr, err error) {
+	return r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
+		return recv.DeferMessage(ctx, d.msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
 	})
 }
 
@@ -556,21 +552,20 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 // deferAside defers d's message behind what blocks the session (st), stamped with props, and ends its
 // delivery.
 func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st sessionstate.State, props map[string]any) bool {
-	p, msg, seq := r.sc.proc, d.msg, *d.msg.SequenceNumber
+	p, seq := r.sc.proc, *d.msg.SequenceNumber
 	if h := st.Hold; h != nil && h.SequenceNumber != seq {
 		props[sessionstate.PropHeldBehind] = h.SequenceNumber
 	}
 	res := Result{Attempt: d.env.Attempt}
 	start := p.callStart(d)
-	took, err := r.deferMessage(hs, msg, props)
-	d.now = r.sc.cfg.clock.Now()
-	p.settled(d, SettleDefer, "", d.env, start, err)
+	doubted, callErr, err := r.deferMessage(hs, d, props)
+	p.settled(d, SettleDefer, "", d.env, start, callErr)
 	if err != nil {
 		r.sc.cfg.logger.Warn("deferring a message behind a held one failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
 		return r.endSetAside(d, withOutcome(res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err)))
 	}
 	res.Outcome = OutcomeDeferred
-	r.doubt(d, took, &res)
+	r.doubt(d, doubted, &res)
 	r.sc.cfg.logger.Debug("message deferred behind the session's hold", slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
 	return r.endSetAside(d, res)
 }

@@ -262,33 +262,49 @@ func (r *sessionRun) settleContext(lk *sessionLock) (context.Context, context.Ca
 	return context.WithTimeout(lk.ctx, r.sc.cfg.settleTimeout)
 }
 
+// settleCall makes one settle call (complete, dead-letter, defer) on hs's receiver, the way the queue
+// consumer makes its settles (settle.go): under the session's lock keeper, bounded by the settle timeout
+// cut to the lock's remaining time and ended by the lock's end (beginLockBound), its error marked as a
+// lost lock if the lock was lost meanwhile and its success doubted when the SDK had to retry it
+// (endLockBound; the time measured leaves out the wait for the receiver's turn). callErr is the call's
+// own error, for the OnSettle hook; d.now moves to when it returned.
+func (r *sessionRun) settleCall(hs *heldSession, d *delivery, call func(context.Context, SessionReceiver) error) (doubted bool, callErr, err error) {
+	lk := &hs.lk.keeper
+	ctx, cancel, err := r.sc.cfg.beginLockBound(lk, d.now)
+	if err != nil {
+		return false, err, err
+	}
+	took, callErr := hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error { return call(ctx, recv) })
+	doubted, err = endLockBound(lk, took, cancel, callErr)
+	d.now = r.sc.cfg.clock.Now()
+	return doubted, callErr, err
+}
+
 // complete completes d's message, with outcome on success. A failed complete leaves the message for
 // the broker to give back (the session is then released, so that it comes back before its followers).
 func (r *sessionRun) complete(d *delivery, hs *heldSession, res *Result, outcome Outcome) {
-	p, lk := r.sc.proc, hs.lk
+	p := r.sc.proc
 	start := p.callStart(d)
-	ctx, cancel := r.settleContext(lk)
-	took, err := hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error { return recv.CompleteMessage(ctx, d.msg, nil) })
-	cancel()
-	d.now = r.sc.cfg.clock.Now()
-	p.settled(d, SettleComplete, "", d.env, start, err)
+	doubted, callErr, err := r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
+		return recv.CompleteMessage(ctx, d.msg, nil)
+	})
+	p.settled(d, SettleComplete, "", d.env, start, callErr)
 	if err != nil {
-		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err))
 		p.cfg.log(d.ctx, slog.LevelWarn, "complete failed; the message goes back to the session", d.msg, d.env, errAttr(err))
 		return
 	}
 	res.Outcome = outcome
-	r.doubt(d, took, res)
+	r.doubt(d, doubted, res)
 }
 
-// doubt marks a settle that succeeded only after the SDK retried it (the call took slowSettle or more,
-// its wait for the receiver's turn left out) as
-// possibly not done: azservicebus v1.11 reports success for a retried settle that the broker had
-// rejected, the message still locked (soak/README.md findings 1 and 3). The session is then released
-// (see settledForSure), so that the message, if it is still there, comes back before its successors
-// and runs again, rather than after them.
-func (r *sessionRun) doubt(d *delivery, took time.Duration, res *Result) {
-	if took < slowSettle {
+// doubt marks a settle whose success is doubted (see endLockBound) as possibly not done: azservicebus
+// v1.11 reports success for a retried settle that the broker had rejected, the message still locked
+// (soak/README.md findings 1 and 3). The session is then released (see settledForSure), so that the
+// message, if it is still there, comes back before its successors and runs again, rather than after
+// them.
+func (r *sessionRun) doubt(d *delivery, doubted bool, res *Result) {
+	if !doubted {
 		return
 	}
 	res.PossibleDuplicate = true
@@ -313,13 +329,10 @@ func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res
 	}
 	res.DeadLetterReason = reason
 	start := p.callStart(d)
-	ctx, cancel := r.settleContext(lk)
-	took, err := hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error {
+	doubted, callErr, err := r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
 		return recv.DeadLetterMessage(ctx, d.msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
 	})
-	cancel()
-	d.now = r.sc.cfg.clock.Now()
-	p.settled(d, SettleDeadLetter, "", d.env, start, err)
+	p.settled(d, SettleDeadLetter, "", d.env, start, callErr)
 	if err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
 		p.cfg.log(d.ctx, slog.LevelWarn, "dead-letter failed; the message goes back to the session", d.msg, d.env, errAttr(err))
@@ -327,7 +340,7 @@ func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res
 	}
 	res.Outcome = OutcomeDeadLettered
 	p.cfg.log(d.ctx, slog.LevelWarn, "message dead-lettered", d.msg, d.env, slog.String("reason", reason))
-	r.doubt(d, took, res)
+	r.doubt(d, doubted, res)
 }
 
 // settleError is the SettleErr of a failed settle: ErrLockLost when the session lock ended, else err.

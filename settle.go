@@ -40,51 +40,58 @@ func (p *Processor) apply(d *delivery, settleBase context.Context, f *flight, de
 	}
 }
 
-// beginLockBound starts one settle call that needs the lock, at d.now: its context is bounded by the
-// settle timeout cut to the lock's remaining time, and ended by the lock's end too. It returns
-// errLockGone, and no context, when the lock is already gone. Call endLockBound with the call's error.
-func (p *Processor) beginLockBound(d *delivery) (context.Context, context.CancelFunc, error) {
-	lk := &d.lock
-	if !lk.alive(d.now) {
+// beginLockBound starts one settle call that needs lk, at now: its context is bounded by the settle
+// timeout cut to the lock's remaining time, and ended by the lock's end too. It returns errLockGone,
+// and no context, when the lock is already gone. Call endLockBound with the call's error. The session
+// consumer's settles go through the same pair, with the session's lock (sessionhold.go settleCall).
+func (c *config) beginLockBound(lk *lockKeeper, now time.Time) (context.Context, context.CancelFunc, error) {
+	if !lk.alive(now) {
 		return nil, nil, errLockGone
 	}
-	ctx, cancel := context.WithTimeout(lk.values, lk.callTimeout(p.cfg.settleTimeout, d.now))
+	ctx, cancel := context.WithTimeout(lk.values, lk.callTimeout(c.settleTimeout, now))
 	lk.follow(&lk.settle, cancel)
 	return ctx, cancel, nil
 }
 
-// endLockBound ends the call begun at start and returns its error, marked as a lost lock if the lock
-// was lost meanwhile (the OnSettle hook sees the call's own error); d.now moves to the time the call
-// returned.
-func (p *Processor) endLockBound(d *delivery, start time.Time, cancel context.CancelFunc, err error) error {
-	lk := &d.lock
+// endLockBound ends a call begun by beginLockBound, which took took, and returns its error, marked as
+// a lost lock if the lock was lost meanwhile, and whether its success is doubted. azservicebus v1.11
+// with go-amqp v1.7 can report a settle as done after the broker rejected it (a busy broker's rejection
+// marks the delivery settled, and the SDK's retry then sends nothing): the message is redelivered
+// although the call returned nil. Only a settle that the SDK retried takes slowSettle or more, so such
+// a success is doubted: the queue consumer remembers its outcome like a failed one's, for the
+// redelivery; the session consumer releases the session, so that the message, if still there, comes
+// back before its followers.
+func endLockBound(lk *lockKeeper, took time.Duration, cancel context.CancelFunc, err error) (doubted bool, _ error) {
 	lk.follow(&lk.settle, nil)
 	cancel()
-	d.now = p.cfg.clock.Now()
-	if err == nil && d.now.Sub(start) >= slowSettle {
-		// azservicebus v1.11 with go-amqp v1.7 can report a settle as done after the broker rejected it
-		// (a busy broker's rejection marks the delivery settled, and the SDK's retry then sends nothing):
-		// the message is redelivered although the call returned nil. Only a settle that the SDK retried
-		// takes this long, so its outcome is remembered like a failed one, for the redelivery.
-		lk.slowSettle.Store(true)
-	}
 	if err != nil && lk.lost() {
-		return fmt.Errorf("%w: %w", ErrLockLost, err)
+		return false, fmt.Errorf("%w: %w", ErrLockLost, err)
 	}
-	return err
+	return err == nil && took >= slowSettle, err
 }
 
 // complete completes d's message with its lock, and reports the call to the OnSettle hook.
 func (p *Processor) complete(d *delivery, env envelope.Envelope) error {
 	start := d.now
-	ctx, cancel, err := p.beginLockBound(d)
+	ctx, cancel, err := p.cfg.beginLockBound(&d.lock, d.now)
 	if err != nil {
 		return err
 	}
 	hookStart := p.callStart(d)
 	err = d.route.settler.CompleteMessage(ctx, d.msg, nil)
 	p.settled(d, SettleComplete, "", env, hookStart, err)
-	return p.endLockBound(d, start, cancel, err)
+	return p.endSettle(d, start, cancel, err)
+}
+
+// endSettle is endLockBound for d's own lock: d.now moves to the time the call returned, and a doubted
+// success is remembered on the lock (see endLockBound).
+func (p *Processor) endSettle(d *delivery, start time.Time, cancel context.CancelFunc, err error) error {
+	d.now = p.cfg.clock.Now()
+	doubted, err := endLockBound(&d.lock, d.now.Sub(start), cancel, err)
+	if doubted {
+		d.lock.slowSettle.Store(true)
+	}
+	return err
 }
 
 // settleComplete completes a successful delivery.
@@ -186,12 +193,12 @@ func (p *Processor) settleDeadLetter(d *delivery, dec *decision, res *Result) {
 	res.DeadLetterReason = dec.reason
 	reason, desc := dec.reason, dec.desc
 	start := d.now
-	ctx, cancel, err := p.beginLockBound(d)
+	ctx, cancel, err := p.cfg.beginLockBound(&d.lock, d.now)
 	if err == nil {
 		hookStart := p.callStart(d)
 		err = d.route.settler.DeadLetterMessage(ctx, msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
 		p.settled(d, SettleDeadLetter, "", *dec.env, hookStart, err)
-		err = p.endLockBound(d, start, cancel, err)
+		err = p.endSettle(d, start, cancel, err)
 	}
 	if err != nil {
 		res.Outcome = OutcomeLeftForRedelivery
