@@ -348,13 +348,13 @@ type job struct {
 	live *liveConnection
 	rt   route
 	msg  *azservicebus.ReceivedMessage
-	hold hold
+	place place
 }
 
 // deliver processes one message (process.go) and gives back its slot: what a worker does with a job.
 func (r *run) deliver(j job) {
-	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.hold)
-	j.hold.done()
+	res := r.c.proc.process(r.handlerCtx, r.settleBase, j.msg, j.rt, &j.place)
+	j.place.done()
 	r.c.count(res)
 	j.live.inFlight.Done()
 	r.busy.Add(-1)

@@ -287,7 +287,7 @@ func (r *run) dispatch(ctx context.Context, live *liveConnection, src Source, ms
 	c := r.c
 	rt := route{settler: src.Receiver, sender: live.conn.Sender, entity: src.EntityPath}
 	for i, msg := range msgs {
-		j := job{live: live, rt: rt, msg: msg, hold: hold{s: r.slots, state: holdsHandler}}
+		j := job{live: live, rt: rt, msg: msg, place: place{s: r.slots, state: placeHandler}}
 		switch {
 		case i >= asked:
 			select {
@@ -296,8 +296,8 @@ func (r *run) dispatch(ctx context.Context, live *liveConnection, src Source, ms
 				return
 			}
 		case i >= h:
-			j.hold.state = holdsPrefetch
-			j.hold.waitAhead() // before the loop takes its next slots (see slots.freeHandler)
+			j.place.state = placePrefetch
+			j.place.waitAhead() // before the loop takes its next slots (see slots.freeHandler)
 		}
 		c.received.Add(1)
 		c.inFlight.Add(1)

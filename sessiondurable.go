@@ -50,8 +50,9 @@ import (
 // TestSessionStateWrittenMeanwhileIsNotOverwritten, the unit test
 // TestSessionStateWriteAfterTheSDKTookTheSessionAgain).
 
-// heldSession is one accepted session while a worker serves it.
-type heldSession struct {
+// servedSession is one accepted session while a worker serves it (held, in the sense of holds, only
+// while a message of it waits in place or durably).
+type servedSession struct {
 	// recv is the session's receiver, its calls made one at a time (sessionreceiver.go).
 	recv        *serialReceiver
 	lk          *sessionLock
@@ -82,17 +83,17 @@ type durableState struct {
 }
 
 // canHoldDurably reports whether a failure in this session may become a durable hold.
-func (hs *heldSession) canHoldDurably() bool {
+func (hs *servedSession) canHoldDurably() bool {
 	return hs.sender != nil && hs.ds != nil && !hs.ds.foreign
 }
 
 // blocked reports whether the session's new messages must be deferred.
-func (hs *heldSession) blocked() bool {
+func (hs *servedSession) blocked() bool {
 	return hs.ds != nil && !hs.ds.foreign && hs.ds.st.Blocked()
 }
 
 // loadState reads the session's record into hs.ds.
-func (r *sessionRun) loadState(hs *heldSession) error {
+func (r *sessionRun) loadState(hs *servedSession) error {
 	ctx, cancel := r.settleContext(hs.lk)
 	b, err := hs.recv.GetSessionState(ctx, nil)
 	cancel()
@@ -120,7 +121,7 @@ func (r *sessionRun) loadState(hs *heldSession) error {
 
 // writeState replaces the session's record with next. A record that would not read back is never
 // written.
-func (r *sessionRun) writeState(hs *heldSession, next sessionstate.State) error {
+func (r *sessionRun) writeState(hs *servedSession, next sessionstate.State) error {
 	b, err := sessionstate.Marshal(next)
 	if err == nil {
 		_, err = sessionstate.Decode(b)
@@ -151,7 +152,7 @@ func (r *sessionRun) writeState(hs *heldSession, next sessionstate.State) error 
 
 // dispatch handles one received message of a held session and reports whether the session may go on
 // (false: release it, so that what was left unsettled comes back before anything later).
-func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+func (r *sessionRun) dispatch(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
 	if r.lostBeforeRun(hs, msg) {
 		return false
 	}
@@ -183,7 +184,7 @@ func (r *sessionRun) dispatch(stop context.Context, hs *heldSession, msg *azserv
 
 // control handles a wake-up: it runs what is due (the hold it names, then the followers), and is
 // completed once the record no longer needs it.
-func (r *sessionRun) control(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+func (r *sessionRun) control(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
 	if hs.ds == nil {
 		// Durable holds are off here, but another consumer (or this one, configured otherwise) may
 		// have held the session: the wake-up says so, and the record is honoured.
@@ -223,7 +224,7 @@ func (r *sessionRun) control(stop context.Context, hs *heldSession, msg *azservi
 }
 
 // settleControl completes a control message that nothing needs any more.
-func (r *sessionRun) settleControl(hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+func (r *sessionRun) settleControl(hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
 	p := r.sc.proc
 	now := r.sc.cfg.clock.Now()
 	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
@@ -242,7 +243,7 @@ func (r *sessionRun) settleControl(hs *heldSession, msg *azservicebus.ReceivedMe
 // resume runs what the record says is due, in order: the held message once its time has come, then
 // the followers, one at a time, until one is held again or none is left. It reports true when the
 // session must be released.
-func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool) {
+func (r *sessionRun) resume(stop context.Context, hs *servedSession) (release bool) {
 	for {
 		if stopped(stop) {
 			return true
@@ -308,7 +309,7 @@ func (r *sessionRun) resume(stop context.Context, hs *heldSession) (release bool
 // lost by the time it arrived: the call that brought it may have found the session taken again by the
 // SDK (serialReceiver.watch), and what this consumer knows of the session (its record, what blocks
 // it) may be stale, so nothing may run on it. It reports whether it did.
-func (r *sessionRun) lostBeforeRun(hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+func (r *sessionRun) lostBeforeRun(hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
 	lost, why := hs.lk.lost()
 	if !lost {
 		return false
@@ -325,7 +326,7 @@ func (r *sessionRun) lostBeforeRun(hs *heldSession, msg *azservicebus.ReceivedMe
 var errDeferredGone = errors.New("retry: the deferred message is gone")
 
 // receiveDeferred receives the session's deferred message seq.
-func (r *sessionRun) receiveDeferred(hs *heldSession, seq int64) (*azservicebus.ReceivedMessage, error) {
+func (r *sessionRun) receiveDeferred(hs *servedSession, seq int64) (*azservicebus.ReceivedMessage, error) {
 	ctx, cancel := r.settleContext(hs.lk)
 	msgs, err := hs.recv.ReceiveDeferredMessages(ctx, []int64{seq}, nil)
 	cancel()
@@ -348,7 +349,7 @@ func (r *sessionRun) receiveDeferred(hs *heldSession, seq int64) (*azservicebus.
 // blocks the session, wrote their record before settling (holdDurably, blockingRecord). It reports
 // false when the record could not be written (the session is released; the next consumer finds the
 // message gone).
-func (r *sessionRun) afterSettle(hs *heldSession, msg *azservicebus.ReceivedMessage, res Result) bool {
+func (r *sessionRun) afterSettle(hs *servedSession, msg *azservicebus.ReceivedMessage, res Result) bool {
 	if hs.ds == nil || hs.ds.foreign || msg.SequenceNumber == nil || res.Outcome == OutcomeDeferred {
 		return true
 	}
@@ -367,7 +368,7 @@ func (r *sessionRun) afterSettle(hs *heldSession, msg *azservicebus.ReceivedMess
 // session blocked on it (BlockAfterDeadLetter): written first, so that a consumer stopped between the
 // two leaves the block, and the message for the next consumer to dead-letter (deadLetterRecorded).
 // It reports false when the record could not be written: the message is then not dead-lettered.
-func (r *sessionRun) blockingRecord(hs *heldSession, d *delivery, reason string, cause error) bool {
+func (r *sessionRun) blockingRecord(hs *servedSession, d *delivery, reason string, cause error) bool {
 	if !r.sc.scfg.block || hs.ds == nil || hs.ds.foreign || d.msg.SequenceNumber == nil {
 		return true
 	}
@@ -390,7 +391,7 @@ func (r *sessionRun) blockingRecord(hs *heldSession, d *delivery, reason string,
 // deadLetterRecorded dead-letters msg, which the record says was dead-lettered (with h's reason) but
 // is still in the session: a consumer stopped between writing the record and dead-lettering it. It
 // reports whether the session may go on.
-func (r *sessionRun) deadLetterRecorded(hs *heldSession, msg *azservicebus.ReceivedMessage, h *sessionstate.Hold) bool {
+func (r *sessionRun) deadLetterRecorded(hs *servedSession, msg *azservicebus.ReceivedMessage, h *sessionstate.Hold) bool {
 	p := r.sc.proc
 	d := r.setAside(hs, msg)
 	var cause error
@@ -404,7 +405,7 @@ func (r *sessionRun) deadLetterRecorded(hs *heldSession, msg *azservicebus.Recei
 
 // setAside starts the delivery of a message the consumer settles without running the handler
 // (deferred behind a hold, or dead-lettered as the record says): counted, with OnStart, as any.
-func (r *sessionRun) setAside(hs *heldSession, msg *azservicebus.ReceivedMessage) *delivery {
+func (r *sessionRun) setAside(hs *servedSession, msg *azservicebus.ReceivedMessage) *delivery {
 	c, p := r.sc.stats, r.sc.proc
 	c.received.Add(1)
 	c.inFlight.Add(1)
@@ -429,7 +430,7 @@ func (r *sessionRun) endSetAside(d *delivery, res Result) bool {
 
 // dropMissingHold drops from the record a held message found neither deferred nor first in line: it
 // is gone (expired, or settled before a consumer stopped).
-func (r *sessionRun) dropMissingHold(hs *heldSession) bool {
+func (r *sessionRun) dropMissingHold(hs *servedSession) bool {
 	hs.holdNotDeferred = false
 	h := hs.ds.st.Hold
 	if h == nil || h.DeadLetterReason != "" {
@@ -443,7 +444,7 @@ func (r *sessionRun) dropMissingHold(hs *heldSession) bool {
 // holdDurably holds d's message in its session until at, immediateRetries of the policy's immediate
 // retries made by the attempt that resumes it: the wake-up, the record, the deferral, in that order (see the top of this file). Any failure leaves the message unsettled for the broker to
 // give back in order, with the session released.
-func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, firstFailure time.Time, immediateRetries int, res *Result) {
+func (r *sessionRun) holdDurably(hs *servedSession, d *delivery, herr error, at, firstFailure time.Time, immediateRetries int, res *Result) {
 	p := r.sc.proc
 	seq := *d.msg.SequenceNumber
 	h := &sessionstate.Hold{
@@ -481,14 +482,14 @@ func (r *sessionRun) holdDurably(hs *heldSession, d *delivery, herr error, at, f
 }
 
 // deferMessage defers d's message with props, a settle like the others (settleCall).
-func (r *sessionRun) deferMessage(hs *heldSession, d *delivery, props map[string]any) (doubted bool, callErr, err error) {
+func (r *sessionRun) deferMessage(hs *servedSession, d *delivery, props map[string]any) (doubted bool, callErr, err error) {
 	return r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
 		return recv.DeferMessage(ctx, d.msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
 	})
 }
 
 // scheduleWake schedules h's wake-up into the session.
-func (r *sessionRun) scheduleWake(hs *heldSession, d *delivery, h *sessionstate.Hold) error {
+func (r *sessionRun) scheduleWake(hs *servedSession, d *delivery, h *sessionstate.Hold) error {
 	p := r.sc.proc
 	if lost, why := hs.lk.lost(); lost {
 		return why // without the lock the record cannot be written: a wake-up would wake nothing
@@ -513,7 +514,7 @@ func (r *sessionRun) scheduleWake(hs *heldSession, d *delivery, h *sessionstate.
 // message itself, come back active because a consumer stopped before deferring it, is deferred (or run,
 // when due), and one the record says was dead-lettered is dead-lettered; a message already listed is
 // deferred again.
-func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage) bool {
+func (r *sessionRun) deferBehind(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
 	p := r.sc.proc
 	if msg.SequenceNumber == nil {
 		// Every broker-delivered message has one; without it nothing can find it again.
@@ -551,7 +552,7 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *heldSession, msg *azs
 
 // deferAside defers d's message behind what blocks the session (st), stamped with props, and ends its
 // delivery.
-func (r *sessionRun) deferAside(hs *heldSession, d *delivery, st sessionstate.State, props map[string]any) bool {
+func (r *sessionRun) deferAside(hs *servedSession, d *delivery, st sessionstate.State, props map[string]any) bool {
 	p, seq := r.sc.proc, *d.msg.SequenceNumber
 	if h := st.Hold; h != nil && h.SequenceNumber != seq {
 		props[sessionstate.PropHeldBehind] = h.SequenceNumber

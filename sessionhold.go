@@ -16,7 +16,7 @@ import (
 // OnProcessed once.
 // from is the durable hold msg resumes, nil for a message that is not held: its Attempt and LastError
 // are the envelope's.
-func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservicebus.ReceivedMessage, from *sessionstate.Hold) Result {
+func (r *sessionRun) handle(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage, from *sessionstate.Hold) Result {
 	p, c := r.sc.proc, r.sc.stats
 	c.received.Add(1)
 	c.inFlight.Add(1)
@@ -37,7 +37,7 @@ func (r *sessionRun) handle(stop context.Context, hs *heldSession, msg *azservic
 // calls the handler again with the next attempt. It ends with the message completed, dead-lettered,
 // discarded, or left unsettled for the broker to give back in order (lock lost, shutdown, a failed
 // settle).
-func (r *sessionRun) holdInPlace(stop context.Context, hs *heldSession, d *delivery, from *sessionstate.Hold) Result {
+func (r *sessionRun) holdInPlace(stop context.Context, hs *servedSession, d *delivery, from *sessionstate.Hold) Result {
 	p := r.sc.proc
 	env, envErr := envelope.Decode(d.msg)
 	if envErr != nil {
@@ -104,7 +104,7 @@ type inPlace struct {
 // result when the lock was lost, the handler succeeded (completed even during a shutdown: the work is
 // done), or a shutdown ended a failure (no attempt counted). The order of the checks matters: a lost
 // lock makes any settle impossible, whatever the handler returned.
-func (r *sessionRun) attemptEnded(stop context.Context, hs *heldSession, d *delivery, herr error, st *inPlace) (Result, bool) {
+func (r *sessionRun) attemptEnded(stop context.Context, hs *servedSession, d *delivery, herr error, st *inPlace) (Result, bool) {
 	p := r.sc.proc
 	if lost, why := hs.lk.lost(); lost {
 		p.cfg.log(st.hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", d.msg, d.env)
@@ -126,7 +126,7 @@ func (r *sessionRun) attemptEnded(stop context.Context, hs *heldSession, d *deli
 // (not done). This goroutine is the session's only one, so waiting here is what keeps every later
 // message of the session from running; the session lock is renewed meanwhile by the renewal schedule
 // (sessionlock.go, lockrenewer.go).
-func (r *sessionRun) failedInPlace(stop context.Context, hs *heldSession, d *delivery, herr error, st *inPlace) (Result, bool) {
+func (r *sessionRun) failedInPlace(stop context.Context, hs *servedSession, d *delivery, herr error, st *inPlace) (Result, bool) {
 	p := r.sc.proc
 	if st.holdStart.IsZero() {
 		st.holdStart = d.now
@@ -196,7 +196,7 @@ func withOutcome(res Result, o Outcome, err error) Result {
 // ImmediateDelay instead of the backoff. A retry that would be due after the RetryBudget or after the
 // message's expiry is refused up front, as a dead-letter; one due more than MaxHold after the hold
 // began is held durably when the session can be (SessionOptions.DurableHolds), else dead-lettered.
-func (r *sessionRun) decideInPlace(hs *heldSession, d *delivery, herr error, pol policy, immediate bool, holdStart time.Time) (dec *decision, delay time.Duration, durable bool) {
+func (r *sessionRun) decideInPlace(hs *servedSession, d *delivery, herr error, pol policy, immediate bool, holdStart time.Time) (dec *decision, delay time.Duration, durable bool) {
 	p, cfg := r.sc.proc, r.sc.cfg
 	env, msg, now := &d.env, d.msg, d.now
 	if dec := p.finalDecision(d, herr, pol); dec != nil {
@@ -268,7 +268,7 @@ func (r *sessionRun) settleContext(lk *sessionLock) (context.Context, context.Ca
 // lost lock if the lock was lost meanwhile and its success doubted when the SDK had to retry it
 // (endLockBound; the time measured leaves out the wait for the receiver's turn). callErr is the call's
 // own error, for the OnSettle hook; d.now moves to when it returned.
-func (r *sessionRun) settleCall(hs *heldSession, d *delivery, call func(context.Context, SessionReceiver) error) (doubted bool, callErr, err error) {
+func (r *sessionRun) settleCall(hs *servedSession, d *delivery, call func(context.Context, SessionReceiver) error) (doubted bool, callErr, err error) {
 	lk := &hs.lk.keeper
 	ctx, cancel, err := r.sc.cfg.beginLockBound(lk, d.now)
 	if err != nil {
@@ -282,7 +282,7 @@ func (r *sessionRun) settleCall(hs *heldSession, d *delivery, call func(context.
 
 // complete completes d's message, with outcome on success. A failed complete leaves the message for
 // the broker to give back (the session is then released, so that it comes back before its followers).
-func (r *sessionRun) complete(d *delivery, hs *heldSession, res *Result, outcome Outcome) {
+func (r *sessionRun) complete(d *delivery, hs *servedSession, res *Result, outcome Outcome) {
 	p := r.sc.proc
 	start := p.callStart(d)
 	doubted, callErr, err := r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
@@ -320,7 +320,7 @@ func settledForSure(res Result) bool {
 // deadLetter dead-letters d's message as dec says. With blocks, the message heads its session, and
 // BlockAfterDeadLetter records the block first (sessiondurable.go). A failed dead-letter leaves the
 // message for the broker to give back.
-func (r *sessionRun) deadLetter(d *delivery, hs *heldSession, dec *decision, res *Result, blocks bool) {
+func (r *sessionRun) deadLetter(d *delivery, hs *servedSession, dec *decision, res *Result, blocks bool) {
 	p, lk := r.sc.proc, hs.lk
 	reason, desc := dec.reason, dec.desc
 	if blocks && !r.blockingRecord(hs, d, reason, res.HandlerErr) {
@@ -367,7 +367,7 @@ func (r *sessionRun) breakerOpen() bool {
 // admitInPlace asks the outage breaker whether the handler may run now, waiting while it is open (or
 // while another delivery probes); ok is false when stop ended or the session lock was lost meanwhile.
 // Without outage mode every call is admitted at once.
-func (r *sessionRun) admitInPlace(stop context.Context, hs *heldSession) (adm admission, ok bool) {
+func (r *sessionRun) admitInPlace(stop context.Context, hs *servedSession) (adm admission, ok bool) {
 	b := r.sc.stats.outage
 	if r.sc.cfg.outage == nil {
 		return admission{kind: admitRun}, true
@@ -397,7 +397,7 @@ func (r *sessionRun) admitInPlace(stop context.Context, hs *heldSession) (adm ad
 // heldByBreaker tells the outage breaker what the attempt admitted as adm came to, and reports whether
 // its failure is to be held in place: it counted, and the breaker is open now (it tripped on it, or the
 // probe failed).
-func (r *sessionRun) heldByBreaker(stop context.Context, hs *heldSession, adm admission, herr error) bool {
+func (r *sessionRun) heldByBreaker(stop context.Context, hs *servedSession, adm admission, herr error) bool {
 	if r.sc.cfg.outage == nil {
 		return false
 	}

@@ -134,7 +134,7 @@ func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live 
 	}
 	defer r.serving.Add(-1)
 	recv := newSerialReceiver(accepted) // the lock's goroutine and this one share it (sessionreceiver.go)
-	hs := &heldSession{recv: recv, sid: recv.SessionID(), entity: live.entity(r.sc.cfg.entityPath), sender: live.conn.Sender}
+	hs := &servedSession{recv: recv, sid: recv.SessionID(), entity: live.entity(r.sc.cfg.entityPath), sender: live.conn.Sender}
 	hs.lk = r.keepSessionLock(recv, r.sc.cfg.clock.Now())
 	// A call that finds the session taken again by the SDK ends it as a lost lock does.
 	recv.retaken = func() { r.loseSessionLock(hs.lk, recv, errSessionRetaken) }

@@ -24,7 +24,7 @@ const gatherWindow = 2 * time.Millisecond
 //     its way, and a settle stuck on a dead lock never stops the consumer.
 //
 // A receive loop takes handler slots and prefetch places for a receive (fill) and hands each message
-// the one it took, as a [hold].
+// the one it took, as a [place].
 type slots struct {
 	handler  chan struct{}
 	prefetch chan struct{}
@@ -116,38 +116,38 @@ func (s *slots) giveBack(h, pf int) {
 	}
 }
 
-// What a hold holds.
+// What a place holds.
 const (
-	holdsNothing  = iota // the zero value: a stray hold gives nothing back
-	holdsHandler         // a handler slot
-	holdsPrefetch        // a prefetch place: received ahead of a free handler slot
-	holdsSettling        // a settling place: the handler has returned, or the delivery waits for another
+	placeNothing  = iota // the zero value: a stray place gives nothing back
+	placeHandler         // a handler slot
+	placePrefetch        // a prefetch place: received ahead of a free handler slot
+	placeSettling        // a settling place: the handler has returned, or the delivery waits for another
 )
 
-// hold is one delivery's place in the slots. The processor sees it as a [handlerSlot]: acquire before
+// place is one delivery's place in the slots. The processor sees it as a [handlerSlot]: acquire before
 // the handler runs, release once it has returned. The consumer gives it back (done) when the delivery
 // is finished.
-type hold struct {
+type place struct {
 	s     *slots
 	state int
 	ahead bool // counted in s.ahead
 }
 
-var _ handlerSlot = (*hold)(nil)
+var _ handlerSlot = (*place)(nil)
 
 // acquire takes a handler slot before a handler runs, waiting for one unless the delivery holds one;
 // false if ctx ended, the lock did, or receiving stopped first.
 // Waiting while holding a settling place could close a cycle between the semaphores, so that place is
 // given back first.
-func (h *hold) acquire(ctx context.Context, lock lockState) bool {
+func (h *place) acquire(ctx context.Context, lock lockState) bool {
 	switch h.state {
-	case holdsHandler:
+	case placeHandler:
 		return true
-	case holdsSettling:
+	case placeSettling:
 		<-h.s.settling
-		h.state = holdsNothing
+		h.state = placeNothing
 	}
-	if h.state == holdsPrefetch {
+	if h.state == placePrefetch {
 		h.waitAhead()
 		defer h.stopWaiting() // whichever way the wait ends
 	}
@@ -177,19 +177,19 @@ func (h *hold) acquire(ctx context.Context, lock lockState) bool {
 			return false
 		}
 	}
-	if h.state == holdsPrefetch {
+	if h.state == placePrefetch {
 		h.stopWaiting() // before the place frees: a receive loop woken by it must see the count
 		<-h.s.prefetch
 	}
-	h.state = holdsHandler
+	h.state = placeHandler
 	return true
 }
 
 // release trades the handler slot (or prefetch place) for a settling place, if one is free; with none
 // free it keeps what it holds, as if settles were not pipelined. Nothing ever waits for a settling
 // place, so no cycle of waits can form.
-func (h *hold) release() {
-	if h.state != holdsHandler && h.state != holdsPrefetch {
+func (h *place) release() {
+	if h.state != placeHandler && h.state != placePrefetch {
 		return
 	}
 	h.stopWaiting()
@@ -199,31 +199,31 @@ func (h *hold) release() {
 		return
 	}
 	h.giveUp()
-	h.state = holdsSettling
+	h.state = placeSettling
 }
 
-// done gives back whatever the hold holds.
-func (h *hold) done() {
+// done gives back whatever the place holds.
+func (h *place) done() {
 	h.stopWaiting()
-	if h.state == holdsSettling {
+	if h.state == placeSettling {
 		<-h.s.settling
 	}
 	h.giveUp()
-	h.state = holdsNothing
+	h.state = placeNothing
 }
 
 // giveUp gives back a handler slot or prefetch place.
-func (h *hold) giveUp() {
+func (h *place) giveUp() {
 	switch h.state {
-	case holdsHandler:
+	case placeHandler:
 		<-h.s.handler
-	case holdsPrefetch:
+	case placePrefetch:
 		<-h.s.prefetch
 	}
 }
 
 // waitAhead counts the message as one received ahead that waits for a handler slot.
-func (h *hold) waitAhead() {
+func (h *place) waitAhead() {
 	if !h.ahead {
 		h.ahead = true
 		h.s.ahead.Add(1)
@@ -231,7 +231,7 @@ func (h *hold) waitAhead() {
 }
 
 // stopWaiting ends that count.
-func (h *hold) stopWaiting() {
+func (h *place) stopWaiting() {
 	if h.ahead {
 		h.ahead = false
 		h.s.ahead.Add(-1)

@@ -31,7 +31,7 @@ func TestAcquireRefusesWhatMayNotRun(t *testing.T) {
 			for range 50 { // a select among ready cases picks at random: try it often
 				s := testSlots(1, 1)
 				s.prefetch <- struct{}{}
-				h := &hold{s: s, state: holdsPrefetch}
+				h := &place{s: s, state: placePrefetch}
 				lost := make(chan struct{})
 				if tc.lost {
 					close(lost)
@@ -60,9 +60,9 @@ func TestAcquireRefusesWhatMayNotRun(t *testing.T) {
 func TestReleaseTradesForASettlingPlace(t *testing.T) {
 	s := testSlots(1, 0)
 	s.handler <- struct{}{}
-	h := &hold{s: s, state: holdsHandler}
+	h := &place{s: s, state: placeHandler}
 	h.release()
-	assert.Equal(t, holdsSettling, h.state)
+	assert.Equal(t, placeSettling, h.state)
 	assert.Len(t, s.handler, 0, "the handler slot is free for the next handler")
 	assert.Len(t, s.settling, 1)
 
@@ -74,7 +74,7 @@ func TestReleaseTradesForASettlingPlace(t *testing.T) {
 		s.settling <- struct{}{}
 	}
 	h.release()
-	assert.Equal(t, holdsHandler, h.state, "with no settling place free the handler slot is kept")
+	assert.Equal(t, placeHandler, h.state, "with no settling place free the handler slot is kept")
 	assert.Len(t, s.handler, 1)
 	for range cap(s.settling) {
 		<-s.settling
@@ -118,9 +118,9 @@ func (c chanDone) ended() bool {
 func TestAcquireAfterWaitingRefusesOnceReceivingStopped(t *testing.T) {
 	s := testSlots(1, 0)
 	s.handler <- struct{}{}
-	h := &hold{s: s, state: holdsHandler}
+	h := &place{s: s, state: placeHandler}
 	h.release()
-	require.Equal(t, holdsSettling, h.state)
+	require.Equal(t, placeSettling, h.state)
 	close(s.stopping)
 	assert.False(t, h.acquire(context.Background(), chanDone(nil)))
 	assert.Zero(t, len(s.handler)+len(s.settling), "nothing is held")
