@@ -232,10 +232,10 @@ func (s *Store) Apply(ctx context.Context, records []retryindex.Record) error {
 	return s.write(ctx, func(tx pgx.Tx) error {
 		d := deltas{}
 		feeds := map[string]bool{}
+		if err := s.applyAll(ctx, tx, d, sorted); err != nil {
+			return err
+		}
 		for i := range sorted {
-			if err := s.apply(ctx, tx, d, &sorted[i]); err != nil {
-				return err
-			}
 			if sorted[i].Feed != retryindex.FeedTailer {
 				feeds["consumer "+sorted[i].Process] = true
 			}

@@ -148,6 +148,30 @@ func lookup(t *testing.T, open Open) {
 	ans, err := s.Lookup(ctx, "nobody", nil)
 	require.NoError(t, err)
 	assert.Empty(t, ans.Events)
+
+	// New events stored together (a store may insert them in bulk) are stored as one alone is.
+	var run []retryindex.Record
+	for i := range 5 {
+		r := Rec(fmt.Sprintf("bulk-%d", i), int64(100+i), retryindex.KindScheduled, 1, 0)
+		r.Key, r.CorrelationID, r.SequenceNumber, r.Immediate = fmt.Sprintf("bulk-key-%d", i), fmt.Sprintf("bulk-corr-%d", i), int64(200+i), i
+		r.Error = "SharedAccessKey=c2VjcmV0c2VjcmV0 rejected; " + strings.Repeat("y", 2000)
+		run = append(run, r)
+	}
+	require.NoError(t, s.Apply(ctx, run))
+	for i := range 5 {
+		ans, err := s.Lookup(ctx, fmt.Sprintf("bulk-corr-%d", i), nil)
+		require.NoError(t, err)
+		require.Len(t, ans.Events, 1)
+		e := ans.Events[0]
+		assert.Equal(t, fmt.Sprintf("bulk-key-%d", i), e.Key)
+		assert.EqualValues(t, 200+i, e.SequenceNumber)
+		assert.Equal(t, i, e.Immediate)
+		assert.Equal(t, retryindex.KindScheduled, e.Kind)
+		assert.NotContains(t, e.LastError, "c2VjcmV0c2VjcmV0")
+		assert.LessOrEqual(t, len(e.LastError), retryindex.DefaultMaxErrorLength)
+		require.Len(t, e.History, 1)
+		assert.Equal(t, "test/1", e.History[0].Process)
+	}
 }
 
 // pending: pages in due order, no item twice, the exact total; by source.
