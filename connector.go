@@ -88,17 +88,17 @@ func (c *Connection) close(ctx context.Context) error {
 // whose connection was lost.
 type Connector func(ctx context.Context) (*Connection, error)
 
-// ConnectOptions tunes the connectors built by [QueueConnectionString] and [QueueCredential].
+// ConnectOptions tunes the connectors taken from a [Namespace].
 type ConnectOptions struct {
 	// Client is passed to the azservicebus client constructor.
 	Client *azservicebus.ClientOptions
 	// Receiver is passed to NewReceiverForQueue. ReceiveMode is always PeekLock: retries need it.
 	Receiver *azservicebus.ReceiverOptions
-	// SendConnectionString, for [QueueConnectionString], is a separate connection string for the
+	// SendConnectionString, for [NewNamespace], is a separate connection string for the
 	// republish target, for namespaces where listen and send rights are split between two keys. Empty
 	// means the receiving connection string, which then needs both rights.
 	SendConnectionString string
-	// SendCredential, for [QueueCredential], is a separate credential for the republish target. Nil
+	// SendCredential, for [NewNamespaceCredential], is a separate credential for the republish target. Nil
 	// means the receiving credential.
 	SendCredential azcore.TokenCredential
 	// CheckSettings makes the connection read the entity's settings through the administration API at
@@ -152,22 +152,6 @@ var errEmulatorAdmin = errors.New("retry: CheckSettings with a development emula
 	"to reach its administration API, which is not on the AMQP port of the Endpoint: for sbemu, " +
 	"Emulator.AdminClientOptions() in the same process or sbemu.AdminClientOptionsFromDir(dataDir) in another; " +
 	"for an emulator without one, leave CheckSettings off")
-
-// QueueConnectionString returns a Connector for queue using a connection string. A malformed
-// connection string or an empty queue name is an error here, not a reconnect loop later. Errors never
-// contain the shared access key.
-func QueueConnectionString(connectionString, queue string, opts *ConnectOptions) (Connector, error) {
-	if queue == "" {
-		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
-	}
-	cl, err := connectionStringClients(connectionString, opts)
-	if err != nil {
-		return nil, err
-	}
-	return cl.connector(opts, queue, "", func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
-		return queueConnection(ctx, client, sendClient, queue, cl.addr, opts)
-	}), nil
-}
 
 // clients makes the clients of one connection, the same way for every connector: the name is looked up
 // first (see resolveHost), the receiving client is made, and the republishing client is the same one
@@ -284,21 +268,6 @@ func validateConnectionString(s string) error {
 	}
 	_ = client.Close(context.Background())
 	return nil
-}
-
-// QueueCredential returns a Connector for queue in namespace (e.g. "myns.servicebus.windows.net") using
-// an Entra ID credential such as azidentity's DefaultAzureCredential.
-func QueueCredential(namespace string, credential azcore.TokenCredential, queue string, opts *ConnectOptions) (Connector, error) {
-	cl, err := credentialClients(namespace, credential, opts)
-	if err != nil {
-		return nil, err
-	}
-	if queue == "" {
-		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
-	}
-	return cl.connector(opts, queue, "", func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
-		return queueConnection(ctx, client, sendClient, queue, cl.addr, opts)
-	}), nil
 }
 
 // closeClients returns the function that closes client and, if it is another one, sendClient: the
@@ -543,4 +512,48 @@ func resolveHost(ctx context.Context, host string, opts *azservicebus.ClientOpti
 		return fmt.Errorf("retry: resolving the namespace %q: %w", host, err)
 	}
 	return nil
+}
+
+// Namespace is a Service Bus namespace and how to reach it: the start of the built-in connectors, as
+// an azservicebus.Client is of its receivers. Take a connector per entity from it ([Namespace.Queue],
+// [Namespace.Subscription], [Namespace.SessionQueue], [Namespace.SessionSubscription]); each builds its
+// own clients on every connect, so a broken connection is never reused.
+//
+//	connect, err := retry.NewNamespace(connectionString, nil).Queue("orders")
+//
+// A malformed connection string, a missing credential or an empty entity name is an error when the
+// connector is taken, not a reconnect loop later. Errors never contain the shared access key.
+type Namespace struct {
+	cl   *clients
+	opts *ConnectOptions
+	err  error // what NewNamespace or NewNamespaceCredential found wrong; every connector returns it
+}
+
+// NewNamespace returns the namespace of connectionString. What is wrong with the connection string (or
+// with opts' SendConnectionString) is returned by every connector taken from it.
+func NewNamespace(connectionString string, opts *ConnectOptions) *Namespace {
+	cl, err := connectionStringClients(connectionString, opts)
+	return &Namespace{cl: cl, opts: opts, err: err}
+}
+
+// NewNamespaceCredential returns namespace (e.g. "myns.servicebus.windows.net") reached with an Entra
+// ID credential such as azidentity's DefaultAzureCredential. An empty namespace or a nil credential is
+// returned by every connector taken from it.
+func NewNamespaceCredential(namespace string, credential azcore.TokenCredential, opts *ConnectOptions) *Namespace {
+	cl, err := credentialClients(namespace, credential, opts)
+	return &Namespace{cl: cl, opts: opts, err: err}
+}
+
+// Queue returns a Connector for queue.
+func (n *Namespace) Queue(queue string) (Connector, error) {
+	if n.err != nil {
+		return nil, n.err
+	}
+	if queue == "" {
+		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
+	}
+	cl, opts := n.cl, n.opts
+	return cl.connector(opts, queue, "", func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
+		return queueConnection(ctx, client, sendClient, queue, cl.addr, opts)
+	}), nil
 }

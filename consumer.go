@@ -345,9 +345,9 @@ func (live *liveConnection) sources(defaultEntity string) []Source {
 
 // job is one received message on its way to a worker.
 type job struct {
-	live *liveConnection
-	rt   route
-	msg  *azservicebus.ReceivedMessage
+	live  *liveConnection
+	rt    route
+	msg   *azservicebus.ReceivedMessage
 	place place
 }
 

@@ -10,9 +10,9 @@
 //
 // # A map of the package
 //
-//   - First calls: a [Connector] ([QueueConnectionString], [QueueCredential], [SubscriptionConnectionString]
-//     for a subscription and its retry queue), [NewConsumer] with a [Handler] and [Options], then
-//     [Consumer.Run]. [Consumer.Health], [ReadinessHandler] and [LivenessHandler] report on it.
+//   - First calls: a [Connector] from a [Namespace] ([NewNamespace] with a connection string, or
+//     [NewNamespaceCredential]; then [Namespace.Queue], or [Namespace.Subscription] for a subscription
+//     and its retry queue), [NewConsumer] with a [Handler] and [Options], then [Consumer.Run]. [Consumer.Health], [ReadinessHandler] and [LivenessHandler] report on it.
 //   - Failures: a backoff (package backoff: Fibonacci, Exponential, Constant, Jitter) with MaxAttempts; a
 //     handler answers [Permanent] to dead-letter at once or [RetryAfter] to choose the delay;
 //     Options.ImmediateRetries retries in the same delivery first.

@@ -180,7 +180,7 @@ func ExampleRule() {
 // Outage mode with a health check as the probe, and the kill switch mounted next to the health probes
 // (compile-only: it needs a namespace).
 func Example_outage() {
-	connect, err := retry.QueueConnectionString("Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", "orders", nil)
+	connect, err := retry.NewNamespace("Endpoint=sb://example.servicebus.windows.net/;SharedAccessKeyName=k;SharedAccessKey=x", nil).Queue("orders")
 	if err != nil {
 		return
 	}
@@ -207,7 +207,7 @@ func Example_outage() {
 func ExampleNewConsumer() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
-	connect, err := retry.QueueConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), "orders", nil)
+	connect, err := retry.NewNamespace(os.Getenv("SERVICEBUS_CONNECTION_STRING"), nil).Queue("orders")
 	if err != nil {
 		log.Fatal(err) // a malformed connection string; the error never contains the key
 	}

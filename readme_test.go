@@ -37,7 +37,7 @@ func charge(context.Context, []byte) error { return nil }
 
 func readmeQuickstart(ctx context.Context) error {
 	// README begin
-	connect, err := retry.QueueConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), "orders", nil)
+	connect, err := retry.NewNamespace(os.Getenv("SERVICEBUS_CONNECTION_STRING"), nil).Queue("orders")
 	if err != nil {
 		return err // a malformed connection string; the error never contains the key
 	}
@@ -57,7 +57,7 @@ func readmeQuickstart(ctx context.Context) error {
 
 func readmeSubscription(ctx context.Context, connStr string, handler retry.Handler) error {
 	// README begin
-	connect, err := retry.SubscriptionConnectionString(connStr, "orders", "billing", "orders-billing-retry", nil)
+	connect, err := retry.NewNamespace(connStr, nil).Subscription("orders", "billing", "orders-billing-retry")
 	if err != nil {
 		return err
 	}

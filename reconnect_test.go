@@ -341,7 +341,7 @@ func TestUnreachableEndpointReportedAtOnce(t *testing.T) {
 	require.NoError(t, err)
 	addr := l.Addr().String()
 	require.NoError(t, l.Close()) // nothing listens there now
-	connect, err := retry.QueueConnectionString("Endpoint=sb://"+addr+";SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0;UseDevelopmentEmulator=true", "orders", nil)
+	connect, err := retry.NewNamespace("Endpoint=sb://"+addr+";SharedAccessKeyName=k;SharedAccessKey=c2VjcmV0;UseDevelopmentEmulator=true", nil).Queue("orders")
 	require.NoError(t, err)
 	changes := make(chan retry.StateChangeParams, 16)
 	var logs bytes.Buffer

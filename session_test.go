@@ -253,7 +253,7 @@ func TestSessionShutdownTimesOut(t *testing.T) {
 // A session consumer on a session-enabled queue: each session's messages in order, a failure retried
 // in place after its backoff while the rest of its session waits. (Compile-only: it needs a namespace.)
 func ExampleNewSessionConsumer() {
-	connect, err := retry.SessionQueueConnectionString("Endpoint=sb://myns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=...", "orders", nil)
+	connect, err := retry.NewNamespace("Endpoint=sb://myns.servicebus.windows.net/;SharedAccessKeyName=listen;SharedAccessKey=...", nil).SessionQueue("orders")
 	if err != nil {
 		panic(err)
 	}

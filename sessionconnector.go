@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry/internal/redact"
@@ -43,65 +42,6 @@ type SessionConnector func(ctx context.Context) (*SessionConnection, error)
 
 // sessionPeekLock are the receiver options of every accept: the consumer settles each message itself.
 var sessionPeekLock = azservicebus.SessionReceiverOptions{ReceiveMode: azservicebus.ReceiveModePeekLock}
-
-// SessionQueueConnectionString returns a SessionConnector for the session-enabled queue using a
-// connection string. A malformed connection string or an empty queue name is an error here. Of opts,
-// only Client is used: nothing is republished, so the send rights and settings options are refused.
-func SessionQueueConnectionString(connectionString, queue string, opts *ConnectOptions) (SessionConnector, error) {
-	if queue == "" {
-		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
-	}
-	if err := sessionConnectOptions(opts); err != nil {
-		return nil, err
-	}
-	cl, err := connectionStringClients(connectionString, opts)
-	if err != nil {
-		return nil, err
-	}
-	return cl.sessionConnector(queue, queue, queueAccept(queue)), nil
-}
-
-// SessionQueueCredential is [SessionQueueConnectionString] with an Entra ID credential for namespace
-// (e.g. "myns.servicebus.windows.net").
-func SessionQueueCredential(namespace string, credential azcore.TokenCredential, queue string, opts *ConnectOptions) (SessionConnector, error) {
-	if queue == "" {
-		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
-	}
-	if err := sessionConnectOptions(opts); err != nil {
-		return nil, err
-	}
-	cl, err := credentialClients(namespace, credential, opts)
-	if err != nil {
-		return nil, err
-	}
-	return cl.sessionConnector(queue, queue, queueAccept(queue)), nil
-}
-
-// SessionSubscriptionConnectionString returns a SessionConnector for the session-enabled subscription of
-// topic using a connection string. No retry queue is needed: retries happen in place.
-func SessionSubscriptionConnectionString(connectionString, topic, subscription string, opts *ConnectOptions) (SessionConnector, error) {
-	if err := validateSessionSubscription(topic, subscription, opts); err != nil {
-		return nil, err
-	}
-	cl, err := connectionStringClients(connectionString, opts)
-	if err != nil {
-		return nil, err
-	}
-	return cl.sessionConnector(SubscriptionPath(topic, subscription), "", subscriptionAccept(topic, subscription)), nil
-}
-
-// SessionSubscriptionCredential is [SessionSubscriptionConnectionString] with an Entra ID credential for
-// namespace.
-func SessionSubscriptionCredential(namespace string, credential azcore.TokenCredential, topic, subscription string, opts *ConnectOptions) (SessionConnector, error) {
-	if err := validateSessionSubscription(topic, subscription, opts); err != nil {
-		return nil, err
-	}
-	cl, err := credentialClients(namespace, credential, opts)
-	if err != nil {
-		return nil, err
-	}
-	return cl.sessionConnector(SubscriptionPath(topic, subscription), "", subscriptionAccept(topic, subscription)), nil
-}
 
 // validateSessionSubscription checks the names and options of a session subscription connector.
 func validateSessionSubscription(topic, subscription string, opts *ConnectOptions) error {
@@ -208,3 +148,31 @@ type SessionReceiver interface {
 }
 
 var _ SessionReceiver = (*azservicebus.SessionReceiver)(nil)
+
+// SessionQueue returns a SessionConnector for the session-enabled queue. Of the namespace's
+// ConnectOptions, only Client is used: nothing is republished, so the send rights and the settings
+// check are refused.
+func (n *Namespace) SessionQueue(queue string) (SessionConnector, error) {
+	if n.err != nil {
+		return nil, n.err
+	}
+	if queue == "" {
+		return nil, &OptionError{Field: "queue", Reason: "must not be empty"}
+	}
+	if err := sessionConnectOptions(n.opts); err != nil {
+		return nil, err
+	}
+	return n.cl.sessionConnector(queue, queue, queueAccept(queue)), nil
+}
+
+// SessionSubscription returns a SessionConnector for the session-enabled subscription of topic. No
+// retry queue is needed: retries happen in place.
+func (n *Namespace) SessionSubscription(topic, subscription string) (SessionConnector, error) {
+	if n.err != nil {
+		return nil, n.err
+	}
+	if err := validateSessionSubscription(topic, subscription, n.opts); err != nil {
+		return nil, err
+	}
+	return n.cl.sessionConnector(SubscriptionPath(topic, subscription), "", subscriptionAccept(topic, subscription)), nil
+}

@@ -30,31 +30,31 @@ func TestSessionConnectorsRefuseBadArguments(t *testing.T) {
 		field string // empty: any invalid-options error
 	}{
 		"empty queue": {func() (retry.SessionConnector, error) {
-			return retry.SessionQueueConnectionString(testConnStr, "", nil)
+			return retry.NewNamespace(testConnStr, nil).SessionQueue("")
 		}, "queue"},
 		"bad connection string": {func() (retry.SessionConnector, error) {
-			return retry.SessionQueueConnectionString("not a connection string", "q", nil)
+			return retry.NewNamespace("not a connection string", nil).SessionQueue("q")
 		}, ""},
 		"send rights": {func() (retry.SessionConnector, error) {
-			return retry.SessionQueueConnectionString(testConnStr, "q", &retry.ConnectOptions{SendConnectionString: testConnStr})
+			return retry.NewNamespace(testConnStr, &retry.ConnectOptions{SendConnectionString: testConnStr}).SessionQueue("q")
 		}, "ConnectOptions.SendConnectionString"},
 		"settings check": {func() (retry.SessionConnector, error) {
-			return retry.SessionQueueConnectionString(testConnStr, "q", &retry.ConnectOptions{CheckSettings: true})
+			return retry.NewNamespace(testConnStr, &retry.ConnectOptions{CheckSettings: true}).SessionQueue("q")
 		}, "ConnectOptions.CheckSettings"},
 		"receiver options": {func() (retry.SessionConnector, error) {
-			return retry.SessionQueueConnectionString(testConnStr, "q", &retry.ConnectOptions{Receiver: &azservicebus.ReceiverOptions{}})
+			return retry.NewNamespace(testConnStr, &retry.ConnectOptions{Receiver: &azservicebus.ReceiverOptions{}}).SessionQueue("q")
 		}, "ConnectOptions.Receiver"},
 		"empty topic": {func() (retry.SessionConnector, error) {
-			return retry.SessionSubscriptionConnectionString(testConnStr, "", "sub", nil)
+			return retry.NewNamespace(testConnStr, nil).SessionSubscription("", "sub")
 		}, "topic"},
 		"empty subscription": {func() (retry.SessionConnector, error) {
-			return retry.SessionSubscriptionConnectionString(testConnStr, "t", "", nil)
+			return retry.NewNamespace(testConnStr, nil).SessionSubscription("t", "")
 		}, "subscription"},
 		"credential without namespace": {func() (retry.SessionConnector, error) {
-			return retry.SessionQueueCredential("", fakeCredential{}, "q", nil)
+			return retry.NewNamespaceCredential("", fakeCredential{}, nil).SessionQueue("q")
 		}, "namespace"},
 		"nil credential": {func() (retry.SessionConnector, error) {
-			return retry.SessionSubscriptionCredential("ns.servicebus.windows.net", nil, "t", "s", nil)
+			return retry.NewNamespaceCredential("ns.servicebus.windows.net", nil, nil).SessionSubscription("t", "s")
 		}, "credential"},
 	}
 	for name, tc := range cases {
@@ -72,12 +72,40 @@ func TestSessionConnectorsRefuseBadArguments(t *testing.T) {
 	}
 }
 
+// What is wrong with a Namespace (its connection string, its namespace name or credential) is returned
+// by every connector taken from it, queue and subscription, plain and session alike, and never the key.
+func TestNamespaceErrorReachesEveryConnector(t *testing.T) {
+	const badKey = "Endpoint=sb://;SharedAccessKeyName=k;SharedAccessKey=topsecret" // no host
+	for name, ns := range map[string]*retry.Namespace{
+		"malformed connection string":  retry.NewNamespace(badKey, nil),
+		"bad send connection string":   retry.NewNamespace(testConnStr, &retry.ConnectOptions{SendConnectionString: badKey}),
+		"credential without namespace": retry.NewNamespaceCredential("", fakeCredential{}, nil),
+		"nil credential":               retry.NewNamespaceCredential("ns.servicebus.windows.net", nil, nil),
+	} {
+		t.Run(name, func(t *testing.T) {
+			q, err := ns.Queue("q")
+			assert.Nil(t, q)
+			require.Error(t, err)
+			assert.NotContains(t, err.Error(), "topsecret")
+			s, err := ns.Subscription("t", "s", "t-s-retry")
+			assert.Nil(t, s)
+			require.Error(t, err)
+			sq, err := ns.SessionQueue("q")
+			assert.Nil(t, sq)
+			require.Error(t, err)
+			ss, err := ns.SessionSubscription("t", "s")
+			assert.Nil(t, ss)
+			require.Error(t, err)
+		})
+	}
+}
+
 // The built-in connectors name their entity and build a connection without touching the network
 // (the SDK connects lazily); the accept is what talks to the broker.
 func TestSessionConnectorsNameTheirEntity(t *testing.T) {
-	q, err := retry.SessionQueueConnectionString(testConnStr, "orders", nil)
+	q, err := retry.NewNamespace(testConnStr, nil).SessionQueue("orders")
 	require.NoError(t, err)
-	sub, err := retry.SessionSubscriptionConnectionString(testConnStr, "events", "billing", nil)
+	sub, err := retry.NewNamespace(testConnStr, nil).SessionSubscription("events", "billing")
 	require.NoError(t, err)
 	for want, connect := range map[string]retry.SessionConnector{"orders": q, "events/Subscriptions/billing": sub} {
 		conn, err := connect(t.Context())

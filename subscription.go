@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/azcore"
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 
 	"github.com/sbretry/retry/internal/entitypath"
@@ -15,49 +14,6 @@ import (
 // way Service Bus names it (and [envelope.Envelope.Source] records it).
 func SubscriptionPath(topic, subscription string) string {
 	return entitypath.Subscription(topic, subscription)
-}
-
-// SubscriptionConnectionString returns a Connector for a topic subscription using a connection string.
-//
-// Retrying a subscription's message by scheduling the copy to the topic would deliver it to every
-// subscription of the topic, including those of other teams. Instead the copies are scheduled to
-// retryQueue, a queue that only this consumer reads: the consumer receives from the subscription and
-// from retryQueue over one connection, with one handler, one concurrency limit and one health (see
-// [Connection.Sources]). Create one retry queue per subscription, with duplicate detection on. The last
-// attempt of a chain that started on the subscription is received from the retry queue, so a message
-// dead-lettered after its retries lands in the retry queue's dead-letter queue; one that fails for good
-// on its first delivery lands in the subscription's.
-//
-// The connection check proves, before any message is received, that the subscription can be read,
-// that the retry queue exists and can be read, and that the credential can send to it. A subscription
-// that forwards to a queue (ForwardTo) needs none of this: consume that queue with
-// [QueueConnectionString].
-func SubscriptionConnectionString(connectionString, topic, subscription, retryQueue string, opts *ConnectOptions) (Connector, error) {
-	if err := validateSubscription(topic, subscription, retryQueue); err != nil {
-		return nil, err
-	}
-	cl, err := connectionStringClients(connectionString, opts)
-	if err != nil {
-		return nil, err
-	}
-	return cl.connector(opts, SubscriptionPath(topic, subscription), retryQueue, func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
-		return subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, cl.addr, opts)
-	}), nil
-}
-
-// SubscriptionCredential is [SubscriptionConnectionString] with an Entra ID credential for namespace
-// (e.g. "myns.servicebus.windows.net").
-func SubscriptionCredential(namespace string, credential azcore.TokenCredential, topic, subscription, retryQueue string, opts *ConnectOptions) (Connector, error) {
-	cl, err := credentialClients(namespace, credential, opts)
-	if err != nil {
-		return nil, err
-	}
-	if err := validateSubscription(topic, subscription, retryQueue); err != nil {
-		return nil, err
-	}
-	return cl.connector(opts, SubscriptionPath(topic, subscription), retryQueue, func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
-		return subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, cl.addr, opts)
-	}), nil
 }
 
 // validateSubscription checks the names a subscription connector needs.
@@ -115,4 +71,32 @@ func subscriptionConnection(ctx context.Context, client, sendClient *azservicebu
 		},
 		Ping: ping,
 	}, nil
+}
+
+// Subscription returns a Connector for the subscription of topic.
+//
+// Retrying a subscription's message by scheduling the copy to the topic would deliver it to every
+// subscription of the topic, including those of other teams. Instead the copies are scheduled to
+// retryQueue, a queue that only this consumer reads: the consumer receives from the subscription and
+// from retryQueue over one connection, with one handler, one concurrency limit and one health (see
+// [Connection.Sources]). Create one retry queue per subscription, with duplicate detection on. The last
+// attempt of a chain that started on the subscription is received from the retry queue, so a message
+// dead-lettered after its retries lands in the retry queue's dead-letter queue; one that fails for good
+// on its first delivery lands in the subscription's.
+//
+// The connection check proves, before any message is received, that the subscription can be read,
+// that the retry queue exists and can be read, and that the credential can send to it. A subscription
+// that forwards to a queue (ForwardTo) needs none of this: consume that queue with
+// [Namespace.Queue].
+func (n *Namespace) Subscription(topic, subscription, retryQueue string) (Connector, error) {
+	if n.err != nil {
+		return nil, n.err
+	}
+	if err := validateSubscription(topic, subscription, retryQueue); err != nil {
+		return nil, err
+	}
+	cl, opts := n.cl, n.opts
+	return cl.connector(opts, SubscriptionPath(topic, subscription), retryQueue, func(ctx context.Context, client, sendClient *azservicebus.Client) (*Connection, error) {
+		return subscriptionConnection(ctx, client, sendClient, topic, subscription, retryQueue, cl.addr, opts)
+	}), nil
 }

@@ -60,7 +60,7 @@ func BenchmarkSessionHoldLateness(b *testing.B) {
 	})
 	b.Run("impl=retry", func(b *testing.B) {
 		benchSessionHold(b, func(ctx context.Context, e *env, handler retry.Handler) error {
-			connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, nil)
+			connect, err := retry.NewNamespace(e.connStr, nil).SessionQueue(e.queue)
 			if err != nil {
 				return err
 			}

@@ -185,7 +185,7 @@ func runPairedSessionConsumer(opts *retry.Options, concurrency int, idle time.Du
 			}
 			p.failed(fmt.Errorf("%s: outcome %v (settle error %v)", pp.Message.MessageID, pp.Result.Outcome, pp.Result.SettleErr))
 		}
-		dial, err := retry.SessionQueueConnectionString(e.connStr, e.queue, nil)
+		dial, err := retry.NewNamespace(e.connStr, nil).SessionQueue(e.queue)
 		if err != nil {
 			return err
 		}

@@ -65,9 +65,9 @@ func (e *env) client(t *testing.T) *azservicebus.Client {
 }
 
 func (e *env) connector() retry.Connector {
-	connect, err := retry.QueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).Queue(e.queue)
 	if err != nil {
 		panic(err) // the emulator's connection string is always valid
 	}
@@ -134,10 +134,10 @@ func quietLogger() *slog.Logger {
 	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 }
 
-// newConnector is retry.QueueConnectionString for a string the test knows to be valid.
+// newConnector is retry.Namespace.Queue for a string the test knows to be valid.
 func newConnector(t *testing.T, connStr, queue string, opts *retry.ConnectOptions) retry.Connector {
 	t.Helper()
-	connect, err := retry.QueueConnectionString(connStr, queue, opts)
+	connect, err := retry.NewNamespace(connStr, opts).Queue(queue)
 	require.NoError(t, err)
 	return connect
 }

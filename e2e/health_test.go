@@ -720,7 +720,7 @@ func TestConnectionStringErrors(t *testing.T) {
 		{name: "malformed send string", connStr: good, send: "SharedAccessKeyName=send;SharedAccessKey=" + secret},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			connect, err := retry.QueueConnectionString(tc.connStr, "orders", &retry.ConnectOptions{SendConnectionString: tc.send})
+			connect, err := retry.NewNamespace(tc.connStr, &retry.ConnectOptions{SendConnectionString: tc.send}).Queue("orders")
 			require.Error(t, err)
 			assert.Nil(t, connect)
 			assert.ErrorIs(t, err, retry.ErrInvalidOptions)

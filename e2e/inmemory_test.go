@@ -24,7 +24,7 @@ func TestConnectorWithACustomDialer(t *testing.T) {
 	parallel(t)
 	em := sbemu.StartT(t, sbemu.Config{InMemory: true, Queues: []broker.QueueConfig{{Name: "q", DuplicateDetectionWindow: time.Minute}}})
 	clientOpts := &azservicebus.ClientOptions{NewWebSocketConn: em.NewWebSocketConn, RetryOptions: fastRetries}
-	connect, err := retry.QueueConnectionString(em.ConnectionString(), "q", &retry.ConnectOptions{Client: clientOpts})
+	connect, err := retry.NewNamespace(em.ConnectionString(), &retry.ConnectOptions{Client: clientOpts}).Queue("q")
 	require.NoError(t, err)
 	done := make(chan struct{})
 	c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {

@@ -115,7 +115,7 @@ func TestSessionDurableHoldsThroughTheSDK(t *testing.T) {
 		}
 		return nil
 	})
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}})
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	newConsumer := func() *retry.SessionConsumer {
 		sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
@@ -188,7 +188,7 @@ func TestSessionBlockedAfterDeadLetterThroughTheSDK(t *testing.T) {
 		}
 		return handler(ctx, m)
 	}
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}})
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, failOnce, &retry.Options{SettleTimeout: 5 * time.Second, Logger: quietLogger()},
 		&retry.SessionOptions{MaxConcurrentSessions: 2, SessionIdleTimeout: 300 * time.Millisecond, BlockAfterDeadLetter: true})
@@ -298,7 +298,7 @@ func TestSessionStateWrittenMeanwhileIsNotOverwritten(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}})
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
 		Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),

@@ -73,9 +73,9 @@ func TestSessionOutageModeThroughTheSDK(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
 		Backoff: backoff.Constant{Interval: 100 * time.Millisecond}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),

@@ -82,9 +82,9 @@ func TestSessionOrderAcrossTransientFailures(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	var processed sync.Map
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
@@ -180,9 +180,9 @@ func TestSessionLockLostThroughTheSDK(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
 		SettleTimeout: 3 * time.Second, Logger: quietLogger(),
@@ -219,7 +219,7 @@ func TestSessionLockLostThroughTheSDK(t *testing.T) {
 	assert.Equal(t, uint64(1), sc.Health().LeftForRedelivery)
 }
 
-// A session-enabled subscription through SessionSubscriptionConnectionString: per-session order with
+// A session-enabled subscription through Namespace.SessionSubscription: per-session order with
 // retries in place, the entity path naming the subscription.
 func TestSessionSubscriptionOrder(t *testing.T) {
 	parallel(t)
@@ -260,9 +260,9 @@ func TestSessionSubscriptionOrder(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionSubscriptionConnectionString(e.connStr, "events", "billing", &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).SessionSubscription("events", "billing")
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
 		Backoff: backoff.Constant{Interval: 20 * time.Millisecond}, SettleTimeout: 5 * time.Second, Logger: quietLogger(),
@@ -325,9 +325,9 @@ func TestSessionManySessions(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{SettleTimeout: 5 * time.Second, Logger: quietLogger()},
 		&retry.SessionOptions{MaxConcurrentSessions: 8, SessionIdleTimeout: 50 * time.Millisecond})
@@ -362,9 +362,9 @@ func TestSessionManySessions(t *testing.T) {
 func TestSessionConsumerOnPlainQueueRefused(t *testing.T) {
 	parallel(t)
 	e := newEnv(t, queueSettings{})
-	connect, err := retry.SessionQueueConnectionString(e.connStr, e.queue, &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(e.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).SessionQueue(e.queue)
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error { return nil },
 		&retry.Options{Logger: quietLogger()}, nil)

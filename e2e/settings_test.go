@@ -32,9 +32,9 @@ func TestSettingsWarningsAtStart(t *testing.T) {
 		{Name: "good", DuplicateDetectionWindow: 10 * time.Minute},
 	}})
 	warnings := func(queue string) []string {
-		connect, err := retry.QueueConnectionString(em.ConnectionString(), queue, &retry.ConnectOptions{
+		connect, err := retry.NewNamespace(em.ConnectionString(), &retry.ConnectOptions{
 			Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}, CheckSettings: true, Admin: em.AdminClientOptions(),
-		})
+		}).Queue(queue)
 		require.NoError(t, err)
 		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: slog.New(slog.DiscardHandler)})
 		require.NoError(t, err)
@@ -61,9 +61,9 @@ func TestSettingsCheckThatCannotRunIsReported(t *testing.T) {
 	em := sbemu.StartT(t, sbemu.Config{Queues: []broker.QueueConfig{{Name: "weak", MaxDeliveryCount: 2}}})
 	run := func(admin *admin.ClientOptions) ([]string, string) {
 		var logs syncbuf.Buffer
-		connect, err := retry.QueueConnectionString(em.ConnectionString(), "weak", &retry.ConnectOptions{
+		connect, err := retry.NewNamespace(em.ConnectionString(), &retry.ConnectOptions{
 			Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}, CheckSettings: true, Admin: admin,
-		})
+		}).Queue("weak")
 		require.NoError(t, err)
 		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: slog.New(slog.NewTextHandler(&logs, &slog.HandlerOptions{Level: slog.LevelWarn}))})
 		require.NoError(t, err)

@@ -89,9 +89,9 @@ func (a *attempts) get() map[string][]int {
 // first fails attempts of every message.
 func startSubscriber(t *testing.T, te *topicEnv, sub, retryQueue string, fails int, seen *attempts, opts *retry.Options) *retry.Consumer {
 	t.Helper()
-	connect, err := retry.SubscriptionConnectionString(te.connStr, "orders", sub, retryQueue, &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(te.connStr, &retry.ConnectOptions{
 		Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-	})
+	}).Subscription("orders", sub, retryQueue)
 	require.NoError(t, err)
 	if opts == nil {
 		opts = &retry.Options{}
@@ -193,10 +193,10 @@ func TestTopicRetriesReachOnlyTheFailingSubscription(t *testing.T) {
 func TestSubscriptionReceiversKeepPeekLock(t *testing.T) {
 	parallel(t)
 	te := newTopicEnv(t, []broker.SubscriptionConfig{{Name: "a"}}, retryQueueConfig("orders-a-retry"))
-	connect, err := retry.SubscriptionConnectionString(te.connStr, "orders", "a", "orders-a-retry", &retry.ConnectOptions{
+	connect, err := retry.NewNamespace(te.connStr, &retry.ConnectOptions{
 		Client:   &azservicebus.ClientOptions{RetryOptions: fastRetries},
 		Receiver: &azservicebus.ReceiverOptions{ReceiveMode: azservicebus.ReceiveModeReceiveAndDelete},
-	})
+	}).Subscription("orders", "a", "orders-a-retry")
 	require.NoError(t, err)
 	out := sbtest.NewOutcomes()
 	runConsumer(t, connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
@@ -230,7 +230,7 @@ func TestSubscriptionForwardingToAQueue(t *testing.T) {
 		[]broker.SubscriptionConfig{{Name: "a", ForwardTo: "orders-a"}, {Name: "c"}},
 		retryQueueConfig("orders-a"))
 	var seen attempts
-	connect, err := retry.QueueConnectionString(te.connStr, "orders-a", &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}})
+	connect, err := retry.NewNamespace(te.connStr, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: fastRetries}}).Queue("orders-a")
 	require.NoError(t, err)
 	c, err := retry.NewConsumer(connect, func(ctx context.Context, _ *azservicebus.ReceivedMessage) error {
 		env, _ := envelope.FromContext(ctx)
@@ -351,9 +351,9 @@ func TestSubscriptionStartupChecks(t *testing.T) {
 	parallel(t)
 	te := newTopicEnv(t, []broker.SubscriptionConfig{{Name: "a"}}, retryQueueConfig("orders-a-retry"))
 	run := func(retryQueue string) error {
-		connect, err := retry.SubscriptionConnectionString(te.connStr, "orders", "a", retryQueue, &retry.ConnectOptions{
+		connect, err := retry.NewNamespace(te.connStr, &retry.ConnectOptions{
 			Client: &azservicebus.ClientOptions{RetryOptions: fastRetries},
-		})
+		}).Subscription("orders", "a", retryQueue)
 		require.NoError(t, err)
 		c, err := retry.NewConsumer(connect, okHandler, &retry.Options{Logger: slog.New(slog.DiscardHandler), SettleTimeout: 5 * time.Second})
 		require.NoError(t, err)
@@ -368,8 +368,8 @@ func TestSubscriptionStartupChecks(t *testing.T) {
 	te.em.RejectNextManagement(1, "com.microsoft:schedule-message", 401)
 	assert.ErrorIs(t, run("orders-a-retry"), retry.ErrUnauthorized)
 
-	_, err = retry.SubscriptionConnectionString(te.connStr, "orders", "a", "", nil)
+	_, err = retry.NewNamespace(te.connStr, nil).Subscription("orders", "a", "")
 	assert.ErrorIs(t, err, retry.ErrInvalidOptions, "a subscription needs a retry queue")
-	_, err = retry.SubscriptionConnectionString(te.connStr, "orders", "a", "orders", nil)
+	_, err = retry.NewNamespace(te.connStr, nil).Subscription("orders", "a", "orders")
 	assert.ErrorIs(t, err, retry.ErrInvalidOptions, "the retry queue must not be the topic")
 }

@@ -40,7 +40,7 @@ type Options struct {
 	// Sender), when that is not the inspected entity itself. For a queue, empty means the queue: the
 	// retry library's queue connectors republish to the queue they receive from. A subscription cannot
 	// be sent to, so its copies are scheduled on a queue of its own (the retryQueue argument of
-	// [retry.SubscriptionConnectionString]), and its last attempts are dead-lettered there: RetryQueue
+	// [retry.Namespace.Subscription]), and its last attempts are dead-lettered there: RetryQueue
 	// is required for a subscription, and [New] refuses one without it ([ErrNoRetryQueue]). It must
 	// name a queue: a topic cannot be peeked.
 	RetryQueue string

@@ -419,8 +419,7 @@ func BenchmarkConsumerPaired(b *testing.B) {
 // last: a round's throughput).
 func drain(b *testing.B, h *sbtest.Harness, handler retry.Handler, opts retry.Options, n int) time.Duration {
 	b.Helper()
-	connect, err := retry.QueueConnectionString(h.Em.ConnectionString(), sbtest.Queue,
-		&retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
+	connect, err := retry.NewNamespace(h.Em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).Queue(sbtest.Queue)
 	if err != nil {
 		b.Fatal(err)
 	}

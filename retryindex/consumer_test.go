@@ -21,8 +21,7 @@ import (
 // needs, so this starts its own, which calls the given OnProcessed and then collects the outcome.
 func runConsumer(t *testing.T, h *sbtest.Harness, handler retry.Handler, opts retry.Options, done func([]retry.ProcessedParams) bool) []retry.ProcessedParams {
 	t.Helper()
-	connect, err := retry.QueueConnectionString(h.Em.ConnectionString(), sbtest.Queue,
-		&retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
+	connect, err := retry.NewNamespace(h.Em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).Queue(sbtest.Queue)
 	require.NoError(t, err)
 	out := sbtest.NewOutcomes()
 	if rec := opts.Hooks.OnProcessed; rec != nil {

@@ -25,7 +25,7 @@ import (
 //     and reports renewals to no hook, so they are seen only here. A renewal the consumer cancels
 //     itself (the message settled meanwhile, a shutdown) is not recorded as an error.
 //   - where retry copies go: for a connection on a subscription whose [retry.Connection.Sources] is the
-//     one retry queue (what [retry.SubscriptionConnectionString] and the other subscription connectors
+//     one retry queue (what [retry.Namespace.Subscription] and the other subscription connectors
 //     build), the copies of both entities' deliveries are scheduled to that queue, and the "schedule"
 //     span and the sent-messages metric name it. Without this wrapper a subscription's schedule carries
 //     no destination rather than the topic's.

@@ -30,7 +30,7 @@ func ExampleNew() {
 	if err != nil {
 		panic(err)
 	}
-	connect, err := retry.QueueConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), "orders", nil)
+	connect, err := retry.NewNamespace(os.Getenv("SERVICEBUS_CONNECTION_STRING"), nil).Queue("orders")
 	if err != nil {
 		panic(err)
 	}
@@ -61,7 +61,7 @@ func ExampleInstrumentation_Connector() {
 	if err != nil {
 		panic(err)
 	}
-	connect, err := retry.SubscriptionConnectionString(cs, "orders", "billing", "orders-billing-retry", nil)
+	connect, err := retry.NewNamespace(cs, nil).Subscription("orders", "billing", "orders-billing-retry")
 	if err != nil {
 		panic(err)
 	}
@@ -83,7 +83,7 @@ func ExampleInstrumentation_SessionConnector() {
 	if err != nil {
 		panic(err)
 	}
-	connect, err := retry.SessionQueueConnectionString(os.Getenv("SERVICEBUS_CONNECTION_STRING"), "orders", nil)
+	connect, err := retry.NewNamespace(os.Getenv("SERVICEBUS_CONNECTION_STRING"), nil).SessionQueue("orders")
 	if err != nil {
 		panic(err)
 	}

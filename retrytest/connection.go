@@ -100,7 +100,7 @@ func (b *Broker) senderOn(conn *connection) *sender {
 // while [OpConnect] faults are set); [BrokerOptions.WrapReceiver], if set, wraps each receiver it
 // builds. Closing the connection closes both. On a topic the receiver reads
 // the subscription [BrokerOptions.EntityPath] names, else the first, and the sender publishes to the
-// topic. With [BrokerOptions.RetryQueue] it is the connection [retry.SubscriptionConnectionString]
+// topic. With [BrokerOptions.RetryQueue] it is the connection [retry.Namespace.Subscription]
 // makes: it receives from the subscription and from the retry queue (a second [retry.Source]), names
 // each by its entity path ("topic/Subscriptions/name" and the retry queue's name, which the chains'
 // [envelope.Envelope.Source] then records), and schedules the retry copies to the retry queue.

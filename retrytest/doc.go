@@ -22,7 +22,7 @@
 // # A subscription with its retry queue
 //
 // A topic subscription consumed with retries has its copies scheduled to a retry queue of its own (see
-// [retry.SubscriptionConnectionString]), so that the topic's other subscriptions never see them. One
+// [retry.Namespace.Subscription]), so that the topic's other subscriptions never see them. One
 // broker is that whole layout:
 //
 //	b, err := retrytest.New(mock, &retrytest.BrokerOptions{

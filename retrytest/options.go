@@ -32,7 +32,7 @@ const (
 // LockDuration above 5 minutes, are invalid (see [New]). The settings mean exactly what the fields of
 // the same meaning on [broker.QueueConfig] mean to the emulator.
 //
-// The layout of [retry.SubscriptionConnectionString], a topic subscription whose consumer schedules its
+// The layout of [retry.Namespace.Subscription], a topic subscription whose consumer schedules its
 // retries to a queue of its own, is one broker:
 //
 //	retrytest.BrokerOptions{EntityPath: "orders/Subscriptions/billing", RetryQueue: "orders-billing-retry"}
@@ -50,7 +50,7 @@ type BrokerOptions struct {
 	EntityPath string
 
 	// RetryQueue, when set, adds the consumed subscription's retry queue, a queue of that name: the
-	// layout of [retry.SubscriptionConnectionString]. [Broker.Sender] and the Connector's sender then
+	// layout of [retry.Namespace.Subscription]. [Broker.Sender] and the Connector's sender then
 	// schedule to it (never to the topic, where every subscription would get the copies), the
 	// Connector receives from it besides the subscription, and [Broker.RetryQueueReceiver] reads it.
 	// It is configured like the consumed subscription (lock duration, MaxDeliveryCount, default

@@ -55,7 +55,7 @@ type deadLetter struct {
 }
 
 // entity is a scenario's configuration: a queue, or a topic with subscriptions, and then possibly the
-// retry queue of its first subscription (the layout of retry.SubscriptionConnectionString). The retry
+// retry queue of its first subscription (the layout of retry.Namespace.Subscription). The retry
 // queue's settings must be those retrytest gives it: the first subscription's lock duration and
 // MaxDeliveryCount, the topic's duplicate detection window.
 type entity struct {
@@ -378,7 +378,7 @@ type layoutOutcome struct {
 }
 
 // runSubscriptionLayout runs a retry.Processor on the first subscription with the retry queue as its
-// sender, the way retry.SubscriptionConnectionString connects a consumer: a message that succeeds at its
+// sender, the way retry.Namespace.Subscription connects a consumer: a message that succeeds at its
 // third attempt, one that fails every attempt, and one refused for good at its first.
 func runSubscriptionLayout(t *testing.T, d door) any {
 	ld := d.(layoutDoor)

@@ -6,7 +6,7 @@ import (
 	"github.com/sbretry/retry"
 )
 
-// The layout of [retry.SubscriptionConnectionString]: a topic subscription whose consumer schedules its
+// The layout of [retry.Namespace.Subscription]: a topic subscription whose consumer schedules its
 // retries to a queue of its own. One broker holds it: BrokerOptions.EntityPath names the subscription,
 // BrokerOptions.RetryQueue the queue, and options.go builds the entities.
 

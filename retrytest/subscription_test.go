@@ -318,7 +318,7 @@ func TestRetryQueueReceiverNeedsARetryQueue(t *testing.T) {
 	assert.Contains(t, err.Error(), "BrokerOptions.RetryQueue")
 }
 
-// The Connector of the layout is the connection retry.SubscriptionConnectionString makes: the
+// The Connector of the layout is the connection retry.Namespace.Subscription makes: the
 // subscription as its receiver, the retry queue as a second source, each named by its entity path, and a
 // sender to the retry queue. The consumed subscription is the one EntityPath names, else the first.
 func TestRetryQueueConnectorNamesItsEntities(t *testing.T) {

@@ -55,7 +55,7 @@
 //
 // A subscription needs --retry-queue: its pending retries and the dead letters of its last attempts are
 // there, and an answer that left them out would say "nothing pending" about a place it never looked.
-// The queue is the retryQueue argument of retry.SubscriptionConnectionString; Service Bus records no
+// The queue is the retryQueue argument of retry.Namespace.Subscription; Service Bus records no
 // link between the two, so the operator names it. A subscription that a retry.SessionConsumer consumes
 // has none (its retries are held in the session, its dead letters are in the subscription's own
 // dead-letter queue): say so with --session-consumer, which sessions list implies.

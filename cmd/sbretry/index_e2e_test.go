@@ -34,8 +34,7 @@ func TestIndexAgreesWithTheBroker(t *testing.T) {
 	require.NoError(t, err)
 
 	h.Send(t, sbtest.Message("order-1"), sbtest.Message("poison-1"), sbtest.Message("fine-1"))
-	connect, err := retry.QueueConnectionString(h.Em.ConnectionString(), sbtest.Queue,
-		&retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
+	connect, err := retry.NewNamespace(h.Em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).Queue(sbtest.Queue)
 	require.NoError(t, err)
 	out := sbtest.NewOutcomes()
 	c, err := retry.NewConsumer(connect, func(_ context.Context, m *azservicebus.ReceivedMessage) error {

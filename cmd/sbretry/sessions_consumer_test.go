@@ -44,7 +44,7 @@ func TestSessionsReleaseWithTheConsumer(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionQueueConnectionString(h.Em.ConnectionString(), sessionQueue, &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
+	connect, err := retry.NewNamespace(h.Em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).SessionQueue(sessionQueue)
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{
 		Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),

@@ -37,7 +37,7 @@ func main() {
 		}
 		return nil
 	}
-	connect, err := retry.QueueConnectionString(connStr, queue, nil)
+	connect, err := retry.NewNamespace(connStr, nil).Queue(queue)
 	if err != nil {
 		slog.Error("invalid connection string", "error", err) // never contains the key
 		os.Exit(1)

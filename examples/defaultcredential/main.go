@@ -40,7 +40,7 @@ func main() {
 		// Honour a downstream's Retry-After instead of the backoff schedule.
 		return retry.RetryAfter(30*time.Second, fmt.Errorf("downstream throttled message %s", msg.MessageID))
 	}
-	connect, err := retry.QueueCredential(namespace, cred, queue, nil)
+	connect, err := retry.NewNamespaceCredential(namespace, cred, nil).Queue(queue)
 	if err != nil {
 		slog.Error("invalid settings", "error", err)
 		os.Exit(1)

@@ -103,7 +103,7 @@ func run(ctx context.Context, out io.Writer, connStr, queue string) error {
 		return errors.New("payment service unavailable")
 	}
 	fmt.Fprintf(out, "%8s  %-8s %-8s %-20s %s\n", "time", "message", "attempt", "outcome", "next try in")
-	connect, err := retry.QueueConnectionString(connStr, queue, nil)
+	connect, err := retry.NewNamespace(connStr, nil).Queue(queue)
 	if err != nil {
 		return err
 	}

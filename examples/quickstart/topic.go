@@ -63,7 +63,7 @@ func runTopic(ctx context.Context, out io.Writer, connStr string) error {
 		mu.Unlock()
 	}
 	done := make(chan struct{})
-	connect, err := retry.SubscriptionConnectionString(connStr, quickstartTopic, billingSub, billingRetry, nil)
+	connect, err := retry.NewNamespace(connStr, nil).Subscription(quickstartTopic, billingSub, billingRetry)
 	if err != nil {
 		return err
 	}

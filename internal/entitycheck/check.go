@@ -43,7 +43,7 @@ type Options struct {
 	// a warning. Zero means [DefaultMinMaxDeliveryCount].
 	MinMaxDeliveryCount int32
 	// RetryQueue, for a subscription, is the queue its retry copies are
-	// sent to (retry.SubscriptionConnectionString's retry queue): duplicate
+	// sent to (retry.Namespace.Subscription's retry queue): duplicate
 	// detection is checked there, with the longer of the two lock
 	// durations. Empty checks the subscription alone (copies to a topic
 	// are not checked here). Ignored for a queue, whose copies go back to

@@ -259,9 +259,9 @@ func (h *Harness) StartConsumer(tb testing.TB, handler retry.Handler, opts retry
 	var connect retry.Connector
 	var err error
 	if h.RetryQueue == "" {
-		connect, err = retry.QueueConnectionString(h.Em.ConnectionString(), Queue, copts)
+		connect, err = retry.NewNamespace(h.Em.ConnectionString(), copts).Queue(Queue)
 	} else {
-		connect, err = retry.SubscriptionConnectionString(h.Em.ConnectionString(), Topic, Subscription, h.RetryQueue, copts)
+		connect, err = retry.NewNamespace(h.Em.ConnectionString(), copts).Subscription(Topic, Subscription, h.RetryQueue)
 	}
 	require.NoError(tb, err)
 	out := NewOutcomes()

@@ -36,7 +36,7 @@ func TestTwo503sOnTheSendRightsProbeCost15s(t *testing.T) {
 	require.NoError(t, sender.SendMessage(ctx, &azservicebus.Message{Body: []byte("x")}, nil))
 
 	em.RejectNextManagement(2, "com.microsoft:schedule-message", 503)
-	connect, err := retry.QueueConnectionString(em.ConnectionString(), "q", nil)
+	connect, err := retry.NewNamespace(em.ConnectionString(), nil).Queue("q")
 	require.NoError(t, err)
 	handled := make(chan time.Time, 1)
 	c, err := retry.NewConsumer(connect, func(context.Context, *azservicebus.ReceivedMessage) error {

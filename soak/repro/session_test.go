@@ -47,7 +47,7 @@ func TestSessionConsumerRunsAHandlerTwiceAfterARejectedComplete(t *testing.T) {
 	var mu sync.Mutex
 	var runs []string
 	done := make(chan struct{})
-	connect, err := retry.SessionQueueConnectionString(em.ConnectionString(), "q", nil)
+	connect, err := retry.NewNamespace(em.ConnectionString(), nil).SessionQueue("q")
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
 		mu.Lock()

@@ -158,7 +158,7 @@ func run() error {
 			return err
 		}
 	} else {
-		connect, err := retry.QueueConnectionString(connStr, s.queue, nil)
+		connect, err := retry.NewNamespace(connStr, nil).Queue(s.queue)
 		if err != nil {
 			return err
 		}

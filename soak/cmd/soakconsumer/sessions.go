@@ -21,7 +21,7 @@ func newSessionConsumer(connStr string, s settings, h *handler, opts *retry.Opti
 	if err != nil {
 		return nil, err
 	}
-	connect, err := retry.SessionQueueConnectionString(connStr, s.queue, nil)
+	connect, err := retry.NewNamespace(connStr, nil).SessionQueue(s.queue)
 	if err != nil {
 		return nil, err
 	}
