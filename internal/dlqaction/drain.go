@@ -21,9 +21,28 @@ type Receiver interface {
 
 var _ Receiver = (*azservicebus.Receiver)(nil)
 
-// receiveBatch is how many dead letters one receive asks for. Their locks run while the batch is
+// receiveBatch is the most dead letters one receive asks for. Their locks run while the batch is
 // worked through one send at a time, so it stays small.
 const receiveBatch = 50
+
+// receiveCount is how many messages the next receive of a drain asks for: no more than the selected
+// dead letters still to come (nor the batch, nor the holds left). A receive grants the link that
+// much credit, and credit the receive does not use stays on the link after it returns: the broker
+// sends more messages on it, among them the ones the drain abandons at its end, which go back to the
+// queue and out again at once. The SDK releases what arrives between receives (Receiver.ReceiveMessages
+// starts newReleaserFunc in azservicebus v1.11.0 receiver.go), but Receiver.Close stops that releaser
+// first, and a message on its way then reaches a link that is closing: Service Bus keeps the lock of a
+// message delivered to a link that closes until it expires (the SDK can still settle it by lock token
+// over the management link, messageSettler.go shouldSettleOnMgmtLink; sbemu does the same,
+// session.go forgetDeliveriesLocked), so the next redrive or purge finds it locked.
+//
+// Asking for no more than is still wanted leaves no credit once the last selected dead letter is in:
+// the receive that brings it asked for at most the rest of the selection, all of which it returned.
+// Every receive after the first then costs a round trip for as many messages as are still wanted, which
+// is slower only when few selected dead letters sit behind many others.
+func receiveCount(remaining, held, holdLimit int) int {
+	return min(receiveBatch, remaining, holdLimit-held)
+}
 
 // settleTimeout bounds the abandons at the end of a drain and the closing of links, which run even
 // when the caller's context is done, so that the messages it held are released at once instead of when their locks expire.
@@ -57,7 +76,7 @@ func drain(ctx context.Context, r Receiver, want []int64, wait time.Duration, ho
 			return done, nil, fmt.Errorf("received %d other dead letters before the selected ones; raise %s or narrow the selection", len(held), peekLimitName)
 		}
 		rctx, cancel := context.WithTimeout(ctx, wait)
-		msgs, err := r.ReceiveMessages(rctx, min(receiveBatch, holdLimit-len(held)), nil)
+		msgs, err := r.ReceiveMessages(rctx, receiveCount(len(remaining), len(held), holdLimit), nil)
 		cancel()
 		switch {
 		case ctx.Err() != nil:

@@ -21,9 +21,11 @@ type fakeDLQ struct {
 	completed []int64
 	abandoned []int64
 	failOn    int64 // CompleteMessage fails for this sequence number
+	asks      []int // maxMessages of each receive
 }
 
 func (f *fakeDLQ) ReceiveMessages(ctx context.Context, n int, _ *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	f.asks = append(f.asks, n)
 	if len(f.queue) == 0 {
 		<-ctx.Done()
 		return nil, ctx.Err()
@@ -55,6 +57,14 @@ func fakeMessages(seqs ...int64) []*azservicebus.ReceivedMessage {
 	return out
 }
 
+func seqRange(from, to int64) []int64 {
+	var out []int64
+	for s := from; s <= to; s++ {
+		out = append(out, s)
+	}
+	return out
+}
+
 func TestDrain(t *testing.T) {
 	t.Parallel()
 	complete := func(f *fakeDLQ) func(context.Context, *azservicebus.ReceivedMessage) error {
@@ -70,7 +80,7 @@ func TestDrain(t *testing.T) {
 		assert.Equal(t, 2, done)
 		assert.Empty(t, missing)
 		assert.Equal(t, []int64{2, 5}, f.completed)
-		assert.ElementsMatch(t, []int64{1, 3, 4, 6}, f.abandoned, "received in the same batch, released untouched")
+		assert.ElementsMatch(t, []int64{1, 3, 4}, f.abandoned, "received on the way, released untouched; 6 never asked for")
 		assert.Equal(t, []int{1, 2}, progress)
 	})
 	t.Run("selected messages that never come are reported missing", func(t *testing.T) {
@@ -87,7 +97,25 @@ func TestDrain(t *testing.T) {
 		assert.ErrorContains(t, err, "dead letter 2: lock lost")
 		assert.Equal(t, 0, done)
 		assert.Empty(t, f.completed)
-		assert.ElementsMatch(t, []int64{1, 2, 3, 4}, f.abandoned)
+		assert.ElementsMatch(t, []int64{1, 2}, f.abandoned, "the receive asked for two: 3 and 4 were never received")
+	})
+	t.Run("a receive asks for no more than the selected dead letters still to come", func(t *testing.T) {
+		// Credit a receive leaves unused stays on the link: the broker would send on it the messages
+		// abandoned at the end, and one in flight when the receiver closes stays locked.
+		f := &fakeDLQ{queue: fakeMessages(seqRange(1, 120)...)}
+		done, _, err := drain(context.Background(), f, []int64{2, 3, 60, 110}, time.Second, 200, "--max-peek", complete(f), func(int) {})
+		require.NoError(t, err)
+		assert.Equal(t, 4, done)
+		assert.Equal(t, []int{4, 2, 2, 2}, f.asks[:4], "1..4, then 5..6 once 2 and 3 are in")
+		assert.Equal(t, 1, f.asks[len(f.asks)-1], "110 alone at the end")
+		assert.Equal(t, 110, len(f.abandoned)+len(f.completed), "nothing after 110 was received")
+	})
+	t.Run("a receive asks for no more than the batch nor the holds left", func(t *testing.T) {
+		f := &fakeDLQ{queue: fakeMessages(seqRange(1, 200)...)}
+		want := seqRange(100, 200)
+		_, _, err := drain(context.Background(), f, want, time.Second, 130, "--max-peek", complete(f), func(int) {})
+		require.NoError(t, err)
+		assert.Equal(t, []int{50, 50, 31}, f.asks[:3], "99 held after two batches, 130 allowed")
 	})
 	t.Run("holding is bounded", func(t *testing.T) {
 		f := &fakeDLQ{queue: fakeMessages(1, 2, 3, 4, 5)}
