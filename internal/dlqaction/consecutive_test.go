@@ -2,7 +2,9 @@ package dlqaction
 
 import (
 	"testing"
+	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -47,6 +49,62 @@ func TestConsecutiveRedrivesOfDifferentSelectionsBothAct(t *testing.T) {
 	require.Len(t, sel.Items, 1)
 	assert.Equal(t, all.Items[1].Ref(), sel.Items[0].Ref())
 	done, err := Execute(ctx, h.Client, in, NewPurgePlan(sel), nil)
+	require.NoError(t, err)
+	assert.Equal(t, 1, done)
+	assert.Zero(t, h.Stats(t).DeadLettered)
+}
+
+// TestARunWhoseSelectionLeftGivesBackWhatItReceived: a purge whose selected dead letter left the
+// queue meanwhile waits for it in vain, with the credit of that receive still on the link; the dead
+// letter it received on the way is given back once its receiver is closed, by lock token, so none is
+// left locked and the next action takes it at once.
+func TestARunWhoseSelectionLeftGivesBackWhatItReceived(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	h.Seed(t, "perm-1", "perm-2")
+	in := newInspector(t, h)
+	ctx := sbtest.Context(t)
+	dlq, ok := h.Em.Broker().Queue(sbtest.Queue + "/$DeadLetterQueue")
+	require.True(t, ok)
+	all, err := Select(ctx, in, inspect.DeadLetterFilter{})
+	require.NoError(t, err)
+	require.Len(t, all.Items, 2)
+	gone := all.Items[1]
+	sel, err := Select(ctx, in, inspect.DeadLetterFilter{Refs: []inspect.Ref{gone.Ref()}})
+	require.NoError(t, err)
+	require.Len(t, sel.Items, 1)
+
+	// Someone else purges the selected one: received in sequence order, perm-1 is given back.
+	other, err := h.Client.NewReceiverForQueue(sbtest.Queue, &azservicebus.ReceiverOptions{SubQueue: azservicebus.SubQueueDeadLetter})
+	require.NoError(t, err)
+	var got []*azservicebus.ReceivedMessage
+	for len(got) < 2 {
+		msgs, err := other.ReceiveMessages(ctx, 2-len(got), nil)
+		require.NoError(t, err)
+		got = append(got, msgs...)
+	}
+	for _, m := range got {
+		if *m.SequenceNumber == gone.SequenceNumber {
+			require.NoError(t, other.CompleteMessage(ctx, m, nil))
+		} else {
+			require.NoError(t, other.AbandonMessage(ctx, m, nil))
+		}
+	}
+	require.NoError(t, other.Close(ctx))
+	require.Zero(t, dlq.Stats().Locked)
+
+	var warned []string
+	done, err := Execute(ctx, h.Client, in, NewPurgePlan(sel), &Options{Wait: 300 * time.Millisecond, Warn: func(m string) { warned = append(warned, m) }})
+	require.NoError(t, err)
+	assert.Zero(t, done)
+	require.Len(t, warned, 1)
+	assert.Contains(t, warned[0], "left orders/$DeadLetterQueue meanwhile")
+	assert.Zero(t, dlq.Stats().Locked, "perm-1, received on the way, was given back")
+
+	sel, err = Select(ctx, in, inspect.DeadLetterFilter{})
+	require.NoError(t, err)
+	require.Len(t, sel.Items, 1)
+	done, err = Execute(ctx, h.Client, in, NewPurgePlan(sel), nil)
 	require.NoError(t, err)
 	assert.Equal(t, 1, done)
 	assert.Zero(t, h.Stats(t).DeadLettered)
