@@ -43,10 +43,16 @@ const receiveBatch = 50
 //
 // Asking for no more than is still wanted leaves no credit once the last selected dead letter is in:
 // the receive that brings it asked for at most the rest of the selection, all of which it returned.
-// Every receive after the first then costs a round trip for as many messages as are still wanted, which
-// is slower only when few selected dead letters sit behind many others.
-func receiveCount(remaining, held, holdLimit int) int {
-	return min(receiveBatch, remaining, holdLimit-held)
+// Far from the last selected dead letter (its sequence number more than a batch beyond the highest
+// received: a queue receives in sequence order, so at least that many numbers lie between) a receive
+// asks for a whole batch, since the messages before it have to be received anyway; that keeps a
+// selection behind many others from costing a round trip per message.
+func receiveCount(remaining, held, holdLimit int, last, highest int64) int {
+	n := remaining
+	if highest >= 0 && last-highest > receiveBatch {
+		n = receiveBatch
+	}
+	return min(receiveBatch, n, holdLimit-held)
 }
 
 // settleTimeout bounds the abandons at the end of a drain and the closing of links, which run even
@@ -75,7 +81,8 @@ func drain(ctx context.Context, r Receiver, want []int64, wait time.Duration, ho
 		remaining[s] = true
 	}
 	held := make(map[int64]*azservicebus.ReceivedMessage)
-	creditLeft := false // the link may still have credit: the last receive returned fewer than it asked for
+	creditLeft := false  // the link may still have credit: the last receive returned fewer than it asked for
+	highest := int64(-1) // the highest sequence number received
 	defer func() {
 		if creditLeft {
 			for _, k := range slices.Sorted(maps.Keys(held)) {
@@ -94,7 +101,7 @@ func drain(ctx context.Context, r Receiver, want []int64, wait time.Duration, ho
 			return done, nil, nil, fmt.Errorf("received %d other dead letters before the selected ones; raise %s or narrow the selection", len(held), peekLimitName)
 		}
 		rctx, cancel := context.WithTimeout(ctx, wait)
-		ask := receiveCount(len(remaining), len(held), holdLimit)
+		ask := receiveCount(len(remaining), len(held), holdLimit, slices.Max(slices.Collect(maps.Keys(remaining))), highest)
 		msgs, err := r.ReceiveMessages(rctx, ask, nil)
 		cancel()
 		creditLeft = len(msgs) < ask
@@ -113,6 +120,7 @@ func drain(ctx context.Context, r Receiver, want []int64, wait time.Duration, ho
 			if m.SequenceNumber != nil {
 				seq = *m.SequenceNumber
 			}
+			highest = max(highest, seq)
 			if !remaining[seq] {
 				held[seq] = m // a redelivery after a lock expiry replaces the earlier copy
 				continue

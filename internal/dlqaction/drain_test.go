@@ -120,8 +120,8 @@ func TestDrain(t *testing.T) {
 		done, _, left, err := drain(context.Background(), f, []int64{2, 3, 60, 110}, time.Second, 200, "--max-peek", complete(f), func(int) {})
 		require.NoError(t, err)
 		assert.Equal(t, 4, done)
-		assert.Equal(t, []int{4, 2, 2, 2}, f.asks[:4], "1..4, then 5..6 once 2 and 3 are in")
-		assert.Equal(t, 1, f.asks[len(f.asks)-1], "110 alone at the end")
+		assert.Equal(t, []int{4, 50, 50, 1, 1, 1, 1, 1, 1}, f.asks,
+			"1..4; then whole batches while 110 is more than a batch beyond the highest received (4, then 54); then one at a time, 110 alone at the end")
 		assert.Equal(t, 110, len(f.abandoned)+len(f.completed), "nothing after 110 was received")
 		assert.Empty(t, left)
 	})
