@@ -138,7 +138,7 @@ func TestDrain(t *testing.T) {
 		_, _, left, err := drain(context.Background(), f, []int64{5}, time.Second, 2, "--max-peek", complete(f), func(int) {})
 		assert.ErrorContains(t, err, "received 2 other dead letters")
 		assert.Empty(t, f.completed)
-		assert.Equal(t, []int64{1, 2}, f.abandoned)
+		assert.ElementsMatch(t, []int64{1, 2}, f.abandoned)
 		assert.Empty(t, left)
 	})
 	t.Run("a cancelled context stops it", func(t *testing.T) {
