@@ -44,9 +44,12 @@ const receiveBatch = 50
 // Asking for no more than is still wanted leaves no credit once the last selected dead letter is in:
 // the receive that brings it asked for at most the rest of the selection, all of which it returned.
 // Far from the last selected dead letter (its sequence number more than a batch beyond the highest
-// received: a queue receives in sequence order, so at least that many numbers lie between) a receive
+// received: a queue delivers in sequence order, so more than a batch of numbers lie between) a receive
 // asks for a whole batch, since the messages before it have to be received anyway; that keeps a
-// selection behind many others from costing a round trip per message.
+// selection behind many others from costing a round trip per message. Where most of those numbers
+// are gaps (dead letters removed earlier), such a batch can bring the last selected one and come back
+// short, its credit left on the link; drain then gives what it held back only after the close
+// ([giveBack]), and only a message the broker sends in that instant to the closing link stays locked.
 func receiveCount(remaining, held, holdLimit int, last, highest int64) int {
 	n := remaining
 	if highest >= 0 && last-highest > receiveBatch {
