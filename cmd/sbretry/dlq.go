@@ -178,12 +178,14 @@ func (a *app) dlqList(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintln(tw, head+"\tDESCRIPTION")
 	for _, d := range list.Items {
-		line := fmt.Sprintf("%s\t%d\t%s\t%s\t%d\t%s", d.Entity, d.SequenceNumber, formatTime(d.DeadLetteredAt), d.Reason, d.Attempt,
-			clip(d.OriginalMessageID(), 60))
+		// The reason, the ids, the key and the description are any producer's text: quoted when they
+		// hold what a terminal would act on (printable).
+		line := fmt.Sprintf("%s\t%d\t%s\t%s\t%d\t%s", d.Entity, d.SequenceNumber, formatTime(d.DeadLetteredAt), printable(clip(d.Reason, 60)), d.Attempt,
+			printable(clip(d.OriginalMessageID(), 60)))
 		if *wide {
-			line += "\t" + d.MessageID + "\t" + clip(d.Key, 60)
+			line += "\t" + printable(d.MessageID) + "\t" + printable(clip(d.Key, 60))
 		}
-		fmt.Fprintln(tw, line+"\t"+clip(redact.String(d.Description), 60))
+		fmt.Fprintln(tw, line+"\t"+printable(clip(redact.String(d.Description), 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
@@ -239,7 +241,13 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 	}
 	w := a.stdout
 	tw := tabwriter.NewWriter(w, 0, 4, 1, ' ', 0)
-	row := func(k string, v any) { fmt.Fprintf(tw, "%s:\t%v\n", k, v) }
+	// Every text a producer or the broker set is quoted when it holds what a terminal would act on.
+	row := func(k string, v any) {
+		if t, ok := v.(string); ok {
+			v = printable(t)
+		}
+		fmt.Fprintf(tw, "%s:\t%v\n", k, v)
+	}
 	row("entity", d.Entity)
 	row("sequence number", d.SequenceNumber)
 	row("message id", d.MessageID)
@@ -272,8 +280,20 @@ func (a *app) dlqShow(ctx context.Context, args []string) error {
 	sort.Strings(keys)
 	fmt.Fprintln(w, "properties:")
 	for _, k := range keys {
-		fmt.Fprintf(w, "  %s = %v\n", k, displayValue(m.ApplicationProperties[k]))
+		fmt.Fprintf(w, "  %s = %s\n", printable(k), printable(fmt.Sprint(displayValue(m.ApplicationProperties[k]))))
 	}
-	fmt.Fprintf(w, "body (%d bytes):\n%s\n", len(m.Body), displayBody(m.Body))
+	fmt.Fprintf(w, "body (%d bytes):\n%s\n", len(m.Body), printableBody(displayBody(m.Body)))
 	return nil
+}
+
+// printableBody is a body's text with the characters a terminal would act on written as Go escapes,
+// line by line, so that a text body keeps its lines and stays readable.
+func printableBody(s string) string {
+	lines := strings.Split(s, "\n")
+	for i, l := range lines {
+		if q := printable(l); q != l {
+			lines[i] = q
+		}
+	}
+	return strings.Join(lines, "\n")
 }

@@ -2,25 +2,115 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
+	"strconv"
+	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/sbretry/retry/inspect"
 	"github.com/sbretry/retry/internal/dlqaction"
 	"github.com/sbretry/retry/internal/redact"
 )
 
-// pending prints one page of pending retries by due time. With --index PATH the page comes from the
-// retry-state index (pendingFromIndex): in true due order over the whole backlog, with the exact
-// total. Without it, a scan that stopped at --max-peek says that its page is partial.
+// pendingFilterFlags are the filters of pending, inspect.PendingFilter's fields: the last error, an
+// application property, the due time, and the body (customer data, read only when asked for).
+type pendingFilterFlags struct {
+	contains, property, dueAfter, dueBefore, body string
+}
+
+func (f *pendingFilterFlags) register(fs *flag.FlagSet) {
+	fs.StringVar(&f.contains, "contains", "", "")
+	fs.StringVar(&f.property, "property", "", "")
+	fs.StringVar(&f.dueAfter, "due-after", "", "")
+	fs.StringVar(&f.dueBefore, "due-before", "", "")
+	fs.StringVar(&f.body, "body-contains", "", "")
+}
+
+// set reports whether any filter was given.
+func (f *pendingFilterFlags) set() bool {
+	return f.contains != "" || f.property != "" || f.dueAfter != "" || f.dueBefore != "" || f.body != ""
+}
+
+// filter builds the inspect filter: --due-after T keeps retries due at or after T, --due-before T those
+// due before T, each an RFC 3339 time or a duration ahead of now ("2h": due within the next two hours).
+func (f *pendingFilterFlags) filter(now time.Time) (inspect.PendingFilter, error) {
+	out := inspect.PendingFilter{Contains: f.contains, Body: f.body}
+	var err error
+	if f.property != "" {
+		if out.Property, err = inspect.ParsePropertyFilter(f.property); err != nil {
+			return out, usagef("--property %s is not NAME=VALUE", printable(f.property))
+		}
+	}
+	if out.Since, err = parseDue(f.dueAfter, now); err != nil {
+		return out, usagef("--due-after: %v", err)
+	}
+	if out.Until, err = parseDue(f.dueBefore, now); err != nil {
+		return out, usagef("--due-before: %v", err)
+	}
+	if !out.Since.IsZero() && !out.Until.IsZero() && !out.Since.Before(out.Until) {
+		return out, usagef("--due-after %s is not before --due-before %s: no retry is due in between", formatTime(out.Since), formatTime(out.Until))
+	}
+	return out, nil
+}
+
+// args are the flags that give the filter again, for the command that continues the listing.
+func (f *pendingFilterFlags) args() string {
+	var b strings.Builder
+	for _, fl := range []struct{ name, v string }{
+		{"--contains", f.contains}, {"--property", f.property}, {"--due-after", f.dueAfter}, {"--due-before", f.dueBefore}, {"--body-contains", f.body},
+	} {
+		if fl.v != "" {
+			b.WriteString(" " + fl.name + " " + shellQuote(fl.v))
+		}
+	}
+	return b.String()
+}
+
+// shellQuote is s as one shell word: as it is when it is plain, else in single quotes, and quoted
+// with Go escapes when it holds what a terminal would act on (the operator then retypes it).
+func shellQuote(s string) string {
+	if q := printable(s); q != s {
+		return q
+	}
+	if s != "" && strings.IndexFunc(s, func(r rune) bool {
+		return !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || strings.ContainsRune("-_.,:/=+@%", r))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// parseDue parses an RFC 3339 time or a duration ahead of now ("2h"); empty is the zero time.
+func parseDue(s string, now time.Time) (time.Time, error) {
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return time.Time{}, fmt.Errorf("%s is neither an RFC 3339 time nor a positive duration from now", strconv.Quote(s))
+	}
+	return now.Add(d), nil
+}
+
+// pending prints one page of pending retries by due time, those that pass the filters. With --index
+// PATH the page comes from the retry-state index (pendingFromIndex): in true due order over the whole
+// backlog, with the exact total, and no filters. Without it, a scan that stopped at --max-peek says
+// that its page is partial.
 func (a *app) pending(ctx context.Context, args []string) error {
 	var c common
+	var f pendingFilterFlags
 	fs := newFlagSet("pending", &c)
 	limit := fs.Int("limit", defaultPageLimit, "")
 	cursor := fs.String("cursor", "", "")
 	wide := fs.Bool("wide", false, "")
 	index := fs.String("index", "", "")
+	f.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -31,7 +121,15 @@ func (a *app) pending(ctx context.Context, args []string) error {
 	if *limit <= 0 {
 		return usagef("--limit must be positive")
 	}
+	filter, err := f.filter(a.now())
+	if err != nil {
+		return err
+	}
 	if *index != "" {
+		if f.set() {
+			// Never a page that looks filtered and is not.
+			return usagef("pending --index lists the whole backlog in due order and takes no filters: drop --index to scan the broker with --contains, --property, --due-after, --due-before or --body-contains")
+		}
 		if c.timeout <= 0 {
 			return usagef("--timeout must be positive")
 		}
@@ -44,7 +142,7 @@ func (a *app) pending(ctx context.Context, args []string) error {
 	defer closeAll()
 	// One page per invocation: the cursor printed at the end continues the listing, and is stable
 	// while retries come and go (see inspect.Inspector.ListPending).
-	page, err := s.inspector.ListPending(ctx, inspect.PageOptions{Limit: *limit, Cursor: *cursor})
+	page, err := s.inspector.ListPending(ctx, inspect.PageOptions{Limit: *limit, Cursor: *cursor, Filter: filter})
 	if err != nil {
 		return err
 	}
@@ -69,7 +167,11 @@ func (a *app) pending(ctx context.Context, args []string) error {
 	}
 	if len(page.Items) == 0 {
 		if !partial {
-			fmt.Fprintf(a.stdout, "no pending retries (read %s)\n", describeScans(page.Scans))
+			what := "pending retries"
+			if f.set() {
+				what = "matching pending retries"
+			}
+			fmt.Fprintf(a.stdout, "no %s (read %s)\n", what, describeScans(page.Scans))
 		}
 		return nil
 	}
@@ -81,17 +183,19 @@ func (a *app) pending(ctx context.Context, args []string) error {
 	}
 	fmt.Fprintln(tw, head+"\tLAST ERROR")
 	for _, p := range page.Items {
-		line := fmt.Sprintf("%s\t%d\t%s\t%d\t%s", p.Entity, p.SequenceNumber, formatTime(p.DueTime), p.Attempt, clip(p.Envelope.OriginalMessageID, 60))
+		// The ids, the key and the last error are any producer's or handler's text: quoted when they
+		// hold what a terminal would act on (printable).
+		line := fmt.Sprintf("%s\t%d\t%s\t%d\t%s", p.Entity, p.SequenceNumber, formatTime(p.DueTime), p.Attempt, printable(clip(p.Envelope.OriginalMessageID, 60)))
 		if *wide {
-			line += "\t" + p.MessageID + "\t" + clip(p.Envelope.Key, 60)
+			line += "\t" + printable(p.MessageID) + "\t" + printable(clip(p.Envelope.Key, 60))
 		}
-		fmt.Fprintln(tw, line+"\t"+clip(redact.String(p.LastError), 60))
+		fmt.Fprintln(tw, line+"\t"+printable(clip(redact.String(p.LastError), 60)))
 	}
 	if err := tw.Flush(); err != nil {
 		return err
 	}
 	if page.Next != "" {
-		fmt.Fprintf(a.stdout, "more: sbretry pending --limit %d --cursor %s\n", *limit, page.Next)
+		fmt.Fprintf(a.stdout, "more: sbretry pending --limit %d --cursor %s%s\n", *limit, page.Next, f.args())
 	}
 	return nil
 }
@@ -193,7 +297,7 @@ func printPending(w io.Writer, items []inspect.Pending) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "  ENTITY\tSEQ\tDUE\tATTEMPT\tKEY\tMESSAGE ID")
 	for _, p := range items {
-		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\n", p.Entity, p.SequenceNumber, formatTime(p.DueTime), p.Attempt, clip(p.Envelope.Key, 60), p.MessageID)
+		fmt.Fprintf(tw, "  %s\t%d\t%s\t%d\t%s\t%s\n", p.Entity, p.SequenceNumber, formatTime(p.DueTime), p.Attempt, printable(clip(p.Envelope.Key, 60)), printable(p.MessageID))
 	}
 	return tw.Flush()
 }

@@ -183,14 +183,19 @@ func printHeldSessions(w io.Writer, sessions []inspect.HeldSession) error {
 
 // sessionsRelease releases one held session: --session names it in the entity of the entity flags.
 // The preview (the state before and after, the wake-up to send) is printed by the dry run and before
-// the confirmation; the real run refuses a session whose state changed since, then sends the wake-up
-// and only then writes the new state.
+// the confirmation; the real run refuses a session whose state changed since, then sends the wake-up,
+// checks that the session holds it, and only then writes the new state.
+//
+// A session subscription's session is released with --wake-to TOPIC (inspect.Options.WakeTo): the
+// wake-up goes to the topic carrying sbretry-wake-to, the subscription's path, for the topic's rules to
+// route to that subscription alone; without a rule that brings it there, the release writes nothing.
 func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 	var c common
 	fs := newFlagSet("sessions release", &c)
 	sid := fs.String("session", "", "")
 	dryRun := fs.Bool("dry-run", false, "")
 	yes := fs.Bool("yes", false, "")
+	wakeTo := fs.String("wake-to", "", "")
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -205,8 +210,18 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	if e.IsSubscription() {
-		return usagef("sessions release works on a queue: the wake-up it sends would go to every subscription of topic %s", e.Topic)
+	switch {
+	case e.IsSubscription() && *wakeTo == "":
+		return usagef("sessions release of subscription %s needs --wake-to TOPIC: a plain send of the wake-up to topic %s would reach every subscription whose rules accept it; --wake-to sends it carrying %s=%s, for the topic's rules to route to this subscription alone (see the console's documentation for such rules)", e, e.Topic, inspect.PropWakeTo, e.Path())
+	case !e.IsSubscription() && *wakeTo != "":
+		return usagef("--wake-to is for a session subscription (--topic T --subscription S): a queue's wake-ups go to the queue itself")
+	case *wakeTo != "" && c.retryQueue != "":
+		return usagef("--wake-to and --retry-queue: a session subscription's consumer (retry.SessionConsumer) has no retry queue")
+	case strings.Contains(*wakeTo, "/"):
+		return usagef("--wake-to %q must name a topic (or a queue or topic forwarding into it), not a path", *wakeTo)
+	}
+	if *wakeTo != "" {
+		c.sessionConsumer = true // only a session consumer's subscription has sessions to release
 	}
 	c.noRetries = true // a failed call is reported, never retried under a lock taken again
 	s, ctx, closeAll, err := a.open(ctx, &c)
@@ -214,7 +229,14 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 		return err
 	}
 	defer closeAll()
-	preview, err := s.inspector.PreviewRelease(ctx, *sid, a.now())
+	in := s.inspector
+	if *wakeTo != "" {
+		in, err = inspect.New(s.client, e.Path(), &inspect.Options{MaxPeek: c.maxPeek, SessionConsumer: true, WakeTo: *wakeTo, Observer: s.inspector.Observer()})
+		if err != nil {
+			return usagef("%v", err)
+		}
+	}
+	preview, err := in.PreviewRelease(ctx, *sid, a.now())
 	if err != nil {
 		return err // nothing was done
 	}
@@ -239,7 +261,7 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 			return a.finish(c.json, rep, err, "")
 		}
 	}
-	rel, err := s.inspector.Release(ctx, preview)
+	rel, err := in.Release(ctx, preview)
 	if rel != nil {
 		rep.rel = rel
 	}
@@ -249,7 +271,7 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 		}
 		return a.finish(c.json, rep, err, "")
 	}
-	return a.finish(c.json, rep, nil, fmt.Sprintf("released session %q of %s: sent wake-up %s, wrote the new state", rel.SessionID, rel.Entity, derefString(rel.Plan.Wake.MessageID)))
+	return a.finish(c.json, rep, nil, fmt.Sprintf("released session %q of %s: sent wake-up %s to %s, found it in the session, wrote the new state", rel.SessionID, rel.Entity, derefString(rel.Plan.Wake.MessageID), rel.WakeTo))
 }
 
 // printRelease writes what a release changes: the state before and after, and the wake-up.
@@ -261,7 +283,11 @@ func printRelease(w io.Writer, r *inspect.SessionRelease) {
 	if n, ok := wake.ApplicationProperties[sessionstate.PropWakeSequenceNumber].(int64); ok && n >= 0 {
 		target = "sequence number " + strconv.FormatInt(n, 10)
 	}
-	fmt.Fprintf(w, "  send:   wake-up %s to %s in session %q, receivable now, for %s\n", derefString(wake.MessageID), r.Entity, r.SessionID, target)
+	to := r.Entity
+	if !strings.EqualFold(r.WakeTo, r.Entity) {
+		to = fmt.Sprintf("%s carrying %s=%s (the topic's rules route it to %s)", r.WakeTo, inspect.PropWakeTo, r.Entity, r.Entity)
+	}
+	fmt.Fprintf(w, "  send:   wake-up %s to %s in session %s, receivable now, for %s\n", derefString(wake.MessageID), to, strconv.Quote(r.SessionID), target)
 }
 
 // describeState says in one line what a session state holds.
@@ -317,11 +343,14 @@ func (r *releaseReport) toJSON(err error) any {
 	out := jsonRelease{
 		Action: "release", DryRun: r.dryRun, Entity: rel.Entity, SessionID: rel.SessionID, PlannedAt: rel.PlannedAt,
 		Before: sessionStateJSON(rel.Plan.Before), After: sessionStateJSON(rel.Plan.After),
-		WakeUp:   jsonWake{MessageID: derefString(wake.MessageID), SessionID: rel.SessionID, ForSequenceNumber: -1},
+		WakeUp:   jsonWake{MessageID: derefString(wake.MessageID), SessionID: rel.SessionID, ForSequenceNumber: -1, To: rel.WakeTo},
 		WakeSent: rel.WakeSent, StateWritten: rel.StateWritten,
 	}
 	if n, ok := wake.ApplicationProperties[sessionstate.PropWakeSequenceNumber].(int64); ok {
 		out.WakeUp.ForSequenceNumber = n
+	}
+	if p, ok := wake.ApplicationProperties[inspect.PropWakeTo].(string); ok {
+		out.WakeUp.WakeToProperty = p
 	}
 	if err != nil {
 		out.Error = redact.String(err.Error())
@@ -403,6 +432,10 @@ type jsonWake struct {
 	MessageID         string `json:"messageId"`
 	SessionID         string `json:"sessionId"`
 	ForSequenceNumber int64  `json:"forSequenceNumber"`
+	// To is where the wake-up is sent: the queue, or for a subscription the topic of --wake-to, the
+	// wake-up then carrying WakeToProperty (sbretry-wake-to) = the subscription's path.
+	To             string `json:"to"`
+	WakeToProperty string `json:"wakeToProperty,omitempty"`
 }
 
 // jsonRelease is sessions release --json: the preview (before, after, wakeUp) and, for a real run, what

@@ -134,7 +134,7 @@ func TestSessionsReleaseCommand(t *testing.T) {
 	code, out, errOut = h.cli(t, "yes\n", args...)
 	require.Equal(t, exitOK, code, errOut)
 	assert.Contains(t, out, `releasing session "s1" of jobs:`)
-	assert.Regexp(t, `released session "s1" of jobs: sent wake-up sbretry-wake-\S+, wrote the new state`, out)
+	assert.Regexp(t, `released session "s1" of jobs: sent wake-up sbretry-wake-\S+ to jobs, found it in the session, wrote the new state`, out)
 
 	ctx := sbtest.Context(t)
 	r := h.Accept(t, "s1")
@@ -213,7 +213,7 @@ func TestSessionsReleaseRefuses(t *testing.T) {
 	assert.Contains(t, errOut, "sessions needs a subcommand")
 	code, _, errOut = cliNoEntity(t, "", "--connection-string", h.Em.ConnectionString(), "--topic", "t", "--subscription", "s", "--retry-queue", "r", "sessions", "release", "--session", "x")
 	assert.Equal(t, exitUsage, code)
-	assert.Contains(t, errOut, "works on a queue")
+	assert.Contains(t, errOut, "needs --wake-to TOPIC", "a subscription's wake-up is routed by the topic's rules (sessions_subscription_test.go)")
 	assert.Equal(t, stats, h.Stats(t), "nothing was sent")
 }
 

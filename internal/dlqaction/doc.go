@@ -10,7 +10,10 @@
 //     operator: the refs and, for a redrive, the MessageID each fresh delivery will carry;
 //   - execute: [Execute] receives each dead-letter queue of the plan in peek-lock mode and settles
 //     exactly the planned dead letters in their own queue, refusing one that no longer matches its line
-//     of the plan ([ErrChanged]) and abandoning every other message it meets on the way;
+//     of the plan ([ErrChanged]) and abandoning every other message it meets on the way. A receive
+//     asks for no more than the planned dead letters still to come, and the others are given back
+//     only where no credit left on a link can take them again, so an action leaves nothing locked
+//     for the next one;
 //   - report: the plan's items carry Done, so a front end shows what was done also when the action
 //     stopped part way; running the same action again finishes it.
 //

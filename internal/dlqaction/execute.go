@@ -156,7 +156,7 @@ func drainPlan(ctx context.Context, client *azservicebus.Client, in *inspect.Ins
 		if !ok {
 			holdLimit = len(seqs) + 1
 		}
-		_, missing, err := drain(ctx, r, seqs, o.Wait, holdLimit, o.PeekLimitName, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+		_, missing, left, err := drain(ctx, r, seqs, o.Wait, holdLimit, o.PeekLimitName, func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
 			it := items[*m.SequenceNumber]
 			if err := each(ctx, r, it, m); err != nil {
 				return err
@@ -165,6 +165,9 @@ func drainPlan(ctx context.Context, client *azservicebus.Client, in *inspect.Ins
 			return nil
 		}, func(int) { o.Progress(p.Done()) })
 		closeLink(ctx, raw)
+		if gerr := giveBack(ctx, client, in.Observer(), entity, left); gerr != nil {
+			o.Warn(gerr.Error())
+		}
 		if err != nil {
 			return p.Done(), fmt.Errorf("%s: %w", entity, err)
 		}
