@@ -75,7 +75,7 @@ func TestSessionsReleaseOfASubscription(t *testing.T) {
 		}
 		return nil
 	}
-	connect, err := retry.SessionSubscriptionConnectionString(em.ConnectionString(), "events", "billing", &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}})
+	connect, err := retry.NewNamespace(em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).SessionSubscription("events", "billing")
 	require.NoError(t, err)
 	sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{SettleTimeout: 5 * time.Second, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))},
 		&retry.SessionOptions{SessionIdleTimeout: 200 * time.Millisecond, BlockAfterDeadLetter: true})
