@@ -44,7 +44,10 @@ func TestDLQListQuotesHostileText(t *testing.T) {
 	require.Equal(t, exitOK, code, errOut)
 	code, show, errOut := h.cli(t, "", "dlq", "show", "1")
 	require.Equal(t, exitOK, code, errOut)
-	for name, text := range map[string]string{"dlq list": list, "dlq show": show} {
+	code, preview, errOut := h.cli(t, "", "dlq", "redrive", "--all", "--dry-run")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, preview, `"Poison\x1b[2J\u200b"`, "the redrive preview quotes the reason too")
+	for name, text := range map[string]string{"dlq list": list, "dlq show": show, "dlq redrive --dry-run": preview} {
 		for _, bad := range []string{"\x1b", "\x07", "\u202e", "\u200b", "\x9b", "\xff"} {
 			assert.NotContains(t, text, bad, "%s prints %q raw", name, bad)
 		}

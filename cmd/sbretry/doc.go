@@ -5,7 +5,8 @@
 //
 //	sbretry [entity flags] status KEY           pending retries, active copies and dead letters of one message
 //	sbretry status --index PATH KEY             the same from a retry-state index, with the history
-//	sbretry [entity flags] pending [--limit N] [--cursor C] [--wide] [--index PATH]
+//	sbretry [entity flags] pending [--limit N] [--cursor C] [--wide] [--index PATH] [--contains TEXT]
+//	                               [--property NAME=VALUE] [--due-after T] [--due-before T] [--body-contains TEXT]
 //	                                            pending retries by due time, one page at a time
 //	sbretry [entity flags] cancel REF... [--dry-run] [--yes]
 //	                                            cancel pending retries
@@ -18,7 +19,7 @@
 //	sbretry [entity flags] dlq purge   (--seq REF,REF | --reason R | --property N=V | --all) [filters] [--dry-run] [--yes]
 //	sbretry [entity flags] sessions list [--max-sessions N]
 //	                                            held sessions of a session-enabled queue or subscription
-//	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes]
+//	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes] [--wake-to TOPIC]
 //	                                            release one held session
 //	sbretry [entity flags] serve [--listen ADDR] [--token T | --tokens-file F] [--audit-file F]
 //	                             [--index PATH|URL] [--max-attempts N]

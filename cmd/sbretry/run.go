@@ -47,8 +47,9 @@ commands:
   status KEY          pending retries, active copies and dead letters of a key, correlation id or message id
                       (--index FILE or postgres:// URL: from the retry-state index, with the history;
                       no broker read)
-  pending             pending retries by due time (--limit N, --cursor C, --wide; --index PATH: from the
-                      retry-state index, in due order over the whole backlog, with the exact total)
+  pending             pending retries by due time (--limit N, --cursor C, --wide; filters: --contains TEXT,
+                      --property NAME=VALUE, --due-after T, --due-before T, --body-contains TEXT; --index PATH:
+                      from the retry-state index, in due order over the whole backlog, with the exact total)
   cancel REF...       cancel pending retries (--dry-run; asks for confirmation unless --yes)
   dlq list            dead letters (--reason R, --since T, --until T, --contains TEXT, --property NAME=VALUE,
                       --body-contains TEXT, --wide; --index PATH: from the retry-state index, newest first,
@@ -61,7 +62,8 @@ commands:
                       followers, its wake-up (--max-sessions N, default 1000; implies --session-consumer)
   sessions release --session ID
                       release one held session: its retry runs now, or a session blocked after a
-                      dead-letter runs its followers (--dry-run; asks for confirmation unless --yes)
+                      dead-letter runs its followers (--dry-run; asks for confirmation unless --yes;
+                      --wake-to TOPIC for a subscription: the wake-up goes through its topic's rules)
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback, or
                       --tokens-file F with reader and operator tokens; --audit-file F; --entity
                       PATH[=RETRYQUEUE] repeatable; --index PATH|URL for its search; --max-attempts N;

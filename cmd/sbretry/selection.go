@@ -42,7 +42,8 @@ func printPlan(w io.Writer, p *dlqaction.Plan) error {
 	fmt.Fprintln(tw, head)
 	for _, it := range p.Items {
 		d := it.DeadLetter
-		line := fmt.Sprintf("  %s\t%d\t%s\t%s\t%s", d.Entity, d.SequenceNumber, d.Reason, clip(d.OriginalMessageID(), 60), d.MessageID)
+		// Reasons and ids come from producers: quoted when a terminal would act on them (see printable).
+		line := fmt.Sprintf("  %s\t%d\t%s\t%s\t%s", printable(d.Entity), d.SequenceNumber, printable(d.Reason), printable(clip(d.OriginalMessageID(), 60)), printable(d.MessageID))
 		if redrive {
 			line += "\t" + it.ResubmitID
 		}
