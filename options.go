@@ -150,8 +150,9 @@ type Options struct {
 	// with the broker's. Zero means inferring it from each message's LockedUntil at receive, which
 	// assumes the two clocks agree within a small fraction of the lock; set it when they may not.
 	LockDuration time.Duration
-	// LockRenewInterval is how often a message's lock is renewed, from receive until it is settled. Zero
-	// means half the lock duration; more than two thirds of the lock duration is cut to two thirds.
+	// LockRenewInterval is how often a message's lock (a session's, for a [SessionConsumer]) is renewed,
+	// from receive until it is settled. Zero means half the lock duration; more than two thirds of the
+	// lock duration is cut to two thirds, and less than 100 ms is raised to 100 ms.
 	LockRenewInterval time.Duration
 	// DisableLockRenewal turns lock renewal off; a handler that outlives the lock then loses the message to
 	// redelivery.

@@ -284,8 +284,11 @@ func (b *breaker) runHealthCheck(ctx context.Context) {
 		return b.cfg.healthCheck(cctx)
 	}()
 	if ctx.Err() != nil {
+		// Cut short (a shutdown, or the lost lock of the session whose message waited): no verdict.
+		// Another waiter runs the check next.
 		b.mu.Lock()
 		b.probing = false
+		b.wakeLocked()
 		b.mu.Unlock()
 		return
 	}
@@ -524,6 +527,9 @@ func (b *breaker) await(ctx context.Context) (limit int, ok bool) {
 		switch {
 		case g.check:
 			b.runHealthCheck(ctx)
+			if ctx.Err() != nil {
+				return 0, false // the check was cut short: no verdict, and another waiter may run it
+			}
 			continue
 		case g.changed == nil:
 			return g.limit, true

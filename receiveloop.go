@@ -146,6 +146,9 @@ func (r *run) awaitReceiving(ctx context.Context, live *liveConnection, quietSin
 		switch {
 		case g.check:
 			b.runHealthCheck(ctx)
+			if ctx.Err() != nil {
+				return 0, nil
+			}
 			continue
 		case g.changed == nil:
 			return g.limit, nil

@@ -135,9 +135,12 @@ func refuseForSessions(o *Options) error {
 // LockDuration and LockRenewInterval (of the session lock), IdempotencyKey, ErrorText, Logger, the
 // Hooks OnStart, OnSettle, OnProcessed and OnStateChange, ReconnectDelays, WatchdogInterval,
 // ShutdownGrace, DeadLetterReasons, DescriptionLimit, RetryStartupErrors and Clock apply as to a
-// [Consumer]; EntityPath is taken from the connection. MaxConcurrency, ReceiveBatchSize, Prefetch,
-// Outage and DisableLockRenewal are refused; MaxMessageSize, OnRetryCopy and AllowReorder have no
-// effect, since no retry copy is made.
+// [Consumer]; EntityPath is taken from the connection. Outage (and Hooks.OnOutage) apply with the
+// queue consumer's breaker and rules, holding in place instead of making a held copy: while the breaker
+// is open no session is accepted and the message in hand waits in its session, its attempt not spent,
+// until the breaker lets it run (as the probe, or once closed); [SessionConsumer.Pause] holds it the
+// same way. MaxConcurrency, ReceiveBatchSize, Prefetch and DisableLockRenewal are refused;
+// MaxMessageSize, OnRetryCopy and AllowReorder have no effect, since no retry copy is made.
 //
 // Create it with [NewSessionConsumer]; the zero value's Run returns [ErrNotConfigured]. Its methods are
 // safe for concurrent use; Run may be called again after it returns.
@@ -176,7 +179,7 @@ func NewSessionConsumer(connect SessionConnector, handler Handler, opts *Options
 	if err != nil {
 		return nil, err
 	}
-	// The breaker is there for Pause only: Options.Outage is refused above.
+	// The breaker is the queue consumer's: Pause, Resume and Options.Outage (sessionhold.go admitInPlace).
 	sc := &SessionConsumer{connect: connect, cfg: cfg, scfg: scfg, proc: newProcessor(nil, handler, cfg), stats: &Consumer{cfg: cfg, outage: newBreaker(cfg)}}
 	sc.stats.health.Since = cfg.clock.Now()
 	return sc, nil

@@ -464,9 +464,7 @@ func (r *sessionRun) holdDurably(hs *servedSession, d *delivery, herr error, at,
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, err)
 		return
 	}
-	start := p.callStart(d)
-	doubted, callErr, err := r.deferMessage(hs, d, props)
-	p.settled(d, SettleDefer, "", d.env, start, callErr)
+	doubted, err := r.deferMessage(hs, d, props)
 	if err != nil {
 		// The record says the message is held: whoever gets it back defers it, or runs it when due.
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err))
@@ -482,8 +480,8 @@ func (r *sessionRun) holdDurably(hs *servedSession, d *delivery, herr error, at,
 }
 
 // deferMessage defers d's message with props, a settle like the others (settleCall).
-func (r *sessionRun) deferMessage(hs *servedSession, d *delivery, props map[string]any) (doubted bool, callErr, err error) {
-	return r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
+func (r *sessionRun) deferMessage(hs *servedSession, d *delivery, props map[string]any) (doubted bool, err error) {
+	return r.settleCall(hs, d, SettleDefer, func(ctx context.Context, recv SessionReceiver) error {
 		return recv.DeferMessage(ctx, d.msg, &azservicebus.DeferMessageOptions{PropertiesToModify: props})
 	})
 }
@@ -553,14 +551,12 @@ func (r *sessionRun) deferBehind(stop context.Context, hs *servedSession, msg *a
 // deferAside defers d's message behind what blocks the session (st), stamped with props, and ends its
 // delivery.
 func (r *sessionRun) deferAside(hs *servedSession, d *delivery, st sessionstate.State, props map[string]any) bool {
-	p, seq := r.sc.proc, *d.msg.SequenceNumber
+	seq := *d.msg.SequenceNumber
 	if h := st.Hold; h != nil && h.SequenceNumber != seq {
 		props[sessionstate.PropHeldBehind] = h.SequenceNumber
 	}
 	res := Result{Attempt: d.env.Attempt}
-	start := p.callStart(d)
-	doubted, callErr, err := r.deferMessage(hs, d, props)
-	p.settled(d, SettleDefer, "", d.env, start, callErr)
+	doubted, err := r.deferMessage(hs, d, props)
 	if err != nil {
 		r.sc.cfg.logger.Warn("deferring a message behind a held one failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
 		return r.endSetAside(d, withOutcome(res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err)))

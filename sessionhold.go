@@ -262,33 +262,35 @@ func (r *sessionRun) settleContext(lk *sessionLock) (context.Context, context.Ca
 	return context.WithTimeout(lk.ctx, r.sc.cfg.settleTimeout)
 }
 
-// settleCall makes one settle call (complete, dead-letter, defer) on hs's receiver, the way the queue
-// consumer makes its settles (settle.go): under the session's lock keeper, bounded by the settle timeout
-// cut to the lock's remaining time and ended by the lock's end (beginLockBound), its error marked as a
-// lost lock if the lock was lost meanwhile and its success doubted when the SDK had to retry it
-// (endLockBound; the time measured leaves out the wait for the receiver's turn). callErr is the call's
-// own error, for the OnSettle hook; d.now moves to when it returned.
-func (r *sessionRun) settleCall(hs *servedSession, d *delivery, call func(context.Context, SessionReceiver) error) (doubted bool, callErr, err error) {
-	lk := &hs.lk.keeper
+// settleCall makes one settle call (op: complete, dead-letter, defer) on hs's receiver, the way the
+// queue consumer makes its settles (settle.go): under the session's lock keeper, bounded by the settle
+// timeout cut to the lock's remaining time and ended by the lock's end (beginLockBound), its error
+// marked as a lost lock if the lock was lost meanwhile and its success doubted when the SDK had to retry
+// it (endLockBound; the time measured leaves out the wait for the receiver's turn). OnSettle sees the
+// call's own error, and nothing when no call was made (the lock was already gone). d.now moves to when
+// it returned.
+func (r *sessionRun) settleCall(hs *servedSession, d *delivery, op string, call func(context.Context, SessionReceiver) error) (doubted bool, err error) {
+	p, clk, lk := r.sc.proc, r.sc.cfg.clock, &hs.lk.keeper
+	d.now = clk.Now() // a session-state call may have come between the last step and this one
 	ctx, cancel, err := r.sc.cfg.beginLockBound(lk, d.now)
 	if err != nil {
-		return false, err, err
+		return false, err
 	}
-	took, callErr := hs.recv.timed(ctx, r.sc.cfg.clock, func(recv SessionReceiver) error { return call(ctx, recv) })
+	start := p.callStart(d)
+	took, callErr := hs.recv.timed(ctx, clk, func(recv SessionReceiver) error { return call(ctx, recv) })
 	doubted, err = endLockBound(lk, took, cancel, callErr)
-	d.now = r.sc.cfg.clock.Now()
-	return doubted, callErr, err
+	d.now = clk.Now()
+	p.settled(d, op, "", d.env, start, callErr)
+	return doubted, err
 }
 
 // complete completes d's message, with outcome on success. A failed complete leaves the message for
 // the broker to give back (the session is then released, so that it comes back before its followers).
 func (r *sessionRun) complete(d *delivery, hs *servedSession, res *Result, outcome Outcome) {
 	p := r.sc.proc
-	start := p.callStart(d)
-	doubted, callErr, err := r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
+	doubted, err := r.settleCall(hs, d, SettleComplete, func(ctx context.Context, recv SessionReceiver) error {
 		return recv.CompleteMessage(ctx, d.msg, nil)
 	})
-	p.settled(d, SettleComplete, "", d.env, start, callErr)
 	if err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err))
 		p.cfg.log(d.ctx, slog.LevelWarn, "complete failed; the message goes back to the session", d.msg, d.env, errAttr(err))
@@ -328,11 +330,9 @@ func (r *sessionRun) deadLetter(d *delivery, hs *servedSession, dec *decision, r
 		return
 	}
 	res.DeadLetterReason = reason
-	start := p.callStart(d)
-	doubted, callErr, err := r.settleCall(hs, d, func(ctx context.Context, recv SessionReceiver) error {
+	doubted, err := r.settleCall(hs, d, SettleDeadLetter, func(ctx context.Context, recv SessionReceiver) error {
 		return recv.DeadLetterMessage(ctx, d.msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
 	})
-	p.settled(d, SettleDeadLetter, "", d.env, start, callErr)
 	if err != nil {
 		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
 		p.cfg.log(d.ctx, slog.LevelWarn, "dead-letter failed; the message goes back to the session", d.msg, d.env, errAttr(err))
@@ -358,18 +358,19 @@ func (r *sessionRun) settleError(lk *sessionLock, err error) error {
 // until the breaker lets it run, as the probe or once closed. That is the session's form of the queue
 // consumer's held copy: a copy would break the session's order.
 
-// breakerOpen reports whether outage mode is on and its breaker open, so that a session whose message
-// is settled is released rather than held idle.
+// breakerOpen reports whether the breaker is open (not half-open: a session accepted to probe with
+// must deliver its message), so that a session whose message is settled is released rather than held
+// idle.
 func (r *sessionRun) breakerOpen() bool {
-	return r.sc.cfg.outage != nil && !r.sc.stats.outage.closed.Load()
+	return r.sc.stats.outage.holding()
 }
 
 // admitInPlace asks the outage breaker whether the handler may run now, waiting while it is open (or
-// while another delivery probes); ok is false when stop ended or the session lock was lost meanwhile.
-// Without outage mode every call is admitted at once.
+// while another delivery probes), as it does while the consumer is paused, outage mode or not: the kill
+// switch stops a retry in place too. ok is false when stop ended or the session lock was lost meanwhile.
 func (r *sessionRun) admitInPlace(stop context.Context, hs *servedSession) (adm admission, ok bool) {
 	b := r.sc.stats.outage
-	if r.sc.cfg.outage == nil {
+	if b.closed.Load() {
 		return admission{kind: admitRun}, true
 	}
 	ctx, cancel := context.WithCancel(hs.lk.ctx)

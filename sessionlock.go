@@ -33,25 +33,36 @@ const fallbackSessionLock = 30 * time.Second
 
 // keepSessionLock starts keeping recv's session lock, accepted at acceptedAt. The lock duration is
 // Options.LockDuration, else inferred from LockedUntil at accept (and after each renewal).
-func (r *sessionRun) keepSessionLock(recv SessionReceiver, acceptedAt time.Time) *sessionLock {
+func (r *sessionRun) keepSessionLock(recv *serialReceiver, acceptedAt time.Time) *sessionLock {
 	cfg := r.sc.cfg
 	ctx, cancel := context.WithCancelCause(r.settleBase)
 	lk := &sessionLock{ctx: ctx}
 	k := &lk.keeper
 	k.base, k.values, k.cfg, k.sched = r.settleBase, context.WithoutCancel(r.settleBase), cfg, &r.sc.proc.renewals
 	k.session = recv.SessionID()
-	k.renewCall = func(ctx context.Context) error { return recv.RenewSessionLock(ctx, nil) }
+	// The lock's expiry after a renewal is read in the renewal's own turn on the receiver (and handed to
+	// granted on the same goroutine): the keeper asks for the grant while it holds its mutex, and
+	// waiting there for the worker's turn could deadlock with a worker whose call ends the lock.
+	var renewedUntil time.Time
+	k.renewCall = func(ctx context.Context) error {
+		until, err := recv.renewSessionLock(ctx)
+		renewedUntil = until
+		return err
+	}
 	first := time.Duration(-1)
 	k.dur = cfg.lockDuration
 	if k.dur <= 0 {
-		k.dur = recv.LockedUntil().Sub(acceptedAt)
-		// A LockedUntil that did not move (clocks that disagree) must not shrink the interval towards
-		// a busy loop: a grant shorter than a second is not believed.
+		// As for a message lock (grantedLockDuration): an estimate outside what Service Bus grants
+		// means clocks that disagree, and a grant shorter than a second is not believed, so that a
+		// LockedUntil that did not move cannot shrink the interval towards a busy loop.
 		k.granted = func(now time.Time) time.Duration {
-			if g := recv.LockedUntil().Sub(now); g >= time.Second {
-				return g
+			if g := renewedUntil.Sub(now); g >= minInferredLock {
+				return min(g, maxInferredLock)
 			}
 			return 0
+		}
+		if d := recv.LockedUntil().Sub(acceptedAt); d > 0 {
+			k.dur = min(max(d, minInferredLock), maxInferredLock)
 		}
 	}
 	if k.dur <= 0 {

@@ -254,3 +254,56 @@ func TestSessionReceiverCallsNeverOverlap(t *testing.T) {
 		assert.Zero(t, sc.Health().LeftForRedelivery, "the lock held: 10 s handlers under a 4 s lock, and a 20 s idle wait")
 	})
 }
+
+// relinkingReceiver makes its first receive after each renewal find the session taken again by the
+// SDK (LockedUntil moves during the call, which ends the lock), with renewals that take a while: the
+// renewal and the worker's call end in either order.
+type relinkingReceiver struct {
+	retry.SessionReceiver
+	bump    atomic.Int64
+	renewed atomic.Bool
+}
+
+func (r *relinkingReceiver) LockedUntil() time.Time {
+	return r.SessionReceiver.LockedUntil().Add(time.Duration(r.bump.Load()))
+}
+
+func (r *relinkingReceiver) RenewSessionLock(ctx context.Context, o *azservicebus.RenewSessionLockOptions) error {
+	time.Sleep(300 * time.Millisecond)
+	err := r.SessionReceiver.RenewSessionLock(ctx, o)
+	r.renewed.Store(true)
+	return err
+}
+
+func (r *relinkingReceiver) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	relink := r.renewed.Swap(false)
+	msgs, err := r.SessionReceiver.ReceiveMessages(ctx, n, o)
+	if relink {
+		time.Sleep(50 * time.Millisecond)
+		r.bump.Add(int64(time.Millisecond))
+	}
+	return msgs, err
+}
+
+// A session taken again by the SDK while its lock's renewal is in flight ends the lock from the
+// worker's call; the renewal, reading the new expiry, must not wait for the worker meanwhile (they
+// deadlocked once: the keeper read LockedUntil through the worker's turn while holding its mutex, and
+// the worker's call waited for that mutex to end the lock). Run stops cleanly and every goroutine ends.
+func TestSessionLockRetakenDuringARenewal(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 6 * time.Second})
+		sendSession(t, b, "a", 1)
+		conn := wrapAccepted(b.SessionConnector(), func(r retry.SessionReceiver, _ int) retry.SessionReceiver {
+			return &relinkingReceiver{SessionReceiver: r}
+		})
+		sc, err := retry.NewSessionConsumer(conn, func(context.Context, *azservicebus.ReceivedMessage) error { return nil },
+			&retry.Options{Logger: discardLogger(), ShutdownGrace: time.Second, SettleTimeout: 2 * time.Second},
+			&retry.SessionOptions{MaxConcurrentSessions: 2, SessionIdleTimeout: time.Minute})
+		require.NoError(t, err)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		time.Sleep(12 * time.Second) // several renewals, each followed by a retaken session
+		synctest.Wait()
+		require.NoError(t, stop(), "Run stops without a shutdown timeout: no worker is stuck")
+	})
+}

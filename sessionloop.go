@@ -57,6 +57,11 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 			unanswered = 0
 			r.proven(live)
 			r.serve(ctx, recv, live)
+			if limit == 1 {
+				// Accepted to probe with: if its message did not become the probe (the session had
+				// none, or was released first), another worker may ask at once.
+				r.sc.stats.outage.unask()
+			}
 			<-r.sessions
 			continue
 		}

@@ -8,6 +8,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
@@ -120,4 +121,115 @@ func TestSessionOutageHealthCheckProbes(t *testing.T) {
 			assert.Equal(t, 1, p.Result.Attempt, "%s: no attempt spent by the outage", p.Message.MessageID)
 		}
 	})
+}
+
+// A probe that fails in a way that does not count (a bad message, Permanent) gives no verdict: the
+// message is dead-lettered and the next message probes, from the same session, until one decides.
+func TestSessionOutageProbeWithoutVerdictGoesOn(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "a", 3)
+		var calls atomic.Int32
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "a-1" {
+				if calls.Add(1) == 1 {
+					return errDependencyDown // trips the breaker
+				}
+				return retry.Permanent(errDependencyDown) // the probe: a bad message, no verdict
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Outage: &outage.Options{ConsecutiveFailures: 1, OpenFor: time.Minute}},
+			&retry.SessionOptions{MaxConcurrentSessions: 2})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+		assert.Len(t, b.DeadLettered(), 1)
+		assert.Equal(t, ids("a", 2, 3), rec.successesOf("a"))
+		assert.Equal(t, outage.Closed, sc.Health().Outage.State, "a-2, the next probe, closed it")
+	})
+}
+
+// A breaker still open when a Run starts (the last Run stopped during the outage, and gave its held
+// message back) has nothing held in place: a worker accepts a session to probe with, and its first
+// message is the probe.
+func TestSessionOutageProbesFromAnAcceptedSession(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "a", 2)
+		var down atomic.Bool
+		down.Store(true)
+		rec := newSessionRecorder()
+		h := rec.handler(func(context.Context, sessionCall) error {
+			if down.Load() {
+				return errDependencyDown
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{Outage: &outage.Options{ConsecutiveFailures: 1, OpenFor: time.Minute}},
+			&retry.SessionOptions{MaxConcurrentSessions: 2})
+		stop := runSessionConsumer(t, sc)
+		time.Sleep(5 * time.Second)
+		synctest.Wait()
+		require.Equal(t, outage.Open, sc.Health().Outage.State)
+		require.NoError(t, stop()) // the held message goes back to its session
+		down.Store(false)
+		stop = runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+		assert.Equal(t, ids("a", 1, 2), rec.successesOf("a"))
+		assert.Equal(t, outage.Closed, sc.Health().Outage.State)
+	})
+}
+
+// A health check cut short (the session lock of the message that ran it was lost, or the consumer
+// stops) gives no verdict and is not called again at once with a dead context: another waiter runs it
+// at its time, and a shutdown returns.
+func TestSessionOutageHealthCheckCutShort(t *testing.T) {
+	for _, cut := range []string{"lock lost", "shutdown"} {
+		t.Run(cut, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				b := newSessionBroker(t, nil)
+				sendSession(t, b, "a", 1)
+				var lose atomic.Bool
+				var checks atomic.Int32
+				check := func(ctx context.Context) error {
+					checks.Add(1)
+					lose.Store(cut == "lock lost")
+					<-ctx.Done()
+					return ctx.Err()
+				}
+				rec := newSessionRecorder()
+				h := rec.handler(func(context.Context, sessionCall) error { return errDependencyDown })
+				conn := wrapAccepted(b.SessionConnector(), func(r retry.SessionReceiver, _ int) retry.SessionReceiver {
+					return &lockLosingReceiver{SessionReceiver: r, lose: &lose}
+				})
+				sc, err := retry.NewSessionConsumer(conn, h, &retry.Options{Logger: discardLogger(), ShutdownGrace: time.Second,
+					Outage: &outage.Options{ConsecutiveFailures: 1, OpenFor: time.Minute, HealthCheck: check, HealthCheckTimeout: time.Hour}},
+					&retry.SessionOptions{MaxConcurrentSessions: 1})
+				require.NoError(t, err)
+				stop := runSessionConsumer(t, sc)
+				time.Sleep(5 * time.Minute)
+				synctest.Wait()
+				n := checks.Load()
+				require.NoError(t, stop())
+				assert.LessOrEqual(t, n, int32(10), "a cut-short check is run again at the breaker's pace, not at once")
+				assert.LessOrEqual(t, checks.Load()-n, int32(1), "stopping calls it at most once more")
+			})
+		})
+	}
+}
+
+// lockLosingReceiver answers every renewal with a lost lock once lose is set.
+type lockLosingReceiver struct {
+	retry.SessionReceiver
+	lose *atomic.Bool
+}
+
+func (r *lockLosingReceiver) RenewSessionLock(ctx context.Context, o *azservicebus.RenewSessionLockOptions) error {
+	if r.lose.Load() {
+		return &azservicebus.Error{Code: azservicebus.CodeLockLost}
+	}
+	return r.SessionReceiver.RenewSessionLock(ctx, o)
 }

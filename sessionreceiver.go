@@ -194,6 +194,17 @@ func (s *serialReceiver) RenewSessionLock(ctx context.Context, o *azservicebus.R
 	return s.r.RenewSessionLock(ctx, o)
 }
 
+// renewSessionLock renews the session lock and reads its new expiry in the same turn, for the lock
+// keeper (sessionlock.go), which must not wait for a turn of its own to read it.
+func (s *serialReceiver) renewSessionLock(ctx context.Context) (time.Time, error) {
+	if err := s.take(ctx); err != nil {
+		return time.Time{}, err
+	}
+	defer s.give()
+	err := s.r.RenewSessionLock(ctx, nil)
+	return s.r.LockedUntil(), err
+}
+
 // SessionID is the id at accept: a session receiver holds one session for its life.
 func (s *serialReceiver) SessionID() string { return s.sid }
 

@@ -20,7 +20,7 @@ type Backoff interface {
 }
 
 // DelayBounds is implemented by backoffs that know their floor and cap. The processor uses the cap to
-// bound a handler-chosen [RetryAfter] delay; without it, [DefaultCap] applies.
+// bound a handler-chosen delay (retry.RetryAfter); without it, [DefaultCap] applies.
 type DelayBounds interface {
 	Bounds() (floor, ceiling time.Duration)
 }

@@ -42,7 +42,7 @@ type Options struct {
 	// 10 s.
 	HealthCheckTimeout time.Duration
 	// Counts reports whether a handler error counts toward the trip rules. Nil means every error
-	// counts. Whatever it says, [Permanent] errors and the failures of a [Policy] with NotOutage never
+	// counts. Whatever it says, retry.Permanent errors and the failures of a retry.Policy with NotOutage never
 	// count: a bad message is not an outage.
 	Counts func(error) bool
 }
