@@ -233,3 +233,32 @@ func (r *lockLosingReceiver) RenewSessionLock(ctx context.Context, o *azserviceb
 	}
 	return r.SessionReceiver.RenewSessionLock(ctx, o)
 }
+
+// Pause is the kill switch with or without outage mode: a message retrying in place when the consumer is
+// paused waits in its session, its next attempt not run until Resume.
+func TestSessionPauseHoldsARetryInPlace(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "a", 1)
+		rec := newSessionRecorder()
+		var sc *retry.SessionConsumer
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.Attempt == 1 {
+				sc.Pause("deploying billing")
+				return errDependencyDown
+			}
+			return nil
+		})
+		sc = newSessionConsumer(t, b, h, rec, &retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		time.Sleep(2 * time.Minute) // the retry in place was due after 10 s
+		synctest.Wait()
+		assert.Len(t, rec.calls, 1, "no attempt runs while paused")
+		sc.Resume()
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		require.NoError(t, stop())
+		require.Len(t, rec.calls, 2)
+		assert.Equal(t, 2, rec.calls[1].Attempt)
+		assert.GreaterOrEqual(t, rec.calls[1].At, 2*time.Minute, "it ran after Resume")
+	})
+}
