@@ -118,7 +118,7 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session *string, seqs [
 			continue
 		}
 		seen[s] = true
-		e, ok := q.entries[s]
+		e, ok := q.order.get(s)
 		if !ok || e.state != stateDeferred || (session != nil && sessionID(e.msg) != *session) {
 			if found {
 				missing, found = s, false

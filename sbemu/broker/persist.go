@@ -230,7 +230,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 		}
 	}
 	for k, e := range p.dirty {
-		if k.q.removed || k.q.entries[k.seq] == e {
+		if k.q.removed || k.q.storedAs(k.seq, e) {
 			continue
 		}
 		if e.journaledAt == k.seq {
@@ -239,7 +239,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 		}
 	}
 	for k, e := range p.dirty {
-		if k.q.removed || k.q.entries[k.seq] != e {
+		if k.q.removed || !k.q.storedAs(k.seq, e) {
 			continue
 		}
 		if e.journaledAt == k.seq && !e.msgChanged {
@@ -271,7 +271,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 	size := 0
 	for _, q := range b.allQueues() {
-		for _, e := range q.entries {
+		for e := range q.order.entries() {
 			size += e.size + 64
 		}
 	}
@@ -282,7 +282,8 @@ func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 	}
 	for _, q := range b.allQueues() {
 		r.lastSeq(q.name, q.lastSeq)
-		for seq, e := range q.entries {
+		for e := range q.order.entries() {
+			seq := e.seq
 			if raw, ok := encoded[e]; ok && !e.msgChanged {
 				r.putEncoded(q.name, seq, e, raw)
 			} else if err := r.put(q.name, seq, e); err != nil {
@@ -603,10 +604,6 @@ func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []res
 			msgs = append(msgs, seqMessage{seq, m})
 		}
 		slices.SortFunc(msgs, func(a, b seqMessage) int { return cmp.Compare(a.seq, b.seq) })
-		if len(q.entries) == 0 {
-			// Sized once rather than grown step by step.
-			q.entries = make(map[int64]*entry, len(msgs))
-		}
 		for _, sm := range msgs {
 			seq := sm.seq
 			e, err := restoreEntry(sm.m, seq, s.path)

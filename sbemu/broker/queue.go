@@ -35,8 +35,7 @@ type Queue struct {
 	// available (stateAvailable), locks (stateLocked) or neither
 	// (stateScheduled), and in timeline whenever it has a deadline.
 	lastSeq   int64
-	entries   map[int64]*entry    // every stored message by current sequence number
-	order     entryOrder          // the same in sequence order (order.go), for peek
+	order     entryOrder          // every stored message by current sequence number, in order (order.go)
 	locks     map[[16]byte]*entry // peek-locked messages by lock token
 	available availableHeap
 	timeline  timelineHeap
@@ -68,13 +67,12 @@ type Queue struct {
 
 func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
 	return &Queue{
-		b:       b,
-		name:    name,
-		cfg:     cfg,
-		entries: make(map[int64]*entry),
-		locks:   make(map[[16]byte]*entry),
-		dedup:   newDuplicateDetector(cfg.DuplicateDetectionWindow),
-		notify:  make(chan struct{}),
+		b:      b,
+		name:   name,
+		cfg:    cfg,
+		locks:  make(map[[16]byte]*entry),
+		dedup:  newDuplicateDetector(cfg.DuplicateDetectionWindow),
+		notify: make(chan struct{}),
 	}
 }
 
