@@ -64,9 +64,7 @@ func (q *Queue) setDeferred(e *entry) {
 	q.timeline.setDeadline(e, time.Time{})
 	e.deferred = true
 	e.state = stateDeferred
-	e.owner = 0
-	e.lockToken = [16]byte{}
-	e.lockedUntil = time.Time{}
+	e.lock = nil
 }
 
 // ReceiveDeferred receives deferred messages by sequence number, in

@@ -236,9 +236,7 @@ func (q *Queue) expired(e *entry, now time.Time) bool {
 func (q *Queue) makeAvailable(e *entry) {
 	q.journalEntry(e.seq, e)
 	e.state = stateAvailable
-	e.owner = 0
-	e.lockToken = [16]byte{}
-	e.lockedUntil = time.Time{}
+	e.lock = nil
 	q.pushAvailable(e)
 	q.timeline.setDeadline(e, e.expiresAt)
 	q.wakeWaiters()

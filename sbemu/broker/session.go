@@ -552,7 +552,7 @@ func (q *Queue) RenewSessionLock(id string, owner uint64) (time.Time, error) {
 	s.lockedUntil = now.Add(q.cfg.LockDuration)
 	// The session's message locks last as long (the umbrella above).
 	for e := range s.locked {
-		e.lockedUntil = s.lockedUntil
+		e.lock.until = s.lockedUntil
 	}
 	return s.lockedUntil, nil
 }
@@ -712,9 +712,9 @@ func (q *Queue) lockUnderSession(e *entry, d *Delivery, s *sessionState) {
 		s.locked = make(map[*entry]struct{})
 	}
 	s.locked[e] = struct{}{}
-	e.sessionHolder = s.holder
-	e.lockedUntil = s.lockedUntil
+	e.lock.sessionHolder = s.holder
+	e.lock.until = s.lockedUntil
 	q.timeline.setDeadline(e, time.Time{})
-	d.LockedUntil = e.lockedUntil
-	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
+	d.LockedUntil = e.lock.until
+	setAnnotation(d.Message, AnnotationLockedUntil, e.lock.until)
 }
