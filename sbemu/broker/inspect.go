@@ -70,7 +70,7 @@ func (q *Queue) ScheduledMessages() []Scheduled {
 	}
 	out := make([]Scheduled, len(es))
 	for i, e := range es {
-		out[i] = Scheduled{Seq: e.seq, At: e.scheduledAt, Message: CopyMessage(e.msg)}
+		out[i] = Scheduled{Seq: e.seq, At: e.scheduledAt(), Message: CopyMessage(e.msg)}
 	}
 	return out
 }

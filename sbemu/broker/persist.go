@@ -619,7 +619,7 @@ func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []res
 			q.storeEntry(e)
 			switch e.state {
 			case stateScheduled:
-				q.timeline.setDeadline(e, e.scheduledAt)
+				q.timeline.setDeadline(e, e.deadline) // its scheduledAt, set by restoreEntry
 			case stateAvailable:
 				q.makeAvailable(e)
 			case stateLocked:
@@ -689,7 +689,10 @@ func restoreEntry(m *storedMessage, seq int64, path string) (*entry, error) {
 	e.seq = seq
 	e.state = m.state
 	e.deliveryCount = m.deliveryCount
-	e.enqueuedAt, e.scheduledAt, e.expiresAt, e.expiryCap = m.enqueuedAt, m.scheduledAt, m.expiresAt, m.expiryCap
+	e.enqueuedAt, e.expiresAt, e.expiryCap = m.enqueuedAt, m.expiresAt, m.expiryCap
+	if e.state == stateScheduled {
+		e.deadline = m.scheduledAt // see entry.scheduledAt
+	}
 	return e, nil
 }
 

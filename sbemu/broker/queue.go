@@ -171,8 +171,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp, owned boo
 	q.rememberID(id, e.seq, now)
 	if at.After(now) {
 		e.state = stateScheduled
-		e.scheduledAt = at
-		q.timeline.setDeadline(e, at)
+		q.timeline.setDeadline(e, at) // the deadline is its scheduledAt
 	} else {
 		q.activate(e, now, now)
 	}
@@ -192,7 +191,6 @@ func (q *Queue) nextSeq() int64 {
 // entity with ForwardTo it moves on to the target.
 func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 	e.enqueuedAt = enqueuedAt
-	e.scheduledAt = time.Time{}
 	e.expiresAt = time.Time{}
 	if q.parent == nil {
 		ttl := headerTTL(e.msg)
@@ -389,7 +387,7 @@ func (q *Queue) advanceOwn(now time.Time) {
 			e.seq = q.nextSeq()
 			q.storeEntry(e)
 			q.journalEntry(e.seq, e)
-			q.activate(e, e.scheduledAt, now)
+			q.activate(e, e.scheduledAt(), now)
 		case stateAvailable:
 			q.expire(e, now)
 		case stateLocked:

@@ -185,11 +185,11 @@ func (q *Queue) pushAvailable(e *entry) {
 // its session's place among the ready sessions; b.mu must be held.
 func (q *Queue) popAvailable(e *entry) {
 	if !q.sessionful() {
-		heap.Remove(&q.available, e.availIndex)
+		heap.Remove(&q.available, int(e.availIndex))
 		return
 	}
 	s := q.session(sessionID(e.msg))
-	heap.Remove(&s.available, e.availIndex)
+	heap.Remove(&s.available, int(e.availIndex))
 	q.readyChanged(s)
 }
 
@@ -696,7 +696,7 @@ func (q *Queue) takeFrom(s *sessionState, mode Mode, owner uint64, now time.Time
 		q.removeEntry(e)
 		return d
 	}
-	heap.Remove(h, e.availIndex)
+	heap.Remove(h, int(e.availIndex))
 	q.readyChanged(s)
 	q.timeline.setDeadline(e, time.Time{})
 	q.lockEntry(e, d, owner, now)
