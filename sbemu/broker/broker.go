@@ -275,7 +275,7 @@ func (b *Broker) ReleaseOwner(owner uint64) {
 		}
 	}
 	b.unlock()
-	b.returnLocksWhere(func(e *entry) bool { return e.owner == owner })
+	b.returnLocksWhere(func(e *entry) bool { return e.lock.owner == owner })
 }
 
 // ExpireAllLocks is a fault-injection hook: every outstanding lock in every

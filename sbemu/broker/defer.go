@@ -64,9 +64,7 @@ func (q *Queue) setDeferred(e *entry) {
 	q.timeline.setDeadline(e, time.Time{})
 	e.deferred = true
 	e.state = stateDeferred
-	e.owner = 0
-	e.lockToken = [16]byte{}
-	e.lockedUntil = time.Time{}
+	e.lock = nil
 }
 
 // ReceiveDeferred receives deferred messages by sequence number, in
@@ -118,7 +116,7 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session *string, seqs [
 			continue
 		}
 		seen[s] = true
-		e, ok := q.entries[s]
+		e, ok := q.order.get(s)
 		if !ok || e.state != stateDeferred || (session != nil && sessionID(e.msg) != *session) {
 			if found {
 				missing, found = s, false

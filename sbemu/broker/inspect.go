@@ -32,9 +32,9 @@ func (q *Queue) Stats() Stats {
 	defer b.unlock()
 	q.refresh()
 	s := Stats{Active: q.availableLen(), Locked: len(q.locks), Deferred: q.deferredCount}
-	s.Scheduled = len(q.entries) - s.Active - s.Locked - s.Deferred
+	s.Scheduled = q.order.len() - s.Active - s.Locked - s.Deferred
 	if q.dlq != nil {
-		s.DeadLettered = len(q.dlq.entries)
+		s.DeadLettered = q.dlq.order.len()
 	}
 	return s
 }
@@ -63,15 +63,14 @@ func (q *Queue) ScheduledMessages() []Scheduled {
 	defer b.unlock()
 	q.refresh()
 	var es []*entry
-	for _, e := range q.entries {
+	for e := range q.order.entries() {
 		if e.state == stateScheduled {
-			es = append(es, e)
+			es = append(es, e) // in sequence order
 		}
 	}
-	sortBySeq(es)
 	out := make([]Scheduled, len(es))
 	for i, e := range es {
-		out[i] = Scheduled{Seq: e.seq, At: e.scheduledAt, Message: CopyMessage(e.msg)}
+		out[i] = Scheduled{Seq: e.seq, At: e.scheduledAt(), Message: CopyMessage(e.msg)}
 	}
 	return out
 }
@@ -139,7 +138,7 @@ func (q *Queue) SessionSnapshots() []SessionSnapshot {
 			delete(byID, id) // nothing yet: the entries below may add it back
 		}
 	}
-	for _, e := range q.entries {
+	for e := range q.order.entries() {
 		snap := get(sessionID(e.msg))
 		switch e.state {
 		case stateAvailable:

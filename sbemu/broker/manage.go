@@ -64,7 +64,7 @@ func (q *Queue) Runtime() Runtime {
 	defer b.unlock()
 	q.refresh()
 	r := Runtime{AccessedAt: q.accessedAt}
-	for _, e := range q.entries {
+	for e := range q.order.entries() {
 		if e.state == stateScheduled {
 			r.Scheduled++
 		} else {
@@ -73,8 +73,8 @@ func (q *Queue) Runtime() Runtime {
 		r.SizeInBytes += int64(e.size)
 	}
 	if q.dlq != nil {
-		r.DeadLettered = len(q.dlq.entries)
-		for _, e := range q.dlq.entries {
+		r.DeadLettered = q.dlq.order.len()
+		for e := range q.dlq.order.entries() {
 			r.SizeInBytes += int64(e.size)
 		}
 	}

@@ -17,8 +17,8 @@ import (
 // says so), found by looking at every stored message. b.mu must be held.
 func referencePeek(q *Queue, from int64, n int, keep func(*entry) bool) []int64 {
 	var seqs []int64
-	for s, e := range q.entries {
-		if s >= from && (keep == nil || keep(e)) {
+	for e := range q.order.entries() {
+		if s := e.seq; s >= from && (keep == nil || keep(e)) {
 			seqs = append(seqs, s)
 		}
 	}

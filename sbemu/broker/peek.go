@@ -19,12 +19,12 @@ func (q *Queue) Peek(fromSeq int64, max int) []*Delivery {
 		q.advance(now)
 		defer q.armTimer(now)
 	}
-	seqs := make([]int64, 0, min(max, len(q.entries)))
-	q.order.ascend(fromSeq, func(seq int64) bool {
-		seqs = append(seqs, seq)
-		return len(seqs) < max
+	es := make([]*entry, 0, min(max, q.order.len()))
+	q.order.ascend(fromSeq, func(e *entry) bool {
+		es = append(es, e)
+		return len(es) < max
 	})
-	return q.peekLocked(seqs)
+	return q.peekLocked(es)
 }
 
 // PeekSession is [Queue.Peek] within one session of a session-aware
@@ -42,20 +42,18 @@ func (q *Queue) PeekSession(session string, fromSeq int64, max int) []*Delivery 
 		q.advance(now)
 		defer q.armTimer(now)
 	}
-	var seqs []int64
-	keep := func(seq int64) bool { return sessionID(q.entries[seq].msg) == session }
-	q.order.ascendSession(session, fromSeq, keep, func(seq int64) bool {
-		seqs = append(seqs, seq)
-		return len(seqs) < max
+	var es []*entry
+	q.order.ascendSession(session, fromSeq, func(e *entry) bool {
+		es = append(es, e)
+		return len(es) < max
 	})
-	return q.peekLocked(seqs)
+	return q.peekLocked(es)
 }
 
-// peekLocked builds the peek deliveries of seqs; b.mu must be held.
-func (q *Queue) peekLocked(seqs []int64) []*Delivery {
-	out := make([]*Delivery, 0, len(seqs))
-	for _, s := range seqs {
-		e := q.entries[s]
+// peekLocked builds the peek deliveries of es; b.mu must be held.
+func (q *Queue) peekLocked(es []*entry) []*Delivery {
+	out := make([]*Delivery, 0, len(es))
+	for _, e := range es {
 		m := q.deliveryMessage(e)
 		switch {
 		case e.state == stateScheduled:
@@ -63,7 +61,7 @@ func (q *Queue) peekLocked(seqs []int64) []*Delivery {
 		case e.deferred:
 			setAnnotation(m, AnnotationMessageState, messageStateDeferred)
 		}
-		out = append(out, &Delivery{Message: m, SequenceNumber: s})
+		out = append(out, &Delivery{Message: m, SequenceNumber: e.seq})
 	}
 	return out
 }

@@ -230,7 +230,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 		}
 	}
 	for k, e := range p.dirty {
-		if k.q.removed || k.q.entries[k.seq] == e {
+		if k.q.removed || k.q.storedAs(k.seq, e) {
 			continue
 		}
 		if e.journaledAt == k.seq {
@@ -239,7 +239,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 		}
 	}
 	for k, e := range p.dirty {
-		if k.q.removed || k.q.entries[k.seq] != e {
+		if k.q.removed || !k.q.storedAs(k.seq, e) {
 			continue
 		}
 		if e.journaledAt == k.seq && !e.msgChanged {
@@ -271,7 +271,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 	size := 0
 	for _, q := range b.allQueues() {
-		for _, e := range q.entries {
+		for e := range q.order.entries() {
 			size += e.size + 64
 		}
 	}
@@ -282,7 +282,8 @@ func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 	}
 	for _, q := range b.allQueues() {
 		r.lastSeq(q.name, q.lastSeq)
-		for seq, e := range q.entries {
+		for e := range q.order.entries() {
+			seq := e.seq
 			if raw, ok := encoded[e]; ok && !e.msgChanged {
 				r.putEncoded(q.name, seq, e, raw)
 			} else if err := r.put(q.name, seq, e); err != nil {
@@ -603,10 +604,6 @@ func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []res
 			msgs = append(msgs, seqMessage{seq, m})
 		}
 		slices.SortFunc(msgs, func(a, b seqMessage) int { return cmp.Compare(a.seq, b.seq) })
-		if len(q.entries) == 0 {
-			// Sized once rather than grown step by step.
-			q.entries = make(map[int64]*entry, len(msgs))
-		}
 		for _, sm := range msgs {
 			seq := sm.seq
 			e, err := restoreEntry(sm.m, seq, s.path)
@@ -622,7 +619,7 @@ func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []res
 			q.storeEntry(e)
 			switch e.state {
 			case stateScheduled:
-				q.timeline.setDeadline(e, e.scheduledAt)
+				q.timeline.setDeadline(e, e.deadline) // its scheduledAt, set by restoreEntry
 			case stateAvailable:
 				q.makeAvailable(e)
 			case stateLocked:
@@ -692,7 +689,10 @@ func restoreEntry(m *storedMessage, seq int64, path string) (*entry, error) {
 	e.seq = seq
 	e.state = m.state
 	e.deliveryCount = m.deliveryCount
-	e.enqueuedAt, e.scheduledAt, e.expiresAt, e.expiryCap = m.enqueuedAt, m.scheduledAt, m.expiresAt, m.expiryCap
+	e.enqueuedAt, e.expiresAt, e.expiryCap = m.enqueuedAt, m.expiresAt, m.expiryCap
+	if e.state == stateScheduled {
+		e.deadline = m.scheduledAt // see entry.scheduledAt
+	}
 	return e, nil
 }
 

@@ -178,6 +178,11 @@ func TestPersistStateSurvivesReopen(t *testing.T) {
 
 	orders2, _ := b2.Queue("orders")
 	st := orders2.Stats()
+	// The scheduled message keeps its activation time (the entry holds it
+	// as its timeline deadline, see entry.scheduledAt).
+	if sm := orders2.ScheduledMessages(); assert.Len(t, sm, 1) {
+		assert.True(t, sm[0].At.Equal(persistStart.Add(time.Hour)), "scheduled at %v", sm[0].At)
+	}
 	assert.Equal(t, Stats{Active: 4, Scheduled: 1, DeadLettered: 1}, st, "the locked message is available again")
 	// Duplicate detection remembers what was accepted before the restart.
 	seq, dup, err := orders2.Send(newMsg("a", "again"), 100)

@@ -35,8 +35,7 @@ type Queue struct {
 	// available (stateAvailable), locks (stateLocked) or neither
 	// (stateScheduled), and in timeline whenever it has a deadline.
 	lastSeq   int64
-	entries   map[int64]*entry    // every stored message by current sequence number
-	order     entryOrder          // the same in sequence order (order.go), for peek
+	order     entryOrder          // every stored message by current sequence number, in order (order.go)
 	locks     map[[16]byte]*entry // peek-locked messages by lock token
 	available availableHeap
 	timeline  timelineHeap
@@ -68,13 +67,12 @@ type Queue struct {
 
 func newQueue(b *Broker, name string, cfg QueueConfig) *Queue {
 	return &Queue{
-		b:       b,
-		name:    name,
-		cfg:     cfg,
-		entries: make(map[int64]*entry),
-		locks:   make(map[[16]byte]*entry),
-		dedup:   newDuplicateDetector(cfg.DuplicateDetectionWindow),
-		notify:  make(chan struct{}),
+		b:      b,
+		name:   name,
+		cfg:    cfg,
+		locks:  make(map[[16]byte]*entry),
+		dedup:  newDuplicateDetector(cfg.DuplicateDetectionWindow),
+		notify: make(chan struct{}),
 	}
 }
 
@@ -173,8 +171,7 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp, owned boo
 	q.rememberID(id, e.seq, now)
 	if at.After(now) {
 		e.state = stateScheduled
-		e.scheduledAt = at
-		q.timeline.setDeadline(e, at)
+		q.timeline.setDeadline(e, at) // the deadline is its scheduledAt
 	} else {
 		q.activate(e, now, now)
 	}
@@ -194,7 +191,6 @@ func (q *Queue) nextSeq() int64 {
 // entity with ForwardTo it moves on to the target.
 func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 	e.enqueuedAt = enqueuedAt
-	e.scheduledAt = time.Time{}
 	e.expiresAt = time.Time{}
 	if q.parent == nil {
 		ttl := headerTTL(e.msg)
@@ -238,9 +234,7 @@ func (q *Queue) expired(e *entry, now time.Time) bool {
 func (q *Queue) makeAvailable(e *entry) {
 	q.journalEntry(e.seq, e)
 	e.state = stateAvailable
-	e.owner = 0
-	e.lockToken = [16]byte{}
-	e.lockedUntil = time.Time{}
+	e.lock = nil
 	q.pushAvailable(e)
 	q.timeline.setDeadline(e, e.expiresAt)
 	q.wakeWaiters()
@@ -393,7 +387,7 @@ func (q *Queue) advanceOwn(now time.Time) {
 			e.seq = q.nextSeq()
 			q.storeEntry(e)
 			q.journalEntry(e.seq, e)
-			q.activate(e, e.scheduledAt, now)
+			q.activate(e, e.scheduledAt(), now)
 		case stateAvailable:
 			q.expire(e, now)
 		case stateLocked:

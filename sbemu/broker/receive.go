@@ -196,33 +196,37 @@ func (q *Queue) lockEntry(e *entry, d *Delivery, owner uint64, now time.Time) {
 		q.deferredCount--
 	}
 	e.state = stateLocked
-	e.owner = owner
-	e.lockToken = newLockToken()
+	l := &entryLock{owner: owner, token: newLockToken()}
 	// A v4 collision is practically impossible, but a duplicate key would
 	// silently orphan the other lock, so draw again until the token is unique.
-	for _, taken := q.locks[e.lockToken]; taken; _, taken = q.locks[e.lockToken] {
-		e.lockToken = newLockToken()
+	for _, taken := q.locks[l.token]; taken; _, taken = q.locks[l.token] {
+		l.token = newLockToken()
 	}
-	e.lockedUntil = now.Add(q.cfg.LockDuration)
-	q.locks[e.lockToken] = e
-	q.timeline.setDeadline(e, e.lockedUntil)
+	l.until = now.Add(q.cfg.LockDuration)
+	e.lock = l
+	q.locks[l.token] = e
+	q.timeline.setDeadline(e, l.until)
 
-	d.LockToken = e.lockToken
-	d.LockedUntil = e.lockedUntil
+	d.LockToken = l.token
+	d.LockedUntil = l.until
 	// The SDK type-asserts x-opt-locked-until to time.Time for LockedUntil;
 	// any other type would panic it.
-	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
+	setAnnotation(d.Message, AnnotationLockedUntil, l.until)
 }
 
-// dropLock forgets e's lock token, and its place among the locks of its
-// session (session.go); b.mu must be held.
+// dropLock forgets e's lock: its token, and its place among the locks of
+// its session (session.go); b.mu must be held.
 func (q *Queue) dropLock(e *entry) {
-	delete(q.locks, e.lockToken)
-	if e.sessionHolder != 0 {
+	l := e.lock
+	if l == nil {
+		return // restored from disk as locked: the lock did not survive
+	}
+	e.lock = nil
+	delete(q.locks, l.token)
+	if l.sessionHolder != 0 {
 		if s, ok := q.sessions[sessionID(e.msg)]; ok {
 			delete(s.locked, e)
 		}
-		e.sessionHolder = 0
 	}
 }
 

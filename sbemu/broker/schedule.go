@@ -45,7 +45,7 @@ func (q *Queue) CancelScheduled(seqs ...int64) error {
 	defer q.armTimer(now)
 	es := make([]*entry, 0, len(seqs))
 	for _, s := range seqs {
-		e, ok := q.entries[s]
+		e, ok := q.order.get(s)
 		if !ok || e.state != stateScheduled {
 			return fmt.Errorf("%w: no scheduled message with sequence number %d", ErrNotFound, s)
 		}

@@ -185,11 +185,11 @@ func (q *Queue) pushAvailable(e *entry) {
 // its session's place among the ready sessions; b.mu must be held.
 func (q *Queue) popAvailable(e *entry) {
 	if !q.sessionful() {
-		heap.Remove(&q.available, e.availIndex)
+		heap.Remove(&q.available, int(e.availIndex))
 		return
 	}
 	s := q.session(sessionID(e.msg))
-	heap.Remove(&s.available, e.availIndex)
+	heap.Remove(&s.available, int(e.availIndex))
 	q.readyChanged(s)
 }
 
@@ -552,7 +552,7 @@ func (q *Queue) RenewSessionLock(id string, owner uint64) (time.Time, error) {
 	s.lockedUntil = now.Add(q.cfg.LockDuration)
 	// The session's message locks last as long (the umbrella above).
 	for e := range s.locked {
-		e.lockedUntil = s.lockedUntil
+		e.lock.until = s.lockedUntil
 	}
 	return s.lockedUntil, nil
 }
@@ -696,7 +696,7 @@ func (q *Queue) takeFrom(s *sessionState, mode Mode, owner uint64, now time.Time
 		q.removeEntry(e)
 		return d
 	}
-	heap.Remove(h, e.availIndex)
+	heap.Remove(h, int(e.availIndex))
 	q.readyChanged(s)
 	q.timeline.setDeadline(e, time.Time{})
 	q.lockEntry(e, d, owner, now)
@@ -712,9 +712,9 @@ func (q *Queue) lockUnderSession(e *entry, d *Delivery, s *sessionState) {
 		s.locked = make(map[*entry]struct{})
 	}
 	s.locked[e] = struct{}{}
-	e.sessionHolder = s.holder
-	e.lockedUntil = s.lockedUntil
+	e.lock.sessionHolder = s.holder
+	e.lock.until = s.lockedUntil
 	q.timeline.setDeadline(e, time.Time{})
-	d.LockedUntil = e.lockedUntil
-	setAnnotation(d.Message, AnnotationLockedUntil, e.lockedUntil)
+	d.LockedUntil = e.lock.until
+	setAnnotation(d.Message, AnnotationLockedUntil, e.lock.until)
 }

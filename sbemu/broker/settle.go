@@ -149,13 +149,13 @@ func (q *Queue) RenewLock(tokens ...[16]byte) ([]time.Time, error) {
 	until := now.Add(q.cfg.LockDuration)
 	out := make([]time.Time, len(es))
 	for i, e := range es {
-		if e.sessionHolder != 0 {
+		if e.lock.sessionHolder != 0 {
 			// A lock under a session lock lasts as long as that one and is
 			// renewed with it (session.go); the SDKs do not even send this.
-			out[i] = e.lockedUntil
+			out[i] = e.lock.until
 			continue
 		}
-		e.lockedUntil = until
+		e.lock.until = until
 		q.timeline.setDeadline(e, until)
 		out[i] = until
 	}
