@@ -291,6 +291,15 @@ var templateFuncs = template.FuncMap{
 	"byText":    byText,
 	"textblock": shownBlock,
 	"plural":    plural,
+	"plural64":  func(n int64, noun string) string { return plural(int(n), noun) },
+	"int64":     func(n int) int64 { return int64(n) },
+	"dict": func(kv ...any) map[string]any {
+		m := make(map[string]any, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	},
 	"clip": func(n int, s string) string {
 		r := []rune(s)
 		if len(r) <= n {
