@@ -115,45 +115,53 @@ func benchEnvInt(name string, def int) int {
 // letters in the embedded SQLite index (opened read-only, as sbretry serve --index opens it), through
 // the handler (no network; the overview's broker sample is taken once, before the timing):
 //
-//	CONSOLE_BENCH_INDEX=/tmp/console-bench.db go test -run='^$' -bench=BenchmarkPagesFromIndex -benchtime=10x -count=7 ./console
+//	CONSOLE_BENCH_INDEX=/tmp/console-bench.db go test -run='^$' -bench=BenchmarkPagesFromIndex -benchtime=5x -count=7 ./console
 //
+// "dedicated" is a console with Options.IndexDedicated (the index holds its entity's events only);
+// "by-source" one without, whose pages filter by source entity, which the store answers by scanning.
 // "overview" counts both states of the entity; "pending" is the first page (50 rows in due order, the
-// exact total); "pending/deep" the page after the 500,000th retry (by the index's cursor); "timeline"
-// the chart's data (the earliest MaxPeek, 10,000, bucketed); "deadletters" the first page of dead letters
-// newest first, with the failure groups of the most recent 10,000.
+// exact total); "pending-deep" the page after the 500,000th retry (by the index's cursor); "timeline"
+// the chart's data (the earliest 5,000, bucketed); "deadletters" the first page of dead letters
+// newest first, with the failure groups of the most recent 2,000.
 func BenchmarkPagesFromIndex(b *testing.B) {
 	path := benchIndexPath(b)
 	store, err := retryindex.OpenSQLite(path, &retryindex.SQLiteOptions{ReadOnly: true})
 	require.NoError(b, err)
 	b.Cleanup(func() { _ = store.Close() })
 	_, client := benchEmulator(b, []string{"orders"})
-	c, err := New(client, []Entity{{Path: "orders", MaxAttempts: 5}}, &Options{Index: store, AllowedHosts: []string{"example.com"}})
-	require.NoError(b, err)
-	c.now = func() time.Time { return benchIndexT0 }
-	pendingTotal := regexp.MustCompile(fmt.Sprintf(`<h2 id="pending-total">%d pending retries`, benchIdx.pending))
-	deadTotal := regexp.MustCompile(fmt.Sprintf(`<h2 id="deadletter-total">%d dead letters in \d+ failure groups? among the 10000 most recent`, benchIdx.dead))
-	get(b, c, "/") // the broker's sample, once
 	// A cursor half way through the backlog: the index's own, as the 10,000th page's Next link has it.
-	deep, err := store.Pending(context.Background(), &retryindex.PendingOptions{Limit: benchIdx.pending / 2, Source: "orders"})
+	deep, err := store.Pending(context.Background(), &retryindex.PendingOptions{Limit: benchIdx.pending / 2})
 	require.NoError(b, err)
+	pendingTotal := regexp.MustCompile(fmt.Sprintf(`<h2 id="pending-total">%d pending retries`, benchIdx.pending))
 	pages := []struct {
 		name, path string
 		want       *regexp.Regexp
 	}{
 		{"overview", "/", regexp.MustCompile(fmt.Sprintf(`class="num index-pending">%d<`, benchIdx.pending))},
 		{"pending", "/pending?e=orders", pendingTotal},
-		{"pending/deep", "/pending?e=orders&cursor=" + deep.Next, pendingTotal},
+		{"pending-deep", "/pending?e=orders&cursor=" + deep.Next, pendingTotal},
 		{"timeline", "/api/timeline?e=orders", regexp.MustCompile(fmt.Sprintf(`"total":%d,.*"fromIndex":true`, benchIdx.pending))},
-		{"deadletters", "/deadletters?e=orders", deadTotal},
+		{"deadletters", "/deadletters?e=orders", regexp.MustCompile(fmt.Sprintf(
+			`<h2 id="deadletter-total">%d dead letters in \d+ failure groups? among the %d most recent`, benchIdx.dead, min(benchIdx.dead, indexGroupWindow)))},
 	}
-	for _, p := range pages {
-		b.Run(p.name, func(b *testing.B) {
-			for b.Loop() {
-				rec := get(b, c, p.path)
-				if !p.want.Match(rec.Body.Bytes()) {
-					b.Fatalf("%s: %s", p.path, regexp.MustCompile(`<h2 id="[a-z-]+total">[^<]*`).FindString(rec.Body.String()))
+	for _, dedicated := range []bool{true, false} {
+		c, err := New(client, []Entity{{Path: "orders", MaxAttempts: 5}}, &Options{Index: store, IndexDedicated: dedicated, AllowedHosts: []string{"example.com"}})
+		require.NoError(b, err)
+		c.now = func() time.Time { return benchIndexT0 }
+		get(b, c, "/") // the broker's sample, once
+		name := "dedicated"
+		if !dedicated {
+			name = "by-source"
+		}
+		for _, p := range pages {
+			b.Run(name+"/"+p.name, func(b *testing.B) {
+				for b.Loop() {
+					rec := get(b, c, p.path)
+					if !p.want.Match(rec.Body.Bytes()) {
+						b.Fatalf("%s: %s", p.path, regexp.MustCompile(`<h2 id="[a-z-]+total">[^<]*`).FindString(rec.Body.String()))
+					}
 				}
-			}
-		})
+			})
+		}
 	}
 }

@@ -114,6 +114,9 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 		c.entities = append(c.entities, e)
 		c.byPath[key] = e
 	}
+	if o.IndexDedicated && (o.Index == nil || len(c.entities) != 1) {
+		return nil, fmt.Errorf("%w: IndexDedicated needs an Index and exactly one entity (it has %d)", ErrInvalidOptions, len(c.entities))
+	}
 	// One sample per poll over the window, plus the one being replaced.
 	c.ring = newRing(int(o.Window/o.PollInterval) + 1)
 	c.tmpl, err = template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.html")

@@ -69,6 +69,30 @@ func (c *Console) indexFailed(w http.ResponseWriter, r *http.Request, e *entity,
 	c.fail(w, r, http.StatusBadGateway, "%s of %s from the retry-state index: %v (read the broker instead: add &from=broker)", what, e.cfg.Path, err)
 }
 
+// indexSource is the source entity the index's listings of e are filtered by: e's path, or none
+// when the index is e's alone (Options.IndexDedicated), so that the store answers from its counts
+// and its due-time index instead of scanning for the source.
+func (c *Console) indexSource(e *entity) string {
+	if c.opts.IndexDedicated {
+		return ""
+	}
+	return e.cfg.Path
+}
+
+// indexedRows are the page rows of the events of a listing of e; foreign counts the events of other
+// entities a dedicated index held (left out: the page says so, as the index is then not e's alone).
+func (c *Console) indexedRows(e *entity, evs []retryindex.Event) (rows []indexedRow, foreign int) {
+	rows = make([]indexedRow, 0, len(evs))
+	for _, ev := range evs {
+		if c.opts.IndexDedicated && !strings.EqualFold(ev.Source, e.cfg.Path) {
+			foreign++
+			continue
+		}
+		rows = append(rows, indexedRowOf(e, ev))
+	}
+	return rows, foreign
+}
+
 // indexedRow is one event of an index-backed page: where the index says its copy or dead letter is,
 // and the MessageID it expects there, which an action checks against the broker before it acts.
 type indexedRow struct {
@@ -128,18 +152,15 @@ func (c *Console) pendingFromIndex(w http.ResponseWriter, r *http.Request, e *en
 	ctx, cancel := readContext(r)
 	defer cancel()
 	cursor := r.FormValue("cursor")
-	pg, err := c.opts.Index.Pending(ctx, &retryindex.PendingOptions{Limit: c.opts.PageSize, Cursor: cursor, Source: e.cfg.Path})
+	pg, err := c.opts.Index.Pending(ctx, &retryindex.PendingOptions{Limit: c.opts.PageSize, Cursor: cursor, Source: c.indexSource(e)})
 	if err != nil {
 		c.indexFailed(w, r, e, "listing the pending retries", err)
 		return
 	}
-	rows := make([]indexedRow, len(pg.Items))
-	for i, ev := range pg.Items {
-		rows[i] = indexedRowOf(e, ev)
-	}
+	rows, foreign := c.indexedRows(e, pg.Items)
 	base := "pending?e=" + url.QueryEscape(e.cfg.Path)
 	data := map[string]any{
-		"Entity": e.cfg.Path, "FromIndex": true, "Index": freshnessOf(pg.Freshness), "Total": pg.Total, "Rows": rows,
+		"Entity": e.cfg.Path, "FromIndex": true, "Index": freshnessOf(pg.Freshness), "Total": pg.Total, "Rows": rows, "Foreign": foreign,
 		"First": cursor == "", "FirstHref": template.URL(base), "BrokerHref": template.URL(base + "&from=broker"),
 		"Filter": filterForm{}, "Bodies": c.opts.FilterBodies, "Clear": template.URL(base),
 	}
@@ -159,20 +180,17 @@ type indexGroup struct {
 
 // deadLettersFromIndex is the dead-letter page from the index: the entity's dead letters newest
 // first, a page at a time by the index's cursor, with their exact count and the answer's freshness,
-// and the failure groups of the most recent MaxPeek of them (the page says of how many).
+// and the failure groups of the most recent indexGroupWindow of them (the page says of how many).
 func (c *Console) deadLettersFromIndex(w http.ResponseWriter, r *http.Request, e *entity) {
 	ctx, cancel := readContext(r)
 	defer cancel()
 	cursor := r.FormValue("cursor")
-	pg, err := c.opts.Index.DeadLettered(ctx, &retryindex.PendingOptions{Limit: c.opts.PageSize, Cursor: cursor, Source: e.cfg.Path})
+	pg, err := c.opts.Index.DeadLettered(ctx, &retryindex.PendingOptions{Limit: c.opts.PageSize, Cursor: cursor, Source: c.indexSource(e)})
 	if err != nil {
 		c.indexFailed(w, r, e, "listing the dead letters", err)
 		return
 	}
-	rows := make([]indexedRow, len(pg.Items))
-	for i, ev := range pg.Items {
-		rows[i] = indexedRowOf(e, ev)
-	}
+	rows, foreign := c.indexedRows(e, pg.Items)
 	groups, grouped, err := c.indexGroups(ctx, e)
 	if err != nil {
 		c.indexFailed(w, r, e, "grouping the dead letters", err)
@@ -180,7 +198,7 @@ func (c *Console) deadLettersFromIndex(w http.ResponseWriter, r *http.Request, e
 	}
 	base := "deadletters?e=" + url.QueryEscape(e.cfg.Path)
 	data := map[string]any{
-		"Entity": e.cfg.Path, "FromIndex": true, "Index": freshnessOf(pg.Freshness), "Total": pg.Total, "Rows": rows,
+		"Entity": e.cfg.Path, "FromIndex": true, "Index": freshnessOf(pg.Freshness), "Total": pg.Total, "Rows": rows, "Foreign": foreign,
 		"IndexGroups": groups, "Grouped": grouped, "First": cursor == "", "FirstHref": template.URL(base),
 		"BrokerHref": template.URL(base + "&from=broker"), "Target": e.target,
 		"Filter": filterForm{}, "Bodies": c.opts.FilterBodies, "Clear": template.URL(base), "Reasons": true,
@@ -191,8 +209,18 @@ func (c *Console) deadLettersFromIndex(w http.ResponseWriter, r *http.Request, e
 	c.render(w, r, http.StatusOK, "deadletters.html", "Dead letters of "+e.cfg.Path, data)
 }
 
+// indexGroupWindow and indexTimelineWindow bound the events the dead-letter page groups and the
+// pending chart buckets (and MaxPeek bounds both): walking a listing costs about 25 µs an event in the
+// embedded store, and a failure group's fingerprint about 50 µs more (its regular expressions), so that
+// 2,000 and 5,000 keep each page near a tenth of a second at any backlog (BenchmarkPagesFromIndex).
+// The pages say how many they covered.
+const (
+	indexGroupWindow    = 2_000
+	indexTimelineWindow = 5_000
+)
+
 // indexPageLimit is the page size the console reads the index with when it walks a listing (the
-// chart, the groups): large enough that a walk of MaxPeek events is a few queries.
+// chart, the groups): large enough that a walk is a few queries.
 const indexPageLimit = 1000
 
 // walkIndex reads the first max events of a listing of e's source (list is Index.Pending or
@@ -204,7 +232,7 @@ func (c *Console) walkIndex(ctx context.Context, e *entity, max int,
 	var first *retryindex.PendingPage
 	cursor := ""
 	for len(out) < max {
-		pg, err := list(ctx, &retryindex.PendingOptions{Limit: min(indexPageLimit, max-len(out)), Cursor: cursor, Source: e.cfg.Path})
+		pg, err := list(ctx, &retryindex.PendingOptions{Limit: min(indexPageLimit, max-len(out)), Cursor: cursor, Source: c.indexSource(e)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -220,10 +248,10 @@ func (c *Console) walkIndex(ctx context.Context, e *entity, max int,
 	return out, first, nil
 }
 
-// indexGroups groups the most recent MaxPeek dead letters of e the index lists by reason and
-// fingerprint, the largest group first, and returns how many it grouped.
+// indexGroups groups the most recent indexGroupWindow (at most MaxPeek) dead letters of e the index
+// lists by reason and fingerprint, the largest group first, and returns how many it grouped.
 func (c *Console) indexGroups(ctx context.Context, e *entity) ([]*indexGroup, int, error) {
-	evs, _, err := c.walkIndex(ctx, e, c.opts.MaxPeek, c.opts.Index.DeadLettered)
+	evs, _, err := c.walkIndex(ctx, e, min(indexGroupWindow, c.opts.MaxPeek), c.opts.Index.DeadLettered)
 	if err != nil {
 		return nil, 0, err
 	}
@@ -251,12 +279,12 @@ func (c *Console) indexGroups(ctx context.Context, e *entity) ([]*indexGroup, in
 	return out, len(evs), nil
 }
 
-// timelineFromIndex buckets e's pending retries by due time from the index: the earliest MaxPeek in
-// true due order. When there are more, the chart stops at the due time of the last one read (those
-// due then count with the rest) and Beyond counts every retry due from then on, from the index's
-// exact total: each bar before it is exact.
+// timelineFromIndex buckets e's pending retries by due time from the index: the earliest
+// indexTimelineWindow (at most MaxPeek) in true due order. When there are more, the chart stops at
+// the due time of the last one read (those due then count with the rest) and Beyond counts every
+// retry due from then on, from the index's exact total: each bar before it is exact.
 func (c *Console) timelineFromIndex(ctx context.Context, e *entity) (*timeline, error) {
-	evs, first, err := c.walkIndex(ctx, e, c.opts.MaxPeek, c.opts.Index.Pending)
+	evs, first, err := c.walkIndex(ctx, e, min(indexTimelineWindow, c.opts.MaxPeek), c.opts.Index.Pending)
 	if err != nil {
 		return nil, err
 	}
@@ -291,10 +319,10 @@ func (c *Console) overviewFromIndex(ctx context.Context) ([]indexCounts, *indexF
 	out := make([]indexCounts, len(c.entities))
 	var fresh *indexFreshness
 	for i, e := range c.entities {
-		p, err := c.opts.Index.Pending(ctx, &retryindex.PendingOptions{Limit: 1, Source: e.cfg.Path})
+		p, err := c.opts.Index.Pending(ctx, &retryindex.PendingOptions{Limit: 1, Source: c.indexSource(e)})
 		var d *retryindex.PendingPage
 		if err == nil {
-			d, err = c.opts.Index.DeadLettered(ctx, &retryindex.PendingOptions{Limit: 1, Source: e.cfg.Path})
+			d, err = c.opts.Index.DeadLettered(ctx, &retryindex.PendingOptions{Limit: 1, Source: c.indexSource(e)})
 		}
 		if err != nil {
 			out[i].Err = redact.String(err.Error())

@@ -306,3 +306,30 @@ func TestIndexActionsVerifyAgainstTheBroker(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, code, body)
 	})
 }
+
+// TestIndexDedicated: a console told its index is its one entity's alone lists and counts the whole
+// index (no filter by source, which a store answers by a scan); a page that meets another entity's
+// event leaves it out and says the option is wrong. The option needs an index and one entity.
+func TestIndexDedicated(t *testing.T) {
+	t.Parallel()
+	s := indexSite(t, fillIndex(t, indexedEvents()...), Options{IndexDedicated: true})
+	code, body := s.get(t, "/pending?e="+sbtest.Queue)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `<h2 id="pending-total">2 pending retries`, "the whole index's count: invoices' retry too")
+	assert.Contains(t, body, `id="index-foreign"`)
+	assert.Contains(t, body, "met 1 event of other entities")
+	assert.Contains(t, body, "order-42")
+	assert.NotContains(t, body, "order-5<", "another entity's event is not listed")
+
+	shared := indexSite(t, fillIndex(t, indexedEvents()...), Options{})
+	code, body = shared.get(t, "/pending?e="+sbtest.Queue)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `<h2 id="pending-total">1 pending retry,`)
+	assert.NotContains(t, body, `id="index-foreign"`)
+
+	h := sbtest.New(t)
+	_, err := New(h.Client, entitiesOf(h), &Options{IndexDedicated: true})
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+	_, err = New(h.Client, []Entity{{Path: "a"}, {Path: "b"}}, &Options{IndexDedicated: true, Index: failingIndex{}})
+	assert.ErrorIs(t, err, ErrInvalidOptions)
+}
