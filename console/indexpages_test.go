@@ -1,6 +1,7 @@
 package console
 
 import (
+	"context"
 	"encoding/json"
 	"html"
 	"log/slog"
@@ -332,4 +333,18 @@ func TestIndexDedicated(t *testing.T) {
 	assert.ErrorIs(t, err, ErrInvalidOptions)
 	_, err = New(h.Client, []Entity{{Path: "a"}, {Path: "b"}}, &Options{IndexDedicated: true, Index: failingIndex{}})
 	assert.ErrorIs(t, err, ErrInvalidOptions)
+}
+
+// TestIndexPagesSayLostRecords: when a feed lost records (a recorder's full queue, a failed write),
+// every index-backed page says how many and that the answer may miss them until a rebuild.
+func TestIndexPagesSayLostRecords(t *testing.T) {
+	t.Parallel()
+	store := fillIndex(t, indexedEvents()...)
+	require.NoError(t, store.NoteLost(context.Background(), retryindex.FeedConsumer+" billing-1", 3))
+	s := indexSite(t, store, Options{})
+	for _, path := range []string{"/", "/pending?e=" + sbtest.Queue, "/deadletters?e=" + sbtest.Queue, "/search?q=order-42"} {
+		code, body := s.get(t, path)
+		require.Equal(t, http.StatusOK, code, path)
+		assert.Contains(t, body, "and lost 3 records (the last at 2026-12-07 10:00:00Z): the answer may miss what they said until a rebuild from the broker", path)
+	}
 }
