@@ -38,11 +38,11 @@
 //
 // With [Options.Index] the overview's pending and dead-letter counts, the pending page (every pending
 // retry in true due order, the exact total, paged by the index's cursor), its chart and the
-// dead-letter page (newest first, the exact total, the failure groups of the most recent 2,000) answer
-// from the index too, each saying how fresh it is (as of when, each feed's last write, the records a
-// feed lost); &from=broker reads the broker instead, and a filter always does. [Options.IndexDedicated]
-// says the index is the one entity's alone, so that the pages need not filter it by source entity,
-// which a store answers by a scan. An action on messages selected on those pages peeks each at the
+// dead-letter page (newest first, the exact total, the failure groups of the most recent 2,000, and
+// each group's page) answer from the index too, each saying how fresh it is (as of when, each feed's
+// last write, the records a feed lost); &from=broker reads the broker instead, and a filter always
+// does. [Options.IndexDedicated] says the index is the one entity's alone, so that the pages need not
+// filter it by source entity, which a store answers by a scan. An action on messages selected on those pages peeks each at the
 // sequence number the index recorded and acts only if the MessageID there is the one the index named;
 // otherwise it is refused as a stale index (409), nothing done.
 //

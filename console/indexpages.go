@@ -176,6 +176,8 @@ type indexGroup struct {
 	Count               int
 	FirstSeen, LastSeen time.Time
 	ExampleRef, Example string
+	// Items are the group's dead letters, newest first.
+	Items []retryindex.Event
 }
 
 // deadLettersFromIndex is the dead-letter page from the index: the entity's dead letters newest
@@ -255,6 +257,9 @@ func (c *Console) indexGroups(ctx context.Context, e *entity) ([]*indexGroup, in
 	if err != nil {
 		return nil, 0, err
 	}
+	if c.opts.IndexDedicated {
+		evs = slices.DeleteFunc(evs, func(ev retryindex.Event) bool { return !strings.EqualFold(ev.Source, e.cfg.Path) })
+	}
 	byID := map[string]*indexGroup{}
 	var out []*indexGroup
 	for _, ev := range evs {
@@ -271,12 +276,58 @@ func (c *Console) indexGroups(ctx context.Context, e *entity) ([]*indexGroup, in
 			out = append(out, g)
 		}
 		g.Count++
+		g.Items = append(g.Items, ev)
 		if ev.Updated.Before(g.FirstSeen) {
 			g.FirstSeen = ev.Updated
 		}
 	}
 	slices.SortStableFunc(out, func(a, b *indexGroup) int { return b.Count - a.Count })
 	return out, len(evs), nil
+}
+
+// groupFromIndex is a failure group's page from the index: the group among the most recent
+// indexGroupWindow dead letters (the dead-letter page's groups), its dead letters newest first, a page
+// at a time, each selectable for a redrive or purge checked against the broker.
+func (c *Console) groupFromIndex(w http.ResponseWriter, r *http.Request, e *entity) {
+	pageNo, err := intParam(r, "page", 0)
+	if err != nil {
+		c.fail(w, r, http.StatusBadRequest, "%v", err)
+		return
+	}
+	ctx, cancel := readContext(r)
+	defer cancel()
+	groups, grouped, err := c.indexGroups(ctx, e)
+	if err != nil {
+		c.indexFailed(w, r, e, "grouping the dead letters", err)
+		return
+	}
+	id := r.FormValue("g")
+	i := slices.IndexFunc(groups, func(g *indexGroup) bool { return g.ID == id })
+	if i < 0 {
+		c.fail(w, r, http.StatusNotFound, "%s has no failure group %q among its %d most recent dead letters in the index: it may have been redriven or purged meanwhile (read the broker: add &from=broker)", e.cfg.Path, id, grouped)
+		return
+	}
+	g := groups[i]
+	fresh, err := c.opts.Index.DeadLettered(ctx, &retryindex.PendingOptions{Limit: 1, Source: c.indexSource(e)})
+	if err != nil {
+		c.indexFailed(w, r, e, "reading the freshness of the dead letters", err)
+		return
+	}
+	start := min(pageNo*c.opts.PageSize, len(g.Items))
+	end := min(start+c.opts.PageSize, len(g.Items))
+	rows, _ := c.indexedRows(e, g.Items[start:end])
+	base := "group?e=" + url.QueryEscape(e.cfg.Path) + "&g=" + url.QueryEscape(g.ID)
+	data := map[string]any{
+		"Entity": e.cfg.Path, "Group": g, "Rows": rows, "From": start + 1, "To": end, "Grouped": grouped, "Total": fresh.Total,
+		"Index": freshnessOf(fresh.Freshness), "BrokerHref": template.URL(base + "&from=broker"), "Target": e.target,
+	}
+	if end < len(g.Items) {
+		data["NextHref"] = template.URL(base + "&page=" + itoa(pageNo+1))
+	}
+	if pageNo > 0 {
+		data["PrevHref"] = template.URL(base + "&page=" + itoa(pageNo-1))
+	}
+	c.render(w, r, http.StatusOK, "indexgroup.html", "Failure group "+g.ID, data)
 }
 
 // timelineFromIndex buckets e's pending retries by due time from the index: the earliest

@@ -348,3 +348,37 @@ func TestIndexPagesSayLostRecords(t *testing.T) {
 		assert.Contains(t, body, "and lost 3 records (the last at 2026-12-07 10:00:00Z): the answer may miss what they said until a rebuild from the broker", path)
 	}
 }
+
+// TestGroupFromIndex: with an index, a failure group's page lists the group's dead letters from the
+// index (the dead-letter page's groups), each selectable for an action checked against the broker;
+// a group the index does not have is a 404 that says where to look; from=broker reads the broker.
+func TestGroupFromIndex(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	h.Seed(t, "perm-1", "perm-2", "max-1")
+	s := newSite(t, h, &Options{Index: tailedIndex(t, h)})
+	_, body := s.get(t, "/deadletters?e="+h.Entity)
+	groups := groupPattern.FindAllStringSubmatch(body, -1)
+	require.Len(t, groups, 2, "invalid payload (2), timeout (1)")
+	code, body := s.get(t, "/group?e="+h.Entity+"&g="+groups[0][1])
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Contains(t, body, `<table id="group-items" data-from="index">`)
+	assert.Contains(t, body, `<h2 id="group-count">2 dead letters: RetryPermanentFailure</h2>`)
+	assert.Contains(t, body, "Among the 3 most recent of 3 dead letters in the index")
+	refs, expect := offered(t, body)
+	require.Len(t, refs, 2)
+	form := url.Values{"action": {"purge"}, "ref": refs, "expect": {expect[refs[0]], expect[refs[1]]}}
+	code, body, digest, _ := s.preview(t, form)
+	require.Equal(t, http.StatusOK, code, body)
+	form.Set("confirm", "yes")
+	code, body = s.run(t, form, digest)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Equal(t, 1, h.Stats(t).DeadLettered)
+
+	code, body = s.get(t, "/group?e="+h.Entity+"&g=0123456789abcdef")
+	assert.Equal(t, http.StatusNotFound, code)
+	assert.Contains(t, body, "among its 3 most recent dead letters in the index")
+	code, body = s.get(t, "/group?e="+h.Entity+"&g="+groups[1][1]+"&from=broker")
+	require.Equal(t, http.StatusOK, code, body)
+	assert.NotContains(t, body, `data-from="index"`)
+}

@@ -221,6 +221,10 @@ func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	if c.fromIndex(r, e) {
+		c.groupFromIndex(w, r, e)
+		return
+	}
 	pageNo, err := intParam(r, "page", 0)
 	if err != nil {
 		c.fail(w, r, http.StatusBadRequest, "%v", err)
