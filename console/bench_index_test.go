@@ -122,7 +122,8 @@ func benchEnvInt(name string, def int) int {
 // "overview" counts both states of the entity; "pending" is the first page (50 rows in due order, the
 // exact total); "pending-deep" the page after the 500,000th retry (by the index's cursor); "timeline"
 // the chart's data (the earliest 5,000, bucketed); "deadletters" the first page of dead letters
-// newest first, with the failure groups of the most recent 2,000.
+// newest first, with the failure groups of the most recent 2,000; "group" the largest group's first
+// page.
 func BenchmarkPagesFromIndex(b *testing.B) {
 	path := benchIndexPath(b)
 	store, err := retryindex.OpenSQLite(path, &retryindex.SQLiteOptions{ReadOnly: true})
@@ -143,12 +144,20 @@ func BenchmarkPagesFromIndex(b *testing.B) {
 		{"timeline", "/api/timeline?e=orders", regexp.MustCompile(fmt.Sprintf(`"total":%d,.*"fromIndex":true`, benchIdx.pending))},
 		{"deadletters", "/deadletters?e=orders", regexp.MustCompile(fmt.Sprintf(
 			`<h2 id="deadletter-total">%d dead letters in \d+ failure groups? among the %d most recent`, benchIdx.dead, min(benchIdx.dead, indexGroupWindow)))},
+		{"group", "", regexp.MustCompile(`<table id="group-items" data-from="index">`)},
 	}
+	groupPage := &pages[len(pages)-1]
 	for _, dedicated := range []bool{true, false} {
 		c, err := New(client, []Entity{{Path: "orders", MaxAttempts: 5}}, &Options{Index: store, IndexDedicated: dedicated, AllowedHosts: []string{"example.com"}})
 		require.NoError(b, err)
 		c.now = func() time.Time { return benchIndexT0 }
 		get(b, c, "/") // the broker's sample, once
+		if dedicated {
+			// The largest failure group, as the dead-letter page links it.
+			g := groupPattern.FindStringSubmatch(get(b, c, "/deadletters?e=orders").Body.String())
+			require.NotNil(b, g)
+			groupPage.path = "/group?e=orders&g=" + g[1]
+		}
 		name := "dedicated"
 		if !dedicated {
 			name = "by-source"
