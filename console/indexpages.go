@@ -345,10 +345,16 @@ func (c *Console) timelineFromIndex(ctx context.Context, e *entity) (*timeline, 
 	}
 	var until time.Time
 	if int64(len(due)) < first.Total && len(due) > 0 {
-		// The retries due at the last one's time may go on past the read: all of them count beyond.
+		// The retries due at the last one's time may go on past the read: all of them count beyond,
+		// unless every one read is due then (a burst due at one instant): those are drawn, and the
+		// rest count beyond from that instant.
 		until = due[len(due)-1]
-		for len(due) > 0 && !due[len(due)-1].Before(until) {
-			due = due[:len(due)-1]
+		trimmed := due
+		for len(trimmed) > 0 && !trimmed[len(trimmed)-1].Before(until) {
+			trimmed = trimmed[:len(trimmed)-1]
+		}
+		if len(trimmed) > 0 {
+			due = trimmed
 		}
 	}
 	t := bucketDueTimes(c.now(), due)

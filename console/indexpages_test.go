@@ -382,3 +382,30 @@ func TestGroupFromIndex(t *testing.T) {
 	require.Equal(t, http.StatusOK, code, body)
 	assert.NotContains(t, body, `data-from="index"`)
 }
+
+// TestTimelineFromIndexOfABurst: when every retry the chart reads is due at one instant (an outage's
+// backlog, all scheduled alike) the chart draws those and counts the rest as due from then, instead
+// of drawing nothing.
+func TestTimelineFromIndexOfABurst(t *testing.T) {
+	t.Parallel()
+	var recs []retryindex.Record
+	for i := range 8 {
+		r := recordOf("burst-"+itoa(i), int64(200+i), sbtest.Queue)
+		r.Kind, r.Attempt, r.NextAttempt, r.At, r.NextDue = retryindex.KindScheduled, 1, 2, searchNow, searchNow.Add(time.Hour)
+		r.Entity, r.SequenceNumber = sbtest.Queue, int64(200+i)
+		recs = append(recs, r)
+	}
+	s := indexSite(t, fillIndex(t, recs...), Options{MaxPeek: 5})
+	code, body := s.get(t, "/api/timeline?e="+sbtest.Queue)
+	require.Equal(t, http.StatusOK, code, body)
+	var tl timeline
+	require.NoError(t, json.Unmarshal([]byte(body), &tl))
+	sum := 0
+	for _, c := range tl.Counts {
+		sum += c
+	}
+	assert.Equal(t, 8, tl.Total)
+	assert.Equal(t, 5, sum)
+	assert.Equal(t, 3, tl.Beyond)
+	assert.Equal(t, searchNow.Add(time.Hour).Unix(), tl.Until)
+}
