@@ -409,3 +409,36 @@ func TestTimelineFromIndexOfABurst(t *testing.T) {
 	assert.Equal(t, 3, tl.Beyond)
 	assert.Equal(t, searchNow.Add(time.Hour).Unix(), tl.Until)
 }
+
+// TestIndexActsBeyondThePeekBound: a dead letter behind MaxPeek others, which a read of the broker
+// does not reach (its ref is "no longer" there for a scan), is found by the preview's peek at the
+// sequence number the index recorded, and purged by the run, which receives past up to MaxPeek others.
+func TestIndexActsBeyondThePeekBound(t *testing.T) {
+	t.Parallel()
+	h := sbtest.New(t)
+	h.Seed(t, "perm-1", "perm-2", "perm-3")
+	s := newSite(t, h, &Options{Index: tailedIndex(t, h), MaxPeek: 2})
+	_, body := s.get(t, "/deadletters?e="+h.Entity)
+	refs, expect := offered(t, body)
+	require.Len(t, refs, 3)
+	newest := refs[0] // newest first: the last dead-lettered, the last in its queue
+	last, err := inspect.ParseRef(newest)
+	require.NoError(t, err)
+	for _, r := range refs[1:] {
+		other, err := inspect.ParseRef(r)
+		require.NoError(t, err)
+		require.Less(t, other.SequenceNumber, last.SequenceNumber)
+	}
+
+	scan := url.Values{"action": {"purge"}, "ref": {newest}}
+	code, body, _, _ := s.preview(t, scan)
+	assert.Equal(t, http.StatusConflict, code, "a read of 2 does not reach it: %s", body)
+
+	form := url.Values{"action": {"purge"}, "ref": {newest}, "expect": {expect[newest]}}
+	code, body, digest, _ := s.preview(t, form)
+	require.Equal(t, http.StatusOK, code, body)
+	form.Set("confirm", "yes")
+	code, body = s.run(t, form, digest)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.Equal(t, 2, h.Stats(t).DeadLettered, "exactly the one selected was purged")
+}
