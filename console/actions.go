@@ -75,6 +75,9 @@ type request struct {
 	// preview form's "matched" field at the run (which acts on the preview's refs). It is covered by
 	// the digest, so the audit record of a run says truly what the preview matched.
 	matched string
+	// expect is, for refs selected on an index-backed page, the MessageID the index named at each:
+	// both steps check the broker against it before anything is done.
+	expect expectations
 }
 
 // maxRefs bounds the references one action form may carry: no more than the messages a read peeks
@@ -197,6 +200,18 @@ func (c *Console) readRequest(w http.ResponseWriter, r *http.Request, a *attempt
 		a.refuse(w, r, http.StatusBadRequest, "nothing selected: tick at least one message, or act on the whole group")
 		return nil, false
 	}
+	x, err := readExpectations(r.PostForm["expect"], c.maxRefs())
+	switch {
+	case err != nil:
+		a.refuse(w, r, http.StatusBadRequest, "%v", err)
+		return nil, false
+	case x != nil && !x.covers(req.refs):
+		// A page from the index expects every message it offers: a form that expects some of its
+		// refs and not others was not made by one.
+		a.refuse(w, r, http.StatusBadRequest, "the form expects the index's messages for some selected references and not others")
+		return nil, false
+	}
+	req.expect = x
 	return req, true
 }
 
@@ -246,6 +261,11 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 			items, out.more, err = c.matchingPending(ctx, req)
 		} else {
 			items, err = dlqaction.PreviewCancel(ctx, req.e.inspector(), req.refs)
+			if err == nil {
+				err = req.expect.checkPending(items)
+			} else if req.expect != nil && errors.Is(err, inspect.ErrNotFound) {
+				err = fmt.Errorf("%w: %w", errStaleIndex, err)
+			}
 		}
 		if err != nil {
 			return nil, err
@@ -277,6 +297,14 @@ func (c *Console) plan(ctx context.Context, req *request) (*planned, error) {
 				return nil, fmt.Errorf("%w: %s has no failure group %s any more (redriven or purged meanwhile?)", errConflict, req.e.cfg.Path, req.group)
 			}
 			sel = &dlqaction.Selection{Items: groups[i].Items, Scans: s.Scans}
+		} else if req.expect != nil {
+			// Selected on an index-backed page: each is peeked where the index said it is, and must be
+			// the message the index named there.
+			s, err := c.selectExpected(ctx, req.e, req.refs, req.expect)
+			if err != nil {
+				return nil, err
+			}
+			sel = s
 		} else {
 			// Selected refs: the inspector resolves each against the entity's dead-letter queues (a ref
 			// naming another entity is a 400), and any that is gone makes the whole action a conflict,
@@ -371,7 +399,7 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 	}
 	c.render(w, r, http.StatusOK, "preview.html", "Preview: "+req.action, map[string]any{
 		"Action": req.action, "Entity": req.e.cfg.Path, "Group": req.group, "Plan": p.plan, "Pending": p.pending,
-		"Refs": p.refs(), "Digest": p.digest, "Count": p.count(), "Target": req.e.target, "Confirm": confirmWord,
+		"Refs": p.refs(), "Expect": req.expect.fields(p.refs()), "Digest": p.digest, "Count": p.count(), "Target": req.e.target, "Confirm": confirmWord,
 		"Truncated": p.plan != nil && inspect.Truncated(p.plan.Scans), "Matched": req.matched, "More": p.more,
 		"Batches": (p.count() + c.opts.BatchSize - 1) / c.opts.BatchSize, "BatchSize": c.opts.BatchSize,
 	})
@@ -382,7 +410,7 @@ func (c *Console) preview(w http.ResponseWriter, r *http.Request) {
 func (c *Console) planFailed(w http.ResponseWriter, r *http.Request, req *request, err error) {
 	status := statusOf(err)
 	switch {
-	case errors.Is(err, errConflict):
+	case errors.Is(err, errConflict), errors.Is(err, errStaleIndex):
 		status = http.StatusConflict
 	case req.action == actionRelease:
 		status = releaseStatus(err)
@@ -413,7 +441,7 @@ func (c *Console) runAction(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		status := statusOf(err)
 		switch {
-		case errors.Is(err, errConflict):
+		case errors.Is(err, errConflict), errors.Is(err, errStaleIndex):
 			status = http.StatusConflict
 		case req.action == actionRelease:
 			status = releaseStatus(err)

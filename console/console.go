@@ -114,6 +114,9 @@ func New(client *azservicebus.Client, entities []Entity, opts *Options) (*Consol
 		c.entities = append(c.entities, e)
 		c.byPath[key] = e
 	}
+	if o.IndexDedicated && (o.Index == nil || len(c.entities) != 1) {
+		return nil, fmt.Errorf("%w: IndexDedicated needs an Index and exactly one entity (it has %d)", ErrInvalidOptions, len(c.entities))
+	}
 	// One sample per poll over the window, plus the one being replaced.
 	c.ring = newRing(int(o.Window/o.PollInterval) + 1)
 	c.tmpl, err = template.New("").Funcs(templateFuncs).ParseFS(templateFS, "templates/*.html")
@@ -291,6 +294,15 @@ var templateFuncs = template.FuncMap{
 	"byText":    byText,
 	"textblock": shownBlock,
 	"plural":    plural,
+	"plural64":  func(n int64, noun string) string { return plural(int(n), noun) },
+	"int64":     func(n int) int64 { return int64(n) },
+	"dict": func(kv ...any) map[string]any {
+		m := make(map[string]any, len(kv)/2)
+		for i := 0; i+1 < len(kv); i += 2 {
+			m[kv[i].(string)] = kv[i+1]
+		}
+		return m
+	},
 	"clip": func(n int, s string) string {
 		r := []rune(s)
 		if len(r) <= n {

@@ -36,6 +36,16 @@
 //     like message text (see Security) and never logged;
 //   - the audit log (see below).
 //
+// With [Options.Index] the overview's pending and dead-letter counts, the pending page (every pending
+// retry in true due order, the exact total, paged by the index's cursor), its chart and the
+// dead-letter page (newest first, the exact total, the failure groups of the most recent 2,000, and
+// each group's page) answer from the index too, each saying how fresh it is (as of when, each feed's
+// last write, the records a feed lost); &from=broker reads the broker instead, and a filter always
+// does. [Options.IndexDedicated] says the index is the one entity's alone, so that the pages need not
+// filter it by source entity, which a store answers by a scan. An action on messages selected on those pages peeks each at the
+// sequence number the index recorded and acts only if the MessageID there is the one the index named;
+// otherwise it is refused as a stale index (409), nothing done.
+//
 // # Actions
 //
 // Redrive (selected dead letters or a whole group), purge (the same, with a typed confirmation: the
@@ -95,7 +105,8 @@
 // queue (grouping needs every message's last error) whatever the page size, and costs time in
 // proportion to min(dead letters, MaxPeek): on the in-process emulator 25 to 30 ms per 1,000 dead
 // letters, so 10,000 take 0.25 to 0.3 s. A search without [Options.Index] reads every entity's queues
-// and dead-letter queues up to MaxPeek each; with it, one indexed lookup. A poll of the overview reads every message of
+// and dead-letter queues up to MaxPeek each; with it, one indexed lookup, and the pages that list
+// read one page of the index (docs/console.md has the figures at 1,000,000 pending retries). A poll of the overview reads every message of
 // every entity up to MaxPeek (20 queues of 250 messages: 0.12 to 0.16 s); the overview itself then renders
 // from the ring in well under a millisecond. Lower MaxPeek to bound a page's cost on huge entities: the
 // page then says its figures cover the messages read only.

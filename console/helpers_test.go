@@ -6,6 +6,7 @@ import (
 	"net/http/cookiejar"
 	"net/http/httptest"
 	"net/url"
+	"os"
 	"regexp"
 	"strings"
 	"testing"
@@ -19,7 +20,10 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak())
+	goleak.VerifyTestMain(m, sbtest.IgnoreSDKLeak(), goleak.Cleanup(func(code int) {
+		removeBenchIndex()
+		os.Exit(code)
+	}))
 }
 
 // site is a console on an emulator harness, served on loopback, and a browser-like client: a cookie

@@ -42,6 +42,8 @@ type overviewRow struct {
 	Path       string
 	RetryQueue string
 	Counts     entityCounts
+	// Index is the entity's exact counts from the index, when the console has one.
+	Index *indexCounts
 }
 
 // overview shows every entity's latest counts and the alerts; the charts fetch their history from
@@ -52,12 +54,21 @@ func (c *Console) overview(w http.ResponseWriter, r *http.Request) {
 	samples := c.latest(ctx)
 	last := samples[len(samples)-1]
 	rows := make([]overviewRow, len(c.entities))
+	var indexed []indexCounts
+	var fresh *indexFreshness
+	if c.opts.Index != nil && r.FormValue("from") != "broker" {
+		indexed, fresh = c.overviewFromIndex(ctx)
+	}
 	for i, e := range c.entities {
 		rows[i] = overviewRow{Path: e.cfg.Path, RetryQueue: e.cfg.RetryQueue, Counts: last.Counts[i]}
+		if indexed != nil {
+			rows[i].Index = &indexed[i]
+		}
 	}
 	c.render(w, r, http.StatusOK, "overview.html", "Overview", map[string]any{
 		"Rows": rows, "Alerts": c.alerts(samples), "At": last.At, "Samples": len(samples),
-		"Window": c.opts.Window, "Interval": c.opts.PollInterval,
+		"Window": c.opts.Window, "Interval": c.opts.PollInterval, "FromIndex": indexed != nil, "Index": fresh,
+		"MaxPeek": c.opts.MaxPeek,
 	})
 }
 
@@ -115,6 +126,11 @@ func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "a pending retry has no dead-letter reason: filter it by error, property, due time or body")
 		return
 	}
+	if !f.active() && c.fromIndex(r, e) {
+		// The index has no filters: a filtered page reads the broker, and says so.
+		c.pendingFromIndex(w, r, e)
+		return
+	}
 	pf, _ := f.pending() // checked by readFilter
 	ctx, cancel := readContext(r)
 	defer cancel()
@@ -132,9 +148,10 @@ func (c *Console) pendingPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, status, "listing the pending retries of %s: %v", e.cfg.Path, err)
 		return
 	}
-	base := "pending?e=" + url.QueryEscape(e.cfg.Path)
+	base := "pending?e=" + url.QueryEscape(e.cfg.Path) + c.brokerParam(r)
 	data := map[string]any{
 		"Entity": e.cfg.Path, "Items": pg.Items, "Next": pg.Next, "Truncated": pg.Truncated(), "First": r.FormValue("cursor") == "",
+		"HasIndex": c.opts.Index != nil, "Scans": pg.Scans, "IndexHref": template.URL("pending?e=" + url.QueryEscape(e.cfg.Path)),
 		"Filter": f, "Filtered": f.active(), "FilterFields": f.hiddenFields(), "Bodies": c.opts.FilterBodies,
 		"FirstHref": template.URL(base + f.query()), "Clear": template.URL(base),
 	}
@@ -162,6 +179,11 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadRequest, "%v", err)
 		return
 	}
+	if !f.active() && c.fromIndex(r, e) {
+		// The index has no filters: a filtered page reads the broker, and says so.
+		c.deadLettersFromIndex(w, r, e)
+		return
+	}
 	ctx, cancel := readContext(r)
 	defer cancel()
 	df, _ := f.deadLetters() // checked by readFilter
@@ -170,8 +192,9 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 		c.fail(w, r, http.StatusBadGateway, "reading the dead letters of %s: %v", e.cfg.Path, err)
 		return
 	}
-	base := "deadletters?e=" + url.QueryEscape(e.cfg.Path)
+	base := "deadletters?e=" + url.QueryEscape(e.cfg.Path) + c.brokerParam(r)
 	data := map[string]any{
+		"HasIndex": c.opts.Index != nil, "IndexHref": template.URL("deadletters?e=" + url.QueryEscape(e.cfg.Path)),
 		"Entity": e.cfg.Path, "Groups": groupDeadLetters(sel.Items), "Total": len(sel.Items), "Truncated": inspect.Truncated(sel.Scans), "Scans": sel.Scans,
 		"Filter": f, "Filtered": f.active(), "FilterFields": f.hiddenFields(), "Bodies": c.opts.FilterBodies, "Clear": template.URL(base), "Target": e.target,
 		"Reasons": true,
@@ -196,6 +219,10 @@ func (c *Console) deadLettersPage(w http.ResponseWriter, r *http.Request) {
 func (c *Console) groupPage(w http.ResponseWriter, r *http.Request) {
 	e, ok := c.entityOf(w, r)
 	if !ok {
+		return
+	}
+	if c.fromIndex(r, e) {
+		c.groupFromIndex(w, r, e)
 		return
 	}
 	pageNo, err := intParam(r, "page", 0)

@@ -12,14 +12,21 @@ import (
 	"github.com/sbretry/retry/retryindex"
 )
 
-// Index is what the search page asks of a retry-state index: [retryindex.Store] has it
-// (retryindex.OpenSQLite, retryindex/postgres.Open), and so does anything that answers a lookup the
-// same way. The console only reads through it, and never closes it.
+// Index is what the console asks of a retry-state index: [retryindex.Store] has it
+// (retryindex.OpenSQLite, retryindex/postgres.Open), and so does anything that answers the same way.
+// The search page looks events up in it; the overview, the pending page, its chart and the
+// dead-letter page list and count from it. The console only reads through it, and never closes it.
 type Index interface {
 	// Lookup finds the events id names: a retry MessageID or a chain id, else the events whose
 	// original MessageID, idempotency key or correlation id is id, each with its history and the
 	// answer's freshness.
 	Lookup(ctx context.Context, id string, opts *retryindex.LookupOptions) (*retryindex.Answer, error)
+	// Pending pages the pending retries of one source entity in due order, with their exact count
+	// and the answer's freshness.
+	Pending(ctx context.Context, opts *retryindex.PendingOptions) (*retryindex.PendingPage, error)
+	// DeadLettered pages the dead-lettered events of one source entity, the most recent first, with
+	// their exact count and the answer's freshness.
+	DeadLettered(ctx context.Context, opts *retryindex.PendingOptions) (*retryindex.PendingPage, error)
 }
 
 // The stores of package retryindex are Indexes.
@@ -69,6 +76,10 @@ type feedLine struct {
 	Ago    string
 	Cursor int64
 	Tailer bool
+	// Lost counts the records the feed could not store since the last rebuild, LostAt when the last
+	// loss was noted: the answer may miss what they said.
+	Lost   int64
+	LostAt time.Time
 }
 
 // scanLine is one entity read by a scan, or the error that stopped its read.
@@ -154,10 +165,7 @@ func (c *Console) searchIndex(ctx context.Context, pg *searchPage) error {
 	}
 	now := c.now()
 	pg.FromIndex, pg.AsOf, pg.Truncated = true, ans.AsOf, ans.Truncated
-	for _, f := range ans.Feeds {
-		pg.Feeds = append(pg.Feeds, feedLine{Name: f.Name, Last: f.Last, Ago: ago(ans.AsOf, f.Last), Cursor: f.Cursor,
-			Tailer: strings.HasPrefix(f.Name, retryindex.FeedTailer)})
-	}
+	pg.Feeds = feedLines(ans.Freshness)
 	for _, ev := range ans.Events {
 		e := c.entityOfEvent(ev)
 		if e == nil {

@@ -255,6 +255,14 @@ func (failingIndex) Lookup(context.Context, string, *retryindex.LookupOptions) (
 	return nil, errors.New("database is locked")
 }
 
+func (failingIndex) Pending(context.Context, *retryindex.PendingOptions) (*retryindex.PendingPage, error) {
+	return nil, errors.New("database is locked")
+}
+
+func (failingIndex) DeadLettered(context.Context, *retryindex.PendingOptions) (*retryindex.PendingPage, error) {
+	return nil, errors.New("database is locked")
+}
+
 // TestSearchIndexFailsOrIsBypassed: an index that fails gives a 502 that says so and how to read the
 // broker instead; from=broker reads the broker even with an index.
 func TestSearchIndexFailsOrIsBypassed(t *testing.T) {

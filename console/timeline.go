@@ -29,6 +29,13 @@ type timeline struct {
 	Horizon int64 `json:"horizon"`
 	// Truncated says a read stopped at the peek bound: later retries are missing.
 	Truncated bool `json:"truncated"`
+	// FromIndex says the counts come from the retry-state index, as of AsOf (Unix seconds). Beyond
+	// counts the retries due from Until (Unix seconds) on, which the index has but the chart did not
+	// read (it reads the earliest MaxPeek): every bar before Until is exact.
+	FromIndex bool  `json:"fromIndex"`
+	AsOf      int64 `json:"asOf,omitempty"`
+	Beyond    int   `json:"beyond"`
+	Until     int64 `json:"until,omitempty"`
 }
 
 // timelineOf buckets the entity's pending retries by due time (see [bucketDueTimes]).
@@ -118,7 +125,13 @@ func (c *Console) timelineJSON(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := readContext(r)
 	defer cancel()
-	t, err := c.timelineOf(ctx, e)
+	var t *timeline
+	var err error
+	if c.fromIndex(r, e) {
+		t, err = c.timelineFromIndex(ctx, e)
+	} else {
+		t, err = c.timelineOf(ctx, e)
+	}
 	if err != nil {
 		http.Error(w, redact.String(err.Error()), http.StatusBadGateway)
 		return

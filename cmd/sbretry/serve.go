@@ -103,6 +103,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	bodies := fs.Bool("show-bodies", false, "")
 	filterBodies := fs.Bool("filter-bodies", false, "")
 	index := fs.String("index", "", "")
+	indexDedicated := fs.Bool("index-dedicated", false, "")
 	maxAttempts := fs.Int("max-attempts", 0, "")
 	wakeTo := fs.String("wake-to", "", "")
 	pos, err := parseArgs(fs, args)
@@ -181,9 +182,10 @@ func (a *app) serve(ctx context.Context, args []string) error {
 		defer cancel()
 		_ = client.Close(cctx)
 	}()
-	// --index answers the console's search from a retry-state index (a file, opened read-only, or a
-	// PostgreSQL URL), as status and pending --index answer from it. Its name in output never holds a
-	// password.
+	// --index answers the console's search and its pages from a retry-state index (a file, opened
+	// read-only, or a PostgreSQL URL), as status and pending --index answer from it; --index-dedicated
+	// says it holds the one entity's events only (console.Options.IndexDedicated). Its name in output
+	// never holds a password.
 	var idx console.Index
 	indexName := ""
 	if *index != "" {
@@ -202,6 +204,7 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	con, err := console.New(client, entities, &console.Options{
 		PollInterval: *poll, Window: *window, MaxPeek: c.maxPeek, ShowBodies: *bodies, FilterBodies: *filterBodies, AccessToken: *token,
 		Tokens: tokens, AuditFile: *auditFile, Logger: slog.New(slog.NewTextHandler(a.stderr, nil)), Index: idx,
+		IndexDedicated: *indexDedicated,
 	})
 	if err != nil {
 		if errors.Is(err, console.ErrInvalidOptions) || errors.Is(err, inspect.ErrInvalidEntity) {
