@@ -22,7 +22,7 @@
 //	sbretry [entity flags] sessions release --session ID [--dry-run] [--yes] [--wake-to TOPIC]
 //	                                            release one held session
 //	sbretry [entity flags] serve [--listen ADDR] [--token T | --tokens-file F] [--audit-file F]
-//	                             [--index PATH|URL] [--max-attempts N]
+//	                             [--index PATH|URL [--index-dedicated]] [--max-attempts N]
 //	                             [--entity PATH[=RETRYQUEUE]]... [--poll-interval D] [--window D] [--show-bodies]
 //	                             [--filter-bodies] [--wake-to TOPIC]
 //	                                            the web console (--tokens-file: lines of NAME ROLE SECRET,
