@@ -225,14 +225,13 @@ func (r *sessionRun) control(stop context.Context, hs *servedSession, msg *azser
 
 // settleControl completes a control message that nothing needs any more.
 func (r *sessionRun) settleControl(hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
-	p := r.sc.proc
 	now := r.sc.cfg.clock.Now()
 	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
-	start := p.callStart(d)
-	ctx, cancel := r.settleContext(hs.lk)
-	err := hs.recv.CompleteMessage(ctx, msg, nil)
-	cancel()
-	p.settled(d, SettleComplete, "", envelope.Envelope{}, start, err)
+	// A settle like the others (settleCall); a doubted one needs nothing: a wake-up that comes back is
+	// ignored.
+	_, err := r.settleCall(hs, d, SettleComplete, func(ctx context.Context, recv SessionReceiver) error {
+		return recv.CompleteMessage(ctx, msg, nil)
+	})
 	if err != nil {
 		r.sc.cfg.logger.Debug("completing a wake-up failed; it comes back and is ignored then", slog.String("session_id", hs.sid), errAttr(err))
 		return false
