@@ -139,15 +139,24 @@ func (a *auditLog) record(ctx context.Context, rec AuditRecord) error {
 		}
 		return nil
 	}
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("console: encoding the audit record: %w", err)
-	}
-	if err := appendLine(a.path, line); err != nil {
+	if err := AppendAuditRecord(a.path, rec); err != nil {
 		a.logger.LogAttrs(ctx, slog.LevelError, "sbretry console: the audit record could not be written", slog.String("file", a.path), slog.String("error", err.Error()))
 		return err
 	}
 	return nil
+}
+
+// AppendAuditRecord appends rec to the audit file at path as one JSON line, synced to disk before it
+// returns: the file [Options.AuditFile] names and the /audit page shows. It is how another program
+// (the sbretry CLI) records its actions where the console's page lists them, in the one format.
+// rec.Time is stored in UTC. Concurrent appends from several processes each land as a whole line.
+func AppendAuditRecord(path string, rec AuditRecord) error {
+	rec.Time = rec.Time.UTC()
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("console: encoding the audit record: %w", err)
+	}
+	return appendLine(path, line)
 }
 
 // appendLine appends line and a newline to the file at path as one write, and syncs it (and, when it
