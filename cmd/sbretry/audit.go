@@ -139,9 +139,15 @@ func (au *auditor) write() error {
 	return console.AppendAuditRecord(au.path, au.rec)
 }
 
-// sessionAuditItem is the single item of a release: the session, as the console names it.
-func sessionAuditItem(sessionID string, done bool) []console.AuditItem {
-	return []console.AuditItem{{Ref: "session " + sessionID, Done: done}}
+// sessionAuditItem is the single item of a release, named as the console names it: the held message
+// by entity and sequence number (the session, when nothing is held), with the wake-up's MessageID.
+func sessionAuditItem(rel *inspect.SessionRelease, done bool) []console.AuditItem {
+	it := console.AuditItem{Ref: "session " + rel.SessionID, ResubmittedAs: rel.Plan.WakeID, Done: done}
+	if h := rel.Plan.Before.Hold; h != nil {
+		it.Ref = inspect.Ref{Entity: rel.Entity, SequenceNumber: h.SequenceNumber}.String()
+		it.MessageID = redact.String(h.MessageID)
+	}
+	return []console.AuditItem{it}
 }
 
 // planAuditItems are a redrive's or purge's dead letters and what became of each.

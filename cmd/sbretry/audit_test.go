@@ -21,6 +21,7 @@ import (
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/console"
 	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/outage"
 )
 
 // readAuditFile reads the records of an audit file, oldest first; a missing file has none.
@@ -169,7 +170,7 @@ func TestAnUnwritableAuditFileStopsTheAction(t *testing.T) {
 func TestSessionsReleaseIsAudited(t *testing.T) {
 	t.Parallel()
 	h := newSessionHarness(t)
-	h.Hold(t, "s1", "", "a1", "a2")
+	f := h.Hold(t, "s1", "", "a1", "a2")
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	code, _, errOut := h.cli(t, "", "sessions", "release", "--session", "s1", "--yes", "--audit-file", path, "--operator", "carol")
 	require.Equal(t, exitOK, code, errOut)
@@ -180,13 +181,17 @@ func TestSessionsReleaseIsAudited(t *testing.T) {
 	assert.Equal(t, "carol", end.Who)
 	assert.Equal(t, sessionQueue, end.Entity)
 	assert.Equal(t, "s1", end.Session)
-	assert.Equal(t, []console.AuditItem{{Ref: "session s1", Done: true}}, end.Items)
+	require.Len(t, end.Items, 1)
+	assert.Equal(t, sessionQueue+":"+strconv.FormatInt(f.Held, 10), end.Items[0].Ref, "the held message, as the console names it")
+	assert.Equal(t, "a1", end.Items[0].MessageID)
+	assert.NotEmpty(t, end.Items[0].ResubmittedAs, "the wake-up's MessageID")
+	assert.True(t, end.Items[0].Done)
 }
 
 // TestPauseAndResumeAreAudited: pause and resume record the consumer, never its token; a dry run
 // and outage record nothing.
 func TestPauseAndResumeAreAudited(t *testing.T) {
-	_, u := controlledConsumer(t, "tok-secret")
+	c, u := controlledConsumer(t, "tok-secret")
 	path := filepath.Join(t.TempDir(), "audit.jsonl")
 	auth := []string{"--consumer", u, "--token", "tok-secret", "--audit-file", path, "--operator", "dave"}
 
@@ -213,11 +218,12 @@ func TestPauseAndResumeAreAudited(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, string(raw), "tok-secret")
 
-	// A failing write of the end record makes the command fail, though the consumer acted.
+	// An audit file that cannot be written: the command fails and the consumer is not paused.
 	bad := []string{"pause", "--consumer", u, "--token", "tok-secret", "--audit-file", filepath.Join(t.TempDir(), "missing", "a.jsonl")}
 	code, _, errOut = cliNoEntity(t, "", bad...)
 	assert.Equal(t, exitError, code)
-	assert.Contains(t, errOut, "could not be written")
+	assert.Contains(t, errOut, "the audit record could not be written, so nothing was done")
+	assert.Equal(t, outage.Closed, c.Health().Outage.State)
 }
 
 // TestAuditOperator: --operator, else $SBRETRY_OPERATOR, else the OS user.
@@ -276,4 +282,23 @@ func TestConsoleShowsCLIRecords(t *testing.T) {
 	assert.Contains(t, string(body), `data-action="redrive"`)
 	cancel()
 	assert.Equal(t, exitOK, <-done)
+}
+
+// TestAFailedEndRecordFailsTheCommand: a redrive that did its work but whose end record cannot be
+// written exits 1 naming the audit file's error, and never prints plain success.
+func TestAFailedEndRecordFailsTheCommand(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	h.seed(t, "perm-1")
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	// After the started record, the audit file's path becomes a directory: the end cannot be written.
+	hk := hooks{afterResubmit: func(int, int64) {
+		assert.NoError(t, os.Remove(path))
+		assert.NoError(t, os.Mkdir(path, 0o700))
+	}}
+	code, out, errOut := h.cliWith(t, hk, "", "dlq", "redrive", "--all", "--audit-file", path, "--operator", "frank")
+	assert.Equal(t, exitError, code)
+	assert.Contains(t, errOut, "the audit record of the end of the run (done, 1 of 1 done) could not be written")
+	assert.NotContains(t, out, "resubmitted 1 dead letters")
+	assert.Equal(t, 0, h.Stats(t).DeadLettered, "the redrive itself was done")
 }

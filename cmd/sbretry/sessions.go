@@ -263,10 +263,10 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 	au.session(preview.SessionID)
 	if !*yes {
 		if err := a.confirm(fmt.Sprintf("Release session %q of %s as shown above?", preview.SessionID, preview.Entity), "release"); err != nil {
-			return a.finish(c.json, rep, au.refuse(err, sessionAuditItem(preview.SessionID, false)), "")
+			return a.finish(c.json, rep, au.refuse(err, sessionAuditItem(preview, false)), "")
 		}
 	}
-	if err := au.start(sessionAuditItem(preview.SessionID, false)); err != nil {
+	if err := au.start(sessionAuditItem(preview, false)); err != nil {
 		return a.finish(c.json, rep, err, "")
 	}
 	rel, err := in.Release(ctx, preview)
@@ -281,7 +281,7 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 	} else {
 		done = 1
 	}
-	if err = au.end(done, err, sessionAuditItem(preview.SessionID, done == 1)); err != nil {
+	if err = au.end(done, err, sessionAuditItem(rep.rel, done == 1)); err != nil {
 		return a.finish(c.json, rep, err, "")
 	}
 	return a.finish(c.json, rep, nil, fmt.Sprintf("released session %q of %s: sent wake-up %s to %s, found it in the session, wrote the new state", rel.SessionID, rel.Entity, derefString(rel.Plan.Wake.MessageID), rel.WakeTo))
