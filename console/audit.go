@@ -24,7 +24,8 @@ import (
 // one JSON line appended to that file and synced to disk. The /audit page shows the records, newest
 // first. A run writes a "started" record before it touches anything, and refuses to act if that record
 // cannot be written: no action goes unrecorded. A refused action (a reader's, a forged form, a
-// selection that changed since its preview) is recorded as refused.
+// selection that changed since its preview) is recorded as refused. The sbretry command line appends
+// its own actions to the same file through [AppendAuditRecord], so the page lists them too.
 
 // Outcomes of an [AuditRecord].
 const (
@@ -49,11 +50,13 @@ type AuditRecord struct {
 	Time time.Time `json:"time"`
 	// Who is the name of the token the request presented ([Token].Name), or "(no token)" for a
 	// console without tokens; Role is its role; Remote the address the request came from (a proxy's,
-	// behind one).
+	// behind one). A record of the sbretry command line has its operator as Who, Role "cli" and no
+	// Remote.
 	Who    string `json:"who"`
 	Role   string `json:"role"`
 	Remote string `json:"remote,omitempty"`
-	// Action is redrive, purge, cancel or release, as the form named it; Step is "preview" or "run".
+	// Action is redrive, purge, cancel or release, as the form named it (the command line also
+	// records pause and resume); Step is "preview" or "run".
 	Action string `json:"action"`
 	Step   string `json:"step"`
 	// Entity, Group, Session and Refs are the selection as the request named it: the entity, a whole
@@ -139,15 +142,24 @@ func (a *auditLog) record(ctx context.Context, rec AuditRecord) error {
 		}
 		return nil
 	}
-	line, err := json.Marshal(rec)
-	if err != nil {
-		return fmt.Errorf("console: encoding the audit record: %w", err)
-	}
-	if err := appendLine(a.path, line); err != nil {
+	if err := AppendAuditRecord(a.path, rec); err != nil {
 		a.logger.LogAttrs(ctx, slog.LevelError, "sbretry console: the audit record could not be written", slog.String("file", a.path), slog.String("error", err.Error()))
 		return err
 	}
 	return nil
+}
+
+// AppendAuditRecord appends rec to the audit file at path as one JSON line, synced to disk before it
+// returns: the file [Options.AuditFile] names and the /audit page shows. It is how another program
+// (the sbretry CLI) records its actions where the console's page lists them, in the one format.
+// rec.Time is stored in UTC. Concurrent appends from several processes each land as a whole line.
+func AppendAuditRecord(path string, rec AuditRecord) error {
+	rec.Time = rec.Time.UTC()
+	line, err := json.Marshal(rec)
+	if err != nil {
+		return fmt.Errorf("console: encoding the audit record: %w", err)
+	}
+	return appendLine(path, line)
 }
 
 // appendLine appends line and a newline to the file at path as one write, and syncs it (and, when it

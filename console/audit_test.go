@@ -285,3 +285,23 @@ func TestMemoryAuditKeepsActionsOverRefusals(t *testing.T) {
 	assert.Equal(t, "operator", log.memory[0].Who, "the action stays")
 	assert.Equal(t, fmt.Sprint("reader-", 2*memoryAuditRecords-1), log.memory[len(log.memory)-1].Who, "the newest refusal stays")
 }
+
+// TestAppendAuditRecord: a record another program appends (the sbretry CLI) is one line of the file,
+// in UTC, and the audit log's page reads it back as written.
+func TestAppendAuditRecord(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "audit.jsonl")
+	at := time.Date(2026, 12, 1, 10, 0, 0, 0, time.FixedZone("CET", 3600))
+	rec := AuditRecord{Time: at, Who: "alice", Role: "cli", Action: "purge", Step: stepRun, Entity: "orders",
+		Refs: []string{"orders:7"}, Outcome: AuditDone, Done: 1, Count: 1, Items: []AuditItem{{Ref: "orders:7", Done: true}}}
+	require.NoError(t, AppendAuditRecord(path, rec))
+	log := &auditLog{logger: slog.New(slog.DiscardHandler), path: path}
+	pg, err := log.page(0, 10)
+	require.NoError(t, err)
+	require.Len(t, pg.Records, 1)
+	want := rec
+	want.Time = at.UTC()
+	assert.Equal(t, want, pg.Records[0])
+	assert.Equal(t, time.UTC, pg.Records[0].Time.Location())
+	require.Error(t, AppendAuditRecord(filepath.Join(t.TempDir(), "missing", "audit.jsonl"), rec))
+}

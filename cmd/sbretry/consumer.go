@@ -7,6 +7,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sbretry/retry/console"
 	"io"
 	"net"
 	"net/http"
@@ -42,6 +43,8 @@ func (a *app) consumerCommand(ctx context.Context, name string, args []string) e
 	dryRun := fs.Bool("dry-run", false, "")
 	asJSON := fs.Bool("json", false, "")
 	timeout := fs.Duration("timeout", 30*time.Second, "")
+	var af auditFlags
+	af.register(fs)
 	pos, err := parseArgs(fs, args)
 	if err != nil {
 		return err
@@ -55,6 +58,8 @@ func (a *app) consumerCommand(ctx context.Context, name string, args []string) e
 		return usagef("--reason is for pause")
 	case name == "outage" && *dryRun:
 		return usagef("outage only reads; --dry-run is for pause and resume")
+	case name == "outage" && (af.file != "" || af.operator != ""):
+		return usagef("outage only reads; --audit-file and --operator are for pause and resume")
 	case *timeout <= 0:
 		return usagef("--timeout must be positive")
 	}
@@ -87,12 +92,25 @@ func (a *app) consumerCommand(ctx context.Context, name string, args []string) e
 	if *reason != "" {
 		body["reason"] = *reason
 	}
-	after, err := cl.do(ctx, http.MethodPost, body)
-	if err != nil {
+	// The record names the consumer by its URL without credentials; the token is never written.
+	au := a.newAuditor(&af, name)
+	au.selection(u.Redacted(), nil)
+	item := func(done bool) []console.AuditItem {
+		return []console.AuditItem{{Ref: "consumer " + u.Redacted(), Done: done}}
+	}
+	if err := au.start(item(false)); err != nil {
 		return err
 	}
-	if after.State != want || (name == "pause" && !after.Manual) {
-		return fmt.Errorf("%s: the consumer answered state %q after %s (want %q): not done", u.Redacted(), after.State, name, want)
+	after, err := cl.do(ctx, http.MethodPost, body)
+	if err == nil && (after.State != want || (name == "pause" && !after.Manual)) {
+		err = fmt.Errorf("%s: the consumer answered state %q after %s (want %q): not done", u.Redacted(), after.State, name, want)
+	}
+	done := 0
+	if err == nil {
+		done = 1
+	}
+	if err := au.end(done, err, item(done == 1)); err != nil {
+		return err
 	}
 	return a.printConsumer(*asJSON, u, name+"d", before, &after)
 }

@@ -27,6 +27,17 @@
 //	                             [--filter-bodies] [--wake-to TOPIC]
 //	                                            the web console (--tokens-file: lines of NAME ROLE SECRET,
 //	                                            ROLE reader or operator; --audit-file: the JSON-lines audit log)
+//	sbretry pause|resume --consumer URL [--token T] [--reason TEXT] [--dry-run]
+//	                                            pause or resume one consumer through its control endpoint
+//
+// The acting commands (dlq redrive, dlq purge, cancel, sessions release, pause, resume) take
+// --audit-file F and --operator NAME (default $SBRETRY_OPERATOR, else the OS user name): each run
+// appends console.AuditRecord JSON lines to F, the file `serve --audit-file` shows on the console's
+// audit page, with role "cli". The started record is written before anything is done, and a command
+// whose record cannot be written does nothing, or, when its end record fails, exits 1: it never
+// reports an unrecorded success. A dry run is a preview and, as in the console, is not recorded. The
+// CLI has no preview digest (the console's is keyed with its process's secret), so the records carry
+// the selection and each message's outcome without one.
 //
 // Entity flags (they may also follow the subcommand):
 //

@@ -234,7 +234,9 @@ func (r *cancelReport) toJSON(err error) any {
 // cancels exactly that list, in order, stopping at the first failure.
 func (a *app) cancel(ctx context.Context, args []string) error {
 	var c common
+	var af auditFlags
 	fs := newFlagSet("cancel", &c)
+	af.register(fs)
 	dryRun := fs.Bool("dry-run", false, "")
 	yes := fs.Bool("yes", false, "")
 	pos, err := parseArgs(fs, args)
@@ -279,15 +281,27 @@ func (a *app) cancel(ctx context.Context, args []string) error {
 	if *dryRun {
 		return a.finish(c.json, rep, nil, "")
 	}
+	au := a.newAuditor(&af, "cancel")
+	planned := make([]inspect.Ref, len(rep.items))
+	for i, q := range rep.items {
+		planned[i] = q.Ref()
+	}
+	au.selection(s.entity.Path(), planned)
 	if !*yes {
 		if err := a.confirm(fmt.Sprintf("Cancel the %d pending retries listed above? They will never run.", len(rep.items)), "cancel"); err != nil {
-			return a.finish(c.json, rep, err, "")
+			return a.finish(c.json, rep, au.refuse(err, pendingAuditItems(rep.items, 0)), "")
 		}
+	}
+	if err := au.start(pendingAuditItems(rep.items, 0)); err != nil {
+		return a.finish(c.json, rep, err, "")
 	}
 	done, err := dlqaction.Cancel(ctx, s.inspector, rep.items)
 	rep.done = done
 	if err != nil {
-		return a.finish(c.json, rep, stopped(err), "")
+		err = stopped(err)
+	}
+	if err = au.end(done, err, pendingAuditItems(rep.items, done)); err != nil {
+		return a.finish(c.json, rep, err, "")
 	}
 	return a.finish(c.json, rep, nil, fmt.Sprintf("cancelled %d pending retries", rep.done))
 }

@@ -15,8 +15,10 @@ import (
 func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	var c common
 	var f filterFlags
+	var af auditFlags
 	fs := newFlagSet("dlq purge", &c)
 	f.register(fs, true)
+	af.register(fs)
 	dryRun := fs.Bool("dry-run", false, "")
 	yes := fs.Bool("yes", false, "")
 	wait := fs.Duration("wait", defaultReceiveWait, "")
@@ -61,6 +63,8 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 	if *dryRun {
 		return a.finish(c.json, rep, nil, "")
 	}
+	au := a.newAuditor(&af, "purge")
+	au.selection(s.entity.Path(), plan.Refs())
 	// The count shown comes from the plan, so the operator confirms what will actually be deleted.
 	if !*yes {
 		if c.json {
@@ -71,12 +75,16 @@ func (a *app) dlqPurge(ctx context.Context, args []string) error {
 			}
 		}
 		if err := a.confirm(fmt.Sprintf("Delete the %d dead letters listed above for good?", len(plan.Items)), "purge"); err != nil {
-			return a.finish(c.json, rep, err, "")
+			return a.finish(c.json, rep, au.refuse(err, planAuditItems(plan)), "")
 		}
+	}
+	if err := au.start(planAuditItems(plan)); err != nil {
+		return a.finish(c.json, rep, err, "")
 	}
 	done, err := a.execute(ctx, s, plan, *wait)
 	if err != nil {
 		err = stopped(fmt.Errorf("purge stopped after %d of %d: %w; run the same command again to finish", done, len(plan.Items), err))
 	}
+	err = au.end(done, err, planAuditItems(plan))
 	return a.finish(c.json, rep, err, fmt.Sprintf("deleted %d dead letters", done))
 }

@@ -29,8 +29,10 @@ func redriveTarget(e inspect.Entity, to string) (string, error) {
 func (a *app) dlqRedrive(ctx context.Context, args []string) error {
 	var c common
 	var f filterFlags
+	var af auditFlags
 	fs := newFlagSet("dlq redrive", &c)
 	f.register(fs, true)
+	af.register(fs)
 	dryRun := fs.Bool("dry-run", false, "")
 	to := fs.String("redrive-to", "", "")
 	ttl := fs.Duration("ttl", 0, "")
@@ -86,9 +88,15 @@ func (a *app) dlqRedrive(ctx context.Context, args []string) error {
 	}
 	// dlqaction sends each fresh delivery before it completes the dead letter: the crash contract of
 	// the package documentation.
+	au := a.newAuditor(&af, "redrive")
+	au.selection(e.Path(), plan.Refs())
+	if err := au.start(planAuditItems(plan)); err != nil {
+		return a.finish(c.json, rep, err, "")
+	}
 	done, err := a.execute(ctx, s, plan, *wait)
 	if err != nil {
 		err = stopped(fmt.Errorf("redrive stopped after %d of %d: %w; run the same command again to finish", done, len(plan.Items), err))
 	}
+	err = au.end(done, err, planAuditItems(plan))
 	return a.finish(c.json, rep, err, fmt.Sprintf("resubmitted %d dead letters to %s", done, target))
 }

@@ -75,6 +75,13 @@ commands:
   resume --consumer URL  end its pause, or an open outage breaker (--token; --dry-run)
   outage --consumer URL  show its outage breaker: state, reason, next probe (--token)
 
+audit (dlq redrive, dlq purge, cancel, sessions release, pause, resume):
+  --audit-file F         append the action's records to F, the JSON-lines file serve --audit-file reads
+                         for the console's audit page: a started record before anything is done (if it
+                         cannot be written, nothing is), then the outcome of each message; dry runs and
+                         outage are not recorded
+  --operator NAME        who is recorded (default $SBRETRY_OPERATOR, else the OS user name)
+
 a REF names a message by its entity and sequence number, as the listings show them:
   'billing-retry/$DeadLetterQueue:17' (quote the $); a bare 17 is enough where only one entity can hold it.
 
@@ -266,7 +273,7 @@ func takesValue(arg string) bool {
 	switch strings.TrimLeft(arg, "-") {
 	case "connection-string", "queue", "topic", "subscription", "retry-queue", "max-peek", "timeout",
 		"limit", "cursor", "reason", "since", "until", "contains", "seq", "redrive-to", "ttl", "wait",
-		"listen", "token", "entity", "poll-interval", "window", "trace-file", "consumer", "session", "max-sessions", "index":
+		"listen", "token", "entity", "poll-interval", "window", "trace-file", "consumer", "session", "max-sessions", "index", "audit-file", "operator":
 		return true
 	}
 	return false

@@ -191,7 +191,9 @@ func printHeldSessions(w io.Writer, sessions []inspect.HeldSession) error {
 // route to that subscription alone; without a rule that brings it there, the release writes nothing.
 func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 	var c common
+	var af auditFlags
 	fs := newFlagSet("sessions release", &c)
+	af.register(fs)
 	sid := fs.String("session", "", "")
 	dryRun := fs.Bool("dry-run", false, "")
 	yes := fs.Bool("yes", false, "")
@@ -256,19 +258,30 @@ func (a *app) sessionsRelease(ctx context.Context, args []string) error {
 	if *dryRun {
 		return a.finish(c.json, rep, nil, "")
 	}
+	au := a.newAuditor(&af, "release")
+	au.selection(preview.Entity, nil)
+	au.session(preview.SessionID)
 	if !*yes {
 		if err := a.confirm(fmt.Sprintf("Release session %q of %s as shown above?", preview.SessionID, preview.Entity), "release"); err != nil {
-			return a.finish(c.json, rep, err, "")
+			return a.finish(c.json, rep, au.refuse(err, sessionAuditItem(preview, false)), "")
 		}
+	}
+	if err := au.start(sessionAuditItem(preview, false)); err != nil {
+		return a.finish(c.json, rep, err, "")
 	}
 	rel, err := in.Release(ctx, preview)
 	if rel != nil {
 		rep.rel = rel
 	}
+	done := 0
 	if err != nil {
 		if rel != nil && rel.WakeSent {
 			err = stopped(err) // part of it was done
 		}
+	} else {
+		done = 1
+	}
+	if err = au.end(done, err, sessionAuditItem(rep.rel, done == 1)); err != nil {
 		return a.finish(c.json, rep, err, "")
 	}
 	return a.finish(c.json, rep, nil, fmt.Sprintf("released session %q of %s: sent wake-up %s to %s, found it in the session, wrote the new state", rel.SessionID, rel.Entity, derefString(rel.Plan.Wake.MessageID), rel.WakeTo))
