@@ -115,16 +115,7 @@ type auditLog struct {
 // a run whose started record fails is not carried out.
 func (a *auditLog) record(ctx context.Context, rec AuditRecord) error {
 	rec.Time = rec.Time.UTC()
-	level := slog.LevelInfo
-	if rec.Outcome != AuditDone && rec.Outcome != AuditStarted {
-		level = slog.LevelWarn
-	}
-	a.logger.LogAttrs(ctx, level, "sbretry console action",
-		slog.String("who", rec.Who), slog.String("role", rec.Role), slog.String("remote", rec.Remote),
-		slog.String("action", rec.Action), slog.String("step", rec.Step), slog.String("entity", rec.Entity),
-		slog.String("group", rec.Group), slog.String("session", rec.Session), slog.String("filter", rec.Filter), slog.Any("refs", rec.Refs),
-		slog.String("digest", rec.Digest), slog.String("outcome", rec.Outcome), slog.String("reason", rec.Reason),
-		slog.Int("done", rec.Done), slog.Int("count", rec.Count), slog.Any("items", rec.Items))
+	LogAuditRecord(ctx, a.logger, "sbretry console action", rec)
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.path == "" {
@@ -147,6 +138,22 @@ func (a *auditLog) record(ctx context.Context, rec AuditRecord) error {
 		return err
 	}
 	return nil
+}
+
+// LogAuditRecord writes rec as one structured log line with msg (the console's "sbretry console action",
+// the CLI's "sbretry action"): at INFO when it started or is done, at WARN otherwise. Every action is
+// logged this way, and also appended to the audit file ([AppendAuditRecord]) when there is one.
+func LogAuditRecord(ctx context.Context, logger *slog.Logger, msg string, rec AuditRecord) {
+	level := slog.LevelInfo
+	if rec.Outcome != AuditDone && rec.Outcome != AuditStarted {
+		level = slog.LevelWarn
+	}
+	logger.LogAttrs(ctx, level, msg,
+		slog.String("who", rec.Who), slog.String("role", rec.Role), slog.String("remote", rec.Remote),
+		slog.String("action", rec.Action), slog.String("step", rec.Step), slog.String("entity", rec.Entity),
+		slog.String("group", rec.Group), slog.String("session", rec.Session), slog.String("filter", rec.Filter), slog.Any("refs", rec.Refs),
+		slog.String("digest", rec.Digest), slog.String("outcome", rec.Outcome), slog.String("reason", rec.Reason),
+		slog.Int("done", rec.Done), slog.Int("count", rec.Count), slog.Any("items", rec.Items))
 }
 
 // AppendAuditRecord appends rec to the audit file at path as one JSON line, synced to disk before it

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os/user"
 
 	"github.com/sbretry/retry/console"
@@ -134,8 +136,11 @@ func (au *auditor) end(done int, runErr error, items []console.AuditItem) error 
 	return errors.Join(runErr, werr)
 }
 
+// write logs the record as a structured line on stderr (the console logs the same line) and appends it
+// to the audit file.
 func (au *auditor) write() error {
 	au.rec.Time = au.a.now()
+	console.LogAuditRecord(context.Background(), slog.New(slog.NewTextHandler(au.a.stderr, nil)), "sbretry action", au.rec)
 	return console.AppendAuditRecord(au.path, au.rec)
 }
 

@@ -115,6 +115,10 @@ func TestPurgeAndCancelAreAudited(t *testing.T) {
 
 	code, _, errOut := h.cli(t, "", "dlq", "purge", "--all", "--yes", "--audit-file", path, "--operator", "bob")
 	require.Equal(t, exitOK, code, errOut)
+	// The same record is a structured log line on stderr, as the console logs its actions.
+	assert.Contains(t, errOut, `msg="sbretry action" who=bob role=cli`)
+	assert.Contains(t, errOut, "action=purge")
+	assert.Contains(t, errOut, "outcome=done")
 	recs = readAuditFile(t, path)
 	require.Equal(t, []string{console.AuditRefused, console.AuditStarted, console.AuditDone}, outcomes(recs))
 	assert.Equal(t, "purge", recs[2].Action)
