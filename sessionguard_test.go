@@ -3,6 +3,7 @@ package retry_test
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -141,5 +142,70 @@ func TestSessionConsumerPauseAndResume(t *testing.T) {
 		for _, p := range rec.processed {
 			assert.Equal(t, 1, p.Result.Attempt, "no attempt spent")
 		}
+	})
+}
+
+// cutWatcher is a SessionReceiver that records each receive that ended with nothing, cancelled, sooner
+// than the session consumer's dry slice (20 ms), before the consumer was stopped.
+type cutWatcher struct {
+	retry.SessionReceiver
+	stopping *atomic.Bool
+	cuts     *atomic.Int32
+}
+
+func (w cutWatcher) ReceiveMessages(ctx context.Context, n int, o *azservicebus.ReceiveMessagesOptions) ([]*azservicebus.ReceivedMessage, error) {
+	start := time.Now()
+	msgs, err := w.SessionReceiver.ReceiveMessages(ctx, n, o)
+	if len(msgs) == 0 && ctx.Err() != nil && time.Since(start) < 20*time.Millisecond && !w.stopping.Load() {
+		w.cuts.Add(1)
+	}
+	return msgs, err
+}
+
+// While every worker is busy, a dry session's short receive is left to run out: another worker's
+// accept (which makes the workers all busy again) does not cancel it. A cancelled receive leaves its
+// credit on the link, and azservicebus releases a message that then arrives back to the broker.
+func TestSessionDryReceiveNotCutByAccepts(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		for _, s := range []string{"a", "b", "c", "d", "e", "f"} {
+			sendSession(t, b, s, 1)
+		}
+		var stopping atomic.Bool
+		var cuts atomic.Int32
+		connect := func(ctx context.Context) (*retry.SessionConnection, error) {
+			conn, err := b.SessionConnector()(ctx)
+			if err != nil {
+				return nil, err
+			}
+			accept := conn.AcceptNext
+			conn.AcceptNext = func(ctx context.Context) (retry.SessionReceiver, error) {
+				r, err := accept(ctx)
+				if err != nil {
+					return nil, err
+				}
+				return cutWatcher{SessionReceiver: r, stopping: &stopping, cuts: &cuts}, nil
+			}
+			return conn, nil
+		}
+		// Handlers of different lengths, so that one worker's session runs dry while the other
+		// accepts its next session; none ends at once, so that both workers hold a session before
+		// the first runs dry (a long first slice is cut, as it should be, when the workers become busy).
+		handler := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			d := time.Millisecond
+			if *m.SessionID == "b" || *m.SessionID == "d" {
+				d = 5 * time.Millisecond
+			}
+			<-time.After(d)
+			return nil
+		}
+		sc, err := retry.NewSessionConsumer(connect, handler, &retry.Options{Logger: discardLogger()}, &retry.SessionOptions{MaxConcurrentSessions: 2})
+		require.NoError(t, err)
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 6 })
+		<-time.After(2 * time.Second)
+		stopping.Store(true)
+		require.NoError(t, stop())
+		assert.Zero(t, cuts.Load(), "receives of a dry session cut short by other workers' accepts")
 	})
 }

@@ -218,8 +218,13 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 	for {
 		sctx, endSlice := context.WithCancelCause(rctx)
 		slice := afterFunc(clk, sliceLen, func() { endSlice(errSliceOver) })
+		// Only a long slice is cut when the workers become busy, which they do at every accept while
+		// sessions queue for them: a receive of drySlice is left to run. A cancelled receive costs more
+		// than its wait: its credit stays on the link, and azservicebus (v1.11, receiver.go,
+		// newReleaserFunc) releases a message that arrives for it back to the broker, to be delivered
+		// again.
 		unwatchBusy := func() bool { return false }
-		if delivered {
+		if delivered && sliceLen > drySlice {
 			unwatchBusy = context.AfterFunc(r.allBusy.context(), func() { endSlice(errAllBusy) })
 		}
 		start := clk.Now()
