@@ -516,11 +516,11 @@ func (w *rateWindow) sum(now time.Time) (total, failed int) {
 func (w *rateWindow) reset() { w.buckets = [rateBuckets]rateBucket{} }
 
 // await waits until the breaker lets a receive through, running the health check when it wants it, and
-// returns gate's limit (-1: none of the breaker's; 1: half-open, one message to probe with); ok is false
-// when ctx ended first. A session consumer's workers wait here before they accept a session, and a
-// message held in its session waits here for the breaker's next probe. (The queue consumer's receive
-// loops wait in awaitReceiving, which also probes an idle connection meanwhile.)
-func (b *breaker) await(ctx context.Context) (limit int, ok bool) {
+// returns gate's limit (-1: none of the breaker's; 1: half-open, one message to probe with), or 0 when
+// ctx ended first or the waiter's errand failed (err then says why). A session consumer's workers wait
+// here before they accept a session, a message held in its session waits here for the breaker's next
+// probe, and the queue consumer's receive loops wait here with their idle probe as errand.
+func (b *breaker) await(ctx context.Context, meanwhile *errand) (limit int, err error) {
 	for {
 		now := b.clk.Now()
 		g := b.gate(now)
@@ -528,24 +528,41 @@ func (b *breaker) await(ctx context.Context) (limit int, ok bool) {
 		case g.check:
 			b.runHealthCheck(ctx)
 			if ctx.Err() != nil {
-				return 0, false // the check was cut short: no verdict, and another waiter may run it
+				return 0, nil // the check was cut short: no verdict, and another waiter may run it
 			}
 			continue
 		case g.changed == nil:
-			return g.limit, true
+			return g.limit, nil
 		}
-		var due <-chan time.Time
-		stopDue := func() bool { return false }
+		var due, tick <-chan time.Time
+		stopDue, stopTick := func() bool { return false }, func() bool { return false }
 		if !g.until.IsZero() {
 			due, stopDue = timerChan(b.clk, max(g.until.Sub(now), 0))
+		}
+		if meanwhile != nil {
+			tick, stopTick = timerChan(b.clk, meanwhile.next())
 		}
 		select {
 		case <-g.changed:
 		case <-due:
 		case <-ctx.Done():
-			stopDue()
-			return 0, false
+		case <-tick:
+			err = meanwhile.run()
 		}
 		stopDue()
+		stopTick()
+		if ctx.Err() != nil {
+			return 0, nil
+		}
+		if err != nil {
+			return 0, err
+		}
 	}
+}
+
+// errand is what a waiter does on its own schedule while the breaker keeps it waiting: next is how
+// long until it is due, run does it, and an error from run ends the wait.
+type errand struct {
+	next func() time.Duration
+	run  func() error
 }

@@ -140,45 +140,16 @@ func (r *run) awaitReceiving(ctx context.Context, live *liveConnection, quietSin
 	if b.closed.Load() {
 		return -1, nil
 	}
-	for {
-		now := clk.Now()
-		g := b.gate(now)
-		switch {
-		case g.check:
-			b.runHealthCheck(ctx)
-			if ctx.Err() != nil {
-				return 0, nil
-			}
-			continue
-		case g.changed == nil:
-			return g.limit, nil
-		}
-		idle, stopIdle := timerChan(clk, max(idleProbeInterval-now.Sub(*quietSince), 0))
-		var due <-chan time.Time
-		stopDue := func() bool { return false }
-		if !g.until.IsZero() {
-			due, stopDue = timerChan(clk, max(g.until.Sub(now), 0))
-		}
-		select {
-		case <-g.changed:
-		case <-due:
-		case <-ctx.Done():
-			stopIdle()
-			stopDue()
-			return 0, nil
-		case <-idle:
+	return b.await(ctx, &errand{
+		next: func() time.Duration { return max(idleProbeInterval-clk.Now().Sub(*quietSince), 0) },
+		run: func() error {
 			if err := r.probe(ctx, live); err != nil {
-				stopDue()
-				if ctx.Err() != nil {
-					return 0, nil
-				}
-				return 0, err
+				return err
 			}
 			*quietSince = clk.Now()
-		}
-		stopIdle()
-		stopDue()
-	}
+			return nil
+		},
+	})
 }
 
 // takeOne takes one free handler slot or prefetch place, waiting for one if none is free, and returns

@@ -382,7 +382,7 @@ func (r *sessionRun) admitInPlace(stop context.Context, hs *servedSession) (adm 
 		case admitRun, admitProbe:
 			return adm, true
 		case admitHold:
-			if _, ok := b.await(ctx); !ok {
+			if limit, _ := b.await(ctx, nil); limit == 0 {
 				return adm, false
 			}
 		case admitWait:

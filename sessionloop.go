@@ -39,8 +39,8 @@ func (r *sessionRun) sessionWorker(ctx context.Context, live *liveSessionConnect
 	unanswered := 0
 	for ctx.Err() == nil {
 		// Paused, or the outage breaker open: accept nothing until it lets a receive through.
-		limit, ok := r.sc.stats.outage.await(ctx)
-		if !ok {
+		limit, _ := r.sc.stats.outage.await(ctx, nil)
+		if limit == 0 {
 			return nil
 		}
 		select {
