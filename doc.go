@@ -42,8 +42,9 @@
 // To follow one message in the source: a queue message goes receiveloop.go (receive, take a slot),
 // consumer.go (deliver), process.go (Process: its stages in order), and what the stages call, none of
 // which calls back: lockrenewer.go, flights.go, decision.go, settle.go, observe.go. A session message
-// goes sessionloop.go (accept, serve, receive), sessionhold.go (handle: the handler, holds in place,
-// the decision and the settle), sessiondurable.go (durable holds), on the same decision.go and
+// goes sessionloop.go (accept, serve, receive), sessionhold.go (dispatch, then handle: the handler,
+// holds in place, the decision), sessiondurable.go (the session's record: durable holds), and
+// sessionserved.go (its settles, through settle.go's lock-bound pair), on the same decision.go and
 // observe.go.
 //
 // # Crash contract

@@ -17,8 +17,10 @@ import (
 // The session consumer, file by file: session.go (this file: the options, the consumer, its Run and
 // connection loop), sessionconnector.go (the connections and the built-in connectors), sessionloop.go
 // (one worker: accept a session, receive its messages one at a time, release it when idle),
-// sessionhold.go (one message: the handler, holds in place, the decision and the settle), sessionlock.go
-// (the session lock, kept by lockrenewer.go's keeper, as message locks are, while the session is held).
+// sessionhold.go (one message in stages: dispatch, resume, the handler, holds in place, the decision),
+// sessiondurable.go (the session's record: durable holds and blocks), sessionserved.go (the served
+// session and its settle calls), sessionlock.go (the session lock, kept by lockrenewer.go's keeper, as
+// message locks are, while the session is held).
 
 // Defaults for [SessionOptions]. Each applies when its field is zero.
 const (

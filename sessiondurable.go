@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"maps"
-	"slices"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -49,38 +48,6 @@ import (
 // unsettled and the session released (serialReceiver.replaceState; the e2e test
 // TestSessionStateWrittenMeanwhileIsNotOverwritten, the unit test
 // TestSessionStateWriteAfterTheSDKTookTheSessionAgain).
-
-// servedSession is one accepted session while a worker serves it (held, in the sense of holds, only
-// while a message of it waits in place or durably).
-type servedSession struct {
-	// recv is the session's receiver, its calls made one at a time (sessionreceiver.go).
-	recv        *serialReceiver
-	lk          *sessionLock
-	sid, entity string
-	// sender schedules wake-ups; nil when the connection has none.
-	sender Sender
-	// ds is the session's record, nil when neither durable holds nor blocking are on and no wake-up
-	// made the consumer read it.
-	ds *durableState
-	// holdNotDeferred: the held message was not found deferred. It may have come back active (a
-	// consumer stopped between writing the record and deferring it), in which case it is the first
-	// message received; anything else received first means it is gone.
-	holdNotDeferred bool
-	// deadLetterChecked: for a session blocked after a dead-letter, the dead-lettered message was
-	// looked for among the deferred ones (it is there if a consumer stopped before dead-lettering it).
-	deadLetterChecked bool
-}
-
-// durableState is what the consumer knows of a held session's record.
-type durableState struct {
-	st sessionstate.State
-	// raw is the state as this consumer last read or wrote it: a write replaces only that
-	// (serialReceiver.replaceState).
-	raw []byte
-	// foreign: the session's state is not our record; it is never written, and the session is held in
-	// place only.
-	foreign bool
-}
 
 // canHoldDurably reports whether a failure in this session may become a durable hold.
 func (hs *servedSession) canHoldDurably() bool {
@@ -148,160 +115,6 @@ func (r *sessionRun) writeState(hs *servedSession, next sessionstate.State) erro
 	}
 	hs.ds.st, hs.ds.raw = next, b
 	return nil
-}
-
-// dispatch handles one received message of a held session and reports whether the session may go on
-// (false: release it, so that what was left unsettled comes back before anything later).
-func (r *sessionRun) dispatch(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
-	if r.lostBeforeRun(hs, msg) {
-		return false
-	}
-	if hs.holdNotDeferred {
-		// The first message after the held one was not found deferred: unless it is the held one,
-		// back active, the held one is gone.
-		if h := hs.ds.st.Hold; h != nil && (msg.SequenceNumber == nil || *msg.SequenceNumber != h.SequenceNumber) {
-			if !r.dropMissingHold(hs) {
-				// msg was received: it is left unsettled, and reported as such.
-				d := r.setAside(hs, msg)
-				return r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, errors.New("retry: the session's record could not be written")))
-			}
-		}
-		hs.holdNotDeferred = false
-	}
-	if _, wake := sessionstate.IsWakeUp(msg); wake {
-		// A wake-up never reaches the handler; any other value of sessionstate.PropControl is the application's.
-		return r.control(stop, hs, msg)
-	}
-	if hs.blocked() {
-		return r.deferBehind(stop, hs, msg)
-	}
-	res := r.handle(stop, hs, msg, nil)
-	if !settledForSure(res) {
-		return false
-	}
-	return r.afterSettle(hs, msg, res)
-}
-
-// control handles a wake-up: it runs what is due (the hold it names, then the followers), and is
-// completed once the record no longer needs it.
-func (r *sessionRun) control(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
-	if hs.ds == nil {
-		// Durable holds are off here, but another consumer (or this one, configured otherwise) may
-		// have held the session: the wake-up says so, and the record is honoured.
-		if err := r.loadState(hs); err != nil {
-			return false
-		}
-	}
-	if hs.ds.foreign {
-		return r.settleControl(hs, msg)
-	}
-	if h := hs.ds.st.Hold; h != nil && h.DeadLetterReason == "" && h.WakeID == msg.MessageID {
-		// The broker delivered the wake-up at the hold's time on its own clock: the hold is due, even
-		// if this clock is behind.
-		if now := r.sc.cfg.clock.Now(); now.Before(h.WakeAt) {
-			due := *h
-			due.WakeAt = now
-			hs.ds.st.Hold = &due
-		}
-	}
-	if r.resume(stop, hs) {
-		return false
-	}
-	if hs.holdNotDeferred {
-		// The held message is not deferred, and the wake-up came first: it is gone (a held message
-		// back active would have come before its wake-up, scheduled after it).
-		if !r.dropMissingHold(hs) || r.resume(stop, hs) {
-			return false
-		}
-	}
-	if h := hs.ds.st.Hold; h != nil && h.WakeID == msg.MessageID {
-		// Cannot happen (the hold was made due above); completing the wake-up would leave nothing to
-		// bring a consumer back to a session whose messages are all deferred.
-		r.sc.cfg.logger.Error("a wake-up is still needed after its hold ran; leaving it", slog.String("session_id", hs.sid))
-		return false
-	}
-	return r.settleControl(hs, msg)
-}
-
-// settleControl completes a control message that nothing needs any more.
-func (r *sessionRun) settleControl(hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
-	now := r.sc.cfg.clock.Now()
-	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
-	// A settle like the others (settleCall); a doubted one needs nothing: a wake-up that comes back is
-	// ignored.
-	_, err := r.settleCall(hs, d, SettleComplete, func(ctx context.Context, recv SessionReceiver) error {
-		return recv.CompleteMessage(ctx, msg, nil)
-	})
-	if err != nil {
-		r.sc.cfg.logger.Debug("completing a wake-up failed; it comes back and is ignored then", slog.String("session_id", hs.sid), errAttr(err))
-		return false
-	}
-	return true
-}
-
-// resume runs what the record says is due, in order: the held message once its time has come, then
-// the followers, one at a time, until one is held again or none is left. It reports true when the
-// session must be released.
-func (r *sessionRun) resume(stop context.Context, hs *servedSession) (release bool) {
-	for {
-		if stopped(stop) {
-			return true
-		}
-		st := hs.ds.st
-		var seq int64
-		var from *sessionstate.Hold
-		switch {
-		case st.Hold != nil && st.Hold.DeadLetterReason != "":
-			// Blocked until an operator releases it. The record is written before the dead-letter, so
-			// the message may still be deferred here, if a consumer stopped between the two.
-			if !hs.deadLetterChecked {
-				hs.deadLetterChecked = true
-				if msg, err := r.receiveDeferred(hs, st.Hold.SequenceNumber); err == nil {
-					if !r.deadLetterRecorded(hs, msg, st.Hold) {
-						return true
-					}
-					continue
-				} else if !errors.Is(err, errDeferredGone) {
-					return true
-				}
-			}
-			return false
-		case st.Hold != nil:
-			if r.sc.cfg.clock.Now().Before(st.Hold.WakeAt) {
-				return false // not yet: its wake-up is scheduled
-			}
-			seq, from = st.Hold.SequenceNumber, st.Hold
-		case len(st.Followers) > 0:
-			seq = st.Followers[0]
-		default:
-			return false
-		}
-		msg, err := r.receiveDeferred(hs, seq)
-		if errors.Is(err, errDeferredGone) && from != nil {
-			// Not deferred: it may be back active (see holdNotDeferred); the next receive says.
-			hs.holdNotDeferred = true
-			return false
-		}
-		if errors.Is(err, errDeferredGone) {
-			r.sc.cfg.logger.Warn("a deferred message of a held session is gone (expired, or settled before a consumer stopped); going on without it",
-				slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
-			if r.writeState(hs, st.Without(seq)) != nil {
-				return true
-			}
-			continue
-		}
-		if err != nil {
-			r.sc.cfg.logger.Warn("receiving a deferred message of a held session failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
-			return true
-		}
-		if r.lostBeforeRun(hs, msg) {
-			return true
-		}
-		res := r.handle(stop, hs, msg, from)
-		if !settledForSure(res) || !r.afterSettle(hs, msg, res) {
-			return true
-		}
-	}
 }
 
 // lostBeforeRun ends msg's delivery unsettled, without running anything, when the session's lock was
@@ -398,7 +211,7 @@ func (r *sessionRun) deadLetterRecorded(hs *servedSession, msg *azservicebus.Rec
 		cause = errors.New(h.LastError)
 	}
 	res := Result{Attempt: d.env.Attempt}
-	r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, h.DeadLetterReason, cause, d.now, cause != nil), &res, false)
+	r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, h.DeadLetterReason, cause, d.now, cause != nil), &res)
 	return r.endSetAside(d, res)
 }
 
@@ -505,46 +318,6 @@ func (r *sessionRun) scheduleWake(hs *servedSession, d *delivery, h *sessionstat
 		r.sc.cfg.logger.Warn("scheduling a wake-up failed; the message goes back to the session", slog.String("session_id", hs.sid), errAttr(err))
 	}
 	return err
-}
-
-// deferBehind sets msg aside behind what blocks the session, listing it in the record first. The held
-// message itself, come back active because a consumer stopped before deferring it, is deferred (or run,
-// when due), and one the record says was dead-lettered is dead-lettered; a message already listed is
-// deferred again.
-func (r *sessionRun) deferBehind(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
-	p := r.sc.proc
-	if msg.SequenceNumber == nil {
-		// Every broker-delivered message has one; without it nothing can find it again.
-		res := r.handle(stop, hs, msg, nil)
-		return settledForSure(res)
-	}
-	seq := *msg.SequenceNumber
-	st := hs.ds.st
-	props := map[string]any{}
-	switch h := st.Hold; {
-	case h != nil && h.SequenceNumber == seq && h.DeadLetterReason != "":
-		return r.deadLetterRecorded(hs, msg, h)
-	case h != nil && h.SequenceNumber == seq:
-		if !r.sc.cfg.clock.Now().Before(h.WakeAt) {
-			res := r.handle(stop, hs, msg, h)
-			return settledForSure(res) && r.afterSettle(hs, msg, res)
-		}
-		props[envelope.PropAttempt], props[envelope.PropLastError], props[sessionstate.PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
-	case st.Follows(seq):
-	case len(st.Followers) >= sessionstate.MaxFollowers:
-		d := r.setAside(hs, msg)
-		res := Result{Attempt: d.env.Attempt}
-		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, r.sc.cfg.reasons.SessionBacklogFull, nil, d.now, false), &res, false)
-		return r.endSetAside(d, res)
-	default:
-		d := r.setAside(hs, msg)
-		next := sessionstate.State{Hold: st.Hold, Followers: append(slices.Clip(st.Followers), seq)}
-		if err := r.writeState(hs, next); err != nil {
-			return r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, err))
-		}
-		return r.deferAside(hs, d, st, props)
-	}
-	return r.deferAside(hs, r.setAside(hs, msg), st, props)
 }
 
 // deferAside defers d's message behind what blocks the session (st), stamped with props, and ends its

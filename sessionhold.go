@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"slices"
 	"time"
 
 	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
@@ -11,6 +12,206 @@ import (
 	"github.com/sbretry/retry/envelope"
 	"github.com/sbretry/retry/sessionstate"
 )
+
+// One message of a served session, in stages: dispatch (a wake-up, a message deferred behind a
+// blocked session, or one to run), resume (what a durable hold's record says is due, in order), handle
+// and holdInPlace (the envelope, the handler, and a failure's retries waited out in the session), then
+// its settle (sessionserved.go). A failure held too long for the session's lock goes into the
+// session's record (sessiondurable.go).
+
+// dispatch handles one received message of a held session and reports whether the session may go on
+// (false: release it, so that what was left unsettled comes back before anything later).
+func (r *sessionRun) dispatch(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
+	if r.lostBeforeRun(hs, msg) {
+		return false
+	}
+	if hs.holdNotDeferred {
+		// The first message after the held one was not found deferred: unless it is the held one,
+		// back active, the held one is gone.
+		if h := hs.ds.st.Hold; h != nil && (msg.SequenceNumber == nil || *msg.SequenceNumber != h.SequenceNumber) {
+			if !r.dropMissingHold(hs) {
+				// msg was received: it is left unsettled, and reported as such.
+				d := r.setAside(hs, msg)
+				return r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, errors.New("retry: the session's record could not be written")))
+			}
+		}
+		hs.holdNotDeferred = false
+	}
+	if _, wake := sessionstate.IsWakeUp(msg); wake {
+		// A wake-up never reaches the handler; any other value of sessionstate.PropControl is the application's.
+		return r.control(stop, hs, msg)
+	}
+	if hs.blocked() {
+		return r.deferBehind(stop, hs, msg)
+	}
+	res := r.handle(stop, hs, msg, nil)
+	if !settledForSure(res) {
+		return false
+	}
+	return r.afterSettle(hs, msg, res)
+}
+
+// control handles a wake-up: it runs what is due (the hold it names, then the followers), and is
+// completed once the record no longer needs it.
+func (r *sessionRun) control(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
+	if hs.ds == nil {
+		// Durable holds are off here, but another consumer (or this one, configured otherwise) may
+		// have held the session: the wake-up says so, and the record is honoured.
+		if err := r.loadState(hs); err != nil {
+			return false
+		}
+	}
+	if hs.ds.foreign {
+		return r.settleControl(hs, msg)
+	}
+	if h := hs.ds.st.Hold; h != nil && h.DeadLetterReason == "" && h.WakeID == msg.MessageID {
+		// The broker delivered the wake-up at the hold's time on its own clock: the hold is due, even
+		// if this clock is behind.
+		if now := r.sc.cfg.clock.Now(); now.Before(h.WakeAt) {
+			due := *h
+			due.WakeAt = now
+			hs.ds.st.Hold = &due
+		}
+	}
+	if r.resume(stop, hs) {
+		return false
+	}
+	if hs.holdNotDeferred {
+		// The held message is not deferred, and the wake-up came first: it is gone (a held message
+		// back active would have come before its wake-up, scheduled after it).
+		if !r.dropMissingHold(hs) || r.resume(stop, hs) {
+			return false
+		}
+	}
+	if h := hs.ds.st.Hold; h != nil && h.WakeID == msg.MessageID {
+		// Cannot happen (the hold was made due above); completing the wake-up would leave nothing to
+		// bring a consumer back to a session whose messages are all deferred.
+		r.sc.cfg.logger.Error("a wake-up is still needed after its hold ran; leaving it", slog.String("session_id", hs.sid))
+		return false
+	}
+	return r.settleControl(hs, msg)
+}
+
+// settleControl completes a control message that nothing needs any more.
+func (r *sessionRun) settleControl(hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
+	now := r.sc.cfg.clock.Now()
+	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
+	// A settle like the others (settleCall); a doubted one needs nothing: a wake-up that comes back is
+	// ignored.
+	_, err := r.settleCall(hs, d, SettleComplete, func(ctx context.Context, recv SessionReceiver) error {
+		return recv.CompleteMessage(ctx, msg, nil)
+	})
+	if err != nil {
+		r.sc.cfg.logger.Debug("completing a wake-up failed; it comes back and is ignored then", slog.String("session_id", hs.sid), errAttr(err))
+		return false
+	}
+	return true
+}
+
+// resume runs what the record says is due, in order: the held message once its time has come, then
+// the followers, one at a time, until one is held again or none is left. It reports true when the
+// session must be released.
+func (r *sessionRun) resume(stop context.Context, hs *servedSession) (release bool) {
+	for {
+		if stopped(stop) {
+			return true
+		}
+		st := hs.ds.st
+		var seq int64
+		var from *sessionstate.Hold
+		switch {
+		case st.Hold != nil && st.Hold.DeadLetterReason != "":
+			// Blocked until an operator releases it. The record is written before the dead-letter, so
+			// the message may still be deferred here, if a consumer stopped between the two.
+			if !hs.deadLetterChecked {
+				hs.deadLetterChecked = true
+				if msg, err := r.receiveDeferred(hs, st.Hold.SequenceNumber); err == nil {
+					if !r.deadLetterRecorded(hs, msg, st.Hold) {
+						return true
+					}
+					continue
+				} else if !errors.Is(err, errDeferredGone) {
+					return true
+				}
+			}
+			return false
+		case st.Hold != nil:
+			if r.sc.cfg.clock.Now().Before(st.Hold.WakeAt) {
+				return false // not yet: its wake-up is scheduled
+			}
+			seq, from = st.Hold.SequenceNumber, st.Hold
+		case len(st.Followers) > 0:
+			seq = st.Followers[0]
+		default:
+			return false
+		}
+		msg, err := r.receiveDeferred(hs, seq)
+		if errors.Is(err, errDeferredGone) && from != nil {
+			// Not deferred: it may be back active (see holdNotDeferred); the next receive says.
+			hs.holdNotDeferred = true
+			return false
+		}
+		if errors.Is(err, errDeferredGone) {
+			r.sc.cfg.logger.Warn("a deferred message of a held session is gone (expired, or settled before a consumer stopped); going on without it",
+				slog.String("session_id", hs.sid), slog.Int64("sequence_number", seq))
+			if r.writeState(hs, st.Without(seq)) != nil {
+				return true
+			}
+			continue
+		}
+		if err != nil {
+			r.sc.cfg.logger.Warn("receiving a deferred message of a held session failed; releasing the session", slog.String("session_id", hs.sid), errAttr(err))
+			return true
+		}
+		if r.lostBeforeRun(hs, msg) {
+			return true
+		}
+		res := r.handle(stop, hs, msg, from)
+		if !settledForSure(res) || !r.afterSettle(hs, msg, res) {
+			return true
+		}
+	}
+}
+
+// deferBehind sets msg aside behind what blocks the session, listing it in the record first. The held
+// message itself, come back active because a consumer stopped before deferring it, is deferred (or run,
+// when due), and one the record says was dead-lettered is dead-lettered; a message already listed is
+// deferred again.
+func (r *sessionRun) deferBehind(stop context.Context, hs *servedSession, msg *azservicebus.ReceivedMessage) bool {
+	p := r.sc.proc
+	if msg.SequenceNumber == nil {
+		// Every broker-delivered message has one; without it nothing can find it again.
+		res := r.handle(stop, hs, msg, nil)
+		return settledForSure(res)
+	}
+	seq := *msg.SequenceNumber
+	st := hs.ds.st
+	props := map[string]any{}
+	switch h := st.Hold; {
+	case h != nil && h.SequenceNumber == seq && h.DeadLetterReason != "":
+		return r.deadLetterRecorded(hs, msg, h)
+	case h != nil && h.SequenceNumber == seq:
+		if !r.sc.cfg.clock.Now().Before(h.WakeAt) {
+			res := r.handle(stop, hs, msg, h)
+			return settledForSure(res) && r.afterSettle(hs, msg, res)
+		}
+		props[envelope.PropAttempt], props[envelope.PropLastError], props[sessionstate.PropHeldUntil] = int64(h.Attempt), h.LastError, h.WakeAt.UTC()
+	case st.Follows(seq):
+	case len(st.Followers) >= sessionstate.MaxFollowers:
+		d := r.setAside(hs, msg)
+		res := Result{Attempt: d.env.Attempt}
+		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, msg, r.sc.cfg.reasons.SessionBacklogFull, nil, d.now, false), &res)
+		return r.endSetAside(d, res)
+	default:
+		d := r.setAside(hs, msg)
+		next := sessionstate.State{Hold: st.Hold, Followers: append(slices.Clip(st.Followers), seq)}
+		if err := r.writeState(hs, next); err != nil {
+			return r.endSetAside(d, withOutcome(Result{Attempt: d.env.Attempt}, OutcomeLeftForRedelivery, err))
+		}
+		return r.deferAside(hs, d, st, props)
+	}
+	return r.deferAside(hs, r.setAside(hs, msg), st, props)
+}
 
 // handle runs one message of a held session to its end, counting it in the health and reporting it to
 // OnProcessed once.
@@ -46,7 +247,7 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *servedSession, d *del
 		d.env = envelope.Envelope{OriginalMessageID: d.msg.MessageID, FirstSequenceNumber: -1}
 		p.started(d)
 		res := Result{Attempt: env.Attempt}
-		r.deadLetter(d, hs, p.deadLetterDecision(&d.env, d.msg, r.sc.cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res, true)
+		r.deadLetterHead(d, hs, p.deadLetterDecision(&d.env, d.msg, r.sc.cfg.reasons.InvalidEnvelope, envErr, d.now, false), &res)
 		return res
 	}
 	d.env = seed(d.msg, env, d.route.entity, p.idempotencyKey)
@@ -156,7 +357,7 @@ func (r *sessionRun) failedInPlace(stop context.Context, hs *servedSession, d *d
 		r.complete(d, hs, &st.res, OutcomeDiscarded)
 		return st.res, true
 	case dec != nil:
-		r.deadLetter(d, hs, dec, &st.res, true)
+		r.deadLetterHead(d, hs, dec, &st.res)
 		return st.res, true
 	}
 	// The queue consumer's line for a retry (settle.go), at its level: the retry waits in the session
@@ -184,10 +385,15 @@ func (r *sessionRun) failedInPlace(stop context.Context, hs *servedSession, d *d
 	return Result{}, false
 }
 
-// withOutcome is res with its outcome and settle error set.
-func withOutcome(res Result, o Outcome, err error) Result {
-	res.Outcome, res.SettleErr = o, err
-	return res
+// deadLetterHead dead-letters d's message, the head of its session, as dec says; with
+// BlockAfterDeadLetter the block is recorded first (blockingRecord, sessiondurable.go), and a record
+// that cannot be written leaves the message unsettled.
+func (r *sessionRun) deadLetterHead(d *delivery, hs *servedSession, dec *decision, res *Result) {
+	if !r.blockingRecord(hs, d, dec.reason, res.HandlerErr) {
+		*res = withOutcome(*res, OutcomeLeftForRedelivery, errors.New("retry: the session's record could not be written"))
+		return
+	}
+	r.deadLetter(d, hs, dec, res)
 }
 
 // decideInPlace decides what a failed attempt becomes in a held session: a dead-letter or a discard
@@ -254,101 +460,6 @@ func (r *sessionRun) waitHold(stop context.Context, lk *sessionLock, delay time.
 	case <-lk.ctx.Done():
 		return false, context.Cause(lk.ctx)
 	}
-}
-
-// settleContext bounds one settle call: by the settle timeout, since the SDK's recovery after a lost
-// session lock takes about 30 s, and by the session lock, since a settle after it ended cannot succeed.
-func (r *sessionRun) settleContext(lk *sessionLock) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(lk.ctx, r.sc.cfg.settleTimeout)
-}
-
-// settleCall makes one settle call (op: complete, dead-letter, defer) on hs's receiver, the way the
-// queue consumer makes its settles (settle.go): under the session's lock keeper, bounded by the settle
-// timeout cut to the lock's remaining time and ended by the lock's end (beginLockBound), its error
-// marked as a lost lock if the lock was lost meanwhile and its success doubted when the SDK had to retry
-// it (endLockBound; the time measured leaves out the wait for the receiver's turn). OnSettle sees the
-// call's own error, and nothing when no call was made (the lock was already gone). d.now moves to when
-// it returned.
-func (r *sessionRun) settleCall(hs *servedSession, d *delivery, op string, call func(context.Context, SessionReceiver) error) (doubted bool, err error) {
-	p, clk, lk := r.sc.proc, r.sc.cfg.clock, &hs.lk.keeper
-	d.now = clk.Now() // a session-state call may have come between the last step and this one
-	ctx, cancel, err := r.sc.cfg.beginLockBound(lk, d.now)
-	if err != nil {
-		return false, err
-	}
-	start := p.callStart(d)
-	took, callErr := hs.recv.timed(ctx, clk, func(recv SessionReceiver) error { return call(ctx, recv) })
-	doubted, err = endLockBound(lk, took, cancel, callErr)
-	d.now = clk.Now()
-	p.settled(d, op, "", d.env, start, callErr)
-	return doubted, err
-}
-
-// complete completes d's message, with outcome on success. A failed complete leaves the message for
-// the broker to give back (the session is then released, so that it comes back before its followers).
-func (r *sessionRun) complete(d *delivery, hs *servedSession, res *Result, outcome Outcome) {
-	p := r.sc.proc
-	doubted, err := r.settleCall(hs, d, SettleComplete, func(ctx context.Context, recv SessionReceiver) error {
-		return recv.CompleteMessage(ctx, d.msg, nil)
-	})
-	if err != nil {
-		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(hs.lk, err))
-		p.cfg.log(d.ctx, slog.LevelWarn, "complete failed; the message goes back to the session", d.msg, d.env, errAttr(err))
-		return
-	}
-	res.Outcome = outcome
-	r.doubt(d, doubted, res)
-}
-
-// doubt marks a settle whose success is doubted (see endLockBound) as possibly not done: azservicebus
-// v1.11 reports success for a retried settle that the broker had rejected, the message still locked
-// (soak/README.md findings 1 and 3). The session is then released (see settledForSure), so that the
-// message, if it is still there, comes back before its successors and runs again, rather than after
-// them.
-func (r *sessionRun) doubt(d *delivery, doubted bool, res *Result) {
-	if !doubted {
-		return
-	}
-	res.PossibleDuplicate = true
-	r.sc.proc.cfg.log(d.ctx, slog.LevelWarn, "a settle succeeded only after the SDK retried it, which may not have settled it; releasing the session", d.msg, d.env)
-}
-
-// settledForSure reports whether res's message is settled beyond doubt, so that the session may go
-// on with its next message.
-func settledForSure(res Result) bool {
-	return res.Outcome != OutcomeLeftForRedelivery && !res.PossibleDuplicate
-}
-
-// deadLetter dead-letters d's message as dec says. With blocks, the message heads its session, and
-// BlockAfterDeadLetter records the block first (sessiondurable.go). A failed dead-letter leaves the
-// message for the broker to give back.
-func (r *sessionRun) deadLetter(d *delivery, hs *servedSession, dec *decision, res *Result, blocks bool) {
-	p, lk := r.sc.proc, hs.lk
-	reason, desc := dec.reason, dec.desc
-	if blocks && !r.blockingRecord(hs, d, reason, res.HandlerErr) {
-		*res = withOutcome(*res, OutcomeLeftForRedelivery, errors.New("retry: the session's record could not be written"))
-		return
-	}
-	res.DeadLetterReason = reason
-	doubted, err := r.settleCall(hs, d, SettleDeadLetter, func(ctx context.Context, recv SessionReceiver) error {
-		return recv.DeadLetterMessage(ctx, d.msg, &azservicebus.DeadLetterOptions{Reason: &reason, ErrorDescription: &desc, PropertiesToModify: dec.props})
-	})
-	if err != nil {
-		*res = withOutcome(*res, OutcomeLeftForRedelivery, r.settleError(lk, err))
-		p.cfg.log(d.ctx, slog.LevelWarn, "dead-letter failed; the message goes back to the session", d.msg, d.env, errAttr(err))
-		return
-	}
-	res.Outcome = OutcomeDeadLettered
-	p.cfg.log(d.ctx, slog.LevelWarn, "message dead-lettered", d.msg, d.env, slog.String("reason", reason))
-	r.doubt(d, doubted, res)
-}
-
-// settleError is the SettleErr of a failed settle: ErrLockLost when the session lock ended, else err.
-func (r *sessionRun) settleError(lk *sessionLock, err error) error {
-	if lost, why := lk.lost(); lost {
-		return why
-	}
-	return err
 }
 
 // Outage mode on a session consumer (Options.Outage). The breaker is the queue consumer's (outage.go),

@@ -50,7 +50,7 @@ func (s *serialReceiver) take(ctx context.Context) error {
 func (s *serialReceiver) give() { <-s.turn }
 
 // timed runs call on the receiver in its turn and reports how long the call itself took on clk, the
-// wait for the turn left out: a settle is doubted by that time (sessionhold.go doubt).
+// wait for the turn left out: a settle is doubted by that time (sessionserved.go doubt).
 func (s *serialReceiver) timed(ctx context.Context, clk Clock, call func(SessionReceiver) error) (time.Duration, error) {
 	if err := s.take(ctx); err != nil {
 		return 0, err

@@ -43,7 +43,7 @@ func (p *Processor) apply(d *delivery, settleBase context.Context, f *flight, de
 // beginLockBound starts one settle call that needs lk, at now: its context is bounded by the settle
 // timeout cut to the lock's remaining time, and ended by the lock's end too. It returns errLockGone,
 // and no context, when the lock is already gone. Call endLockBound with the call's error. The session
-// consumer's settles go through the same pair, with the session's lock (sessionhold.go settleCall).
+// consumer's settles go through the same pair, with the session's lock (sessionserved.go settleCall).
 func (c *config) beginLockBound(lk *lockKeeper, now time.Time) (context.Context, context.CancelFunc, error) {
 	if !lk.alive(now) {
 		return nil, nil, errLockGone
