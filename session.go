@@ -334,9 +334,6 @@ type liveSessionConnection struct {
 	once   sync.Once
 }
 
-// loop connects, runs MaxConcurrentSessions workers on the connection, and rebuilds the connection when
-// one finds it broken. It returns when ctx ends (nil), leaving the workers to drain, or when the first
-// connect fails in a way retrying cannot fix.
 // startWorkers starts the workers of one connection: each accepts and serves one session at a time until
 // ctx ends or it finds the connection broken, which it reports on the returned channel.
 func (r *sessionRun) startWorkers(ctx context.Context, live *liveSessionConnection) <-chan error {
@@ -356,6 +353,9 @@ func (r *sessionRun) startWorkers(ctx context.Context, live *liveSessionConnecti
 	return broken
 }
 
+// loop connects, runs MaxConcurrentSessions workers on the connection, and rebuilds the connection when
+// one finds it broken. It returns when ctx ends (nil), leaving the workers to drain, or when the first
+// connect fails in a way retrying cannot fix.
 func (r *sessionRun) loop(ctx context.Context) error {
 	sc, c := r.sc, r.sc.stats
 	var (
