@@ -201,7 +201,8 @@ func BenchmarkSDKSessions(b *testing.B) {
 				clients[i] = newClient(b, em)
 			}
 			sender := newSender(b, clients[0], "sq")
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			// A drain of 50,000 sessions takes minutes on 2 cores; under other load, more than 5.
+			ctx, cancel := context.WithTimeout(context.Background(), time.Duration(5+shape.sessions/2500)*time.Minute)
 			defer cancel()
 			ent := sessionEntities[0]
 			// Warm-up: the sender's and a session receiver's links.
