@@ -162,7 +162,8 @@ func (c Constant) Validate() error {
 
 // Jitter spreads the delays of another Backoff by up to ±Fraction, so that messages that failed
 // together do not all come back in the same instant. The result stays within the inner backoff's
-// bounds when it has them ([DelayBounds]).
+// bounds when it has them ([DelayBounds]), except a [Constant]'s: its one delay is both its floor and
+// its cap, so its delays are spread by the whole ±Fraction, and [Jitter.Bounds] says so.
 type Jitter struct {
 	// Backoff is the backoff whose delays are spread. Nil means Fibonacci{}.
 	Backoff Backoff
@@ -180,10 +181,7 @@ type Jitter struct {
 func (j Jitter) Delay(attempt int) time.Duration {
 	inner := j.inner()
 	d := inner.Delay(attempt)
-	frac := j.Fraction
-	if frac <= 0 || frac > 1 || math.IsNaN(frac) {
-		frac = 0.2
-	}
+	frac := j.fraction()
 	r := rand.Float64
 	if j.Rand != nil {
 		r = j.Rand
@@ -192,24 +190,46 @@ func (j Jitter) Delay(attempt int) time.Duration {
 	if x < 0 || x >= 1 || math.IsNaN(x) {
 		x = 0.5
 	}
-	scaled := float64(d) * (1 - frac + 2*frac*x)
-	out := time.Duration(scaled)
-	if scaled >= float64(math.MaxInt64) {
-		out = math.MaxInt64
-	}
+	out := scaleBy(d, 1-frac+2*frac*x)
 	if b, ok := inner.(DelayBounds); ok {
-		floor, ceiling := b.Bounds()
-		out = clamp(out, floor, ceiling)
+		if floor, ceiling := b.Bounds(); floor < ceiling {
+			out = clamp(out, floor, ceiling)
+		}
 	}
 	return out
 }
 
-// Bounds returns the inner backoff's bounds, or zero and [DefaultCap] when it has none.
+// Bounds returns the inner backoff's bounds, or zero and [DefaultCap] when it has none. An inner
+// backoff of one delay (a [Constant]: floor and cap equal) is spread by ±Fraction, so the bounds are
+// that delay scaled by 1-Fraction and 1+Fraction.
 func (j Jitter) Bounds() (floor, ceiling time.Duration) {
-	if b, ok := j.inner().(DelayBounds); ok {
-		return b.Bounds()
+	b, ok := j.inner().(DelayBounds)
+	if !ok {
+		return 0, DefaultCap
 	}
-	return 0, DefaultCap
+	floor, ceiling = b.Bounds()
+	if floor == ceiling {
+		frac := j.fraction()
+		return scaleBy(floor, 1-frac), scaleBy(ceiling, 1+frac)
+	}
+	return floor, ceiling
+}
+
+// fraction is Fraction, or 0.2 when it is out of (0, 1] (zero, or rejected by Validate).
+func (j Jitter) fraction() float64 {
+	if j.Fraction <= 0 || j.Fraction > 1 || math.IsNaN(j.Fraction) {
+		return 0.2
+	}
+	return j.Fraction
+}
+
+// scaleBy is d times f, saturating at the largest Duration.
+func scaleBy(d time.Duration, f float64) time.Duration {
+	scaled := float64(d) * f
+	if scaled >= float64(math.MaxInt64) {
+		return math.MaxInt64
+	}
+	return time.Duration(scaled)
 }
 
 // Validate checks Fraction and the inner backoff. The range it enforces is the one [Jitter.Delay]

@@ -89,6 +89,26 @@ func TestJitter(t *testing.T) {
 	assert.Equal(t, 50*time.Second, bad.Delay(5))
 }
 
+// A Constant's one delay is its floor and its cap: Jitter spreads it by the whole ±Fraction instead
+// of clamping every delay back to the constant (which made Jitter{Constant} no jitter at all), and its
+// Bounds say so, for the consumer's cap on RetryAfter.
+func TestJitterSpreadsAConstant(t *testing.T) {
+	inner := backoff.Constant{Interval: time.Minute}
+	low := backoff.Jitter{Backoff: inner, Fraction: 0.5, Rand: func() float64 { return 0 }}
+	high := backoff.Jitter{Backoff: inner, Fraction: 0.5, Rand: func() float64 { return 0.999999 }}
+	assert.Equal(t, 30*time.Second, low.Delay(3))
+	assert.InDelta(t, float64(90*time.Second), float64(high.Delay(3)), float64(time.Millisecond))
+	floor, ceiling := low.Bounds()
+	assert.Equal(t, 30*time.Second, floor)
+	assert.Equal(t, 90*time.Second, ceiling)
+	floor, ceiling = backoff.Jitter{Backoff: inner}.Bounds()
+	assert.Equal(t, 48*time.Second, floor, "the default fraction, 0.2")
+	assert.Equal(t, 72*time.Second, ceiling)
+	// A huge constant saturates rather than overflowing.
+	_, ceiling = backoff.Jitter{Backoff: backoff.Constant{Interval: math.MaxInt64}, Fraction: 1}.Bounds()
+	assert.Equal(t, time.Duration(math.MaxInt64), ceiling)
+}
+
 // TestBackoffValidate: want is a fragment of the reason for invalid cases: the fields involved must be
 // named. How a Validate error reaches the caller of NewProcessor is package retry's TestPolicyOptionsAreValidated.
 func TestBackoffValidate(t *testing.T) {
