@@ -31,6 +31,9 @@ type TailerOptions struct {
 	Process string
 	// Now is the clock that stamps records the broker gives no time for. Nil means time.Now.
 	Now func() time.Time
+	// OnPoll, when set, is told what each successful poll of [Tailer.Run] read, on Run's goroutine
+	// (sbretry index tail reports progress with it).
+	OnPoll func(TailResult)
 }
 
 // peeker lists the methods of *azservicebus.Receiver a tailer calls: it only ever peeks.
@@ -131,8 +134,12 @@ func (t *Tailer) Run(ctx context.Context, interval time.Duration, onError func(e
 			return ctx.Err()
 		case <-timer.C:
 		}
-		if _, err := t.Poll(ctx); err != nil && ctx.Err() == nil && onError != nil {
+		res, err := t.Poll(ctx)
+		switch {
+		case err != nil && ctx.Err() == nil && onError != nil:
 			onError(err)
+		case err == nil && t.opts.OnPoll != nil:
+			t.opts.OnPoll(res)
 		}
 		timer.Reset(interval)
 	}

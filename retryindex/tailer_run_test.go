@@ -39,7 +39,7 @@ func (f fakePeeker) PeekMessages(_ context.Context, n int, o *azservicebus.PeekM
 func (fakePeeker) Close(context.Context) error { return nil }
 
 // TestTailerRunPollsEveryInterval: Run polls at once and then every interval, reports a failed poll
-// and goes on, and returns when its context ends.
+// and goes on, tells OnPoll what each good poll read, and returns when its context ends.
 func TestTailerRunPollsEveryInterval(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -51,7 +51,9 @@ func TestTailerRunPollsEveryInterval(t *testing.T) {
 		copyMsg := &azservicebus.ReceivedMessage{MessageID: env.RetryMessageID(2), SequenceNumber: &seq, State: azservicebus.MessageStateScheduled,
 			ScheduledEnqueueTime: &due, ApplicationProperties: map[string]any{"sbretry-attempt": int64(2), "sbretry-source": "orders",
 				"sbretry-first-sequence-number": int64(1), "sbretry-original-message-id": "order-1"}}
-		tl, err := newTailer(s, "orders", nil, func(path string) (peeker, error) {
+		var polls []TailResult
+		opts := &TailerOptions{OnPoll: func(r TailResult) { polls = append(polls, r) }}
+		tl, err := newTailer(s, "orders", opts, func(path string) (peeker, error) {
 			if path == "orders" {
 				return fakePeeker{msgs: []*azservicebus.ReceivedMessage{copyMsg}, failing: failing, peeks: peeks}, nil
 			}
@@ -69,6 +71,9 @@ func TestTailerRunPollsEveryInterval(t *testing.T) {
 		require.NoError(t, err)
 		require.Len(t, ans.Events, 1)
 		assert.Equal(t, StatePending, ans.Events[0].State)
+		require.Len(t, polls, 1)
+		assert.Equal(t, 1, polls[0].Recorded)
+		assert.Equal(t, 1, polls[0].Peeked["orders"])
 
 		failing.Store(true)
 		time.Sleep(time.Minute) // the fake clock of the bubble: the next interval
@@ -79,6 +84,8 @@ func TestTailerRunPollsEveryInterval(t *testing.T) {
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		assert.Len(t, errs, 1, "a good poll reports nothing")
+		require.Len(t, polls, 2, "OnPoll hears of the good polls only")
+		assert.Zero(t, polls[1].Recorded, "nothing new")
 
 		cancel()
 		assert.ErrorIs(t, <-done, context.Canceled)

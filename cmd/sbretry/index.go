@@ -26,6 +26,12 @@ import (
 // read-only. A missing file is a usage error, never an empty answer. It returns the store and how to
 // name it in output, which never includes a password.
 func openIndex(ctx context.Context, spec string) (retryindex.Store, string, error) {
+	return openIndexFor(ctx, spec, false)
+}
+
+// openIndexFor is openIndex, with the embedded file opened for writing, and created if missing, when
+// write is set (index rebuild and index tail feed the index, as a recorder does).
+func openIndexFor(ctx context.Context, spec string, write bool) (retryindex.Store, string, error) {
 	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
 		cfg, err := pgx.ParseConfig(spec)
 		if err != nil {
@@ -38,10 +44,10 @@ func openIndex(ctx context.Context, spec string) (retryindex.Store, string, erro
 		}
 		return s, name, nil
 	}
-	if _, err := os.Stat(spec); err != nil {
+	if _, err := os.Stat(spec); err != nil && !write {
 		return nil, "", usagef("--index %s: %v", spec, err)
 	}
-	s, err := retryindex.OpenSQLite(spec, &retryindex.SQLiteOptions{ReadOnly: true})
+	s, err := retryindex.OpenSQLite(spec, &retryindex.SQLiteOptions{ReadOnly: !write})
 	if err != nil {
 		return nil, "", err
 	}
@@ -80,7 +86,7 @@ func describeFreshness(f retryindex.Freshness) string {
 			fmt.Fprintf(&b, ", next sequence number %d", fd.Cursor)
 		}
 		if fd.Lost > 0 {
-			fmt.Fprintf(&b, ", LOST %d records (the last at %s): answers may miss their changes until a rebuild from the broker (retryindex.Tailer.Rebuild)", fd.Lost, formatTime(fd.LostAt))
+			fmt.Fprintf(&b, ", LOST %d records (the last at %s): answers may miss their changes until a rebuild from the broker (sbretry index rebuild)", fd.Lost, formatTime(fd.LostAt))
 		}
 	}
 	return b.String()

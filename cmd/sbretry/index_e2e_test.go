@@ -19,6 +19,10 @@ import (
 	"github.com/sbretry/retry/retryindex"
 )
 
+// pendingLineRE finds "will be retried at T (attempt N), …; sequence number S in orders" in status's
+// answer, from the broker or from the index alike.
+var pendingLineRE = regexp.MustCompile(`will be retried at (\S+) \(attempt (\d+)\), .*?sequence number (\d+) in orders`)
+
 // TestIndexAgreesWithTheBroker is the whole path as a user takes it: a real consumer on the emulator
 // keeps an index file through retryindex.Recorder.Hooks while its handler fails some messages; then
 // status with --index answers as status without it (a peek of the broker) does: the same due time,
@@ -60,12 +64,11 @@ func TestIndexAgreesWithTheBroker(t *testing.T) {
 	require.NoError(t, rec.Close(sbtest.Context(t)))
 
 	// "will be retried at T (attempt 2), in …; sequence number S in orders": the same from both.
-	pendingLine := regexp.MustCompile(`will be retried at (\S+) \(attempt (\d+)\), .*?sequence number (\d+) in orders`)
 	code, fromBroker, errOut := h.cli(t, "", "status", "order-1")
 	require.Equal(t, exitOK, code, errOut)
 	code, fromIndex, errOut := cliNoEntity(t, "", "status", "--index", path, "order-1")
 	require.Equal(t, exitOK, code, errOut)
-	b, i := pendingLine.FindStringSubmatch(fromBroker), pendingLine.FindStringSubmatch(fromIndex)
+	b, i := pendingLineRE.FindStringSubmatch(fromBroker), pendingLineRE.FindStringSubmatch(fromIndex)
 	require.NotNil(t, b, fromBroker)
 	require.NotNil(t, i, fromIndex)
 	assert.Equal(t, b[1:], i[1:], "due time, attempt and sequence number")

@@ -64,6 +64,13 @@ commands:
                       release one held session: its retry runs now, or a session blocked after a
                       dead-letter runs its followers (--dry-run; asks for confirmation unless --yes;
                       --wake-to TOPIC for a subscription: the wake-up goes through its topic's rules)
+  index rebuild --index FILE|URL
+                      read the entity and its dead-letter queue from their first message into the
+                      retry-state index: what a recorder lost is read again, events whose copy is gone
+                      are marked so, and the noted losses are cleared (a peek of the whole backlog)
+  index tail --index FILE|URL
+                      keep the index fed from the broker: read what arrived since the last read, every
+                      --interval D (default 10s), until interrupted; for an index kept without a recorder
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback, or
                       --tokens-file F with reader and operator tokens; --audit-file F; --entity
                       PATH[=RETRYQUEUE] repeatable; --index PATH|URL for its search and pages, with
@@ -185,7 +192,7 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 	for i := 0; i < len(args); i++ {
 		arg := args[i]
 		switch {
-		case len(words) < 2 && !strings.HasPrefix(arg, "-") && (len(words) == 0 || words[0] == "dlq" || words[0] == "sessions"):
+		case len(words) < 2 && !strings.HasPrefix(arg, "-") && (len(words) == 0 || words[0] == "dlq" || words[0] == "sessions" || words[0] == "index"):
 			words = append(words, arg)
 		case arg == "-h" || arg == "--help" || arg == "-help":
 			return flag.ErrHelp
@@ -214,6 +221,12 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		}
 		name += " " + words[1]
 	}
+	if name == "index" {
+		if len(words) < 2 {
+			return usagef("index needs a subcommand: rebuild or tail")
+		}
+		name += " " + words[1]
+	}
 	switch name {
 	case "status":
 		return a.status(ctx, rest)
@@ -235,6 +248,8 @@ func (a *app) dispatch(ctx context.Context, args []string) error {
 		return a.sessionsRelease(ctx, rest)
 	case "serve":
 		return a.serve(ctx, rest)
+	case "index rebuild", "index tail":
+		return a.indexFeed(ctx, name, rest)
 	case "pause", "resume", "outage":
 		return a.consumerCommand(ctx, name, rest)
 	}

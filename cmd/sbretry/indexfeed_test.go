@@ -1,0 +1,169 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"github.com/sbretry/retry"
+	"github.com/sbretry/retry/backoff"
+	"github.com/sbretry/retry/internal/sbtest"
+	"github.com/sbretry/retry/retryindex"
+)
+
+// failWithoutRecorder runs a consumer that keeps no index over order-1 (a retry scheduled an hour
+// ahead) and poison-1 (dead-lettered), as a consumer whose recorder lost every record would leave them.
+func failWithoutRecorder(t *testing.T, h *harness) {
+	t.Helper()
+	h.Send(t, sbtest.Message("order-1"), sbtest.Message("poison-1"))
+	connect, err := retry.NewNamespace(h.Em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).Queue(sbtest.Queue)
+	require.NoError(t, err)
+	out := sbtest.NewOutcomes()
+	c, err := retry.NewConsumer(connect, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
+		if m.MessageID == "poison-1" {
+			return retry.Permanent(errBoom)
+		}
+		return errBoom
+	}, &retry.Options{Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: retry.Hooks{OnProcessed: out.Hook}})
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- c.Run(ctx) }()
+	out.WaitFor(t, "two outcomes", func(ps []retry.ProcessedParams) bool { return len(ps) >= 2 })
+	cancel()
+	require.NoError(t, <-ran)
+}
+
+// emptyIndexWithLosses makes an index file whose consumer feed noted n lost records.
+func emptyIndexWithLosses(t *testing.T, n int64) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "index.db")
+	store, err := retryindex.OpenSQLite(path, nil)
+	require.NoError(t, err)
+	require.NoError(t, store.NoteLost(sbtest.Context(t), "consumer billing-1", n))
+	require.NoError(t, store.Close())
+	return path
+}
+
+// index rebuild repairs an index whose recorder lost records: the events it missed are read from the
+// broker (the pending retry with its due time and sequence number, as status without --index says,
+// and the dead letter), and the answers no longer warn of losses.
+func TestIndexRebuildRepairsLostRecords(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	failWithoutRecorder(t, h)
+	path := emptyIndexWithLosses(t, 2)
+
+	code, before, _ := cliNoEntity(t, "", "status", "--index", path, "order-1")
+	assert.Equal(t, exitNotFound, code)
+	assert.Contains(t, before, "LOST 2 records")
+
+	code, out, errOut := h.cli(t, "", "index", "rebuild", "--index", path)
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, out, "rebuilt index "+path+" from the broker")
+	assert.Contains(t, out, "read 1 message of orders, read 1 message of orders/$DeadLetterQueue")
+	assert.Contains(t, out, "losses noted before the rebuild cleared")
+
+	code, fromBroker, errOut := h.cli(t, "", "status", "order-1")
+	require.Equal(t, exitOK, code, errOut)
+	code, fromIndex, errOut := cliNoEntity(t, "", "status", "--index", path, "order-1")
+	require.Equal(t, exitOK, code, errOut)
+	b, i := pendingLineRE.FindStringSubmatch(fromBroker), pendingLineRE.FindStringSubmatch(fromIndex)
+	require.NotNil(t, b, fromBroker)
+	require.NotNil(t, i, fromIndex)
+	assert.Equal(t, b[1:], i[1:], "due time, attempt and sequence number")
+	assert.NotContains(t, fromIndex, "LOST")
+	assert.Contains(t, fromIndex, "tailer orders last wrote")
+
+	code, fromIndex, errOut = cliNoEntity(t, "", "status", "--index", path, "poison-1")
+	require.Equal(t, exitOK, code, errOut)
+	assert.Contains(t, fromIndex, "dead-lettered")
+}
+
+// index tail feeds the index from the broker until interrupted, saying on stderr what each poll that
+// found something wrote; interrupted, it exits 0. An index file that does not exist yet is created.
+func TestIndexTailFeedsUntilInterrupted(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	failWithoutRecorder(t, h)
+	path := filepath.Join(t.TempDir(), "new.db")
+
+	polled := make(chan struct{})
+	errOut := &signalWriter{on: "records written", ch: polled}
+	var out bytes.Buffer
+	a := &app{stdin: strings.NewReader(""), stdout: &out, stderr: errOut, getenv: func(string) string { return "" }, now: time.Now}
+	ctx, cancel := context.WithCancel(sbtest.Context(t))
+	done := make(chan int, 1)
+	go func() {
+		done <- a.run(ctx, []string{"--connection-string", h.Em.ConnectionString(), "--queue", sbtest.Queue, "index", "tail", "--index", path, "--interval", "1h"})
+	}()
+	select {
+	case <-polled:
+	case code := <-done:
+		t.Fatalf("tail ended with %d before its first poll: %s", code, errOut.String())
+	}
+	cancel()
+	assert.Equal(t, exitOK, <-done, errOut.String())
+	assert.Contains(t, errOut.String(), "feeding index "+path+" from orders and orders/$DeadLetterQueue every 1h0m0s")
+	assert.Contains(t, errOut.String(), "read 1 message of orders, read 1 message of orders/$DeadLetterQueue; 2 records written")
+
+	code, fromIndex, stderr := cliNoEntity(t, "", "status", "--index", path, "order-1")
+	require.Equal(t, exitOK, code, stderr)
+	assert.Contains(t, fromIndex, "will be retried at")
+}
+
+// The commands refuse what they cannot do, before reading anything.
+func TestIndexFeedUsage(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--queue", "orders", "index"}, "index needs a subcommand: rebuild or tail"},
+		{[]string{"--queue", "orders", "index", "rebuild"}, "index rebuild needs --index FILE"},
+		{[]string{"--queue", "orders", "index", "tail", "--index", "x.db", "--interval", "0s"}, "--interval must be positive"},
+		{[]string{"--queue", "orders", "--session-consumer", "index", "rebuild", "--index", "x.db"}, "a session consumer keeps its holds in its sessions"},
+		{[]string{"--queue", "orders", "index", "rebuild", "--index", "x.db", "extra"}, "index rebuild takes no arguments"},
+	} {
+		code, _, errOut := cliNoEntity(t, "", tc.args...)
+		assert.Equal(t, exitUsage, code, tc.args)
+		assert.Contains(t, errOut, tc.want, tc.args)
+	}
+}
+
+// signalWriter collects what is written and closes ch the first time it contains on.
+type signalWriter struct {
+	mu   sync.Mutex
+	b    bytes.Buffer
+	on   string
+	ch   chan struct{}
+	done bool
+}
+
+func (w *signalWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n, err := w.b.Write(p)
+	if !w.done && strings.Contains(w.b.String(), w.on) {
+		w.done = true
+		close(w.ch)
+	}
+	return n, err
+}
+
+func (w *signalWriter) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.b.String()
+}
