@@ -7,13 +7,14 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/sbretry/retry/console"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
 	"os"
 	"time"
+
+	"github.com/sbretry/retry/console"
 )
 
 // envConsumerToken is the environment variable pause, resume and outage read the control token from.
