@@ -1,20 +1,14 @@
 package main
 
 import (
-	"context"
-	"io"
-	"log/slog"
 	"path/filepath"
 	"regexp"
 	"testing"
-	"time"
 
-	"github.com/Azure/azure-sdk-for-go/sdk/messaging/azservicebus"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/sbretry/retry"
-	"github.com/sbretry/retry/backoff"
 	"github.com/sbretry/retry/internal/sbtest"
 	"github.com/sbretry/retry/retryindex"
 )
@@ -37,30 +31,7 @@ func TestIndexAgreesWithTheBroker(t *testing.T) {
 	rec, err := retryindex.NewRecorder(store, &retryindex.RecorderOptions{Process: "billing-1"})
 	require.NoError(t, err)
 
-	h.Send(t, sbtest.Message("order-1"), sbtest.Message("poison-1"), sbtest.Message("fine-1"))
-	connect, err := retry.NewNamespace(h.Em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).Queue(sbtest.Queue)
-	require.NoError(t, err)
-	out := sbtest.NewOutcomes()
-	c, err := retry.NewConsumer(connect, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
-		switch m.MessageID {
-		case "order-1":
-			return errBoom
-		case "poison-1":
-			return retry.Permanent(errBoom)
-		}
-		return nil
-	}, &retry.Options{
-		Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Hooks:  rec.Hooks(retry.Hooks{OnProcessed: out.Hook}),
-	})
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- c.Run(ctx) }()
-	out.WaitFor(t, "three outcomes", func(ps []retry.ProcessedParams) bool { return len(ps) >= 3 })
-	cancel()
-	require.NoError(t, <-ran)
+	runFailingConsumer(t, h, rec.Hooks(retry.Hooks{}), "order-1", "poison-1", "fine-1")
 	require.NoError(t, rec.Close(sbtest.Context(t)))
 
 	// "will be retried at T (attempt 2), in …; sequence number S in orders": the same from both.

@@ -21,26 +21,40 @@ import (
 	"github.com/sbretry/retry/retryindex"
 )
 
-// failWithoutRecorder runs a consumer that keeps no index over order-1 (a retry scheduled an hour
-// ahead) and poison-1 (dead-lettered), as a consumer whose recorder lost every record would leave them.
-func failWithoutRecorder(t *testing.T, h *harness) {
+// runFailingConsumer sends ids and runs a consumer over them until each has an outcome: a message
+// named poison-… is dead-lettered (a permanent failure), fine-… succeeds, and any other fails, its
+// retry scheduled an hour ahead. hooks are the consumer's (a recorder's, or none: then it keeps no
+// index, as a consumer whose recorder lost every record leaves it).
+func runFailingConsumer(t *testing.T, h *harness, hooks retry.Hooks, ids ...string) {
 	t.Helper()
-	h.Send(t, sbtest.Message("order-1"), sbtest.Message("poison-1"))
+	for _, id := range ids {
+		h.Send(t, sbtest.Message(id))
+	}
 	connect, err := retry.NewNamespace(h.Em.ConnectionString(), &retry.ConnectOptions{Client: &azservicebus.ClientOptions{RetryOptions: sbtest.FastRetries}}).Queue(sbtest.Queue)
 	require.NoError(t, err)
 	out := sbtest.NewOutcomes()
+	onProcessed := hooks.OnProcessed
+	hooks.OnProcessed = func(p retry.ProcessedParams) {
+		if onProcessed != nil {
+			onProcessed(p)
+		}
+		out.Hook(p)
+	}
 	c, err := retry.NewConsumer(connect, func(_ context.Context, m *azservicebus.ReceivedMessage) error {
-		if m.MessageID == "poison-1" {
+		switch {
+		case strings.HasPrefix(m.MessageID, "poison-"):
 			return retry.Permanent(errBoom)
+		case strings.HasPrefix(m.MessageID, "fine-"):
+			return nil
 		}
 		return errBoom
 	}, &retry.Options{Backoff: backoff.Constant{Interval: time.Hour}, SettleTimeout: 5 * time.Second,
-		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: retry.Hooks{OnProcessed: out.Hook}})
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Hooks: hooks})
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	ran := make(chan error, 1)
 	go func() { ran <- c.Run(ctx) }()
-	out.WaitFor(t, "two outcomes", func(ps []retry.ProcessedParams) bool { return len(ps) >= 2 })
+	out.WaitFor(t, "an outcome for each", func(ps []retry.ProcessedParams) bool { return len(ps) >= len(ids) })
 	cancel()
 	require.NoError(t, <-ran)
 }
@@ -62,7 +76,7 @@ func emptyIndexWithLosses(t *testing.T, n int64) string {
 func TestIndexRebuildRepairsLostRecords(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	failWithoutRecorder(t, h)
+	runFailingConsumer(t, h, retry.Hooks{}, "order-1", "poison-1")
 	path := emptyIndexWithLosses(t, 2)
 
 	code, before, _ := cliNoEntity(t, "", "status", "--index", path, "order-1")
@@ -96,7 +110,7 @@ func TestIndexRebuildRepairsLostRecords(t *testing.T) {
 func TestIndexTailFeedsUntilInterrupted(t *testing.T) {
 	t.Parallel()
 	h := newHarness(t)
-	failWithoutRecorder(t, h)
+	runFailingConsumer(t, h, retry.Hooks{}, "order-1", "poison-1")
 	path := filepath.Join(t.TempDir(), "new.db")
 
 	polled := make(chan struct{})
