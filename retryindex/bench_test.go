@@ -243,7 +243,7 @@ func BenchmarkCounts(b *testing.B) {
 	s := openBench(b)
 	ctx := context.Background()
 	for b.Loop() {
-		c, err := s.Counts(ctx)
+		c, err := s.Counts(ctx, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -502,7 +502,7 @@ func BenchmarkTailerRebuild(b *testing.B) {
 		if err != nil || res.Recorded != n {
 			b.Fatalf("%+v: %v", res, err)
 		}
-		c, err := s.Counts(ctx)
+		c, err := s.Counts(ctx, nil)
 		if err != nil || c.ByState[StatePending] != int64(n) {
 			b.Fatalf("%+v: %v", c, err)
 		}

@@ -72,7 +72,7 @@ func BenchmarkPostgres(b *testing.B) {
 	}
 	defer s.Close()
 	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -125,7 +125,7 @@ func BenchmarkPostgres(b *testing.B) {
 				b.Fatalf("%v", err)
 			}
 			t = time.Now()
-			if _, err := s.Counts(ctx); err != nil {
+			if _, err := s.Counts(ctx, nil); err != nil {
 				b.Fatal(err)
 			}
 			counts = append(counts, time.Since(t))
