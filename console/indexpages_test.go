@@ -96,6 +96,9 @@ func TestPagesFromIndex(t *testing.T) {
 			assert.Contains(t, body, `<h2 id="deadletter-total">2 dead letters in 2 failure groups among the 2 most recent</h2>`)
 			refs, _ = offered(t, body)
 			assert.Len(t, refs, 2)
+			for _, id := range []string{"max-1", "perm-1"} {
+				assert.Regexp(t, `<tr class="indexed"[^\n]*\n<td><a href="message\?[^"]+">`+id+`</a></td>`, body, "each row names the original MessageID")
+			}
 
 			code, body = s.get(t, "/api/timeline?e="+esc)
 			require.Equal(t, http.StatusOK, code, body)

@@ -238,6 +238,56 @@ func BenchmarkPendingDeepPage(b *testing.B) {
 	}
 }
 
+// BenchmarkBySource times what a console on a shared index asks for one source entity at the goal's
+// backlog: the first page of its pending retries (50, in due order, with the exact total), the first
+// page of its dead letters (newest first, exact total) and its counts, each checked.
+//
+//	go test -run='^$' -bench=BenchmarkBySource -benchtime=20x ./retryindex
+func BenchmarkBySource(b *testing.B) {
+	s := openBench(b)
+	ctx := context.Background()
+	for b.Loop() {
+		page, err := s.Pending(ctx, &PendingOptions{Limit: 50, Source: "orders"})
+		if err != nil || len(page.Items) != 50 || page.Total != int64(bench.pending) {
+			b.Fatalf("%v: %d items, total %d", err, len(page.Items), page.Total)
+		}
+		if !slices.IsSortedFunc(page.Items, func(x, y Event) int { return x.Due.Compare(y.Due) }) {
+			b.Fatal("not in due order")
+		}
+		dead, err := s.DeadLettered(ctx, &PendingOptions{Limit: 50, Source: "orders"})
+		if err != nil || len(dead.Items) != 50 || dead.Total != int64(bench.dead) {
+			b.Fatalf("%v: %d dead letters, total %d", err, len(dead.Items), dead.Total)
+		}
+		c, err := s.Counts(ctx, &CountsOptions{Source: "orders"})
+		if err != nil || c.ByState[StatePending] != int64(bench.pending) {
+			b.Fatalf("%v: %+v", err, c)
+		}
+	}
+}
+
+// BenchmarkPendingHistogram times the pending retries of one source entity counted by due time at the
+// goal's backlog, as the console's chart asks: 48 buckets of half an hour over the day they fall due
+// in, each checked to add up to the total.
+//
+//	go test -run='^$' -bench=BenchmarkPendingHistogram -benchtime=20x ./retryindex
+func BenchmarkPendingHistogram(b *testing.B) {
+	s := openBench(b)
+	ctx := context.Background()
+	for b.Loop() {
+		h, err := s.PendingHistogram(ctx, &HistogramOptions{Source: "orders", From: benchT0, To: benchT0.Add(24*time.Hour - time.Millisecond), Width: 30 * time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum := h.Before + h.After
+		for _, n := range h.Counts {
+			sum += n
+		}
+		if len(h.Counts) != 48 || sum != int64(bench.pending) || h.Total != sum {
+			b.Fatalf("%d buckets counting %d of %d", len(h.Counts), sum, h.Total)
+		}
+	}
+}
+
 // BenchmarkCounts times the exact counts by state at the goal's backlog.
 func BenchmarkCounts(b *testing.B) {
 	s := openBench(b)
