@@ -69,9 +69,9 @@ func (c *Console) indexFailed(w http.ResponseWriter, r *http.Request, e *entity,
 	c.fail(w, r, http.StatusBadGateway, "%s of %s from the retry-state index: %v (read the broker instead: add &from=broker)", what, e.cfg.Path, err)
 }
 
-// indexSource is the source entity the index's listings of e are filtered by: e's path, or none
-// when the index is e's alone (Options.IndexDedicated), so that the store answers from its counts
-// and its due-time index instead of scanning for the source.
+// indexSource is the source entity the index's listings of e are filtered by: e's path, which the
+// stores answer from their indexes and counts by source, or none when the index is declared e's
+// alone (Options.IndexDedicated, deprecated).
 func (c *Console) indexSource(e *entity) string {
 	if c.opts.IndexDedicated {
 		return ""
