@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"net/url"
 	"slices"
 	"strconv"
@@ -961,10 +960,7 @@ func (s *SQLite) PendingHistogram(ctx context.Context, opts *HistogramOptions) (
 // histogram fills h as o asks from the pending events that from (a FROM and WHERE clause, with
 // its args) selects, through an index that orders them by due time.
 func histogram(ctx context.Context, tx *sql.Tx, h *Histogram, o HistogramOptions, from string, args []any) error {
-	lo, hi := int64(math.MinInt64), o.To.UnixMilli()
-	if !o.From.IsZero() {
-		lo = o.From.UnixMilli()
-	}
+	lo, hi := o.Bounds()
 	inRange := append(slices.Clone(args), lo, hi)
 	for _, b := range []struct {
 		dst   *time.Time

@@ -306,8 +306,8 @@ type HistogramOptions struct {
 	// Source, when set, counts only the events whose chain started on that entity (as
 	// [PendingOptions.Source]).
 	Source string
-	// From and To bound the due times the buckets count. A zero From means no lower bound (and no
-	// buckets: Width must then be zero); To must not be before From.
+	// From and To bound the due times the buckets count. A zero From means no lower bound, a zero To
+	// no upper bound (and either, no buckets: Width must then be zero); To must not be before From.
 	From, To time.Time
 	// Width is the buckets' width, whole milliseconds (the index's precision), and at most
 	// [MaxHistogramBuckets] of them may cover From to To. Zero means no buckets: only the bounds
@@ -317,10 +317,23 @@ type HistogramOptions struct {
 
 // Buckets is the number of buckets o asks for: enough of Width to cover From to To, or 0.
 func (o HistogramOptions) Buckets() int {
-	if o.Width <= 0 || o.From.IsZero() {
+	if o.Width <= 0 || o.From.IsZero() || o.To.IsZero() {
 		return 0
 	}
 	return int((o.To.UnixMilli()-o.From.UnixMilli())/o.Width.Milliseconds()) + 1
+}
+
+// Bounds is the range o counts, in Unix milliseconds (the index's unit), both included: the whole
+// range of int64 where From or To is zero.
+func (o HistogramOptions) Bounds() (lo, hi int64) {
+	lo, hi = math.MinInt64, math.MaxInt64
+	if !o.From.IsZero() {
+		lo = o.From.UnixMilli()
+	}
+	if !o.To.IsZero() {
+		hi = o.To.UnixMilli()
+	}
+	return lo, hi
 }
 
 // Validate says why o cannot be answered, wrapping [ErrInvalidOptions], or nil.
@@ -330,9 +343,9 @@ func (o HistogramOptions) Validate() error {
 		return fmt.Errorf("%w: Width %v is negative", ErrInvalidOptions, o.Width)
 	case o.Width%time.Millisecond != 0:
 		return fmt.Errorf("%w: Width %v is not whole milliseconds", ErrInvalidOptions, o.Width)
-	case o.Width > 0 && o.From.IsZero():
-		return fmt.Errorf("%w: buckets need a From", ErrInvalidOptions)
-	case !o.From.IsZero() && o.To.Before(o.From):
+	case o.Width > 0 && (o.From.IsZero() || o.To.IsZero()):
+		return fmt.Errorf("%w: buckets need a From and a To", ErrInvalidOptions)
+	case !o.From.IsZero() && !o.To.IsZero() && o.To.Before(o.From):
 		return fmt.Errorf("%w: To %v is before From %v", ErrInvalidOptions, o.To, o.From)
 	case o.Width > 0 && (o.To.UnixMilli()-o.From.UnixMilli())/o.Width.Milliseconds() >= MaxHistogramBuckets:
 		return fmt.Errorf("%w: more than %d buckets of %v from %v to %v", ErrInvalidOptions, MaxHistogramBuckets, o.Width, o.From, o.To)

@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"math"
 	"slices"
 	"strconv"
 	"sync/atomic"
@@ -727,10 +726,7 @@ func (s *Store) PendingHistogram(ctx context.Context, opts *retryindex.Histogram
 		if o.Source == "" {
 			where, source = `FROM sbretry_events WHERE state = 1 AND $1::text IS NULL`, nil
 		}
-		lo, hi := int64(math.MinInt64), o.To.UnixMilli()
-		if !o.From.IsZero() {
-			lo = o.From.UnixMilli()
-		}
+		lo, hi := o.Bounds()
 		for _, b := range []struct {
 			dst   *time.Time
 			order string

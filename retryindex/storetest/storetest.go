@@ -233,6 +233,15 @@ func histogram(t *testing.T, open Open) {
 	assert.Equal(t, t0.Add(-time.Hour), h.First)
 	assert.Equal(t, t0.Add(30*time.Minute), h.Last)
 	assert.EqualValues(t, 60, h.Total)
+	h, err = s.PendingHistogram(ctx, &retryindex.HistogramOptions{From: t0.Add(time.Minute)})
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(time.Minute), h.First, "no upper bound when To is zero")
+	assert.Equal(t, t0.Add(58*time.Minute), h.Last)
+	h, err = s.PendingHistogram(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(-time.Hour), h.First, "nil options: every due time")
+	assert.Equal(t, t0.Add(58*time.Minute), h.Last)
+	assert.EqualValues(t, 60, h.Total)
 	h, err = s.PendingHistogram(ctx, &retryindex.HistogramOptions{Source: "nowhere", From: from, To: to, Width: time.Minute})
 	require.NoError(t, err)
 	assert.Equal(t, make([]int64, 40), h.Counts)
@@ -242,6 +251,7 @@ func histogram(t *testing.T, open Open) {
 		"negative width":       {From: from, To: to, Width: -time.Minute},
 		"part of a ms":         {From: from, To: to, Width: 1500 * time.Microsecond},
 		"buckets without From": {To: to, Width: time.Minute},
+		"buckets without To":   {From: from, Width: time.Minute},
 		"To before From":       {From: to, To: from},
 		"too many buckets":     {From: from, To: from.Add(retryindex.MaxHistogramBuckets * time.Millisecond), Width: time.Millisecond},
 	} {
