@@ -861,15 +861,16 @@ func (s *SQLite) list(ctx context.Context, opts *PendingOptions, l listing) (*Pe
 // a read of the counts, or, in a file without the counts by source (read-only, not yet upgraded), a
 // scan of the state's events.
 func (s *SQLite) count(ctx context.Context, tx *sql.Tx, st State, source ...any) (int64, error) {
-	q := `SELECT coalesce((SELECT n FROM counts WHERE state = ?), 0)`
+	// The state is a literal, so that the scan can use the state's partial index.
+	q := `SELECT coalesce((SELECT n FROM counts WHERE state = ` + itoa(int(st)) + `), 0)`
 	switch {
 	case len(source) > 0 && s.bySource:
-		q = `SELECT coalesce((SELECT n FROM source_counts WHERE state = ? AND source = ?), 0)`
+		q = `SELECT coalesce((SELECT n FROM source_counts WHERE state = ` + itoa(int(st)) + ` AND source = ?), 0)`
 	case len(source) > 0:
-		q = `SELECT count(*) FROM events WHERE state = ? AND source = ?`
+		q = `SELECT count(*) FROM events WHERE state = ` + itoa(int(st)) + ` AND source = ?`
 	}
 	var n int64
-	if err := tx.QueryRowContext(ctx, q, append([]any{st}, source...)...).Scan(&n); err != nil {
+	if err := tx.QueryRowContext(ctx, q, source...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("retryindex: counting %v: %w", st, err)
 	}
 	return n, nil
