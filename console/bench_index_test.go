@@ -117,13 +117,13 @@ func benchEnvInt(name string, def int) int {
 //
 //	CONSOLE_BENCH_INDEX=/tmp/console-bench.db go test -run='^$' -bench=BenchmarkPagesFromIndex -benchtime=5x -count=7 ./console
 //
-// "dedicated" is a console with Options.IndexDedicated (the index holds its entity's events only);
-// "by-source" one without, whose pages filter by source entity, which the store answers by scanning.
-// "overview" counts both states of the entity; "pending" is the first page (50 rows in due order, the
-// exact total); "pending-deep" the page after the 500,000th retry (by the index's cursor); "timeline"
-// the chart's data (the earliest 5,000, bucketed); "deadletters" the first page of dead letters
-// newest first, with the failure groups of the most recent 2,000; "group" the largest group's first
-// page.
+// "dedicated" is a console with Options.IndexDedicated (deprecated: the index holds its entity's
+// events only); "by-source" one without, whose pages list and count by source entity, as on a shared
+// index, through the stores' indexes and counts by source. "overview" counts both states of the
+// entity; "pending" is the first page (50 rows in due order, the exact total); "pending-deep" the page
+// after the 500,000th retry (by the index's cursor); "timeline" the chart's data (every pending retry,
+// counted by due time); "deadletters" the first page of dead letters newest first, with the failure
+// groups of the most recent 2,000; "group" the largest group's first page.
 func BenchmarkPagesFromIndex(b *testing.B) {
 	path := benchIndexPath(b)
 	store, err := retryindex.OpenSQLite(path, &retryindex.SQLiteOptions{ReadOnly: true})

@@ -41,8 +41,8 @@
 // dead-letter page (newest first, the exact total, the failure groups of the most recent 2,000, and
 // each group's page) answer from the index too, each saying how fresh it is (as of when, each feed's
 // last write, the records a feed lost); &from=broker reads the broker instead, and a filter always
-// does. [Options.IndexDedicated] says the index is the one entity's alone, so that the pages need not
-// filter it by source entity, which a store answers by a scan. An action on messages selected on those pages peeks each at the
+// does. The pages of an index several entities share list and count each entity's own events, from the
+// stores' indexes and counts by source entity. An action on messages selected on those pages peeks each at the
 // sequence number the index recorded and acts only if the MessageID there is the one the index named;
 // otherwise it is refused as a stale index (409), nothing done.
 //

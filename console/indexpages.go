@@ -69,9 +69,9 @@ func (c *Console) indexFailed(w http.ResponseWriter, r *http.Request, e *entity,
 	c.fail(w, r, http.StatusBadGateway, "%s of %s from the retry-state index: %v (read the broker instead: add &from=broker)", what, e.cfg.Path, err)
 }
 
-// indexSource is the source entity the index's listings of e are filtered by: e's path, or none
-// when the index is e's alone (Options.IndexDedicated), so that the store answers from its counts
-// and its due-time index instead of scanning for the source.
+// indexSource is the source entity the index's listings of e are filtered by: e's path, which the
+// stores answer from their indexes and counts by source, or none when the index is declared e's
+// alone (Options.IndexDedicated, deprecated).
 func (c *Console) indexSource(e *entity) string {
 	if c.opts.IndexDedicated {
 		return ""
@@ -211,18 +211,14 @@ func (c *Console) deadLettersFromIndex(w http.ResponseWriter, r *http.Request, e
 	c.render(w, r, http.StatusOK, "deadletters.html", "Dead letters of "+e.cfg.Path, data)
 }
 
-// indexGroupWindow and indexTimelineWindow bound the events the dead-letter page groups and the
-// pending chart buckets (and MaxPeek bounds both): walking a listing costs about 25 µs an event in the
-// embedded store, and a failure group's fingerprint about 50 µs more (its regular expressions), so that
-// 2,000 and 5,000 keep each page near a tenth of a second at any backlog (BenchmarkPagesFromIndex).
-// The pages say how many they covered.
-const (
-	indexGroupWindow    = 2_000
-	indexTimelineWindow = 5_000
-)
+// indexGroupWindow bounds the events the dead-letter page groups (and MaxPeek bounds it): walking a
+// listing costs about 25 µs an event in the embedded store, and a failure group's fingerprint about 50
+// µs more (its regular expressions), so that 2,000 keep the page near a tenth of a second at any
+// backlog (BenchmarkPagesFromIndex). The page says how many it grouped.
+const indexGroupWindow = 2_000
 
 // indexPageLimit is the page size the console reads the index with when it walks a listing (the
-// chart, the groups): large enough that a walk is a few queries.
+// groups): large enough that a walk is a few queries.
 const indexPageLimit = 1000
 
 // walkIndex reads the first max events of a listing of e's source (list is Index.Pending or
@@ -330,38 +326,48 @@ func (c *Console) groupFromIndex(w http.ResponseWriter, r *http.Request, e *enti
 	c.render(w, r, http.StatusOK, "indexgroup.html", "Failure group "+g.ID, data)
 }
 
-// timelineFromIndex buckets e's pending retries by due time from the index: the earliest
-// indexTimelineWindow (at most MaxPeek) in true due order. When there are more, the chart stops at
-// the due time of the last one read (those due then count with the rest) and Beyond counts every
-// retry due from then on, from the index's exact total: each bar before it is exact.
+// timelineFromIndex buckets e's pending retries by due time from the index's counts, over the whole
+// backlog: the chart bucketDueTimes draws from every due time, exact, in two reads of the index (its
+// bounds, then its buckets) whatever the backlog, where reading the due times themselves costs about
+// 25 µs each.
 func (c *Console) timelineFromIndex(ctx context.Context, e *entity) (*timeline, error) {
-	evs, first, err := c.walkIndex(ctx, e, min(indexTimelineWindow, c.opts.MaxPeek), c.opts.Index.Pending)
+	now := c.now()
+	horizon := now.Add(timelineHorizon)
+	source := c.indexSource(e)
+	// The earliest due time and the latest within the horizon: where the buckets start and end.
+	bounds, err := c.opts.Index.PendingHistogram(ctx, &retryindex.HistogramOptions{Source: source, To: horizon})
 	if err != nil {
 		return nil, err
 	}
-	due := make([]time.Time, len(evs))
-	for i, ev := range evs {
-		due[i] = ev.Due
+	if bounds.Total == 0 {
+		return &timeline{FromIndex: true, AsOf: bounds.AsOf.Unix()}, nil
 	}
-	var until time.Time
-	if int64(len(due)) < first.Total && len(due) > 0 {
-		// The retries due at the last one's time may go on past the read: all of them count beyond,
-		// unless every one read is due then (a burst due at one instant): those are drawn, and the
-		// rest count beyond from that instant.
-		until = due[len(due)-1]
-		trimmed := due
-		for len(trimmed) > 0 && !trimmed[len(trimmed)-1].Before(until) {
-			trimmed = trimmed[:len(trimmed)-1]
-		}
-		if len(trimmed) > 0 {
-			due = trimmed
-		}
+	from := now
+	if !bounds.First.IsZero() && bounds.First.Before(from) {
+		from = bounds.First
 	}
-	t := bucketDueTimes(c.now(), due)
-	t.Total, t.FromIndex, t.AsOf = int(first.Total), true, first.AsOf.Unix()
-	if !until.IsZero() {
-		t.Beyond, t.Until = int(first.Total)-len(due), until.Unix()
+	from = maxTime(from, now.Add(-timelineHorizon)).Truncate(time.Minute)
+	end := maxTime(from, bounds.Last)
+	step, n := timelineSteps(from, end)
+	// The buckets end at the horizon, or before when the last one does: the retries due after it
+	// count as Later, as bucketDueTimes counts them.
+	to := from.Add(time.Duration(n)*step - time.Millisecond)
+	if to.After(horizon) {
+		to = horizon
 	}
+	h, err := c.opts.Index.PendingHistogram(ctx, &retryindex.HistogramOptions{Source: source, From: from, To: to, Width: step})
+	if err != nil {
+		return nil, err
+	}
+	t := &timeline{Total: int(h.Total), Later: int(h.After), Horizon: horizon.Unix(), FromIndex: true, AsOf: h.AsOf.Unix(),
+		Starts: make([]int64, n), Counts: make([]int, n)}
+	for i := range n {
+		t.Starts[i] = from.Add(time.Duration(i) * step).Unix()
+	}
+	for i, k := range h.Counts {
+		t.Counts[min(i, n-1)] += int(k)
+	}
+	t.Counts[0] += int(h.Before) // due before the horizon back: the first bucket, as bucketDueTimes does
 	return t, nil
 }
 

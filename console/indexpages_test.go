@@ -96,6 +96,9 @@ func TestPagesFromIndex(t *testing.T) {
 			assert.Contains(t, body, `<h2 id="deadletter-total">2 dead letters in 2 failure groups among the 2 most recent</h2>`)
 			refs, _ = offered(t, body)
 			assert.Len(t, refs, 2)
+			for _, id := range []string{"max-1", "perm-1"} {
+				assert.Regexp(t, `<tr class="indexed"[^\n]*\n<td><a href="message\?[^"]+">`+id+`</a></td>`, body, "each row names the original MessageID")
+			}
 
 			code, body = s.get(t, "/api/timeline?e="+esc)
 			require.Equal(t, http.StatusOK, code, body)
@@ -103,7 +106,6 @@ func TestPagesFromIndex(t *testing.T) {
 			require.NoError(t, json.Unmarshal([]byte(body), &tl))
 			assert.True(t, tl.FromIndex)
 			assert.Equal(t, 3, tl.Total)
-			assert.Zero(t, tl.Beyond)
 
 			code, body = s.get(t, "/pending?e="+esc+"&from=broker")
 			require.Equal(t, http.StatusOK, code, body)
@@ -119,8 +121,7 @@ func TestPagesFromIndex(t *testing.T) {
 }
 
 // TestIndexPagesBeyondThePeekBound: the index lists every pending retry in true due order with the
-// exact total, whatever MaxPeek, and pages by its own cursor; the chart reads the earliest MaxPeek and
-// counts the rest as due from the last one read. Without an index the same backlog is read up to
+// exact total, whatever MaxPeek, and pages by its own cursor; the chart counts every one. Without an index the same backlog is read up to
 // MaxPeek, and the page and the overview say the answer is partial.
 func TestIndexPagesBeyondThePeekBound(t *testing.T) {
 	t.Parallel()
@@ -165,9 +166,7 @@ func TestIndexPagesBeyondThePeekBound(t *testing.T) {
 		sum += c
 	}
 	assert.Equal(t, 12, tl.Total)
-	assert.Equal(t, 4, sum, "the earliest MaxPeek read, less the last one's due time")
-	assert.Equal(t, 8, tl.Beyond)
-	assert.Equal(t, searchNow.Add(5*time.Minute).Unix(), tl.Until)
+	assert.Equal(t, 12, sum, "every retry drawn, more than MaxPeek")
 
 	code, body = s.get(t, "/pending?e="+sbtest.Queue+"&cursor=nonsense")
 	assert.Equal(t, http.StatusBadRequest, code, body)
@@ -383,31 +382,43 @@ func TestGroupFromIndex(t *testing.T) {
 	assert.NotContains(t, body, `data-from="index"`)
 }
 
-// TestTimelineFromIndexOfABurst: when every retry the chart reads is due at one instant (an outage's
-// backlog, all scheduled alike) the chart draws those and counts the rest as due from then, instead
-// of drawing nothing.
-func TestTimelineFromIndexOfABurst(t *testing.T) {
+// TestTimelineFromIndexIsExact: the chart from the index is the one bucketing every due time draws,
+// however many more retries there are than MaxPeek: a burst due at one instant, retries spread over
+// hours, some overdue by more than the horizon (the first bar) and some due after it (Later), and
+// another entity's retries left out.
+func TestTimelineFromIndexIsExact(t *testing.T) {
 	t.Parallel()
 	var recs []retryindex.Record
-	for i := range 8 {
-		r := recordOf("burst-"+itoa(i), int64(200+i), sbtest.Queue)
-		r.Kind, r.Attempt, r.NextAttempt, r.At, r.NextDue = retryindex.KindScheduled, 1, 2, searchNow, searchNow.Add(time.Hour)
-		r.Entity, r.SequenceNumber = sbtest.Queue, int64(200+i)
+	var due []time.Time
+	add := func(source string, d time.Time) {
+		i := len(recs)
+		r := recordOf("t-"+itoa(i), int64(300+i), source)
+		r.Kind, r.Attempt, r.NextAttempt, r.At, r.NextDue = retryindex.KindScheduled, 1, 2, searchNow, d
+		r.Entity, r.SequenceNumber = source, int64(300+i)
 		recs = append(recs, r)
+		if source == sbtest.Queue {
+			due = append(due, d)
+		}
 	}
+	for i := range 8 {
+		add(sbtest.Queue, searchNow.Add(time.Hour)) // a burst
+		add(sbtest.Queue, searchNow.Add(time.Duration(i*37)*time.Minute+time.Duration(i)*time.Second))
+		add("invoices", searchNow.Add(time.Duration(i)*time.Hour))
+	}
+	add(sbtest.Queue, searchNow.Add(-40*24*time.Hour))             // overdue beyond the horizon back
+	add(sbtest.Queue, searchNow.Add(-3*time.Minute))               // overdue
+	add(sbtest.Queue, searchNow.Add(timelineHorizon))              // at the horizon: drawn
+	add(sbtest.Queue, time.Date(9000, 1, 1, 0, 0, 0, 0, time.UTC)) // after it: Later
 	s := indexSite(t, fillIndex(t, recs...), Options{MaxPeek: 5})
 	code, body := s.get(t, "/api/timeline?e="+sbtest.Queue)
 	require.Equal(t, http.StatusOK, code, body)
 	var tl timeline
 	require.NoError(t, json.Unmarshal([]byte(body), &tl))
-	sum := 0
-	for _, c := range tl.Counts {
-		sum += c
-	}
-	assert.Equal(t, 8, tl.Total)
-	assert.Equal(t, 5, sum)
-	assert.Equal(t, 3, tl.Beyond)
-	assert.Equal(t, searchNow.Add(time.Hour).Unix(), tl.Until)
+	want := bucketDueTimes(searchNow, due)
+	want.FromIndex, want.AsOf = true, searchNow.Unix()
+	assert.Equal(t, *want, tl)
+	assert.Equal(t, 20, tl.Total)
+	assert.Equal(t, 1, tl.Later)
 }
 
 // TestIndexActsBeyondThePeekBound: a dead letter behind MaxPeek others, which a read of the broker

@@ -142,12 +142,15 @@ type Options struct {
 	// console never closes it. Nil means the search page scans each entity up to MaxPeek messages and
 	// says when the answer is partial.
 	Index Index
-	// IndexDedicated says the Index holds the events of this console's one entity only (an index kept
-	// beside one consumer, say): the pages then list and count the whole index, which the stores answer
-	// from their counts and due-time indexes at any backlog, instead of filtering by source entity,
-	// which costs a scan of every pending retry per page (5 to 11 s at 1,000,000 in SQLite; the stores
-	// have no index by source). A page that meets another entity's event says so and leaves it out.
-	// It requires Index and exactly one entity. False means every page filters by source.
+	// IndexDedicated says the Index holds the events of this console's one entity only: the pages then
+	// list and count the whole index instead of the entity's events, and a page that meets another
+	// entity's event says so and leaves it out. It requires Index and exactly one entity. False means
+	// every page lists and counts by source entity, which the stores answer from their indexes and
+	// counts by source, as fast as the whole index at any backlog (BenchmarkPagesFromIndex).
+	//
+	// Deprecated: it made a console on a large index fast when the stores could only filter by
+	// source with a scan; they index by source now. It still works as described, for existing
+	// deployments, and will be removed in a later major version.
 	IndexDedicated bool
 }
 

@@ -27,6 +27,9 @@ type Index interface {
 	// DeadLettered pages the dead-lettered events of one source entity, the most recent first, with
 	// their exact count and the answer's freshness.
 	DeadLettered(ctx context.Context, opts *retryindex.PendingOptions) (*retryindex.PendingPage, error)
+	// PendingHistogram counts the pending retries of one source entity by due time, exactly, for the
+	// pending page's chart.
+	PendingHistogram(ctx context.Context, opts *retryindex.HistogramOptions) (*retryindex.Histogram, error)
 }
 
 // The stores of package retryindex are Indexes.

@@ -263,6 +263,10 @@ func (failingIndex) DeadLettered(context.Context, *retryindex.PendingOptions) (*
 	return nil, errors.New("database is locked")
 }
 
+func (failingIndex) PendingHistogram(context.Context, *retryindex.HistogramOptions) (*retryindex.Histogram, error) {
+	return nil, errors.New("database is locked")
+}
+
 // TestSearchIndexFailsOrIsBypassed: an index that fails gives a 502 that says so and how to read the
 // broker instead; from=broker reads the broker even with an index.
 func TestSearchIndexFailsOrIsBypassed(t *testing.T) {

@@ -29,13 +29,10 @@ type timeline struct {
 	Horizon int64 `json:"horizon"`
 	// Truncated says a read stopped at the peek bound: later retries are missing.
 	Truncated bool `json:"truncated"`
-	// FromIndex says the counts come from the retry-state index, as of AsOf (Unix seconds). Beyond
-	// counts the retries due from Until (Unix seconds) on, which the index has but the chart did not
-	// read (it reads the earliest MaxPeek): every bar before Until is exact.
+	// FromIndex says the counts come from the retry-state index's counts of the whole backlog, as of
+	// AsOf (Unix seconds).
 	FromIndex bool  `json:"fromIndex"`
 	AsOf      int64 `json:"asOf,omitempty"`
-	Beyond    int   `json:"beyond"`
-	Until     int64 `json:"until,omitempty"`
 }
 
 // timelineOf buckets the entity's pending retries by due time (see [bucketDueTimes]).
@@ -85,10 +82,7 @@ func bucketDueTimes(now time.Time, due []time.Time) *timeline {
 			end = d
 		}
 	}
-	// from ≤ end ≤ horizon, so span is at most twice the horizon: far from overflowing.
-	span := end.Sub(from) + time.Minute
-	step := ceilMinute((span + timelineBuckets - 1) / timelineBuckets)
-	n := int(span/step) + 1
+	step, n := timelineSteps(from, end)
 	t.Starts, t.Counts = make([]int64, n), make([]int, n)
 	for i := range n {
 		t.Starts[i] = from.Add(time.Duration(i) * step).Unix()
@@ -102,6 +96,15 @@ func bucketDueTimes(now time.Time, due []time.Time) *timeline {
 		t.Counts[i]++
 	}
 	return t
+}
+
+// timelineSteps is the width and number of the buckets from from to end: at most timelineBuckets+1
+// of whole minutes. from ≤ end ≤ the horizon, so the span is at most twice the horizon: far from
+// overflowing.
+func timelineSteps(from, end time.Time) (step time.Duration, n int) {
+	span := end.Sub(from) + time.Minute
+	step = ceilMinute((span + timelineBuckets - 1) / timelineBuckets)
+	return step, int(span/step) + 1
 }
 
 // ceilMinute rounds d up to whole minutes, at least one.

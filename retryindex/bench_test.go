@@ -238,12 +238,73 @@ func BenchmarkPendingDeepPage(b *testing.B) {
 	}
 }
 
+// BenchmarkBySource times what a console on a shared index asks for one source entity at the goal's
+// backlog: the first page of its pending retries (50, in due order, with the exact total), the first
+// page of its dead letters (newest first, exact total) and its counts, each checked; for the entity
+// every event started on ("orders"), and for one none did ("invoices", as an entity with few events
+// in an index of another's million: what a walk of the due-time index skipping other entities' rows
+// cost most).
+//
+//	go test -run='^$' -bench=BenchmarkBySource -benchtime=20x ./retryindex
+func BenchmarkBySource(b *testing.B) {
+	s := openBench(b)
+	ctx := context.Background()
+	for _, c := range []struct {
+		source      string
+		pending     int
+		dead, items int
+	}{{"orders", bench.pending, bench.dead, 50}, {"invoices", 0, 0, 0}} {
+		b.Run("source="+c.source, func(b *testing.B) {
+			for b.Loop() {
+				page, err := s.Pending(ctx, &PendingOptions{Limit: 50, Source: c.source})
+				if err != nil || len(page.Items) != c.items || page.Total != int64(c.pending) {
+					b.Fatalf("%v: %d items, total %d", err, len(page.Items), page.Total)
+				}
+				if !slices.IsSortedFunc(page.Items, func(x, y Event) int { return x.Due.Compare(y.Due) }) {
+					b.Fatal("not in due order")
+				}
+				dead, err := s.DeadLettered(ctx, &PendingOptions{Limit: 50, Source: c.source})
+				if err != nil || len(dead.Items) != c.items || dead.Total != int64(c.dead) {
+					b.Fatalf("%v: %d dead letters, total %d", err, len(dead.Items), dead.Total)
+				}
+				n, err := s.Counts(ctx, &CountsOptions{Source: c.source})
+				if err != nil || n.ByState[StatePending] != int64(c.pending) {
+					b.Fatalf("%v: %+v", err, n)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkPendingHistogram times the pending retries of one source entity counted by due time at the
+// goal's backlog, as the console's chart asks: 48 buckets of half an hour over the day they fall due
+// in, each checked to add up to the total.
+//
+//	go test -run='^$' -bench=BenchmarkPendingHistogram -benchtime=20x ./retryindex
+func BenchmarkPendingHistogram(b *testing.B) {
+	s := openBench(b)
+	ctx := context.Background()
+	for b.Loop() {
+		h, err := s.PendingHistogram(ctx, &HistogramOptions{Source: "orders", From: benchT0, To: benchT0.Add(24*time.Hour - time.Millisecond), Width: 30 * time.Minute})
+		if err != nil {
+			b.Fatal(err)
+		}
+		sum := h.Before + h.After
+		for _, n := range h.Counts {
+			sum += n
+		}
+		if len(h.Counts) != 48 || sum != int64(bench.pending) || h.Total != sum {
+			b.Fatalf("%d buckets counting %d of %d", len(h.Counts), sum, h.Total)
+		}
+	}
+}
+
 // BenchmarkCounts times the exact counts by state at the goal's backlog.
 func BenchmarkCounts(b *testing.B) {
 	s := openBench(b)
 	ctx := context.Background()
 	for b.Loop() {
-		c, err := s.Counts(ctx)
+		c, err := s.Counts(ctx, nil)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -502,7 +563,7 @@ func BenchmarkTailerRebuild(b *testing.B) {
 		if err != nil || res.Recorded != n {
 			b.Fatalf("%+v: %v", res, err)
 		}
-		c, err := s.Counts(ctx)
+		c, err := s.Counts(ctx, nil)
 		if err != nil || c.ByState[StatePending] != int64(n) {
 			b.Fatalf("%+v: %v", c, err)
 		}

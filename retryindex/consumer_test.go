@@ -120,7 +120,7 @@ func TestConsumerFeedAnswersWhenDue(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, ans.Events, 1)
 	assert.Equal(t, StateSucceeded, ans.Events[0].State)
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[State]int64{StatePending: 1, StateDeadLettered: 1, StateSucceeded: 1}, c.ByState)
 }

@@ -91,7 +91,7 @@ func TestIndexSurvivesKill9(t *testing.T) {
 	var check string
 	require.NoError(t, s.read.QueryRow(`PRAGMA integrity_check`).Scan(&check))
 	assert.Equal(t, "ok", check)
-	c, err := s.Counts(context.Background())
+	c, err := s.Counts(context.Background(), nil)
 	require.NoError(t, err)
 	assert.GreaterOrEqual(t, c.ByState[StatePending], int64(n), "every reported commit survived")
 	assert.Zero(t, c.ByState[StatePending]%50, "no batch is half there")

@@ -43,7 +43,10 @@
 // [Store.Lookup] finds events by a retry MessageID, the original MessageID, the idempotency key or the
 // correlation id; [Store.Pending] pages pending retries in due order, and [Store.DeadLettered]
 // dead-lettered events newest first; [Store.Counts] counts events by state, exactly, as of the time
-// it states. A pending event says what holds it ([Event.Kind]): a retry copy, the outage breaker's
+// it states; [Store.PendingHistogram] counts pending retries by due time, for a chart of the whole
+// backlog. Each answers for every entity, or for one source entity of an index several share
+// ([PendingOptions.Source], [CountsOptions.Source]) at the same cost: the stores index pending and
+// dead-lettered events by source entity too, and keep their counts by source. A pending event says what holds it ([Event.Kind]): a retry copy, the outage breaker's
 // copy ([KindHeld]), or a session consumer's durable hold in the session itself ([KindDeferred]).
 // These are the calls an operator console or a command-line tool makes (sbretry status, pending and
 // dlq list take --index).

@@ -198,7 +198,7 @@ func TestRecorderPrunesOnSchedule(t *testing.T) {
 	mu.Unlock()
 	r.Hooks(retry.Hooks{}).OnProcessed(processed("fresh", 2, retry.Result{Outcome: retry.OutcomeCompleted}))
 	require.NoError(t, r.Close(context.Background()))
-	c, err := s.Counts(context.Background())
+	c, err := s.Counts(context.Background(), nil)
 	require.NoError(t, err)
 	assert.EqualValues(t, 1, c.ByState[StateSucceeded], "the 30-day-old event is pruned, the fresh one kept")
 }

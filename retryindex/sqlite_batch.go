@@ -129,7 +129,11 @@ func (s *SQLite) applyNew(ctx context.Context, tx *sql.Tx, st *txStmts, deltas c
 				known = append(known, r)
 				continue
 			}
-			deltas[stateOf(r.Kind)]++
+			source, err := s.nameID(ctx, tx, r.Source) // interned by eventRow: read from the cache
+			if err != nil {
+				return err
+			}
+			deltas.add(source, stateOf(r.Kind), 1)
 			row, err := s.attemptRow(ctx, tx, id, r)
 			if err != nil {
 				return err

@@ -192,7 +192,7 @@ func TestCountsAndPrune(t *testing.T) {
 		rec("old-pending", 3, KindScheduled, 1, 0),
 		rec("new-ok", 4, KindSucceeded, 1, 10*time.Hour),
 	}))
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[State]int64{StateSucceeded: 2, StateDeadLettered: 1, StatePending: 1}, c.ByState)
 	assert.Equal(t, t0.Add(24*time.Hour), c.AsOf)
@@ -205,7 +205,7 @@ func TestCountsAndPrune(t *testing.T) {
 		require.NoError(t, err)
 		assert.Len(t, ans.Events, want, id)
 	}
-	c, err = s.Counts(ctx)
+	c, err = s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[State]int64{StateSucceeded: 1, StatePending: 1}, c.ByState, "counts follow the prune")
 	var orphans int
@@ -372,4 +372,69 @@ func TestOpenSQLiteUpgradesAnOlderFile(t *testing.T) {
 	require.Len(t, ans.Events, 1)
 	assert.Equal(t, 2, ans.Events[0].Immediate)
 	assert.Equal(t, KindScheduled, ans.Events[0].Kind, "the events gain their kind column")
+}
+
+// TestOpenSQLiteAddsCountsBySource: a file written before the indexes and counts by source entity
+// answers by source exactly when opened read-only before any writer of this version (by scanning), and
+// a writer's open adds them, filled from the events, which later writes keep exact.
+func TestOpenSQLiteAddsCountsBySource(t *testing.T) {
+	t.Parallel()
+	s, path := openTemp(t, &SQLiteOptions{Now: fixedClock(t0)})
+	ctx := context.Background()
+	var rs []Record
+	for i := range 9 {
+		r := rec(fmt.Sprintf("m-%d", i), int64(i+1), KindScheduled, 1, time.Duration(i)*time.Minute)
+		if i%3 == 0 {
+			r.Source = "events/Subscriptions/billing"
+		}
+		if i == 4 {
+			r.Kind, r.Reason, r.Entity = KindDeadLettered, "RetryMaxAttemptsExceeded", "orders/$DeadLetterQueue"
+		}
+		rs = append(rs, r)
+	}
+	require.NoError(t, s.Apply(ctx, rs))
+	// The schema of the version before: no counts and no indexes by source.
+	_, err := s.write.Exec(`DROP TABLE source_counts; DROP INDEX events_source_pending; DROP INDEX events_source_dead`)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	want := map[string]map[State]int64{
+		"events/Subscriptions/billing": {StatePending: 3},
+		"orders":                       {StatePending: 5, StateDeadLettered: 1},
+	}
+	check := func(s *SQLite, when string) {
+		for source, w := range want {
+			c, err := s.Counts(ctx, &CountsOptions{Source: source})
+			require.NoError(t, err, when)
+			assert.Equal(t, w, c.ByState, "%s: %s", when, source)
+			page, err := s.Pending(ctx, &PendingOptions{Source: source, Limit: 2})
+			require.NoError(t, err, when)
+			assert.Equal(t, w[StatePending], page.Total, "%s: %s", when, source)
+			assert.Len(t, page.Items, 2)
+			dead, err := s.DeadLettered(ctx, &PendingOptions{Source: source})
+			require.NoError(t, err, when)
+			assert.Equal(t, w[StateDeadLettered], dead.Total, "%s: %s", when, source)
+			h, err := s.PendingHistogram(ctx, &HistogramOptions{Source: source, From: t0, To: t0.Add(3 * time.Hour), Width: time.Hour})
+			require.NoError(t, err, when)
+			assert.Equal(t, w[StatePending], h.Before+h.Counts[0]+h.Counts[1]+h.Counts[2]+h.Counts[3]+h.After, "%s: %s", when, source)
+		}
+	}
+	old, err := OpenSQLite(path, &SQLiteOptions{ReadOnly: true})
+	require.NoError(t, err)
+	assert.False(t, old.bySource)
+	check(old, "read-only, before an upgrade")
+	require.NoError(t, old.Close())
+
+	s, err = OpenSQLite(path, &SQLiteOptions{Now: fixedClock(t0)})
+	require.NoError(t, err)
+	defer func() { _ = s.Close() }()
+	var n int
+	require.NoError(t, s.read.QueryRow(`SELECT count(*) FROM sqlite_master WHERE name IN ('source_counts', 'events_source_pending', 'events_source_dead')`).Scan(&n))
+	assert.Equal(t, 3, n, "the counts and indexes by source were added")
+	check(s, "upgraded")
+	done := rs[0] // billing: pending → succeeded
+	done.Kind, done.Attempt, done.At = KindSucceeded, 2, t0.Add(time.Hour)
+	require.NoError(t, s.Apply(ctx, []Record{done}))
+	want["events/Subscriptions/billing"] = map[State]int64{StatePending: 2, StateSucceeded: 1}
+	check(s, "written after the upgrade")
 }

@@ -36,8 +36,12 @@ type Store interface {
 	// DeadLettered returns one page of dead-lettered events, the most recently dead-lettered first,
 	// with the same options and page as Pending (Total counts the dead-lettered events).
 	DeadLettered(ctx context.Context, opts *PendingOptions) (*PendingPage, error)
-	// Counts counts the events in each state, exactly, as of the time it states.
-	Counts(ctx context.Context) (*Counts, error)
+	// Counts counts the events in each state, exactly, as of the time it states: every event, or
+	// those of one source entity ([CountsOptions.Source]).
+	Counts(ctx context.Context, opts *CountsOptions) (*Counts, error)
+	// PendingHistogram counts the pending retries by due time, exactly, in buckets of equal width
+	// (see [HistogramOptions]), as of the time it states.
+	PendingHistogram(ctx context.Context, opts *HistogramOptions) (*Histogram, error)
 	// Prune deletes the finished events (succeeded, dead-lettered, discarded, gone) last changed before
 	// before, with their history, and returns how many events it deleted.
 	Prune(ctx context.Context, before time.Time) (int64, error)
@@ -230,8 +234,8 @@ type PendingOptions struct {
 	// earliest due.
 	Cursor string
 	// Source, when set, keeps only the events whose chain started on that entity (a queue, or
-	// "topic/Subscriptions/sub"), and Total counts only those. The page still walks the due-time index,
-	// skipping other entities' rows, so it costs more when Source is a small part of the backlog.
+	// "topic/Subscriptions/sub"), and Total counts only those. The stores index the events by source
+	// too, and keep their counts by source, so a page of one entity costs what a page of all does.
 	Source string
 }
 
@@ -278,9 +282,91 @@ type PendingPage struct {
 	Freshness
 }
 
+// CountsOptions selects what [Store.Counts] counts. A nil *CountsOptions counts every event.
+type CountsOptions struct {
+	// Source, when set, counts only the events whose chain started on that entity (as
+	// [PendingOptions.Source]).
+	Source string
+}
+
 // Counts counts events by state, exactly, as of AsOf.
 type Counts struct {
 	// ByState counts the events in each state; a state without events is absent.
 	ByState map[State]int64
+	Freshness
+}
+
+// MaxHistogramBuckets bounds the buckets of one [Store.PendingHistogram].
+const MaxHistogramBuckets = 10_000
+
+// HistogramOptions selects what [Store.PendingHistogram] counts: the pending retries of Source (every
+// entity's when empty) due from From to To, both included, in buckets of Width from From (the last
+// one may end after To, but counts nothing due after To).
+type HistogramOptions struct {
+	// Source, when set, counts only the events whose chain started on that entity (as
+	// [PendingOptions.Source]).
+	Source string
+	// From and To bound the due times the buckets count. A zero From means no lower bound, a zero To
+	// no upper bound (and either, no buckets: Width must then be zero); To must not be before From.
+	From, To time.Time
+	// Width is the buckets' width, whole milliseconds (the index's precision), and at most
+	// [MaxHistogramBuckets] of them may cover From to To. Zero means no buckets: only the bounds
+	// (First, Last) and Total are read, in a few index lookups whatever the backlog.
+	Width time.Duration
+}
+
+// Buckets is the number of buckets o asks for: enough of Width to cover From to To, or 0.
+func (o HistogramOptions) Buckets() int {
+	if o.Width <= 0 || o.From.IsZero() || o.To.IsZero() {
+		return 0
+	}
+	return int((o.To.UnixMilli()-o.From.UnixMilli())/o.Width.Milliseconds()) + 1
+}
+
+// Bounds is the range o counts, in Unix milliseconds (the index's unit), both included: the whole
+// range of int64 where From or To is zero.
+func (o HistogramOptions) Bounds() (lo, hi int64) {
+	lo, hi = math.MinInt64, math.MaxInt64
+	if !o.From.IsZero() {
+		lo = o.From.UnixMilli()
+	}
+	if !o.To.IsZero() {
+		hi = o.To.UnixMilli()
+	}
+	return lo, hi
+}
+
+// Validate says why o cannot be answered, wrapping [ErrInvalidOptions], or nil.
+func (o HistogramOptions) Validate() error {
+	switch {
+	case o.Width < 0:
+		return fmt.Errorf("%w: Width %v is negative", ErrInvalidOptions, o.Width)
+	case o.Width%time.Millisecond != 0:
+		return fmt.Errorf("%w: Width %v is not whole milliseconds", ErrInvalidOptions, o.Width)
+	case o.Width > 0 && (o.From.IsZero() || o.To.IsZero()):
+		return fmt.Errorf("%w: buckets need a From and a To", ErrInvalidOptions)
+	case !o.From.IsZero() && !o.To.IsZero() && o.To.Before(o.From):
+		return fmt.Errorf("%w: To %v is before From %v", ErrInvalidOptions, o.To, o.From)
+	case o.Width > 0 && (o.To.UnixMilli()-o.From.UnixMilli())/o.Width.Milliseconds() >= MaxHistogramBuckets:
+		return fmt.Errorf("%w: more than %d buckets of %v from %v to %v", ErrInvalidOptions, MaxHistogramBuckets, o.Width, o.From, o.To)
+	}
+	return nil
+}
+
+// Histogram is the pending retries counted by due time (see [HistogramOptions]), as of AsOf.
+type Histogram struct {
+	// From and Width are the buckets' start and width, as asked; Counts[i] counts the retries due in
+	// [From + i×Width, From + (i+1)×Width), and not after To.
+	From   time.Time
+	Width  time.Duration
+	Counts []int64
+	// Before counts the retries due before From, After those due after To (both zero when Width is
+	// zero: no count was made).
+	Before, After int64
+	// First and Last are the earliest and latest due times from From to To (zero when none is).
+	First, Last time.Time
+	// Total counts every pending retry of the source: with buckets, Before, the buckets and After add
+	// up to it.
+	Total int64
 	Freshness
 }

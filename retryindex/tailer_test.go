@@ -109,7 +109,7 @@ func TestTailerRebuildMarksGoneCopies(t *testing.T) {
 		require.Len(t, ans.Events, 1, id)
 		assert.Equal(t, want, ans.Events[0].State, id)
 	}
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[State]int64{StatePending: 2, StateGone: 1}, c.ByState, "counts follow the marks")
 	ans, err := s.Lookup(ctx, "pending-2", nil)

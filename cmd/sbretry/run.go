@@ -73,8 +73,8 @@ commands:
                       --interval D (default 10s), until interrupted; for an index kept without a recorder
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback, or
                       --tokens-file F with reader and operator tokens; --audit-file F; --entity
-                      PATH[=RETRYQUEUE] repeatable; --index PATH|URL for its search and pages, with
-                      --index-dedicated when the index holds this entity's events only; --max-attempts N;
+                      PATH[=RETRYQUEUE] repeatable; --index PATH|URL for its search and pages
+                      (--index-dedicated is deprecated: a shared index is as fast); --max-attempts N;
                       --poll-interval D; --window D; --show-bodies; --filter-bodies; --wake-to TOPIC
                       releases a session subscription's sessions through its topic)
   pause --consumer URL   pause one consumer through its control endpoint (retry.ControlHandler), as a

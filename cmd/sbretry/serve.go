@@ -184,7 +184,8 @@ func (a *app) serve(ctx context.Context, args []string) error {
 	}()
 	// --index answers the console's search and its pages from a retry-state index (a file, opened
 	// read-only, or a PostgreSQL URL), as status and pending --index answer from it; --index-dedicated
-	// says it holds the one entity's events only (console.Options.IndexDedicated). Its name in output
+	// says it holds the one entity's events only (console.Options.IndexDedicated, deprecated: the pages
+	// of a shared index are as fast). Its name in output
 	// never holds a password.
 	var idx console.Index
 	indexName := ""

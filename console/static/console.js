@@ -57,7 +57,6 @@
         if (!d.total) { el.textContent = "No pending retries."; return; }
         var title = d.total + (d.total === 1 ? " pending retry" : " pending retries") + " by due time" + (d.truncated ? " (among the messages read)" : "");
         if (d.later) title += "; " + d.later + " due after " + new Date(d.horizon * 1000).toISOString().slice(0, 10) + ", not drawn";
-        if (d.beyond) title += "; " + d.beyond + " more due from " + new Date(d.until * 1000).toISOString().slice(0, 16).replace("T", " ") + "Z, not drawn";
         if (d.fromIndex) title += " (from the retry-state index)";
         chart(el, title, d.starts, [{ label: "due", values: d.counts }], true);
       })

@@ -122,13 +122,13 @@ func (s *Store) applyNew(ctx context.Context, tx pgx.Tx, d deltas, run []*retryi
 		hErrors, hReasons, hProcesses []*string
 		known                         []*retryindex.Record
 	)
-	for _, r := range run {
+	for i, r := range run {
 		id, ok := ids[r.Chain]
 		if !ok {
 			known = append(known, r)
 			continue
 		}
-		d[r.State()]++
+		d.add(sources[i], r.State(), 1)
 		attempt := int32(r.Attempt)
 		var immediate *int32
 		if r.Immediate != 0 {

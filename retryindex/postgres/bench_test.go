@@ -50,8 +50,11 @@ func backlog(i int, dead bool, t0 time.Time) []retryindex.Record {
 // BenchmarkPostgres fills a database on a real local server (Unix socket, fsync off as the test
 // server runs) with RETRYINDEX_PG_PENDING pending retries (100,000 by default) and a tenth as many
 // dead-lettered events, then times the questions: lookup p50 and p99 of 1,000 random events, the
-// first page of pending (p50 and p99 of 100, each checked: 50 items and the exact total), the counts, and reports the fill rate and the bytes per event (pg_total_relation_size of
-// the tables over the events).
+// first page of pending (p50 and p99 of 100, each checked: 50 items and the exact total), the same
+// page and the first page of dead letters of the source entity "orders" (as a console on a shared
+// index reads them), the counts, the pending retries of "orders" counted by due time in 48 buckets of
+// half an hour (the console's chart, each checked to add up to the total), and reports the fill rate
+// and the bytes per event (pg_total_relation_size of the tables over the events).
 //
 //	go test -run='^$' -bench=BenchmarkPostgres -benchtime=1x ./retryindex/postgres
 //
@@ -72,7 +75,7 @@ func BenchmarkPostgres(b *testing.B) {
 	}
 	defer s.Close()
 	t0 := time.Date(2026, 12, 7, 12, 0, 0, 0, time.UTC)
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -101,12 +104,12 @@ func BenchmarkPostgres(b *testing.B) {
 		b.Fatal(err)
 	}
 	var bytes int64
-	err = s.pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['sbretry_events','sbretry_attempts','sbretry_feeds','sbretry_counts']::regclass[]) c`).Scan(&bytes)
+	err = s.pool.QueryRow(ctx, `SELECT sum(pg_total_relation_size(c)) FROM unnest(ARRAY['sbretry_events','sbretry_attempts','sbretry_feeds','sbretry_counts','sbretry_source_counts']::regclass[]) c`).Scan(&bytes)
 	if err != nil {
 		b.Fatal(err)
 	}
 	rng := rand.New(rand.NewPCG(1, 2))
-	var lookups, pages, counts []time.Duration
+	var lookups, pages, sourcePages, deadPages, counts, histograms []time.Duration
 	for b.Loop() {
 		for range 1000 {
 			i := rng.IntN(pending + dead)
@@ -125,10 +128,37 @@ func BenchmarkPostgres(b *testing.B) {
 				b.Fatalf("%v", err)
 			}
 			t = time.Now()
-			if _, err := s.Counts(ctx); err != nil {
+			if _, err := s.Counts(ctx, nil); err != nil {
 				b.Fatal(err)
 			}
 			counts = append(counts, time.Since(t))
+			t = time.Now()
+			page, err = s.Pending(ctx, &retryindex.PendingOptions{Limit: 50, Source: "orders"})
+			sourcePages = append(sourcePages, time.Since(t))
+			if err != nil || len(page.Items) != 50 || page.Total != int64(pending) {
+				b.Fatalf("%v", err)
+			}
+			t = time.Now()
+			page, err = s.DeadLettered(ctx, &retryindex.PendingOptions{Limit: 50, Source: "orders"})
+			deadPages = append(deadPages, time.Since(t))
+			if err != nil || len(page.Items) != 50 || page.Total != int64(dead) {
+				b.Fatalf("%v", err)
+			}
+		}
+		for range 10 {
+			t := time.Now()
+			h, err := s.PendingHistogram(ctx, &retryindex.HistogramOptions{Source: "orders", From: t0, To: t0.Add(24*time.Hour - time.Millisecond), Width: 30 * time.Minute})
+			histograms = append(histograms, time.Since(t))
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum := h.Before + h.After
+			for _, n := range h.Counts {
+				sum += n
+			}
+			if sum != int64(pending) || h.Total != int64(pending) {
+				b.Fatalf("the histogram counts %d of %d", sum, h.Total)
+			}
 		}
 	}
 	pct := func(ds []time.Duration, p float64) float64 {
@@ -140,6 +170,10 @@ func BenchmarkPostgres(b *testing.B) {
 	b.ReportMetric(pct(pages, 0.5), "page-p50-ms")
 	b.ReportMetric(pct(pages, 0.99), "page-p99-ms")
 	b.ReportMetric(pct(counts, 0.5), "counts-p50-ms")
+	b.ReportMetric(pct(sourcePages, 0.5), "source-page-p50-ms")
+	b.ReportMetric(pct(sourcePages, 0.99), "source-page-p99-ms")
+	b.ReportMetric(pct(deadPages, 0.5), "source-dead-page-p50-ms")
+	b.ReportMetric(pct(histograms, 0.5), "histogram-p50-ms")
 	if !filled {
 		b.ReportMetric(float64(records)/fill.Seconds(), "records/s")
 	}

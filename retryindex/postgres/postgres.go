@@ -38,7 +38,9 @@ type Store struct {
 var _ retryindex.Store = (*Store)(nil)
 
 // schema creates the tables, as the embedded store's (times in Unix milliseconds, the chain as 20
-// bytes), without the names table: Postgres compresses nothing less for a repeated short string.
+// bytes), without the names table: Postgres compresses nothing less for a repeated short string. The
+// counts by source entity are created by sourceCounts, which fills them in a database written before
+// they existed.
 const schema = `
 CREATE TABLE IF NOT EXISTS sbretry_events (
 	id bigserial PRIMARY KEY,
@@ -79,6 +81,20 @@ ALTER TABLE sbretry_feeds ADD COLUMN IF NOT EXISTS lost_at bigint;
 ALTER TABLE sbretry_attempts ADD COLUMN IF NOT EXISTS immediate integer;
 ALTER TABLE sbretry_events ADD COLUMN IF NOT EXISTS kind smallint;
 CREATE TABLE IF NOT EXISTS sbretry_counts (state smallint PRIMARY KEY, n bigint NOT NULL);
+CREATE INDEX IF NOT EXISTS sbretry_events_source_pending ON sbretry_events(source, due, id) WHERE state = 1;
+CREATE INDEX IF NOT EXISTS sbretry_events_source_dead ON sbretry_events(source, updated, id) WHERE state = 4;
+`
+
+// sourceCounts creates sbretry_source_counts, the number of events per source entity (” for none)
+// and state, kept with every change as sbretry_counts is, filled from the events when the database
+// was written before the table existed. The events are locked against writes while it is filled, so
+// that no change is counted twice or missed. An older version writing the database afterwards keeps
+// sbretry_counts but not these: once a database is opened by this version, write it with this
+// version or later (see CHANGELOG.md).
+const sourceCounts = `
+LOCK TABLE sbretry_events IN SHARE MODE;
+CREATE TABLE sbretry_source_counts (source text NOT NULL, state smallint NOT NULL, n bigint NOT NULL, PRIMARY KEY (source, state));
+INSERT INTO sbretry_source_counts(source, state, n) SELECT coalesce(source, ''), state, count(*) FROM sbretry_events GROUP BY 1, 2;
 `
 
 // schemaLock is the advisory lock that serializes the schema's creation by processes starting at once
@@ -115,7 +131,14 @@ func Open(ctx context.Context, connString string, opts *Options) (*Store, error)
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, schemaLock); err != nil {
 			return err
 		}
-		_, err := tx.Exec(ctx, schema)
+		if _, err := tx.Exec(ctx, schema); err != nil {
+			return err
+		}
+		var missing bool
+		if err := tx.QueryRow(ctx, `SELECT to_regclass('sbretry_source_counts') IS NULL`).Scan(&missing); err != nil || !missing {
+			return err
+		}
+		_, err := tx.Exec(ctx, sourceCounts)
 		return err
 	})
 	if err != nil {
@@ -194,21 +217,47 @@ func (s *Store) read(ctx context.Context, fn func(tx pgx.Tx, asOf time.Time) err
 	})
 }
 
-// deltas are the changes of one transaction to sbretry_counts, by state.
-type deltas map[retryindex.State]int64
+// countKey is a row of sbretry_source_counts: a source entity (” for none) and a state.
+type countKey struct {
+	source string
+	state  retryindex.State
+}
 
-// apply writes the deltas in state order, so that concurrent writers take the count rows' locks in one
-// order and never deadlock on them.
+// deltas are the changes of one transaction to the counts, by source entity and state.
+type deltas map[countKey]int64
+
+// add counts n more events of source in state st.
+func (d deltas) add(source *string, st retryindex.State, n int64) { d[countKey{str(source), st}] += n }
+
+// apply writes the deltas to sbretry_counts in state order, then to sbretry_source_counts in source
+// and state order, so that concurrent writers take the count rows' locks in one order and never
+// deadlock on them.
 func (d deltas) apply(ctx context.Context, tx pgx.Tx) error {
-	states := make([]retryindex.State, 0, len(d))
-	for st, n := range d {
+	byState := map[retryindex.State]int64{}
+	keys := make([]countKey, 0, len(d))
+	for k, n := range d {
+		if n != 0 {
+			byState[k.state] += n
+			keys = append(keys, k)
+		}
+	}
+	states := make([]retryindex.State, 0, len(byState))
+	for st, n := range byState {
 		if n != 0 {
 			states = append(states, st)
 		}
 	}
 	slices.Sort(states)
 	for _, st := range states {
-		_, err := tx.Exec(ctx, `INSERT INTO sbretry_counts(state, n) VALUES ($1, $2) ON CONFLICT (state) DO UPDATE SET n = sbretry_counts.n + excluded.n`, int16(st), d[st])
+		_, err := tx.Exec(ctx, `INSERT INTO sbretry_counts(state, n) VALUES ($1, $2) ON CONFLICT (state) DO UPDATE SET n = sbretry_counts.n + excluded.n`, int16(st), byState[st])
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: counting: %w", err)
+		}
+	}
+	slices.SortFunc(keys, func(a, b countKey) int { return cmp.Or(cmp.Compare(a.source, b.source), cmp.Compare(a.state, b.state)) })
+	for _, k := range keys {
+		_, err := tx.Exec(ctx, `INSERT INTO sbretry_source_counts(source, state, n) VALUES ($1, $2, $3)
+			ON CONFLICT (source, state) DO UPDATE SET n = sbretry_source_counts.n + excluded.n`, k.source, int16(k.state), d[k])
 		if err != nil {
 			return fmt.Errorf("retryindex/postgres: counting: %w", err)
 		}
@@ -287,14 +336,14 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 		chain, r.OriginalID, nullString(key), nullString(corr), nullString(r.Source), int16(state), pos, attempt, due, entity, seq, at, feed, int16(r.Kind)).Scan(&id)
 	switch {
 	case err == nil:
-		d[state]++
+		d.add(nullString(r.Source), state, 1)
 	case errors.Is(err, pgx.ErrNoRows):
 		var curPos, curUpdated int64
 		var curState int16
-		var curEntity *string
+		var curEntity, curSource *string
 		var curSeq *int64
-		err := tx.QueryRow(ctx, `SELECT id, pos, state, updated, entity, seq FROM sbretry_events WHERE chain = $1 FOR UPDATE`, chain).
-			Scan(&id, &curPos, &curState, &curUpdated, &curEntity, &curSeq)
+		err := tx.QueryRow(ctx, `SELECT id, pos, state, updated, entity, seq, source FROM sbretry_events WHERE chain = $1 FOR UPDATE`, chain).
+			Scan(&id, &curPos, &curState, &curUpdated, &curEntity, &curSeq, &curSource)
 		if err != nil {
 			return fmt.Errorf("retryindex/postgres: reading an event: %w", err)
 		}
@@ -307,8 +356,8 @@ func (s *Store) apply(ctx context.Context, tx pgx.Tx, d deltas, r *retryindex.Re
 			if err != nil {
 				return fmt.Errorf("retryindex/postgres: updating an event: %w", err)
 			}
-			d[retryindex.State(curState)]--
-			d[state]++
+			d.add(curSource, retryindex.State(curState), -1)
+			d.add(curSource, state, 1)
 		}
 	default:
 		return fmt.Errorf("retryindex/postgres: inserting an event: %w", err)
@@ -587,13 +636,8 @@ func (s *Store) list(ctx context.Context, opts *retryindex.PendingOptions, l lis
 		if err := rows.Err(); err != nil {
 			return fmt.Errorf("retryindex/postgres: listing %v: %w", l.state, err)
 		}
-		if o.Source == "" {
-			err = tx.QueryRow(ctx, `SELECT coalesce((SELECT n FROM sbretry_counts WHERE state = $1), 0)`, int16(l.state)).Scan(&page.Total)
-		} else {
-			err = tx.QueryRow(ctx, `SELECT count(*) FROM sbretry_events WHERE state = $1 AND source = $2`, int16(l.state), o.Source).Scan(&page.Total)
-		}
-		if err != nil {
-			return fmt.Errorf("retryindex/postgres: counting %v: %w", l.state, err)
+		if page.Total, err = count(ctx, tx, l.state, o.Source); err != nil {
+			return err
 		}
 		page.Feeds, err = feeds(ctx, tx)
 		return err
@@ -604,12 +648,35 @@ func (s *Store) list(ctx context.Context, opts *retryindex.PendingOptions, l lis
 	return page, nil
 }
 
-// Counts implements [retryindex.Store.Counts] from the counts table.
-func (s *Store) Counts(ctx context.Context) (*retryindex.Counts, error) {
+// count is the exact number of events in state st, of source when it is not empty, from the counts.
+func count(ctx context.Context, tx pgx.Tx, st retryindex.State, source string) (int64, error) {
+	var n int64
+	var err error
+	if source == "" {
+		err = tx.QueryRow(ctx, `SELECT coalesce((SELECT n FROM sbretry_counts WHERE state = $1), 0)`, int16(st)).Scan(&n)
+	} else {
+		err = tx.QueryRow(ctx, `SELECT coalesce((SELECT n FROM sbretry_source_counts WHERE state = $1 AND source = $2), 0)`, int16(st), source).Scan(&n)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("retryindex/postgres: counting %v: %w", st, err)
+	}
+	return n, nil
+}
+
+// Counts implements [retryindex.Store.Counts] from the counts tables.
+func (s *Store) Counts(ctx context.Context, opts *retryindex.CountsOptions) (*retryindex.Counts, error) {
+	var o retryindex.CountsOptions
+	if opts != nil {
+		o = *opts
+	}
 	c := &retryindex.Counts{ByState: map[retryindex.State]int64{}}
 	err := s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
 		c.AsOf = asOf
-		rows, err := tx.Query(ctx, `SELECT state, n FROM sbretry_counts WHERE n != 0`)
+		q, args := `SELECT state, n FROM sbretry_counts WHERE n != 0`, []any(nil)
+		if o.Source != "" {
+			q, args = `SELECT state, n FROM sbretry_source_counts WHERE source = $1 AND n != 0`, []any{o.Source}
+		}
+		rows, err := tx.Query(ctx, q, args...)
 		if err != nil {
 			return fmt.Errorf("retryindex/postgres: counting: %w", err)
 		}
@@ -635,6 +702,78 @@ func (s *Store) Counts(ctx context.Context) (*retryindex.Counts, error) {
 	return c, nil
 }
 
+// PendingHistogram implements [retryindex.Store.PendingHistogram] in one snapshot, through the partial
+// index of pending events by due time (by source and due time for one source): the bounds are a
+// lookup each, and each count a walk of the index entries it counts.
+func (s *Store) PendingHistogram(ctx context.Context, opts *retryindex.HistogramOptions) (*retryindex.Histogram, error) {
+	var o retryindex.HistogramOptions
+	if opts != nil {
+		o = *opts
+	}
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	h := &retryindex.Histogram{From: o.From, Width: o.Width}
+	err := s.read(ctx, func(tx pgx.Tx, asOf time.Time) error {
+		h.AsOf = asOf
+		var err error
+		if h.Total, err = count(ctx, tx, retryindex.StatePending, o.Source); err != nil {
+			return err
+		}
+		// $1 is the source, or NULL for every source ($1 IS NULL is decided once, at planning).
+		where := `FROM sbretry_events WHERE state = 1 AND source = $1`
+		source := any(o.Source)
+		if o.Source == "" {
+			where, source = `FROM sbretry_events WHERE state = 1 AND $1::text IS NULL`, nil
+		}
+		lo, hi := o.Bounds()
+		for _, b := range []struct {
+			dst   *time.Time
+			order string
+		}{{&h.First, ""}, {&h.Last, " DESC"}} {
+			var due int64
+			err := tx.QueryRow(ctx, `SELECT due `+where+` AND due >= $2 AND due <= $3 ORDER BY due`+b.order+` LIMIT 1`, source, lo, hi).Scan(&due)
+			switch {
+			case errors.Is(err, pgx.ErrNoRows):
+			case err != nil:
+				return fmt.Errorf("retryindex/postgres: reading the due times: %w", err)
+			default:
+				*b.dst = time.UnixMilli(due).UTC()
+			}
+		}
+		n := o.Buckets()
+		if n == 0 {
+			return nil
+		}
+		err = tx.QueryRow(ctx, `SELECT count(*) FILTER (WHERE due < $2), count(*) FILTER (WHERE due > $3) `+where+` AND (due < $2 OR due > $3)`, source, lo, hi).
+			Scan(&h.Before, &h.After)
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: counting the due times: %w", err)
+		}
+		h.Counts = make([]int64, n)
+		rows, err := tx.Query(ctx, `SELECT (due - $2) / $4, count(*) `+where+` AND due >= $2 AND due <= $3 GROUP BY 1`, source, lo, hi, o.Width.Milliseconds())
+		if err != nil {
+			return fmt.Errorf("retryindex/postgres: counting the due times: %w", err)
+		}
+		defer rows.Close()
+		for rows.Next() {
+			var i, k int64
+			if err := rows.Scan(&i, &k); err != nil {
+				return fmt.Errorf("retryindex/postgres: counting the due times: %w", err)
+			}
+			h.Counts[i] = k
+		}
+		if err := rows.Err(); err != nil {
+			return fmt.Errorf("retryindex/postgres: counting the due times: %w", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
 // Prune implements [retryindex.Store.Prune].
 func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 	var n int64
@@ -643,18 +782,19 @@ func (s *Store) Prune(ctx context.Context, before time.Time) (int64, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM sbretry_attempts a USING sbretry_events e WHERE a.event = e.id AND e.state IN (3, 4, 5, 6) AND e.updated < $1`, cut); err != nil {
 			return fmt.Errorf("retryindex/postgres: pruning the history: %w", err)
 		}
-		rows, err := tx.Query(ctx, `DELETE FROM sbretry_events WHERE state IN (3, 4, 5, 6) AND updated < $1 RETURNING state`, cut)
+		rows, err := tx.Query(ctx, `DELETE FROM sbretry_events WHERE state IN (3, 4, 5, 6) AND updated < $1 RETURNING state, source`, cut)
 		if err != nil {
 			return fmt.Errorf("retryindex/postgres: pruning events: %w", err)
 		}
 		d := deltas{}
 		for rows.Next() {
 			var st int16
-			if err := rows.Scan(&st); err != nil {
+			var source *string
+			if err := rows.Scan(&st, &source); err != nil {
 				rows.Close()
 				return fmt.Errorf("retryindex/postgres: pruning events: %w", err)
 			}
-			d[retryindex.State(st)]--
+			d.add(source, retryindex.State(st), -1)
 			n++
 		}
 		rows.Close()
@@ -734,7 +874,7 @@ func (s *Store) ClearLost(ctx context.Context, before time.Time) error {
 func (s *Store) MarkGone(ctx context.Context, entity string, since time.Time, seen func(chain string) bool) (int64, error) {
 	var n int64
 	err := s.write(ctx, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT id, chain, attempt, state FROM sbretry_events WHERE state IN (1, 2) AND entity = $1 AND updated < $2 ORDER BY id FOR UPDATE`,
+		rows, err := tx.Query(ctx, `SELECT id, chain, attempt, state, source FROM sbretry_events WHERE state IN (1, 2) AND entity = $1 AND updated < $2 ORDER BY id FOR UPDATE`,
 			entity, since.UnixMilli())
 		if err != nil {
 			return fmt.Errorf("retryindex/postgres: finding gone copies: %w", err)
@@ -743,12 +883,13 @@ func (s *Store) MarkGone(ctx context.Context, entity string, since time.Time, se
 			id      int64
 			attempt int
 			state   int16
+			source  *string
 		}
 		var marks []gone
 		for rows.Next() {
 			var g gone
 			var chain []byte
-			if err := rows.Scan(&g.id, &chain, &g.attempt, &g.state); err != nil {
+			if err := rows.Scan(&g.id, &chain, &g.attempt, &g.state, &g.source); err != nil {
 				rows.Close()
 				return fmt.Errorf("retryindex/postgres: finding gone copies: %w", err)
 			}
@@ -769,8 +910,8 @@ func (s *Store) MarkGone(ctx context.Context, entity string, since time.Time, se
 			if _, err := tx.Exec(ctx, `INSERT INTO sbretry_attempts(event, attempt, kind, at, feed) VALUES ($1, $2, $3, $4, 1) ON CONFLICT DO NOTHING`, g.id, g.attempt, int16(retryindex.KindGone), now); err != nil {
 				return fmt.Errorf("retryindex/postgres: marking a copy gone: %w", err)
 			}
-			d[retryindex.State(g.state)]--
-			d[retryindex.StateGone]++
+			d.add(g.source, retryindex.State(g.state), -1)
+			d.add(g.source, retryindex.StateGone, 1)
 		}
 		n = int64(len(marks))
 		return d.apply(ctx, tx)

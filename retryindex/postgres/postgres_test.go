@@ -118,3 +118,38 @@ func TestClosedStoreRefuses(t *testing.T) {
 	_, err = s.Cursor(ctx, "orders")
 	assert.ErrorIs(t, err, retryindex.ErrClosed)
 }
+
+// TestOpenAddsCountsBySource: a database written before the counts by source entity existed gets
+// them at the next Open, filled from its events, and later writes keep them exact.
+func TestOpenAddsCountsBySource(t *testing.T) {
+	conn := pgtest.Database(t)
+	ctx := context.Background()
+	s, err := Open(ctx, conn, nil)
+	require.NoError(t, err)
+	a, b := storetest.Rec("a", 1, retryindex.KindScheduled, 1, 0), storetest.Rec("b", 2, retryindex.KindScheduled, 1, 0)
+	b.Source = "events/Subscriptions/billing"
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{a, b}))
+	// The schema of the version before: no counts and no indexes by source.
+	_, err = s.pool.Exec(ctx, `DROP TABLE sbretry_source_counts; DROP INDEX sbretry_events_source_pending; DROP INDEX sbretry_events_source_dead`)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	s, err = Open(ctx, conn, nil)
+	require.NoError(t, err)
+	defer s.Close()
+	var n int
+	require.NoError(t, s.pool.QueryRow(ctx, `SELECT count(*) FROM pg_class WHERE relname IN ('sbretry_source_counts', 'sbretry_events_source_pending', 'sbretry_events_source_dead')`).Scan(&n))
+	assert.Equal(t, 3, n)
+	c, err := s.Counts(ctx, &retryindex.CountsOptions{Source: "events/Subscriptions/billing"})
+	require.NoError(t, err)
+	assert.Equal(t, map[retryindex.State]int64{retryindex.StatePending: 1}, c.ByState, "filled from the events")
+	done := b
+	done.Kind, done.Attempt, done.At = retryindex.KindSucceeded, 2, b.At.Add(time.Minute)
+	require.NoError(t, s.Apply(ctx, []retryindex.Record{done}))
+	c, err = s.Counts(ctx, &retryindex.CountsOptions{Source: "events/Subscriptions/billing"})
+	require.NoError(t, err)
+	assert.Equal(t, map[retryindex.State]int64{retryindex.StateSucceeded: 1}, c.ByState, "kept by the writes after")
+	page, err := s.Pending(ctx, &retryindex.PendingOptions{Source: "orders"})
+	require.NoError(t, err)
+	assert.EqualValues(t, 1, page.Total)
+}

@@ -53,6 +53,211 @@ func Run(t *testing.T, open Open) {
 	t.Run("a batch folds as its records one by one", func(t *testing.T) { batches(t, open) })
 	t.Run("lost records", func(t *testing.T) { lost(t, open) })
 	t.Run("dead-lettered", func(t *testing.T) { deadLettered(t, open) })
+	t.Run("by source", func(t *testing.T) { bySource(t, open) })
+	t.Run("histogram", func(t *testing.T) { histogram(t, open) })
+}
+
+// billing is the second source entity of the checks by source.
+const billing = "events/Subscriptions/billing"
+
+// bySource: in an index holding two entities' events, the counts, the listings and their totals of
+// one entity are exact through every kind of change (new events, a state changed, a prune, copies
+// marked gone), the listings in their order with their cursors, and a source never recorded has none.
+func bySource(t *testing.T, open Open) {
+	s := open(t, fixed(t0.Add(48*time.Hour)))
+	ctx := context.Background()
+	var rs []retryindex.Record
+	for i := range 30 {
+		r := Rec(fmt.Sprintf("s-%d", i), int64(i+1), retryindex.KindScheduled, 1, time.Duration(i)*time.Second)
+		r.NextDue = t0.Add(time.Duration((i*7)%30) * time.Minute)
+		if i%3 == 0 {
+			r.Source = billing
+		}
+		rs = append(rs, r)
+	}
+	require.NoError(t, s.Apply(ctx, rs))
+	// Changes: s-0 (billing) and s-1 (orders) succeed, s-3 (billing) and s-4 (orders) are dead-lettered
+	// (recorded by the tailer, which knows no source), s-6's copy (billing) is gone.
+	var changes []retryindex.Record
+	for _, c := range []struct {
+		i int
+		k retryindex.Kind
+	}{{0, retryindex.KindSucceeded}, {1, retryindex.KindSucceeded}, {3, retryindex.KindDeadLettered}, {4, retryindex.KindDeadLettered}} {
+		r := rs[c.i]
+		r.Kind, r.Attempt, r.At, r.NextDue, r.NextAttempt = c.k, 2, t0.Add(time.Hour+time.Duration(c.i)*time.Second), time.Time{}, 0
+		if c.k == retryindex.KindDeadLettered {
+			r.Feed, r.Source, r.Entity, r.Reason = retryindex.FeedTailer, "", "orders/$DeadLetterQueue", "RetryMaxAttemptsExceeded"
+		}
+		changes = append(changes, r)
+	}
+	require.NoError(t, s.Apply(ctx, changes))
+	_, err := s.MarkGone(ctx, "orders", t0.Add(time.Hour), func(chain string) bool { return chain != rs[6].Chain })
+	require.NoError(t, err)
+	want := map[string]map[retryindex.State]int64{
+		billing:   {retryindex.StatePending: 7, retryindex.StateSucceeded: 1, retryindex.StateDeadLettered: 1, retryindex.StateGone: 1},
+		"orders":  {retryindex.StatePending: 18, retryindex.StateSucceeded: 1, retryindex.StateDeadLettered: 1},
+		"nowhere": {},
+	}
+	check := func(when string) {
+		for source, w := range want {
+			c, err := s.Counts(ctx, &retryindex.CountsOptions{Source: source})
+			require.NoError(t, err)
+			assert.Equal(t, w, c.ByState, "%s: counts of %s", when, source)
+			for _, l := range []struct {
+				st   retryindex.State
+				list func(context.Context, *retryindex.PendingOptions) (*retryindex.PendingPage, error)
+			}{{retryindex.StatePending, s.Pending}, {retryindex.StateDeadLettered, s.DeadLettered}} {
+				var got []retryindex.Event
+				cursor := ""
+				for {
+					page, err := l.list(ctx, &retryindex.PendingOptions{Source: source, Limit: 4, Cursor: cursor})
+					require.NoError(t, err)
+					assert.Equal(t, w[l.st], page.Total, "%s: %v total of %s", when, l.st, source)
+					got = append(got, page.Items...)
+					if page.Next == "" {
+						break
+					}
+					cursor = page.Next
+				}
+				assert.Len(t, got, int(w[l.st]), "%s: %v of %s", when, l.st, source)
+				for i, e := range got {
+					assert.Equal(t, source, e.Source)
+					assert.Equal(t, l.st, e.State)
+					if i > 0 && l.st == retryindex.StatePending {
+						assert.False(t, e.Due.Before(got[i-1].Due), "due order")
+					}
+					if i > 0 && l.st == retryindex.StateDeadLettered {
+						assert.False(t, e.Updated.After(got[i-1].Updated), "newest first")
+					}
+				}
+			}
+		}
+		all, err := s.Counts(ctx, nil)
+		require.NoError(t, err)
+		assert.Equal(t, map[retryindex.State]int64{retryindex.StatePending: 25, retryindex.StateSucceeded: 2, retryindex.StateDeadLettered: 2,
+			retryindex.StateGone: 1}, all.ByState, "%s: every source", when)
+	}
+	check("after the changes")
+	n, err := s.Prune(ctx, t0.Add(2*time.Hour))
+	require.NoError(t, err)
+	assert.EqualValues(t, 4, n, "the gone copy was marked at the store's clock, after the cut")
+	want[billing] = map[retryindex.State]int64{retryindex.StatePending: 7, retryindex.StateGone: 1}
+	want["orders"] = map[retryindex.State]int64{retryindex.StatePending: 18}
+	for source, w := range want {
+		c, err := s.Counts(ctx, &retryindex.CountsOptions{Source: source})
+		require.NoError(t, err)
+		assert.Equal(t, w, c.ByState, "after the prune: counts of %s", source)
+	}
+}
+
+// histogram: pending retries counted by due time in buckets, with those before and after the range,
+// its first and last due times, by source; the bounds alone without buckets; refusals.
+func histogram(t *testing.T, open Open) {
+	s := open(t, fixed(t0))
+	ctx := context.Background()
+	// Due at minute i of the day for i in 0..59 (and an hour back for i%10 == 9): billing for i%4 == 0.
+	var rs []retryindex.Record
+	wantAll, wantBilling := map[int]int64{}, map[int]int64{}
+	for i := range 60 {
+		r := Rec(fmt.Sprintf("h-%d", i), int64(i+1), retryindex.KindScheduled, 1, 0)
+		r.NextDue = t0.Add(time.Duration(i) * time.Minute)
+		if i%10 == 9 {
+			r.NextDue = t0.Add(-time.Hour)
+		}
+		if i%4 == 0 {
+			r.Source = billing
+		}
+		rs = append(rs, r)
+	}
+	rs = append(rs, Rec("dead", 99, retryindex.KindDeadLettered, 3, 0))
+	require.NoError(t, s.Apply(ctx, rs))
+	// Buckets of 10 minutes from minute 5 to minute 44: minutes 5-14, 15-24, 25-34, 35-44.
+	from, to := t0.Add(5*time.Minute), t0.Add(44*time.Minute)
+	var beforeAll, afterAll, beforeBilling, afterBilling int64
+	for i, r := range rs[:60] {
+		m := int(r.NextDue.Sub(t0) / time.Minute)
+		var b *int64
+		var bucket = -1
+		switch {
+		case m < 5:
+			b = &beforeAll
+		case m > 44:
+			b = &afterAll
+		default:
+			bucket = (m - 5) / 10
+		}
+		if bucket >= 0 {
+			wantAll[bucket]++
+			if i%4 == 0 {
+				wantBilling[bucket]++
+			}
+		} else {
+			*b++
+			if i%4 == 0 && b == &beforeAll {
+				beforeBilling++
+			} else if i%4 == 0 {
+				afterBilling++
+			}
+		}
+	}
+	for _, c := range []struct {
+		source        string
+		want          map[int]int64
+		before, after int64
+		total         int64
+		first, last   time.Duration
+	}{
+		{"", wantAll, beforeAll, afterAll, 60, 5 * time.Minute, 44 * time.Minute},
+		{billing, wantBilling, beforeBilling, afterBilling, 15, 8 * time.Minute, 44 * time.Minute},
+	} {
+		h, err := s.PendingHistogram(ctx, &retryindex.HistogramOptions{Source: c.source, From: from, To: to, Width: 10 * time.Minute})
+		require.NoError(t, err)
+		require.Len(t, h.Counts, 4, c.source)
+		var sum int64
+		for i, n := range h.Counts {
+			assert.Equal(t, c.want[i], n, "%q bucket %d", c.source, i)
+			sum += n
+		}
+		assert.Equal(t, c.before, h.Before, c.source)
+		assert.Equal(t, c.after, h.After, c.source)
+		assert.Equal(t, c.total, h.Total, c.source)
+		assert.Equal(t, h.Total, h.Before+sum+h.After, "%q: everything counted once", c.source)
+		assert.Equal(t, t0.Add(c.first), h.First, c.source)
+		assert.Equal(t, t0.Add(c.last), h.Last, c.source)
+		assert.Equal(t, t0, h.AsOf)
+	}
+	// Without buckets: the bounds and the total only; from the start of time when From is zero.
+	h, err := s.PendingHistogram(ctx, &retryindex.HistogramOptions{To: t0.Add(30 * time.Minute)})
+	require.NoError(t, err)
+	assert.Empty(t, h.Counts)
+	assert.Equal(t, t0.Add(-time.Hour), h.First)
+	assert.Equal(t, t0.Add(30*time.Minute), h.Last)
+	assert.EqualValues(t, 60, h.Total)
+	h, err = s.PendingHistogram(ctx, &retryindex.HistogramOptions{From: t0.Add(time.Minute)})
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(time.Minute), h.First, "no upper bound when To is zero")
+	assert.Equal(t, t0.Add(58*time.Minute), h.Last)
+	h, err = s.PendingHistogram(ctx, nil)
+	require.NoError(t, err)
+	assert.Equal(t, t0.Add(-time.Hour), h.First, "nil options: every due time")
+	assert.Equal(t, t0.Add(58*time.Minute), h.Last)
+	assert.EqualValues(t, 60, h.Total)
+	h, err = s.PendingHistogram(ctx, &retryindex.HistogramOptions{Source: "nowhere", From: from, To: to, Width: time.Minute})
+	require.NoError(t, err)
+	assert.Equal(t, make([]int64, 40), h.Counts)
+	assert.True(t, h.First.IsZero())
+	assert.Zero(t, h.Total)
+	for name, o := range map[string]retryindex.HistogramOptions{
+		"negative width":       {From: from, To: to, Width: -time.Minute},
+		"part of a ms":         {From: from, To: to, Width: 1500 * time.Microsecond},
+		"buckets without From": {To: to, Width: time.Minute},
+		"buckets without To":   {From: from, Width: time.Minute},
+		"To before From":       {From: to, To: from},
+		"too many buckets":     {From: from, To: from.Add(retryindex.MaxHistogramBuckets * time.Millisecond), Width: time.Millisecond},
+	} {
+		_, err := s.PendingHistogram(ctx, &o)
+		assert.ErrorIs(t, err, retryindex.ErrInvalidOptions, name)
+	}
 }
 
 func fixed(t time.Time) func() time.Time { return func() time.Time { return t } }
@@ -230,14 +435,14 @@ func countsAndPrune(t *testing.T, open Open) {
 		Rec("old-pending", 3, retryindex.KindScheduled, 1, 0),
 		Rec("new-ok", 4, retryindex.KindSucceeded, 2, 10*time.Hour),
 	}))
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[retryindex.State]int64{retryindex.StateSucceeded: 2, retryindex.StateDeadLettered: 1, retryindex.StatePending: 1}, c.ByState)
 	assert.Equal(t, t0.Add(24*time.Hour), c.AsOf)
 	n, err := s.Prune(ctx, t0.Add(time.Hour))
 	require.NoError(t, err)
 	assert.EqualValues(t, 2, n)
-	c, err = s.Counts(ctx)
+	c, err = s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[retryindex.State]int64{retryindex.StateSucceeded: 1, retryindex.StatePending: 1}, c.ByState)
 	for id, want := range map[string]int{"old-ok": 0, "old-dead": 0, "old-pending": 1, "new-ok": 1} {
@@ -273,7 +478,7 @@ func cursorAndGone(t *testing.T, open Open) {
 		require.Len(t, ans.Events, 1, id)
 		assert.Equal(t, want, ans.Events[0].State, id)
 	}
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[retryindex.State]int64{retryindex.StatePending: 2, retryindex.StateGone: 1}, c.ByState)
 	f, err := s.Freshness(ctx)
@@ -327,7 +532,7 @@ func concurrent(t *testing.T, open Open) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Equal(t, map[retryindex.State]int64{retryindex.StatePending: events}, c.ByState)
 	ans, err := s.Lookup(ctx, "e-0", nil)
@@ -378,7 +583,7 @@ func batches(t *testing.T, open Open) {
 		return s
 	}
 	read := func(s retryindex.Store) (map[retryindex.State]int64, []retryindex.Event) {
-		c, err := s.Counts(ctx)
+		c, err := s.Counts(ctx, nil)
 		require.NoError(t, err)
 		var events []retryindex.Event
 		for i := range 200 {
@@ -426,7 +631,7 @@ func lost(t *testing.T, open Open) {
 	require.NoError(t, err)
 	assert.EqualValues(t, 5, page.Feeds[0].Lost, "not repaired by a rebuild that started before it was noted")
 	require.NoError(t, s.ClearLost(ctx, t0.Add(time.Millisecond)))
-	c, err := s.Counts(ctx)
+	c, err := s.Counts(ctx, nil)
 	require.NoError(t, err)
 	assert.Zero(t, c.Feeds[0].Lost)
 	assert.True(t, c.Feeds[0].LostAt.IsZero())
