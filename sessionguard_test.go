@@ -209,3 +209,28 @@ func TestSessionDryReceiveNotCutByAccepts(t *testing.T) {
 		assert.Zero(t, cuts.Load(), "receives of a dry session cut short by other workers' accepts")
 	})
 }
+
+// A dry session waiting out a long receive while a worker is free is let go soon after every worker
+// becomes busy: its receive is cut then, and the session is released after drySlice (20 ms) more
+// without a message, not at the end of its one-second receive.
+func TestSessionLongReceiveCutWhenWorkersBecomeBusy(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "a", 1)
+		rec := newSessionRecorder()
+		sc := newSessionConsumer(t, b, rec.handler(func(context.Context, sessionCall) error { return nil }), rec,
+			&retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 2})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 1 })
+		<-time.After(100 * time.Millisecond) // a waits in a long receive: the other worker is free
+		sendSession(t, b, "b", 1)            // the other worker takes b: every worker busy
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		<-time.After(200 * time.Millisecond)
+		for _, s := range b.Sessions() {
+			if s.ID == "a" {
+				assert.True(t, s.LockedUntil.IsZero(), "a is released within 200 ms of b's accept, not at the end of its 1 s receive")
+			}
+		}
+		require.NoError(t, stop())
+	})
+}

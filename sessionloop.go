@@ -131,7 +131,7 @@ func (live *liveSessionConnection) entity(def string) string {
 // receiveNext), its lock is lost, a message is left unsettled (for redelivery, which must come before
 // any later message), or stop ends. Then it closes the receiver, which gives the session up and its
 // unsettled message back, in order. With durable holds or blocking on, it first reads the session's
-// record and resumes what is due (sessiondurable.go).
+// record and resumes what is due (sessionhold.go resume, on the record of sessiondurable.go).
 func (r *sessionRun) serve(stop context.Context, accepted SessionReceiver, live *liveSessionConnection) {
 	if int(r.serving.Add(1)) >= r.sc.scfg.maxSessions {
 		r.lastAllBusy.Store(r.sc.cfg.clock.Now().UnixNano())
@@ -211,21 +211,24 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 	// A session that delivers nothing for drySlice while every worker is busy is released. A slice is
 	// cut short when the workers all become busy, and the next one is then drySlice long: the session
 	// must have been dry for that long before it goes.
-	sliceLen := receiveSlice
-	if delivered && r.workersBusyLately() {
-		sliceLen = drySlice
-	}
 	for {
+		// The busy signal is taken before the workers are looked at: serve records that they all
+		// became busy before it fires the signal, so either the look sees it or the signal comes.
+		busy := r.allBusy.context()
+		sliceLen := receiveSlice
+		if delivered && r.workersBusyLately() {
+			sliceLen = drySlice
+		}
 		sctx, endSlice := context.WithCancelCause(rctx)
 		slice := afterFunc(clk, sliceLen, func() { endSlice(errSliceOver) })
 		// Only a long slice is cut when the workers become busy, which they do at every accept while
-		// sessions queue for them: a receive of drySlice is left to run. A cancelled receive costs more
-		// than its wait: its credit stays on the link, and azservicebus (v1.11, receiver.go,
-		// newReleaserFunc) releases a message that arrives for it back to the broker, to be delivered
-		// again.
+		// sessions queue for them: a receive of drySlice is left to run out. Cutting it made the dry
+		// session start its 20 ms over (so it was held longer while others waited) and make one more
+		// receive each time, each of which azservicebus (v1.11) ends by starting a goroutine that
+		// releases what arrives for its credit until the next receive (receiver.go, newReleaserFunc).
 		unwatchBusy := func() bool { return false }
 		if delivered && sliceLen > drySlice {
-			unwatchBusy = context.AfterFunc(r.allBusy.context(), func() { endSlice(errAllBusy) })
+			unwatchBusy = context.AfterFunc(busy, func() { endSlice(errAllBusy) })
 		}
 		start := clk.Now()
 		msgs, err := recv.ReceiveMessages(sctx, 1, &receiveOptions)
@@ -244,13 +247,8 @@ func (r *sessionRun) receiveNext(stop context.Context, recv SessionReceiver, lk 
 			if paused, _ := r.sc.stats.outage.paused(); paused {
 				return nil, errPaused
 			}
-			switch {
-			case !delivered || !r.workersBusyLately():
-				sliceLen = receiveSlice
-			case clk.Now().Sub(start) >= drySlice:
+			if delivered && r.workersBusyLately() && clk.Now().Sub(start) >= drySlice {
 				return nil, errRunDry
-			default:
-				sliceLen = drySlice
 			}
 			continue
 		}
