@@ -163,7 +163,8 @@ func (c Constant) Validate() error {
 // Jitter spreads the delays of another Backoff by up to ±Fraction, so that messages that failed
 // together do not all come back in the same instant. The result stays within the inner backoff's
 // bounds when it has them ([DelayBounds]), except a [Constant]'s: its one delay is both its floor and
-// its cap, so its delays are spread by the whole ±Fraction, and [Jitter.Bounds] says so.
+// its cap, so its delays are spread by the whole ±Fraction (never past [DefaultCap]), and
+// [Jitter.Bounds] says so.
 type Jitter struct {
 	// Backoff is the backoff whose delays are spread. Nil means Fibonacci{}.
 	Backoff Backoff
@@ -191,28 +192,40 @@ func (j Jitter) Delay(attempt int) time.Duration {
 		x = 0.5
 	}
 	out := scaleBy(d, 1-frac+2*frac*x)
-	if b, ok := inner.(DelayBounds); ok {
-		if floor, ceiling := b.Bounds(); floor < ceiling {
-			out = clamp(out, floor, ceiling)
-		}
+	if _, ok := inner.(DelayBounds); ok {
+		floor, ceiling := j.Bounds()
+		out = clamp(out, floor, ceiling)
 	}
 	return out
 }
 
-// Bounds returns the inner backoff's bounds, or zero and [DefaultCap] when it has none. An inner
-// backoff of one delay (a [Constant]: floor and cap equal) is spread by ±Fraction, so the bounds are
-// that delay scaled by 1-Fraction and 1+Fraction.
+// Bounds returns the inner backoff's bounds, or zero and [DefaultCap] when it has none. A [Constant]
+// inner backoff, whose one delay is both its floor and its cap, is spread by ±Fraction instead: the
+// bounds are that delay scaled by 1-Fraction and 1+Fraction, the upper one no later than
+// [DefaultCap] (unless the constant itself is).
 func (j Jitter) Bounds() (floor, ceiling time.Duration) {
-	b, ok := j.inner().(DelayBounds)
-	if !ok {
-		return 0, DefaultCap
+	inner := j.inner()
+	if c, ok := constantOf(inner); ok {
+		d, frac := c.Delay(1), j.fraction()
+		return scaleBy(d, 1-frac), min(scaleBy(d, 1+frac), max(d, DefaultCap))
 	}
-	floor, ceiling = b.Bounds()
-	if floor == ceiling {
-		frac := j.fraction()
-		return scaleBy(floor, 1-frac), scaleBy(ceiling, 1+frac)
+	if b, ok := inner.(DelayBounds); ok {
+		return b.Bounds()
 	}
-	return floor, ceiling
+	return 0, DefaultCap
+}
+
+// constantOf returns b as a Constant, if it is one.
+func constantOf(b Backoff) (Constant, bool) {
+	switch c := b.(type) {
+	case Constant:
+		return c, true
+	case *Constant:
+		if c != nil {
+			return *c, true
+		}
+	}
+	return Constant{}, false
 }
 
 // fraction is Fraction, or 0.2 when it is out of (0, 1] (zero, or rejected by Validate).

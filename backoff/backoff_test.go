@@ -104,9 +104,23 @@ func TestJitterSpreadsAConstant(t *testing.T) {
 	floor, ceiling = backoff.Jitter{Backoff: inner}.Bounds()
 	assert.Equal(t, 48*time.Second, floor, "the default fraction, 0.2")
 	assert.Equal(t, 72*time.Second, ceiling)
+	// A pointer to a Constant is one too.
+	floor, _ = backoff.Jitter{Backoff: &inner, Fraction: 0.5}.Bounds()
+	assert.Equal(t, 30*time.Second, floor)
+	// The spread stops at DefaultCap, the duplicate-detection window, unless the constant is past it.
+	week := backoff.Jitter{Backoff: backoff.Constant{Interval: backoff.DefaultCap}, Fraction: 0.2, Rand: func() float64 { return 0.999999 }}
+	assert.Equal(t, backoff.DefaultCap, week.Delay(1))
+	_, ceiling = week.Bounds()
+	assert.Equal(t, backoff.DefaultCap, ceiling)
 	// A huge constant saturates rather than overflowing.
 	_, ceiling = backoff.Jitter{Backoff: backoff.Constant{Interval: math.MaxInt64}, Fraction: 1}.Bounds()
 	assert.Equal(t, time.Duration(math.MaxInt64), ceiling)
+	// Another backoff whose floor equals its cap keeps its cap: Cap is the largest delay returned.
+	pinned := backoff.Jitter{Backoff: backoff.Fibonacci{Base: time.Hour, Cap: time.Hour}, Fraction: 0.2, Rand: func() float64 { return 0.999999 }}
+	assert.Equal(t, time.Hour, pinned.Delay(3))
+	floor, ceiling = pinned.Bounds()
+	assert.Equal(t, time.Hour, floor)
+	assert.Equal(t, time.Hour, ceiling)
 }
 
 // TestBackoffValidate: want is a fragment of the reason for invalid cases: the fields involved must be
