@@ -114,7 +114,11 @@
 // 1,100,000 messages on the emulator (BENCHMARKS.md). index tail --index FILE|URL keeps an index fed
 // from the broker alone (a consumer without a recorder): it reads what arrived since its last read
 // every --interval (10 s by default) until interrupted, and says on stderr what each read that found
-// something wrote. Both open the index for writing, and create the file when it does not exist.
+// something wrote; its first read is the command's own, so a wrong entity or a refused credential
+// ends it at once with exit 1, while later failures are reported and tried again. Both open the
+// index for writing, and create the file when it does not exist. Neither is bounded by --timeout
+// unless it is given (a rebuild then stops when it passes, keeping what it stored); rebuild --json
+// prints one object: index, tookMs, peeked (messages read per entity), recorded, gone, lossesCleared.
 //
 // # Redrive
 //

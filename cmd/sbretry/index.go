@@ -32,7 +32,12 @@ func openIndex(ctx context.Context, spec string) (retryindex.Store, string, erro
 // openIndexFor is openIndex, with the embedded file opened for writing, and created if missing, when
 // write is set (index rebuild and index tail feed the index, as a recorder does).
 func openIndexFor(ctx context.Context, spec string, write bool) (retryindex.Store, string, error) {
-	if strings.HasPrefix(spec, "postgres://") || strings.HasPrefix(spec, "postgresql://") {
+	scheme, _, isURL := strings.Cut(spec, "://")
+	switch scheme = strings.ToLower(scheme); {
+	case isURL && scheme != "postgres" && scheme != "postgresql":
+		// Never echoed: a URL may carry a password.
+		return nil, "", usagef("--index: a URL must be postgres:// or postgresql://; anything else is the path of an index file")
+	case isURL:
 		cfg, err := pgx.ParseConfig(spec)
 		if err != nil {
 			return nil, "", usagef("--index: the PostgreSQL URL does not parse")

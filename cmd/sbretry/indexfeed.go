@@ -2,7 +2,7 @@ package main
 
 import (
 	"context"
-	"errors"
+	"flag"
 	"fmt"
 	"sort"
 	"strings"
@@ -15,7 +15,9 @@ import (
 // indexFeed runs "index rebuild" and "index tail": the broker's feed of a retry-state index
 // (retryindex.Tailer). A rebuild reads the entity and its dead-letter queue from their first message,
 // which is how an index whose recorder lost records (its answers say so) is repaired; tail keeps an
-// index fed from the broker alone, reading what arrived since its last read.
+// index fed from the broker alone, reading what arrived since its last read. Neither is bounded by
+// --timeout unless it is given: a rebuild reads the whole backlog, and tail runs until interrupted
+// (or for --timeout).
 func (a *app) indexFeed(ctx context.Context, name string, args []string) error {
 	var c common
 	fs := newFlagSet(name, &c)
@@ -34,8 +36,15 @@ func (a *app) indexFeed(ctx context.Context, name string, args []string) error {
 		return usagef("%s reads retry copies and dead letters; a session consumer keeps its holds in its sessions, which the tailer does not read", name)
 	case name == "index tail" && *interval <= 0:
 		return usagef("--interval must be positive")
+	case name == "index tail" && c.json:
+		return usagef("index tail writes its progress as lines on stderr; --json is for index rebuild")
 	}
-	s, _, closeAll, err := a.open(ctx, &c)
+	timed := false
+	fs.Visit(func(f *flag.Flag) { timed = timed || f.Name == "timeout" })
+	if !timed {
+		c.timeout = unbounded
+	}
+	s, ctx, closeAll, err := a.open(ctx, &c)
 	if err != nil {
 		return err
 	}
@@ -55,26 +64,50 @@ func (a *app) indexFeed(ctx context.Context, name string, args []string) error {
 	if err != nil {
 		return usagef("%v", err)
 	}
-	// Neither is bounded by --timeout: a rebuild reads the whole backlog, and tail runs until
-	// interrupted.
 	if name == "index rebuild" {
-		start := time.Now()
-		res, err := t.Rebuild(ctx)
-		if err != nil {
-			return fmt.Errorf("rebuilding index %s from the broker (what was read so far is stored): %w", where, err)
-		}
-		fmt.Fprintf(a.stdout, "rebuilt index %s from the broker in %v: %s; %d records written, %d events marked gone (their copy is no longer in %s); losses noted before the rebuild cleared\n",
-			where, time.Since(start).Round(time.Millisecond), describePeeked(res.Peeked), res.Recorded, res.Gone, t.Entities()[0])
-		return nil
+		return a.rebuildIndex(ctx, &c, t, where)
 	}
+	// The first read is the command's own: a wrong entity, a refused credential or an index that
+	// cannot be written fails the command at once. Later failures are reported and tried again.
+	first, err := t.Poll(ctx)
+	if err != nil {
+		return fmt.Errorf("reading %s into index %s: %w", strings.Join(t.Entities(), " and "), where, err)
+	}
+	opts.OnPoll(first)
 	fmt.Fprintf(a.stderr, "sbretry: feeding index %s from %s every %v; interrupt to stop\n", where, strings.Join(t.Entities(), " and "), *interval)
 	err = t.Run(ctx, *interval, func(err error) {
-		fmt.Fprintf(a.stderr, "sbretry: reading the broker failed (tried again in %v): %s\n", *interval, redact.String(err.Error()))
+		fmt.Fprintf(a.stderr, "sbretry: a read into the index failed (tried again in %v): %s\n", *interval, redact.String(err.Error()))
 	})
-	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
-		return nil // interrupted: the way tail ends
+	if ctx.Err() != nil {
+		return nil // interrupted, or --timeout passed: the way tail ends
 	}
 	return err
+}
+
+// unbounded stands for "no --timeout" where a command is not bounded by default (about 100 years).
+const unbounded = 100 * 365 * 24 * time.Hour
+
+// rebuildIndex runs t's rebuild and says what it read and wrote.
+func (a *app) rebuildIndex(ctx context.Context, c *common, t *retryindex.Tailer, where string) error {
+	start := time.Now()
+	res, err := t.Rebuild(ctx)
+	if err != nil {
+		return fmt.Errorf("rebuilding index %s from the broker (what was read so far is stored): %w", where, err)
+	}
+	took := time.Since(start)
+	if c.json {
+		return writeJSON(a.stdout, struct {
+			Index         string         `json:"index"`
+			TookMs        int64          `json:"tookMs"`
+			Peeked        map[string]int `json:"peeked"`
+			Recorded      int            `json:"recorded"`
+			Gone          int64          `json:"gone"`
+			LossesCleared bool           `json:"lossesCleared"`
+		}{where, took.Milliseconds(), res.Peeked, res.Recorded, res.Gone, true})
+	}
+	fmt.Fprintf(a.stdout, "rebuilt index %s from the broker in %v: %s; %d records written, %d events marked gone (their copy is no longer in %s); losses noted before the rebuild cleared\n",
+		where, took.Round(time.Millisecond), describePeeked(res.Peeked), res.Recorded, res.Gone, t.Entities()[0])
+	return nil
 }
 
 // describePeeked says how many messages were read from each entity, in the order of their paths.

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -149,6 +150,7 @@ func TestIndexFeedUsage(t *testing.T) {
 		{[]string{"--queue", "orders", "index", "tail", "--index", "x.db", "--interval", "0s"}, "--interval must be positive"},
 		{[]string{"--queue", "orders", "--session-consumer", "index", "rebuild", "--index", "x.db"}, "a session consumer keeps its holds in its sessions"},
 		{[]string{"--queue", "orders", "index", "rebuild", "--index", "x.db", "extra"}, "index rebuild takes no arguments"},
+		{[]string{"--queue", "orders", "index", "tail", "--index", "x.db", "--json"}, "--json is for index rebuild"},
 	} {
 		code, _, errOut := cliNoEntity(t, "", tc.args...)
 		assert.Equal(t, exitUsage, code, tc.args)
@@ -180,4 +182,50 @@ func (w *signalWriter) String() string {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	return w.b.String()
+}
+
+// A URL given to --index is never echoed, whatever its scheme's case: it may carry a password.
+func TestIndexURLNeverEchoed(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{
+		{"status", "--index", "mysql://ops:hunter2@db.internal/idx", "order-1"},
+		{"--queue", "orders", "index", "rebuild", "--index", "MySQL://ops:hunter2@db.internal/idx", "--connection-string", "Endpoint=sb://127.0.0.1:1/;SharedAccessKeyName=k;SharedAccessKey=v"},
+		{"status", "--index", "Postgres://ops:hunter2@127.0.0.1:1/idx?connect_timeout=1", "order-1"},
+	} {
+		code, out, errOut := cliNoEntity(t, "", args...)
+		assert.NotEqual(t, exitOK, code, args)
+		assert.NotContains(t, out+errOut, "hunter2", args)
+	}
+}
+
+// index tail fails at once, exit 1, when its first read fails (here, an entity that does not exist),
+// instead of reporting the failure every interval and exiting 0 when interrupted.
+func TestIndexTailFailsWhenItsFirstReadFails(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	path := filepath.Join(t.TempDir(), "index.db")
+	code, _, errOut := cliNoEntity(t, "", "--connection-string", h.Em.ConnectionString(), "--queue", "no-such-queue", "index", "tail", "--index", path, "--interval", "1h")
+	assert.Equal(t, exitError, code, errOut)
+	assert.Contains(t, errOut, "reading no-such-queue and no-such-queue/$DeadLetterQueue into index "+path)
+}
+
+// index rebuild --json says the same in one object.
+func TestIndexRebuildJSON(t *testing.T) {
+	t.Parallel()
+	h := newHarness(t)
+	runFailingConsumer(t, h, retry.Hooks{}, "order-1")
+	path := filepath.Join(t.TempDir(), "index.db")
+	code, out, errOut := h.cli(t, "", "index", "rebuild", "--index", path, "--json")
+	require.Equal(t, exitOK, code, errOut)
+	var got struct {
+		Index         string         `json:"index"`
+		Peeked        map[string]int `json:"peeked"`
+		Recorded      int            `json:"recorded"`
+		LossesCleared bool           `json:"lossesCleared"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &got), out)
+	assert.Equal(t, path, got.Index)
+	assert.Equal(t, map[string]int{"orders": 1}, got.Peeked, "an entity with nothing read is left out")
+	assert.Equal(t, 1, got.Recorded)
+	assert.True(t, got.LossesCleared)
 }

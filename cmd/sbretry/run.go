@@ -67,10 +67,12 @@ commands:
   index rebuild --index FILE|URL
                       read the entity and its dead-letter queue from their first message into the
                       retry-state index: what a recorder lost is read again, events whose copy is gone
-                      are marked so, and the noted losses are cleared (a peek of the whole backlog)
+                      are marked so, and the noted losses are cleared (a peek of the whole backlog;
+                      not bounded by --timeout unless it is given; --json)
   index tail --index FILE|URL
                       keep the index fed from the broker: read what arrived since the last read, every
-                      --interval D (default 10s), until interrupted; for an index kept without a recorder
+                      --interval D (default 10s), until interrupted (or for --timeout, when given); for an
+                      index kept without a recorder; a first read that fails ends it with exit 1
   serve               the web console (--listen ADDR, default 127.0.0.1:8080; --token T off loopback, or
                       --tokens-file F with reader and operator tokens; --audit-file F; --entity
                       PATH[=RETRYQUEUE] repeatable; --index PATH|URL for its search and pages

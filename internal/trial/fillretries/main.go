@@ -31,7 +31,7 @@ func main() {
 	queue := flag.String("queue", "orders", "queue to fill")
 	n := flag.Int("n", 100_000, "messages to send and fail once")
 	index := flag.String("index", "", "SQLite file of the retry-state index (empty: no index)")
-	delay := flag.Duration("delay", 6*time.Hour, "how far ahead the retries fall due (spread over one more such span)")
+	delay := flag.Duration("delay", 6*time.Hour, "the retries fall due between this and three times this ahead")
 	skipSend := flag.Bool("skip-send", false, "only run the consumer (the messages were sent before)")
 	prefix := flag.String("prefix", "order-", "MessageID prefix, followed by the message's number")
 	maxAttempts := flag.Int("max-attempts", 0, "Options.MaxAttempts (1: every message is dead-lettered at once)")
@@ -41,7 +41,10 @@ func main() {
 	}
 }
 
-func run(cs, queue string, n int, index, prefix string, maxAttempts int, delay time.Duration, skipSend bool) error {
+func run(cs, queue string, n int, index, prefix string, maxAttempts int, delay time.Duration, skipSend bool) (err error) {
+	if n < 1 || delay <= 0 {
+		return fmt.Errorf("-n must be at least 1 and -delay positive (got %d and %v)", n, delay)
+	}
 	ctx := context.Background()
 	client, err := azservicebus.NewClientFromConnectionString(cs, nil)
 	if err != nil {
@@ -59,7 +62,7 @@ func run(cs, queue string, n int, index, prefix string, maxAttempts int, delay t
 		Logger:         slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 		MaxConcurrency: 32,
 		MaxAttempts:    maxAttempts,
-		// Each retry falls due between delay and 2×delay ahead, so that the due order is not the send order.
+		// Each retry falls due between delay and 3×delay ahead, so that the due order is not the send order.
 		Backoff: backoff.Jitter{Backoff: backoff.Constant{Interval: 2 * delay}, Fraction: 0.5},
 	}
 	var rec *retryindex.Recorder
@@ -72,6 +75,12 @@ func run(cs, queue string, n int, index, prefix string, maxAttempts int, delay t
 		if rec, err = retryindex.NewRecorder(store, nil); err != nil {
 			return err
 		}
+		// Closed on every return (before the store): it writes what is still queued.
+		defer func() {
+			if cerr := rec.Close(ctx); err == nil {
+				err = cerr
+			}
+		}()
 	}
 	var failed atomic.Int64
 	done := make(chan struct{})
@@ -121,7 +130,7 @@ wait:
 		if err := rec.Close(ctx); err != nil {
 			return err
 		}
-		log.Printf("recorder: %+v", rec.Stats())
+		log.Printf("recorder: %+v", rec.Stats()) // after the close: every record written or dropped
 	}
 	log.Printf("%d failed (retries scheduled or dead-lettered) in %v (%.0f/s)", n, took.Round(time.Millisecond), float64(n)/took.Seconds())
 	return nil

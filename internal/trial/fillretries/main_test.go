@@ -33,6 +33,7 @@ func TestFillMakesPendingRetriesAndDeadLetters(t *testing.T) {
 		require.Len(t, ans.Events, 1, id)
 		assert.Equal(t, want, ans.Events[0].State, id)
 	}
+	assert.Error(t, run(h.Em.ConnectionString(), sbtest.Queue, 0, path, "x-", 0, time.Hour, false), "nothing to wait for")
 	st := h.QueueStats(t, sbtest.Queue)
 	assert.Equal(t, 30, st.Scheduled, "the retry copies, scheduled")
 	assert.Equal(t, 5, st.DeadLettered)
