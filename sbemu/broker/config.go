@@ -170,11 +170,13 @@ type Options struct {
 	// with DataDir.
 	TruncateDamagedJournal bool
 
-	// ShareBodies has no effect; it is kept so that code setting it
-	// still compiles. It made deliveries share the stored message's body
-	// while the broker kept messages decoded; the broker now keeps each
-	// message encoded, so every message it hands out is decoded afresh and
+	// ShareBodies made deliveries share the stored message's body while
+	// the broker kept messages decoded. The broker now keeps each message
+	// encoded, so every message it hands out is decoded afresh and
 	// entirely the caller's own, which callers may change freely.
+	//
+	// Deprecated: it has no effect; it is kept so that code setting it
+	// still compiles.
 	ShareBodies bool
 
 	// Logger receives what persistence has to say: a torn tail cut off at
