@@ -117,3 +117,18 @@ func TestRewriteKeepsTheMessageOnFailure(t *testing.T) {
 	assert.Equal(t, "body", body(again))
 	assert.Equal(t, map[string]any{"fine": "yes"}, again.Message.ApplicationProperties)
 }
+
+// TestDeadLetterRefusesPropertiesWithoutAnEncoding: dead-letter
+// properties AMQP cannot carry fail the call before anything moves; the
+// lock stays held and the message where it was.
+func TestDeadLetterRefusesPropertiesWithoutAnEncoding(t *testing.T) {
+	q, _ := newTestQueue(t, QueueConfig{})
+	mustSend(t, q, newMsg("id", "body"))
+	d := mustReceive(t, q, PeekLock)
+	require.Error(t, q.DeadLetter(d.LockToken, "reason", "", map[string]any{"odd": struct{ A int }{1}}))
+	require.NoError(t, q.DeadLetter(d.LockToken, "reason", "", map[string]any{"fine": "yes"}), "the lock is still held")
+	dlq := q.b.queues["q"].dlq
+	dead := mustReceive(t, dlq, ReceiveAndDelete)
+	assert.Equal(t, "yes", dead.Message.ApplicationProperties["fine"])
+	assert.Equal(t, uint32(0), dead.Message.Header.DeliveryCount, "the failed call did not count")
+}
