@@ -260,9 +260,6 @@ func Start(cfg Config) (*Emulator, error) {
 	b, err := broker.New(broker.Options{
 		Clock: cfg.Clock, Topics: cfg.Topics,
 		DataDir: cfg.DataDir, TruncateDamagedJournal: cfg.TruncateDamagedJournal, Logger: cfg.Logger,
-		// Every delivery is encoded at once: sharing the stored body
-		// saves copying it (see BENCHMARKS.md, the emulator at scale).
-		ShareBodies: true,
 	}, cfg.Queues...)
 	if err != nil {
 		return nil, fmt.Errorf("sbemu: creating broker: %w", err)
@@ -329,9 +326,8 @@ func (e *Emulator) ConnectionString() string {
 }
 
 // Broker is the in-memory broker behind the emulator, for inspecting queue,
-// dead-letter and scheduled contents in tests. Its deliveries and peeks
-// share their body bytes with the stored messages
-// ([broker.Options.ShareBodies]): read them, do not change them in place.
+// dead-letter and scheduled contents in tests. Its deliveries and peeks are
+// decoded from the stored messages, so they are the caller's own.
 func (e *Emulator) Broker() *broker.Broker { return e.broker }
 
 // CreateQueue adds a queue while the emulator runs; clients can attach to it

@@ -101,8 +101,8 @@ func TestSDKPersistenceSurvivesRestart(t *testing.T) {
 	assert.NotNil(t, q, "the queue created through the administration API")
 }
 
-// Once the journal has stopped (here: a message handed to the broker directly with a property it cannot
-// encode), a receive link waiting for messages is detached with the error, so the SDK's receive returns
+// Once the journal has stopped (here: a write fault injected, then a message handed to the broker
+// directly), a receive link waiting for messages is detached with the error, so the SDK's receive returns
 // and recovers instead of waiting silently on a link that will never deliver.
 func TestSDKReceiveLinkDetachedWhenTheJournalStops(t *testing.T) {
 	em, err := Start(Config{DataDir: t.TempDir(), Queues: []broker.QueueConfig{{Name: "orders"}}})
@@ -126,7 +126,8 @@ func TestSDKReceiveLinkDetachedWhenTheJournalStops(t *testing.T) {
 	}()
 	q, ok := em.Broker().Queue("orders")
 	require.True(t, ok)
-	_, _, _ = q.Send(&amqp.Message{Data: [][]byte{[]byte("x")}, ApplicationProperties: map[string]any{"odd": struct{ A int }{1}}}, 10)
+	require.NoError(t, em.Broker().InjectJournalFault(broker.JournalWriteFault))
+	_, _, _ = q.Send(&amqp.Message{Data: [][]byte{[]byte("x")}}, 10)
 	err = <-got
 	assert.NoError(t, err, "the receive returns when the link is detached, not at its deadline")
 	assert.NoError(t, ctx.Err())

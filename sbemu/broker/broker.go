@@ -44,9 +44,6 @@ type Broker struct {
 	// persist journals every change to Options.DataDir (persist.go); nil
 	// without one. Set before New returns and never changed.
 	persist *persistence
-
-	// shareBodies is Options.ShareBodies; set in New, read-only after.
-	shareBodies bool
 }
 
 // New validates the configurations and returns a broker serving the queues
@@ -61,11 +58,10 @@ func New(opts Options, queues ...QueueConfig) (*Broker, error) {
 		return openPersistent(opts, queues)
 	}
 	b := &Broker{
-		clock:       opts.Clock,
-		shareBodies: opts.ShareBodies,
-		queues:      make(map[string]*Queue, len(queues)),
-		done:        make(chan struct{}),
-		rearm:       make(chan struct{}, 1),
+		clock:  opts.Clock,
+		queues: make(map[string]*Queue, len(queues)),
+		done:   make(chan struct{}),
+		rearm:  make(chan struct{}, 1),
 
 		wakeupsDone: make(chan struct{}),
 	}

@@ -170,16 +170,13 @@ type Options struct {
 	// with DataDir.
 	TruncateDamagedJournal bool
 
-	// ShareBodies makes the messages handed out (deliveries, peeks,
-	// receives by sequence number) share their body sections (Data's
-	// byte slices, Value, Sequence), their footer and the values of their
-	// application properties with the stored message instead of copying
-	// them; the header, the properties section and every map are still
-	// the caller's own. A caller that sets it must not change what it
-	// shares: the AMQP server, which encodes each delivery at once, sets
-	// it, saving the copy of the body on every delivery and peek. False
-	// (the default) hands out full copies, which callers may change
-	// freely.
+	// ShareBodies made deliveries share the stored message's body while
+	// the broker kept messages decoded. The broker now keeps each message
+	// encoded, so every message it hands out is decoded afresh and
+	// entirely the caller's own, which callers may change freely.
+	//
+	// Deprecated: it has no effect; it is kept so that code setting it
+	// still compiles.
 	ShareBodies bool
 
 	// Logger receives what persistence has to say: a torn tail cut off at

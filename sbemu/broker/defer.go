@@ -39,8 +39,9 @@ const messageStateDeferred int64 = 1
 // fails with [ErrLockLost] if the lock is unknown, expired or settled.
 func (q *Queue) Defer(token [16]byte, properties map[any]any) error {
 	return q.locked(token, func(e *entry, _ time.Time) error {
-		mergeApplicationProperties(e.msg, properties)
-		e.msgChanged = e.msgChanged || len(properties) > 0
+		if err := mergeProperties(e, properties); err != nil {
+			return err
+		}
 		q.setDeferred(e)
 		return nil
 	})
@@ -117,7 +118,7 @@ func (q *Queue) receiveDeferred(mode Mode, owner uint64, session *string, seqs [
 		}
 		seen[s] = true
 		e, ok := q.order.get(s)
-		if !ok || e.state != stateDeferred || (session != nil && sessionID(e.msg) != *session) {
+		if !ok || e.state != stateDeferred || (session != nil && e.session != *session) {
 			if found {
 				missing, found = s, false
 			}

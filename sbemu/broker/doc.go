@@ -39,11 +39,14 @@
 // A [Broker] and its queues are safe for concurrent use; one mutex guards the
 // whole broker, which keeps cross-queue moves (dead-lettering) atomic. Every
 // message handed in is copied and every message handed out is a fresh copy, so
-// callers may mutate what they get without corrupting the stored message;
-// only [Queue.SendOwned] and [Queue.ScheduleOwned] store the message they
-// are given, for a caller that hands it over, and [Options.ShareBodies]
-// makes what is handed out share the stored body, for a caller that only
-// reads it (both for the AMQP server, which decodes and encodes at once).
+// callers may mutate what they get without corrupting the stored message.
+// The broker keeps each message as its AMQP encoding (encoded.go), so what
+// it hands out is decoded afresh, and a message handed in is encoded: a
+// delivery carries the values as the wire gives them (a map[any]any with
+// string keys comes back as a map[string]any, times to the millisecond).
+// [Queue.SendOwned] and [Queue.ScheduleOwned] skip the copy that
+// [Queue.Send] makes before adding what the broker adds (a MessageId, the
+// scheduled time), for a caller that hands the message over.
 //
 // # Indexes
 //

@@ -3,8 +3,6 @@ package broker
 import (
 	"container/heap"
 	"time"
-
-	"github.com/Azure/go-amqp"
 )
 
 // entryState is where a stored message is in its life cycle. A byte, so
@@ -32,16 +30,21 @@ const (
 // keeps the small fields together, what only a locked message needs
 // lives in lock, allocated while it is locked, a scheduled message's
 // activation time is its deadline, and the heap positions are 32-bit:
-// the struct is 160 bytes, in the 160 size class. With the lock's fields
-// and a scheduledAt of its own it took 240 bytes (and 264, in the 288
-// class, in the order it had first), 80 bytes a stored message more
-// (BenchmarkScaleBytesPerMessage); a lock costs 64 bytes more while it
-// lasts, and few messages of a large backlog are locked at once. Add a
-// field next to ones of its size.
+// the struct is 192 bytes, in the 192 size class (160 while it held a
+// pointer to the decoded message instead of the encoding and the session
+// id). With the lock's fields and a scheduledAt of its own it took 80
+// bytes more (BenchmarkScaleBytesPerMessage); a lock costs 64 bytes more
+// while it lasts, and few messages of a large backlog are locked at once.
+// Add a field next to ones of its size.
 type entry struct {
+	// data is the message, AMQP-encoded (encoded.go); never handed out,
+	// and replaced, never changed in place, when the message changes.
+	data []byte
+	// session is the message's session id (its group-id), empty without
+	// one; it never changes while the message is stored.
+	session string
 	// size is the encoded size reported by the sender, in bytes; it is
 	// carried over to the dead-letter copy.
-	msg  *amqp.Message // owned copy; never handed out
 	size int
 
 	seq        int64     // current sequence number (scheduled number while scheduled)
@@ -104,8 +107,10 @@ type entryLock struct {
 	sessionHolder uint64
 }
 
-func newEntry(msg *amqp.Message, size int) *entry {
-	return &entry{msg: msg, size: size, timeIndex: -1, availIndex: -1}
+// newEntry returns an entry for the encoded message data with session id
+// session; encodeEntry encodes a decoded one.
+func newEntry(data []byte, session string, size int) *entry {
+	return &entry{data: data, session: session, size: size, timeIndex: -1, availIndex: -1}
 }
 
 // availableHeap orders receivable entries by sequence number, which is the

@@ -107,7 +107,7 @@ func (b *Broker) checkForwardLoops() error {
 // held.
 func (q *Queue) forward(e *entry, now time.Time) {
 	q.removeEntry(e)
-	q.forwardTo.enqueueLocked(e.msg, e.size, now, e.expiresAt, now)
+	q.forwardTo.enqueueLocked(e.message(), e.size, now, e.expiresAt, now)
 }
 
 // kindName names q's kind for error messages.

@@ -82,13 +82,12 @@ func (b *Broker) Advance() time.Time {
 // Header.DeliveryCount counting every delivery including the settled one.
 // A test kit records completed messages with it without keeping copies of
 // everything it hands out. The message is the stored one, which the broker
-// no longer references, so it costs no copy.
+// no longer references, decoded once.
 func (q *Queue) CompleteDelivery(token [16]byte) (*Delivery, error) {
 	var d *Delivery
 	err := q.locked(token, func(e *entry, _ time.Time) error {
 		q.removeEntry(e)
-		m := e.msg
-		e.msg = nil
+		m := e.message()
 		if m.Header == nil {
 			m.Header = &amqp.MessageHeader{}
 		}

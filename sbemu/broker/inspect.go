@@ -70,7 +70,7 @@ func (q *Queue) ScheduledMessages() []Scheduled {
 	}
 	out := make([]Scheduled, len(es))
 	for i, e := range es {
-		out[i] = Scheduled{Seq: e.seq, At: e.scheduledAt(), Message: CopyMessage(e.msg)}
+		out[i] = Scheduled{Seq: e.seq, At: e.scheduledAt(), Message: e.message()}
 	}
 	return out
 }
@@ -139,7 +139,7 @@ func (q *Queue) SessionSnapshots() []SessionSnapshot {
 		}
 	}
 	for e := range q.order.entries() {
-		snap := get(sessionID(e.msg))
+		snap := get(e.session)
 		switch e.state {
 		case stateAvailable:
 			snap.Active++

@@ -81,7 +81,7 @@ func newEntryOrder(sessionful bool) entryOrder {
 func (o *entryOrder) add(e *entry) {
 	o.all.ReplaceOrInsert(seqEntry{e.seq, e})
 	if o.sessions != nil {
-		o.sessions.ReplaceOrInsert(sessionSeq{sessionID(e.msg), e.seq, e})
+		o.sessions.ReplaceOrInsert(sessionSeq{e.session, e.seq, e})
 	}
 }
 
@@ -92,7 +92,7 @@ func (o *entryOrder) add(e *entry) {
 func (o *entryOrder) remove(e *entry) {
 	o.all.Delete(seqEntry{seq: e.seq})
 	if o.sessions != nil {
-		o.sessions.Delete(sessionSeq{session: sessionID(e.msg), seq: e.seq})
+		o.sessions.Delete(sessionSeq{session: e.session, seq: e.seq})
 	}
 }
 
@@ -136,7 +136,7 @@ func (o *entryOrder) ascendSession(session string, from int64, fn func(e *entry)
 		return // nothing was ever stored
 	case o.sessions == nil:
 		o.ascend(from, func(e *entry) bool {
-			return sessionID(e.msg) != session || fn(e)
+			return e.session != session || fn(e)
 		})
 		return
 	}

@@ -73,7 +73,7 @@ func checkIndexes(t *testing.T, q *Queue, rng *rand.Rand, step int) {
 	for range 3 {
 		session, from, n := fmt.Sprint("s", rng.IntN(6)), rng.Int64N(last+2), 1+rng.IntN(8)
 		b.mu.Lock()
-		want := referencePeek(q, from, n, func(e *entry) bool { return sessionID(e.msg) == session })
+		want := referencePeek(q, from, n, func(e *entry) bool { return e.session == session })
 		b.mu.Unlock()
 		require.Equal(t, append([]int64{}, want...), seqsOf(q.PeekSession(session, from, n)), "step %d: peek of %s from %d max %d", step, session, from, n)
 	}

@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/gob"
@@ -14,8 +15,6 @@ import (
 	"strings"
 	"sync"
 	"time"
-
-	"github.com/Azure/go-amqp"
 )
 
 // Persistence ([Options.DataDir]) keeps entities, messages (active,
@@ -193,9 +192,10 @@ func (p *persistence) commit(b *Broker) {
 	p.sessions = p.sessions[:0]
 	p.entities = false
 	if err != nil {
-		// Only an unencodable message gets here (one handed to the broker
-		// directly, never one from the wire); the journal can no longer
-		// describe the state, so it stops and every later sync fails.
+		// Only an entity configuration gob cannot encode gets here (a
+		// correlation filter value handed to the broker directly); the
+		// journal can no longer describe the state, so it stops and every
+		// later sync fails.
 		p.j.fail(err)
 		return
 	}
@@ -206,7 +206,7 @@ func (p *persistence) commit(b *Broker) {
 	clear(p.written)
 	p.written = p.written[:0]
 	if p.j.wantSnapshot() {
-		data, err := b.encodeSnapshot(nil)
+		data, err := b.encodeSnapshot()
 		if err != nil {
 			p.j.fail(err)
 			return
@@ -246,9 +246,7 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 			r.meta(k.q.name, k.seq, e)
 			continue
 		}
-		if err := r.put(k.q.name, k.seq, e); err != nil {
-			return err
-		}
+		r.put(k.q.name, k.seq, e)
 		e.journaledAt, e.msgChanged = k.seq, false
 		p.written = append(p.written, e)
 	}
@@ -266,9 +264,8 @@ func (p *persistence) encodeChanges(b *Broker, r *recordEncoder) error {
 }
 
 // encodeSnapshot encodes the whole durable state as framed records ending
-// in opEnd; b.mu must be held. encoded holds messages as read from disk at
-// open, which saves encoding them again; nil otherwise.
-func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
+// in opEnd; b.mu must be held.
+func (b *Broker) encodeSnapshot() ([]byte, error) {
 	size := 0
 	for _, q := range b.allQueues() {
 		for e := range q.order.entries() {
@@ -284,11 +281,7 @@ func (b *Broker) encodeSnapshot(encoded map[*entry][]byte) ([]byte, error) {
 		r.lastSeq(q.name, q.lastSeq)
 		for e := range q.order.entries() {
 			seq := e.seq
-			if raw, ok := encoded[e]; ok && !e.msgChanged {
-				r.putEncoded(q.name, seq, e, raw)
-			} else if err := r.put(q.name, seq, e); err != nil {
-				return nil, err
-			}
+			r.put(q.name, seq, e)
 			e.journaledAt, e.msgChanged = seq, false
 			if len(r.buf)-start >= snapshotChunk {
 				r.endRecord(start)
@@ -374,7 +367,7 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 		compactAfter = DefaultCompactAfter
 	}
 	resume, ok := resumableLog(img, damage, damaged)
-	encoded, locked, err := b.restore(img, !ok)
+	locked, err := b.restore(img)
 	if err != nil {
 		b.Close()
 		return nil, err
@@ -406,7 +399,7 @@ func openLocked(opts Options, queues []QueueConfig) (*Broker, error) {
 		return nil, err
 	}
 	b.mu.Lock()
-	err = b.attachJournal(dir, f, gen, compactAfter, encoded, damaged, log)
+	err = b.attachJournal(dir, f, gen, compactAfter, damaged, log)
 	b.mu.Unlock()
 	if err != nil {
 		_ = f.Close()
@@ -458,8 +451,8 @@ func reopenLog(dir string, log replayedLog, damage *journalDamage) (*os.File, in
 // snapshot is exactly the state the new log continues from. The logs of
 // the generations in damaged, which a truncation cut short, are kept
 // aside rather than deleted.
-func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter int64, encoded map[*entry][]byte, damaged []uint64, log *slog.Logger) error {
-	snap, err := b.encodeSnapshot(encoded)
+func (b *Broker) attachJournal(dir string, f *os.File, gen uint64, compactAfter int64, damaged []uint64, log *slog.Logger) error {
+	snap, err := b.encodeSnapshot()
 	if err != nil {
 		return err
 	}
@@ -569,16 +562,10 @@ func (b *Broker) storedQueue(key string) *Queue {
 
 // restore installs the stored messages, counters and duplicate-detection
 // records into the freshly built broker, and returns the messages that
-// were locked, for [Broker.returnRestoredLocks]. With keepEncoded it also
-// returns each restored message's encoding, for a snapshot that follows
-// at once; otherwise the encodings are left to the collector.
-func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []restoredLock, error) {
+// were locked, for [Broker.returnRestoredLocks].
+func (b *Broker) restore(img *image) ([]restoredLock, error) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	var encoded map[*entry][]byte
-	if keepEncoded {
-		encoded = map[*entry][]byte{}
-	}
 	keys := make([]string, 0, len(img.stored))
 	for k := range img.stored {
 		keys = append(keys, k)
@@ -589,7 +576,7 @@ func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []res
 	for _, k := range keys {
 		q := b.storedQueue(k)
 		if q == nil {
-			return nil, nil, fmt.Errorf("%w: state for unknown entity %q", ErrDamaged, img.stored[k].path)
+			return nil, fmt.Errorf("%w: state for unknown entity %q", ErrDamaged, img.stored[k].path)
 		}
 		q.lastSeq = max(q.lastSeq, img.stored[k].lastSeq)
 	}
@@ -608,10 +595,7 @@ func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []res
 			seq := sm.seq
 			e, err := restoreEntry(sm.m, seq, s.path)
 			if err != nil {
-				return nil, nil, err
-			}
-			if keepEncoded {
-				encoded[e] = sm.m.msg
+				return nil, err
 			}
 			// On disk in full under seq: later changes journal its state
 			// only, and its removal as a delete.
@@ -645,7 +629,7 @@ func (b *Broker) restore(img *image, keepEncoded bool) (map[*entry][]byte, []res
 			q.dedup.order = recs
 		}
 	}
-	return encoded, locked, nil
+	return locked, nil
 }
 
 // seqMessage is a stored message and its sequence number.
@@ -671,21 +655,15 @@ func (b *Broker) returnRestoredLocks(locked []restoredLock) {
 	b.armAll(now)
 }
 
-// restoreEntry decodes one stored message.
+// restoreEntry makes an entry of one stored message, which replay checked
+// (persist_record.go). The message's bytes are copied out of the buffer
+// replay read, which would otherwise stay in memory as long as any
+// message of the file does.
 func restoreEntry(m *storedMessage, seq int64, path string) (*entry, error) {
-	// Replay decoded and checked it (persist_record.go), so these errors
-	// are for a storedMessage built some other way.
-	msg := m.decoded
-	if msg == nil {
-		msg = new(amqp.Message)
-		if err := msg.UnmarshalBinary(m.msg); err != nil {
-			return nil, fmt.Errorf("%w: message %d of %q: %v", ErrDamaged, seq, path, err)
-		}
-	}
 	if err := checkState(m.state, seq, path); err != nil {
 		return nil, err
 	}
-	e := newEntry(msg, m.size)
+	e := newEntry(bytes.Clone(m.msg), m.session, m.size)
 	e.seq = seq
 	e.state = m.state
 	e.deliveryCount = m.deliveryCount

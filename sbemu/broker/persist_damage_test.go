@@ -99,7 +99,7 @@ var midJournalDamage = []struct {
 	}, 2},
 	{"a message that passes its checksums but does not decode", func(t *testing.T, f fiveSends) func(fiveSends) int {
 		r := &recordEncoder{}
-		r.putEncoded("orders", 6, &entry{state: stateAvailable}, []byte{0x00, 0x53, 0x77, 0xff})
+		r.put("orders", 6, &entry{state: stateAvailable, data: []byte{0x00, 0x53, 0x77, 0xff}})
 		bad := appendFramed(nil, r.buf)
 		data := append(append(append([]byte(nil), f.data[:f.starts[2]]...), bad...), f.data[f.starts[2]:]...)
 		require.NoError(t, os.WriteFile(f.path, data, 0o644))

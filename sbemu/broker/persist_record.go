@@ -8,8 +8,6 @@ import (
 	"hash/crc32"
 	"strings"
 	"time"
-
-	"github.com/Azure/go-amqp"
 )
 
 // The payload of a journal or snapshot record is a sequence of operations,
@@ -110,18 +108,9 @@ func (r *recordEncoder) lastSeq(path string, seq int64) {
 	r.varint(seq)
 }
 
-// put records e in full at sequence number seq of path.
-func (r *recordEncoder) put(path string, seq int64, e *entry) error {
-	msg, err := e.msg.MarshalBinary()
-	if err != nil {
-		return fmt.Errorf("broker: encoding message %d of %s: %w", seq, path, err)
-	}
-	r.putEncoded(path, seq, e, msg)
-	return nil
-}
-
-// putEncoded is put with the message already encoded.
-func (r *recordEncoder) putEncoded(path string, seq int64, e *entry, msg []byte) {
+// put records e in full at sequence number seq of path: its state and
+// its message as stored, already encoded (encoded.go).
+func (r *recordEncoder) put(path string, seq int64, e *entry) {
 	r.byte(opPut)
 	r.string(path)
 	r.varint(seq)
@@ -132,7 +121,7 @@ func (r *recordEncoder) putEncoded(path string, seq int64, e *entry, msg []byte)
 	r.time(e.scheduledAt())
 	r.time(e.expiresAt)
 	r.time(e.expiryCap)
-	r.bytes(msg)
+	r.bytes(e.data)
 }
 
 // beginRecord starts a framed record in place: room for the header now,
@@ -273,8 +262,8 @@ type storedMessage struct {
 	scheduledAt   time.Time
 	expiresAt     time.Time
 	expiryCap     time.Time
-	msg           []byte        // encoded amqp.Message, reused by the snapshot written at open
-	decoded       *amqp.Message // msg, decoded at replay
+	msg           []byte // the encoded message, in the buffer replay read
+	session       string // its session id, read at replay (checkStored)
 }
 
 // checkState refuses a stored state that no message can be in.
@@ -428,13 +417,14 @@ func (img *image) applyOp(d *recordDecoder) error {
 		if d.err != nil {
 			return d.err
 		}
-		// Decoded now, not when the broker is rebuilt, so that a message
+		// Checked now, not when the broker is rebuilt, so that a message
 		// that does not decode is reported at its record (file and
 		// offset), which a truncation can cut.
-		m.decoded = new(amqp.Message)
-		if err := m.decoded.UnmarshalBinary(m.msg); err != nil {
+		session, err := checkStored(m.msg)
+		if err != nil {
 			return fmt.Errorf("%w: message %d of %q: %v", ErrDamaged, seq, path, err)
 		}
+		m.session = session
 		if err := checkState(m.state, seq, path); err != nil {
 			return err
 		}

@@ -506,7 +506,9 @@ func TestPersistCorruptSnapshotIsAnError(t *testing.T) {
 func FuzzReplayJournal(f *testing.F) {
 	r := &recordEncoder{}
 	r.lastSeq("q", 4)
-	_ = r.put("q", 3, newEntry(newMsg("id", "body"), 4)) // cannot fail for this message
+	e, err := encodeEntry(newMsg("id", "body"), 4)
+	require.NoError(f, err)
+	r.put("q", 3, e)
 	r.meta("q", 3, &entry{state: stateLocked, deliveryCount: 2})
 	r.dedup("q", "string:id", 3, persistStart)
 	r.delete("q", 3)
@@ -546,7 +548,9 @@ func FuzzReplaySnapshot(f *testing.F) {
 	r := &recordEncoder{}
 	_ = r.entities(storedEntities{Queues: []QueueConfig{{Name: "q"}}}) // encodable
 	r.lastSeq("q", 4)
-	_ = r.put("q", 3, newEntry(newMsg("id", "body"), 4)) // cannot fail for this message
+	e, err := encodeEntry(newMsg("id", "body"), 4)
+	require.NoError(f, err)
+	r.put("q", 3, e)
 	r.byte(opEnd)
 	header := binary.LittleEndian.AppendUint64([]byte(snapshotMagic), 7)
 	f.Add(appendFramed(header, r.buf))

@@ -163,7 +163,10 @@ func (q *Queue) accept(m *amqp.Message, size int, at time.Time, stamp, owned boo
 		setAnnotation(stored, AnnotationScheduledEnqueueTime, at)
 	}
 	assignMessageID(stored)
-	e := newEntry(stored, size)
+	e, err := encodeEntry(stored, size)
+	if err != nil {
+		return 0, false, err
+	}
 	e.seq = q.nextSeq()
 	e.enqueuedAt = now
 	q.storeEntry(e)
@@ -193,7 +196,7 @@ func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 	e.enqueuedAt = enqueuedAt
 	e.expiresAt = time.Time{}
 	if q.parent == nil {
-		ttl := headerTTL(e.msg)
+		ttl := storedTTL(e.data)
 		// A message's own TTL cannot exceed the entity's default; Service Bus
 		// silently shortens it (ServiceBusMessage.TimeToLive in the .NET SDK
 		// reference: "cannot be longer than the entity's DefaultTimeToLive
@@ -201,7 +204,8 @@ func (q *Queue) activate(e *entry, enqueuedAt, now time.Time) {
 		// the shortened value.
 		if def := q.cfg.DefaultTTL; def > 0 && (ttl <= 0 || ttl > def) {
 			if ttl > def {
-				e.msg.Header.TTL = def
+				// Only a duration changes, which always encodes.
+				_ = e.rewrite(func(m *amqp.Message) { m.Header.TTL = def })
 			}
 			ttl = def
 		}
@@ -247,7 +251,7 @@ func (q *Queue) removeEntry(e *entry) {
 	if e.availIndex >= 0 {
 		q.popAvailable(e)
 		if q.sessionful() {
-			q.pruneSession(q.session(sessionID(e.msg)), q.b.clock.Now())
+			q.pruneSession(q.session(e.session), q.b.clock.Now())
 		}
 	}
 	q.timeline.setDeadline(e, time.Time{})
@@ -318,7 +322,7 @@ func (q *Queue) countsDeliveries() bool { return q.parent == nil }
 // TestMessageSettlementUsingReceiver), not 3.
 func (q *Queue) deadLetter(e *entry, reason, description string, props map[string]any, now time.Time) {
 	q.removeEntry(e)
-	m := e.msg
+	m := e.message()
 	if m.ApplicationProperties == nil {
 		m.ApplicationProperties = make(map[string]any)
 	}
@@ -339,7 +343,7 @@ func (q *Queue) deadLetter(e *entry, reason, description string, props map[strin
 		return
 	}
 	d := q.dlq
-	de := newEntry(m, e.size)
+	de := mustEncodeEntry(m, e.size)
 	de.seq = d.nextSeq()
 	de.deliveryCount = e.deliveryCount
 	d.storeEntry(de)

@@ -224,7 +224,7 @@ func (q *Queue) dropLock(e *entry) {
 	e.lock = nil
 	delete(q.locks, l.token)
 	if l.sessionHolder != 0 {
-		if s, ok := q.sessions[sessionID(e.msg)]; ok {
+		if s, ok := q.sessions[e.session]; ok {
 			delete(s.locked, e)
 		}
 	}
@@ -238,15 +238,11 @@ func (q *Queue) removeAvailable(e *entry) {
 	q.timeline.setDeadline(e, time.Time{})
 }
 
-// deliveryMessage builds the copy handed out for e, with the header delivery
-// count and the system annotations the SDK reads.
+// deliveryMessage builds the message handed out for e, decoded from the
+// stored encoding (so the caller's own, body included), with the header
+// delivery count and the system annotations the SDK reads.
 func (q *Queue) deliveryMessage(e *entry) *amqp.Message {
-	var m *amqp.Message
-	if q.b.shareBodies {
-		m = shareBody(e.msg)
-	} else {
-		m = CopyMessage(e.msg)
-	}
+	m := e.message()
 	if m.Header == nil {
 		m.Header = &amqp.MessageHeader{}
 	}

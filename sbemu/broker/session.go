@@ -176,7 +176,7 @@ func (q *Queue) pushAvailable(e *entry) {
 		heap.Push(&q.available, e)
 		return
 	}
-	s := q.session(sessionID(e.msg))
+	s := q.session(e.session)
 	heap.Push(&s.available, e)
 	q.readyChanged(s)
 }
@@ -188,7 +188,7 @@ func (q *Queue) popAvailable(e *entry) {
 		heap.Remove(&q.available, int(e.availIndex))
 		return
 	}
-	s := q.session(sessionID(e.msg))
+	s := q.session(e.session)
 	heap.Remove(&s.available, int(e.availIndex))
 	q.readyChanged(s)
 }
@@ -611,7 +611,7 @@ func (q *Queue) Sessions(skip, top int) ([]string, error) {
 		}
 	}
 	for _, e := range q.locks {
-		has[sessionID(e.msg)] = true
+		has[e.session] = true
 	}
 	return pageOfSessions(has, skip, top), nil
 }

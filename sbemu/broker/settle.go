@@ -77,8 +77,9 @@ func (q *Queue) Abandon(token [16]byte, properties map[any]any) error {
 	return q.locked(token, func(e *entry, now time.Time) error {
 		// Merge before returning the message: if returnLocked dead-letters it for
 		// MaxDeliveryCount, the dead-letter copy carries the modified properties.
-		mergeApplicationProperties(e.msg, properties)
-		e.msgChanged = e.msgChanged || len(properties) > 0
+		if err := mergeProperties(e, properties); err != nil {
+			return err
+		}
 		q.returnLocked(e, true, now)
 		return nil
 	})
@@ -112,6 +113,13 @@ func (q *Queue) DeadLetter(token [16]byte, reason, description string, props map
 		// completion does.
 		if err := q.receiveAllowed(); err != nil {
 			return err
+		}
+		// The properties are checked before anything changes, so that
+		// one without an AMQP encoding fails the call, not the move.
+		if len(props) > 0 {
+			if _, err := (&amqp.Message{ApplicationProperties: props}).MarshalBinary(); err != nil {
+				return fmt.Errorf("broker: encoding the dead-letter properties: %w", err)
+			}
 		}
 		// This delivery is settled, not failed (see deadLetter).
 		if e.deliveryCount > 0 {
@@ -185,4 +193,14 @@ func mergeApplicationProperties(m *amqp.Message, props map[any]any) {
 		}
 		m.ApplicationProperties[key] = copyValue(v)
 	}
+}
+
+// mergeProperties merges props into the application properties of e's
+// message ([mergeApplicationProperties]); without props e is left as it
+// is. It fails, changing nothing, when a value has no AMQP encoding.
+func mergeProperties(e *entry, props map[any]any) error {
+	if len(props) == 0 {
+		return nil
+	}
+	return e.rewrite(func(m *amqp.Message) { mergeApplicationProperties(m, props) })
 }

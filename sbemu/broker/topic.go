@@ -171,8 +171,12 @@ func (b *Broker) addTopic(tc TopicConfig, forwards map[*Queue]forwardConfig) err
 // would have. b.mu must be held.
 func (q *Queue) fanOut(e *entry, now time.Time) {
 	q.removeEntry(e)
+	if len(q.subs) == 0 {
+		return
+	}
+	msg := e.message()
 	for _, sub := range q.subs {
-		for _, m := range copiesFor(sub.rules, e.msg, e.size) {
+		for _, m := range copiesFor(sub.rules, msg, e.size) {
 			sub.enqueueLocked(m, e.size, e.enqueuedAt, e.expiresAt, now)
 		}
 	}
@@ -189,7 +193,7 @@ func (q *Queue) enqueueLocked(m *amqp.Message, size int, enqueuedAt, expiryCap, 
 	if _, dup := q.dedup.lookup(id, now); dup {
 		return
 	}
-	e := newEntry(m, size)
+	e := mustEncodeEntry(m, size)
 	e.seq = q.nextSeq()
 	e.expiryCap = expiryCap
 	q.storeEntry(e)
