@@ -320,7 +320,10 @@ func TestDeadLetterCarriesWhatHappened(t *testing.T) {
 	assert.Equal(t, "rendered: downstream unavailable SharedAccessKey=REDACTED", dl.Description)
 	props := dl.Message.ApplicationProperties
 	assert.Equal(t, int64(1), props[envelope.PropDeadLetterAttempt])
-	assert.Equal(t, f.clock.Now(), props[envelope.PropDeadLetterTime])
+	// The same instant: an AMQP timestamp comes back in the local time zone (go-amqp's decoding).
+	at, ok := props[envelope.PropDeadLetterTime].(time.Time)
+	require.True(t, ok, "%T", props[envelope.PropDeadLetterTime])
+	assert.True(t, f.clock.Now().Equal(at), "dead-lettered at %v, want %v", at, f.clock.Now())
 	assert.Equal(t, "RetryMaxAttemptsExceeded", props[envelope.PropDeadLetterReason])
 	assert.Equal(t, dl.Description, props[envelope.PropLastError])
 	assert.Equal(t, "orders", props[envelope.PropSource])

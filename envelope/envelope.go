@@ -205,13 +205,14 @@ func Decode(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		return Envelope{}, err
 	}
 	// An absent first-enqueued time keeps the delivery's own EnqueuedTime: the retry budget then counts
-	// from this delivery, which is the best information a first delivery has.
+	// from this delivery, which is the best information a first delivery has. Times are kept in UTC:
+	// go-amqp decodes an AMQP timestamp in the local time zone, whatever wrote it.
 	if v, ok := props[PropFirstEnqueuedTime]; ok {
 		t, isTime := v.(time.Time)
 		if !isTime {
 			return Envelope{}, &Error{Property: PropFirstEnqueuedTime, Reason: fmt.Sprintf("want a timestamp, got %T", v)}
 		}
-		env.FirstEnqueuedTime = t
+		env.FirstEnqueuedTime = t.UTC()
 	}
 	if v, ok := props[PropFirstSequenceNumber]; ok {
 		n, isLong := v.(int64)
@@ -228,7 +229,7 @@ func Decode(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		if !isTime {
 			return Envelope{}, &Error{Property: PropExpiresAt, Reason: fmt.Sprintf("want a timestamp, got %T", v)}
 		}
-		env.ExpiresAt = t
+		env.ExpiresAt = t.UTC()
 	}
 	if v, ok := props[PropRedrives]; ok {
 		n, isLong := v.(int64)
@@ -242,7 +243,7 @@ func Decode(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 		if !isTime {
 			return Envelope{}, &Error{Property: PropRedrivenAt, Reason: fmt.Sprintf("want a timestamp, got %T", v)}
 		}
-		env.RedrivenAt = t
+		env.RedrivenAt = t.UTC()
 	}
 	return env, nil
 }
@@ -275,7 +276,7 @@ func deliveryExpiry(msg *azservicebus.ReceivedMessage) time.Time {
 	if msg.TimeToLive == nil || *msg.TimeToLive <= 0 || msg.EnqueuedTime == nil {
 		return time.Time{}
 	}
-	return msg.EnqueuedTime.Add(*msg.TimeToLive)
+	return msg.EnqueuedTime.Add(*msg.TimeToLive).UTC()
 }
 
 // attemptValue accepts any AMQP integer type in [1, MaxInt32]. We write an int64, but producers in other

@@ -87,6 +87,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -243,6 +244,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if _, err := fmt.Fprintln(stdout, em.ConnectionString()); err != nil {
 		_ = em.Close()
 		return fmt.Errorf("sbemu: writing connection string: %w", err)
+	}
+	if *dataDir != "" {
+		// A start from a data directory reads its files whole and replays them: that garbage, about
+		// as large as the files, would stay in the resident set until the runtime's scavenger gets
+		// to it. It is returned now, beside serving: at 1,000,000 messages of 1 KiB the resident set
+		// falls from 2.9 GiB to 1.4 GiB within seconds of the start (BENCHMARKS.md).
+		go debug.FreeOSMemory()
 	}
 	var stopped error
 	select {
