@@ -44,8 +44,8 @@
 // which calls back: lockrenewer.go, flights.go, decision.go, settle.go, observe.go. A session message
 // goes sessionloop.go (accept, serve, receive), sessionhold.go (dispatch, then handle: the handler,
 // holds in place, the decision), sessiondurable.go (the session's record: durable holds), and
-// sessionserved.go (its settles, through settle.go's lock-bound pair), on the same decision.go and
-// observe.go.
+// sessionserved.go (its settles, through settle.go's lock-bound pair), on the same decision.go,
+// flights.go (the one record of deliveries in flight) and observe.go.
 //
 // # Crash contract
 //

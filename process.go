@@ -417,7 +417,10 @@ func slotLostCause(lk *lockKeeper, ctx context.Context) error {
 // rememberFor is how long an unsettled outcome is kept for its redelivery: long enough for the lock
 // to run out and the message to come back.
 func (p *Processor) rememberFor(lk *lockKeeper) time.Duration {
-	return max(minRememberOutcome, 2*lk.dur+2*p.cfg.settleTimeout)
+	lk.mu.Lock() // a renewal may be changing the granted duration (a session's lock is still kept)
+	dur := lk.dur
+	lk.mu.Unlock()
+	return max(minRememberOutcome, 2*dur+2*p.cfg.settleTimeout)
 }
 
 // leftForRedelivery is the result of a delivery deliberately not settled.

@@ -17,7 +17,8 @@ import (
 // The session consumer, file by file: session.go (this file: the options, the consumer, its Run and
 // connection loop), sessionconnector.go (the connections and the built-in connectors), sessionloop.go
 // (one worker: accept a session, receive its messages one at a time, release it when idle),
-// sessionhold.go (one message in stages: dispatch, resume, the handler, holds in place, the decision),
+// sessionhold.go (one message in stages: dispatch, resume, the handler, holds in place, the decision;
+// sessionoutage.go, the outage breaker's part in them),
 // sessiondurable.go (the session's record: durable holds and blocks), sessionserved.go (the served
 // session and its settle calls), sessionlock.go (the session lock, kept by lockrenewer.go's keeper, as
 // message locks are, while the session is held).
@@ -181,7 +182,7 @@ func NewSessionConsumer(connect SessionConnector, handler Handler, opts *Options
 	if err != nil {
 		return nil, err
 	}
-	// The breaker is the queue consumer's: Pause, Resume and Options.Outage (sessionhold.go admitInPlace).
+	// The breaker is the queue consumer's: Pause, Resume and Options.Outage (sessionoutage.go admitInPlace).
 	sc := &SessionConsumer{connect: connect, cfg: cfg, scfg: scfg, proc: newProcessor(nil, handler, cfg), stats: &Consumer{cfg: cfg, outage: newBreaker(cfg)}}
 	sc.stats.health.Since = cfg.clock.Now()
 	return sc, nil

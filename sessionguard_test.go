@@ -234,3 +234,51 @@ func TestSessionLongReceiveCutWhenWorkersBecomeBusy(t *testing.T) {
 		require.NoError(t, stop())
 	})
 }
+
+// A message whose handler succeeded while its session's lock ran out at the broker is not run again
+// when this consumer takes the session back: its success was decided here, and the redelivery
+// completes it without calling the handler (the queue consumer's record of deliveries in flight,
+// flights.go). The next message runs as usual.
+func TestSessionRedeliveryInheritsAnUnsettledSuccess(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		var mu sync.Mutex
+		runs := map[string]int{}
+		release := make(chan struct{})
+		first := true
+		h := func(ctx context.Context, m *azservicebus.ReceivedMessage) error {
+			mu.Lock()
+			runs[m.MessageID]++
+			wait := first
+			first = false
+			mu.Unlock()
+			if wait {
+				<-release // the session's lock runs out at the broker meanwhile
+			}
+			return nil
+		}
+		rec := newSessionRecorder()
+		sc := newSessionConsumer(t, b, h, rec, &retry.Options{}, &retry.SessionOptions{MaxConcurrentSessions: 2, SessionIdleTimeout: time.Second})
+		stop := runSessionConsumer(t, sc)
+		synctest.Wait()
+		b.ExpireLocks()
+		<-time.After(2 * time.Second)
+		synctest.Wait()
+		close(release)
+		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
+		require.NoError(t, stop())
+		mu.Lock()
+		defer mu.Unlock()
+		assert.Equal(t, map[string]int{"s-1": 1, "s-2": 1}, runs, "each handler ran once")
+		inherited := 0
+		for _, p := range rec.processed {
+			if p.Result.Inherited {
+				inherited++
+				assert.Equal(t, "s-1", p.Message.MessageID)
+				assert.Equal(t, retry.OutcomeCompleted, p.Result.Outcome)
+			}
+		}
+		assert.Equal(t, 1, inherited, "the redelivery of s-1 applied the decided success")
+	})
+}

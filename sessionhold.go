@@ -227,10 +227,66 @@ func (r *sessionRun) handle(stop context.Context, hs *servedSession, msg *azserv
 	// the session receiver settles, below. The session id rides in the context from the start, so
 	// that OnStart sees it too.
 	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
-	res := r.holdInPlace(stop, hs, d, from)
+	// The delivery is in the processor's record of deliveries in flight (flights.go), as a queue
+	// message is: an outcome decided here but left unsettled (the session's lock lost before the
+	// complete, say) is remembered, and the redelivery applies it instead of running the handler again.
+	// (Two deliveries of one message never run at once here: the session is served by one worker at a
+	// time, sessionsServed.)
+	var prior *flight
+	key, keyed := keyOf(hs.entity, msg)
+	if keyed {
+		prior = p.flights.enter(&d.flight, key, &hs.lk.keeper, now)
+	}
+	res := r.holdInPlace(stop, hs, d, from, prior)
 	res = p.finish(d, d.env, res)
+	if keyed {
+		unsettled := res.Outcome == OutcomeLeftForRedelivery || res.PossibleDuplicate
+		p.flights.leave(&d.flight, unsettled, d.now, p.rememberFor(&hs.lk.keeper))
+	}
 	c.count(res)
 	return res
+}
+
+// inheritedDecision returns the outcome an earlier delivery of d's message decided in this process and
+// could not settle, if one did: the first decision along prior's chain, among the deliveries that have
+// ended.
+func (r *sessionRun) inheritedDecision(prior *flight) *decision {
+	for pr := prior; pr != nil; pr = r.sc.proc.flights.priorOf(pr) {
+		select {
+		case <-pr.finished():
+		default:
+			continue // still running: cannot happen while one worker serves the session
+		}
+		if dec := pr.decision(); dec != nil {
+			return dec
+		}
+	}
+	return nil
+}
+
+// applyInherited settles d's message as an earlier delivery decided (dec), without running the
+// handler: completed, discarded or dead-lettered. It reports false for a decision a session message
+// never gets (a retry copy), which leaves the handler to run.
+func (r *sessionRun) applyInherited(hs *servedSession, d *delivery, dec *decision, st *inPlace) bool {
+	switch dec.kind {
+	case decideComplete, decideDiscard, decideDeadLetter:
+	default:
+		return false
+	}
+	d.flight.setDecision(dec)
+	d.env = *dec.env
+	st.res.Attempt, st.res.HandlerErr, st.res.Inherited = dec.env.Attempt, dec.handlerErr, true
+	r.sc.proc.cfg.log(st.hctx, slog.LevelInfo, "redelivery of a message whose outcome was already decided here; applying it without running the handler", d.msg, d.env,
+		slog.String("session_id", hs.sid))
+	switch dec.kind {
+	case decideComplete:
+		r.complete(d, hs, &st.res, OutcomeCompleted)
+	case decideDiscard:
+		r.complete(d, hs, &st.res, OutcomeDiscarded)
+	default:
+		r.deadLetterHead(d, hs, dec, &st.res)
+	}
+	return true
 }
 
 // holdInPlace is the path of one message: decode its envelope, run the handler, and on a failure let
@@ -238,7 +294,7 @@ func (r *sessionRun) handle(stop context.Context, hs *servedSession, msg *azserv
 // calls the handler again with the next attempt. It ends with the message completed, dead-lettered,
 // discarded, or left unsettled for the broker to give back in order (lock lost, shutdown, a failed
 // settle).
-func (r *sessionRun) holdInPlace(stop context.Context, hs *servedSession, d *delivery, from *sessionstate.Hold) Result {
+func (r *sessionRun) holdInPlace(stop context.Context, hs *servedSession, d *delivery, from *sessionstate.Hold, prior *flight) Result {
 	p := r.sc.proc
 	env, envErr := envelope.Decode(d.msg)
 	if envErr != nil {
@@ -260,6 +316,9 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *servedSession, d *del
 	}
 	st.hctx = p.started(d)
 	st.res.Attempt = d.env.Attempt
+	if dec := r.inheritedDecision(prior); dec != nil && r.applyInherited(hs, d, dec, &st) {
+		return st.res
+	}
 	for {
 		adm, ok := r.admitInPlace(stop, hs)
 		if !ok {
@@ -307,6 +366,11 @@ type inPlace struct {
 // lock makes any settle impossible, whatever the handler returned.
 func (r *sessionRun) attemptEnded(stop context.Context, hs *servedSession, d *delivery, herr error, st *inPlace) (Result, bool) {
 	p := r.sc.proc
+	if herr == nil {
+		// Decided before anything can fail to settle it, so that a redelivery here inherits it.
+		env := d.env
+		d.flight.setDecision(&decision{kind: decideComplete, env: &env})
+	}
 	if lost, why := hs.lk.lost(); lost {
 		p.cfg.log(st.hctx, slog.LevelWarn, "session lock lost while the handler ran; the message goes back to the session", d.msg, d.env)
 		return withOutcome(st.res, OutcomeLeftForRedelivery, why), true
@@ -353,10 +417,12 @@ func (r *sessionRun) failedInPlace(stop context.Context, hs *servedSession, d *d
 		r.holdDurably(hs, d, herr, d.now.Add(delay), st.firstFailure, made, &st.res)
 		return st.res, true
 	case dec != nil && dec.kind == decideDiscard:
+		d.flight.setDecision(dec)
 		p.cfg.log(st.hctx, slog.LevelWarn, "a policy discarded the failed message", d.msg, d.env, errAttr(herr), slog.String("policy", pol.name))
 		r.complete(d, hs, &st.res, OutcomeDiscarded)
 		return st.res, true
 	case dec != nil:
+		d.flight.setDecision(dec)
 		r.deadLetterHead(d, hs, dec, &st.res)
 		return st.res, true
 	}
@@ -460,71 +526,4 @@ func (r *sessionRun) waitHold(stop context.Context, lk *sessionLock, delay time.
 	case <-lk.ctx.Done():
 		return false, context.Cause(lk.ctx)
 	}
-}
-
-// Outage mode on a session consumer (Options.Outage). The breaker is the queue consumer's (outage.go),
-// fed the same way: asked before each handler call, told each attempt's outcome. While it is open no
-// session is accepted (the workers wait in breaker.await), a session whose message is settled is
-// released, and a message in hand waits in its session, its lock renewed and its attempt not spent,
-// until the breaker lets it run, as the probe or once closed. That is the session's form of the queue
-// consumer's held copy: a copy would break the session's order.
-
-// breakerOpen reports whether the breaker is open (not half-open: a session accepted to probe with
-// must deliver its message), so that a session whose message is settled is released rather than held
-// idle.
-func (r *sessionRun) breakerOpen() bool {
-	return r.sc.stats.outage.holding()
-}
-
-// admitInPlace asks the outage breaker whether the handler may run now, waiting while it is open (or
-// while another delivery probes), as it does while the consumer is paused, outage mode or not: the kill
-// switch stops a retry in place too. ok is false when stop ended or the session lock was lost meanwhile.
-func (r *sessionRun) admitInPlace(stop context.Context, hs *servedSession) (adm admission, ok bool) {
-	b := r.sc.stats.outage
-	if b.closed.Load() {
-		return admission{kind: admitRun}, true
-	}
-	ctx, cancel := context.WithCancel(hs.lk.ctx)
-	defer context.AfterFunc(stop, cancel)()
-	defer cancel()
-	for {
-		adm, changed := b.admit()
-		switch adm.kind {
-		case admitRun, admitProbe:
-			return adm, true
-		case admitHold:
-			if limit, _ := b.await(ctx, nil); limit == 0 {
-				return adm, false
-			}
-		case admitWait:
-			select {
-			case <-changed:
-			case <-ctx.Done():
-				return adm, false
-			}
-		}
-	}
-}
-
-// heldByBreaker tells the outage breaker what the attempt admitted as adm came to, and reports whether
-// its failure is to be held in place: it counted, and the breaker is open now (it tripped on it, or the
-// probe failed).
-func (r *sessionRun) heldByBreaker(stop context.Context, hs *servedSession, adm admission, herr error) bool {
-	if r.sc.cfg.outage == nil {
-		return false
-	}
-	p := r.sc.proc
-	out := attemptNone
-	if lost, _ := hs.lk.lost(); !lost && !stopped(stop) {
-		switch {
-		case herr == nil:
-			out = attemptSuccess
-		case p.countsAsOutage(herr, p.cfg.policyFor(herr)):
-			out = attemptFailure
-		default:
-			out = attemptNeutral
-		}
-	}
-	open := r.sc.stats.outage.record(adm, out, herr)
-	return out == attemptFailure && open
 }

@@ -298,7 +298,8 @@ func TestSessionHoldPolicies(t *testing.T) {
 }
 
 // A complete that fails leaves the message unsettled and releases the session, so that it comes back
-// before the messages behind it: the handler runs again for it (at least once), never out of order.
+// before the messages behind it, never out of order. Its success was decided here, so the redelivery
+// completes it without running the handler again (flights.go).
 func TestSessionFailedSettleReleasesTheSession(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newSessionBroker(t, nil)
@@ -310,9 +311,11 @@ func TestSessionFailedSettleReleasesTheSession(t *testing.T) {
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 3 })
 		require.NoError(t, stop())
-		assert.Equal(t, []string{"s-1", "s-1", "s-2", "s-3"}, rec.successesOf("s"))
+		assert.Equal(t, []string{"s-1", "s-2", "s-3"}, rec.successesOf("s"), "each handler once")
 		require.Len(t, rec.processed, 4)
 		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome)
+		assert.True(t, rec.processed[1].Result.Inherited, "s-1's redelivery applied the decided success")
+		assert.Equal(t, retry.OutcomeCompleted, rec.processed[1].Result.Outcome)
 		var sbErr *azservicebus.Error
 		require.ErrorAs(t, rec.processed[0].Result.SettleErr, &sbErr)
 		assert.Equal(t, azservicebus.CodeConnectionLost, sbErr.Code)
@@ -336,7 +339,8 @@ func (l lyingReceiver) CompleteMessage(ctx context.Context, m *azservicebus.Rece
 }
 
 // A complete that succeeded only after the SDK retried it is doubted: the session is released, so
-// that the message, still there, comes back before its successor and runs again; never after it.
+// that the message, still there, comes back before its successor, never after it; its redelivery
+// completes it as decided, without running the handler again.
 func TestSessionDoubtedCompleteKeepsOrder(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		b := newSessionBroker(t, &retrytest.BrokerOptions{LockDuration: 30 * time.Second})
@@ -353,8 +357,11 @@ func TestSessionDoubtedCompleteKeepsOrder(t *testing.T) {
 		stop := runSessionConsumer(t, sc)
 		waitFor(t, b, func() bool { return len(b.Completed()) == 2 })
 		require.NoError(t, stop())
-		assert.Equal(t, ids("s", 1, 1, 2), rec.successesOf("s"), "s-1 again, before s-2")
+		assert.Equal(t, ids("s", 1, 2), rec.successesOf("s"), "each handler once")
+		require.Len(t, rec.processed, 3)
 		assert.True(t, rec.processed[0].Result.PossibleDuplicate)
+		assert.True(t, rec.processed[1].Result.Inherited, "s-1 came back before s-2, and was completed as decided")
+		assert.Equal(t, "s-1", rec.processed[1].Message.MessageID)
 		assert.Equal(t, uint64(1), sc.Health().PossibleDuplicates)
 	})
 }

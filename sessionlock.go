@@ -19,8 +19,10 @@ import (
 // receiver has taken the session, the SDK's link recovery locks it again for the same receiver and the
 // renewal succeeds, while the messages received under the old lock have been given back (their
 // delivery counted). The consumer then learns it when the message's settle fails, bounded by
-// SettleTimeout; it leaves the message unsettled and releases the session, so the order still holds
-// and the handler runs again (at least once). e2e's TestSessionLockLostThroughTheSDK shows it.
+// SettleTimeout; it leaves the message unsettled and releases the session, so the order still holds.
+// When this consumer takes the session back, the message's decided outcome is applied without running
+// the handler again (flights.go); another process runs it again (at least once). e2e's
+// TestSessionLockLostThroughTheSDK shows it.
 type sessionLock struct {
 	ctx    context.Context
 	keeper lockKeeper
