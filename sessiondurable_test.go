@@ -941,3 +941,59 @@ func TestSessionDurableHoldReportsItsCallsToTheHooks(t *testing.T) {
 		assert.Empty(t, b.DeadLettered())
 	})
 }
+
+// A success this process decided and could not settle is not applied to the message once another
+// process has moved it on: here another consumer held it durably at attempt 2 since, so at the wake-up
+// the handler runs attempt 2 rather than the stale attempt 1's success being completed.
+func TestSessionInheritsNoDecisionFromAnEarlierAttempt(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 1)
+		opts := func(rec *sessionRecorder) *retry.Options {
+			return &retry.Options{Backoff: backoff.Constant{Interval: time.Minute}, Logger: discardLogger(), Hooks: retry.Hooks{OnProcessed: rec.onProcessed}}
+		}
+		// A: its first success cannot be completed (the connection drops); it pauses at once, so that it
+		// does not take the session back before B does, and stops.
+		recA := newSessionRecorder()
+		b.Fail(retrytest.OpComplete, 1, &azservicebus.Error{Code: azservicebus.CodeConnectionLost})
+		var a *retry.SessionConsumer
+		optsA := opts(recA)
+		optsA.Hooks.OnProcessed = func(p retry.ProcessedParams) {
+			recA.onProcessed(p)
+			if p.Result.Outcome == retry.OutcomeLeftForRedelivery {
+				a.Pause("let another process take the session")
+			}
+		}
+		a, err := retry.NewSessionConsumer(b.SessionConnector(), recA.handler(func(context.Context, sessionCall) error { return nil }), optsA, durableOnly)
+		require.NoError(t, err)
+		stopA := runSessionConsumer(t, a)
+		waitFor(t, b, func() bool {
+			recA.mu.Lock()
+			defer recA.mu.Unlock()
+			return len(recA.processed) == 1
+		})
+		require.NoError(t, stopA())
+		require.Equal(t, retry.OutcomeLeftForRedelivery, recA.processed[0].Result.Outcome)
+
+		// B, another process: the message fails there and is held durably at attempt 2.
+		recB := newSessionRecorder()
+		bc, err := retry.NewSessionConsumer(b.SessionConnector(), recB.handler(func(context.Context, sessionCall) error { return errBoom }), opts(recB), durableOnly)
+		require.NoError(t, err)
+		stopB := runSessionConsumer(t, bc)
+		waitFor(t, b, func() bool { return len(b.Deferred()) == 1 })
+		require.NoError(t, stopB())
+		require.Equal(t, 2, sessionState(t, b, "s").Hold.Attempt)
+
+		// A again, past the wake-up: attempt 2 runs; nothing is inherited from attempt 1.
+		a.Resume()
+		stopA = runSessionConsumer(t, a)
+		waitFor(t, b, func() bool { return successCount(recA, "s") == 2 && len(b.Deferred()) == 0 })
+		require.NoError(t, stopA())
+		calls := recA.callsOf("s")
+		require.Len(t, calls, 2, "A's handler ran again, for attempt 2")
+		assert.Equal(t, 2, calls[1].Attempt)
+		for _, p := range recA.processed {
+			assert.False(t, p.Result.Inherited, "%s attempt %d inherited", p.Message.MessageID, p.Result.Attempt)
+		}
+	})
+}

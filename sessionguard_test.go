@@ -2,6 +2,7 @@ package retry_test
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/sbretry/retry"
 	"github.com/sbretry/retry/outage"
+	"github.com/sbretry/retry/retrytest"
 )
 
 // Never two handlers for one session in one consumer, even after a lost lock: when the session's lock
@@ -280,5 +282,32 @@ func TestSessionRedeliveryInheritsAnUnsettledSuccess(t *testing.T) {
 			}
 		}
 		assert.Equal(t, 1, inherited, "the redelivery of s-1 applied the decided success")
+	})
+}
+
+// A dead-letter decided here whose call failed is applied to the redelivery without running the
+// handler again: the permanent failure is not re-discovered.
+func TestSessionRedeliveryInheritsAnUnsettledDeadLetter(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		b := newSessionBroker(t, nil)
+		sendSession(t, b, "s", 2)
+		b.Fail(retrytest.OpDeadLetter, 1, &azservicebus.Error{Code: azservicebus.CodeConnectionLost})
+		rec := newSessionRecorder()
+		h := rec.handler(func(_ context.Context, c sessionCall) error {
+			if c.ID == "s-1" {
+				return retry.Permanent(errors.New("malformed order"))
+			}
+			return nil
+		})
+		sc := newSessionConsumer(t, b, h, rec, nil, &retry.SessionOptions{MaxConcurrentSessions: 1})
+		stop := runSessionConsumer(t, sc)
+		waitFor(t, b, func() bool { return len(b.DeadLettered()) == 1 && len(b.Completed()) == 1 })
+		require.NoError(t, stop())
+		assert.Len(t, rec.callsOf("s"), 2, "s-1's handler once, then s-2's")
+		require.Len(t, rec.processed, 3)
+		assert.Equal(t, retry.OutcomeLeftForRedelivery, rec.processed[0].Result.Outcome)
+		assert.True(t, rec.processed[1].Result.Inherited)
+		assert.Equal(t, retry.OutcomeDeadLettered, rec.processed[1].Result.Outcome)
+		assert.Equal(t, "RetryPermanentFailure", b.DeadLettered()[0].Reason)
 	})
 }

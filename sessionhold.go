@@ -229,9 +229,10 @@ func (r *sessionRun) handle(stop context.Context, hs *servedSession, msg *azserv
 	d := &delivery{msg: msg, route: route{entity: hs.entity}, ctx: context.WithValue(r.handlerBase, sessionIDKey{}, hs.sid), start: now, now: now}
 	// The delivery is in the processor's record of deliveries in flight (flights.go), as a queue
 	// message is: an outcome decided here but left unsettled (the session's lock lost before the
-	// complete, say) is remembered, and the redelivery applies it instead of running the handler again.
-	// (Two deliveries of one message never run at once here: the session is served by one worker at a
-	// time, sessionsServed.)
+	// complete, say) is remembered for a while (rememberFor), and the redelivery applies it instead of
+	// running the handler again. (Within one Run, two deliveries of one message never run at once: the
+	// session is served by one worker at a time, sessionsServed. A delivery still running when a Run
+	// gave up on it is skipped, not waited for.)
 	var prior *flight
 	key, keyed := keyOf(hs.entity, msg)
 	if keyed {
@@ -255,7 +256,7 @@ func (r *sessionRun) inheritedDecision(prior *flight) *decision {
 		select {
 		case <-pr.finished():
 		default:
-			continue // still running: cannot happen while one worker serves the session
+			continue // still running: only a delivery a stopped Run gave up on
 		}
 		if dec := pr.decision(); dec != nil {
 			return dec
@@ -316,7 +317,10 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *servedSession, d *del
 	}
 	st.hctx = p.started(d)
 	st.res.Attempt = d.env.Attempt
-	if dec := r.inheritedDecision(prior); dec != nil && r.applyInherited(hs, d, dec, &st) {
+	// A decision applies to the attempt it was made at or a later one of this delivery: a session
+	// message keeps its sequence number across attempts, and a durable hold another process made
+	// since (from) has moved the message on past an attempt this process decided.
+	if dec := r.inheritedDecision(prior); dec != nil && dec.env.Attempt >= d.env.Attempt && r.applyInherited(hs, d, dec, &st) {
 		return st.res
 	}
 	for {

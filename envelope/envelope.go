@@ -179,7 +179,7 @@ func Decode(msg *azservicebus.ReceivedMessage) (Envelope, error) {
 	}
 	env := Envelope{Attempt: 1, OriginalMessageID: msg.MessageID, FirstSequenceNumber: -1}
 	if msg.EnqueuedTime != nil {
-		env.FirstEnqueuedTime = *msg.EnqueuedTime
+		env.FirstEnqueuedTime = msg.EnqueuedTime.UTC()
 	}
 	props := msg.ApplicationProperties
 	if len(props) == 0 {

@@ -25,6 +25,23 @@ func TestDecodeEnvelopeFirstDelivery(t *testing.T) {
 	assert.ErrorIs(t, err, envelope.ErrNilMessage)
 }
 
+// Decode returns its times in UTC, however they were decoded (go-amqp decodes an AMQP timestamp in the
+// local zone): the delivery's own enqueue time as well as the envelope's properties.
+func TestDecodeEnvelopeTimesInUTC(t *testing.T) {
+	zone := time.FixedZone("UTC-5", -5*3600)
+	enq := time.Date(2026, 1, 2, 3, 4, 5, 0, zone)
+	env, err := envelope.Decode(&azservicebus.ReceivedMessage{MessageID: "m-1", EnqueuedTime: &enq})
+	require.NoError(t, err)
+	assert.Equal(t, time.UTC, env.FirstEnqueuedTime.Location())
+	assert.True(t, enq.Equal(env.FirstEnqueuedTime))
+	props := map[string]any{envelope.PropAttempt: int64(2), envelope.PropFirstEnqueuedTime: enq, envelope.PropExpiresAt: enq.Add(time.Hour), envelope.PropRedrivenAt: enq}
+	env, err = envelope.Decode(&azservicebus.ReceivedMessage{MessageID: "m-1", EnqueuedTime: &enq, ApplicationProperties: props})
+	require.NoError(t, err)
+	for name, at := range map[string]time.Time{"first enqueued": env.FirstEnqueuedTime, "expires": env.ExpiresAt, "redriven": env.RedrivenAt} {
+		assert.Equal(t, time.UTC, at.Location(), name)
+	}
+}
+
 func TestDecodeEnvelopeAcceptsIntegerTypes(t *testing.T) {
 	for _, v := range []any{int64(3), int32(3), int(3), int16(3), int8(3), uint8(3), uint16(3), uint32(3), uint64(3)} {
 		env, err := envelope.Decode(&azservicebus.ReceivedMessage{ApplicationProperties: map[string]any{envelope.PropAttempt: v}})
