@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"sync"
 	"testing"
@@ -228,4 +229,41 @@ func TestIndexRebuildJSON(t *testing.T) {
 	assert.Equal(t, map[string]int{"orders": 1}, got.Peeked, "an entity with nothing read is left out")
 	assert.Equal(t, 1, got.Recorded)
 	assert.True(t, got.LossesCleared)
+}
+
+// index rebuild on the subscription layout: the copies are in the retry queue, the dead letters in two
+// dead-letter queues whose sequence numbers collide. Each event is read from where it is, and status
+// from the index says what status from the broker says.
+func TestIndexRebuildSubscriptionLayout(t *testing.T) {
+	t.Parallel()
+	h := newSubscriptionHarness(t)
+	h.seed(t, "pending-1", "perm-1", "max-1")
+	path := filepath.Join(t.TempDir(), "index.db")
+	code, out, errOut := h.cli(t, "", "index", "rebuild", "--index", path)
+	require.Equal(t, exitOK, code, errOut)
+	for _, entity := range []string{sbtest.RetryQueue, sbtest.RetryQueue + "/$DeadLetterQueue", sbtest.SubscriptionPath + "/$DeadLetterQueue"} {
+		assert.Contains(t, out, "of "+entity, "rebuild reads %s", entity)
+	}
+
+	code, fromBroker, errOut := h.cli(t, "", "status", "pending-1")
+	require.Equal(t, exitOK, code, errOut)
+	code, fromIndex, errOut := cliNoEntity(t, "", "status", "--index", path, "pending-1")
+	require.Equal(t, exitOK, code, errOut)
+	retried := regexp.MustCompile(`will be retried at (\S+) \(attempt (\d+)\), .*?sequence number (\d+) in ` + regexp.QuoteMeta(sbtest.RetryQueue))
+	b, i := retried.FindStringSubmatch(fromBroker), retried.FindStringSubmatch(fromIndex)
+	require.NotNil(t, b, fromBroker)
+	require.NotNil(t, i, fromIndex)
+	assert.Equal(t, b[1:], i[1:], "due time, attempt and sequence number in the retry queue")
+
+	reason := regexp.MustCompile(`dead-lettered at \S+: (\w+) \(attempt (\d+)\)`)
+	for _, id := range []string{"perm-1", "max-1"} {
+		code, fromBroker, _ = h.cli(t, "", "status", id)
+		require.Equal(t, exitOK, code)
+		code, fromIndex, _ = cliNoEntity(t, "", "status", "--index", path, id)
+		require.Equal(t, exitOK, code, fromIndex)
+		b, i = reason.FindStringSubmatch(fromBroker), reason.FindStringSubmatch(fromIndex)
+		require.NotNil(t, b, fromBroker)
+		require.NotNil(t, i, fromIndex)
+		assert.Equal(t, b[1:], i[1:], "%s: reason and attempt", id)
+	}
 }
