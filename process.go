@@ -124,7 +124,7 @@ func (p *Processor) deadLetterMalformed(d *delivery, settleBase context.Context,
 // decided an outcome it could not settle, applies it with d's lock without running the handler. done
 // is false when the handler is to run.
 func (p *Processor) takeOver(d *delivery, settleBase context.Context, f, prior *flight, stop context.Context) (res Result, env envelope.Envelope, done bool) {
-	inherited, left, ok := p.awaitEarlier(d, prior, stop)
+	inherited, left, ok := p.awaitEarlier(d, prior, stop, d.lock.Done())
 	if !ok {
 		return left, d.env, true
 	}
@@ -350,16 +350,16 @@ func (p *Processor) countsAsOutage(err error, pol policy) bool {
 // after telling each that it has been superseded (its lock is gone: the broker redelivers only once a
 // lock has ended). It returns the decision of the first that has one, to be applied with d's lock
 // instead of running the handler again; nil if none decided. ok is false when d must stop (its lock was
-// lost, or stop ended), with left its result.
+// lost: lockDone, the message's lock or a session's; or stop ended), with left its result.
 //
 // Waiting for all of them, not just the latest, matters: one that gave up waiting leaves its own earlier
 // one running, and that one's decision is the one to apply.
-func (p *Processor) awaitEarlier(d *delivery, prior *flight, stop context.Context) (inherited *decision, left Result, ok bool) {
+func (p *Processor) awaitEarlier(d *delivery, prior *flight, stop context.Context, lockDone <-chan struct{}) (inherited *decision, left Result, ok bool) {
 	for pr := prior; pr != nil && inherited == nil; pr = p.flights.priorOf(pr) {
 		pr.supersede()
 		select {
 		case <-pr.finished():
-		case <-d.lock.Done():
+		case <-lockDone:
 			d.now = p.cfg.clock.Now()
 			return nil, p.leftForRedelivery(d, ErrLockLost, "lock lost while waiting for an earlier delivery of the message"), false
 		case <-stop.Done():

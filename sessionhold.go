@@ -232,7 +232,7 @@ func (r *sessionRun) handle(stop context.Context, hs *servedSession, msg *azserv
 	// complete, say) is remembered for a while (rememberFor), and the redelivery applies it instead of
 	// running the handler again. (Within one Run, two deliveries of one message never run at once: the
 	// session is served by one worker at a time, sessionsServed. A delivery still running when a Run
-	// gave up on it is skipped, not waited for.)
+	// gave up on it is waited for, as on a queue.)
 	var prior *flight
 	key, keyed := keyOf(hs.entity, msg)
 	if keyed {
@@ -246,23 +246,6 @@ func (r *sessionRun) handle(stop context.Context, hs *servedSession, msg *azserv
 	}
 	c.count(res)
 	return res
-}
-
-// inheritedDecision returns the outcome an earlier delivery of d's message decided in this process and
-// could not settle, if one did: the first decision along prior's chain, among the deliveries that have
-// ended.
-func (r *sessionRun) inheritedDecision(prior *flight) *decision {
-	for pr := prior; pr != nil; pr = r.sc.proc.flights.priorOf(pr) {
-		select {
-		case <-pr.finished():
-		default:
-			continue // still running: only a delivery a stopped Run gave up on
-		}
-		if dec := pr.decision(); dec != nil {
-			return dec
-		}
-	}
-	return nil
 }
 
 // applyInherited settles d's message as an earlier delivery decided (dec), without running the
@@ -320,8 +303,16 @@ func (r *sessionRun) holdInPlace(stop context.Context, hs *servedSession, d *del
 	// A decision applies to the attempt it was made at or a later one of this delivery: a session
 	// message keeps its sequence number across attempts, and a durable hold another process made
 	// since (from) has moved the message on past an attempt this process decided.
-	if dec := r.inheritedDecision(prior); dec != nil && dec.env.Attempt >= d.env.Attempt && r.applyInherited(hs, d, dec, &st) {
-		return st.res
+	if prior != nil {
+		// As a queue message does (process.go takeOver): wait for the earlier deliveries still running
+		// (only one a stopped Run gave up on can be), and take the first decision among them.
+		dec, left, ok := p.awaitEarlier(d, prior, stop, hs.lk.ctx.Done())
+		if !ok {
+			return left
+		}
+		if dec != nil && dec.env.Attempt >= d.env.Attempt && r.applyInherited(hs, d, dec, &st) {
+			return st.res
+		}
 	}
 	for {
 		adm, ok := r.admitInPlace(stop, hs)
